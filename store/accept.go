@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// NewEvent is an event ready to be written: validated and normalised by the
+// relay, with its fan-out computed. The store does not interpret Payload.
+type NewEvent struct {
+	Tenant, EventID, Purpose, Type string
+	Payload                        []byte // the normalised event, kept for audit and expansion
+	Message                        []byte // what every recipient is sent
+	Fingerprint                    string // sha256 of Payload; a resend must match it
+	Targets                        int    // notifications the event fans out to
+}
+
+// Target is one notification of an event's fan-out, in fan-out order.
+type Target struct {
+	Key       string
+	Recipient string
+	Channel   string
+	Address   string
+}
+
+// Accepted says what AcceptEvent did.
+type Accepted struct {
+	EventRow  int64 // the event's row id
+	Duplicate bool  // the event had been accepted before; nothing was written
+	Expanded  int   // targets written as notifications so far
+	Targets   int
+}
+
+// AcceptEvent writes the event and the first chunk of its fan-out in one
+// transaction: the event is durable (and so acknowledged) as a whole, with
+// every recipient in its payload, the moment this returns. The rest of the
+// fan-out, if any, is written by ExpandEvent in later transactions, so a
+// large event does not hold the writer for its whole fan-out; a crash in
+// between loses nothing because the event row records how far it got.
+//
+// A resend of an accepted event (same tenant, id and purpose) writes
+// nothing and reports Duplicate; one with different content is
+// ErrEventConflict. The unique constraint decides, not a prior lookup.
+func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, now time.Time) (Accepted, error) {
+	var res Accepted
+	err := s.w.do(ctx, func(tx *Tx) error {
+		res = Accepted{Targets: ev.Targets}
+		err := tx.queryRow(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant, event_id, purpose) DO NOTHING
+			RETURNING id`,
+			ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, ms(now)).Scan(&res.EventRow)
+		if isNoRows(err) {
+			var fp string
+			if err := tx.queryRow(`SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = ? AND event_id = ? AND purpose = ?`,
+				ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
+				return fmt.Errorf("read duplicate event: %w", err)
+			}
+			if fp != ev.Fingerprint {
+				return fmt.Errorf("%w: tenant %q, event %q, purpose %q", ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+			}
+			res.Duplicate = true
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("insert event: %w", err)
+		}
+		n, err := expand(tx, res.EventRow, 0, first, now)
+		res.Expanded = n
+		return err
+	})
+	return res, err
+}
+
+// ExpandEvent writes the next chunk of an event's fan-out. from is how many
+// targets the caller believes are written; if the event row disagrees (a
+// second expander got there first), nothing is written and the event's real
+// count is returned. Inserts are ON CONFLICT DO NOTHING, so even a chunk
+// written twice adds no notification.
+func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []Target, now time.Time) (int, error) {
+	var expanded int
+	err := s.w.do(ctx, func(tx *Tx) error {
+		if err := tx.queryRow(`SELECT expanded FROM events WHERE id = ?`, eventRow).Scan(&expanded); err != nil {
+			return fmt.Errorf("expand event %d: %w", eventRow, err)
+		}
+		if expanded != from {
+			return nil
+		}
+		var err error
+		expanded, err = expand(tx, eventRow, from, chunk, now)
+		return err
+	})
+	return expanded, err
+}
+
+func expand(tx *Tx, eventRow int64, from int, chunk []Target, now time.Time) (int, error) {
+	t := ms(now)
+	for i, tg := range chunk {
+		_, err := tx.exec(`INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address,
+				next_attempt_at, cycle_started_at, created_at, updated_at)
+			SELECT ?, id, ?, tenant, type, ?, ?, ?, ?, ?, ?, ? FROM events WHERE id = ?
+			ON CONFLICT DO NOTHING`,
+			tg.Key, from+i, tg.Recipient, tg.Channel, tg.Address, t, t, t, t, eventRow)
+		if err != nil {
+			return from, fmt.Errorf("insert notification %s: %w", tg.Key, err)
+		}
+	}
+	to := from + len(chunk)
+	if _, err := tx.exec(`UPDATE events SET expanded = ? WHERE id = ?`, to, eventRow); err != nil {
+		return from, fmt.Errorf("advance fan-out of event %d: %w", eventRow, err)
+	}
+	return to, nil
+}
+
+// Unexpanded is an event whose fan-out is not finished.
+type Unexpanded struct {
+	EventRow int64
+	Payload  []byte
+	Expanded int
+	Targets  int
+}
+
+// UnexpandedEvents lists events whose fan-out stopped part way (a crash, or
+// an accept whose caller went away), oldest first.
+func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]Unexpanded, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, payload, expanded, targets FROM events WHERE expanded < targets ORDER BY id LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Unexpanded
+	for rows.Next() {
+		var u Unexpanded
+		if err := rows.Scan(&u.EventRow, &u.Payload, &u.Expanded, &u.Targets); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,239 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Statuses of a notification. pending and sending are live; the rest are
+// final until an operator retries.
+const (
+	StatusPending = "pending" // waiting for its (next) attempt
+	StatusSending = "sending" // claimed: a call may be in flight until the lease ends
+	StatusSent    = "sent"    // the provider accepted it
+	StatusFailed  = "failed"  // the provider refused it for good (4xx)
+	StatusDead    = "dead"    // retries exhausted (attempts or age)
+	StatusUnknown = "unknown" // maybe sent; not retried (at-most-once type, provider without keys)
+)
+
+// Statuses lists every status in lifecycle order.
+var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown}
+
+// Claimed is a notification claimed for one attempt.
+type Claimed struct {
+	ID             int64
+	Key            string
+	EventRow       int64
+	Tenant         string
+	Type           string
+	Recipient      string
+	Channel        string
+	Address        string
+	Attempt        int // this attempt's number, from 1
+	CycleAttempts  int // attempts in the current retry cycle, this one included
+	CycleStartedAt time.Time
+	ClaimedAt      time.Time
+	LeaseUntil     time.Time
+	EventID        string
+	Purpose        string
+	Message        []byte
+}
+
+const claimedCols = `id, key, event, tenant, type, recipient, channel, address, attempts, cycle_attempts, cycle_started_at, claimed_at, lease_until`
+
+func scanClaimed(rows *sql.Rows) (Claimed, error) {
+	var c Claimed
+	var cycle, claimed, lease int64
+	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Recipient, &c.Channel, &c.Address,
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease)
+	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil = fromMS(cycle), fromMS(claimed), fromMS(lease)
+	return c, err
+}
+
+// Claim moves up to limit due notifications from pending to sending, with a
+// lease until now+lease, in one statement, and returns them with their
+// event's message. Nobody else can claim them until the lease ends.
+func (s *Store) Claim(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]Claimed, error) {
+	var out []Claimed
+	err := s.w.do(ctx, func(tx *Tx) error {
+		out = out[:0]
+		rows, err := tx.query(`UPDATE notifications
+			SET status = 'sending', attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
+			    claimed_at = ?1, lease_until = ?2, updated_at = ?1
+			WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at <= ?1
+			             ORDER BY next_attempt_at, id LIMIT ?3)
+			RETURNING `+claimedCols, ms(now), ms(now.Add(lease)), limit)
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		for rows.Next() {
+			c, err := scanClaimed(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("claim: %w", err)
+			}
+			out = append(out, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		return attachMessages(tx, out)
+	})
+	return out, err
+}
+
+// attachMessages fills in each claimed notification's event id, purpose and
+// message, reading each event once.
+func attachMessages(tx *Tx, cs []Claimed) error {
+	type ev struct {
+		id, purpose string
+		msg         []byte
+	}
+	seen := map[int64]ev{}
+	for i := range cs {
+		e, ok := seen[cs[i].EventRow]
+		if !ok {
+			if err := tx.queryRow(`SELECT event_id, purpose, message FROM events WHERE id = ?`, cs[i].EventRow).
+				Scan(&e.id, &e.purpose, &e.msg); err != nil {
+				return fmt.Errorf("read event %d: %w", cs[i].EventRow, err)
+			}
+			seen[cs[i].EventRow] = e
+		}
+		cs[i].EventID, cs[i].Purpose, cs[i].Message = e.id, e.purpose, e.msg
+	}
+	return nil
+}
+
+// ExpiredLeases lists notifications still in sending whose lease ended
+// before now: their process stopped (crash, kill, power loss) between the
+// claim and recording the outcome. The caller records each as an unknown
+// attempt; its call may or may not have reached the provider.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]Claimed, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+claimedCols+` FROM notifications
+		WHERE status = 'sending' AND lease_until < ? ORDER BY lease_until LIMIT ?`, ms(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("expired leases: %w", err)
+	}
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		c, err := scanClaimed(rows)
+		if err != nil {
+			return nil, fmt.Errorf("expired leases: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Attempt is one provider call as recorded in the audit trail.
+type Attempt struct {
+	N          int       `json:"n"`
+	Provider   string    `json:"provider"`
+	StartedAt  time.Time `json:"started_at"`
+	EndedAt    time.Time `json:"ended_at"`
+	Outcome    string    `json:"outcome"`
+	Permanent  bool      `json:"permanent,omitempty"`
+	HTTPStatus int       `json:"http_status,omitempty"`
+	MessageID  string    `json:"provider_message_id,omitempty"`
+	Response   string    `json:"response,omitempty"`
+	Detail     string    `json:"detail,omitempty"`
+}
+
+// Decision is what the relay decided after an attempt.
+type Decision struct {
+	Status        string    // the notification's new status
+	NextAttemptAt time.Time // when Status is pending
+	Reason        string    // why, when failed, dead, unknown or retrying
+}
+
+// Record writes one attempt and the notification's new state in one
+// transaction. The attempt row is always written (it is what happened); the
+// state changes only if the notification is still in sending for this very
+// attempt. It returns false when it was not: the lease had expired and the
+// attempt was already settled as unknown, by this or another process.
+func (s *Store) Record(ctx context.Context, id int64, a Attempt, d Decision) (bool, error) {
+	var applied bool
+	err := s.w.do(ctx, func(tx *Tx) error {
+		applied = false
+		if _, err := tx.exec(`INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent,
+				http_status, provider_message_id, response, detail)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			id, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
+			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail)); err != nil {
+			return fmt.Errorf("record attempt %d of notification %d: %w", a.N, id, err)
+		}
+		res, err := tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
+				provider = ?, provider_message_id = coalesce(?, provider_message_id), last_response = ?, reason = ?, updated_at = ?
+			WHERE id = ? AND status = 'sending' AND attempts = ?`,
+			d.Status, ms(d.NextAttemptAt), a.Provider, nullStr(a.MessageID), nullStr(a.Response), nullStr(d.Reason), ms(a.EndedAt),
+			id, a.N)
+		if err != nil {
+			return fmt.Errorf("update notification %d: %w", id, err)
+		}
+		n, _ := res.RowsAffected()
+		applied = n == 1
+		return nil
+	})
+	return applied, err
+}
+
+// Retry puts a failed, dead or unknown notification back to pending, due
+// now, with a fresh retry budget. A sent notification cannot be retried:
+// that would be a second message, not a retry.
+func (s *Store) Retry(ctx context.Context, tenant string, id int64, now time.Time) error {
+	return s.w.do(ctx, func(tx *Tx) error {
+		var status string
+		err := tx.queryRow(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
+				cycle_started_at = ?1, reason = NULL, updated_at = ?1
+			WHERE id = ?2 AND (?3 = '' OR tenant = ?3) AND status IN ('failed', 'dead', 'unknown')
+			RETURNING status`, ms(now), id, tenant).Scan(&status)
+		if err == nil {
+			return nil
+		}
+		if !isNoRows(err) {
+			return fmt.Errorf("retry notification %d: %w", id, err)
+		}
+		if err := tx.queryRow(`SELECT status FROM notifications WHERE id = ?2 AND (?1 = '' OR tenant = ?1)`, tenant, id).Scan(&status); err != nil {
+			if isNoRows(err) {
+				return fmt.Errorf("notification %d: %w", id, ErrNotFound)
+			}
+			return err
+		}
+		return &StateError{ID: id, Status: status, Want: "failed, dead or unknown"}
+	})
+}
+
+// StateError: an operation needs the notification in another status.
+type StateError struct {
+	ID     int64
+	Status string
+	Want   string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("notification %d is %s; only %s notifications can be retried", e.ID, e.Status, e.Want)
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullInt(n int) any {
+	if n == 0 {
+		return nil
+	}
+	return n
+}
+
+// placeholders returns "?, ?, ?" for n arguments.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}

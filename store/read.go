@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Notification is one notification with its audit trail.
+type Notification struct {
+	ID                int64      `json:"id"`
+	Key               string     `json:"key"`
+	Tenant            string     `json:"tenant"`
+	EventID           string     `json:"event_id"`
+	Purpose           string     `json:"purpose"`
+	Type              string     `json:"type"`
+	Recipient         string     `json:"recipient"`
+	Channel           string     `json:"channel"`
+	Address           string     `json:"address"`
+	Status            string     `json:"status"`
+	Attempts          int        `json:"attempts"`
+	NextAttemptAt     *time.Time `json:"next_attempt_at,omitempty"` // when pending
+	LeaseUntil        *time.Time `json:"lease_until,omitempty"`     // when sending
+	Provider          string     `json:"provider,omitempty"`
+	ProviderMessageID string     `json:"provider_message_id,omitempty"`
+	LastResponse      string     `json:"last_response,omitempty"`
+	Reason            string     `json:"reason,omitempty"`
+	CreatedAt         time.Time  `json:"created_at"`
+	UpdatedAt         time.Time  `json:"updated_at"`
+	AttemptLog        []Attempt  `json:"attempt_log"`
+}
+
+const notificationCols = `n.id, n.key, n.tenant, e.event_id, e.purpose, n.type, n.recipient, n.channel, n.address, n.status,
+	n.attempts, n.next_attempt_at, n.lease_until, n.provider, n.provider_message_id, n.last_response, n.reason,
+	n.created_at, n.updated_at`
+
+func scanNotification(row interface{ Scan(...any) error }) (Notification, error) {
+	var n Notification
+	var next int64
+	var lease sql.NullInt64
+	var provider, msgID, resp, reason sql.NullString
+	var created, updated int64
+	err := row.Scan(&n.ID, &n.Key, &n.Tenant, &n.EventID, &n.Purpose, &n.Type, &n.Recipient, &n.Channel, &n.Address,
+		&n.Status, &n.Attempts, &next, &lease, &provider, &msgID, &resp, &reason, &created, &updated)
+	if err != nil {
+		return n, err
+	}
+	if n.Status == StatusPending {
+		t := fromMS(next)
+		n.NextAttemptAt = &t
+	}
+	if lease.Valid && n.Status == StatusSending {
+		t := fromMS(lease.Int64)
+		n.LeaseUntil = &t
+	}
+	n.Provider, n.ProviderMessageID, n.LastResponse, n.Reason = provider.String, msgID.String, resp.String, reason.String
+	n.CreatedAt, n.UpdatedAt = fromMS(created), fromMS(updated)
+	return n, nil
+}
+
+// Notification returns one notification, by id or by idempotency key, with
+// every attempt. tenant "" means any tenant.
+func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (Notification, error) {
+	row := s.rdb.QueryRowContext(ctx, `SELECT `+notificationCols+`
+		FROM notifications n JOIN events e ON e.id = n.event
+		WHERE (n.id = ?1 OR n.key = ?2) AND (?3 = '' OR n.tenant = ?3)`, id, key, tenant)
+	n, err := scanNotification(row)
+	if isNoRows(err) {
+		if key != "" {
+			return n, fmt.Errorf("notification with key %q: %w", key, ErrNotFound)
+		}
+		return n, fmt.Errorf("notification %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return n, fmt.Errorf("read notification: %w", err)
+	}
+	n.AttemptLog, err = s.attempts(ctx, n.ID)
+	return n, err
+}
+
+func (s *Store) attempts(ctx context.Context, id int64) ([]Attempt, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
+			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, '')
+		FROM attempts WHERE notification = ? ORDER BY n, id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read attempts: %w", err)
+	}
+	defer rows.Close()
+	out := []Attempt{}
+	for rows.Next() {
+		var a Attempt
+		var start, end int64
+		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail); err != nil {
+			return nil, err
+		}
+		a.StartedAt, a.EndedAt = fromMS(start), fromMS(end)
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// EventNotification is a line of an event's fan-out.
+type EventNotification struct {
+	ID        int64  `json:"id"`
+	Key       string `json:"key"`
+	Recipient string `json:"recipient"`
+	Channel   string `json:"channel"`
+	Status    string `json:"status"`
+}
+
+// EventNotifications lists an event's notifications in fan-out order,
+// after position after (-1 for the start), at most limit.
+func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]EventNotification, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, key, recipient, channel, status FROM notifications
+		WHERE event = ? AND seq > ? ORDER BY seq LIMIT ?`, eventRow, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list notifications of event %d: %w", eventRow, err)
+	}
+	defer rows.Close()
+	var out []EventNotification
+	for rows.Next() {
+		var n EventNotification
+		if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// Status is the state of the whole store at a moment.
+type Status struct {
+	Counts map[string]int64 `json:"counts"` // notifications by status, every status present
+	// OldestDue is the age of the oldest pending notification that is due
+	// (0 when none is due): how far behind dispatch is.
+	OldestDue time.Duration `json:"-"`
+	// NextDue is when the next pending notification not yet due becomes due.
+	NextDue   *time.Time                  `json:"next_due,omitempty"`
+	Providers map[string]map[string]int64 `json:"providers"` // provider → outcome → attempts
+}
+
+// Status counts notifications by status and attempts by provider and outcome.
+func (s *Store) Status(ctx context.Context, now time.Time) (Status, error) {
+	st := Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}}
+	for _, s := range Statuses {
+		st.Counts[s] = 0
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT status, count(*) FROM notifications GROUP BY status`)
+	if err != nil {
+		return st, fmt.Errorf("status: %w", err)
+	}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			rows.Close()
+			return st, err
+		}
+		st.Counts[k] = n
+	}
+	rows.Close()
+	var oldest sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT min(next_attempt_at) FROM notifications WHERE status = 'pending'`).Scan(&oldest); err != nil {
+		return st, fmt.Errorf("status: %w", err)
+	}
+	if oldest.Valid {
+		if t := fromMS(oldest.Int64); !t.After(now) {
+			st.OldestDue = now.Sub(t)
+		} else {
+			st.NextDue = &t
+		}
+	}
+	rows, err = s.rdb.QueryContext(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
+	if err != nil {
+		return st, fmt.Errorf("status: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p, o string
+		var n int64
+		if err := rows.Scan(&p, &o, &n); err != nil {
+			return st, err
+		}
+		if st.Providers[p] == nil {
+			st.Providers[p] = map[string]int64{"sent": 0, "refused": 0, "unknown": 0}
+		}
+		st.Providers[p][o] = n
+	}
+	return st, rows.Err()
+}
+
+// Live counts notifications not yet final: pending ones due by horizon,
+// pending ones due later, and those being sent.
+func (s *Store) Live(ctx context.Context, horizon time.Time) (dueSoon, later, sending int64, err error) {
+	err = s.rdb.QueryRowContext(ctx, `SELECT
+			coalesce(sum(status = 'pending' AND next_attempt_at <= ?1), 0),
+			coalesce(sum(status = 'pending' AND next_attempt_at > ?1), 0),
+			coalesce(sum(status = 'sending'), 0)
+		FROM notifications WHERE status IN ('pending', 'sending')`, ms(horizon)).Scan(&dueSoon, &later, &sending)
+	if err != nil {
+		err = fmt.Errorf("count live notifications: %w", err)
+	}
+	return
+}
+
+// NextDue returns when the earliest pending notification is due, and
+// false when none is pending.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var t sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT min(next_attempt_at) FROM notifications WHERE status = 'pending'`).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("next due: %w", err)
+	}
+	return fromMS(t.Int64), t.Valid, nil
+}

@@ -1,0 +1,246 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver; pure Go, no cgo
+)
+
+// The store owns its SQL: migrations are embedded from this package
+// (//go:embed cannot reach the repository root). The root schema.sql is the
+// resulting schema for readers, and a test keeps the two identical.
+//
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no such notification (or not in the caller's tenant).
+	ErrNotFound = errors.New("not found")
+	// ErrEventConflict: an event with the same tenant, id and purpose was
+	// accepted before with different content. Nothing was written.
+	ErrEventConflict = errors.New("event already accepted with different content")
+	// ErrTooNew: the database was written by a newer edgerelay.
+	ErrTooNew = errors.New("database schema is newer than this binary")
+	// ErrClosed: the store is closed (or closing); the write was not made.
+	ErrClosed = errors.New("store closed")
+)
+
+// Options tune the store. The zero value is usable.
+type Options struct {
+	// BusyTimeout is how long a write waits for another process holding the
+	// database lock (a CLI beside serve). Default 10s.
+	BusyTimeout time.Duration
+	// MaxBatch bounds how many queued writes share one transaction. Default 256.
+	MaxBatch int
+	// ReadConns bounds the read pool. Default 4.
+	ReadConns int
+	Logger    *slog.Logger
+}
+
+// Store is one SQLite file. All writes go through one goroutine (see
+// writer.go); reads use a separate pool of query-only connections.
+type Store struct {
+	path string
+	wdb  *sql.DB // exactly one connection, owned by the writer goroutine
+	rdb  *sql.DB // read-only pool
+	log  *slog.Logger
+	w    *writer
+}
+
+func dsn(path string, busy time.Duration, readOnly bool) string {
+	// Pragmas go in the DSN so every connection of a pool gets them; busy
+	// timeout first so the others can wait for a lock held elsewhere.
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	q.Add("_pragma", "journal_mode(WAL)")
+	// FULL: a commit is on disk (WAL fsynced) before any caller is answered.
+	// NORMAL would be faster but may lose the last commits on power loss,
+	// after their events were acknowledged.
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	if readOnly {
+		q.Add("_pragma", "query_only(ON)")
+	}
+	q.Set("_txlock", "immediate")
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the database at path, migrates it to the
+// current schema and starts the writer. Close it to stop the writer.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	wdb, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, false))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	s := &Store{path: abs, wdb: wdb, log: opts.Logger}
+	if err := s.init(ctx); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	rdb, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, true))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(opts.ReadConns)
+	rdb.SetMaxIdleConns(opts.ReadConns)
+	s.rdb = rdb
+	conn, err := wdb.Conn(ctx)
+	if err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s.w = startWriter(conn, opts.MaxBatch, opts.Logger)
+	return s, nil
+}
+
+// init checks the journal mode and migrates.
+func (s *Store) init(ctx context.Context) error {
+	var mode string
+	if err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return err
+	}
+	if mode != "wal" {
+		// A read-only directory or a file system without shared memory
+		// leaves SQLite in another mode; group commit and concurrent reads
+		// depend on WAL, so refuse rather than run degraded.
+		return fmt.Errorf("journal_mode is %q, want wal (is the directory writable and on a local file system?)", mode)
+	}
+	return migrate(ctx, s.wdb, s.log)
+}
+
+// Path is the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close stops the writer after it has answered every queued write, then
+// closes the connections.
+func (s *Store) Close() error {
+	if s.w != nil {
+		s.w.close()
+	}
+	return errors.Join(s.rdb.Close(), s.wdb.Close())
+}
+
+// Ping checks that the database answers reads and that the writer is alive
+// by committing an empty write transaction through it.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.w.do(ctx, func(tx *Tx) error {
+		_, err := tx.exec("SELECT 1")
+		return err
+	})
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with its number", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %s: expected number %d", m.name, i+1)
+		}
+	}
+	return ms, nil
+}
+
+// SchemaVersion is the schema version this binary writes.
+func SchemaVersion() int {
+	ms, _ := migrations()
+	return len(ms)
+}
+
+// migrate brings the database forward one numbered migration at a time, each
+// in its own transaction together with the version bump (PRAGMA user_version
+// is transactional), so a crash mid-upgrade leaves the previous version
+// intact. A database newer than the binary is refused, never touched.
+func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	var have int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if have > len(ms) {
+		return fmt.Errorf("%w: it is version %d, this binary knows up to %d; use a newer edgerelay", ErrTooNew, have, len(ms))
+	}
+	for _, m := range ms[have:] {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		log.Info("migrated database", "to", m.version, "migration", m.name)
+	}
+	return nil
+}
+
+// ms converts a time to the store's representation, Unix milliseconds.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
