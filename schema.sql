@@ -14,7 +14,8 @@ CREATE TABLE attempts (
     http_status         INTEGER,
     provider_message_id TEXT,
     response            TEXT,
-    detail              TEXT
+    detail              TEXT,                  -- what the outcome was, in words
+    decision            TEXT                   -- what the relay did next, and why
 );
 
 CREATE TABLE events (

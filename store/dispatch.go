@@ -142,6 +142,9 @@ type Attempt struct {
 	MessageID  string    `json:"provider_message_id,omitempty"`
 	Response   string    `json:"response,omitempty"`
 	Detail     string    `json:"detail,omitempty"`
+	// Decision is what the relay did after this attempt and why: the
+	// notification's status then, and the reason ("pending: refused: 503 …").
+	Decision string `json:"decision,omitempty"`
 }
 
 // Decision is what the relay decided after an attempt.
@@ -149,6 +152,13 @@ type Decision struct {
 	Status        string    // the notification's new status
 	NextAttemptAt time.Time // when Status is pending
 	Reason        string    // why, when failed, dead, unknown or retrying
+}
+
+func (d Decision) describe() string {
+	if d.Reason == "" {
+		return d.Status
+	}
+	return d.Status + ": " + d.Reason
 }
 
 // Record writes one attempt and the notification's new state in one
@@ -161,10 +171,10 @@ func (s *Store) Record(ctx context.Context, id int64, a Attempt, d Decision) (bo
 	err := s.w.do(ctx, func(tx *Tx) error {
 		applied = false
 		if _, err := tx.exec(`INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent,
-				http_status, provider_message_id, response, detail)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				http_status, provider_message_id, response, detail, decision)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			id, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
-			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail)); err != nil {
+			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), nullStr(d.describe())); err != nil {
 			return fmt.Errorf("record attempt %d of notification %d: %w", a.N, id, err)
 		}
 		res, err := tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,

@@ -81,7 +81,8 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 
 func (s *Store) attempts(ctx context.Context, id int64) ([]Attempt, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
-			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, '')
+			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
+			coalesce(decision, '')
 		FROM attempts WHERE notification = ? ORDER BY n, id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read attempts: %w", err)
@@ -91,7 +92,7 @@ func (s *Store) attempts(ctx context.Context, id int64) ([]Attempt, error) {
 	for rows.Next() {
 		var a Attempt
 		var start, end int64
-		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail); err != nil {
+		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
 			return nil, err
 		}
 		a.StartedAt, a.EndedAt = fromMS(start), fromMS(end)

@@ -235,7 +235,9 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
-		log.Info("migrated database", "to", m.version, "migration", m.name)
+		if have > 0 {
+			log.Info("migrated database", "to", m.version, "migration", m.name)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	_ "modernc.org/sqlite"
+)
+
+// cli runs the app in-process with buffers, as main would.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, stdin string, args ...string) cliResult {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(append([]string{"edgerelay"}, args...), strings.NewReader(stdin), &out, &errb)
+	return cliResult{code, out.String(), errb.String()}
+}
+
+const adaEvent = `{"id": "evt_501", "type": "payment.succeeded", "purpose": "receipt",
+  "recipients": [{"id": "ada", "email": "ada@example.com"}, {"id": "ben", "email": "ben@example.com", "phone": "+15550100"}],
+  "subject": "Your receipt", "body": "Thanks."}`
+
+func decodeLines(t *testing.T, s string) []acceptedLine {
+	t.Helper()
+	var out []acceptedLine
+	dec := json.NewDecoder(strings.NewReader(s))
+	for dec.More() {
+		var l acceptedLine
+		if err := dec.Decode(&l); err != nil {
+			t.Fatalf("output is not JSON lines: %v\n%s", err, s)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func TestSendPrintsOneLinePerNotificationAndDedupes(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "r.db")
+	r := runCLI(t, adaEvent, "--db", db, "send")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	first := decodeLines(t, r.stdout)
+	// ada: email; ben: email and sms (no channels listed: every address).
+	if len(first) != 3 || first[0].Recipient != "ada" || first[2].Channel != "sms" {
+		t.Fatalf("lines %+v", first)
+	}
+	for _, l := range first {
+		if l.Result != "new" || l.Status != "pending" || !strings.HasPrefix(l.Key, "er1_") || l.ID == 0 {
+			t.Fatalf("line %+v", l)
+		}
+	}
+	// The same event again, from a file and with the flag after the command.
+	f := filepath.Join(t.TempDir(), "event.json")
+	os.WriteFile(f, []byte(adaEvent), 0o644)
+	r = runCLI(t, "", "send", "--db", db, "--file", f)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	again := decodeLines(t, r.stdout)
+	for i, l := range again {
+		if l.Result != "duplicate" || l.ID != first[i].ID || l.Key != first[i].Key {
+			t.Fatalf("resend line %d = %+v, want duplicate of %+v", i, l, first[i])
+		}
+	}
+	if n := countRows(t, db, "notifications"); n != 3 {
+		t.Fatalf("%d notifications after a resend, want 3", n)
+	}
+}
+
+func TestSendRejectsBadEventsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "r.db")
+	for _, tc := range []struct{ name, in, field string }{
+		{"missing id", `{"type": "x", "recipients": [{"id": "a", "email": "a@x"}]}`, "id: required"},
+		{"unknown field", `{"id": "1", "type": "x", "recipents": []}`, "recipents: unknown field"},
+		{"no address", `{"id": "1", "type": "x", "channels": ["sms"], "recipients": [{"id": "a", "email": "a@x"}]}`, `no address for channel "sms"`},
+		{"second recipient bad", `{"id": "1", "type": "x", "recipients": [{"id": "a", "email": "a@x"}, {"email": "b@x"}]}`, "recipients[1].id: required"},
+		{"not JSON", `{"id": "1", `, "truncated JSON"},
+	} {
+		r := runCLI(t, tc.in, "--db", db, "send")
+		if r.code != exitRejected || !strings.Contains(r.stderr, tc.field) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d and one line naming %q", tc.name, r.code, r.stderr, exitRejected, tc.field)
+		}
+		if r.stdout != "" {
+			t.Errorf("%s: printed %q for a rejected event", tc.name, r.stdout)
+		}
+	}
+	if _, err := os.Stat(db); err == nil {
+		if n := countRows(t, db, "events") + countRows(t, db, "notifications"); n != 0 {
+			t.Fatalf("%d rows written by rejected events", n)
+		}
+	}
+	// Same id, different content: rejected, the first stays as it was.
+	runCLI(t, adaEvent, "--db", db, "send")
+	r := runCLI(t, strings.Replace(adaEvent, "Thanks.", "Thanks!", 1), "--db", db, "send")
+	if r.code != exitRejected || !strings.Contains(r.stderr, "different content") {
+		t.Fatalf("conflicting resend: exit %d %q", r.code, r.stderr)
+	}
+	if n := countRows(t, db, "notifications"); n != 3 {
+		t.Fatalf("%d notifications, want 3", n)
+	}
+}
+
+func TestDispatchShowStatusAndExitCodes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	logFile := filepath.Join(dir, "sent.log")
+	if r := runCLI(t, adaEvent, "--db", db, "send"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	// Everything through the log provider: all sent, exit 0.
+	r := runCLI(t, "", "dispatch", "--db", db, "--until-idle", "--route", "*=log://"+logFile, "--json", "--log-level", "warn")
+	if r.code != 0 {
+		t.Fatalf("dispatch exit %d: %s", r.code, r.stderr)
+	}
+	var sum struct{ Attempts, Sent int }
+	json.Unmarshal([]byte(r.stdout), &sum)
+	if sum.Sent != 3 || sum.Attempts != 3 {
+		t.Fatalf("summary %q", r.stdout)
+	}
+	b, _ := os.ReadFile(logFile)
+	if strings.Count(string(b), "\n") != 3 || !strings.Contains(string(b), "ada@example.com") {
+		t.Fatalf("log provider wrote:\n%s", b)
+	}
+	// show by id and by key; status.
+	r = runCLI(t, "", "show", "--db", db, "1")
+	if r.code != 0 || !strings.Contains(r.stdout, "status     sent after 1 attempt") || !strings.Contains(r.stdout, "attempt 1  log://") {
+		t.Fatalf("show: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var n struct {
+		Key        string
+		AttemptLog []struct{ Outcome string } `json:"attempt_log"`
+	}
+	json.Unmarshal([]byte(runCLI(t, "", "show", "--db", db, "--json", "1").stdout), &n)
+	if len(n.AttemptLog) != 1 || n.AttemptLog[0].Outcome != "sent" {
+		t.Fatalf("show --json: %+v", n)
+	}
+	if r := runCLI(t, "", "show", "--db", db, n.Key); r.code != 0 || !strings.Contains(r.stdout, n.Key) {
+		t.Fatalf("show by key: %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "show", "--db", db, "999"); r.code != exitError || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("show missing: %d %q", r.code, r.stderr)
+	}
+	r = runCLI(t, "", "status", "--db", db, "--json")
+	var st struct {
+		Counts    map[string]int
+		Providers map[string]map[string]int
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Counts["sent"] != 3 || st.Counts["pending"] != 0 {
+		t.Fatalf("status --json: %v %q", err, r.stdout)
+	}
+	if st.Providers["log://"+logFile]["sent"] != 3 {
+		t.Fatalf("provider counts %v", st.Providers)
+	}
+	if r := runCLI(t, "", "status", "--db", db); r.code != 0 || !strings.Contains(r.stdout, "sent     3") {
+		t.Fatalf("status: %q", r.stdout)
+	}
+
+	// A provider that refuses for good: exit 3; retry puts it back.
+	var calls atomic.Int32
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Error(w, `{"error":"invalid recipient"}`, http.StatusUnprocessableEntity)
+	}))
+	defer bad.Close()
+	db2 := filepath.Join(dir, "r2.db")
+	runCLI(t, adaEvent, "--db", db2, "send")
+	r = runCLI(t, "", "dispatch", "--db", db2, "--until-idle", "--log-level", "warn", "--route", "email=webhook+"+bad.URL, "--route", "sms=log://"+logFile)
+	if r.code != exitFailed || !strings.Contains(r.stderr, "failed 2") {
+		t.Fatalf("dispatch against a 422: exit %d %q", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "retry", "--db", db2, "1"); r.code != 0 {
+		t.Fatalf("retry: %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "retry", "--db", db2, "3"); r.code != exitError || !strings.Contains(r.stderr, "is sent") {
+		t.Fatalf("retry of a sent notification: %d %q", r.code, r.stderr)
+	}
+
+	// A provider that refuses for now: the retry is further off than
+	// --max-wait, so dispatch exits 4 (waiting).
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer busy.Close()
+	db3 := filepath.Join(dir, "r3.db")
+	runCLI(t, adaEvent, "--db", db3, "send")
+	r = runCLI(t, "", "dispatch", "--db", db3, "--until-idle", "--max-wait", "1s", "--log-level", "warn", "--route", "*=webhook+"+busy.URL)
+	if r.code != exitWaiting || !strings.Contains(r.stderr, "3 waiting") {
+		t.Fatalf("dispatch against a 503: exit %d %q", r.code, r.stderr)
+	}
+}
+
+func TestCannotWorkIsOneLineAndExit1(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"db in a missing directory", []string{"status", "--db", filepath.Join(dir, "no", "such", "r.db")}, exitError, "open store"},
+		{"bad route", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email=ftp://x"}, exitError, `unknown scheme "ftp"`},
+		{"route without =", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email"}, exitUsage, "want CHANNEL=URL"},
+		{"missing config file", []string{"status", "--config", filepath.Join(dir, "none.yaml")}, exitError, "config"},
+		{"unknown flag", []string{"send", "--nope"}, exitUsage, "flag provided but not defined"},
+		{"bad delivery", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--delivery", "otp=twice"}, exitUsage, "at-most-once"},
+	} {
+		r := runCLI(t, "", tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, r.code, r.stderr, tc.code, tc.want)
+		}
+	}
+	// A database from a newer edgerelay is refused, untouched.
+	newer := filepath.Join(dir, "newer.db")
+	sdb, _ := sql.Open("sqlite", newer)
+	sdb.Exec(`PRAGMA user_version = 42`)
+	sdb.Close()
+	if r := runCLI(t, "", "status", "--db", newer); r.code != exitError || !strings.Contains(r.stderr, "newer than this binary") {
+		t.Fatalf("newer database: %d %q", r.code, r.stderr)
+	}
+	// A config file with a typo is refused, naming it.
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("rotues:\n  email: log://stdout\n"), 0o644)
+	if r := runCLI(t, "", "status", "--config", cfg, "--db", filepath.Join(dir, "b.db")); r.code != exitError || !strings.Contains(r.stderr, "rotues") {
+		t.Fatalf("config typo: %d %q", r.code, r.stderr)
+	}
+}
+
+func countRows(t *testing.T, db, table string) int {
+	t.Helper()
+	sdb, err := sql.Open("sqlite", "file:"+db+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	var n int
+	if err := sdb.QueryRowContext(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"edgerelay/store"
+)
+
+func showCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "show",
+		Usage:     "print the audit trail of one notification, by id or idempotency key",
+		ArgsUsage: "ID|KEY",
+		Description: `Prints the notification (key, event, recipient, channel, provider, status and
+why) and every attempt: its start and end, outcome (sent, refused, unknown),
+HTTP status, the provider's message id and the provider's response. This is
+the answer to "did my OTP go out?".`,
+		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
+		OnUsageError: usageErr,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("show takes one notification id or idempotency key", exitUsage)
+			}
+			r, _, err := openRelay(c, c.App.ErrWriter)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			n, err := r.Notification(c.Context, c.Args().First())
+			if errors.Is(err, store.ErrNotFound) {
+				return cli.Exit(err.Error(), exitError)
+			}
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(n)
+			}
+			printNotification(c.App.Writer, n)
+			return nil
+		},
+	}
+}
+
+func printNotification(w io.Writer, n store.Notification) {
+	fmt.Fprintf(w, "notification %d  %s\n", n.ID, n.Key)
+	fmt.Fprintf(w, "  event      %s  (tenant %s, type %s, purpose %s)\n", n.EventID, n.Tenant, n.Type, n.Purpose)
+	fmt.Fprintf(w, "  recipient  %s via %s to %s\n", n.Recipient, n.Channel, n.Address)
+	fmt.Fprintf(w, "  status     %s after %d attempt%s\n", n.Status, n.Attempts, plural(n.Attempts))
+	if n.NextAttemptAt != nil {
+		fmt.Fprintf(w, "  next       %s\n", n.NextAttemptAt.Format(time.RFC3339Nano))
+	}
+	if n.LeaseUntil != nil {
+		fmt.Fprintf(w, "  leased     until %s (a call is in flight)\n", n.LeaseUntil.Format(time.RFC3339Nano))
+	}
+	if n.Reason != "" {
+		fmt.Fprintf(w, "  why        %s\n", n.Reason)
+	}
+	if n.Provider != "" {
+		fmt.Fprintf(w, "  provider   %s\n", n.Provider)
+	}
+	if n.ProviderMessageID != "" {
+		fmt.Fprintf(w, "  message id %s\n", n.ProviderMessageID)
+	}
+	fmt.Fprintf(w, "  created    %s\n", n.CreatedAt.Format(time.RFC3339Nano))
+	for _, a := range n.AttemptLog {
+		status := "no HTTP answer"
+		if a.HTTPStatus != 0 {
+			status = fmt.Sprintf("HTTP %d", a.HTTPStatus)
+		}
+		outcome := a.Outcome
+		if a.Permanent {
+			outcome += " (for good)"
+		}
+		fmt.Fprintf(w, "  attempt %d  %s  %s .. %s (%s)  %s, %s\n", a.N, a.Provider,
+			a.StartedAt.Format("15:04:05.000"), a.EndedAt.Format("15:04:05.000"), a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond),
+			outcome, status)
+		if a.Detail != "" {
+			fmt.Fprintf(w, "             %s\n", a.Detail)
+		}
+		if a.MessageID != "" {
+			fmt.Fprintf(w, "             provider message id %s\n", a.MessageID)
+		}
+		if a.Response != "" {
+			fmt.Fprintf(w, "             response: %s\n", oneLine(a.Response, 300))
+		}
+		if a.Decision != "" {
+			fmt.Fprintf(w, "             then %s\n", a.Decision)
+		}
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// oneLine folds a response body onto one line, cut at max bytes.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}

@@ -1,0 +1,123 @@
+package providers
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"time"
+)
+
+// httpEndpoint is what the HTTP providers share: where to POST, with which
+// credentials, over which client. Each provider has its own client, so one
+// slow remote cannot exhaust another's connections.
+type httpEndpoint struct {
+	name    string
+	url     string // the URL actually called: no userinfo, no query
+	timeout time.Duration
+	honours bool
+	token   string
+	user    string
+	pass    string
+	basic   bool
+	client  *http.Client
+
+	// dial opens the TCP connection and tlsConfig (nil for the defaults)
+	// configures TLS; tests swap them to inject faults and trust a test CA.
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	tlsConfig *tls.Config
+}
+
+func (e *httpEndpoint) Name() string      { return e.name }
+func (e *httpEndpoint) HonoursKeys() bool { return e.honours }
+
+// Close drops idle connections. Calls in flight are unaffected.
+func (e *httpEndpoint) Close() error {
+	e.client.CloseIdleConnections()
+	return nil
+}
+
+func newClient(e *httpEndpoint) *http.Client {
+	e.dial = (&net.Dialer{Timeout: e.timeout, KeepAlive: 30 * time.Second}).DialContext
+	tr := &http.Transport{
+		// Never a proxy from the environment: a relay on a host with
+		// HTTP_PROXY set must still reach loopback and private endpoints
+		// directly, and tests must never leave the machine.
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := e.dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &trackedConn{Conn: c}, nil
+		},
+		// TLS is dialled here rather than by the transport so that
+		// trackedConn sits above TLS: it must see the request's writes, not
+		// the close_notify alert written while a broken connection is torn
+		// down (that failure would otherwise read as "request not sent").
+		// A custom TLS dialer also keeps the transport on HTTP/1.1, whose
+		// write path classify.go relies on.
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := e.dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			cfg := e.tlsConfig.Clone()
+			if cfg == nil {
+				cfg = &tls.Config{}
+			}
+			if cfg.ServerName == "" {
+				cfg.ServerName, _, _ = net.SplitHostPort(addr)
+			}
+			cfg.NextProtos = []string{"http/1.1"}
+			tc := tls.Client(c, cfg)
+			hctx, cancel := context.WithTimeout(ctx, e.timeout)
+			defer cancel()
+			if err := tc.HandshakeContext(hctx); err != nil {
+				c.Close()
+				return nil, tlsError{err}
+			}
+			return &trackedConn{Conn: tc}, nil
+		},
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &http.Client{
+		Transport: tr,
+		Timeout:   e.timeout,
+		// A redirected POST is either dropped to a GET or re-sent elsewhere;
+		// neither is a delivery. The redirect is reported instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// post sends body with the message's idempotency key and classifies the
+// exchange; idKeys name the response fields that may hold the message id.
+func (e *httpEndpoint) post(ctx context.Context, key string, body []byte, idKeys ...string) Result {
+	if key == "" {
+		// Every attempt must carry the same key; a message without one is a
+		// bug upstream, and sending it would make retries unsafe.
+		return Result{Outcome: Refused, Permanent: true, Detail: "message has no idempotency key"}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
+	if err != nil {
+		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot build request"}
+	}
+	// Without GetBody the transport never replays a request by itself.
+	// net/http takes an Idempotency-Key header as licence to resend a POST
+	// it has already written when a reused connection fails, and to a
+	// remote that does not honour keys that resend is a duplicate. One Send
+	// is at most one request on the wire; every resend is the relay's call.
+	req.GetBody = nil
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "edgerelay")
+	req.Header.Set("Idempotency-Key", key)
+	switch {
+	case e.token != "":
+		req.Header.Set("Authorization", "Bearer "+e.token)
+	case e.basic:
+		req.SetBasicAuth(e.user, e.pass)
+	}
+	return doHTTP(ctx, e.client, req, idKeys...)
+}

@@ -1,0 +1,47 @@
+package providers
+
+import (
+	"context"
+	"encoding/json"
+)
+
+var _ Provider = (*Webhook)(nil)
+
+// Webhook POSTs each message as JSON to one URL (webhook+http://,
+// webhook+https://). Build it with New.
+type Webhook struct {
+	*httpEndpoint
+}
+
+type webhookRecipient struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+}
+
+type webhookBody struct {
+	Key            string           `json:"key"`
+	NotificationID int64            `json:"notification_id"`
+	Tenant         string           `json:"tenant"`
+	EventID        string           `json:"event_id"`
+	Type           string           `json:"type"`
+	Purpose        string           `json:"purpose"`
+	Channel        string           `json:"channel"`
+	Recipient      webhookRecipient `json:"recipient"`
+	Subject        string           `json:"subject"`
+	Body           string           `json:"body"`
+	// Data is null when the message has none, so receivers see one shape.
+	Data json.RawMessage `json:"data"`
+}
+
+func (w *Webhook) Send(ctx context.Context, m *Message) Result {
+	body, err := json.Marshal(webhookBody{
+		Key: m.Key, NotificationID: m.NotificationID, Tenant: m.Tenant, EventID: m.EventID,
+		Type: m.Type, Purpose: m.Purpose, Channel: m.Channel,
+		Recipient: webhookRecipient{ID: m.RecipientID, Address: m.Address},
+		Subject:   m.Subject, Body: m.Body, Data: m.Data,
+	})
+	if err != nil {
+		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot encode message"}
+	}
+	return w.post(ctx, m.Key, body, "id")
+}

@@ -1,0 +1,460 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"edgerelay/providers"
+	"edgerelay/store"
+)
+
+// The dispatch cycle of one notification, and where each step lives:
+//
+//	accepted  Accept → store.AcceptEvent/ExpandEvent: row committed, status pending
+//	claimed   dispatcher.claim → store.Claim: pending → sending, with a lease
+//	sent      dispatcher.call → Provider.Send, outside the writer, on a worker
+//	recorded  dispatcher.call → decide → store.Record: the attempt row and the new status
+//
+// A process that dies between claim and record leaves the row in sending;
+// when its lease has expired, recoverLeases records that attempt as unknown
+// and decide applies the usual rule to it.
+
+var errNotStarted = errors.New("relay: dispatcher not started")
+
+// leaseMargin is kept free at the end of each lease to record the outcome:
+// a call is cancelled this long before its lease ends.
+func leaseMargin(lease time.Duration) time.Duration { return min(5*time.Second, lease/4) }
+
+// Summary is what a dispatch run did: the final state of each notification
+// it attempted, and what was left waiting.
+type Summary struct {
+	Attempts int `json:"attempts"` // provider calls made (and crashed calls recovered)
+	Sent     int `json:"sent"`
+	Failed   int `json:"failed"`
+	Dead     int `json:"dead"`
+	Unknown  int `json:"unknown"`
+	// Waiting counts notifications still pending at the end: their next
+	// attempt is further off than the run was willing to wait.
+	Waiting int64 `json:"waiting"`
+}
+
+// OK reports whether everything the run attempted was sent and nothing is
+// left waiting.
+func (s Summary) OK() bool {
+	return s.Failed == 0 && s.Dead == 0 && s.Unknown == 0 && s.Waiting == 0
+}
+
+type dispatcher struct {
+	r       *Relay
+	slots   chan struct{} // one token per worker
+	done    chan struct{} // a call finished
+	calls   sync.WaitGroup
+	callCtx context.Context // cancelled when a stop runs out of time
+	cancel  context.CancelFunc
+	stopped chan struct{} // the loop returned
+	// stopLoop cancels the loop's context: no more claims.
+	stopLoop context.CancelFunc
+
+	mu    sync.Mutex
+	final map[int64]string // notification → its last decided status in this run
+	tries int
+	err   error // why the loop stopped, if not asked to
+}
+
+func (r *Relay) newDispatcher() *dispatcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dispatcher{
+		r: r, slots: make(chan struct{}, r.opts.Workers), done: make(chan struct{}, 1),
+		callCtx: ctx, cancel: cancel, stopped: make(chan struct{}), final: map[int64]string{},
+	}
+	for range r.opts.Workers {
+		d.slots <- struct{}{}
+	}
+	return d
+}
+
+// Start runs the dispatcher in the background until ctx is cancelled or
+// Stop is called: it finishes interrupted fan-outs, settles calls a crash
+// left unrecorded, and delivers whatever is due.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.d != nil {
+		return errors.New("relay: dispatcher already started")
+	}
+	d := r.newDispatcher()
+	r.d = d
+	loopCtx, stop := context.WithCancel(ctx)
+	d.stopLoop = stop
+	go func() {
+		defer close(d.stopped)
+		d.loop(loopCtx, 0)
+	}()
+	return nil
+}
+
+// Stop stops claiming new work, waits for calls in flight until ctx ends,
+// then cancels them (their outcome is recorded as unknown if the request
+// had gone out), and returns once every call is recorded. It returns
+// ctx.Err() if calls had to be cancelled.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	d := r.d
+	r.d = nil
+	r.mu.Unlock()
+	if d == nil {
+		return errNotStarted
+	}
+	d.stopLoop()
+	<-d.stopped
+	return d.drain(ctx)
+}
+
+// RunUntilIdle delivers until every notification is final or its next
+// attempt is more than maxWait away, then returns what it did. This is the
+// cron mode. It returns an error only when it could not work (database).
+func (r *Relay) RunUntilIdle(ctx context.Context, maxWait time.Duration) (Summary, error) {
+	r.mu.Lock()
+	if r.d != nil {
+		r.mu.Unlock()
+		return Summary{}, errors.New("relay: dispatcher already started")
+	}
+	d := r.newDispatcher()
+	r.d = d
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.d = nil
+		r.mu.Unlock()
+	}()
+	loopCtx, stop := context.WithCancel(ctx)
+	d.stopLoop = stop
+	d.loop(loopCtx, maxWait)
+	stop()
+	close(d.stopped)
+	// Interrupted (ctx): give calls in flight a bounded time to finish.
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	derr := d.drain(dctx)
+	sum := d.summary()
+	_, later, _, err := r.store.Live(context.Background(), r.now().Add(maxWait))
+	sum.Waiting = later
+	if d.err != nil {
+		return sum, d.err
+	}
+	if err != nil {
+		return sum, err
+	}
+	if ctx.Err() != nil {
+		return sum, ctx.Err()
+	}
+	return sum, derr
+}
+
+func (d *dispatcher) summary() Summary {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := Summary{Attempts: d.tries}
+	for _, st := range d.final {
+		switch st {
+		case store.StatusSent:
+			s.Sent++
+		case store.StatusFailed:
+			s.Failed++
+		case store.StatusDead:
+			s.Dead++
+		case store.StatusUnknown:
+			s.Unknown++
+		}
+	}
+	return s
+}
+
+// loop claims and hands out work until ctx ends, or, with untilIdle > 0
+// (cron mode), until nothing is due within untilIdle and no call is in flight.
+func (d *dispatcher) loop(ctx context.Context, untilIdle time.Duration) {
+	r := d.r
+	var lastSweep time.Time
+	for ctx.Err() == nil {
+		// Crash recovery, at start and then every few seconds: finish fan-outs
+		// and settle calls whose process died.
+		if now := r.now(); now.Sub(lastSweep) >= min(r.opts.Lease/2, 5*time.Second) {
+			lastSweep = now
+			if err := r.finishFanOut(ctx); err != nil {
+				d.fail(ctx, err)
+				return
+			}
+			if err := d.recoverLeases(ctx); err != nil {
+				d.fail(ctx, err)
+				return
+			}
+		}
+		n, err := d.claim(ctx)
+		if err != nil {
+			d.fail(ctx, err)
+			return
+		}
+		if n > 0 {
+			continue
+		}
+		if untilIdle > 0 {
+			idle, err := d.idle(ctx, untilIdle)
+			if err != nil {
+				d.fail(ctx, err)
+				return
+			}
+			if idle {
+				return
+			}
+		}
+		d.sleep(ctx)
+	}
+}
+
+func (d *dispatcher) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // shutting down: the error is the shutdown's
+	}
+	d.r.log.Error("dispatcher stopped", "err", err)
+	d.err = err
+}
+
+// idle reports whether nothing is in flight and nothing is due within wait.
+func (d *dispatcher) idle(ctx context.Context, wait time.Duration) (bool, error) {
+	if len(d.slots) != cap(d.slots) {
+		return false, nil // calls in flight
+	}
+	due, _, sending, err := d.r.store.Live(ctx, d.r.now().Add(wait))
+	if err != nil {
+		return false, err
+	}
+	// Rows in sending here belong to another process (or a dead one, whose
+	// lease recoverLeases will settle): wait for them too.
+	return due == 0 && sending == 0, nil
+}
+
+// sleep waits for a reason to look for work again: a call finishing, an
+// accept in this process, the next due time, or the poll interval (another
+// process may have written work).
+func (d *dispatcher) sleep(ctx context.Context) {
+	r := d.r
+	wait := r.opts.Poll
+	if next, ok, err := r.store.NextDue(ctx); err == nil && ok {
+		wait = min(wait, max(next.Sub(r.now()), time.Millisecond))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-r.wake:
+	case <-d.done:
+	case <-t.C:
+	}
+}
+
+// claim takes as many due notifications as there are free workers and
+// starts a call for each. It returns how many it started.
+func (d *dispatcher) claim(ctx context.Context) (int, error) {
+	free := len(d.slots)
+	if free == 0 {
+		// Every worker busy: wait for one.
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+		}
+		return 0, nil
+	}
+	now := d.r.now()
+	cs, err := d.r.store.Claim(ctx, min(free, 256), now, d.r.opts.Lease)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		return 0, err
+	}
+	for _, c := range cs {
+		<-d.slots
+		d.calls.Add(1)
+		go d.call(c)
+	}
+	return len(cs), nil
+}
+
+// call makes one provider call and records it. It runs on a worker,
+// outside the writer: the writer never waits on the network.
+func (d *dispatcher) call(c store.Claimed) {
+	defer func() {
+		d.slots <- struct{}{}
+		d.calls.Done()
+		select {
+		case d.done <- struct{}{}:
+		default:
+		}
+	}()
+	r := d.r
+	p := r.provider(c.Channel)
+	var res providers.Result
+	name := "none"
+	start := r.now()
+	if p == nil {
+		res = providers.Result{Outcome: providers.Refused, Detail: fmt.Sprintf("no route for channel %q (configure one with --route %s=URL)", c.Channel, c.Channel)}
+	} else {
+		name = p.Name()
+		var msg message
+		if err := json.Unmarshal(c.Message, &msg); err != nil {
+			res = providers.Result{Outcome: providers.Refused, Permanent: true, Detail: "stored message unreadable: " + err.Error()}
+		} else {
+			// The call must end before the lease does, or another process
+			// could claim the notification while this call is still live.
+			ctx, cancel := context.WithTimeout(d.callCtx, c.LeaseUntil.Sub(c.ClaimedAt)-leaseMargin(r.opts.Lease))
+			res = p.Send(ctx, &providers.Message{
+				Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
+				Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
+				Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt,
+			})
+			cancel()
+		}
+	}
+	d.record(c, name, p, start, res)
+}
+
+// record decides what the outcome means for the notification and writes
+// the attempt and the decision in one transaction.
+func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provider, start time.Time, res providers.Result) {
+	r := d.r
+	now := r.now()
+	honours := p != nil && p.HonoursKeys()
+	dec := decide(c, res, honours, r.mode(c.Type), r.policy(c.Channel), now)
+	a := store.Attempt{
+		N: c.Attempt, Provider: provider, StartedAt: start, EndedAt: now, Outcome: string(res.Outcome),
+		Permanent: res.Permanent, HTTPStatus: res.HTTPStatus, MessageID: res.MessageID,
+		Response: res.Response, Detail: res.Detail,
+	}
+	// Recording must not be cut short by shutdown: the provider has acted.
+	applied, err := r.store.Record(context.Background(), c.ID, a, dec)
+	if err != nil {
+		// The writer is gone (closing) or the disk failed: the lease will
+		// expire and the next start settles this attempt as unknown.
+		r.log.Error("record attempt", "notification", c.ID, "key", c.Key, "outcome", res.Outcome, "err", err)
+		return
+	}
+	r.log.Info("attempt", "notification", c.ID, "key", c.Key, "channel", c.Channel, "provider", provider,
+		"attempt", c.Attempt, "outcome", res.Outcome, "http_status", res.HTTPStatus, "detail", res.Detail,
+		"status", dec.Status, "applied", applied)
+	d.mu.Lock()
+	d.tries++
+	if applied {
+		d.final[c.ID] = dec.Status
+	}
+	d.mu.Unlock()
+}
+
+// recoverLeases settles notifications whose claim outlived its process:
+// each is an attempt with an unknown outcome (the call may have reached the
+// provider before the crash), decided like any other unknown.
+func (d *dispatcher) recoverLeases(ctx context.Context) error {
+	r := d.r
+	for {
+		cs, err := r.store.ExpiredLeases(ctx, r.now(), 256)
+		if err != nil || len(cs) == 0 {
+			return err
+		}
+		for _, c := range cs {
+			name := "none"
+			p := r.provider(c.Channel)
+			if p != nil {
+				name = p.Name()
+			}
+			r.log.Warn("recovering an attempt interrupted by a crash", "notification", c.ID, "key", c.Key, "attempt", c.Attempt)
+			d.record(c, name, p, c.ClaimedAt, providers.Result{
+				Outcome: providers.Unknown,
+				Detail:  fmt.Sprintf("lease expired at %s: the process stopped during this attempt (crash or kill); the call may have reached the provider", c.LeaseUntil.Format(time.RFC3339)),
+			})
+		}
+	}
+}
+
+// drain waits for calls in flight; past ctx it cancels them and waits for
+// their (unknown) outcomes to be recorded.
+func (d *dispatcher) drain(ctx context.Context) error {
+	idle := make(chan struct{})
+	go func() { d.calls.Wait(); close(idle) }()
+	select {
+	case <-idle:
+		d.cancel()
+		return nil
+	case <-ctx.Done():
+		d.cancel()
+		<-idle
+		return ctx.Err()
+	}
+}
+
+// decide is the whole delivery policy: what an attempt's outcome means for
+// the notification. It is a pure function of its inputs.
+func decide(c store.Claimed, res providers.Result, honoursKeys bool, mode Mode, pol Policy, now time.Time) store.Decision {
+	switch res.Outcome {
+	case providers.Sent:
+		return store.Decision{Status: store.StatusSent, NextAttemptAt: now}
+	case providers.Refused:
+		if res.Permanent {
+			return store.Decision{Status: store.StatusFailed, NextAttemptAt: now, Reason: "refused for good: " + res.Detail}
+		}
+		return retry(c, res, pol, now, "refused: "+res.Detail)
+	default: // Unknown, or a provider that returned nothing usable
+		if honoursKeys {
+			return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); retrying with the same key, which the provider honours")
+		}
+		if mode == AtMostOnce {
+			return store.Decision{Status: store.StatusUnknown, NextAttemptAt: now, Reason: fmt.Sprintf(
+				"outcome unknown (%s); type %q is at-most-once and the provider does not honour idempotency keys, so it is not resent: it may or may not have arrived",
+				res.Detail, c.Type)}
+		}
+		return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); at-least-once: retrying, a duplicate is possible because the provider does not honour idempotency keys")
+	}
+}
+
+// retry schedules the next attempt with exponential backoff and jitter,
+// honouring Retry-After, or gives up when the budget is spent.
+func retry(c store.Claimed, res providers.Result, pol Policy, now time.Time, why string) store.Decision {
+	if c.CycleAttempts >= pol.MaxAttempts {
+		return store.Decision{Status: store.StatusDead, NextAttemptAt: now,
+			Reason: fmt.Sprintf("gave up after %d attempts; last: %s", c.CycleAttempts, why)}
+	}
+	delay := backoff(pol, c.CycleAttempts)
+	if res.RetryAfter > delay {
+		delay = res.RetryAfter
+	}
+	next := now.Add(delay)
+	if next.Sub(c.CycleStartedAt) > pol.MaxAge {
+		return store.Decision{Status: store.StatusDead, NextAttemptAt: now,
+			Reason: fmt.Sprintf("gave up: the next attempt (in %s) would be past the max age of %s; last: %s", delay.Round(time.Millisecond), pol.MaxAge, why)}
+	}
+	return store.Decision{Status: store.StatusPending, NextAttemptAt: next,
+		Reason: fmt.Sprintf("%s; next attempt in %s", why, delay.Round(time.Millisecond))}
+}
+
+// backoff is BaseDelay·2^(n-1), capped at MaxDelay, with "equal jitter":
+// between half and all of it, so retries of many notifications after one
+// outage spread out instead of arriving together.
+func backoff(pol Policy, n int) time.Duration {
+	d := pol.BaseDelay
+	for i := 1; i < n && d < pol.MaxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, pol.MaxDelay)
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+// stdout writes to the current os.Stdout (looked up on each write, so a
+// program that redirects os.Stdout redirects the default log provider).
+type stdout struct{}
+
+func (stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }

@@ -1,0 +1,348 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"edgerelay/store"
+)
+
+// Event is the unit of input: something happened in a source system, and
+// its recipients must hear of it once.
+type Event struct {
+	// ID is the source system's id for the event (a payment id, an order
+	// id). Required. With Tenant and Purpose it identifies the event: a
+	// second event with the same three is a redelivery, not a new event.
+	ID   string `json:"id"`
+	Type string `json:"type"` // required, e.g. "payment.succeeded"
+	// Tenant defaults to "default".
+	Tenant string `json:"tenant,omitempty"`
+	// Purpose is what the message is for ("receipt", "billing_alert");
+	// defaults to Type. One event may cause several notifications with
+	// different purposes (a receipt and a chat message): different keys.
+	Purpose string `json:"purpose,omitempty"`
+	// Channels to deliver on. When empty, each recipient gets every channel
+	// it has an address for.
+	Channels   []string        `json:"channels,omitempty"`
+	Recipients []Recipient     `json:"recipients"`
+	Subject    string          `json:"subject,omitempty"`
+	Body       string          `json:"body,omitempty"`
+	HTML       string          `json:"html,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+}
+
+// Recipient is one addressee with an address per channel.
+type Recipient struct {
+	ID          string `json:"id"`
+	Email       string `json:"email,omitempty"`        // channel "email"
+	Phone       string `json:"phone,omitempty"`        // channel "sms"
+	DeviceToken string `json:"device_token,omitempty"` // channel "push"
+	URL         string `json:"url,omitempty"`          // channel "webhook"
+	// Addresses holds addresses for any other channel ("chat": "#ops"),
+	// and overrides the fields above.
+	Addresses map[string]string `json:"addresses,omitempty"`
+}
+
+// standardChannels are the channels with an address field of their own, in
+// the order an event without Channels fans out to them.
+var standardChannels = []string{"email", "sms", "push", "webhook"}
+
+// Address returns the recipient's address for a channel, "" if none.
+func (r Recipient) Address(channel string) string {
+	if a, ok := r.Addresses[channel]; ok {
+		return a
+	}
+	switch channel {
+	case "email":
+		return r.Email
+	case "sms":
+		return r.Phone
+	case "push":
+		return r.DeviceToken
+	case "webhook":
+		return r.URL
+	}
+	return ""
+}
+
+// channels returns the channels this recipient is sent on.
+func (r Recipient) channels(eventChannels []string) []string {
+	if len(eventChannels) > 0 {
+		return eventChannels
+	}
+	var out []string
+	for _, c := range standardChannels {
+		if r.Address(c) != "" {
+			out = append(out, c)
+		}
+	}
+	var extra []string
+	for c, a := range r.Addresses {
+		if a != "" && !contains(standardChannels, c) {
+			extra = append(extra, c)
+		}
+	}
+	sort.Strings(extra)
+	return append(out, extra...)
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// InvalidEventError names what was wrong with an event. Nothing of an
+// invalid event is written.
+type InvalidEventError struct {
+	Field  string // JSON path of the offending field: "recipients[2].id"
+	Reason string
+}
+
+func (e *InvalidEventError) Error() string {
+	if e.Field == "" {
+		return "invalid event: " + e.Reason
+	}
+	return fmt.Sprintf("invalid event: %s: %s", e.Field, e.Reason)
+}
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidEventError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// maxEventBytes bounds one decoded event.
+const maxEventBytes = 16 << 20
+
+// DecodeEvent reads exactly one JSON event. Unknown fields are an error,
+// not silently dropped: a misspelt "recipents" must not send to nobody.
+func DecodeEvent(r io.Reader) (Event, error) {
+	var ev Event
+	dec := json.NewDecoder(io.LimitReader(r, maxEventBytes+1))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ev); err != nil {
+		return ev, decodeError(err)
+	}
+	if dec.InputOffset() > maxEventBytes {
+		return ev, invalid("", "larger than %d bytes", maxEventBytes)
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err != io.EOF {
+		return ev, invalid("", "more than one JSON value (send one event per call; batch files take JSON Lines)")
+	}
+	return ev, nil
+}
+
+func decodeError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid("", "empty input, want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("", "truncated JSON")
+	case errors.As(err, &syn):
+		return invalid("", "malformed JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return invalid("", "want a JSON object, got %s", typ.Value)
+		}
+		return invalid(typ.Field, "want %s, got %s", typ.Type, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return invalid(strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field")
+	}
+	return invalid("", "%v", err)
+}
+
+var (
+	tenantRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	channelRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+)
+
+const maxIDLen = 256
+
+// checkID validates an identifier that goes into keys and the audit trail.
+func checkID(field, v string) error {
+	switch {
+	case v == "":
+		return invalid(field, "required")
+	case len(v) > maxIDLen:
+		return invalid(field, "longer than %d bytes", maxIDLen)
+	case !utf8.ValidString(v):
+		return invalid(field, "not valid UTF-8")
+	case strings.TrimSpace(v) != v:
+		return invalid(field, "leading or trailing white space")
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return invalid(field, "contains a control character")
+		}
+	}
+	return nil
+}
+
+// Normalize fills in defaults and validates the event against the
+// recipient cap. It returns the first problem found, naming the field.
+func (ev *Event) Normalize(maxRecipients int) error {
+	if ev.Tenant == "" {
+		ev.Tenant = "default"
+	}
+	if err := checkID("id", ev.ID); err != nil {
+		return err
+	}
+	if err := checkID("type", ev.Type); err != nil {
+		return err
+	}
+	if !tenantRE.MatchString(ev.Tenant) {
+		return invalid("tenant", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", ev.Tenant)
+	}
+	if ev.Purpose == "" {
+		ev.Purpose = ev.Type
+	}
+	if err := checkID("purpose", ev.Purpose); err != nil {
+		return err
+	}
+	seenCh := map[string]bool{}
+	for i, c := range ev.Channels {
+		f := fmt.Sprintf("channels[%d]", i)
+		if !channelRE.MatchString(c) {
+			return invalid(f, "%q: a channel is a lower-case name such as email, sms, push, webhook, chat", c)
+		}
+		if seenCh[c] {
+			return invalid(f, "%q listed twice", c)
+		}
+		seenCh[c] = true
+	}
+	if len(ev.Recipients) == 0 {
+		return invalid("recipients", "required: at least one recipient")
+	}
+	if maxRecipients > 0 && len(ev.Recipients) > maxRecipients {
+		return invalid("recipients", "%d recipients, more than the limit of %d per event", len(ev.Recipients), maxRecipients)
+	}
+	seen := make(map[string]int, len(ev.Recipients))
+	for i, r := range ev.Recipients {
+		f := fmt.Sprintf("recipients[%d]", i)
+		if err := checkID(f+".id", r.ID); err != nil {
+			return err
+		}
+		if j, dup := seen[r.ID]; dup {
+			return invalid(f+".id", "%q appears twice (also recipients[%d])", r.ID, j)
+		}
+		seen[r.ID] = i
+		for c := range r.Addresses {
+			if !channelRE.MatchString(c) {
+				return invalid(f+".addresses", "%q is not a channel name", c)
+			}
+		}
+		chans := r.channels(ev.Channels)
+		if len(chans) == 0 {
+			return invalid(f, "recipient %q has no address for any channel", r.ID)
+		}
+		for _, c := range chans {
+			a := r.Address(c)
+			if a == "" {
+				return invalid(f, "recipient %q has no address for channel %q", r.ID, c)
+			}
+			if len(a) > 2048 || strings.ContainsFunc(a, unicode.IsControl) {
+				return invalid(f, "recipient %q: the %s address is too long or contains a control character", r.ID, c)
+			}
+		}
+	}
+	if len(ev.Data) > 0 {
+		canon, err := canonicalJSON(ev.Data)
+		if err != nil {
+			return invalid("data", "%v", err)
+		}
+		ev.Data = canon
+	}
+	return nil
+}
+
+// canonicalJSON re-encodes a JSON value with sorted keys and no white
+// space, keeping numbers as written, so a resend that only reorders keys
+// has the same fingerprint.
+func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// Key is a notification's idempotency key: a deterministic function of the
+// event's identity (tenant, id), its purpose, the recipient and the
+// channel. Every retry, redelivery and re-run computes the same key; two
+// events that read the same (two payments by one person) have different
+// ids and so different keys. Never random, never a timestamp.
+//
+// The fields are length-prefixed before hashing, so no choice of ids can
+// make two different notifications collide ("a:b"+"c" vs "a"+"b:c"). The
+// "er1_" prefix versions the derivation: changing it would break dedupe
+// against every key already stored and sent to providers.
+func Key(tenant, eventID, purpose, recipient, channel string) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, f := range []string{tenant, eventID, purpose, recipient, channel} {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+		h.Write([]byte(f))
+	}
+	return "er1_" + hex.EncodeToString(h.Sum(nil)[:20])
+}
+
+// targets is the event's fan-out, in order: recipients in the order given,
+// and for each its channels.
+func (ev *Event) targets() []store.Target {
+	out := make([]store.Target, 0, len(ev.Recipients))
+	for _, r := range ev.Recipients {
+		for _, c := range r.channels(ev.Channels) {
+			out = append(out, store.Target{
+				Key:       Key(ev.Tenant, ev.ID, ev.Purpose, r.ID, c),
+				Recipient: r.ID,
+				Channel:   c,
+				Address:   r.Address(c),
+			})
+		}
+	}
+	return out
+}
+
+// message is what every recipient of an event is sent.
+type message struct {
+	Subject string          `json:"subject,omitempty"`
+	Body    string          `json:"body,omitempty"`
+	HTML    string          `json:"html,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// record turns a normalised event into the store's form.
+func (ev *Event) record() (store.NewEvent, []store.Target, error) {
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return store.NewEvent{}, nil, err
+	}
+	msg, err := json.Marshal(message{Subject: ev.Subject, Body: ev.Body, HTML: ev.HTML, Data: ev.Data})
+	if err != nil {
+		return store.NewEvent{}, nil, err
+	}
+	sum := sha256.Sum256(payload)
+	ts := ev.targets()
+	return store.NewEvent{
+		Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Type: ev.Type,
+		Payload: payload, Message: msg, Fingerprint: hex.EncodeToString(sum[:]), Targets: len(ts),
+	}, ts, nil
+}

@@ -1,0 +1,313 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"edgerelay/providers"
+	"edgerelay/store"
+)
+
+// Mode is what a notification type does after an unknown outcome from a
+// provider that does not honour idempotency keys.
+type Mode string
+
+const (
+	// AtLeastOnce retries the unknown with the same key: never lost, but a
+	// duplicate is possible. The default.
+	AtLeastOnce Mode = "at-least-once"
+	// AtMostOnce stops: the notification ends "unknown" and is not resent.
+	// Never twice, but it may never have arrived (an OTP that must not be
+	// sent twice, say).
+	AtMostOnce Mode = "at-most-once"
+)
+
+// ParseMode parses "at-least-once" or "at-most-once".
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case AtLeastOnce, AtMostOnce:
+		return m, nil
+	}
+	return "", fmt.Errorf("delivery mode %q: want %s or %s", s, AtLeastOnce, AtMostOnce)
+}
+
+// Policy bounds the retries of one channel.
+type Policy struct {
+	// MaxAttempts is the most calls per notification (per retry cycle).
+	MaxAttempts int
+	// MaxAge is how long after creation (or a manual retry) a notification
+	// may still be attempted. Keep it below the providers' key lifetime
+	// (usually 24 h): a retry after the provider forgot the key is a new
+	// send.
+	MaxAge time.Duration
+	// BaseDelay is the first retry's delay; each retry doubles it, up to
+	// MaxDelay, with jitter. A provider's Retry-After is honoured when longer.
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+}
+
+// DefaultPolicy: 10 attempts within 12 hours, first retry after about 2s,
+// at most 15 minutes apart.
+var DefaultPolicy = Policy{MaxAttempts: 10, MaxAge: 12 * time.Hour, BaseDelay: 2 * time.Second, MaxDelay: 15 * time.Minute}
+
+func (p Policy) withDefaults() Policy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultPolicy.MaxAttempts
+	}
+	if p.MaxAge <= 0 {
+		p.MaxAge = DefaultPolicy.MaxAge
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = DefaultPolicy.BaseDelay
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = max(DefaultPolicy.MaxDelay, p.BaseDelay)
+	}
+	return p
+}
+
+// Options configure a Relay. Only Path is required.
+type Options struct {
+	// Path of the SQLite database file; created if missing.
+	Path string
+	// Routes maps a channel to the provider that delivers it. The key "*"
+	// serves every channel without a route of its own. With no routes at
+	// all, every channel is printed to standard output (the log provider).
+	Routes map[string]providers.Provider
+	// Delivery maps a notification type to its mode; types not listed are
+	// at-least-once.
+	Delivery map[string]Mode
+	// Retry is the default retry policy; ChannelRetry overrides it per channel.
+	Retry        Policy
+	ChannelRetry map[string]Policy
+	// Workers bounds concurrent provider calls. Default 32.
+	Workers int
+	// Lease is how long a claimed notification is reserved for its call.
+	// Calls are cancelled before it ends; a lease found expired means the
+	// process died mid-call. Default 1 minute.
+	Lease time.Duration
+	// Poll bounds how long an idle dispatcher sleeps before looking for work
+	// written by another process. Default 1s.
+	Poll time.Duration
+	// MaxRecipients caps the recipients of one event. Default 10,000.
+	MaxRecipients int
+	// Chunk is how many notifications one fan-out transaction writes.
+	// Default 500.
+	Chunk int
+	// BusyTimeout: see store.Options.
+	BusyTimeout time.Duration
+	Logger      *slog.Logger
+	// Now is the clock; tests may replace it.
+	Now func() time.Time
+}
+
+// Relay accepts events, fans them out into notifications and delivers them.
+type Relay struct {
+	opts   Options
+	store  *store.Store
+	log    *slog.Logger
+	routes map[string]providers.Provider
+	now    func() time.Time
+	wake   chan struct{}
+
+	mu sync.Mutex
+	d  *dispatcher // while started
+}
+
+// Open opens the database (migrating it if needed) and returns a Relay
+// ready to accept. Call Start (or RunUntilIdle) to deliver, Close when done.
+func Open(ctx context.Context, opts Options) (*Relay, error) {
+	if opts.Path == "" {
+		return nil, errors.New("relay: Options.Path is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 32
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = time.Minute
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	if opts.MaxRecipients <= 0 {
+		opts.MaxRecipients = 10000
+	}
+	if opts.Chunk <= 0 {
+		opts.Chunk = 500
+	}
+	opts.Retry = opts.Retry.withDefaults()
+	for c, p := range opts.ChannelRetry {
+		opts.ChannelRetry[c] = p.withDefaults()
+	}
+	routes := opts.Routes
+	if len(routes) == 0 {
+		routes = map[string]providers.Provider{"*": providers.NewLog(stdout{}, "log://stdout")}
+	}
+	st, err := store.Open(ctx, opts.Path, store.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{
+		opts: opts, store: st, log: opts.Logger, routes: routes, now: opts.Now,
+		wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// Close stops the dispatcher if it is running (waiting at most 10 seconds
+// for calls in flight) and closes the database.
+func (r *Relay) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := r.Stop(ctx)
+	if errors.Is(err, errNotStarted) {
+		err = nil
+	}
+	return errors.Join(err, r.store.Close())
+}
+
+// Store gives read access to the database (and the writer's statistics).
+func (r *Relay) Store() *store.Store { return r.store }
+
+// AcceptResult says what Accept did with an event.
+type AcceptResult struct {
+	Tenant  string `json:"tenant"`
+	EventID string `json:"event_id"`
+	Purpose string `json:"purpose"`
+	// Duplicate is true when the event had been accepted before: nothing
+	// new was created, and Notifications are the ones created then.
+	Duplicate     bool                      `json:"duplicate"`
+	Notifications []store.EventNotification `json:"notifications"`
+}
+
+// Accept validates the event, writes it and its notifications, and returns
+// once they are durable. Accepting the same event again creates nothing and
+// returns the same notifications, marked Duplicate. An invalid event is an
+// *InvalidEventError and writes nothing.
+func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
+	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
+		return AcceptResult{}, err
+	}
+	rec, targets, err := ev.record()
+	if err != nil {
+		return AcceptResult{}, err
+	}
+	now := r.now()
+	acc, err := r.store.AcceptEvent(ctx, rec, targets[:min(len(targets), r.opts.Chunk)], now)
+	if err != nil {
+		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
+	}
+	// The event is durable from here on. A large fan-out continues in
+	// chunks, each its own transaction; if this call is cut short, the
+	// dispatcher finishes the expansion from the stored payload.
+	if err := r.expand(ctx, acc.EventRow, acc.Expanded, targets); err != nil {
+		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
+	}
+	r.notify()
+	ns, err := r.store.EventNotifications(ctx, acc.EventRow, -1, len(targets))
+	if err != nil {
+		return AcceptResult{}, err
+	}
+	return AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: acc.Duplicate, Notifications: ns}, nil
+}
+
+// expand writes targets[from:] in chunks.
+func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []store.Target) error {
+	for from < len(targets) {
+		end := min(len(targets), from+r.opts.Chunk)
+		next, err := r.store.ExpandEvent(ctx, eventRow, from, targets[from:end], r.now())
+		if err != nil {
+			return err
+		}
+		from = next
+	}
+	return nil
+}
+
+// finishFanOut completes the fan-out of events left part way by a crash.
+func (r *Relay) finishFanOut(ctx context.Context) error {
+	for {
+		evs, err := r.store.UnexpandedEvents(ctx, 16)
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		for _, u := range evs {
+			ev, err := DecodeEvent(strings.NewReader(string(u.Payload)))
+			if err == nil {
+				err = ev.Normalize(0)
+			}
+			if err != nil {
+				return fmt.Errorf("event row %d: stored payload: %w", u.EventRow, err)
+			}
+			r.log.Info("finishing fan-out", "event", ev.ID, "tenant", ev.Tenant, "done", u.Expanded, "of", u.Targets)
+			if err := r.expand(ctx, u.EventRow, u.Expanded, ev.targets()); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// notify wakes the dispatcher, if any, without blocking.
+func (r *Relay) notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Notification returns one notification with its audit trail, by numeric
+// id or by idempotency key.
+func (r *Relay) Notification(ctx context.Context, idOrKey string) (store.Notification, error) {
+	if id, err := strconv.ParseInt(idOrKey, 10, 64); err == nil {
+		return r.store.Notification(ctx, "", id, "")
+	}
+	return r.store.Notification(ctx, "", 0, idOrKey)
+}
+
+// Status counts notifications by status and attempts by provider.
+func (r *Relay) Status(ctx context.Context) (store.Status, error) {
+	return r.store.Status(ctx, r.now())
+}
+
+// Retry puts a failed, dead or unknown notification back to pending with a
+// fresh retry budget and the same key.
+func (r *Relay) Retry(ctx context.Context, id int64) error {
+	if err := r.store.Retry(ctx, "", id, r.now()); err != nil {
+		return err
+	}
+	r.notify()
+	return nil
+}
+
+// provider returns the provider that serves a channel, or nil.
+func (r *Relay) provider(channel string) providers.Provider {
+	if p, ok := r.routes[channel]; ok {
+		return p
+	}
+	return r.routes["*"]
+}
+
+func (r *Relay) mode(typ string) Mode {
+	if m, ok := r.opts.Delivery[typ]; ok {
+		return m
+	}
+	return AtLeastOnce
+}
+
+func (r *Relay) policy(channel string) Policy {
+	if p, ok := r.opts.ChannelRetry[channel]; ok {
+		return p
+	}
+	return r.opts.Retry
+}
