@@ -31,8 +31,8 @@ const (
 //
 //   - 2xx: Sent, whatever the body holds.
 //   - 408, 409, 425, 429, 503: Refused, retryable, with Retry-After.
-//   - 3xx and other 4xx: Refused, permanent.
-//   - other 5xx: Unknown.
+//   - 3xx (but 303) and other 4xx: Refused, permanent.
+//   - 303 and 5xx (but 503): Unknown.
 //   - no answer: Refused if the request never fully left, Unknown if it did.
 func doHTTP(ctx context.Context, client *http.Client, req *http.Request, idKeys ...string) Result {
 	var x exchange
@@ -164,7 +164,17 @@ func responseResult(resp *http.Response, body []byte, readErr error, idKeys []st
 			r.MessageID = id
 		}
 		return r
+	case code == http.StatusSeeOther:
+		// After a POST, 303 conventionally points at the result of an
+		// action already performed.
+		r.Outcome = Unknown
+		r.Detail += " (redirects are not followed"
+		if loc := resp.Header.Get("Location"); loc != "" {
+			r.Detail += "; result at " + loc
+		}
+		r.Detail += ")"
 	case code >= 300 && code < 400:
+		// Moved: the request was not processed here.
 		r.Outcome, r.Permanent = Refused, true
 		r.Detail += " (redirects are not followed; point the URL at the final location"
 		if loc := resp.Header.Get("Location"); loc != "" {

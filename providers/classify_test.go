@@ -38,6 +38,9 @@ func TestStatusClassification(t *testing.T) {
 		{202, "", Sent, false, 0, 0},
 		{204, "", Sent, false, 0, 0},
 		{301, "", Refused, true, 0, 0},
+		{303, "", Unknown, false, 0, 0},
+		{307, "", Refused, true, 0, 0},
+		{308, "", Refused, true, 0, 0},
 		{400, "", Refused, true, 0, 0},
 		{401, "", Refused, true, 0, 0},
 		{403, "", Refused, true, 0, 0},
@@ -70,7 +73,7 @@ func TestStatusClassification(t *testing.T) {
 					if c.retryAfter != "" {
 						w.Header().Set("Retry-After", c.retryAfter)
 					}
-					if c.status == 301 {
+					if c.status >= 300 && c.status < 400 {
 						w.Header().Set("Location", "/elsewhere")
 					}
 					w.WriteHeader(c.status)

@@ -48,6 +48,9 @@ type Options struct {
 	// ReadConns bounds the read pool. Default 4.
 	ReadConns int
 	Logger    *slog.Logger
+
+	// synchronous overrides FULL; benchmarks use it to measure what FULL costs.
+	synchronous string
 }
 
 // Store is one SQLite file. All writes go through one goroutine (see
@@ -60,7 +63,7 @@ type Store struct {
 	w    *writer
 }
 
-func dsn(path string, busy time.Duration, readOnly bool) string {
+func dsn(path string, busy time.Duration, readOnly bool, synchronous string) string {
 	// Pragmas go in the DSN so every connection of a pool gets them; busy
 	// timeout first so the others can wait for a lock held elsewhere.
 	q := url.Values{}
@@ -69,7 +72,10 @@ func dsn(path string, busy time.Duration, readOnly bool) string {
 	// FULL: a commit is on disk (WAL fsynced) before any caller is answered.
 	// NORMAL would be faster but may lose the last commits on power loss,
 	// after their events were acknowledged.
-	q.Add("_pragma", "synchronous(FULL)")
+	if synchronous == "" {
+		synchronous = "FULL"
+	}
+	q.Add("_pragma", "synchronous("+synchronous+")")
 	q.Add("_pragma", "foreign_keys(ON)")
 	if readOnly {
 		q.Add("_pragma", "query_only(ON)")
@@ -97,7 +103,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	wdb, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, false))
+	wdb, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, false, opts.synchronous))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
@@ -110,7 +116,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	rdb, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, true))
+	rdb, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, true, opts.synchronous))
 	if err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
