@@ -216,7 +216,8 @@ func TestCannotWorkIsOneLineAndExit1(t *testing.T) {
 		code int
 		want string
 	}{
-		{"db in a missing directory", []string{"status", "--db", filepath.Join(dir, "no", "such", "r.db")}, exitError, "open store"},
+		{"db in a missing directory", []string{"dispatch", "--until-idle", "--db", filepath.Join(dir, "no", "such", "r.db")}, exitError, "open store"},
+		{"status of a missing db", []string{"status", "--db", filepath.Join(dir, "typo.db")}, exitError, "typo.db: no such file"},
 		{"bad route", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email=ftp://x"}, exitError, `unknown scheme "ftp"`},
 		{"route without =", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email"}, exitUsage, "want CHANNEL=URL"},
 		{"missing config file", []string{"status", "--config", filepath.Join(dir, "none.yaml")}, exitError, "config"},
@@ -239,7 +240,7 @@ func TestCannotWorkIsOneLineAndExit1(t *testing.T) {
 	// A config file with a typo is refused, naming it.
 	cfg := filepath.Join(dir, "c.yaml")
 	os.WriteFile(cfg, []byte("rotues:\n  email: log://stdout\n"), 0o644)
-	if r := runCLI(t, "", "status", "--config", cfg, "--db", filepath.Join(dir, "b.db")); r.code != exitError || !strings.Contains(r.stderr, "rotues") {
+	if r := runCLI(t, "", "dispatch", "--config", cfg, "--db", filepath.Join(dir, "b.db")); r.code != exitError || !strings.Contains(r.stderr, "rotues") {
 		t.Fatalf("config typo: %d %q", r.code, r.stderr)
 	}
 }
@@ -256,4 +257,20 @@ func countRows(t *testing.T, db, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// The example config in testdata loads and resolves (so it cannot rot).
+func TestExampleConfigLoads(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "", "dispatch", "--until-idle", "--config", "testdata/edgerelay.yaml", "--db", filepath.Join(t.TempDir(), "c.db"))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	cfg, err := loadConfig("testdata/edgerelay.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Types["otp.requested"].Delivery != "at-most-once" || cfg.Channels["sms"].MaxAttempts != 5 || len(cfg.Routes) != 3 {
+		t.Fatalf("config %+v", cfg)
+	}
 }

@@ -51,6 +51,9 @@ is further off than --max-wait. Exit status:
 			if err != nil {
 				return err
 			}
+			if err := s.buildRoutes(); err != nil {
+				return err
+			}
 			if c.IsSet("workers") {
 				s.opts.Workers = c.Int("workers")
 			}

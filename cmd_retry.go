@@ -26,7 +26,7 @@ without keys may deliver a second copy: that is the operator's call.`,
 			if c.NArg() != 1 || err != nil {
 				return cli.Exit("retry takes one notification id (a number; see edgerelay show)", exitUsage)
 			}
-			r, _, err := openRelay(c, c.App.ErrWriter)
+			r, err := openExisting(c)
 			if err != nil {
 				return err
 			}

@@ -23,7 +23,7 @@ resent because its type is at-most-once and the provider has no keys).
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			r, _, err := openRelay(c, c.App.ErrWriter)
+			r, err := openExisting(c)
 			if err != nil {
 				return err
 			}

@@ -137,8 +137,9 @@ func lookupSlice(c *cli.Context, name string) []string {
 
 // settings are the resolved config, flags over file.
 type settings struct {
-	opts relay.Options
-	cfg  *Config
+	opts   relay.Options
+	cfg    *Config
+	routes map[string]string // channel → provider URL, built by buildRoutes
 }
 
 // loadSettings resolves the database path, config file, routes and
@@ -183,18 +184,6 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		}
 		routes[strings.TrimSpace(ch)] = strings.TrimSpace(u)
 	}
-	chans := make([]string, 0, len(routes))
-	for ch := range routes {
-		chans = append(chans, ch)
-	}
-	sort.Strings(chans)
-	for _, ch := range chans {
-		p, err := providers.New(routes[ch])
-		if err != nil {
-			return nil, fmt.Errorf("route %s: %w", ch, err)
-		}
-		opts.Routes[ch] = p
-	}
 	for _, d := range lookupSlice(c, "delivery") {
 		t, m, ok := strings.Cut(d, "=")
 		mode, err := relay.ParseMode(m)
@@ -203,7 +192,25 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		}
 		opts.Delivery[t] = mode
 	}
-	return &settings{opts: opts, cfg: cfg}, nil
+	return &settings{opts: opts, cfg: cfg, routes: routes}, nil
+}
+
+// buildRoutes makes the providers of the routes. Only commands that deliver
+// call it: building a provider may open a file.
+func (s *settings) buildRoutes() error {
+	chans := make([]string, 0, len(s.routes))
+	for ch := range s.routes {
+		chans = append(chans, ch)
+	}
+	sort.Strings(chans)
+	for _, ch := range chans {
+		p, err := providers.New(s.routes[ch])
+		if err != nil {
+			return fmt.Errorf("route %s: %w", ch, err)
+		}
+		s.opts.Routes[ch] = p
+	}
+	return nil
 }
 
 func isSet(c *cli.Context, name string) bool {
@@ -223,14 +230,18 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-// openRelay resolves settings and opens the database.
-func openRelay(c *cli.Context, stderr io.Writer) (*relay.Relay, *settings, error) {
-	s, err := loadSettings(c, stderr)
+// openExisting resolves settings and opens a database that must already
+// exist: commands that only read or amend (show, status, retry) must not
+// create an empty database for a mistyped path and report on it.
+func openExisting(c *cli.Context) (*relay.Relay, error) {
+	s, err := loadSettings(c, c.App.ErrWriter)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	r, err := openRelayWith(c, s)
-	return r, s, err
+	if _, err := os.Stat(s.opts.Path); err != nil {
+		return nil, fmt.Errorf("database %s: %w (send or dispatch creates it; check --db)", s.opts.Path, errors.Unwrap(err))
+	}
+	return openRelayWith(c, s)
 }
 
 func openRelayWith(c *cli.Context, s *settings) (*relay.Relay, error) {

@@ -1,6 +1,12 @@
 module edgerelay
 
-go 1.26.8
+go 1.26.0
+
+require (
+	github.com/urfave/cli/v2 v2.27.7 // the CLI: commands, flags with env vars, --help
+	gopkg.in/yaml.v3 v3.0.1 // the config file, with KnownFields to reject typos
+	modernc.org/sqlite v1.62.0 // SQLite in pure Go: a static binary, no cgo
+)
 
 require (
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
@@ -10,12 +16,9 @@ require (
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
-	github.com/urfave/cli/v2 v2.27.7 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
