@@ -60,8 +60,9 @@ id was accepted with different content; nothing written), 1 could not work.`,
 			if err != nil {
 				return err
 			}
-			// Reject a bad event before touching the database.
-			if err := ev.Normalize(s.opts.MaxRecipients); err != nil {
+			// Reject a bad event before touching the database (an audience
+			// event can only be checked once its members are read).
+			if err := ev.Normalize(s.opts.MaxRecipients); ev.Audience == "" && err != nil {
 				return cli.Exit(err.Error(), exitRejected)
 			}
 			r, err := openRelayWith(c, s)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -37,6 +38,17 @@ type Config struct {
 	Limits struct {
 		MaxRecipients int `yaml:"max_recipients"`
 	} `yaml:"limits"`
+	// Tenants lists API tokens per tenant; ${VAR} reads an environment
+	// variable, so the file need not hold the secret.
+	Tenants map[string]struct {
+		Tokens []string `yaml:"tokens"`
+	} `yaml:"tenants"`
+	API struct {
+		Listen   string   `yaml:"listen"`
+		MaxBody  int64    `yaml:"max_body"`
+		MaxBatch int      `yaml:"max_batch"`
+		KeyTTL   Duration `yaml:"key_ttl"`
+	} `yaml:"api"`
 }
 
 // TypeConfig is what a notification type chooses.
@@ -86,6 +98,18 @@ func loadConfig(path string) (*Config, error) {
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	for t, tc := range cfg.Tenants {
+		for i, tok := range tc.Tokens {
+			v, err := expandEnv(tok)
+			if err != nil {
+				return nil, fmt.Errorf("config %s: tenants.%s.tokens[%d]: %w", path, t, i, err)
+			}
+			if len(v) < 16 {
+				return nil, fmt.Errorf("config %s: tenants.%s.tokens[%d]: shorter than 16 characters", path, t, i)
+			}
+			tc.Tokens[i] = v
+		}
+	}
 	for t, tc := range cfg.Types {
 		if tc.Delivery != "" {
 			if _, err := relay.ParseMode(tc.Delivery); err != nil {
@@ -94,6 +118,23 @@ func loadConfig(path string) (*Config, error) {
 		}
 	}
 	return &cfg, nil
+}
+
+// expandEnv replaces ${VAR} references; an unset variable is an error, not
+// an empty secret.
+func expandEnv(s string) (string, error) {
+	var missing []string
+	out := os.Expand(s, func(k string) string {
+		v, ok := os.LookupEnv(k)
+		if !ok {
+			missing = append(missing, k)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("environment variable %s is not set", strings.Join(missing, ", "))
+	}
+	return out, nil
 }
 
 var (
@@ -257,4 +298,22 @@ func commonFlags(own ...cli.Flag) []cli.Flag {
 // usageErr makes a command's flag errors exit with exitUsage.
 func usageErr(c *cli.Context, err error, _ bool) error {
 	return cli.Exit(err.Error()+" (see --help)", exitUsage)
+}
+
+var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func validName(s string) bool { return tenantName.MatchString(s) }
+
+func timeNow() time.Time { return time.Now() }
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// openRelay resolves settings and opens (creating if needed) the database.
+func openRelay(c *cli.Context, stderr io.Writer) (*relay.Relay, *settings, error) {
+	s, err := loadSettings(c, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := openRelayWith(c, s)
+	return r, s, err
 }

@@ -347,6 +347,9 @@ func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provid
 	r.log.Info("attempt", "notification", c.ID, "key", c.Key, "channel", c.Channel, "provider", provider,
 		"attempt", c.Attempt, "outcome", res.Outcome, "http_status", res.HTTPStatus, "detail", res.Detail,
 		"status", dec.Status, "applied", applied)
+	if r.opts.Observer != nil {
+		r.opts.Observer.Attempted(c.Channel, provider, res.Outcome, dec.Status, now.Sub(start))
+	}
 	d.mu.Lock()
 	d.tries++
 	if applied {

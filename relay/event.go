@@ -34,12 +34,16 @@ type Event struct {
 	Purpose string `json:"purpose,omitempty"`
 	// Channels to deliver on. When empty, each recipient gets every channel
 	// it has an address for.
-	Channels   []string        `json:"channels,omitempty"`
-	Recipients []Recipient     `json:"recipients"`
-	Subject    string          `json:"subject,omitempty"`
-	Body       string          `json:"body,omitempty"`
-	HTML       string          `json:"html,omitempty"`
-	Data       json.RawMessage `json:"data,omitempty"`
+	Channels   []string    `json:"channels,omitempty"`
+	Recipients []Recipient `json:"recipients,omitempty"`
+	// Audience names a stored recipient list (PutAudience) to use instead
+	// of Recipients; it is resolved when the event is accepted, and the
+	// resolved list is kept with the event.
+	Audience string          `json:"audience,omitempty"`
+	Subject  string          `json:"subject,omitempty"`
+	Body     string          `json:"body,omitempty"`
+	HTML     string          `json:"html,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
 }
 
 // Recipient is one addressee with an address per channel.
@@ -111,7 +115,15 @@ func contains(xs []string, x string) bool {
 type InvalidEventError struct {
 	Field  string // JSON path of the offending field: "recipients[2].id"
 	Reason string
+	// Err is ErrTooManyRecipients when the event is over the recipient cap.
+	Err error
 }
+
+// ErrTooManyRecipients: the event (or its audience) has more recipients
+// than the configured cap. Wrapped by *InvalidEventError.
+var ErrTooManyRecipients = errors.New("too many recipients")
+
+func (e *InvalidEventError) Unwrap() error { return e.Err }
 
 func (e *InvalidEventError) Error() string {
 	if e.Field == "" {
@@ -169,6 +181,7 @@ func decodeError(err error) error {
 
 var (
 	tenantRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	nameRE    = tenantRE // audience names follow the same rule
 	channelRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 )
 
@@ -226,11 +239,18 @@ func (ev *Event) Normalize(maxRecipients int) error {
 		}
 		seenCh[c] = true
 	}
+	if ev.Audience != "" && !nameRE.MatchString(ev.Audience) {
+		return invalid("audience", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", ev.Audience)
+	}
 	if len(ev.Recipients) == 0 {
-		return invalid("recipients", "required: at least one recipient")
+		if ev.Audience != "" {
+			return invalid("audience", "audience %q has no members", ev.Audience)
+		}
+		return invalid("recipients", "required: at least one recipient (or an audience)")
 	}
 	if maxRecipients > 0 && len(ev.Recipients) > maxRecipients {
-		return invalid("recipients", "%d recipients, more than the limit of %d per event", len(ev.Recipients), maxRecipients)
+		return &InvalidEventError{Field: "recipients", Err: ErrTooManyRecipients,
+			Reason: fmt.Sprintf("%d recipients, more than the limit of %d per event", len(ev.Recipients), maxRecipients)}
 	}
 	seen := make(map[string]int, len(ev.Recipients))
 	for i, r := range ev.Recipients {
@@ -335,11 +355,22 @@ func (ev *Event) record() (store.NewEvent, []store.Target, error) {
 	if err != nil {
 		return store.NewEvent{}, nil, err
 	}
+	// The fingerprint is of the event as submitted: for an audience event,
+	// without the members it resolved to, so a resend after the audience
+	// changed is still the same event (a duplicate), not a conflict.
+	submitted := payload
+	if ev.Audience != "" {
+		e := *ev
+		e.Recipients = nil
+		if submitted, err = json.Marshal(e); err != nil {
+			return store.NewEvent{}, nil, err
+		}
+	}
 	msg, err := json.Marshal(message{Subject: ev.Subject, Body: ev.Body, HTML: ev.HTML, Data: ev.Data})
 	if err != nil {
 		return store.NewEvent{}, nil, err
 	}
-	sum := sha256.Sum256(payload)
+	sum := sha256.Sum256(submitted)
 	ts := ev.targets()
 	return store.NewEvent{
 		Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Type: ev.Type,

@@ -105,6 +105,17 @@ type Options struct {
 	Logger      *slog.Logger
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
+	// Observer, if set, hears of every accept and attempt (metrics).
+	Observer Observer
+}
+
+// Observer is told what the relay does, for metrics. Calls must be cheap
+// and must not block: they are made on the accept and dispatch paths.
+type Observer interface {
+	Accepted(tenant string, duplicate bool, notifications int)
+	// Attempted reports one provider call: its outcome, the status the
+	// notification moved to, and how long the call took.
+	Attempted(channel, provider string, outcome providers.Outcome, status string, took time.Duration)
 }
 
 // Relay accepts events, fans them out into notifications and delivers them.
@@ -187,7 +198,10 @@ type AcceptResult struct {
 	Purpose string `json:"purpose"`
 	// Duplicate is true when the event had been accepted before: nothing
 	// new was created, and Notifications are the ones created then.
-	Duplicate     bool                      `json:"duplicate"`
+	Duplicate bool  `json:"duplicate"`
+	EventRow  int64 `json:"-"`
+	// Count is how many notifications the event fanned out to.
+	Count         int                       `json:"count"`
 	Notifications []store.EventNotification `json:"notifications"`
 }
 
@@ -196,6 +210,9 @@ type AcceptResult struct {
 // returns the same notifications, marked Duplicate. An invalid event is an
 // *InvalidEventError and writes nothing.
 func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
+	if err := r.resolveAudience(ctx, &ev); err != nil {
+		return AcceptResult{}, err
+	}
 	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
 		return AcceptResult{}, err
 	}
@@ -211,15 +228,26 @@ func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
 	// The event is durable from here on. A large fan-out continues in
 	// chunks, each its own transaction; if this call is cut short, the
 	// dispatcher finishes the expansion from the stored payload.
-	if err := r.expand(ctx, acc.EventRow, acc.Expanded, targets); err != nil {
+	if acc.Duplicate && acc.Expanded < acc.Targets {
+		// The first accept of this event was cut short: finish it from what
+		// was stored then (an audience may have changed since).
+		err = r.finishFanOut(ctx)
+	} else {
+		err = r.expand(ctx, acc.EventRow, acc.Expanded, targets)
+	}
+	if err != nil {
 		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
 	}
+	if r.opts.Observer != nil {
+		r.opts.Observer.Accepted(ev.Tenant, acc.Duplicate, acc.Targets)
+	}
 	r.notify()
-	ns, err := r.store.EventNotifications(ctx, acc.EventRow, -1, len(targets))
+	ns, err := r.store.EventNotifications(ctx, acc.EventRow, -1, acc.Targets)
 	if err != nil {
 		return AcceptResult{}, err
 	}
-	return AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: acc.Duplicate, Notifications: ns}, nil
+	return AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: acc.Duplicate,
+		EventRow: acc.EventRow, Count: acc.Targets, Notifications: ns}, nil
 }
 
 // expand writes targets[from:] in chunks.
@@ -283,7 +311,13 @@ func (r *Relay) Status(ctx context.Context) (store.Status, error) {
 // Retry puts a failed, dead or unknown notification back to pending with a
 // fresh retry budget and the same key.
 func (r *Relay) Retry(ctx context.Context, id int64) error {
-	if err := r.store.Retry(ctx, "", id, r.now()); err != nil {
+	return r.RetryTenant(ctx, "", id)
+}
+
+// RetryTenant is Retry for a notification of one tenant ("" for any): a
+// notification of another tenant is store.ErrNotFound.
+func (r *Relay) RetryTenant(ctx context.Context, tenant string, id int64) error {
+	if err := r.store.Retry(ctx, tenant, id, r.now()); err != nil {
 		return err
 	}
 	r.notify()

@@ -36,6 +36,18 @@ var (
 	ErrTooNew = errors.New("database schema is newer than this binary")
 	// ErrClosed: the store is closed (or closing); the write was not made.
 	ErrClosed = errors.New("store closed")
+	// ErrKeyInFlight: an idempotency key's first request is still running;
+	// the caller should retry later (HTTP 409).
+	ErrKeyInFlight = errors.New("idempotency key in use by a request still in flight")
+	// ErrKeyReused: an idempotency key was used before for a different
+	// request (another fingerprint) and has not expired (HTTP 422).
+	ErrKeyReused = errors.New("idempotency key already used for a different request")
+	// ErrClaimLost: FinishRequest or ReleaseRequest found no in-flight claim
+	// of the key for this request: it was released, finished, expired or
+	// taken over after its lock ran out. Nothing was written.
+	ErrClaimLost = errors.New("request no longer holds its idempotency key")
+	// ErrTokenExists: a token with the same hash is already stored.
+	ErrTokenExists = errors.New("token already exists")
 )
 
 // Options tune the store. The zero value is usable.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,6 +42,8 @@ type writer struct {
 	smu   sync.Mutex
 
 	stmtCache map[string]*sql.Stmt // only touched by the writer goroutine
+
+	onCommit atomic.Pointer[func(writes int, took time.Duration)]
 }
 
 // WriterStats counts commits since Open; the metrics endpoint and the
@@ -220,6 +223,9 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 	w.stats.CommitTime += d
 	w.stats.MaxBatch = max(w.stats.MaxBatch, len(batch))
 	w.smu.Unlock()
+	if fn := w.onCommit.Load(); fn != nil {
+		(*fn)(len(batch)-failed, d)
+	}
 	answer(nil)
 }
 
@@ -232,6 +238,13 @@ func runOp(fn func(*Tx) error, tx *Tx) (err error) {
 		}
 	}()
 	return fn(tx)
+}
+
+// OnCommit sets a function called after every commit with the number of
+// writes it made durable and how long the transaction took (metrics). It
+// runs on the writer goroutine: it must be quick.
+func (s *Store) OnCommit(fn func(writes int, took time.Duration)) {
+	s.w.onCommit.Store(&fn)
 }
 
 // Stats returns the writer's counters.

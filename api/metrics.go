@@ -1,0 +1,124 @@
+package api
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"edgerelay/providers"
+	"edgerelay/store"
+)
+
+// Metrics are the Prometheus metrics of a relay: what it accepted, what
+// each attempt's outcome was, how deep the queue is, how the writer
+// commits, and how the API answers. It implements relay.Observer.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	accepted      prometheus.Counter
+	duplicates    prometheus.Counter
+	notifications prometheus.Counter
+	attempts      *prometheus.CounterVec
+	finished      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	requests      *prometheus.CounterVec
+	reqLatency    *prometheus.HistogramVec
+	batch         prometheus.Histogram
+	commit        prometheus.Histogram
+}
+
+// NewMetrics registers the metrics. They exist before the relay opens (the
+// relay reports to them); Watch connects them to its store.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg}
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	m.accepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_accepted_total", Help: "Events accepted (new)."})
+	m.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_duplicate_total", Help: "Events received again and recognised as duplicates (nothing created)."})
+	m.notifications = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_notifications_created_total", Help: "Notifications created by accepted events."})
+	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_attempts_total",
+		Help: "Provider calls by outcome: sent, refused (definitely not sent), unknown (maybe sent)."}, []string{"channel", "provider", "outcome"})
+	m.finished = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_notifications_finished_total",
+		Help: "Notifications that reached a final status: sent, failed, dead, unknown."}, []string{"channel", "provider", "status"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edgerelay_attempt_duration_seconds",
+		Help: "Provider call latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}, []string{"channel", "provider"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_http_requests_total", Help: "API requests by route and status."}, []string{"route", "code"})
+	m.reqLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edgerelay_http_request_duration_seconds",
+		Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)}, []string{"route"})
+	m.batch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_batch_writes",
+		Help: "Writes committed together by the writer (group commit size).", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
+	m.commit = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_commit_seconds",
+		Help: "Writer transaction time, from BEGIN to durable COMMIT.", Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)})
+	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.notifications, m.attempts, m.finished, m.latency,
+		m.requests, m.reqLatency, m.batch, m.commit} {
+		f(c)
+	}
+	return m
+}
+
+// Watch adds the store's queue depth and lag (read at each scrape) and its
+// writer's commits.
+func (m *Metrics) Watch(st *store.Store) {
+	m.reg.MustRegister(queueCollector{st})
+	st.OnCommit(m.Committed)
+}
+
+// Accepted implements relay.Observer.
+func (m *Metrics) Accepted(tenant string, duplicate bool, notifications int) {
+	if duplicate {
+		m.duplicates.Inc()
+		return
+	}
+	m.accepted.Inc()
+	m.notifications.Add(float64(notifications))
+}
+
+// Attempted implements relay.Observer.
+func (m *Metrics) Attempted(channel, provider string, outcome providers.Outcome, status string, took time.Duration) {
+	m.attempts.WithLabelValues(channel, provider, string(outcome)).Inc()
+	m.latency.WithLabelValues(channel, provider).Observe(took.Seconds())
+	switch status {
+	case store.StatusSent, store.StatusFailed, store.StatusDead, store.StatusUnknown:
+		m.finished.WithLabelValues(channel, provider, status).Inc()
+	}
+}
+
+// Committed records one writer commit (store.Options.OnCommit).
+func (m *Metrics) Committed(writes int, took time.Duration) {
+	m.batch.Observe(float64(writes))
+	m.commit.Observe(took.Seconds())
+}
+
+func (m *Metrics) request(route string, code int, took time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.reqLatency.WithLabelValues(route).Observe(took.Seconds())
+}
+
+// queueCollector reads queue depth and dispatch lag at scrape time.
+type queueCollector struct{ st *store.Store }
+
+var (
+	depthDesc  = prometheus.NewDesc("edgerelay_notifications", "Notifications by status, now.", []string{"status"}, nil)
+	oldestDesc = prometheus.NewDesc("edgerelay_oldest_due_seconds", "Age of the oldest due notification (dispatch lag).", nil, nil)
+)
+
+func (q queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- depthDesc; ch <- oldestDesc }
+
+func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := q.st.Status(ctx, time.Now())
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(depthDesc, err)
+		return
+	}
+	for _, s := range store.Statuses {
+		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(st.Counts[s]), s)
+	}
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestDue.Seconds())
+}

@@ -1,0 +1,66 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Problem is an RFC 9457 problem detail. Type is stable per kind of error,
+// so clients can branch on it; Detail is for people.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Field names the offending part of an event ("recipients[2].id").
+	Field string `json:"field,omitempty"`
+}
+
+// Problem types. The URIs identify the kind of error; they are not fetched.
+const (
+	probInvalidJSON    = "https://edgerelay.dev/problems/invalid-json"
+	probInvalidEvent   = "https://edgerelay.dev/problems/invalid-event"
+	probTooLarge       = "https://edgerelay.dev/problems/too-large"
+	probUnauthorized   = "https://edgerelay.dev/problems/unauthorized"
+	probTenantMismatch = "https://edgerelay.dev/problems/tenant-mismatch"
+	probNotFound       = "https://edgerelay.dev/problems/not-found"
+	probEventConflict  = "https://edgerelay.dev/problems/event-conflict"
+	probKeyInFlight    = "https://edgerelay.dev/problems/request-in-progress"
+	probKeyReused      = "https://edgerelay.dev/problems/idempotency-key-reused"
+	probNotRetryable   = "https://edgerelay.dev/problems/not-retryable"
+	probInvalidQuery   = "https://edgerelay.dev/problems/invalid-query"
+	probNotReady       = "https://edgerelay.dev/problems/not-ready"
+	probInternal       = "https://edgerelay.dev/problems/internal"
+	probMethod         = "https://edgerelay.dev/problems/method-not-allowed"
+)
+
+// response is what a handler produces: written once, and stored verbatim
+// for request idempotency so a replay is byte-identical.
+type response struct {
+	status int
+	ctype  string
+	body   []byte
+}
+
+func jsonResponse(status int, v any) response {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return problem(http.StatusInternalServerError, probInternal, "Internal error", err.Error())
+	}
+	return response{status: status, ctype: "application/json", body: append(b, '\n')}
+}
+
+func problem(status int, typ, title, detail string) response {
+	return problemField(status, typ, title, detail, "")
+}
+
+func problemField(status int, typ, title, detail, field string) response {
+	b, _ := json.Marshal(Problem{Type: typ, Title: title, Status: status, Detail: detail, Field: field})
+	return response{status: status, ctype: "application/problem+json", body: append(b, '\n')}
+}
+
+func (r response) write(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", r.ctype)
+	w.WriteHeader(r.status)
+	w.Write(r.body)
+}

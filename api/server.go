@@ -1,0 +1,549 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"edgerelay/relay"
+	"edgerelay/store"
+)
+
+// Options configure the API. The zero value is usable for an open API.
+type Options struct {
+	// Open serves every tenant without tokens: the sidecar on loopback. The
+	// caller (serve) decides it; the API only obeys.
+	Open bool
+	// TokenHashes maps the hex SHA-256 of a bearer token to its tenant
+	// (tokens from the config file); tokens created with `edgerelay token
+	// create` are looked up in the store.
+	TokenHashes map[string]string
+	// MaxBody bounds a request body. Default 1 MiB.
+	MaxBody int64
+	// MaxBatch bounds the events of one batch request. Default 100.
+	MaxBatch int
+	// KeyTTL is how long a request's Idempotency-Key and response are kept.
+	// Default 24 h.
+	KeyTTL time.Duration
+	// PageSize bounds the notifications listed inline in an accept response
+	// and is the default page size. Default 100.
+	PageSize int
+	Logger   *slog.Logger
+	Metrics  *Metrics // nil: no /metrics
+	Now      func() time.Time
+}
+
+// Server is the HTTP API over one Relay.
+type Server struct {
+	r    *relay.Relay
+	st   *store.Store
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+	now  func() time.Time
+}
+
+// New returns the API handler.
+func New(r *relay.Relay, opts Options) *Server {
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = 1 << 20
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 100
+	}
+	if opts.KeyTTL <= 0 {
+		opts.KeyTTL = 24 * time.Hour
+	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = 100
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{r: r, st: r.Store(), opts: opts, log: opts.Logger, mux: http.NewServeMux(), now: opts.Now}
+	s.handle("POST /v1/events", s.auth(s.postEvent))
+	s.handle("POST /v1/events:batch", s.auth(s.postBatch))
+	s.handle("GET /v1/notifications/{id}", s.auth(s.getNotification))
+	s.handle("GET /v1/notifications", s.auth(s.listNotifications))
+	s.handle("POST /v1/notifications/{id}/retry", s.auth(s.retryNotification))
+	s.handle("PUT /v1/audiences/{name}", s.auth(s.putAudience))
+	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) response {
+		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.handle("GET /readyz", s.ready)
+	if opts.Metrics != nil {
+		h := promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{})
+		s.mux.Handle("GET /metrics", h)
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(http.StatusNotFound, probNotFound, "Not found", "no route for "+r.Method+" "+r.URL.Path).write(w)
+	})
+	return s
+}
+
+// ServeHTTP logs one line per request, with its status and latency.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	s.mux.ServeHTTP(rec, r)
+	took := time.Since(start)
+	_, pattern := s.mux.Handler(r)
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.request(pattern, rec.status, took)
+	}
+	s.log.Info("request", "method", r.Method, "path", r.URL.Path, "route", pattern, "status", rec.status,
+		"bytes", rec.bytes, "took", took.Round(time.Microsecond), "tenant", rec.Header().Get("X-Edgerelay-Tenant"), "remote", r.RemoteAddr)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (r *statusRecorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += n
+	return n, err
+}
+
+// handler returns its response instead of writing it, so that responses
+// can be stored and replayed byte for byte.
+type handler func(w http.ResponseWriter, r *http.Request) response
+
+func (s *Server) handle(pattern string, h handler) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		h(w, r).write(w)
+	})
+}
+
+// caller is who is asking: a tenant, or any tenant on an open API.
+type caller struct {
+	tenant string // "" with any
+	any    bool
+}
+
+// tenantFor resolves the tenant a request acts as: its own, or, on an open
+// API, the one it names (default "default").
+func (c caller) tenantFor(named string) (string, bool) {
+	if c.any {
+		if named == "" {
+			named = "default"
+		}
+		return named, true
+	}
+	if named == "" || named == c.tenant {
+		return c.tenant, true
+	}
+	return "", false
+}
+
+type authedHandler func(w http.ResponseWriter, r *http.Request, c caller) response
+
+// auth resolves the bearer token to a tenant. A missing or unknown token
+// is 401 on an API with tokens.
+func (s *Server) auth(h authedHandler) handler {
+	return func(w http.ResponseWriter, r *http.Request) response {
+		if s.opts.Open {
+			return h(w, r, caller{any: true})
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay"`)
+			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "send Authorization: Bearer TOKEN")
+		}
+		sum := sha256.Sum256([]byte(token))
+		hash := hex.EncodeToString(sum[:])
+		tenant, ok := s.opts.TokenHashes[hash]
+		if !ok {
+			t, err := s.st.TokenByHash(r.Context(), hash)
+			if err != nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
+				return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")
+			}
+			tenant = t.Tenant
+		}
+		w.Header().Set("X-Edgerelay-Tenant", tenant)
+		return h(w, r, caller{tenant: tenant})
+	}
+}
+
+// readBody reads a bounded JSON body.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *response) {
+	// Any Content-Type is taken (curl -d sends a form type): the body must
+	// be JSON either way, and a clear 400 says so when it is not.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		p := problem(http.StatusRequestEntityTooLarge, probTooLarge, "Request body too large",
+			fmt.Sprintf("the body is larger than %d bytes", s.opts.MaxBody))
+		return nil, &p
+	}
+	if err != nil {
+		p := problem(http.StatusBadRequest, probInvalidJSON, "Unreadable body", err.Error())
+		return nil, &p
+	}
+	return body, nil
+}
+
+// idempotent runs a POST under request idempotency (the IETF
+// Idempotency-Key draft, as Stripe does it): the first response for a key
+// is stored with a fingerprint of the request and replayed for a repeat; a
+// repeat with a different body is 422, one while the first is in flight is
+// 409. Server errors are not stored, so a retry runs again.
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key string, body []byte, run func() response) response {
+	if key == "" {
+		return run()
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %s\n", r.Method, r.URL.Path)
+	h.Write(body)
+	k := store.RequestKey{Tenant: tenant, Key: key, Fingerprint: hex.EncodeToString(h.Sum(nil))}
+	// The lock outlives any request: an in-flight claim older than this
+	// belonged to a process that died, and may be taken over.
+	stored, err := s.st.BeginRequest(r.Context(), k, s.now(), 5*time.Minute, s.opts.KeyTTL)
+	switch {
+	case errors.Is(err, store.ErrKeyInFlight):
+		return problem(http.StatusConflict, probKeyInFlight, "Request in progress",
+			"a request with this Idempotency-Key is still being processed; retry later")
+	case errors.Is(err, store.ErrKeyReused):
+		return problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
+			"this Idempotency-Key was used for a different request")
+	case err != nil:
+		return s.internal(err)
+	case stored != nil:
+		w.Header().Set("Idempotent-Replayed", "true")
+		return response{status: stored.Status, ctype: stored.ContentType, body: stored.Body}
+	}
+	resp := run()
+	// Record with a context of its own: the client may have gone, but its
+	// retry must find the answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if resp.status >= 500 {
+		err = s.st.ReleaseRequest(ctx, k)
+	} else {
+		err = s.st.FinishRequest(ctx, k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body}, s.now())
+	}
+	if err != nil {
+		s.log.Error("record request key", "key", key, "err", err)
+	}
+	return resp
+}
+
+func (s *Server) internal(err error) response {
+	s.log.Error("internal error", "err", err)
+	return problem(http.StatusInternalServerError, probInternal, "Internal error", "the request could not be completed; it is safe to retry with the same Idempotency-Key")
+}
+
+// acceptResponse is the 202 body of POST /v1/events.
+type acceptResponse struct {
+	Tenant    string `json:"tenant"`
+	EventID   string `json:"event_id"`
+	Purpose   string `json:"purpose"`
+	Duplicate bool   `json:"duplicate"`
+	// Count is the event's notifications; at most PageSize are listed
+	// here, Next pages through the rest.
+	Count         int                       `json:"count"`
+	Notifications []store.EventNotification `json:"notifications"`
+	Next          string                    `json:"next,omitempty"`
+}
+
+func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) response {
+	body, perr := s.readBody(w, r)
+	if perr != nil {
+		return *perr
+	}
+	ev, err := relay.DecodeEvent(bytes.NewReader(body))
+	if err != nil {
+		return s.eventError(err)
+	}
+	tenant, ok := c.tenantFor(ev.Tenant)
+	if !ok {
+		return problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch",
+			fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
+	}
+	ev.Tenant = tenant
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		// The default key is the event's identity, so a client that
+		// retries without a header still gets the first answer back.
+		purpose := ev.Purpose
+		if purpose == "" {
+			purpose = ev.Type
+		}
+		key = "event:" + strconv.Quote(ev.ID) + ":" + strconv.Quote(purpose)
+	}
+	// Fingerprint the event as decoded, not the raw bytes: the same event
+	// re-serialised (other key order, other white space) is the same request.
+	canon, err := json.Marshal(ev)
+	if err != nil {
+		return s.internal(err)
+	}
+	return s.idempotent(w, r, tenant, key, canon, func() response { return s.accept(r.Context(), ev) })
+}
+
+func (s *Server) accept(ctx context.Context, ev relay.Event) response {
+	res, err := s.r.Accept(ctx, ev)
+	if err != nil {
+		return s.eventError(err)
+	}
+	out := acceptResponse{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose, Duplicate: res.Duplicate,
+		Count: res.Count, Notifications: res.Notifications}
+	if len(out.Notifications) > s.opts.PageSize {
+		out.Notifications = out.Notifications[:s.opts.PageSize]
+		q := url.Values{"event_id": {res.EventID}, "purpose": {res.Purpose},
+			"cursor": {strconv.FormatInt(out.Notifications[len(out.Notifications)-1].ID, 10)}}
+		out.Next = "/v1/notifications?" + q.Encode()
+	}
+	return jsonResponse(http.StatusAccepted, out)
+}
+
+// eventError maps accept errors to problems.
+func (s *Server) eventError(err error) response {
+	var inv *relay.InvalidEventError
+	switch {
+	case errors.Is(err, relay.ErrTooManyRecipients) && errors.As(err, &inv):
+		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Too many recipients", inv.Reason, inv.Field)
+	case errors.As(err, &inv):
+		return problemField(http.StatusBadRequest, probInvalidEvent, "Invalid event", inv.Reason, inv.Field)
+	case errors.Is(err, store.ErrEventConflict):
+		return problem(http.StatusConflict, probEventConflict, "Event already accepted with different content", err.Error())
+	}
+	return s.internal(err)
+}
+
+// batchRequest is the body of POST /v1/events:batch.
+type batchRequest struct {
+	Events []json.RawMessage `json:"events"`
+}
+
+type batchResult struct {
+	Index  int             `json:"index"`
+	Status int             `json:"status"`
+	Result json.RawMessage `json:"result"` // the accept response or the problem
+}
+
+func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) response {
+	body, perr := s.readBody(w, r)
+	if perr != nil {
+		return *perr
+	}
+	var req batchRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return problem(http.StatusBadRequest, probInvalidJSON, "Invalid batch", `want {"events": [EVENT, ...]}: `+err.Error())
+	}
+	if len(req.Events) == 0 {
+		return problemField(http.StatusBadRequest, probInvalidEvent, "Empty batch", "at least one event", "events")
+	}
+	if len(req.Events) > s.opts.MaxBatch {
+		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Batch too large",
+			fmt.Sprintf("%d events, more than the limit of %d per batch", len(req.Events), s.opts.MaxBatch), "events")
+	}
+	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), body, func() response {
+		// Each event is accepted on its own: all-or-nothing per event, a
+		// result per event.
+		results := make([]batchResult, len(req.Events))
+		for i, raw := range req.Events {
+			var resp response
+			ev, err := relay.DecodeEvent(bytes.NewReader(raw))
+			if err != nil {
+				resp = s.eventError(err)
+			} else if tenant, ok := c.tenantFor(ev.Tenant); !ok {
+				resp = problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch",
+					fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
+			} else {
+				ev.Tenant = tenant
+				resp = s.accept(r.Context(), ev)
+			}
+			results[i] = batchResult{Index: i, Status: resp.status, Result: bytes.TrimSpace(resp.body)}
+		}
+		return jsonResponse(http.StatusOK, map[string]any{"results": results})
+	})
+}
+
+func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, c caller) response {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification "+strconv.Quote(r.PathValue("id")))
+	}
+	return s.notification(r.Context(), c, id, "")
+}
+
+// notification answers one audit trail, 404 for another tenant's.
+func (s *Server) notification(ctx context.Context, c caller, id int64, key string) response {
+	n, err := s.st.Notification(ctx, c.tenant, id, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+	}
+	if err != nil {
+		return s.internal(err)
+	}
+	return jsonResponse(http.StatusOK, n)
+}
+
+// page is the body of GET /v1/notifications.
+type page struct {
+	Notifications []store.Notification `json:"notifications"`
+	// NextCursor continues the listing; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+	Next       string `json:"next,omitempty"`
+}
+
+func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c caller) response {
+	q := r.URL.Query()
+	if key := q.Get("key"); key != "" {
+		return s.notification(r.Context(), c, 0, key)
+	}
+	f := store.ListFilter{Tenant: c.tenant, Status: q.Get("status"), Recipient: q.Get("recipient"), Limit: s.opts.PageSize}
+	if f.Status != "" && !validStatus(f.Status) {
+		return problem(http.StatusBadRequest, probInvalidQuery, "Invalid status",
+			fmt.Sprintf("status %q: want one of %s", f.Status, strings.Join(store.Statuses, ", ")))
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid limit", "limit: a number from 1 to 1000")
+		}
+		f.Limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid cursor", "cursor: the next_cursor of the previous page")
+		}
+		f.After = n
+	}
+	if ev := q.Get("event_id"); ev != "" {
+		tenant, _ := c.tenantFor(q.Get("tenant"))
+		purpose := q.Get("purpose")
+		row, err := s.st.EventRow(r.Context(), tenant, ev, purpose)
+		if errors.Is(err, store.ErrNotFound) {
+			return problem(http.StatusNotFound, probNotFound, "Not found", fmt.Sprintf("no event %q with purpose %q", ev, purpose))
+		}
+		if err != nil {
+			return s.internal(err)
+		}
+		f.EventRow = row
+	}
+	ns, err := s.st.ListNotifications(r.Context(), f)
+	if err != nil {
+		return s.internal(err)
+	}
+	out := page{Notifications: ns}
+	if out.Notifications == nil {
+		out.Notifications = []store.Notification{}
+	}
+	if len(ns) == f.Limit {
+		cur := strconv.FormatInt(ns[len(ns)-1].ID, 10)
+		out.NextCursor = cur
+		q.Set("cursor", cur)
+		out.Next = "/v1/notifications?" + q.Encode()
+	}
+	return jsonResponse(http.StatusOK, out)
+}
+
+func validStatus(s string) bool {
+	for _, v := range store.Statuses {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c caller) response {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification "+strconv.Quote(r.PathValue("id")))
+	}
+	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), nil, func() response {
+		err := s.r.RetryTenant(r.Context(), c.tenant, id)
+		var se *store.StateError
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+		case errors.As(err, &se):
+			return problem(http.StatusConflict, probNotRetryable, "Not retryable", err.Error())
+		case err != nil:
+			return s.internal(err)
+		}
+		return jsonResponse(http.StatusOK, map[string]any{"id": id, "status": store.StatusPending})
+	})
+}
+
+// audienceRequest is the body of PUT /v1/audiences/{name}.
+type audienceRequest struct {
+	Members []relay.Recipient `json:"members"`
+}
+
+func (s *Server) putAudience(w http.ResponseWriter, r *http.Request, c caller) response {
+	body, perr := s.readBody(w, r)
+	if perr != nil {
+		return *perr
+	}
+	var req audienceRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return problem(http.StatusBadRequest, probInvalidJSON, "Invalid audience", `want {"members": [RECIPIENT, ...]}: `+err.Error())
+	}
+	tenant, ok := c.tenantFor(r.URL.Query().Get("tenant"))
+	if !ok {
+		return problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch", "this token cannot write another tenant's audiences")
+	}
+	name := r.PathValue("name")
+	if err := s.r.PutAudience(r.Context(), tenant, name, req.Members); err != nil {
+		return s.eventError(err)
+	}
+	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "name": name, "members": len(req.Members)})
+}
+
+// ready is 200 when the database answers and the writer commits.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.st.Ping(ctx); err != nil {
+		return problem(http.StatusServiceUnavailable, probNotReady, "Not ready", err.Error())
+	}
+	return jsonResponse(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// PruneLoop deletes expired request keys every interval until ctx ends,
+// in small writes so the writer is never held for long.
+func (s *Server) PruneLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		for {
+			n, err := s.st.PruneRequests(ctx, s.now(), 500)
+			if err != nil || n < 500 {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"edgerelay/api"
+)
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "serve",
+		Usage:     "run the HTTP API and the dispatcher in one process",
+		ArgsUsage: " ",
+		Description: `Serves the JSON API on --listen (default 127.0.0.1:8025) and delivers what is
+due, on the one SQLite file. With no config it delivers through the log
+provider (stdout), so this works on a fresh machine:
+
+   edgerelay serve &
+   curl -s localhost:8025/v1/events -d @testdata/event.json
+
+Access: with no tokens configured (config "tenants:" or "edgerelay token
+create") the API is open to every tenant, which is allowed only on a loopback
+address (the sidecar case). Bound to any other address without tokens, serve
+refuses to start.
+
+Endpoints: POST /v1/events, POST /v1/events:batch, GET /v1/notifications/{id},
+GET /v1/notifications?key=K | ?status=S&recipient=R&cursor=C&limit=N,
+POST /v1/notifications/{id}/retry, PUT /v1/audiences/{name}, GET /healthz,
+GET /readyz, GET /metrics. Every POST takes an Idempotency-Key header: the
+first response is stored (--key-ttl) and replayed for a repeat.
+
+SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
+wait up to --drain-timeout for provider calls, record them, exit.`,
+		Flags: commonFlags(
+			flagRoute, flagDelivery,
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8025", EnvVars: []string{"EDGERELAY_LISTEN"}, Usage: "the API's `ADDRESS`"},
+			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, EnvVars: []string{"EDGERELAY_MAX_BODY"}, Usage: "largest request body in `BYTES` (413 beyond)"},
+			&cli.IntFlag{Name: "max-batch", Value: 100, EnvVars: []string{"EDGERELAY_MAX_BATCH"}, Usage: "most events in one POST /v1/events:batch"},
+			&cli.DurationFlag{Name: "key-ttl", Value: 24 * time.Hour, EnvVars: []string{"EDGERELAY_KEY_TTL"}, Usage: "how long a request's Idempotency-Key and response are kept"},
+			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"}, Usage: "on shutdown: how long to wait for calls in flight"},
+			&cli.IntFlag{Name: "max-recipients", EnvVars: []string{"EDGERELAY_MAX_RECIPIENTS"}, Usage: "most recipients per event (default 10000, or limits.max_recipients); 413 beyond"},
+		),
+		OnUsageError: usageErr,
+		Action: func(c *cli.Context) error {
+			s, err := loadSettings(c, c.App.ErrWriter)
+			if err != nil {
+				return err
+			}
+			if err := s.buildRoutes(); err != nil {
+				return err
+			}
+			if c.IsSet("max-recipients") {
+				s.opts.MaxRecipients = c.Int("max-recipients")
+			}
+			listen := c.String("listen")
+			if !c.IsSet("listen") && s.cfg.API.Listen != "" {
+				listen = s.cfg.API.Listen
+			}
+			opts := api.Options{MaxBody: c.Int64("max-body"), MaxBatch: c.Int("max-batch"), KeyTTL: c.Duration("key-ttl"),
+				Logger: s.opts.Logger, TokenHashes: map[string]string{}}
+			if !c.IsSet("max-body") && s.cfg.API.MaxBody > 0 {
+				opts.MaxBody = s.cfg.API.MaxBody
+			}
+			if !c.IsSet("max-batch") && s.cfg.API.MaxBatch > 0 {
+				opts.MaxBatch = s.cfg.API.MaxBatch
+			}
+			if !c.IsSet("key-ttl") && s.cfg.API.KeyTTL > 0 {
+				opts.KeyTTL = time.Duration(s.cfg.API.KeyTTL)
+			}
+			for tenant, tc := range s.cfg.Tenants {
+				for _, tok := range tc.Tokens {
+					sum := sha256.Sum256([]byte(tok))
+					opts.TokenHashes[hex.EncodeToString(sum[:])] = tenant
+				}
+			}
+
+			// Metrics observe the relay, so they exist before it opens.
+			metrics := api.NewMetrics()
+			s.opts.Observer = metrics
+			r, err := openRelayWith(c, s)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			metrics.Watch(r.Store())
+			opts.Metrics = metrics
+
+			stored, err := r.Store().HasTokens(c.Context)
+			if err != nil {
+				return err
+			}
+			if len(opts.TokenHashes) == 0 && !stored {
+				if !isLoopback(listen) {
+					return fmt.Errorf("refusing to serve %s without API tokens: anyone who can reach it could send as any tenant; "+
+						"create one with `edgerelay token create --tenant NAME`, or listen on 127.0.0.1", listen)
+				}
+				opts.Open = true
+				s.opts.Logger.Warn("API is open: no tokens configured; serving every tenant on loopback only", "listen", listen)
+			}
+
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen: %w", err)
+			}
+			handler := api.New(r, opts)
+			hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+			if err := r.Start(c.Context); err != nil {
+				return err
+			}
+			go handler.PruneLoop(c.Context, time.Minute)
+			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.routes))
+			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), s.opts.Path)
+			errc := make(chan error, 1)
+			go func() { errc <- hs.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return fmt.Errorf("serve: %w", err)
+			case <-c.Context.Done():
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
+			defer cancel()
+			// Requests first (an accept in flight finishes and is answered),
+			// then the dispatcher.
+			herr := hs.Shutdown(ctx)
+			derr := r.Stop(ctx)
+			if err := errors.Join(herr, derr); err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: %v\n", err)
+			}
+			return nil
+		},
+	}
+}
+
+// isLoopback reports whether a listen address is on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

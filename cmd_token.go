@@ -1,0 +1,93 @@
+package main
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+)
+
+func tokenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "token",
+		Usage: "create, list and revoke API tokens (each belongs to one tenant)",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "create",
+				Usage:     "create a token for a tenant and print it (once: only its hash is stored)",
+				ArgsUsage: " ",
+				Flags: commonFlags(
+					&cli.StringFlag{Name: "tenant", Required: true, Usage: "the tenant the token acts as"},
+					&cli.StringFlag{Name: "name", Usage: "a label to recognise the token by"},
+				),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					tenant := c.String("tenant")
+					if !validName(tenant) {
+						return cli.Exit(fmt.Sprintf("--tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant), exitUsage)
+					}
+					r, _, err := openRelay(c, c.App.ErrWriter)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					secret := make([]byte, 32)
+					rand.Read(secret)
+					token := "ert_" + base64.RawURLEncoding.EncodeToString(secret)
+					sum := sha256.Sum256([]byte(token))
+					t, err := r.Store().CreateToken(c.Context, tenant, c.String("name"), hex.EncodeToString(sum[:]), timeNow())
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.ErrWriter, "token %d for tenant %s (shown once; send it as Authorization: Bearer TOKEN):\n", t.ID, tenant)
+					fmt.Fprintln(c.App.Writer, token)
+					return nil
+				},
+			},
+			{
+				Name:         "list",
+				Usage:        "list tokens (ids, tenants, names; never the tokens)",
+				Flags:        commonFlags(),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					r, err := openExisting(c)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					ts, err := r.Store().Tokens(c.Context)
+					if err != nil {
+						return err
+					}
+					for _, t := range ts {
+						fmt.Fprintf(c.App.Writer, "%d\t%s\t%s\t%s\n", t.ID, t.Tenant, t.Name, t.CreatedAt.Format("2006-01-02 15:04:05"))
+					}
+					return nil
+				},
+			},
+			{
+				Name:         "revoke",
+				Usage:        "delete a token by id",
+				ArgsUsage:    "ID",
+				Flags:        commonFlags(),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					id, err := strconv.ParseInt(c.Args().First(), 10, 64)
+					if c.NArg() != 1 || err != nil {
+						return cli.Exit("revoke takes one token id (see edgerelay token list)", exitUsage)
+					}
+					r, err := openExisting(c)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					return r.Store().DeleteToken(c.Context, id)
+				},
+			},
+		},
+	}
+}
