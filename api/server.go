@@ -92,9 +92,28 @@ func New(r *relay.Relay, opts Options) *Server {
 		s.mux.Handle("GET /metrics", h)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := s.allowed(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			problem(http.StatusMethodNotAllowed, probMethod, "Method not allowed",
+				r.Method+" "+r.URL.Path+": use "+strings.Join(allow, " or ")).write(w)
+			return
+		}
 		problem(http.StatusNotFound, probNotFound, "Not found", "no route for "+r.Method+" "+r.URL.Path).write(w)
 	})
 	return s
+}
+
+// allowed lists the methods that have a route for r's path.
+func (s *Server) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pattern := s.mux.Handler(r2); pattern != "/" && pattern != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // ServeHTTP logs one line per request, with its status and latency.
@@ -208,7 +227,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *resp
 // is stored with a fingerprint of the request and replayed for a repeat; a
 // repeat with a different body is 422, one while the first is in flight is
 // 409. Server errors are not stored, so a retry runs again.
-func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key string, body []byte, run func() response) response {
+//
+// Only successes are stored (as Stripe does): a rejected request (4xx) or a
+// failed one (5xx) releases its key, so the corrected request, or a retry
+// after the audience exists or the limit was raised, runs afresh. A
+// rejection is deterministic anyway, so a repeat gets the same answer.
+//
+// conflict answers a key reused with a different request; nil gives the
+// standard 422.
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key string, body []byte, conflict func() response, run func() response) response {
 	if key == "" {
 		return run()
 	}
@@ -223,6 +250,8 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key 
 	case errors.Is(err, store.ErrKeyInFlight):
 		return problem(http.StatusConflict, probKeyInFlight, "Request in progress",
 			"a request with this Idempotency-Key is still being processed; retry later")
+	case errors.Is(err, store.ErrKeyReused) && conflict != nil:
+		return conflict()
 	case errors.Is(err, store.ErrKeyReused):
 		return problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
 			"this Idempotency-Key was used for a different request")
@@ -237,7 +266,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key 
 	// retry must find the answer.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if resp.status >= 500 {
+	if resp.status >= 300 {
 		err = s.st.ReleaseRequest(ctx, k)
 	} else {
 		err = s.st.FinishRequest(ctx, k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body}, s.now())
@@ -281,14 +310,14 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 			fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
 	}
 	ev.Tenant = tenant
+	purpose := ev.Purpose
+	if purpose == "" {
+		purpose = ev.Type
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		// The default key is the event's identity, so a client that
 		// retries without a header still gets the first answer back.
-		purpose := ev.Purpose
-		if purpose == "" {
-			purpose = ev.Type
-		}
 		key = "event:" + strconv.Quote(ev.ID) + ":" + strconv.Quote(purpose)
 	}
 	// Fingerprint the event as decoded, not the raw bytes: the same event
@@ -297,20 +326,33 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 	if err != nil {
 		return s.internal(err)
 	}
-	return s.idempotent(w, r, tenant, key, canon, func() response { return s.accept(r.Context(), ev) })
+	var conflict func() response
+	if r.Header.Get("Idempotency-Key") == "" {
+		// The derived key is the event's identity: another body under it is
+		// the same event with different content.
+		conflict = func() response {
+			return problem(http.StatusConflict, probEventConflict, "Event already accepted with different content",
+				fmt.Sprintf("event %q with purpose %q was accepted before with different content; nothing was written", ev.ID, purpose))
+		}
+	}
+	return s.idempotent(w, r, tenant, key, canon, conflict, func() response { return s.acceptTenant(r.Context(), ev, c) })
 }
 
-func (s *Server) accept(ctx context.Context, ev relay.Event) response {
-	res, err := s.r.Accept(ctx, ev)
+// acceptTenant accepts an event whose tenant is resolved, answering with at
+// most PageSize notifications and a link to page through the rest.
+func (s *Server) acceptTenant(ctx context.Context, ev relay.Event, c caller) response {
+	res, err := s.r.AcceptLimit(ctx, ev, s.opts.PageSize)
 	if err != nil {
 		return s.eventError(err)
 	}
 	out := acceptResponse{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose, Duplicate: res.Duplicate,
 		Count: res.Count, Notifications: res.Notifications}
-	if len(out.Notifications) > s.opts.PageSize {
-		out.Notifications = out.Notifications[:s.opts.PageSize]
+	if res.Count > len(out.Notifications) && len(out.Notifications) > 0 {
 		q := url.Values{"event_id": {res.EventID}, "purpose": {res.Purpose},
 			"cursor": {strconv.FormatInt(out.Notifications[len(out.Notifications)-1].ID, 10)}}
+		if c.any {
+			q.Set("tenant", res.Tenant) // an open API has no token to say whose event it is
+		}
 		out.Next = "/v1/notifications?" + q.Encode()
 	}
 	return jsonResponse(http.StatusAccepted, out)
@@ -359,7 +401,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Batch too large",
 			fmt.Sprintf("%d events, more than the limit of %d per batch", len(req.Events), s.opts.MaxBatch), "events")
 	}
-	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), body, func() response {
+	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), body, nil, func() response {
 		// Each event is accepted on its own: all-or-nothing per event, a
 		// result per event.
 		results := make([]batchResult, len(req.Events))
@@ -373,7 +415,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 					fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
 			} else {
 				ev.Tenant = tenant
-				resp = s.accept(r.Context(), ev)
+				resp = s.acceptTenant(r.Context(), ev, c)
 			}
 			results[i] = batchResult{Index: i, Status: resp.status, Result: bytes.TrimSpace(resp.body)}
 		}
@@ -476,7 +518,7 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 	if err != nil || id <= 0 {
 		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification "+strconv.Quote(r.PathValue("id")))
 	}
-	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), nil, func() response {
+	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), nil, nil, func() response {
 		err := s.r.RetryTenant(r.Context(), c.tenant, id)
 		var se *store.StateError
 		switch {

@@ -210,6 +210,12 @@ type AcceptResult struct {
 // returns the same notifications, marked Duplicate. An invalid event is an
 // *InvalidEventError and writes nothing.
 func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
+	return r.AcceptLimit(ctx, ev, 0)
+}
+
+// AcceptLimit is Accept returning at most limit of the event's
+// notifications (all when limit is 0); Count still says how many there are.
+func (r *Relay) AcceptLimit(ctx context.Context, ev Event, limit int) (AcceptResult, error) {
 	if err := r.resolveAudience(ctx, &ev); err != nil {
 		return AcceptResult{}, err
 	}
@@ -242,7 +248,10 @@ func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
 		r.opts.Observer.Accepted(ev.Tenant, acc.Duplicate, acc.Targets)
 	}
 	r.notify()
-	ns, err := r.store.EventNotifications(ctx, acc.EventRow, -1, acc.Targets)
+	if limit <= 0 || limit > acc.Targets {
+		limit = acc.Targets
+	}
+	ns, err := r.store.EventNotifications(ctx, acc.EventRow, -1, limit)
 	if err != nil {
 		return AcceptResult{}, err
 	}

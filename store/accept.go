@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -94,16 +95,25 @@ func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk
 	return expanded, err
 }
 
+// insertRows is how many notifications one INSERT statement writes: one
+// statement per row costs more in statement overhead than in B-tree work.
+const insertRows = 100
+
 func expand(tx *Tx, eventRow int64, from int, chunk []Target, now time.Time) (int, error) {
+	var tenant, typ string
+	if err := tx.queryRow(`SELECT tenant, type FROM events WHERE id = ?`, eventRow).Scan(&tenant, &typ); err != nil {
+		return from, fmt.Errorf("expand event %d: %w", eventRow, err)
+	}
 	t := ms(now)
-	for i, tg := range chunk {
-		_, err := tx.exec(`INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address,
-				next_attempt_at, cycle_started_at, created_at, updated_at)
-			SELECT ?, id, ?, tenant, type, ?, ?, ?, ?, ?, ?, ? FROM events WHERE id = ?
-			ON CONFLICT DO NOTHING`,
-			tg.Key, from+i, tg.Recipient, tg.Channel, tg.Address, t, t, t, t, eventRow)
-		if err != nil {
-			return from, fmt.Errorf("insert notification %s: %w", tg.Key, err)
+	args := make([]any, 0, insertRows*12)
+	for i := 0; i < len(chunk); i += insertRows {
+		rows := chunk[i:min(i+insertRows, len(chunk))]
+		args = args[:0]
+		for j, tg := range rows {
+			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, t, t, t, t)
+		}
+		if _, err := tx.exec(insertNotifications(len(rows)), args...); err != nil {
+			return from, fmt.Errorf("insert notifications of event %d: %w", eventRow, err)
 		}
 	}
 	to := from + len(chunk)
@@ -111,6 +121,15 @@ func expand(tx *Tx, eventRow int64, from int, chunk []Target, now time.Time) (in
 		return from, fmt.Errorf("advance fan-out of event %d: %w", eventRow, err)
 	}
 	return to, nil
+}
+
+// insertNotifications is the INSERT of n notification rows. ON CONFLICT DO
+// NOTHING makes a chunk written twice (after a crash) add nothing.
+func insertNotifications(n int) string {
+	return `INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address,
+			next_attempt_at, cycle_started_at, created_at, updated_at)
+		VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ") + `
+		ON CONFLICT DO NOTHING`
 }
 
 // Unexpanded is an event whose fan-out is not finished.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -241,9 +240,4 @@ func nullInt(n int) any {
 		return nil
 	}
 	return n
-}
-
-// placeholders returns "?, ?, ?" for n arguments.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }

@@ -89,6 +89,9 @@ func dsn(path string, busy time.Duration, readOnly bool, synchronous string) str
 	}
 	q.Add("_pragma", "synchronous("+synchronous+")")
 	q.Add("_pragma", "foreign_keys(ON)")
+	// Each write runs in a savepoint; its sub-journal would otherwise go to
+	// a temporary file, a write(2) per page touched.
+	q.Add("_pragma", "temp_store(MEMORY)")
 	if readOnly {
 		q.Add("_pragma", "query_only(ON)")
 	}
