@@ -94,7 +94,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	d.stopLoop = stop
 	go func() {
 		defer close(d.stopped)
-		d.loop(loopCtx, 0)
+		d.loop(loopCtx, false, 0)
 	}()
 	return nil
 }
@@ -126,6 +126,8 @@ func (r *Relay) RunUntilIdle(ctx context.Context, maxWait time.Duration) (Summar
 		return Summary{}, errors.New("relay: dispatcher already started")
 	}
 	d := r.newDispatcher()
+	loopCtx, stop := context.WithCancel(ctx)
+	d.stopLoop = stop
 	r.d = d
 	r.mu.Unlock()
 	defer func() {
@@ -133,9 +135,7 @@ func (r *Relay) RunUntilIdle(ctx context.Context, maxWait time.Duration) (Summar
 		r.d = nil
 		r.mu.Unlock()
 	}()
-	loopCtx, stop := context.WithCancel(ctx)
-	d.stopLoop = stop
-	d.loop(loopCtx, maxWait)
+	d.loop(loopCtx, true, maxWait)
 	stop()
 	close(d.stopped)
 	// Interrupted (ctx): give calls in flight a bounded time to finish.
@@ -176,9 +176,9 @@ func (d *dispatcher) summary() Summary {
 	return s
 }
 
-// loop claims and hands out work until ctx ends, or, with untilIdle > 0
-// (cron mode), until nothing is due within untilIdle and no call is in flight.
-func (d *dispatcher) loop(ctx context.Context, untilIdle time.Duration) {
+// loop claims and hands out work until ctx ends, or, with idleExit (cron
+// mode), until nothing is due within maxWait and no call is in flight.
+func (d *dispatcher) loop(ctx context.Context, idleExit bool, maxWait time.Duration) {
 	r := d.r
 	var lastSweep time.Time
 	for ctx.Err() == nil {
@@ -203,8 +203,8 @@ func (d *dispatcher) loop(ctx context.Context, untilIdle time.Duration) {
 		if n > 0 {
 			continue
 		}
-		if untilIdle > 0 {
-			idle, err := d.idle(ctx, untilIdle)
+		if idleExit {
+			idle, err := d.idle(ctx, maxWait)
 			if err != nil {
 				d.fail(ctx, err)
 				return
@@ -298,6 +298,21 @@ func (d *dispatcher) call(c store.Claimed) {
 		}
 	}()
 	r := d.r
+	// A retry that became due while no dispatcher ran may be past its max
+	// age: the provider may have forgotten the key, so sending now could
+	// deliver a second copy. Give up without calling.
+	if pol := r.policy(c.Channel); c.ClaimedAt.Sub(c.CycleStartedAt) > pol.MaxAge {
+		reason := fmt.Sprintf("gave up before attempt %d: %s after the first, past the max age of %s (the provider may have forgotten the key)",
+			c.Attempt, c.ClaimedAt.Sub(c.CycleStartedAt).Round(time.Second), pol.MaxAge)
+		if _, err := r.store.GiveUp(context.Background(), c.ID, c.Attempt, reason, r.now()); err != nil {
+			r.log.Error("give up", "notification", c.ID, "err", err)
+			return
+		}
+		d.mu.Lock()
+		d.final[c.ID] = store.StatusDead
+		d.mu.Unlock()
+		return
+	}
 	p := r.provider(c.Channel)
 	var res providers.Result
 	name := "none"

@@ -159,9 +159,11 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		opts.Chunk = 500
 	}
 	opts.Retry = opts.Retry.withDefaults()
+	chRetry := make(map[string]Policy, len(opts.ChannelRetry)) // the caller's map stays as given
 	for c, p := range opts.ChannelRetry {
-		opts.ChannelRetry[c] = p.withDefaults()
+		chRetry[c] = p.withDefaults()
 	}
+	opts.ChannelRetry = chRetry
 	routes := opts.Routes
 	if len(routes) == 0 {
 		routes = map[string]providers.Provider{"*": providers.NewLog(stdout{}, "log://stdout")}

@@ -191,6 +191,25 @@ func (s *Store) Record(ctx context.Context, id int64, a Attempt, d Decision) (bo
 	return applied, err
 }
 
+// GiveUp ends a claimed notification as dead without a call: its claim
+// (attempt n) is undone, since no provider was called, and reason says why.
+// It returns false if the claim was no longer current.
+func (s *Store) GiveUp(ctx context.Context, id int64, n int, reason string, now time.Time) (bool, error) {
+	var applied bool
+	err := s.w.do(ctx, func(tx *Tx) error {
+		res, err := tx.exec(`UPDATE notifications SET status = 'dead', attempts = attempts - 1, cycle_attempts = cycle_attempts - 1,
+				lease_until = NULL, claimed_at = NULL, reason = ?, updated_at = ?
+			WHERE id = ? AND status = 'sending' AND attempts = ?`, reason, ms(now), id, n)
+		if err != nil {
+			return fmt.Errorf("give up notification %d: %w", id, err)
+		}
+		k, _ := res.RowsAffected()
+		applied = k == 1
+		return nil
+	})
+	return applied, err
+}
+
 // Retry puts a failed, dead or unknown notification back to pending, due
 // now, with a fresh retry budget. A sent notification cannot be retried:
 // that would be a second message, not a retry.

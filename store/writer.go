@@ -76,8 +76,8 @@ func startWriter(conn *sql.Conn, maxBatch int, log *slog.Logger) *writer {
 }
 
 // do queues fn and waits until its transaction has committed (nil) or fn or
-// the commit failed. If ctx ends first, do returns ctx.Err(), but fn may
-// still commit: callers must treat that as unknown, as with any remote call.
+// the commit failed. ctx bounds only the wait for a place in the queue: if
+// it ends first, nothing was queued and do returns ctx.Err().
 func (w *writer) do(ctx context.Context, fn func(*Tx) error) error {
 	op := writeOp{fn: fn, done: make(chan error, 1)}
 	w.mu.RLock()
@@ -92,12 +92,11 @@ func (w *writer) do(ctx context.Context, fn func(*Tx) error) error {
 		w.mu.RUnlock()
 		return ctx.Err()
 	}
-	select {
-	case err := <-op.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	// Once queued, the write will be made: wait for its answer whatever ctx
+	// says, so a caller never walks away from a write that then commits
+	// (a claim nobody sends, an accept nobody acknowledges). The wait is
+	// bounded by the batch in front of it and busy_timeout.
+	return <-op.done
 }
 
 // close stops accepting writes, lets the writer answer everything already
