@@ -37,7 +37,7 @@ is further off than --max-wait. Exit status:
    4  none ended badly, but some still wait for a retry beyond --max-wait
    1  could not work at all (database, config)`,
 		Flags: commonFlags(
-			flagRoute, flagDelivery,
+			flagRoute(), flagDelivery(),
 			&cli.BoolFlag{Name: "until-idle", EnvVars: []string{"EDGERELAY_UNTIL_IDLE"}, Usage: "exit when nothing is due within --max-wait (cron mode)"},
 			&cli.DurationFlag{Name: "max-wait", Value: time.Minute, EnvVars: []string{"EDGERELAY_MAX_WAIT"}, Usage: "with --until-idle: the longest wait for a retry before exiting"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"}, Usage: "on shutdown: how long to wait for calls in flight"},

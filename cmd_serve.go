@@ -41,7 +41,7 @@ first response is stored (--key-ttl) and replayed for a repeat.
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
 		Flags: commonFlags(
-			flagRoute, flagDelivery,
+			flagRoute(), flagDelivery(),
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8025", EnvVars: []string{"EDGERELAY_LISTEN"}, Usage: "the API's `ADDRESS`"},
 			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, EnvVars: []string{"EDGERELAY_MAX_BODY"}, Usage: "largest request body in `BYTES` (413 beyond)"},
 			&cli.IntFlag{Name: "max-batch", Value: 100, EnvVars: []string{"EDGERELAY_MAX_BATCH"}, Usage: "most events in one POST /v1/events:batch"},

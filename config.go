@@ -137,24 +137,38 @@ func expandEnv(s string) (string, error) {
 	return out, nil
 }
 
-var (
-	flagDB = &cli.StringFlag{Name: "db", Value: "./edgerelay.db", EnvVars: []string{"EDGERELAY_DB"},
+// Flags are made afresh for every app: urfave/cli writes parsed values
+// into the flag structs, so shared ones would race between apps (tests).
+func flagDB() cli.Flag {
+	return &cli.StringFlag{Name: "db", Value: "./edgerelay.db", EnvVars: []string{"EDGERELAY_DB"},
 		Usage: "the SQLite database `FILE` (created if missing)"}
-	flagConfig = &cli.StringFlag{Name: "config", EnvVars: []string{"EDGERELAY_CONFIG"},
+}
+
+func flagConfig() cli.Flag {
+	return &cli.StringFlag{Name: "config", EnvVars: []string{"EDGERELAY_CONFIG"},
 		Usage: "YAML config `FILE` (routes, types, retry policy); optional"}
-	flagLogLevel = &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"EDGERELAY_LOG_LEVEL"},
+}
+
+func flagLogLevel() cli.Flag {
+	return &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"EDGERELAY_LOG_LEVEL"},
 		Usage: "debug, info, warn or error (logs go to stderr)"}
-	flagRoute = &cli.StringSliceFlag{Name: "route", EnvVars: []string{"EDGERELAY_ROUTES"},
+}
+
+func flagRoute() cli.Flag {
+	return &cli.StringSliceFlag{Name: "route", EnvVars: []string{"EDGERELAY_ROUTES"},
 		Usage: "`CHANNEL=URL`: deliver CHANNEL through the provider at URL (repeatable; CHANNEL * for every other channel). " +
 			"URLs: log://stdout, log:///path/file, webhook+http(s)://host/path, " +
 			"email-http+http(s)://host/path?from=ADDR; options ?timeout=10s&idempotency=honoured|none"}
-	flagDelivery = &cli.StringSliceFlag{Name: "delivery", EnvVars: []string{"EDGERELAY_DELIVERY"},
+}
+
+func flagDelivery() cli.Flag {
+	return &cli.StringSliceFlag{Name: "delivery", EnvVars: []string{"EDGERELAY_DELIVERY"},
 		Usage: "`TYPE=MODE`: at-least-once (default) or at-most-once for notifications of TYPE (repeatable)"}
-)
+}
 
 // globalFlags are accepted before the command and, through commonFlags,
 // after it too.
-func globalFlags() []cli.Flag { return []cli.Flag{flagDB, flagConfig, flagLogLevel} }
+func globalFlags() []cli.Flag { return []cli.Flag{flagDB(), flagConfig(), flagLogLevel()} }
 
 // lookup returns a flag's value from the innermost context where it was
 // set (command, then app), else the default.
