@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -22,8 +23,15 @@ type cliResult struct {
 	stdout, stderr string
 }
 
+// cliMu serialises in-process runs of the app: urfave/cli v2 writes into
+// its package-level HelpFlag and VersionFlag on every run, so two apps in
+// one process race. (The binary runs one app per process.)
+var cliMu sync.Mutex
+
 func runCLI(t *testing.T, stdin string, args ...string) cliResult {
 	t.Helper()
+	cliMu.Lock()
+	defer cliMu.Unlock()
 	var out, errb bytes.Buffer
 	code := run(append([]string{"edgerelay"}, args...), strings.NewReader(stdin), &out, &errb)
 	return cliResult{code, out.String(), errb.String()}
