@@ -47,11 +47,8 @@ is further off than --max-wait. Exit status:
 		),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			s, err := loadSettings(c, c.App.ErrWriter)
+			s, err := deliverySettings(c)
 			if err != nil {
-				return err
-			}
-			if err := s.buildRoutes(); err != nil {
 				return err
 			}
 			if c.IsSet("workers") {

@@ -51,11 +51,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 		),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			s, err := loadSettings(c, c.App.ErrWriter)
+			s, err := deliverySettings(c)
 			if err != nil {
-				return err
-			}
-			if err := s.buildRoutes(); err != nil {
 				return err
 			}
 			if c.IsSet("max-recipients") {

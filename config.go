@@ -250,6 +250,16 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 	return &settings{opts: opts, cfg: cfg, routes: routes}, nil
 }
 
+// deliverySettings are the settings of a command that delivers, with its
+// providers built.
+func deliverySettings(c *cli.Context) (*settings, error) {
+	s, err := loadSettings(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.buildRoutes()
+}
+
 // buildRoutes makes the providers of the routes. Only commands that deliver
 // call it: building a provider may open a file.
 func (s *settings) buildRoutes() error {

@@ -222,6 +222,22 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *resp
 	return body, nil
 }
 
+// readJSON reads a bounded body and decodes it strictly (unknown fields
+// are errors) into v; shape describes the expected body for the error.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, shape string) ([]byte, *response) {
+	body, perr := s.readBody(w, r)
+	if perr != nil {
+		return nil, perr
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		p := problem(http.StatusBadRequest, probInvalidJSON, "Invalid JSON", "want "+shape+": "+err.Error())
+		return nil, &p
+	}
+	return body, nil
+}
+
 // idempotent runs a POST under request idempotency (the IETF
 // Idempotency-Key draft, as Stripe does it): the first response for a key
 // is stored with a fingerprint of the request and replayed for a repeat; a
@@ -384,15 +400,10 @@ type batchResult struct {
 }
 
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) response {
-	body, perr := s.readBody(w, r)
+	var req batchRequest
+	body, perr := s.readJSON(w, r, &req, `{"events": [EVENT, ...]}`)
 	if perr != nil {
 		return *perr
-	}
-	var req batchRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return problem(http.StatusBadRequest, probInvalidJSON, "Invalid batch", `want {"events": [EVENT, ...]}: `+err.Error())
 	}
 	if len(req.Events) == 0 {
 		return problemField(http.StatusBadRequest, probInvalidEvent, "Empty batch", "at least one event", "events")
@@ -539,15 +550,9 @@ type audienceRequest struct {
 }
 
 func (s *Server) putAudience(w http.ResponseWriter, r *http.Request, c caller) response {
-	body, perr := s.readBody(w, r)
-	if perr != nil {
-		return *perr
-	}
 	var req audienceRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return problem(http.StatusBadRequest, probInvalidJSON, "Invalid audience", `want {"members": [RECIPIENT, ...]}: `+err.Error())
+	if _, perr := s.readJSON(w, r, &req, `{"members": [RECIPIENT, ...]}`); perr != nil {
+		return *perr
 	}
 	tenant, ok := c.tenantFor(r.URL.Query().Get("tenant"))
 	if !ok {
