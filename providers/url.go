@@ -12,7 +12,8 @@ import (
 )
 
 // schemes lists the supported provider URL schemes, in the order errors name them.
-var schemes = []string{"log", "webhook+http", "webhook+https", "email-http+http", "email-http+https"}
+var schemes = []string{"log", "webhook+http", "webhook+https", "email-http+http", "email-http+https",
+	"smtp", "smtps", "twilio+http", "twilio+https", "fcm+http", "fcm+https", "slack+http", "slack+https"}
 
 // httpParams are the query parameters every HTTP provider accepts; the
 // provider's own (email-http's from) come on top.
@@ -52,6 +53,14 @@ func New(rawURL string) (Provider, error) {
 		p, problem = newWebhookURL(u)
 	case "email-http+http", "email-http+https":
 		p, problem = newEmailHTTPURL(u)
+	case "smtp", "smtps":
+		p, problem = newSMTPURL(u)
+	case "twilio+http", "twilio+https":
+		p, problem = newTwilioURL(u)
+	case "fcm+http", "fcm+https":
+		p, problem = newFCMURL(u)
+	case "slack+http", "slack+https":
+		p, problem = newSlackURL(u)
 	case "":
 		problem = "missing scheme (supported: " + strings.Join(schemes, ", ") + ")"
 	default:
@@ -111,15 +120,21 @@ func newLogURL(u *url.URL) (Provider, string) {
 }
 
 func newWebhookURL(u *url.URL) (Provider, string) {
-	e, _, problem := parseEndpoint(u, "webhook")
+	e, q, problem := parseEndpoint(u, "webhook", "secret")
 	if problem != "" {
 		return nil, problem
 	}
-	return &Webhook{httpEndpoint: e}, ""
+	w := &Webhook{httpEndpoint: e}
+	if q.Has("secret") {
+		if problem := w.sign(q.Get("secret")); problem != "" {
+			return nil, problem
+		}
+	}
+	return w, ""
 }
 
 func newEmailHTTPURL(u *url.URL) (Provider, string) {
-	e, q, problem := parseEndpoint(u, "email-http", "from")
+	e, q, problem := parseEndpoint(u, "email-http", "from", "preset")
 	if problem != "" {
 		return nil, problem
 	}
@@ -130,7 +145,11 @@ func newEmailHTTPURL(u *url.URL) (Provider, string) {
 	if _, err := mail.ParseAddress(from); err != nil {
 		return nil, fmt.Sprintf(`parameter "from": %q is not an email address: %v`, from, err)
 	}
-	return &EmailHTTP{httpEndpoint: e, from: from}, ""
+	p := &EmailHTTP{httpEndpoint: e, from: from}
+	if problem := p.preset(q.Get("preset")); problem != "" {
+		return nil, problem
+	}
+	return p, ""
 }
 
 // parseEndpoint reads what the HTTP providers share from u; base is the
@@ -216,7 +235,7 @@ func params(u *url.URL, allowed ...string) (url.Values, string) {
 // publicParams are the query parameters whose values are not secret.
 // Redact hides every other value, so a credential put under a wrong name
 // (apikey=…) is not echoed by the error that names the wrong parameter.
-var publicParams = []string{"from", "idempotency", "name", "timeout"}
+var publicParams = []string{"from", "idempotency", "name", "timeout", "preset", "starttls", "channel"}
 
 // Redact returns rawURL fit to quote in errors and logs: userinfo becomes
 // REDACTED, as do the values of token and of any parameter not known to be

@@ -68,15 +68,15 @@ func TestNewErrors(t *testing.T) {
 		url  string
 		want string // the whole error, or a part of it when partial
 	}{
-		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https)`},
-		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https)`},
+		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https)`},
+		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https)`},
 		{"log:stdout", `expected log://`},
 		{"log://relative/file.log", `log target must be stdout, stderr or an absolute file path`},
 		{"log://stdout?timeout=1s", `unknown parameter "timeout" (supported: name)`},
 		{"log:///nonexistent-dir/x/y.log", `open log file`},
 		{"webhook+http://h/x?timeout=fast", `parameter "timeout": "fast" is not a positive Go duration`},
 		{"webhook+http://h/x?timeout=-1s", `parameter "timeout": "-1s"`},
-		{"webhook+http://h/x?tokn=abc&timout=1s", `unknown parameters "timout", "tokn" (supported: idempotency, name, timeout, token)`},
+		{"webhook+http://h/x?tokn=abc&timout=1s", `unknown parameters "timout", "tokn" (supported: idempotency, name, secret, timeout, token)`},
 		{"webhook+http://h/x?timeout=1s&timeout=2s", `parameter "timeout" given 2 times`},
 		{"webhook+http://h/x?idempotency=yes", `parameter "idempotency": "yes" is neither honoured nor none`},
 		{"webhook+http://h/x?token=", `parameter "token" is empty`},
@@ -86,7 +86,7 @@ func TestNewErrors(t *testing.T) {
 		{"webhook+http://u:p@h/x?token=t", `both userinfo and parameter "token" set`},
 		{"email-http+https://api.example.com/emails", `missing parameter "from"`},
 		{"email-http+https://api.example.com/emails?from=nobody", `parameter "from": "nobody" is not an email address`},
-		{"email-http+https://api.example.com/emails?from=a%40b.c&fromm=x", `unknown parameter "fromm" (supported: from, idempotency, name, timeout, token)`},
+		{"email-http+https://api.example.com/emails?from=a%40b.c&fromm=x", `unknown parameter "fromm" (supported: from, idempotency, name, preset, timeout, token)`},
 		{"webhook+http://h:port/x", `not a valid URL: invalid port ":port" after host`},
 	}
 	for _, c := range cases {

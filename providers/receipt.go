@@ -1,0 +1,43 @@
+package providers
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// ReceiptStatus is what a provider's status callback says happened to a
+// message after the provider accepted it.
+type ReceiptStatus string
+
+const (
+	ReceiptDelivered  ReceiptStatus = "delivered"  // reached the recipient (inbox, handset, device)
+	ReceiptBounced    ReceiptStatus = "bounced"    // the recipient's side refused it for good
+	ReceiptComplained ReceiptStatus = "complained" // the recipient marked it as spam
+	ReceiptFailed     ReceiptStatus = "failed"     // the provider gave up after accepting it
+	ReceiptSent       ReceiptStatus = "sent"       // handed on by the provider (queued, sent to carrier): progress only
+)
+
+// Receipt is one status callback about one message.
+type Receipt struct {
+	// ID identifies the receipt itself when the provider gives one (an
+	// event id); empty otherwise. Dedupe uses it, else MessageID+Status.
+	ID string
+	// MessageID is the provider's id for the message, as Result.MessageID
+	// returned it when the message was sent.
+	MessageID string
+	Status    ReceiptStatus
+	At        time.Time // when the provider says it happened; zero if it does not say
+	Detail    string    // the provider's own status words ("undelivered 30003")
+}
+
+// ErrBadSignature: a receipt request's signature is missing or wrong.
+var ErrBadSignature = errors.New("receipt signature missing or invalid")
+
+// ReceiptParser is implemented by providers that take status callbacks.
+// ParseReceipts verifies the request's signature where the provider signs
+// (returning ErrBadSignature), then reads the receipts in its body. url is
+// the full public URL the provider called (some signatures cover it).
+type ReceiptParser interface {
+	ParseReceipts(r *http.Request, body []byte, url string) ([]Receipt, error)
+}
