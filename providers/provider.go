@@ -64,6 +64,10 @@ type Result struct {
 	// Detail is a short human-readable reason ("503 Service Unavailable",
 	// "timeout after the request was written").
 	Detail string
+	// InvalidAddress, with a permanent Refused, says the address itself is
+	// dead (an unregistered push token, a number that cannot receive): the
+	// relay stops sending to it.
+	InvalidAddress bool
 }
 
 // Provider delivers one message per call. Implementations must be safe for
