@@ -133,7 +133,7 @@ func runDemo(ctx context.Context, path string, v demoVariant, w io.Writer) (demo
 	fmt.Fprintf(w, "   route email=%s\n   type payment.succeeded is %s\n", route, v.Mode)
 	r, err := relay.Open(ctx, relay.Options{
 		Path:     path,
-		Routes:   map[string]providers.Provider{"email": p},
+		Routes:   relay.Routes{"email": {p}},
 		Delivery: map[string]relay.Mode{"payment.succeeded": v.Mode},
 		// Short delays so the demo takes a second, not minutes.
 		Retry:  relay.Policy{BaseDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond},

@@ -114,7 +114,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			go handler.PruneLoop(c.Context, time.Minute)
-			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.routes))
+			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.opts.Routes))
 			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), s.opts.Path)
 			errc := make(chan error, 1)
 			go func() { errc <- hs.Serve(ln) }()

@@ -5,27 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
+	"net/url"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/urfave/cli/v2"
 	"gopkg.in/yaml.v3"
 
 	"edgerelay/providers"
 	"edgerelay/relay"
 )
 
-// Config is the optional config file (YAML). Flags override it; with
-// neither, every channel is printed to stdout by the log provider.
+// Config is the optional config file (YAML; testdata/edgerelay.yaml is a
+// commented example). Flags override it; with neither, every channel is
+// printed to stdout by the log provider.
 type Config struct {
 	DB string `yaml:"db"`
-	// Routes maps a channel ("email", "sms", … or "*" for the rest) to a
-	// provider URL.
-	Routes map[string]string `yaml:"routes"`
+	// Providers names providers: a provider URL, options that would be
+	// awkward in it, and limits.
+	Providers map[string]ProviderConfig `yaml:"providers"`
+	// Routes maps a channel ("email", "sms", … or "*" for the rest) to
+	// providers, by name or URL, in failover order.
+	Routes map[string]StringList `yaml:"routes"`
 	// Types sets per-type delivery semantics.
 	Types map[string]TypeConfig `yaml:"types"`
 	// Retry is the default retry policy; Channels overrides it per channel.
@@ -38,17 +40,40 @@ type Config struct {
 	Limits struct {
 		MaxRecipients int `yaml:"max_recipients"`
 	} `yaml:"limits"`
-	// Tenants lists API tokens per tenant; ${VAR} reads an environment
-	// variable, so the file need not hold the secret.
-	Tenants map[string]struct {
-		Tokens []string `yaml:"tokens"`
-	} `yaml:"tenants"`
-	API struct {
+	// Tenants: API tokens and routes of their own.
+	Tenants map[string]TenantConfig `yaml:"tenants"`
+	API     struct {
 		Listen   string   `yaml:"listen"`
 		MaxBody  int64    `yaml:"max_body"`
 		MaxBatch int      `yaml:"max_batch"`
 		KeyTTL   Duration `yaml:"key_ttl"`
 	} `yaml:"api"`
+
+	path string
+	root *yaml.Node // for the line numbers of problems
+}
+
+// ProviderConfig is one named provider.
+type ProviderConfig struct {
+	// URL is a provider URL (edgerelay dispatch --help lists the schemes).
+	URL string `yaml:"url"`
+	// Options are added to the URL's query: a place for secrets
+	// (token: ${RESEND_TOKEN}) and values awkward to escape in a URL.
+	Options map[string]string `yaml:"options"`
+	// Concurrency, Rate (calls per second) and Burst bound the calls to
+	// this provider; 0 is unbounded.
+	Concurrency int     `yaml:"concurrency"`
+	Rate        float64 `yaml:"rate"`
+	Burst       int     `yaml:"burst"`
+}
+
+// TenantConfig is what one tenant configures.
+type TenantConfig struct {
+	// Tokens authenticate the tenant's API calls; ${VAR} reads an
+	// environment variable, so the file need not hold the secret.
+	Tokens []string `yaml:"tokens"`
+	// Routes override the default routes for this tenant's notifications.
+	Routes map[string]StringList `yaml:"routes"`
 }
 
 // TypeConfig is what a notification type chooses.
@@ -85,39 +110,248 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// loadConfig reads and checks a config file. Unknown keys are errors: a
-// misspelt "rotues" must not silently route nothing.
+// StringList reads one string or a list of them.
+type StringList []string
+
+func (l *StringList) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*l = StringList{n.Value}
+		return nil
+	}
+	var xs []string
+	if err := n.Decode(&xs); err != nil {
+		return err
+	}
+	*l = xs
+	return nil
+}
+
+// ConfigError lists every problem found in a config file, each with its
+// place, so one run of `edgerelay config check` shows them all.
+type ConfigError struct {
+	Path     string
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	if len(e.Problems) == 1 {
+		return fmt.Sprintf("config %s: %s", e.Path, e.Problems[0])
+	}
+	return fmt.Sprintf("config %s: %d problems:\n  %s", e.Path, len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+// loadConfig reads and checks a config file: unknown keys, bad values,
+// unset ${VAR}s, routes to providers that do not exist. Provider URLs are
+// checked when they are built (see build).
 func loadConfig(path string) (*Config, error) {
+	cfg, problems, err := parseConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		return nil, &ConfigError{Path: path, Problems: problems}
+	}
+	return cfg, nil
+}
+
+// parseConfig reads a config file and lists its problems. The error is for
+// a file that cannot be read or is not YAML; cfg is nil only then or when
+// the YAML does not fit the format.
+func parseConfig(path string) (*Config, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	var cfg Config
+	cfg := &Config{path: path, root: &yaml.Node{}}
+	if err := yaml.Unmarshal(b, cfg.root); err != nil {
+		return nil, nil, &ConfigError{Path: path, Problems: []string{err.Error()}}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	dec.KnownFields(true) // a misspelt "rotues" must not silently route nothing
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return nil, te.Errors, nil
+		}
+		return nil, nil, &ConfigError{Path: path, Problems: []string{err.Error()}}
 	}
-	for t, tc := range cfg.Tenants {
-		for i, tok := range tc.Tokens {
+	var problems []string
+	add := func(keys []string, format string, args ...any) {
+		problems = append(problems, cfg.at(keys...)+": "+fmt.Sprintf(format, args...))
+	}
+	for _, t := range sortedKeys(cfg.Tenants) {
+		if !validName(t) {
+			add([]string{"tenants", t}, "tenant name %q: use 1 to 64 letters, digits, '.', '_' or '-'", t)
+		}
+		for i, tok := range cfg.Tenants[t].Tokens {
 			v, err := expandEnv(tok)
-			if err != nil {
-				return nil, fmt.Errorf("config %s: tenants.%s.tokens[%d]: %w", path, t, i, err)
-			}
-			if len(v) < 16 {
-				return nil, fmt.Errorf("config %s: tenants.%s.tokens[%d]: shorter than 16 characters", path, t, i)
-			}
-			tc.Tokens[i] = v
-		}
-	}
-	for t, tc := range cfg.Types {
-		if tc.Delivery != "" {
-			if _, err := relay.ParseMode(tc.Delivery); err != nil {
-				return nil, fmt.Errorf("config %s: types.%s.delivery: %w", path, t, err)
+			switch {
+			case err != nil:
+				add([]string{"tenants", t, "tokens"}, "tokens[%d]: %v", i, err)
+			case len(v) < 16:
+				add([]string{"tenants", t, "tokens"}, "tokens[%d]: shorter than 16 characters", i)
+			default:
+				cfg.Tenants[t].Tokens[i] = v
 			}
 		}
+		cfg.checkRoutes(cfg.Tenants[t].Routes, add, "tenants", t, "routes")
 	}
-	return &cfg, nil
+	cfg.checkRoutes(cfg.Routes, add, "routes")
+	for _, t := range sortedKeys(cfg.Types) {
+		if d := cfg.Types[t].Delivery; d != "" {
+			if _, err := relay.ParseMode(d); err != nil {
+				add([]string{"types", t, "delivery"}, "%v", err)
+			}
+		}
+	}
+	for _, name := range sortedKeys(cfg.Providers) {
+		pc := cfg.Providers[name]
+		if pc.URL == "" {
+			add([]string{"providers", name}, "provider %q has no url", name)
+		}
+		if pc.Concurrency < 0 || pc.Rate < 0 || pc.Burst < 0 {
+			add([]string{"providers", name}, "concurrency, rate and burst cannot be negative")
+		}
+	}
+	return cfg, problems, nil
+}
+
+// checkRoutes checks that each route names known providers or URLs.
+func (cfg *Config) checkRoutes(routes map[string]StringList, add func([]string, string, ...any), at ...string) {
+	for _, ch := range sortedKeys(routes) {
+		keys := append(append([]string{}, at...), ch)
+		if len(routes[ch]) == 0 {
+			add(keys, "route %q lists no provider", ch)
+		}
+		for _, ref := range routes[ch] {
+			if _, ok := cfg.Providers[ref]; !ok && !strings.Contains(ref, "://") {
+				add(keys, "route %q: no provider named %q (define it under providers:, or give a provider URL)", ch, ref)
+			}
+		}
+	}
+}
+
+// at describes a place in the file: "line 12 (routes.email)".
+func (cfg *Config) at(keys ...string) string {
+	n := cfg.root
+	line := 0
+	if n != nil && n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, k := range keys {
+		if n == nil || n.Kind != yaml.MappingNode {
+			break
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				line, next = n.Content[i].Line, n.Content[i+1]
+				break
+			}
+		}
+		n = next
+	}
+	where := strings.Join(keys, ".")
+	if line > 0 {
+		return fmt.Sprintf("line %d (%s)", line, where)
+	}
+	return where
+}
+
+// build makes the providers the config and the flag routes name, each once,
+// and resolves the routes. flagRoutes (channel → providers by name or URL)
+// replace the file's route for their channels.
+func (cfg *Config) build(flagRoutes map[string][]string) (relay.Routes, map[string]relay.Routes, map[string]relay.Limit, error) {
+	made := map[string]providers.Provider{}
+	limits := map[string]relay.Limit{}
+	var problems []string
+	provider := func(ref string, at []string) providers.Provider {
+		if p, ok := made[ref]; ok {
+			return p
+		}
+		var p providers.Provider
+		var err error
+		if pc, ok := cfg.Providers[ref]; ok {
+			p, err = newNamedProvider(ref, pc)
+			at = []string{"providers", ref}
+			if err == nil {
+				limits[p.Name()] = relay.Limit{Concurrency: pc.Concurrency, Rate: pc.Rate, Burst: pc.Burst}
+			}
+		} else {
+			var u string
+			if u, err = expandEnv(ref); err == nil {
+				p, err = providers.New(u)
+			}
+		}
+		if err != nil {
+			problems = append(problems, cfg.at(at...)+": "+err.Error())
+			return nil
+		}
+		made[ref] = p
+		return p
+	}
+	resolve := func(routes map[string]StringList, at ...string) relay.Routes {
+		out := relay.Routes{}
+		for _, ch := range sortedKeys(routes) {
+			for _, ref := range routes[ch] {
+				if p := provider(ref, append(append([]string{}, at...), ch)); p != nil {
+					out[ch] = append(out[ch], p)
+				}
+			}
+		}
+		return out
+	}
+	file := map[string]StringList{}
+	for ch, refs := range cfg.Routes {
+		file[ch] = refs
+	}
+	for ch, refs := range flagRoutes {
+		file[ch] = refs // a flag replaces the file's route for its channel
+	}
+	routes := resolve(file, "routes")
+	tenants := map[string]relay.Routes{}
+	for _, t := range sortedKeys(cfg.Tenants) {
+		if rs := cfg.Tenants[t].Routes; len(rs) > 0 {
+			tenants[t] = resolve(rs, "tenants", t, "routes")
+		}
+	}
+	// Providers defined but used by no route are built too, so that `config
+	// check` finds their problems before a route starts using them.
+	for _, name := range sortedKeys(cfg.Providers) {
+		provider(name, []string{"providers", name})
+	}
+	if len(problems) > 0 {
+		return nil, nil, nil, &ConfigError{Path: cfg.path, Problems: problems}
+	}
+	return routes, tenants, limits, nil
+}
+
+// newNamedProvider builds a provider from its config: ${VAR}s expanded,
+// options added to the URL's query, and the provider's name set to its
+// config name (receipts are posted to /v1/receipts/NAME, and status
+// counts are kept by it).
+func newNamedProvider(name string, pc ProviderConfig) (providers.Provider, error) {
+	raw, err := expandEnv(pc.URL)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("url: %s", providers.Redact(raw))
+	}
+	q := u.Query()
+	for _, k := range sortedKeys(pc.Options) {
+		v, err := expandEnv(pc.Options[k])
+		if err != nil {
+			return nil, fmt.Errorf("options.%s: %w", k, err)
+		}
+		q.Set(k, v)
+	}
+	if !q.Has("name") {
+		q.Set("name", name)
+	}
+	u.RawQuery = q.Encode()
+	return providers.New(u.String())
 }
 
 // expandEnv replaces ${VAR} references; an unset variable is an error, not
@@ -137,207 +371,11 @@ func expandEnv(s string) (string, error) {
 	return out, nil
 }
 
-// Flags are made afresh for every app: urfave/cli writes parsed values
-// into the flag structs, so shared ones would race between apps (tests).
-func flagDB() cli.Flag {
-	return &cli.StringFlag{Name: "db", Value: "./edgerelay.db", EnvVars: []string{"EDGERELAY_DB"},
-		Usage: "the SQLite database `FILE` (created if missing)"}
-}
-
-func flagConfig() cli.Flag {
-	return &cli.StringFlag{Name: "config", EnvVars: []string{"EDGERELAY_CONFIG"},
-		Usage: "YAML config `FILE` (routes, types, retry policy); optional"}
-}
-
-func flagLogLevel() cli.Flag {
-	return &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"EDGERELAY_LOG_LEVEL"},
-		Usage: "debug, info, warn or error (logs go to stderr)"}
-}
-
-func flagRoute() cli.Flag {
-	return &cli.StringSliceFlag{Name: "route", EnvVars: []string{"EDGERELAY_ROUTES"},
-		Usage: "`CHANNEL=URL`: deliver CHANNEL through the provider at URL (repeatable; CHANNEL * for every other channel). " +
-			"URLs: log://stdout, log:///path/file, webhook+http(s)://host/path, " +
-			"email-http+http(s)://host/path?from=ADDR; options ?timeout=10s&idempotency=honoured|none"}
-}
-
-func flagDelivery() cli.Flag {
-	return &cli.StringSliceFlag{Name: "delivery", EnvVars: []string{"EDGERELAY_DELIVERY"},
-		Usage: "`TYPE=MODE`: at-least-once (default) or at-most-once for notifications of TYPE (repeatable)"}
-}
-
-// globalFlags are accepted before the command and, through commonFlags,
-// after it too.
-func globalFlags() []cli.Flag { return []cli.Flag{flagDB(), flagConfig(), flagLogLevel()} }
-
-// lookup returns a flag's value from the innermost context where it was
-// set (command, then app), else the default.
-func lookup(c *cli.Context, name string) string {
-	for _, cc := range c.Lineage() {
-		if cc.IsSet(name) {
-			return cc.String(name)
-		}
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	return c.String(name)
-}
-
-func lookupSlice(c *cli.Context, name string) []string {
-	for _, cc := range c.Lineage() {
-		if cc.IsSet(name) {
-			return cc.StringSlice(name)
-		}
-	}
-	return nil
-}
-
-// settings are the resolved config, flags over file.
-type settings struct {
-	opts   relay.Options
-	cfg    *Config
-	routes map[string]string // channel → provider URL, built by buildRoutes
-}
-
-// loadSettings resolves the database path, config file, routes and
-// delivery modes. Every problem is reported, with what to fix.
-func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
-	cfg := &Config{}
-	if path := lookup(c, "config"); path != "" {
-		var err error
-		if cfg, err = loadConfig(path); err != nil {
-			return nil, err
-		}
-	}
-	db := lookup(c, "db")
-	if !isSet(c, "db") && cfg.DB != "" {
-		db = cfg.DB
-	}
-	log, err := newLogger(lookup(c, "log-level"), stderr)
-	if err != nil {
-		return nil, err
-	}
-	opts := relay.Options{
-		Path: db, Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{},
-		Delivery: map[string]relay.Mode{}, Routes: map[string]providers.Provider{},
-		Workers: cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
-	}
-	for ch, p := range cfg.Channels {
-		opts.ChannelRetry[ch] = p.policy()
-	}
-	for t, tc := range cfg.Types {
-		if tc.Delivery != "" {
-			opts.Delivery[t] = relay.Mode(tc.Delivery)
-		}
-	}
-	routes := map[string]string{}
-	for ch, u := range cfg.Routes {
-		routes[ch] = u
-	}
-	for _, r := range lookupSlice(c, "route") {
-		ch, u, ok := strings.Cut(r, "=")
-		if !ok || ch == "" || u == "" {
-			return nil, cli.Exit(fmt.Sprintf("--route %q: want CHANNEL=URL, e.g. email=email-http+http://127.0.0.1:9099/v1/emails?from=relay@example.com", r), exitUsage)
-		}
-		routes[strings.TrimSpace(ch)] = strings.TrimSpace(u)
-	}
-	for _, d := range lookupSlice(c, "delivery") {
-		t, m, ok := strings.Cut(d, "=")
-		mode, err := relay.ParseMode(m)
-		if !ok || t == "" || err != nil {
-			return nil, cli.Exit(fmt.Sprintf("--delivery %q: want TYPE=at-least-once or TYPE=at-most-once", d), exitUsage)
-		}
-		opts.Delivery[t] = mode
-	}
-	return &settings{opts: opts, cfg: cfg, routes: routes}, nil
-}
-
-// deliverySettings are the settings of a command that delivers, with its
-// providers built.
-func deliverySettings(c *cli.Context) (*settings, error) {
-	s, err := loadSettings(c, c.App.ErrWriter)
-	if err != nil {
-		return nil, err
-	}
-	return s, s.buildRoutes()
-}
-
-// buildRoutes makes the providers of the routes. Only commands that deliver
-// call it: building a provider may open a file.
-func (s *settings) buildRoutes() error {
-	chans := make([]string, 0, len(s.routes))
-	for ch := range s.routes {
-		chans = append(chans, ch)
-	}
-	sort.Strings(chans)
-	for _, ch := range chans {
-		p, err := providers.New(s.routes[ch])
-		if err != nil {
-			return fmt.Errorf("route %s: %w", ch, err)
-		}
-		s.opts.Routes[ch] = p
-	}
-	return nil
-}
-
-func isSet(c *cli.Context, name string) bool {
-	for _, cc := range c.Lineage() {
-		if cc.IsSet(name) {
-			return true
-		}
-	}
-	return false
-}
-
-func newLogger(level string, w io.Writer) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, cli.Exit(fmt.Sprintf("--log-level %q: want debug, info, warn or error", level), exitUsage)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
-// openExisting resolves settings and opens a database that must already
-// exist: commands that only read or amend (show, status, retry) must not
-// create an empty database for a mistyped path and report on it.
-func openExisting(c *cli.Context) (*relay.Relay, error) {
-	s, err := loadSettings(c, c.App.ErrWriter)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(s.opts.Path); err != nil {
-		return nil, fmt.Errorf("database %s: %w (send or dispatch creates it; check --db)", s.opts.Path, errors.Unwrap(err))
-	}
-	return openRelayWith(c, s)
-}
-
-func openRelayWith(c *cli.Context, s *settings) (*relay.Relay, error) {
-	return relay.Open(c.Context, s.opts)
-}
-
-// commonFlags returns the global flags (so they work after the command
-// name too) followed by the command's own.
-func commonFlags(own ...cli.Flag) []cli.Flag {
-	return append(globalFlags(), own...)
-}
-
-// usageErr makes a command's flag errors exit with exitUsage.
-func usageErr(c *cli.Context, err error, _ bool) error {
-	return cli.Exit(err.Error()+" (see --help)", exitUsage)
-}
-
-var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-func validName(s string) bool { return tenantName.MatchString(s) }
-
-func timeNow() time.Time { return time.Now() }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
-
-// openRelay resolves settings and opens (creating if needed) the database.
-func openRelay(c *cli.Context, stderr io.Writer) (*relay.Relay, *settings, error) {
-	s, err := loadSettings(c, stderr)
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := openRelayWith(c, s)
-	return r, s, err
+	sort.Strings(keys)
+	return keys
 }

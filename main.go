@@ -103,6 +103,7 @@ Typical use:
 			retryCommand(),
 			audienceCommand(),
 			tokenCommand(),
+			configCommand(),
 			simCommand(),
 			demoCommand(),
 		},

@@ -65,7 +65,7 @@ func setup(tb testing.TB, o options) *bundle {
 		o.Relay.Path = filepath.Join(tb.TempDir(), "relay.db")
 	}
 	if o.Relay.Routes == nil {
-		o.Relay.Routes = map[string]providers.Provider{"*": providers.NewLog(io.Discard, "log://discard")}
+		o.Relay.Routes = relay.Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}
 	}
 	b := &bundle{logs: &logSink{requests: make(chan struct{}, 1024)}}
 	if o.Metrics {
@@ -868,7 +868,7 @@ func TestRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, options{Relay: relay.Options{Routes: map[string]providers.Provider{"*": p}}})
+	b := setup(t, options{Relay: relay.Options{Routes: relay.Routes{"*": {p}}}})
 	res := accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_1", 1))))
 	id := strconv.FormatInt(res.Notifications[0].ID, 10)
 

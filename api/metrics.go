@@ -25,6 +25,7 @@ type Metrics struct {
 	latency       *prometheus.HistogramVec
 	requests      *prometheus.CounterVec
 	reqLatency    *prometheus.HistogramVec
+	receiptsIn    *prometheus.CounterVec
 	batch         prometheus.Histogram
 	commit        prometheus.Histogram
 }
@@ -47,12 +48,14 @@ func NewMetrics() *Metrics {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_http_requests_total", Help: "API requests by route and status."}, []string{"route", "code"})
 	m.reqLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edgerelay_http_request_duration_seconds",
 		Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)}, []string{"route"})
+	m.receiptsIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_receipts_total",
+		Help: "Delivery receipts received from providers, by status (replays included)."}, []string{"provider", "status"})
 	m.batch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_batch_writes",
 		Help: "Writes committed together by the writer (group commit size).", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
 	m.commit = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_commit_seconds",
 		Help: "Writer transaction time, from BEGIN to durable COMMIT.", Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.notifications, m.attempts, m.finished, m.latency,
-		m.requests, m.reqLatency, m.batch, m.commit} {
+		m.requests, m.reqLatency, m.receiptsIn, m.batch, m.commit} {
 		f(c)
 	}
 	return m
@@ -89,6 +92,12 @@ func (m *Metrics) Attempted(channel, provider string, outcome providers.Outcome,
 func (m *Metrics) Committed(writes int, took time.Duration) {
 	m.batch.Observe(float64(writes))
 	m.commit.Observe(took.Seconds())
+}
+
+func (m *Metrics) receipts(provider string, rs []providers.Receipt) {
+	for _, r := range rs {
+		m.receiptsIn.WithLabelValues(provider, string(r.Status)).Inc()
+	}
 }
 
 func (m *Metrics) request(route string, code int, took time.Duration) {

@@ -32,6 +32,8 @@ const (
 	probNotReady       = "https://edgerelay.dev/problems/not-ready"
 	probInternal       = "https://edgerelay.dev/problems/internal"
 	probMethod         = "https://edgerelay.dev/problems/method-not-allowed"
+	probBadSignature   = "https://edgerelay.dev/problems/bad-signature"
+	probInvalidReceipt = "https://edgerelay.dev/problems/invalid-receipt"
 )
 
 // response is what a handler produces: written once, and stored verbatim

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/store"
 )
@@ -41,9 +42,13 @@ type Options struct {
 	// PageSize bounds the notifications listed inline in an accept response
 	// and is the default page size. Default 100.
 	PageSize int
-	Logger   *slog.Logger
-	Metrics  *Metrics // nil: no /metrics
-	Now      func() time.Time
+	// PublicURL is the scheme and host providers use to reach this API
+	// (https://relay.example.com), when a proxy sits in front: receipt
+	// signatures cover the URL the provider called.
+	PublicURL string
+	Logger    *slog.Logger
+	Metrics   *Metrics // nil: no /metrics
+	Now       func() time.Time
 }
 
 // Server is the HTTP API over one Relay.
@@ -83,6 +88,9 @@ func New(r *relay.Relay, opts Options) *Server {
 	s.handle("GET /v1/notifications", s.auth(s.listNotifications))
 	s.handle("POST /v1/notifications/{id}/retry", s.auth(s.retryNotification))
 	s.handle("PUT /v1/audiences/{name}", s.auth(s.putAudience))
+	// Receipts come from providers, not tenants: the provider's signature
+	// is their authentication.
+	s.handle("POST /v1/receipts/{provider}", s.postReceipts)
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) response {
 		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -563,6 +571,48 @@ func (s *Server) putAudience(w http.ResponseWriter, r *http.Request, c caller) r
 		return s.eventError(err)
 	}
 	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "name": name, "members": len(req.Members)})
+}
+
+// postReceipts takes a provider's status callbacks in its own format.
+func (s *Server) postReceipts(w http.ResponseWriter, r *http.Request) response {
+	name := r.PathValue("provider")
+	p := s.r.Provider(name)
+	rp, ok := p.(providers.ReceiptParser)
+	if p == nil || !ok {
+		return problem(http.StatusNotFound, probNotFound, "Not found", fmt.Sprintf("no provider %q that takes receipts", name))
+	}
+	body, perr := s.readBody(w, r)
+	if perr != nil {
+		return *perr
+	}
+	rs, err := rp.ParseReceipts(r, body, s.publicURL(r))
+	if errors.Is(err, providers.ErrBadSignature) {
+		return problem(http.StatusUnauthorized, probBadSignature, "Bad signature", err.Error())
+	}
+	if err != nil {
+		return problem(http.StatusBadRequest, probInvalidReceipt, "Invalid receipt", err.Error())
+	}
+	added, err := s.r.AddReceipts(r.Context(), name, rs)
+	if err != nil {
+		return s.internal(err)
+	}
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.receipts(name, rs)
+	}
+	return jsonResponse(http.StatusOK, map[string]int{"received": len(rs), "new": added})
+}
+
+// publicURL is the URL the provider called, as it signed it: PublicURL's
+// scheme and host when configured (behind a proxy), else the request's.
+func (s *Server) publicURL(r *http.Request) string {
+	if s.opts.PublicURL != "" {
+		return strings.TrimSuffix(s.opts.PublicURL, "/") + r.URL.RequestURI()
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.RequestURI()
 }
 
 // ready is 200 when the database answers and the writer commits.

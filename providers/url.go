@@ -146,7 +146,7 @@ func newEmailHTTPURL(u *url.URL) (Provider, string) {
 		return nil, fmt.Sprintf(`parameter "from": %q is not an email address: %v`, from, err)
 	}
 	p := &EmailHTTP{httpEndpoint: e, from: from}
-	if problem := p.preset(q.Get("preset")); problem != "" {
+	if problem := p.preset(q.Get("preset"), q.Has("idempotency")); problem != "" {
 		return nil, problem
 	}
 	return p, ""
@@ -256,6 +256,10 @@ func Redact(rawURL string) string {
 		authority, path, hasPath := strings.Cut(rest, "/")
 		if j := strings.LastIndexByte(authority, '@'); j >= 0 {
 			authority = hidden + authority[j:]
+		}
+		// A Slack incoming webhook's path is its secret.
+		if hasPath && strings.HasPrefix(strings.ToLower(head), "slack+") {
+			path = hidden
 		}
 		s = head + authority
 		if hasPath {

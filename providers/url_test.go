@@ -115,6 +115,7 @@ func TestNoSecretInErrorsOrNames(t *testing.T) {
 		"webhook+https://h/x?timeout=bad&token=s3cret",                      // a bad value beside a token
 		"webhook+https://admin:hunter2@h:port/x?token=s3cret",               // unparsable
 		"email-http+https://h/x?from=a%40b.c&token=s3cret&Token=apikey-val", // a case slip
+		"slack+https://hooks.slack.com/services/T0/B0/hunter2?tokn=1",       // a Slack webhook's path is its secret
 	}
 	for _, raw := range bad {
 		_, err := New(raw)

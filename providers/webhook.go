@@ -8,9 +8,12 @@ import (
 var _ Provider = (*Webhook)(nil)
 
 // Webhook POSTs each message as JSON to one URL (webhook+http://,
-// webhook+https://). Build it with New.
+// webhook+https://). Build it with New. With secret=whsec_… every request
+// is signed the Standard Webhooks way, and the receiver may post receipts
+// back signed with the same secret (signing.go).
 type Webhook struct {
 	*httpEndpoint
+	key []byte // the decoded secret; nil when the URL sets none
 }
 
 type webhookRecipient struct {
@@ -42,6 +45,9 @@ func (w *Webhook) Send(ctx context.Context, m *Message) Result {
 	})
 	if err != nil {
 		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot encode message"}
+	}
+	if w.key != nil {
+		return w.postSigned(ctx, m.Key, body)
 	}
 	return w.post(ctx, m.Key, body, "id")
 }

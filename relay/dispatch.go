@@ -271,24 +271,34 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	now := d.r.now()
-	cs, err := d.r.store.Claim(ctx, min(free, 256), now, d.r.opts.Lease)
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, nil
+	var cs []store.Claimed
+	for _, p := range d.r.router.plan(now, min(free, 256)) {
+		got, err := d.r.store.ClaimWhere(ctx, p.limit, now, d.r.opts.Lease, p.filter)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return 0, err
 		}
-		return 0, err
+		cs = append(cs, got...)
 	}
 	for _, c := range cs {
 		<-d.slots
 		d.calls.Add(1)
-		go d.call(c)
+		// Take the provider's slot here, not in the worker, so the next
+		// plan sees it taken; a call that finds it taken waits in call.
+		var entered bool
+		if p := d.r.router.route(c.Tenant, c.Channel).at(c.RoutePos); p != nil {
+			entered = d.r.router.gates[p].tryEnter(now)
+		}
+		go d.call(c, entered)
 	}
 	return len(cs), nil
 }
 
 // call makes one provider call and records it. It runs on a worker,
 // outside the writer: the writer never waits on the network.
-func (d *dispatcher) call(c store.Claimed) {
+func (d *dispatcher) call(c store.Claimed, entered bool) {
 	defer func() {
 		d.slots <- struct{}{}
 		d.calls.Done()
@@ -298,22 +308,25 @@ func (d *dispatcher) call(c store.Claimed) {
 		}
 	}()
 	r := d.r
+	route := r.router.route(c.Tenant, c.Channel)
+	p := route.at(c.RoutePos)
+	if entered {
+		defer r.router.gates[p].leave()
+	}
 	// A retry that became due while no dispatcher ran may be past its max
 	// age: the provider may have forgotten the key, so sending now could
 	// deliver a second copy. Give up without calling.
 	if pol := r.policy(c.Channel); c.ClaimedAt.Sub(c.CycleStartedAt) > pol.MaxAge {
 		reason := fmt.Sprintf("gave up before attempt %d: %s after the first, past the max age of %s (the provider may have forgotten the key)",
 			c.Attempt, c.ClaimedAt.Sub(c.CycleStartedAt).Round(time.Second), pol.MaxAge)
-		if _, err := r.store.GiveUp(context.Background(), c.ID, c.Attempt, reason, r.now()); err != nil {
-			r.log.Error("give up", "notification", c.ID, "err", err)
-			return
-		}
-		d.mu.Lock()
-		d.final[c.ID] = store.StatusDead
-		d.mu.Unlock()
+		d.giveUp(c, store.StatusDead, reason)
 		return
 	}
-	p := r.provider(c.Channel)
+	// An address a provider declared dead is not tried again.
+	if why, dead, err := r.store.InvalidAddress(context.Background(), c.Channel, c.Address); err == nil && dead {
+		d.giveUp(c, store.StatusFailed, "not sent: the address is invalid: "+why)
+		return
+	}
 	var res providers.Result
 	name := "none"
 	start := r.now()
@@ -328,24 +341,62 @@ func (d *dispatcher) call(c store.Claimed) {
 			// The call must end before the lease does, or another process
 			// could claim the notification while this call is still live.
 			ctx, cancel := context.WithTimeout(d.callCtx, c.LeaseUntil.Sub(c.ClaimedAt)-leaseMargin(r.opts.Lease))
-			res = p.Send(ctx, &providers.Message{
-				Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
-				Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
-				Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt,
-			})
+			g := r.router.gates[p]
+			var err error
+			if !entered {
+				if err = g.enter(ctx); err == nil {
+					defer g.leave()
+				}
+			}
+			if err != nil {
+				res = providers.Result{Outcome: providers.Refused, Detail: "not sent: waited for the provider's limit until the lease ran short"}
+			} else {
+				start = r.now()
+				res = p.Send(ctx, &providers.Message{
+					Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
+					Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
+					Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt,
+				})
+				if res.Outcome == providers.Refused && res.RetryAfter > 0 {
+					g.pause(r.now().Add(res.RetryAfter)) // the provider asked for a pause: claim nothing for it until then
+				}
+			}
 			cancel()
 		}
 	}
-	d.record(c, name, p, start, res)
+	d.record(c, name, p, len(route), start, res)
+}
+
+// giveUp ends a claimed notification without a call.
+func (d *dispatcher) giveUp(c store.Claimed, status, reason string) {
+	if _, err := d.r.store.GiveUp(context.Background(), c.ID, c.Attempt, status, reason, d.r.now()); err != nil {
+		d.r.log.Error("give up", "notification", c.ID, "err", err)
+		return
+	}
+	d.mu.Lock()
+	d.final[c.ID] = status
+	d.mu.Unlock()
+}
+
+// at returns the provider at a route position; a position past the end
+// (the route was shortened since) starts the route over.
+func (rt Route) at(pos int) providers.Provider {
+	if len(rt) == 0 {
+		return nil
+	}
+	if pos < 0 || pos >= len(rt) {
+		pos = 0
+	}
+	return rt[pos]
 }
 
 // record decides what the outcome means for the notification and writes
 // the attempt and the decision in one transaction.
-func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provider, start time.Time, res providers.Result) {
+func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provider, routeLen int, start time.Time, res providers.Result) {
 	r := d.r
 	now := r.now()
 	honours := p != nil && p.HonoursKeys()
-	dec := decide(c, res, honours, r.mode(c.Type), r.policy(c.Channel), now)
+	dec := decide(c, res, honours, r.mode(c.Type), r.policy(c.Channel), routeLen, now)
 	a := store.Attempt{
 		N: c.Attempt, Provider: provider, StartedAt: start, EndedAt: now, Outcome: string(res.Outcome),
 		Permanent: res.Permanent, HTTPStatus: res.HTTPStatus, MessageID: res.MessageID,
@@ -385,12 +436,13 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 		}
 		for _, c := range cs {
 			name := "none"
-			p := r.provider(c.Channel)
+			route := r.router.route(c.Tenant, c.Channel)
+			p := route.at(c.RoutePos)
 			if p != nil {
 				name = p.Name()
 			}
 			r.log.Warn("recovering an attempt interrupted by a crash", "notification", c.ID, "key", c.Key, "attempt", c.Attempt)
-			d.record(c, name, p, c.ClaimedAt, providers.Result{
+			d.record(c, name, p, len(route), c.ClaimedAt, providers.Result{
 				Outcome: providers.Unknown,
 				Detail:  fmt.Sprintf("lease expired at %s: the process stopped during this attempt (crash or kill); the call may have reached the provider", c.LeaseUntil.Format(time.RFC3339)),
 			})
@@ -415,35 +467,62 @@ func (d *dispatcher) drain(ctx context.Context) error {
 }
 
 // decide is the whole delivery policy: what an attempt's outcome means for
-// the notification. It is a pure function of its inputs.
-func decide(c store.Claimed, res providers.Result, honoursKeys bool, mode Mode, pol Policy, now time.Time) store.Decision {
+// the notification. It is a pure function of its inputs. routeLen is how
+// many providers the notification's route lists (for failover).
+func decide(c store.Claimed, res providers.Result, honoursKeys bool, mode Mode, pol Policy, routeLen int, now time.Time) store.Decision {
+	keep := store.Decision{RoutePos: c.RoutePos, Pinned: c.Pinned, NextAttemptAt: now}
 	switch res.Outcome {
 	case providers.Sent:
-		return store.Decision{Status: store.StatusSent, NextAttemptAt: now}
+		keep.Status = store.StatusSent
+		return keep
 	case providers.Refused:
-		if res.Permanent {
-			return store.Decision{Status: store.StatusFailed, NextAttemptAt: now, Reason: "refused for good: " + res.Detail}
+		if res.Permanent && res.InvalidAddress {
+			// The address is dead, whichever provider is asked.
+			keep.Status, keep.Reason, keep.InvalidAddress = store.StatusFailed, "refused for good, address invalid: "+res.Detail, res.Detail
+			return keep
 		}
-		return retry(c, res, pol, now, "refused: "+res.Detail)
+		// A refusal means this provider did not send: the next provider of
+		// the route may, straight away (never after an unknown: pinned).
+		if !c.Pinned && c.RoutePos+1 < routeLen {
+			if c.CycleAttempts >= pol.MaxAttempts {
+				keep.Status, keep.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: refused: %s", c.CycleAttempts, res.Detail)
+				return keep
+			}
+			keep.Status, keep.RoutePos = store.StatusPending, c.RoutePos+1
+			keep.Reason = fmt.Sprintf("refused (%s); failing over to provider %d of %d", res.Detail, c.RoutePos+2, routeLen)
+			return keep
+		}
+		if res.Permanent {
+			keep.Status, keep.Reason = store.StatusFailed, "refused for good: "+res.Detail
+			return keep
+		}
+		if !c.Pinned {
+			keep.RoutePos = 0 // every provider refused this round: start the route over after the backoff
+		}
+		return retry(c, res, pol, now, "refused: "+res.Detail, keep)
 	default: // Unknown, or a provider that returned nothing usable
+		// From now on only this provider may be tried: another could
+		// deliver a second copy.
+		keep.Pinned = true
 		if honoursKeys {
-			return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); retrying with the same key, which the provider honours")
+			return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); retrying with the same key, which the provider honours", keep)
 		}
 		if mode == AtMostOnce {
-			return store.Decision{Status: store.StatusUnknown, NextAttemptAt: now, Reason: fmt.Sprintf(
+			keep.Status, keep.Reason = store.StatusUnknown, fmt.Sprintf(
 				"outcome unknown (%s); type %q is at-most-once and the provider does not honour idempotency keys, so it is not resent: it may or may not have arrived",
-				res.Detail, c.Type)}
+				res.Detail, c.Type)
+			return keep
 		}
-		return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); at-least-once: retrying, a duplicate is possible because the provider does not honour idempotency keys")
+		return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); at-least-once: retrying, a duplicate is possible because the provider does not honour idempotency keys", keep)
 	}
 }
 
 // retry schedules the next attempt with exponential backoff and jitter,
 // honouring Retry-After, or gives up when the budget is spent.
-func retry(c store.Claimed, res providers.Result, pol Policy, now time.Time, why string) store.Decision {
+func retry(c store.Claimed, res providers.Result, pol Policy, now time.Time, why string, d store.Decision) store.Decision {
 	if c.CycleAttempts >= pol.MaxAttempts {
-		return store.Decision{Status: store.StatusDead, NextAttemptAt: now,
-			Reason: fmt.Sprintf("gave up after %d attempts; last: %s", c.CycleAttempts, why)}
+		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: %s", c.CycleAttempts, why)
+		return d
 	}
 	delay := backoff(pol, c.CycleAttempts)
 	if res.RetryAfter > delay {
@@ -451,11 +530,12 @@ func retry(c store.Claimed, res providers.Result, pol Policy, now time.Time, why
 	}
 	next := now.Add(delay)
 	if next.Sub(c.CycleStartedAt) > pol.MaxAge {
-		return store.Decision{Status: store.StatusDead, NextAttemptAt: now,
-			Reason: fmt.Sprintf("gave up: the next attempt (in %s) would be past the max age of %s; last: %s", delay.Round(time.Millisecond), pol.MaxAge, why)}
+		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up: the next attempt (in %s) would be past the max age of %s; last: %s", delay.Round(time.Millisecond), pol.MaxAge, why)
+		return d
 	}
-	return store.Decision{Status: store.StatusPending, NextAttemptAt: next,
-		Reason: fmt.Sprintf("%s; next attempt in %s", why, delay.Round(time.Millisecond))}
+	d.Status, d.NextAttemptAt = store.StatusPending, next
+	d.Reason = fmt.Sprintf("%s; next attempt in %s", why, delay.Round(time.Millisecond))
+	return d
 }
 
 // backoff is BaseDelay·2^(n-1), capped at MaxDelay, with "equal jitter":

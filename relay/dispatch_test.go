@@ -34,7 +34,7 @@ type deliverCase struct {
 func deliverToAda(t *testing.T, c deliverCase) (*simBundle, *Relay, store.Notification, Summary) {
 	t.Helper()
 	s := setupSim(t, c.honour, c.rules...)
-	opts := Options{Routes: map[string]providers.Provider{"email": s.provider(t, idempotency(c.honour))}, Retry: c.retry}
+	opts := Options{Routes: Routes{"email": {s.provider(t, idempotency(c.honour))}}, Retry: c.retry}
 	if c.mode != "" {
 		opts.Delivery = map[string]Mode{"payment.succeeded": c.mode}
 	}
@@ -234,7 +234,7 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 			var clk clock
 			opts := Options{
 				Path:     t.TempDir() + "/relay.db",
-				Routes:   map[string]providers.Provider{"email": s.provider(t, idempotency(tt.honour))},
+				Routes:   Routes{"email": {s.provider(t, idempotency(tt.honour))}},
 				Delivery: map[string]Mode{"payment.succeeded": tt.mode},
 				Now:      clk.now,
 			}
@@ -295,7 +295,7 @@ func fiveRecipients() Event {
 // while a claim is in the writer: that strands what the claim took (see
 // TestStopDuringClaimLeavesNothingSending).
 func stopOptions(t *testing.T, s *simBundle) Options {
-	return Options{Workers: 5, Routes: map[string]providers.Provider{"email": s.provider(t, "honoured")}}
+	return Options{Workers: 5, Routes: Routes{"email": {s.provider(t, "honoured")}}}
 }
 
 func TestStopWaitsForCallsInFlight(t *testing.T) {
@@ -375,7 +375,7 @@ func TestDecide(t *testing.T) {
 					want = store.StatusPending
 				}
 				name := fmt.Sprintf("%q permanent=%v honours=%v %s", res.Outcome, res.permanent, honours, mode)
-				d := decide(c, providers.Result{Outcome: res.Outcome, Permanent: res.permanent, Detail: "the detail"}, honours, mode, pol, now)
+				d := decide(c, providers.Result{Outcome: res.Outcome, Permanent: res.permanent, Detail: "the detail"}, honours, mode, pol, 1, now)
 				if d.Status != want {
 					t.Errorf("%s: %s (%s), want %s", name, d.Status, d.Reason, want)
 					continue
@@ -405,7 +405,7 @@ func TestDecide(t *testing.T) {
 		for _, n := range []int{2, 3, 4} {
 			cc := c
 			cc.CycleAttempts, cc.Attempt = n, n+5 // the budget counts this cycle only
-			d := decide(cc, refused, true, AtLeastOnce, pol, now)
+			d := decide(cc, refused, true, AtLeastOnce, pol, 1, now)
 			want := store.StatusDead
 			if n < pol.MaxAttempts {
 				want = store.StatusPending
@@ -421,29 +421,29 @@ func TestDecide(t *testing.T) {
 	t.Run("retry-after", func(t *testing.T) {
 		long := refused
 		long.RetryAfter = 10 * time.Second // beyond MaxDelay too: the provider knows best
-		if d := decide(c, long, false, AtLeastOnce, pol, now); d.Status != store.StatusPending || !d.NextAttemptAt.Equal(now.Add(10*time.Second)) {
+		if d := decide(c, long, false, AtLeastOnce, pol, 1, now); d.Status != store.StatusPending || !d.NextAttemptAt.Equal(now.Add(10*time.Second)) {
 			t.Errorf("Retry-After 10s: %s at %s, want pending at now+10s", d.Status, d.NextAttemptAt.Sub(now))
 		}
 		short := refused
 		short.RetryAfter = time.Millisecond
-		if d := decide(c, short, false, AtLeastOnce, pol, now); d.NextAttemptAt.Sub(now) < 50*time.Millisecond {
+		if d := decide(c, short, false, AtLeastOnce, pol, 1, now); d.NextAttemptAt.Sub(now) < 50*time.Millisecond {
 			t.Errorf("Retry-After 1ms: next in %s, want the backoff (at least 50ms)", d.NextAttemptAt.Sub(now))
 		}
 		past := refused
 		past.RetryAfter = 2 * time.Hour
-		if d := decide(c, past, false, AtLeastOnce, pol, now); d.Status != store.StatusDead || !strings.Contains(d.Reason, "max age") {
+		if d := decide(c, past, false, AtLeastOnce, pol, 1, now); d.Status != store.StatusDead || !strings.Contains(d.Reason, "max age") {
 			t.Errorf("Retry-After past the max age: %s (%s), want dead for max age", d.Status, d.Reason)
 		}
 	})
 	t.Run("max age", func(t *testing.T) {
 		old := c
 		old.CycleStartedAt = now.Add(-pol.MaxAge + 10*time.Millisecond) // the backoff (≥50ms) crosses it
-		if d := decide(old, refused, true, AtLeastOnce, pol, now); d.Status != store.StatusDead || !strings.Contains(d.Reason, "max age") {
+		if d := decide(old, refused, true, AtLeastOnce, pol, 1, now); d.Status != store.StatusDead || !strings.Contains(d.Reason, "max age") {
 			t.Errorf("near max age: %s (%s), want dead", d.Status, d.Reason)
 		}
 		young := c
 		young.CycleStartedAt = now.Add(-pol.MaxAge + 2*time.Second)
-		if d := decide(young, refused, true, AtLeastOnce, pol, now); d.Status != store.StatusPending {
+		if d := decide(young, refused, true, AtLeastOnce, pol, 1, now); d.Status != store.StatusPending {
 			t.Errorf("2s before max age: %s (%s), want pending", d.Status, d.Reason)
 		}
 	})
@@ -510,7 +510,7 @@ func TestStopDuringClaimLeavesNothingSending(t *testing.T) {
 	attempted := &hookHandler{Handler: slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}),
 		msg: "attempt", c: make(chan struct{}, 1)}
 	r := setupRelay(t, Options{Logger: slog.New(attempted),
-		Routes: map[string]providers.Provider{"*": providers.NewLog(&out, "log://test")}})
+		Routes: Routes{"*": {providers.NewLog(&out, "log://test")}}})
 	busy, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -564,7 +564,7 @@ func TestNoRetryPastMaxAgeAfterDowntime(t *testing.T) {
 	var clk clock
 	r := setupRelay(t, Options{Now: clk.now,
 		Retry:  Policy{MaxAge: time.Minute, BaseDelay: 20 * time.Second, MaxDelay: 20 * time.Second},
-		Routes: map[string]providers.Provider{"email": s.provider(t, "honoured")}})
+		Routes: Routes{"email": {s.provider(t, "honoured")}}})
 	res := accept(t, r, receipt("evt_501", ada))
 	if sum := runIdle(t, r, time.Millisecond); sum.Attempts != 1 || sum.Waiting != 1 {
 		t.Fatalf("first run: %+v, want one unknown attempt and its retry waiting", sum)
@@ -590,7 +590,7 @@ func TestRunUntilIdleZeroMaxWait(t *testing.T) {
 	t.Parallel()
 	s := setupSim(t, true, sim.Rule{To: "*", Action: sim.ActionRefuse, Status: 503})
 	r := setupRelay(t, Options{Retry: Policy{BaseDelay: time.Hour, MaxDelay: time.Hour},
-		Routes: map[string]providers.Provider{"email": s.provider(t, "honoured")}})
+		Routes: Routes{"email": {s.provider(t, "honoured")}}})
 	accept(t, r, receipt("evt_501", ada))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

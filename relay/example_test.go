@@ -26,7 +26,7 @@ func Example() {
 	ctx := context.Background()
 	r, err := relay.Open(ctx, relay.Options{
 		Path:   filepath.Join(dir, "relay.db"),
-		Routes: map[string]providers.Provider{"*": providers.NewLog(os.Stdout, "log://stdout")},
+		Routes: relay.Routes{"*": {providers.NewLog(os.Stdout, "log://stdout")}},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -36,7 +36,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	ctx := context.Background()
 	r, err := Open(ctx, Options{
 		Path:          filepath.Join(f.TempDir(), "fuzz.db"),
-		Routes:        map[string]providers.Provider{"*": providers.NewLog(io.Discard, "log://discard")},
+		Routes:        Routes{"*": {providers.NewLog(io.Discard, "log://discard")}},
 		MaxRecipients: 1000,
 	})
 	if err != nil {

@@ -76,10 +76,15 @@ func (p Policy) withDefaults() Policy {
 type Options struct {
 	// Path of the SQLite database file; created if missing.
 	Path string
-	// Routes maps a channel to the provider that delivers it. The key "*"
-	// serves every channel without a route of its own. With no routes at
-	// all, every channel is printed to standard output (the log provider).
-	Routes map[string]providers.Provider
+	// Routes maps a channel to the providers that deliver it, in failover
+	// order. The key "*" serves every channel without a route of its own.
+	// With no routes at all, every channel is printed to standard output
+	// (the log provider).
+	Routes Routes
+	// TenantRoutes overrides Routes for some tenants.
+	TenantRoutes map[string]Routes
+	// Limits bounds calls per provider, by provider Name.
+	Limits map[string]Limit
 	// Delivery maps a notification type to its mode; types not listed are
 	// at-least-once.
 	Delivery map[string]Mode
@@ -123,7 +128,7 @@ type Relay struct {
 	opts   Options
 	store  *store.Store
 	log    *slog.Logger
-	routes map[string]providers.Provider
+	router *router
 	now    func() time.Time
 	wake   chan struct{}
 
@@ -166,14 +171,19 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	opts.ChannelRetry = chRetry
 	routes := opts.Routes
 	if len(routes) == 0 {
-		routes = map[string]providers.Provider{"*": providers.NewLog(stdout{}, "log://stdout")}
+		routes = Routes{"*": {providers.NewLog(stdout{}, "log://stdout")}}
+	}
+	for ch, route := range routes {
+		if len(route) == 0 {
+			return nil, fmt.Errorf("relay: route %q lists no provider", ch)
+		}
 	}
 	st, err := store.Open(ctx, opts.Path, store.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout})
 	if err != nil {
 		return nil, err
 	}
 	return &Relay{
-		opts: opts, store: st, log: opts.Logger, routes: routes, now: opts.Now,
+		opts: opts, store: st, log: opts.Logger, router: newRouter(routes, opts.TenantRoutes, opts.Limits), now: opts.Now,
 		wake: make(chan struct{}, 1),
 	}, nil
 }
@@ -335,12 +345,36 @@ func (r *Relay) RetryTenant(ctx context.Context, tenant string, id int64) error 
 	return nil
 }
 
-// provider returns the provider that serves a channel, or nil.
-func (r *Relay) provider(channel string) providers.Provider {
-	if p, ok := r.routes[channel]; ok {
-		return p
+// Provider returns the configured provider with this Name, or nil.
+func (r *Relay) Provider(name string) providers.Provider {
+	for p := range r.router.gates {
+		if p.Name() == name {
+			return p
+		}
 	}
-	return r.routes["*"]
+	return nil
+}
+
+// AddReceipts records a provider's status callbacks (delivered, bounced …)
+// and moves the notifications they are about. A receipt seen before is
+// ignored. It returns how many were new.
+func (r *Relay) AddReceipts(ctx context.Context, provider string, rs []providers.Receipt) (int, error) {
+	in := make([]store.Receipt, len(rs))
+	for i, x := range rs {
+		// What identifies a receipt: the provider's receipt id where it
+		// gives one, else message id and status (the message id alone would
+		// drop the later "delivered").
+		dedupe := "id:" + x.ID
+		if x.ID == "" {
+			dedupe = "msg:" + x.MessageID + "/" + string(x.Status)
+		}
+		in[i] = store.Receipt{Provider: provider, Dedupe: dedupe, MessageID: x.MessageID, Status: string(x.Status), Detail: x.Detail}
+		if !x.At.IsZero() {
+			at := x.At
+			in[i].At = &at
+		}
+	}
+	return r.store.AddReceipts(ctx, in, r.now())
 }
 
 func (r *Relay) mode(typ string) Mode {

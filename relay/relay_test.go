@@ -232,7 +232,7 @@ func TestAcceptInvalidEventWritesNothing(t *testing.T) {
 func TestAcceptSameEventConcurrently(t *testing.T) {
 	t.Parallel()
 	s := setupSim(t, true)
-	r := setupRelay(t, Options{Routes: map[string]providers.Provider{"email": s.provider(t, "honoured")}})
+	r := setupRelay(t, Options{Routes: Routes{"email": {s.provider(t, "honoured")}}})
 	ev := receipt("evt_1", ada)
 
 	const n = 200
@@ -322,11 +322,10 @@ func TestAcceptWithoutChannelsUsesEveryAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	var chat bytes.Buffer
-	r := setupRelay(t, Options{Routes: map[string]providers.Provider{
-		"email": s.provider(t, "honoured"),
-		"sms":   smsp,
-		"*":     providers.NewLog(&chat, "log://chat"),
-	}})
+	r := setupRelay(t, Options{Routes: Routes{
+		"email": {s.provider(t, "honoured")},
+		"sms":   {smsp},
+		"*":     {providers.NewLog(&chat, "log://chat")}}})
 
 	ev := Event{ID: "evt_7", Type: "order.shipped", Body: "On its way", Recipients: []Recipient{
 		{ID: "ada", Email: "ada@example.com", Phone: "+4420000001"},
@@ -484,7 +483,7 @@ func TestFanOutFinishedAfterCrash(t *testing.T) {
 
 	var out syncBuffer
 	r := setupRelay(t, Options{Path: path, Workers: 64, Logger: testLogger(t, slog.LevelWarn),
-		Routes: map[string]providers.Provider{"*": providers.NewLog(&out, "log://test")}})
+		Routes: Routes{"*": {providers.NewLog(&out, "log://test")}}})
 	if c := counts(t, r); c[store.StatusPending] != 500 {
 		t.Fatalf("counts before dispatch %v, want the first chunk of 500 pending", c)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,7 +21,7 @@ const (
 )
 
 // Statuses lists every status in lifecycle order.
-var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown}
+var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown, StatusDelivered, StatusBounced}
 
 // Claimed is a notification claimed for one attempt.
 type Claimed struct {
@@ -39,15 +41,20 @@ type Claimed struct {
 	EventID        string
 	Purpose        string
 	Message        []byte
+	// RoutePos is which provider of the channel's route this attempt uses;
+	// Pinned says an earlier outcome was unknown, so only that provider may
+	// be tried again.
+	RoutePos int
+	Pinned   bool
 }
 
-const claimedCols = `id, key, event, tenant, type, recipient, channel, address, attempts, cycle_attempts, cycle_started_at, claimed_at, lease_until`
+const claimedCols = `id, key, event, tenant, type, recipient, channel, address, attempts, cycle_attempts, cycle_started_at, claimed_at, lease_until, route_pos, pinned`
 
 func scanClaimed(rows *sql.Rows) (Claimed, error) {
 	var c Claimed
 	var cycle, claimed, lease int64
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &c.RoutePos, &c.Pinned)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil = fromMS(cycle), fromMS(claimed), fromMS(lease)
 	return c, err
 }
@@ -56,15 +63,46 @@ func scanClaimed(rows *sql.Rows) (Claimed, error) {
 // lease until now+lease, in one statement, and returns them with their
 // event's message. Nobody else can claim them until the lease ends.
 func (s *Store) Claim(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]Claimed, error) {
+	return s.ClaimWhere(ctx, limit, now, lease, ClaimFilter{})
+}
+
+// ClaimFilter narrows a claim by channel (providers that cannot take a call
+// now): Exclude leaves those channels out; Only, when not nil, takes only
+// those channels.
+type ClaimFilter struct {
+	Exclude []string
+	Only    []string
+}
+
+// ClaimWhere is Claim restricted by f.
+func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease time.Duration, f ClaimFilter) ([]Claimed, error) {
+	where := ""
+	args := []any{ms(now), ms(now.Add(lease)), limit}
+	// Numbered parameters: a bare ? would take its number from the ones
+	// before it in the text, not from args.
+	list := func(channels []string) string {
+		ps := make([]string, len(channels))
+		for i, c := range channels {
+			args = append(args, c)
+			ps[i] = "?" + strconv.Itoa(len(args))
+		}
+		return "(" + strings.Join(ps, ", ") + ")"
+	}
+	if f.Only != nil {
+		where = " AND channel IN " + list(f.Only)
+	}
+	if len(f.Exclude) > 0 {
+		where += " AND channel NOT IN " + list(f.Exclude)
+	}
 	var out []Claimed
 	err := s.w.do(ctx, func(tx *Tx) error {
 		out = out[:0]
 		rows, err := tx.query(`UPDATE notifications
 			SET status = 'sending', attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
 			    claimed_at = ?1, lease_until = ?2, updated_at = ?1
-			WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at <= ?1
+			WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at <= ?1`+where+`
 			             ORDER BY next_attempt_at, id LIMIT ?3)
-			RETURNING `+claimedCols, ms(now), ms(now.Add(lease)), limit)
+			RETURNING `+claimedCols, args...)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
@@ -151,6 +189,11 @@ type Decision struct {
 	Status        string    // the notification's new status
 	NextAttemptAt time.Time // when Status is pending
 	Reason        string    // why, when failed, dead, unknown or retrying
+	RoutePos      int       // the route position the next attempt uses
+	Pinned        bool      // only this provider may be tried from now on
+	// InvalidAddress, when set, marks the notification's address dead on
+	// its channel (in the same transaction), with this reason.
+	InvalidAddress string
 }
 
 func (d Decision) describe() string {
@@ -177,29 +220,45 @@ func (s *Store) Record(ctx context.Context, id int64, a Attempt, d Decision) (bo
 			return fmt.Errorf("record attempt %d of notification %d: %w", a.N, id, err)
 		}
 		res, err := tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
-				provider = ?, provider_message_id = coalesce(?, provider_message_id), last_response = ?, reason = ?, updated_at = ?
+				provider = ?, provider_message_id = coalesce(?, provider_message_id), last_response = ?, reason = ?, updated_at = ?,
+				route_pos = ?, pinned = ?
 			WHERE id = ? AND status = 'sending' AND attempts = ?`,
 			d.Status, ms(d.NextAttemptAt), a.Provider, nullStr(a.MessageID), nullStr(a.Response), nullStr(d.Reason), ms(a.EndedAt),
-			id, a.N)
+			d.RoutePos, d.Pinned, id, a.N)
 		if err != nil {
 			return fmt.Errorf("update notification %d: %w", id, err)
 		}
 		n, _ := res.RowsAffected()
 		applied = n == 1
+		if !applied {
+			return nil
+		}
+		if d.InvalidAddress != "" {
+			if _, err := tx.exec(`INSERT INTO invalid_addresses (channel, address, provider, reason, created_at)
+				SELECT channel, address, ?, ?, ? FROM notifications WHERE id = ?
+				ON CONFLICT DO NOTHING`, a.Provider, d.InvalidAddress, ms(a.EndedAt), id); err != nil {
+				return fmt.Errorf("mark address invalid: %w", err)
+			}
+		}
+		if d.Status == StatusSent && a.MessageID != "" {
+			// Receipts may have come in before this send was recorded.
+			return applyReceipts(tx, a.Provider, a.MessageID, a.EndedAt)
+		}
 		return nil
 	})
 	return applied, err
 }
 
-// GiveUp ends a claimed notification as dead without a call: its claim
-// (attempt n) is undone, since no provider was called, and reason says why.
+// GiveUp ends a claimed notification (dead or failed) without a call: its
+// claim (attempt n) is undone, since no provider was called, and reason
+// says why.
 // It returns false if the claim was no longer current.
-func (s *Store) GiveUp(ctx context.Context, id int64, n int, reason string, now time.Time) (bool, error) {
+func (s *Store) GiveUp(ctx context.Context, id int64, n int, status, reason string, now time.Time) (bool, error) {
 	var applied bool
 	err := s.w.do(ctx, func(tx *Tx) error {
-		res, err := tx.exec(`UPDATE notifications SET status = 'dead', attempts = attempts - 1, cycle_attempts = cycle_attempts - 1,
+		res, err := tx.exec(`UPDATE notifications SET status = ?, attempts = attempts - 1, cycle_attempts = cycle_attempts - 1,
 				lease_until = NULL, claimed_at = NULL, reason = ?, updated_at = ?
-			WHERE id = ? AND status = 'sending' AND attempts = ?`, reason, ms(now), id, n)
+			WHERE id = ? AND status = 'sending' AND attempts = ?`, status, reason, ms(now), id, n)
 		if err != nil {
 			return fmt.Errorf("give up notification %d: %w", id, err)
 		}

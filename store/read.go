@@ -29,6 +29,7 @@ type Notification struct {
 	CreatedAt         time.Time  `json:"created_at"`
 	UpdatedAt         time.Time  `json:"updated_at"`
 	AttemptLog        []Attempt  `json:"attempt_log"`
+	Receipts          []Receipt  `json:"receipts,omitempty"`
 }
 
 const notificationCols = `n.id, n.key, n.tenant, e.event_id, e.purpose, n.type, n.recipient, n.channel, n.address, n.status,
@@ -75,7 +76,12 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if err != nil {
 		return n, fmt.Errorf("read notification: %w", err)
 	}
-	n.AttemptLog, err = s.attempts(ctx, n.ID)
+	if n.AttemptLog, err = s.attempts(ctx, n.ID); err != nil {
+		return n, err
+	}
+	if n.ProviderMessageID != "" {
+		n.Receipts, err = s.receiptsFor(ctx, n.Provider, n.ProviderMessageID)
+	}
 	return n, err
 }
 

@@ -359,3 +359,40 @@ func TestClosedStoreRefusesWrites(t *testing.T) {
 		t.Fatalf("err = %v, want ErrClosed", err)
 	}
 }
+
+func TestClaimWhereFiltersChannels(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	ev, _ := testEvent("e", 0)
+	ev.Targets = 6
+	var ts []Target
+	for i, ch := range []string{"email", "sms", "push", "email", "sms", "push"} {
+		ts = append(ts, Target{Key: fmt.Sprint("k", i), Recipient: fmt.Sprint("r", i), Channel: ch, Address: "a"})
+	}
+	if _, err := s.AcceptEvent(ctx, ev, ts, t0); err != nil {
+		t.Fatal(err)
+	}
+	channels := func(cs []Claimed) map[string]int {
+		m := map[string]int{}
+		for _, c := range cs {
+			m[c.Channel]++
+		}
+		return m
+	}
+	got, err := s.ClaimWhere(ctx, 10, t0, time.Minute, ClaimFilter{Only: []string{"sms"}})
+	if err != nil || fmt.Sprint(channels(got)) != "map[sms:2]" {
+		t.Fatalf("only sms: %v %v", channels(got), err)
+	}
+	got, _ = s.ClaimWhere(ctx, 1, t0, time.Minute, ClaimFilter{Exclude: []string{"email"}})
+	if fmt.Sprint(channels(got)) != "map[push:1]" {
+		t.Fatalf("limit 1 excluding email: %v", channels(got))
+	}
+	got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, ClaimFilter{Only: []string{"email", "push"}, Exclude: []string{"push"}})
+	if fmt.Sprint(channels(got)) != "map[email:2]" {
+		t.Fatalf("email and push less push: %v", channels(got))
+	}
+	if got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, ClaimFilter{Only: []string{}}); len(got) != 0 {
+		t.Fatalf("an empty Only claimed %d", len(got))
+	}
+}

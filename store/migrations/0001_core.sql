@@ -35,7 +35,7 @@ CREATE TABLE notifications (
     channel             TEXT    NOT NULL,
     address             TEXT    NOT NULL,
     status              TEXT    NOT NULL DEFAULT 'pending'
-                        CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'dead', 'unknown')),
+                        CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'dead', 'unknown', 'delivered', 'bounced')),
     attempts            INTEGER NOT NULL DEFAULT 0,
     -- The retry budget (max attempts, max age) counts from the start of the
     -- current cycle: creation, or the last manual retry.

@@ -1,0 +1,497 @@
+package providers
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/mail"
+	"net/textproto"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gomail "github.com/wneessen/go-mail"
+)
+
+var _ Provider = (*SMTP)(nil)
+
+// Default ports: submission with STARTTLS (RFC 6409) and submissions,
+// TLS from the first byte (RFC 8314).
+const (
+	smtpPort  = 587
+	smtpsPort = 465
+)
+
+// smtpAuthPreference is go-mail's own auto-discovery order without NTLM
+// (which needs a Windows domain the URL cannot carry). go-mail's
+// auto-discovery cannot be used as is: with a dial function of our own it
+// does not know that an smtps connection is encrypted and refuses PLAIN and
+// LOGIN there. PLAIN and LOGIN still refuse to send the password over a
+// connection without TLS (except to localhost).
+var smtpAuthPreference = []gomail.SMTPAuthType{
+	gomail.SMTPAuthSCRAMSHA256PLUS, gomail.SMTPAuthSCRAMSHA256,
+	gomail.SMTPAuthSCRAMSHA1PLUS, gomail.SMTPAuthSCRAMSHA1,
+	gomail.SMTPAuthCramMD5, gomail.SMTPAuthPlain, gomail.SMTPAuthLogin,
+}
+
+// SMTP delivers email to a mail server (smtp://, smtps://) through go-mail,
+// one connection and one message per Send. Build it with New:
+//
+//	smtp://user:pass@mail.example.com:587?from=relay%40example.com&starttls=required
+//	smtps://user:pass@mail.example.com:465?from=relay%40example.com
+//
+// SMTP has no idempotency key, so HonoursKeys is false: a server that lost
+// its connection after taking the message will take a retry as a second
+// message. Every attempt carries the same Message-ID, <KEY@sender-domain>,
+// and an X-Edgerelay-Key header, so that a receiving system (or a human
+// reading two copies) can recognise the repeat.
+type SMTP struct {
+	name        string
+	host        string // for certificate checks and AUTH
+	addr        string // host:port, as dialled
+	port        int
+	implicitTLS bool // smtps://
+	policy      gomail.TLSPolicy
+	user, pass  string // user is "" without userinfo
+	from        string
+	idDomain    string // the right-hand side of Message-IDs
+	timeout     time.Duration
+
+	// dial opens the TCP connection and tlsConfig (nil for the defaults)
+	// configures TLS; tests swap them to inject faults and trust a test CA.
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	tlsConfig *tls.Config
+}
+
+func (p *SMTP) Name() string { return p.name }
+
+// HonoursKeys is false: SMTP has no idempotency key, and no server
+// deduplicates by Message-ID at submission.
+func (p *SMTP) HonoursKeys() bool { return false }
+
+// Close does nothing: every Send opens and closes its own connection.
+func (p *SMTP) Close() error { return nil }
+
+func newSMTPURL(u *url.URL) (Provider, string) {
+	q, problem := params(u, "from", "name", "starttls", "timeout")
+	if problem != "" {
+		return nil, problem
+	}
+	host := u.Hostname()
+	if host == "" {
+		return nil, "missing host"
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, "smtp URLs take no path"
+	}
+	p := &SMTP{host: host, implicitTLS: u.Scheme == "smtps", port: smtpPort, timeout: defaultTimeout}
+	if p.implicitTLS {
+		p.port = smtpsPort
+	}
+	if s := u.Port(); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Sprintf("invalid port %q", s)
+		}
+		p.port = n
+	}
+	p.addr = net.JoinHostPort(host, strconv.Itoa(p.port))
+	p.name = u.Scheme + "://" + p.addr
+	if q.Has("name") {
+		if p.name = q.Get("name"); p.name == "" {
+			return nil, `parameter "name" is empty`
+		}
+	}
+
+	p.from = q.Get("from")
+	if p.from == "" {
+		return nil, `missing parameter "from" (the sender, e.g. from=relay%40example.com)`
+	}
+	addr, err := mail.ParseAddress(p.from)
+	if err != nil {
+		return nil, fmt.Sprintf(`parameter "from": %q is not an email address: %v`, p.from, err)
+	}
+	p.idDomain = addr.Address[strings.LastIndexByte(addr.Address, '@')+1:]
+	if !isDotAtom(p.idDomain) {
+		// An internationalised or literal domain cannot stand in a
+		// Message-ID as it is; any fixed domain keeps ids deterministic.
+		p.idDomain = "edgerelay.invalid"
+	}
+
+	switch v := q.Get("starttls"); {
+	case q.Has("starttls") && p.implicitTLS:
+		return nil, `parameter "starttls" applies to smtp:// only (smtps:// is TLS from the first byte)`
+	case v == "" || v == "required":
+		p.policy = gomail.TLSMandatory
+	case v == "opportunistic":
+		p.policy = gomail.TLSOpportunistic
+	case v == "none":
+		p.policy = gomail.NoTLS
+	default:
+		return nil, fmt.Sprintf(`parameter "starttls": %q is not required, opportunistic or none`, v)
+	}
+
+	if v := q.Get("timeout"); q.Has("timeout") {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Sprintf(`parameter "timeout": %q is not a positive Go duration (try 10s or 1500ms)`, v)
+		}
+		p.timeout = d
+	}
+
+	if u.User != nil {
+		if p.user = u.User.Username(); p.user == "" {
+			return nil, "userinfo without a user name"
+		}
+		p.pass, _ = u.User.Password()
+		if !p.implicitTLS && p.policy == gomail.NoTLS {
+			return nil, "credentials with starttls=none would cross the network in clear text (use starttls=required or smtps://)"
+		}
+	}
+	p.dial = (&net.Dialer{Timeout: p.timeout, KeepAlive: 30 * time.Second}).DialContext
+	return p, ""
+}
+
+// Send delivers m in one SMTP transaction and classifies how it ended:
+//
+//   - 250 to the end of DATA: Sent, MessageID is the Message-ID header.
+//   - A 4xx reply to MAIL, RCPT or DATA, or to the end of DATA: Refused.
+//     A 5xx reply: Refused, permanent (552 to RCPT excepted, RFC 5321
+//     4.5.3.1.10); with an address status X.1.1, X.1.2, X.1.3, X.1.6 or
+//     X.1.10 to RCPT, the address is marked invalid.
+//   - Any failure before the end of DATA went out (DNS, refused
+//     connection, TLS, no STARTTLS where required, AUTH, a connection lost
+//     mid-way): Refused; permanent only when the server answered 5xx (a
+//     rejected password, as HTTP's 401).
+//   - The end of DATA went out whole and no reply came (timeout, lost
+//     connection, cancelled ctx): Unknown, the server may have queued it.
+func (p *SMTP) Send(ctx context.Context, m *Message) Result {
+	if m.Key == "" {
+		return Result{Outcome: Refused, Permanent: true, Detail: "message has no idempotency key"}
+	}
+	if m.Address == "" {
+		return Result{Outcome: Refused, Permanent: true, Detail: "no recipient address"}
+	}
+	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
+	if err := msg.From(p.from); err != nil {
+		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "invalid sender"}
+	}
+	if err := msg.To(m.Address); err != nil {
+		return Result{Outcome: Refused, Permanent: true, InvalidAddress: true, Response: err.Error(),
+			Detail: fmt.Sprintf("recipient %q is not an email address", m.Address)}
+	}
+	msg.Subject(m.Subject)
+	id := msgIDLeft(m.Key) + "@" + p.idDomain
+	msg.SetMessageIDWithValue(id)
+	msg.SetGenHeader("X-Edgerelay-Key", m.Key)
+	msg.SetBodyString(gomail.TypeTextPlain, m.Body)
+	if m.HTML != "" {
+		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
+	}
+
+	// go-mail honours ctx only while dialling and bounds each step with its
+	// own timeout; closing the connection when ctx ends bounds the rest.
+	// The deferred cancel also closes a connection go-mail left open after
+	// a failed handshake.
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	var conn atomic.Pointer[trackedConn]
+	dial := func(dctx context.Context, network, _ string) (net.Conn, error) {
+		// go-mail's address is host:port unbracketed, wrong for IPv6.
+		raw, err := p.dial(dctx, network, p.addr)
+		if err != nil {
+			return nil, err
+		}
+		// trackedConn sits below TLS, where a failed write means the bytes
+		// (or the TLS record holding them) never reached the server.
+		tc := &trackedConn{Conn: raw}
+		conn.Store(tc)
+		context.AfterFunc(ctx, func() { tc.Close() })
+		if !p.implicitTLS {
+			return tc, nil
+		}
+		// A *tls.Conn, so that go-mail's SMTP client knows it is encrypted.
+		c := tls.Client(tc, p.tls())
+		if err := c.HandshakeContext(dctx); err != nil {
+			tc.Close()
+			return nil, tlsError{err}
+		}
+		return c, nil
+	}
+	opts := []gomail.Option{
+		gomail.WithPort(p.port),
+		gomail.WithTimeout(p.timeout),
+		gomail.WithTLSConfig(p.tls()),
+		gomail.WithDialContextFunc(dial),
+		// A fresh connection needs no NOOP before MAIL, and nothing follows
+		// the message but QUIT.
+		gomail.WithoutNoop(),
+		gomail.WithoutRset(),
+	}
+	if p.implicitTLS {
+		opts = append(opts, gomail.WithSSL())
+	} else {
+		opts = append(opts, gomail.WithTLSPolicy(p.policy))
+	}
+	if p.user != "" {
+		opts = append(opts, gomail.WithUsername(p.user), gomail.WithPassword(p.pass),
+			gomail.WithOpportunisticSMTPAuth(smtpAuthPreference...))
+	}
+	// A client per Send: go-mail's Client changes its own auth settings
+	// while dialling, so one cannot be shared between concurrent calls.
+	client, err := gomail.NewClient(p.host, opts...)
+	if err != nil {
+		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot configure the smtp client"}
+	}
+	sc, err := client.DialToSMTPClientWithContext(ctx)
+	if err != nil {
+		return smtpDialResult(ctx, err)
+	}
+	err = client.SendWithSMTPClient(sc, msg)
+	var failedWrites int64 // read before QUIT, whose own write may fail
+	if c := conn.Load(); c != nil {
+		failedWrites = c.failedWrites.Load()
+	}
+	_ = client.CloseWithSMTPClient(sc)
+	if msg.IsDelivered() {
+		// The server answered 250 to the end of DATA; an error after that
+		// (the connection dropping before QUIT) changes nothing.
+		reply := "250 " + msg.ServerResponse()
+		return Result{Outcome: Sent, MessageID: "<" + id + ">", Response: truncate([]byte(reply)), Detail: firstLine(reply)}
+	}
+	return smtpSendResult(ctx, err, failedWrites)
+}
+
+// tls returns the TLS configuration for one connection.
+func (p *SMTP) tls() *tls.Config {
+	cfg := p.tlsConfig.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = p.host
+	}
+	return cfg
+}
+
+// smtpDialResult classifies a failure while connecting, greeting, starting
+// TLS or authenticating: the message was not sent.
+func smtpDialResult(ctx context.Context, err error) Result {
+	r := Result{Outcome: Refused, Response: truncate([]byte(err.Error()))}
+	var reply *textproto.Error
+	var dnsErr *net.DNSError
+	msg := err.Error()
+	auth := strings.Contains(msg, "SMTP AUTH") || errors.Is(err, gomail.ErrNoSupportedAuthDiscovered)
+	switch {
+	case errors.As(err, &reply):
+		r.Permanent = reply.Code >= 500
+		r.Detail = "refused before the message was sent: " + firstLine(replyString(reply))
+		if auth {
+			r.Detail = "authentication failed: " + firstLine(replyString(reply))
+		}
+	case auth:
+		// The server offers no mechanism go-mail can use here (or only
+		// PLAIN/LOGIN without TLS): a configuration problem.
+		r.Detail = "authentication not possible: " + msg
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), isTimeout(err):
+		r.Detail = "timeout before the message was sent"
+	case errors.Is(ctx.Err(), context.Canceled):
+		r.Detail = "cancelled before the message was sent"
+	case errors.As(err, &dnsErr):
+		r.Detail = "dns lookup failed"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		r.Detail = "connection refused"
+	case isTLSFailure(err):
+		r.Detail = "tls handshake failed: " + msg
+	case strings.Contains(msg, "does not support STARTTLS"):
+		// go-mail has no sentinel for this; its message is matched.
+		r.Detail = "server does not offer STARTTLS (starttls=required)"
+	default:
+		r.Detail = "connection failed before the message was sent"
+	}
+	return r
+}
+
+// smtpSendResult classifies a failed transaction from go-mail's SendError:
+// its Reason says which step failed, its ErrorCode the server's reply
+// code (0 when there was no reply). failedWrites counts the connection's
+// failed writes by the time the transaction ended.
+func smtpSendResult(ctx context.Context, err error, failedWrites int64) Result {
+	var se *gomail.SendError
+	if !errors.As(err, &se) {
+		// SendWithSMTPClient returns nothing else; should that change, the
+		// safe reading of an unrecognised failure is that it may have sent.
+		return Result{Outcome: Unknown, Response: truncate([]byte(err.Error())), Detail: "unrecognised smtp client error"}
+	}
+	reply := replyText(se)
+	r := Result{Outcome: Refused, Response: truncate([]byte(reply))}
+	code := se.ErrorCode()
+	switch se.Reason {
+	case gomail.ErrSMTPMailFrom, gomail.ErrSMTPRcptTo, gomail.ErrSMTPData, gomail.ErrSMTPDataClose:
+		if code >= 400 {
+			// The server answered, even to the end of DATA: a 4xx or 5xx
+			// there means it did not take responsibility for the message.
+			r.Detail = firstLine(reply)
+			rcpt := se.Reason == gomail.ErrSMTPRcptTo
+			r.Permanent = code >= 500 && !(rcpt && code == 552)
+			r.InvalidAddress = r.Permanent && rcpt && deadMailbox.MatchString(reply)
+			return r
+		}
+	}
+	// No reply. go-mail cannot tell a terminating "." that never left from
+	// a reply that never came (it ignores the write error and reports the
+	// failed read); the connection's failed writes can. A write fails when
+	// the kernel or TLS did not take all of it, so the "." at its end never
+	// reached the server.
+	if se.Reason == gomail.ErrSMTPDataClose && failedWrites == 0 {
+		r.Outcome = Unknown
+		r.Detail = lostDetail(ctx, reply, "after the message was sent")
+		return r
+	}
+	switch se.Reason {
+	case gomail.ErrWriteContent, gomail.ErrSMTPDataClose:
+		r.Detail = lostDetail(ctx, reply, "while the message was being sent")
+	default:
+		r.Detail = lostDetail(ctx, reply, "before the message was sent")
+	}
+	return r
+}
+
+// deadMailbox matches the address statuses (RFC 3463) that say the
+// recipient's address itself is bad: mailbox or system unknown, address
+// syntax, mailbox moved, domain accepts no mail.
+var deadMailbox = regexp.MustCompile(`^5\d\d[ -]5\.1\.(1|2|3|6|10)\b`)
+
+// lostDetail says why no reply came, and when.
+func lostDetail(ctx context.Context, reply, when string) string {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), strings.Contains(reply, "i/o timeout"):
+		return "timeout " + when
+	case errors.Is(ctx.Err(), context.Canceled):
+		return "cancelled " + when
+	}
+	return "connection lost " + when
+}
+
+// replyText is the server's reply (or the transport error) inside a
+// SendError. SendError keeps its errors unexported and has no Unwrap, so
+// the text is cut out of its Error: "<reason>: <errors>, affected
+// recipient(s): …, affected message ID: …". Should the format change, the
+// whole text is kept.
+func replyText(se *gomail.SendError) string {
+	s := se.Error()
+	rest, ok := strings.CutPrefix(s, se.Reason.String()+": ")
+	if !ok {
+		return s
+	}
+	if i := strings.Index(rest, ", affected "); i >= 0 {
+		rest = rest[:i]
+	}
+	return unquoteReply(rest)
+}
+
+// unquoteReply undoes the quoting net/textproto (since Go 1.26) puts
+// around a reply's text in its errors: `550 "5.1.1 no such user"` becomes
+// 550 5.1.1 no such user, a multi-line reply one line per line.
+func unquoteReply(s string) string {
+	if len(s) < 5 || s[3] != ' ' || s[4] != '"' || strings.Trim(s[:3], "0123456789") != "" {
+		return s
+	}
+	quoted, err := strconv.QuotedPrefix(s[4:])
+	if err != nil {
+		return s
+	}
+	text, err := strconv.Unquote(quoted)
+	if err != nil {
+		return s
+	}
+	return s[:4] + text + s[4+len(quoted):]
+}
+
+// replyString is a server's reply as it came, without textproto's quoting.
+func replyString(e *textproto.Error) string {
+	return fmt.Sprintf("%03d %s", e.Code, e.Msg)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(line)
+}
+
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// isTLSFailure recognises a failed handshake, implicit (tlsError) or after
+// STARTTLS, where go-mail returns crypto/tls's error as it is.
+func isTLSFailure(err error) bool {
+	var (
+		tlsErr    tlsError
+		verifyErr *tls.CertificateVerificationError
+		alert     tls.AlertError
+		record    tls.RecordHeaderError
+		authority x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+	)
+	return errors.As(err, &tlsErr) || errors.As(err, &verifyErr) || errors.As(err, &alert) ||
+		errors.As(err, &record) || errors.As(err, &authority) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || strings.HasPrefix(err.Error(), "tls: ")
+}
+
+// msgIDLeft turns an idempotency key into the left-hand side of a
+// Message-ID (RFC 5322 dot-atom-text), the same on every attempt. Bytes
+// outside atext, "%" itself and dots where a dot-atom allows none are
+// percent-encoded, so distinct keys give distinct ids; a key too long for
+// a header line is replaced by its SHA-256.
+func msgIDLeft(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		dotOK := c == '.' && i > 0 && i < len(key)-1 && key[i-1] != '.'
+		if c != '%' && isAtext(c) || dotOK {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	if b.Len() > 200 {
+		sum := sha256.Sum256([]byte(key))
+		return "sha256." + hex.EncodeToString(sum[:])
+	}
+	return b.String()
+}
+
+// isAtext reports whether c is an RFC 5322 atext character.
+func isAtext(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-/=?^_`{|}~", c) >= 0
+}
+
+// isDotAtom reports whether s is RFC 5322 dot-atom-text.
+func isDotAtom(s string) bool {
+	if s == "" {
+		return false
+	}
+	for atom := range strings.SplitSeq(s, ".") {
+		if atom == "" {
+			return false
+		}
+		for i := 0; i < len(atom); i++ {
+			if !isAtext(atom[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}

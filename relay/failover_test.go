@@ -1,0 +1,224 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"edgerelay/providers"
+	"edgerelay/sim"
+	"edgerelay/store"
+)
+
+// endpoint is a webhook receiver that answers every request with status
+// and counts them.
+type endpoint struct {
+	srv   *httptest.Server
+	calls atomic.Int32
+	keys  chan string
+}
+
+func newEndpoint(t *testing.T, status int, header ...string) *endpoint {
+	t.Helper()
+	e := &endpoint{keys: make(chan string, 100)}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		e.calls.Add(1)
+		e.keys <- r.Header.Get("Idempotency-Key")
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *endpoint) provider(t *testing.T, name string) providers.Provider {
+	t.Helper()
+	p, err := providers.New("webhook+" + e.srv.URL + "/hook?name=" + name + "&timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func webhookEvent(id string) Event {
+	return Event{ID: id, Type: "notice", Channels: []string{"webhook"},
+		Recipients: []Recipient{{ID: "u1", URL: "https://customer.example/hook"}}, Body: "hi"}
+}
+
+// A refusal moves the notification to the next provider at once; the
+// attempt trail shows both.
+func TestFailoverOnRefusal(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusServiceUnavailable, http.StatusUnauthorized} {
+		down, up := newEndpoint(t, status), newEndpoint(t, http.StatusOK)
+		r := setupRelay(t, Options{Routes: Routes{"webhook": {down.provider(t, "a"), up.provider(t, "b")}}})
+		acc := accept(t, r, webhookEvent("evt_1"))
+		sum := runIdle(t, r, time.Second)
+		n := notification(t, r, acc.Notifications[0].ID)
+		if n.Status != store.StatusSent || sum.Sent != 1 || len(n.AttemptLog) != 2 ||
+			n.AttemptLog[0].Provider != "a" || n.AttemptLog[0].Outcome != "refused" ||
+			n.AttemptLog[1].Provider != "b" || n.AttemptLog[1].Outcome != "sent" {
+			t.Fatalf("status %d: %+v", status, n)
+		}
+		// No backoff between a refusal and the failover.
+		if gap := n.AttemptLog[1].StartedAt.Sub(n.AttemptLog[0].EndedAt); gap > time.Second {
+			t.Fatalf("failover waited %s", gap)
+		}
+		if k1, k2 := <-down.keys, <-up.keys; k1 != n.Key || k2 != n.Key {
+			t.Fatalf("keys %q %q, want %q on both", k1, k2, n.Key)
+		}
+	}
+}
+
+// An unknown outcome pins the notification to its provider: the retry goes
+// to the same provider with the same key, never to the next one (which
+// could deliver a second copy).
+func TestUnknownPinsToProvider(t *testing.T) {
+	t.Parallel()
+	s := setupSim(t, true, sim.Rule{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionLoseAnswer})
+	up := newEndpoint(t, http.StatusOK)
+	first := s.provider(t, "honoured")
+	r := setupRelay(t, Options{Routes: Routes{"email": {first, up.provider(t, "backup")}}})
+	acc := accept(t, r, receipt("evt_1", Recipient{ID: "ada", Email: "ada@example.com"}))
+	runIdle(t, r, time.Second)
+	n := notification(t, r, acc.Notifications[0].ID)
+	if n.Status != store.StatusSent || len(n.AttemptLog) != 2 || n.AttemptLog[0].Outcome != "unknown" ||
+		n.AttemptLog[1].Provider != first.Name() {
+		t.Fatalf("%+v", n.AttemptLog)
+	}
+	if up.calls.Load() != 0 {
+		t.Fatalf("the backup provider was called %d times after an unknown outcome", up.calls.Load())
+	}
+	if got := s.srv.Counts()["ada@example.com"]; got != 1 {
+		t.Fatalf("ada received %d", got)
+	}
+}
+
+// When every provider of the route refuses, the route starts over after
+// the backoff; a pinned notification never moves.
+func TestDecideFailover(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	pol := Policy{MaxAttempts: 5, MaxAge: time.Hour, BaseDelay: time.Second, MaxDelay: time.Minute}
+	c := store.Claimed{CycleAttempts: 1, CycleStartedAt: now, Type: "t"}
+	refused := providers.Result{Outcome: providers.Refused, Detail: "503"}
+	if d := decide(c, refused, false, AtLeastOnce, pol, 3, now); d.RoutePos != 1 || d.Status != store.StatusPending || !d.NextAttemptAt.Equal(now) {
+		t.Fatalf("first refusal of three: %+v", d)
+	}
+	c.RoutePos = 2
+	if d := decide(c, refused, false, AtLeastOnce, pol, 3, now); d.RoutePos != 0 || !d.NextAttemptAt.After(now) {
+		t.Fatalf("last of the route refused: %+v", d)
+	}
+	c.RoutePos = 1
+	unknown := providers.Result{Outcome: providers.Unknown, Detail: "timeout"}
+	d := decide(c, unknown, true, AtLeastOnce, pol, 3, now)
+	if !d.Pinned || d.RoutePos != 1 {
+		t.Fatalf("unknown: %+v", d)
+	}
+	c.Pinned = true
+	if d := decide(c, refused, true, AtLeastOnce, pol, 3, now); d.RoutePos != 1 || !d.Pinned {
+		t.Fatalf("pinned refusal moved: %+v", d)
+	}
+	dead := providers.Result{Outcome: providers.Refused, Permanent: true, InvalidAddress: true, Detail: "UNREGISTERED"}
+	c.Pinned = false
+	if d := decide(c, dead, false, AtLeastOnce, pol, 3, now); d.Status != store.StatusFailed || d.InvalidAddress == "" {
+		t.Fatalf("invalid address: %+v", d)
+	}
+}
+
+// A provider that declares an address dead fails the notification; later
+// notifications to that address fail without a call.
+func TestInvalidAddressIsNotTriedAgain(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	dead := &fakeProvider{name: "push", send: func(m *providers.Message) providers.Result {
+		calls.Add(1)
+		return providers.Result{Outcome: providers.Refused, Permanent: true, InvalidAddress: true, Detail: "UNREGISTERED"}
+	}}
+	r := setupRelay(t, Options{Routes: Routes{"push": {dead}}})
+	ev := Event{ID: "e1", Type: "t", Channels: []string{"push"}, Recipients: []Recipient{{ID: "u", DeviceToken: "tok-1"}}}
+	accept(t, r, ev)
+	runIdle(t, r, time.Second)
+	ev.ID = "e2"
+	acc := accept(t, r, ev)
+	sum := runIdle(t, r, time.Second)
+	n := notification(t, r, acc.Notifications[0].ID)
+	if calls.Load() != 1 || n.Status != store.StatusFailed || len(n.AttemptLog) != 0 || n.Attempts != 0 || sum.Failed != 1 {
+		t.Fatalf("calls %d, second notification %+v", calls.Load(), n)
+	}
+}
+
+// A provider at its concurrency limit holds no more than that many workers:
+// other channels keep flowing while its calls hang.
+func TestProviderLimitDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	var slowCalls atomic.Int32
+	slow := &fakeProvider{name: "slow", send: func(m *providers.Message) providers.Result {
+		slowCalls.Add(1)
+		<-release
+		return providers.Result{Outcome: providers.Sent}
+	}}
+	fast := &fakeProvider{name: "fast", send: func(m *providers.Message) providers.Result {
+		return providers.Result{Outcome: providers.Sent}
+	}}
+	r := setupRelay(t, Options{Workers: 3, Routes: Routes{"email": {slow}, "sms": {fast}},
+		Limits: map[string]Limit{"slow": {Concurrency: 1}}})
+	t.Cleanup(unblock) // runs before the relay's cleanup closes it
+	var rs []Recipient
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		rs = append(rs, Recipient{ID: id, Email: id + "@example.com"})
+	}
+	accept(t, r, Event{ID: "mail", Type: "t", Channels: []string{"email"}, Recipients: rs})
+	var phones []Recipient
+	for i := range 20 {
+		phones = append(phones, Recipient{ID: string(rune('a' + i)), Phone: "+1555000" + string(rune('0'+i%10))})
+	}
+	accept(t, r, Event{ID: "sms", Type: "t", Channels: []string{"sms"}, Recipients: phones})
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for counts(t, r)[store.StatusSent] < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sms not delivered while the slow provider holds its call: %v", counts(t, r))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := slowCalls.Load(); got != 1 {
+		t.Fatalf("%d calls in flight to a provider limited to 1", got)
+	}
+	unblock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for counts(t, r)[store.StatusSent] < 25 {
+		if ctx.Err() != nil {
+			t.Fatalf("email not delivered after release: %v", counts(t, r))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type fakeProvider struct {
+	name string
+	send func(*providers.Message) providers.Result
+}
+
+func (f *fakeProvider) Name() string      { return f.name }
+func (f *fakeProvider) HonoursKeys() bool { return false }
+func (f *fakeProvider) Send(ctx context.Context, m *providers.Message) providers.Result {
+	return f.send(m)
+}

@@ -1,0 +1,231 @@
+package relay
+
+import (
+	"context"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"edgerelay/providers"
+	"edgerelay/store"
+)
+
+// Route is the providers that serve a channel, in failover order. A
+// refusal (the provider definitely did not send) moves the notification to
+// the next one; an unknown outcome pins it to the provider that gave it,
+// since a second provider could deliver a second copy.
+type Route []providers.Provider
+
+// Routes maps a channel to its route; the key "*" serves every channel
+// without a route of its own.
+type Routes map[string]Route
+
+// Limit bounds the calls to one provider, so that one slow or throttling
+// provider does not take every worker.
+type Limit struct {
+	// Concurrency is the most calls in flight at once; 0 is unbounded
+	// (the dispatcher's workers bound it).
+	Concurrency int
+	// Rate is the most calls per second, with bursts of Burst; 0 is
+	// unbounded.
+	Rate  float64
+	Burst int
+}
+
+// gate enforces one provider's Limit, and its pauses: after a 429 or 503
+// with Retry-After, no notification for it is claimed until then.
+type gate struct {
+	sem   chan struct{} // nil: no concurrency bound
+	rl    *rate.Limiter // nil: no rate bound
+	mu    sync.Mutex
+	until time.Time // paused until
+}
+
+func newGate(l Limit) *gate {
+	g := &gate{}
+	if l.Concurrency > 0 {
+		g.sem = make(chan struct{}, l.Concurrency)
+	}
+	if l.Rate > 0 {
+		g.rl = rate.NewLimiter(rate.Limit(l.Rate), max(l.Burst, 1))
+	}
+	return g
+}
+
+// bounded reports whether the gate can refuse a call now.
+func (g *gate) bounded(now time.Time) bool {
+	return g.sem != nil || g.rl != nil || g.paused(now)
+}
+
+func (g *gate) paused(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return now.Before(g.until)
+}
+
+// capacity is how many calls could start now without waiting.
+func (g *gate) capacity(now time.Time) int {
+	if g.paused(now) {
+		return 0
+	}
+	n := math.MaxInt
+	if g.sem != nil {
+		n = cap(g.sem) - len(g.sem)
+	}
+	if g.rl != nil {
+		n = min(n, int(g.rl.TokensAt(now)))
+	}
+	return max(n, 0)
+}
+
+// tryEnter takes a call slot and a rate token if both are free now.
+func (g *gate) tryEnter(now time.Time) bool {
+	if g.sem != nil {
+		select {
+		case g.sem <- struct{}{}:
+		default:
+			return false
+		}
+	}
+	if g.rl != nil && !g.rl.AllowN(now, 1) {
+		g.leave()
+		return false
+	}
+	return true
+}
+
+// enter waits for a call slot and a rate token; leave gives the slot back.
+func (g *gate) enter(ctx context.Context) error {
+	if g.sem != nil {
+		select {
+		case g.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if g.rl != nil {
+		if err := g.rl.Wait(ctx); err != nil {
+			g.leave()
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *gate) leave() {
+	if g.sem != nil {
+		<-g.sem
+	}
+}
+
+// pause holds claims for this provider until t.
+func (g *gate) pause(t time.Time) {
+	g.mu.Lock()
+	if t.After(g.until) {
+		g.until = t
+	}
+	g.mu.Unlock()
+}
+
+// router resolves a notification's route and holds each provider's gate.
+type router struct {
+	routes Routes
+	tenant map[string]Routes
+	gates  map[providers.Provider]*gate
+}
+
+func newRouter(routes Routes, tenant map[string]Routes, limits map[string]Limit) *router {
+	rt := &router{routes: routes, tenant: tenant, gates: map[providers.Provider]*gate{}}
+	add := func(rs Routes) {
+		for _, route := range rs {
+			for _, p := range route {
+				if _, ok := rt.gates[p]; !ok {
+					rt.gates[p] = newGate(limits[p.Name()])
+				}
+			}
+		}
+	}
+	add(routes)
+	for _, rs := range tenant {
+		add(rs)
+	}
+	return rt
+}
+
+// route returns the route of a tenant's channel: the tenant's own, else the
+// default, else the "*" routes in the same order.
+func (rt *router) route(tenant, channel string) Route {
+	if rs, ok := rt.tenant[tenant]; ok {
+		if r, ok := rs[channel]; ok {
+			return r
+		}
+	}
+	if r, ok := rt.routes[channel]; ok {
+		return r
+	}
+	if rs, ok := rt.tenant[tenant]; ok {
+		if r, ok := rs["*"]; ok {
+			return r
+		}
+	}
+	return rt.routes["*"]
+}
+
+// claimPlan is one claim the dispatcher makes: which channels, how many.
+type claimPlan struct {
+	filter store.ClaimFilter
+	limit  int
+}
+
+// plan splits free workers among claims so that no provider gets more
+// notifications than it can take now (its concurrency, its rate tokens,
+// none while paused): a bounded provider's notifications wait in the queue
+// instead of holding workers that other channels need. It looks at the
+// first provider of each default route; tenant routes and later route
+// positions wait at their gate when they are called.
+func (rt *router) plan(now time.Time, free int) []claimPlan {
+	var plans []claimPlan
+	var bounded, unbounded []string
+	for _, ch := range rt.explicit() {
+		g := rt.gates[rt.routes[ch][0]]
+		if !g.bounded(now) {
+			unbounded = append(unbounded, ch)
+			continue
+		}
+		bounded = append(bounded, ch)
+		if n := min(g.capacity(now), free); n > 0 {
+			plans = append(plans, claimPlan{store.ClaimFilter{Only: []string{ch}}, n})
+			free -= n
+		}
+	}
+	star, ok := rt.routes["*"]
+	switch {
+	case free <= 0:
+	case ok && len(star) > 0 && rt.gates[star[0]].bounded(now):
+		// Channels routed by "*" share its provider's capacity.
+		if len(unbounded) > 0 {
+			plans = append(plans, claimPlan{store.ClaimFilter{Only: unbounded}, free})
+		}
+		if n := min(rt.gates[star[0]].capacity(now), free); n > 0 {
+			plans = append(plans, claimPlan{store.ClaimFilter{Exclude: rt.explicit()}, n})
+		}
+	default:
+		plans = append(plans, claimPlan{store.ClaimFilter{Exclude: bounded}, free})
+	}
+	return plans
+}
+
+// explicit lists the channels with a default route of their own.
+func (rt *router) explicit() []string {
+	var out []string
+	for ch := range rt.routes {
+		if ch != "*" {
+			out = append(out, ch)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

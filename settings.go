@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"edgerelay/relay"
+)
+
+// Flags are made afresh for every app: urfave/cli writes parsed values
+// into the flag structs, so shared ones would race between apps (tests).
+func flagDB() cli.Flag {
+	return &cli.StringFlag{Name: "db", Value: "./edgerelay.db", EnvVars: []string{"EDGERELAY_DB"},
+		Usage: "the SQLite database `FILE` (created if missing)"}
+}
+
+func flagConfig() cli.Flag {
+	return &cli.StringFlag{Name: "config", EnvVars: []string{"EDGERELAY_CONFIG"},
+		Usage: "YAML config `FILE` (routes, types, retry policy); optional"}
+}
+
+func flagLogLevel() cli.Flag {
+	return &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"EDGERELAY_LOG_LEVEL"},
+		Usage: "debug, info, warn or error (logs go to stderr)"}
+}
+
+func flagRoute() cli.Flag {
+	return &cli.StringSliceFlag{Name: "route", EnvVars: []string{"EDGERELAY_ROUTES"},
+		Usage: "`CHANNEL=URL`: deliver CHANNEL through the provider at URL (repeatable; CHANNEL * for every other channel). " +
+			"URLs: log://stdout, log:///path/file, webhook+http(s)://host/path, " +
+			"email-http+http(s)://host/path?from=ADDR; options ?timeout=10s&idempotency=honoured|none"}
+}
+
+func flagDelivery() cli.Flag {
+	return &cli.StringSliceFlag{Name: "delivery", EnvVars: []string{"EDGERELAY_DELIVERY"},
+		Usage: "`TYPE=MODE`: at-least-once (default) or at-most-once for notifications of TYPE (repeatable)"}
+}
+
+// globalFlags are accepted before the command and, through commonFlags,
+// after it too.
+func globalFlags() []cli.Flag { return []cli.Flag{flagDB(), flagConfig(), flagLogLevel()} }
+
+// lookup returns a flag's value from the innermost context where it was
+// set (command, then app), else the default.
+func lookup(c *cli.Context, name string) string {
+	for _, cc := range c.Lineage() {
+		if cc.IsSet(name) {
+			return cc.String(name)
+		}
+	}
+	return c.String(name)
+}
+
+func lookupSlice(c *cli.Context, name string) []string {
+	for _, cc := range c.Lineage() {
+		if cc.IsSet(name) {
+			return cc.StringSlice(name)
+		}
+	}
+	return nil
+}
+
+// settings are the resolved config, flags over file.
+type settings struct {
+	opts       relay.Options
+	cfg        *Config
+	flagRoutes map[string][]string // channel → providers by name or URL, from --route
+}
+
+// loadSettings resolves the database path, config file, routes and
+// delivery modes. Every problem is reported, with what to fix.
+func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
+	cfg := &Config{}
+	if path := lookup(c, "config"); path != "" {
+		var err error
+		if cfg, err = loadConfig(path); err != nil {
+			return nil, err
+		}
+	}
+	db := lookup(c, "db")
+	if !isSet(c, "db") && cfg.DB != "" {
+		db = cfg.DB
+	}
+	log, err := newLogger(lookup(c, "log-level"), stderr)
+	if err != nil {
+		return nil, err
+	}
+	opts := relay.Options{
+		Path: db, Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{},
+		Delivery: map[string]relay.Mode{},
+		Workers:  cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
+	}
+	for ch, p := range cfg.Channels {
+		opts.ChannelRetry[ch] = p.policy()
+	}
+	for t, tc := range cfg.Types {
+		if tc.Delivery != "" {
+			opts.Delivery[t] = relay.Mode(tc.Delivery)
+		}
+	}
+	flagRoutes := map[string][]string{}
+	for _, r := range lookupSlice(c, "route") {
+		ch, u, ok := strings.Cut(r, "=")
+		if !ok || strings.TrimSpace(ch) == "" || strings.TrimSpace(u) == "" {
+			return nil, cli.Exit(fmt.Sprintf("--route %q: want CHANNEL=URL (or CHANNEL=NAME of a configured provider), e.g. email=email-http+http://127.0.0.1:9099/v1/emails?from=relay@example.com", r), exitUsage)
+		}
+		ch = strings.TrimSpace(ch)
+		flagRoutes[ch] = append(flagRoutes[ch], strings.TrimSpace(u)) // repeated: failover order
+	}
+	for _, d := range lookupSlice(c, "delivery") {
+		t, m, ok := strings.Cut(d, "=")
+		mode, err := relay.ParseMode(m)
+		if !ok || t == "" || err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--delivery %q: want TYPE=at-least-once or TYPE=at-most-once", d), exitUsage)
+		}
+		opts.Delivery[t] = mode
+	}
+	return &settings{opts: opts, cfg: cfg, flagRoutes: flagRoutes}, nil
+}
+
+// deliverySettings are the settings of a command that delivers, with its
+// providers built.
+func deliverySettings(c *cli.Context) (*settings, error) {
+	s, err := loadSettings(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.buildRoutes()
+}
+
+// buildRoutes makes the providers of the routes. Only commands that deliver
+// call it: building a provider may open a file.
+func (s *settings) buildRoutes() error {
+	routes, tenants, limits, err := s.cfg.build(s.flagRoutes)
+	if err != nil {
+		return err
+	}
+	s.opts.Routes, s.opts.TenantRoutes, s.opts.Limits = routes, tenants, limits
+	return nil
+}
+
+func isSet(c *cli.Context, name string) bool {
+	for _, cc := range c.Lineage() {
+		if cc.IsSet(name) {
+			return true
+		}
+	}
+	return false
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, cli.Exit(fmt.Sprintf("--log-level %q: want debug, info, warn or error", level), exitUsage)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// openExisting resolves settings and opens a database that must already
+// exist: commands that only read or amend (show, status, retry) must not
+// create an empty database for a mistyped path and report on it.
+func openExisting(c *cli.Context) (*relay.Relay, error) {
+	s, err := loadSettings(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(s.opts.Path); err != nil {
+		return nil, fmt.Errorf("database %s: %w (send or dispatch creates it; check --db)", s.opts.Path, errors.Unwrap(err))
+	}
+	return openRelayWith(c, s)
+}
+
+func openRelayWith(c *cli.Context, s *settings) (*relay.Relay, error) {
+	return relay.Open(c.Context, s.opts)
+}
+
+// commonFlags returns the global flags (so they work after the command
+// name too) followed by the command's own.
+func commonFlags(own ...cli.Flag) []cli.Flag {
+	return append(globalFlags(), own...)
+}
+
+// usageErr makes a command's flag errors exit with exitUsage.
+func usageErr(c *cli.Context, err error, _ bool) error {
+	return cli.Exit(err.Error()+" (see --help)", exitUsage)
+}
+
+var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func validName(s string) bool { return tenantName.MatchString(s) }
+
+func timeNow() time.Time { return time.Now() }
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// openRelay resolves settings and opens (creating if needed) the database.
+func openRelay(c *cli.Context, stderr io.Writer) (*relay.Relay, *settings, error) {
+	s, err := loadSettings(c, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := openRelayWith(c, s)
+	return r, s, err
+}

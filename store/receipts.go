@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Statuses a receipt can move a sent notification to.
+const (
+	StatusDelivered = "delivered" // a receipt says it reached the recipient
+	StatusBounced   = "bounced"   // a receipt says it was refused or dropped after sending
+)
+
+// Receipt is a provider's status callback, as stored.
+type Receipt struct {
+	Provider   string     `json:"provider"`
+	Dedupe     string     `json:"-"`
+	MessageID  string     `json:"message_id"`
+	Status     string     `json:"status"` // sent, delivered, bounced, complained, failed
+	Detail     string     `json:"detail,omitempty"`
+	At         *time.Time `json:"at,omitempty"`
+	ReceivedAt time.Time  `json:"received_at"`
+}
+
+// AddReceipts records receipts and applies each new one to the notification
+// it is about. A receipt already recorded (same provider and dedupe key) is
+// ignored: providers retry their callbacks. It returns how many were new.
+//
+// The notification's status is a function of the set of its receipts, not
+// of their order: bounced (bounced, failed) outranks delivered (delivered,
+// complained), which outranks sent. So a late "sent" never moves it out of
+// delivered or bounced, and a receipt that arrived before the send was
+// recorded is applied when it is (see Record).
+func (s *Store) AddReceipts(ctx context.Context, rs []Receipt, now time.Time) (int, error) {
+	added := 0
+	err := s.w.do(ctx, func(tx *Tx) error {
+		added = 0
+		for _, r := range rs {
+			var id int64
+			var at any
+			if r.At != nil {
+				at = ms(*r.At)
+			}
+			err := tx.queryRow(`INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+				r.Provider, r.Dedupe, r.MessageID, r.Status, nullStr(r.Detail), at, ms(now)).Scan(&id)
+			if isNoRows(err) {
+				continue // a replay
+			}
+			if err != nil {
+				return fmt.Errorf("record receipt: %w", err)
+			}
+			added++
+			if err := applyReceipts(tx, r.Provider, r.MessageID, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return added, err
+}
+
+// applyReceipts moves the sent notification with this provider message id
+// to the status its receipts add up to.
+func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
+	var rank sql.NullInt64
+	if err := tx.queryRow(`SELECT max(CASE status WHEN 'bounced' THEN 3 WHEN 'failed' THEN 3
+			WHEN 'delivered' THEN 2 WHEN 'complained' THEN 2 ELSE 1 END)
+		FROM receipts WHERE provider = ? AND message_id = ?`, provider, messageID).Scan(&rank); err != nil {
+		return fmt.Errorf("rank receipts: %w", err)
+	}
+	var target string
+	switch rank.Int64 {
+	case 3:
+		target = StatusBounced
+	case 2:
+		target = StatusDelivered
+	default:
+		return nil
+	}
+	_, err := tx.exec(`UPDATE notifications SET status = ?1, updated_at = ?2
+		WHERE provider = ?3 AND provider_message_id = ?4
+		  AND (status = 'sent' OR (status = 'delivered' AND ?1 = 'bounced'))`, target, ms(now), provider, messageID)
+	if err != nil {
+		return fmt.Errorf("apply receipt: %w", err)
+	}
+	return nil
+}
+
+// receiptsFor lists the receipts about one sent message, oldest first.
+func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]Receipt, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at
+		FROM receipts WHERE provider = ? AND message_id = ? ORDER BY id`, provider, messageID)
+	if err != nil {
+		return nil, fmt.Errorf("read receipts: %w", err)
+	}
+	defer rows.Close()
+	var out []Receipt
+	for rows.Next() {
+		var r Receipt
+		var at sql.NullInt64
+		var recv int64
+		if err := rows.Scan(&r.Provider, &r.MessageID, &r.Status, &r.Detail, &at, &recv); err != nil {
+			return nil, err
+		}
+		if at.Valid {
+			t := fromMS(at.Int64)
+			r.At = &t
+		}
+		r.ReceivedAt = fromMS(recv)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// InvalidAddress reports whether a provider marked this address dead on
+// this channel, and why.
+func (s *Store) InvalidAddress(ctx context.Context, channel, address string) (string, bool, error) {
+	var reason, provider string
+	err := s.rdb.QueryRowContext(ctx, `SELECT reason, provider FROM invalid_addresses WHERE channel = ? AND address = ?`,
+		channel, address).Scan(&reason, &provider)
+	if isNoRows(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read invalid addresses: %w", err)
+	}
+	return fmt.Sprintf("%s (marked by %s)", reason, provider), true, nil
+}
