@@ -10,10 +10,10 @@ require (
 )
 
 require (
-	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6
-	github.com/emersion/go-smtp v0.25.1
-	github.com/wneessen/go-mail v0.8.1
-	golang.org/x/time v0.16.0
+	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // tests: AUTH PLAIN in the in-process SMTP server
+	github.com/emersion/go-smtp v0.25.1 // tests: a real SMTP server on loopback for the smtp provider
+	github.com/wneessen/go-mail v0.8.1 // the smtp provider: STARTTLS/TLS, AUTH, MIME (v0.8.2 needs Go 1.27)
+	golang.org/x/time v0.16.0 // per-provider rate limits (rate.Limiter)
 )
 
 require (
