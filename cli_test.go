@@ -282,3 +282,55 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Fatalf("config %+v", cfg)
 	}
 }
+
+// config check prints every problem with its line, and the routes of a
+// good file.
+func TestConfigCheck(t *testing.T) { // not parallel: it sets an environment variable
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte(`providers:
+  resend:
+    url: email-http+https://api.example.com/emails?from=billing%40example.com&preset=resend
+    options:
+      token: ${EDGERELAY_TEST_UNSET_TOKEN}
+  backup:
+    url: email-http+https://mail.example.com/send?from=billing%40example.com&fromm=x
+routes:
+  email: [resend, backup, nosuch]
+types:
+  otp:
+    delivery: twice
+`), 0o644)
+	r := runCLI(t, "", "config", "check", bad)
+	for _, want := range []string{"4 problems", "line 2 (providers.resend)", "EDGERELAY_TEST_UNSET_TOKEN is not set",
+		`line 9 (routes.email): route "email": no provider named "nosuch"`, "line 12 (types.otp.delivery)", `unknown parameter "fromm"`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("config check output lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if r.code != exitError {
+		t.Errorf("exit %d", r.code)
+	}
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte(`providers:
+  primary:
+    url: webhook+https://hooks.example.com/a
+    options:
+      token: ${EDGERELAY_TEST_SET_TOKEN}
+    concurrency: 4
+  backup:
+    url: webhook+https://hooks.example.com/b
+routes:
+  webhook: [primary, backup]
+tenants:
+  acme:
+    routes:
+      webhook: backup
+`), 0o644)
+	t.Setenv("EDGERELAY_TEST_SET_TOKEN", "secret-value-123")
+	r = runCLI(t, "", "config", "check", good)
+	if r.code != 0 || !strings.Contains(r.stdout, "route webhook  primary -> backup") || !strings.Contains(r.stdout, "tenant acme: route webhook backup") ||
+		strings.Contains(r.stdout+r.stderr, "secret-value-123") {
+		t.Fatalf("good config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

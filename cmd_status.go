@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -18,7 +20,8 @@ func statusCommand() *cli.Command {
 		ArgsUsage: " ",
 		Description: `Statuses: pending (waiting for an attempt), sending (a call in flight), sent,
 failed (refused for good), dead (retries exhausted), unknown (maybe sent; not
-resent because its type is at-most-once and the provider has no keys).
+resent because its type is at-most-once and the provider has no keys; each is
+listed by id), delivered and bounced (a provider's receipt said so).
 "oldest due" is how long the oldest due notification has waited: dispatch lag.`,
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
@@ -43,6 +46,13 @@ resent because its type is at-most-once and the provider has no keys).
 			fmt.Fprintln(w, "notifications")
 			for _, s := range store.Statuses {
 				fmt.Fprintf(w, "  %-8s %d\n", s, st.Counts[s])
+			}
+			if len(st.Unknown) > 0 {
+				ids := make([]string, len(st.Unknown))
+				for i, id := range st.Unknown {
+					ids[i] = strconv.FormatInt(id, 10)
+				}
+				fmt.Fprintf(w, "unknown ids %s (maybe sent, not resent: edgerelay show ID, then edgerelay retry ID if it must go out)\n", strings.Join(ids, " "))
 			}
 			fmt.Fprintf(w, "oldest due  %s\n", st.OldestDue.Round(time.Millisecond))
 			if st.NextDue != nil {

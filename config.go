@@ -76,10 +76,13 @@ type TenantConfig struct {
 	Routes map[string]StringList `yaml:"routes"`
 }
 
-// TypeConfig is what a notification type chooses.
+// TypeConfig is what a notification type (or purpose) chooses.
 type TypeConfig struct {
-	// Delivery: at-least-once (default) or at-most-once.
+	// Delivery: at-least-once (default) or at-most-once, for providers
+	// that do not honour idempotency keys.
 	Delivery string `yaml:"delivery"`
+	// Retry overrides the retry policy for this type.
+	Retry *PolicyConfig `yaml:"retry"`
 }
 
 // PolicyConfig is a retry policy as written in the file.
@@ -265,9 +268,14 @@ func (cfg *Config) build(flagRoutes map[string][]string) (relay.Routes, map[stri
 	made := map[string]providers.Provider{}
 	limits := map[string]relay.Limit{}
 	var problems []string
+	tried := map[string]bool{} // each provider is built (and its problem reported) once
 	provider := func(ref string, at []string) providers.Provider {
-		if p, ok := made[ref]; ok {
-			return p
+		if tried[ref] {
+			return made[ref]
+		}
+		tried[ref] = true
+		if _, named := cfg.Providers[ref]; !named && !strings.Contains(ref, "://") {
+			return nil // neither a provider name nor a URL: loadConfig reports it
 		}
 		var p providers.Provider
 		var err error

@@ -102,9 +102,13 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 	for ch, p := range cfg.Channels {
 		opts.ChannelRetry[ch] = p.policy()
 	}
+	opts.TypeRetry = map[string]relay.Policy{}
 	for t, tc := range cfg.Types {
 		if tc.Delivery != "" {
 			opts.Delivery[t] = relay.Mode(tc.Delivery)
+		}
+		if tc.Retry != nil {
+			opts.TypeRetry[t] = tc.Retry.policy()
 		}
 	}
 	flagRoutes := map[string][]string{}

@@ -316,7 +316,7 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 	// A retry that became due while no dispatcher ran may be past its max
 	// age: the provider may have forgotten the key, so sending now could
 	// deliver a second copy. Give up without calling.
-	if pol := r.policy(c.Channel); c.ClaimedAt.Sub(c.CycleStartedAt) > pol.MaxAge {
+	if pol := r.policy(c); c.ClaimedAt.Sub(c.CycleStartedAt) > pol.MaxAge {
 		reason := fmt.Sprintf("gave up before attempt %d: %s after the first, past the max age of %s (the provider may have forgotten the key)",
 			c.Attempt, c.ClaimedAt.Sub(c.CycleStartedAt).Round(time.Second), pol.MaxAge)
 		d.giveUp(c, store.StatusDead, reason)
@@ -396,7 +396,7 @@ func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provid
 	r := d.r
 	now := r.now()
 	honours := p != nil && p.HonoursKeys()
-	dec := decide(c, res, honours, r.mode(c.Type), r.policy(c.Channel), routeLen, now)
+	dec := decide(c, res, honours, r.mode(c), r.policy(c), routeLen, now)
 	a := store.Attempt{
 		N: c.Attempt, Provider: provider, StartedAt: start, EndedAt: now, Outcome: string(res.Outcome),
 		Permanent: res.Permanent, HTTPStatus: res.HTTPStatus, MessageID: res.MessageID,

@@ -222,3 +222,30 @@ func (f *fakeProvider) HonoursKeys() bool { return false }
 func (f *fakeProvider) Send(ctx context.Context, m *providers.Message) providers.Result {
 	return f.send(m)
 }
+
+// A type's (or purpose's) policy and mode win over the channel's, which
+// wins over the default.
+func TestPolicyAndModeByTypeOrPurpose(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, Options{
+		Delivery:     map[string]Mode{"otp": AtMostOnce, "alert": AtMostOnce},
+		TypeRetry:    map[string]Policy{"receipt": {MaxAttempts: 2}},
+		ChannelRetry: map[string]Policy{"sms": {MaxAttempts: 4}},
+	})
+	for _, tc := range []struct {
+		c        store.Claimed
+		attempts int
+		mode     Mode
+	}{
+		{store.Claimed{Type: "payment", Purpose: "receipt", Channel: "sms"}, 2, AtLeastOnce},
+		{store.Claimed{Type: "otp", Purpose: "login", Channel: "sms"}, 4, AtMostOnce},
+		{store.Claimed{Type: "billing", Purpose: "alert", Channel: "email"}, DefaultPolicy.MaxAttempts, AtMostOnce},
+	} {
+		if got := r.policy(tc.c).MaxAttempts; got != tc.attempts {
+			t.Errorf("%+v: max attempts %d, want %d", tc.c, got, tc.attempts)
+		}
+		if got := r.mode(tc.c); got != tc.mode {
+			t.Errorf("%+v: mode %s, want %s", tc.c, got, tc.mode)
+		}
+	}
+}

@@ -85,12 +85,15 @@ type Options struct {
 	TenantRoutes map[string]Routes
 	// Limits bounds calls per provider, by provider Name.
 	Limits map[string]Limit
-	// Delivery maps a notification type to its mode; types not listed are
-	// at-least-once.
+	// Delivery maps a notification type (or purpose) to its mode; those
+	// not listed are at-least-once.
 	Delivery map[string]Mode
 	// Retry is the default retry policy; ChannelRetry overrides it per channel.
 	Retry        Policy
 	ChannelRetry map[string]Policy
+	// TypeRetry overrides the retry policy per notification type (or
+	// purpose); it takes precedence over ChannelRetry.
+	TypeRetry map[string]Policy
 	// Workers bounds concurrent provider calls. Default 32.
 	Workers int
 	// Lease is how long a claimed notification is reserved for its call.
@@ -169,6 +172,11 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		chRetry[c] = p.withDefaults()
 	}
 	opts.ChannelRetry = chRetry
+	typeRetry := make(map[string]Policy, len(opts.TypeRetry))
+	for t, p := range opts.TypeRetry {
+		typeRetry[t] = p.withDefaults()
+	}
+	opts.TypeRetry = typeRetry
 	routes := opts.Routes
 	if len(routes) == 0 {
 		routes = Routes{"*": {providers.NewLog(stdout{}, "log://stdout")}}
@@ -377,15 +385,26 @@ func (r *Relay) AddReceipts(ctx context.Context, provider string, rs []providers
 	return r.store.AddReceipts(ctx, in, r.now())
 }
 
-func (r *Relay) mode(typ string) Mode {
-	if m, ok := r.opts.Delivery[typ]; ok {
-		return m
+// mode is a notification's delivery mode: its type's, else its purpose's,
+// else at-least-once.
+func (r *Relay) mode(c store.Claimed) Mode {
+	for _, k := range []string{c.Type, c.Purpose} {
+		if m, ok := r.opts.Delivery[k]; ok {
+			return m
+		}
 	}
 	return AtLeastOnce
 }
 
-func (r *Relay) policy(channel string) Policy {
-	if p, ok := r.opts.ChannelRetry[channel]; ok {
+// policy is a notification's retry policy: its type's (or purpose's),
+// else its channel's, else the default.
+func (r *Relay) policy(c store.Claimed) Policy {
+	for _, k := range []string{c.Type, c.Purpose} {
+		if p, ok := r.opts.TypeRetry[k]; ok {
+			return p
+		}
+	}
+	if p, ok := r.opts.ChannelRetry[c.Channel]; ok {
 		return p
 	}
 	return r.opts.Retry

@@ -164,7 +164,19 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 		}
 		out = append(out, c)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	// The event's identity decides the policy (by purpose); recovery is
+	// rare, so one lookup each is fine.
+	for i := range out {
+		if err := s.rdb.QueryRowContext(ctx, `SELECT event_id, purpose FROM events WHERE id = ?`, out[i].EventRow).
+			Scan(&out[i].EventID, &out[i].Purpose); err != nil {
+			return nil, fmt.Errorf("expired leases: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // Attempt is one provider call as recorded in the audit trail.

@@ -145,6 +145,9 @@ type Status struct {
 	// NextDue is when the next pending notification not yet due becomes due.
 	NextDue   *time.Time                  `json:"next_due,omitempty"`
 	Providers map[string]map[string]int64 `json:"providers"` // provider → outcome → attempts
+	// Unknown lists the newest notifications whose outcome is unknown (at
+	// most 20): each needs a person to decide (show, retry).
+	Unknown []int64 `json:"unknown_ids"`
 }
 
 // Status counts notifications by status and attempts by provider and outcome.
@@ -178,6 +181,20 @@ func (s *Store) Status(ctx context.Context, now time.Time) (Status, error) {
 			st.NextDue = &t
 		}
 	}
+	rows, err = s.rdb.QueryContext(ctx, `SELECT id FROM notifications WHERE status = 'unknown' ORDER BY id DESC LIMIT 20`)
+	if err != nil {
+		return st, fmt.Errorf("status: %w", err)
+	}
+	st.Unknown = []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return st, err
+		}
+		st.Unknown = append(st.Unknown, id)
+	}
+	rows.Close()
 	rows, err = s.rdb.QueryContext(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
 	if err != nil {
 		return st, fmt.Errorf("status: %w", err)

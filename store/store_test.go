@@ -396,3 +396,18 @@ func TestClaimWhereFiltersChannels(t *testing.T) {
 		t.Fatalf("an empty Only claimed %d", len(got))
 	}
 }
+
+func TestStatusListsUnknowns(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	ev, ts := testEvent("e", 2)
+	s.AcceptEvent(ctx, ev, ts, t0)
+	cs, _ := s.Claim(ctx, 2, t0, time.Minute)
+	s.Record(ctx, cs[1].ID, Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
+		Decision{Status: StatusUnknown, NextAttemptAt: t0, Reason: "at-most-once"})
+	st, err := s.Status(ctx, t0)
+	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != cs[1].ID || st.Counts[StatusUnknown] != 1 {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+}
