@@ -103,8 +103,8 @@ func TestAcceptanceThroughSMTP(t *testing.T) {
 
 			got := sink.snapshot()
 			t.Logf("received, by To: %v", got.ids)
-			for _, p := range got.problems {
-				t.Errorf("server: %s", p)
+			for _, prob := range got.problems {
+				t.Errorf("server: %s", prob)
 			}
 			for addr, n := range c.received {
 				if len(got.ids[addr]) != n {

@@ -267,9 +267,23 @@ func countRows(t *testing.T, db, table string) int {
 	return n
 }
 
-// The example config in testdata loads and resolves (so it cannot rot).
-func TestExampleConfigLoads(t *testing.T) {
-	t.Parallel()
+// exampleEnv sets what the example config's ${VAR}s need.
+func exampleEnv(t *testing.T) {
+	for k, v := range map[string]string{"RESEND_TOKEN": "re_test_123", "SMTP_PASSWORD": "pw",
+		"WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "ACME_API_TOKEN": "acme-token-0123456789",
+		"TWILIO_ACCOUNT_SID": "AC0123", "TWILIO_AUTH_TOKEN": "twilio-token"} {
+		t.Setenv(k, v)
+	}
+}
+
+// The example config in testdata loads, builds every provider and resolves
+// (so it cannot rot).
+func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment variables
+	exampleEnv(t)
+	if r := runCLI(t, "", "config", "check", "testdata/edgerelay.yaml"); r.code != 0 ||
+		!strings.Contains(r.stdout, "route email    resend -> smtp-backup") || strings.Contains(r.stdout, "re_test_123") {
+		t.Fatalf("config check: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	r := runCLI(t, "", "dispatch", "--until-idle", "--config", "testdata/edgerelay.yaml", "--db", filepath.Join(t.TempDir(), "c.db"))
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
