@@ -102,6 +102,7 @@ Typical use:
 			statusCommand(),
 			retryCommand(),
 			audienceCommand(),
+			feedCommand(),
 			tokenCommand(),
 			configCommand(),
 			simCommand(),

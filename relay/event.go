@@ -40,6 +40,10 @@ type Event struct {
 	// of Recipients; it is resolved when the event is accepted, and the
 	// resolved list is kept with the event.
 	Audience string          `json:"audience,omitempty"`
+	// Feeds posts the event to in-app feeds: "*" (the tenant's), "@USER"
+	// (a user's own) or a topic or team feed. Stored once per feed, read
+	// by every member. An event may go to feeds, to recipients, or both.
+	Feeds []string `json:"feeds,omitempty"`
 	Subject  string          `json:"subject,omitempty"`
 	Body     string          `json:"body,omitempty"`
 	HTML     string          `json:"html,omitempty"`
@@ -182,10 +186,23 @@ func decodeError(err error) error {
 var (
 	tenantRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	nameRE    = tenantRE // audience names follow the same rule
+	feedRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
 	channelRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 )
 
 const maxIDLen = 256
+
+// ValidFeed reports whether f names a feed: "*" (the tenant's), "@USER"
+// (a user's own), or a topic or team feed.
+func ValidFeed(f string) bool {
+	if f == "*" {
+		return true
+	}
+	if u, ok := strings.CutPrefix(f, "@"); ok {
+		return checkID("", u) == nil
+	}
+	return feedRE.MatchString(f)
+}
 
 // checkID validates an identifier that goes into keys and the audit trail.
 func checkID(field, v string) error {
@@ -242,11 +259,24 @@ func (ev *Event) Normalize(maxRecipients int) error {
 	if ev.Audience != "" && !nameRE.MatchString(ev.Audience) {
 		return invalid("audience", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", ev.Audience)
 	}
+	seenFeed := map[string]bool{}
+	for i, f := range ev.Feeds {
+		field := fmt.Sprintf("feeds[%d]", i)
+		if !ValidFeed(f) {
+			return invalid(field, "%q: a feed is \"*\" (the tenant's), \"@USER\", or 1 to 64 letters, digits, '.', '_', ':' or '-'", f)
+		}
+		if seenFeed[f] {
+			return invalid(field, "%q listed twice", f)
+		}
+		seenFeed[f] = true
+	}
 	if len(ev.Recipients) == 0 {
 		if ev.Audience != "" {
 			return invalid("audience", "audience %q has no members", ev.Audience)
 		}
-		return invalid("recipients", "required: at least one recipient (or an audience)")
+		if len(ev.Feeds) == 0 {
+			return invalid("recipients", "required: at least one recipient, an audience, or feeds")
+		}
 	}
 	if maxRecipients > 0 && len(ev.Recipients) > maxRecipients {
 		return &InvalidEventError{Field: "recipients", Err: ErrTooManyRecipients,
@@ -374,6 +404,6 @@ func (ev *Event) record() (store.NewEvent, []store.Target, error) {
 	ts := ev.targets()
 	return store.NewEvent{
 		Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Type: ev.Type,
-		Payload: payload, Message: msg, Fingerprint: hex.EncodeToString(sum[:]), Targets: len(ts),
+		Payload: payload, Message: msg, Fingerprint: hex.EncodeToString(sum[:]), Targets: len(ts), Feeds: ev.Feeds,
 	}, ts, nil
 }

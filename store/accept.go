@@ -15,6 +15,8 @@ type NewEvent struct {
 	Message                        []byte // what every recipient is sent
 	Fingerprint                    string // sha256 of Payload; a resend must match it
 	Targets                        int    // notifications the event fans out to
+	// Feeds the event is posted to (fan-out on read: one item per feed).
+	Feeds []string
 }
 
 // Target is one notification of an event's fan-out, in fan-out order.
@@ -66,6 +68,9 @@ func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, no
 		}
 		if err != nil {
 			return fmt.Errorf("insert event: %w", err)
+		}
+		if err := insertFeedItems(tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
+			return err
 		}
 		n, err := expand(tx, res.EventRow, 0, first, now)
 		res.Expanded = n

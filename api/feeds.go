@@ -1,0 +1,184 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"edgerelay/relay"
+	"edgerelay/store"
+)
+
+// The in-app feed endpoints. The tenant is the token's (or, on an open API,
+// ?tenant=, default "default"); a user is any id the source system uses.
+
+func (s *Server) feedRoutes() {
+	s.handle("PUT /v1/feeds/{feed}/members", s.auth(s.putFeedMembers))
+	s.handle("GET /v1/users/{user}/feed", s.auth(s.getFeed))
+	s.handle("GET /v1/users/{user}/feed/unread_count", s.auth(s.getUnreadCount))
+	s.handle("POST /v1/users/{user}/feed/read-all", s.auth(s.markAll(store.MarkRead)))
+	s.handle("POST /v1/users/{user}/feed/dismiss-all", s.auth(s.markAll(store.MarkDismissed)))
+	s.handle("POST /v1/users/{user}/feed/{seq}/read", s.auth(s.markItem(store.MarkRead)))
+	s.handle("POST /v1/users/{user}/feed/{seq}/dismiss", s.auth(s.markItem(store.MarkDismissed)))
+}
+
+// feedTenant resolves the tenant of a feed request.
+func (s *Server) feedTenant(r *http.Request, c caller) (string, *response) {
+	tenant, ok := c.tenantFor(r.URL.Query().Get("tenant"))
+	if !ok {
+		p := problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch", "this token cannot reach another tenant's feeds")
+		return "", &p
+	}
+	return tenant, nil
+}
+
+type membersRequest struct {
+	Members []string `json:"members"`
+	// History lets new members see the feed's items from before they
+	// joined; by default they see items from now on.
+	History bool `json:"history"`
+}
+
+func (s *Server) putFeedMembers(w http.ResponseWriter, r *http.Request, c caller) response {
+	tenant, perr := s.feedTenant(r, c)
+	if perr != nil {
+		return *perr
+	}
+	feed := r.PathValue("feed")
+	if !relay.ValidFeed(feed) || feed == store.TenantFeed || feed[0] == '@' {
+		return problemField(http.StatusBadRequest, probInvalidEvent, "Invalid feed",
+			fmt.Sprintf("%q: members are set on topic and team feeds; \"*\" and \"@USER\" need none", feed), "feed")
+	}
+	var req membersRequest
+	if _, perr := s.readJSON(w, r, &req, `{"members": [USER, ...], "history": false}`); perr != nil {
+		return *perr
+	}
+	for i, u := range req.Members {
+		if u == "" || len(u) > 256 {
+			return problemField(http.StatusBadRequest, probInvalidEvent, "Invalid member", "a user id of 1 to 256 bytes", fmt.Sprintf("members[%d]", i))
+		}
+	}
+	if err := s.st.SetFeedMembers(r.Context(), tenant, feed, req.Members, req.History); err != nil {
+		return s.internal(err)
+	}
+	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "feed": feed, "members": len(req.Members)})
+}
+
+// feedItem is an item as the API shows it: the event's message inline.
+type feedItem struct {
+	store.FeedItem
+	Message json.RawMessage `json:"message"`
+}
+
+type feedPage struct {
+	Items []feedItem `json:"items"`
+	// ReadUpTo is the read watermark: items with seq <= it are read. A
+	// client passes the newest seq it has shown to read-all as up_to.
+	ReadUpTo int64 `json:"read_up_to"`
+	// Next is the cursor for the next (older) page; absent on the last.
+	Next string `json:"next,omitempty"`
+}
+
+func (s *Server) getFeed(w http.ResponseWriter, r *http.Request, c caller) response {
+	tenant, perr := s.feedTenant(r, c)
+	if perr != nil {
+		return *perr
+	}
+	q := r.URL.Query()
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 200 {
+			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid limit", "limit: a number from 1 to 200")
+		}
+		limit = n
+	}
+	var before int64
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid cursor", "before: the seq of the oldest item shown")
+		}
+		before = n
+	}
+	items, readMark, err := s.st.FeedPage(r.Context(), tenant, r.PathValue("user"), before, limit)
+	if err != nil {
+		return s.internal(err)
+	}
+	out := feedPage{Items: make([]feedItem, len(items)), ReadUpTo: readMark}
+	for i, it := range items {
+		out.Items[i] = feedItem{FeedItem: it, Message: it.Message}
+	}
+	if len(items) == limit {
+		q.Set("before", strconv.FormatInt(items[len(items)-1].Seq, 10))
+		out.Next = r.URL.Path + "?" + q.Encode()
+	}
+	return jsonResponse(http.StatusOK, out)
+}
+
+func (s *Server) getUnreadCount(w http.ResponseWriter, r *http.Request, c caller) response {
+	tenant, perr := s.feedTenant(r, c)
+	if perr != nil {
+		return *perr
+	}
+	n, err := s.st.UnreadCount(r.Context(), tenant, r.PathValue("user"))
+	if err != nil {
+		return s.internal(err)
+	}
+	return jsonResponse(http.StatusOK, map[string]int64{"unread": n})
+}
+
+// markAll moves a watermark: {"up_to": SEQ}, the newest item the client
+// showed. Without it, the newest item now, which also covers items the
+// client had not shown yet.
+func (s *Server) markAll(kind string) authedHandler {
+	return func(w http.ResponseWriter, r *http.Request, c caller) response {
+		tenant, perr := s.feedTenant(r, c)
+		if perr != nil {
+			return *perr
+		}
+		var req struct {
+			UpTo *int64 `json:"up_to"`
+		}
+		if r.ContentLength != 0 {
+			if _, perr := s.readJSON(w, r, &req, `{"up_to": SEQ}`); perr != nil {
+				return *perr
+			}
+		}
+		upTo := int64(-1)
+		if req.UpTo != nil {
+			if *req.UpTo < 0 {
+				return problemField(http.StatusBadRequest, probInvalidQuery, "Invalid up_to", "up_to: the seq of the newest item shown", "up_to")
+			}
+			upTo = *req.UpTo
+		}
+		mark, err := s.st.MarkAll(r.Context(), tenant, r.PathValue("user"), kind, upTo)
+		if err != nil {
+			return s.internal(err)
+		}
+		return jsonResponse(http.StatusOK, map[string]any{"kind": kind, "up_to": mark})
+	}
+}
+
+func (s *Server) markItem(kind string) authedHandler {
+	return func(w http.ResponseWriter, r *http.Request, c caller) response {
+		tenant, perr := s.feedTenant(r, c)
+		if perr != nil {
+			return *perr
+		}
+		seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+		if err != nil || seq < 1 {
+			return problem(http.StatusNotFound, probNotFound, "Not found", "no feed item "+strconv.Quote(r.PathValue("seq")))
+		}
+		err = s.st.MarkItem(r.Context(), tenant, r.PathValue("user"), kind, seq)
+		if errors.Is(err, store.ErrNotFound) {
+			return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+		}
+		if err != nil {
+			return s.internal(err)
+		}
+		return jsonResponse(http.StatusOK, map[string]any{"seq": seq, kind: true})
+	}
+}

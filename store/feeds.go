@@ -1,0 +1,297 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Feeds are fanned out on read: an event posted to a feed is one row
+// however many users read that feed, and a user's view is the merge of the
+// feeds they read. Feed names: "*" is the tenant's feed (every user of the
+// tenant reads it), "@USER" is a user's personal feed, anything else is a
+// topic or team feed with explicit members.
+
+// Mark kinds: the same watermark mechanism serves "mark all read" and
+// "dismiss all up to here".
+const (
+	MarkRead      = "read"
+	MarkDismissed = "dismissed"
+)
+
+// TenantFeed is the feed every user of a tenant reads.
+const TenantFeed = "*"
+
+// PersonalFeed is a user's own feed.
+func PersonalFeed(user string) string { return "@" + user }
+
+// insertFeedItems posts an event to feeds, in the accept's transaction.
+// pos is the feed's next position: the single writer makes max+1 safe.
+func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now time.Time) error {
+	for _, f := range feeds {
+		if _, err := tx.exec(`INSERT INTO feed_items (tenant, feed, pos, event, created_at)
+			VALUES (?1, ?2, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = ?1 AND feed = ?2), 0) + 1, ?3, ?4)
+			ON CONFLICT DO NOTHING`, tenant, f, eventRow, ms(now)); err != nil {
+			return fmt.Errorf("post to feed %q: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// SetFeedMembers makes users the members of a feed. Members who stay keep
+// when they joined; new members see items posted from now on (or, with
+// history, the feed's whole past); members not listed leave.
+func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users []string, history bool) error {
+	return s.w.do(ctx, func(tx *Tx) error {
+		var joined int64
+		if !history {
+			if err := tx.queryRow(`SELECT coalesce(max(seq), 0) FROM feed_items`).Scan(&joined); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.query(`SELECT user FROM feed_members WHERE tenant = ? AND feed = ?`, tenant, feed)
+		if err != nil {
+			return err
+		}
+		var old []string
+		for rows.Next() {
+			var u string
+			if err := rows.Scan(&u); err != nil {
+				rows.Close()
+				return err
+			}
+			old = append(old, u)
+		}
+		rows.Close()
+		for _, u := range old {
+			if !slices.Contains(users, u) {
+				if _, err := tx.exec(`DELETE FROM feed_members WHERE tenant = ? AND user = ? AND feed = ?`, tenant, u, feed); err != nil {
+					return err
+				}
+			}
+		}
+		for _, u := range users {
+			if _, err := tx.exec(`INSERT INTO feed_members (tenant, feed, user, joined_seq) VALUES (?, ?, ?, ?)
+				ON CONFLICT DO NOTHING`, tenant, feed, u, joined); err != nil {
+				return fmt.Errorf("add member %q: %w", u, err)
+			}
+		}
+		return nil
+	})
+}
+
+// MarkAll moves a user's watermark of a kind to max(current, upTo): it
+// never moves back, so a stale or reordered request cannot unread items.
+// upTo < 0 means the newest item now (which also covers items the user's
+// client had not shown yet: the cost of not saying up to where). It
+// returns the watermark after the move. Constant time: one row.
+func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error) {
+	var mark int64
+	err := s.w.do(ctx, func(tx *Tx) error {
+		if upTo < 0 {
+			if err := tx.queryRow(`SELECT coalesce(max(seq), 0) FROM feed_items`).Scan(&upTo); err != nil {
+				return err
+			}
+		}
+		return tx.queryRow(`INSERT INTO feed_marks (tenant, user, kind, mark) VALUES (?, ?, ?, ?)
+			ON CONFLICT (tenant, user, kind) DO UPDATE SET mark = max(mark, excluded.mark)
+			RETURNING mark`, tenant, user, kind, upTo).Scan(&mark)
+	})
+	return mark, err
+}
+
+// MarkItem marks one item read or dismissed for a user. The item must be
+// in one of the user's feeds (ErrNotFound otherwise, as for another
+// tenant's). Below the watermark it is already so, and nothing is written.
+func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error {
+	feeds, err := s.userFeeds(ctx, tenant, user)
+	if err != nil {
+		return err
+	}
+	var feed string
+	if err := s.rdb.QueryRowContext(ctx, `SELECT feed FROM feed_items WHERE seq = ? AND tenant = ?`, seq, tenant).Scan(&feed); err != nil {
+		if isNoRows(err) {
+			return fmt.Errorf("feed item %d: %w", seq, ErrNotFound)
+		}
+		return err
+	}
+	i := slices.IndexFunc(feeds, func(f userFeed) bool { return f.feed == feed })
+	if i < 0 || seq <= feeds[i].from {
+		return fmt.Errorf("feed item %d: %w", seq, ErrNotFound)
+	}
+	return s.w.do(ctx, func(tx *Tx) error {
+		_, err := tx.exec(`INSERT INTO feed_item_marks (tenant, user, kind, seq, feed)
+			SELECT ?1, ?2, ?3, ?4, ?5 WHERE ?4 > coalesce((SELECT mark FROM feed_marks WHERE tenant = ?1 AND user = ?2 AND kind = ?3), 0)
+			ON CONFLICT DO NOTHING`, tenant, user, kind, seq, feed)
+		return err
+	})
+}
+
+// userFeed is a feed a user reads, from which item on (exclusive).
+type userFeed struct {
+	feed string
+	from int64
+}
+
+func (s *Store) userFeeds(ctx context.Context, tenant, user string) ([]userFeed, error) {
+	fs := []userFeed{{feed: TenantFeed}, {feed: PersonalFeed(user)}}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, tenant, user)
+	if err != nil {
+		return nil, fmt.Errorf("read memberships: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f userFeed
+		if err := rows.Scan(&f.feed, &f.from); err != nil {
+			return nil, err
+		}
+		fs = append(fs, f)
+	}
+	return fs, rows.Err()
+}
+
+func (s *Store) marks(ctx context.Context, tenant, user string) (read, dismissed int64, err error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT kind, mark FROM feed_marks WHERE tenant = ? AND user = ?`, tenant, user)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read watermarks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind string
+		var mark int64
+		if err := rows.Scan(&kind, &mark); err != nil {
+			return 0, 0, err
+		}
+		if kind == MarkRead {
+			read = mark
+		} else {
+			dismissed = mark
+		}
+	}
+	return read, dismissed, rows.Err()
+}
+
+// FeedItem is one item of a user's feed view.
+type FeedItem struct {
+	Seq       int64     `json:"seq"`
+	Feed      string    `json:"feed"`
+	EventID   string    `json:"event_id"`
+	Type      string    `json:"type"`
+	Message   []byte    `json:"-"` // the event's message, as stored
+	Read      bool      `json:"read"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// FeedPage is a user's feed, newest first: items with seq < before (0 for
+// the newest), at most limit, from the feeds the user reads (each from
+// when they joined it), without dismissed items. ReadMark is the user's
+// read watermark.
+func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]FeedItem, int64, error) {
+	if before <= 0 {
+		before = 1<<63 - 1
+	}
+	feeds, err := s.userFeeds(ctx, tenant, user)
+	if err != nil {
+		return nil, 0, err
+	}
+	readMark, dismissedMark, err := s.marks(ctx, tenant, user)
+	if err != nil {
+		return nil, 0, err
+	}
+	// Items marked one by one, in the range a page can reach.
+	itemMarks := map[string]map[int64]bool{MarkRead: {}, MarkDismissed: {}}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT kind, seq FROM feed_item_marks
+		WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq < ?`, tenant, user, before)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read item marks: %w", err)
+	}
+	for rows.Next() {
+		var kind string
+		var seq int64
+		if err := rows.Scan(&kind, &seq); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		itemMarks[kind][seq] = true
+	}
+	rows.Close()
+	// Each feed's newest items before the cursor, then a merge: an IN over
+	// the feeds could not use the index's order, and would sort them all.
+	var items []FeedItem
+	for _, f := range feeds {
+		from := max(f.from, dismissedMark)
+		rows, err := s.rdb.QueryContext(ctx, `SELECT i.seq, i.event, i.created_at, e.event_id, e.type, e.message
+			FROM feed_items i JOIN events e ON e.id = i.event
+			WHERE i.tenant = ? AND i.feed = ? AND i.seq > ? AND i.seq < ?
+			ORDER BY i.seq DESC LIMIT ?`, tenant, f.feed, from, before, limit+len(itemMarks[MarkDismissed]))
+		if err != nil {
+			return nil, 0, fmt.Errorf("read feed %q: %w", f.feed, err)
+		}
+		for rows.Next() {
+			it := FeedItem{Feed: f.feed}
+			var ev, created int64
+			if err := rows.Scan(&it.Seq, &ev, &created, &it.EventID, &it.Type, &it.Message); err != nil {
+				rows.Close()
+				return nil, 0, err
+			}
+			if itemMarks[MarkDismissed][it.Seq] {
+				continue
+			}
+			it.CreatedAt = fromMS(created)
+			it.Read = it.Seq <= readMark || itemMarks[MarkRead][it.Seq]
+			items = append(items, it)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, 0, err
+		}
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].Seq > items[j].Seq })
+	if len(items) > limit {
+		items = items[:limit]
+	}
+	return items, readMark, nil
+}
+
+// UnreadCount counts a user's unread items across the feeds they read:
+// items above the read and dismiss watermarks (and above when the user
+// joined), less those read or dismissed one by one. Per feed it is two
+// index lookups (positions are numbered per feed), whatever the history.
+func (s *Store) UnreadCount(ctx context.Context, tenant, user string) (int64, error) {
+	feeds, err := s.userFeeds(ctx, tenant, user)
+	if err != nil {
+		return 0, err
+	}
+	readMark, dismissedMark, err := s.marks(ctx, tenant, user)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, f := range feeds {
+		from := max(f.from, readMark, dismissedMark)
+		var last sql.NullInt64
+		if err := s.rdb.QueryRowContext(ctx, `SELECT max(pos) FROM feed_items WHERE tenant = ? AND feed = ?`, tenant, f.feed).Scan(&last); err != nil {
+			return 0, fmt.Errorf("unread count: %w", err)
+		}
+		if !last.Valid {
+			continue // an empty feed
+		}
+		var seen int64
+		err := s.rdb.QueryRowContext(ctx, `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
+			ORDER BY seq DESC LIMIT 1`, tenant, f.feed, from).Scan(&seen)
+		if err != nil && !isNoRows(err) {
+			return 0, fmt.Errorf("unread count: %w", err)
+		}
+		var marked int64
+		if err := s.rdb.QueryRowContext(ctx, `SELECT count(DISTINCT seq) FROM feed_item_marks
+			WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq > ? AND feed = ?`,
+			tenant, user, from, f.feed).Scan(&marked); err != nil {
+			return 0, fmt.Errorf("unread count: %w", err)
+		}
+		total += last.Int64 - seen - marked
+	}
+	return total, nil
+}
