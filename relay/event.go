@@ -39,15 +39,15 @@ type Event struct {
 	// Audience names a stored recipient list (PutAudience) to use instead
 	// of Recipients; it is resolved when the event is accepted, and the
 	// resolved list is kept with the event.
-	Audience string          `json:"audience,omitempty"`
+	Audience string `json:"audience,omitempty"`
 	// Feeds posts the event to in-app feeds: "*" (the tenant's), "@USER"
 	// (a user's own) or a topic or team feed. Stored once per feed, read
 	// by every member. An event may go to feeds, to recipients, or both.
-	Feeds []string `json:"feeds,omitempty"`
-	Subject  string          `json:"subject,omitempty"`
-	Body     string          `json:"body,omitempty"`
-	HTML     string          `json:"html,omitempty"`
-	Data     json.RawMessage `json:"data,omitempty"`
+	Feeds   []string        `json:"feeds,omitempty"`
+	Subject string          `json:"subject,omitempty"`
+	Body    string          `json:"body,omitempty"`
+	HTML    string          `json:"html,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
 }
 
 // Recipient is one addressee with an address per channel.
