@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -248,4 +249,20 @@ func TestPolicyAndModeByTypeOrPurpose(t *testing.T) {
 			t.Errorf("%+v: mode %s, want %s", tc.c, got, tc.mode)
 		}
 	}
+}
+
+func TestOpenRefusesTwoProvidersWithOneName(t *testing.T) {
+	t.Parallel()
+	a := &fakeProvider{name: "twilio://api.twilio.com"}
+	b := &fakeProvider{name: "twilio://api.twilio.com"}
+	_, err := Open(context.Background(), Options{Path: t.TempDir() + "/r.db", Routes: Routes{"sms": {a, b}}})
+	if err == nil || !strings.Contains(err.Error(), "two providers are named") {
+		t.Fatalf("err = %v", err)
+	}
+	// The same provider in two routes is fine.
+	r, err := Open(context.Background(), Options{Path: t.TempDir() + "/r.db", Routes: Routes{"sms": {a}, "push": {a}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
 }

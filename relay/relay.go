@@ -186,12 +186,16 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 			return nil, fmt.Errorf("relay: route %q lists no provider", ch)
 		}
 	}
+	router, err := newRouter(routes, opts.TenantRoutes, opts.Limits)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, opts.Path, store.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout})
 	if err != nil {
 		return nil, err
 	}
 	return &Relay{
-		opts: opts, store: st, log: opts.Logger, router: newRouter(routes, opts.TenantRoutes, opts.Limits), now: opts.Now,
+		opts: opts, store: st, log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
 	}, nil
 }

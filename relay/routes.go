@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sort"
 	"sync"
@@ -137,22 +138,34 @@ type router struct {
 	gates  map[providers.Provider]*gate
 }
 
-func newRouter(routes Routes, tenant map[string]Routes, limits map[string]Limit) *router {
+// newRouter refuses two different providers with one name: receipts, limits
+// and status counts find a provider by its name.
+func newRouter(routes Routes, tenant map[string]Routes, limits map[string]Limit) (*router, error) {
 	rt := &router{routes: routes, tenant: tenant, gates: map[providers.Provider]*gate{}}
-	add := func(rs Routes) {
+	named := map[string]providers.Provider{}
+	add := func(rs Routes) error {
 		for _, route := range rs {
 			for _, p := range route {
+				if q, ok := named[p.Name()]; ok && q != p {
+					return fmt.Errorf("relay: two providers are named %q; give each its own name (name= in its URL, or its config name)", p.Name())
+				}
+				named[p.Name()] = p
 				if _, ok := rt.gates[p]; !ok {
 					rt.gates[p] = newGate(limits[p.Name()])
 				}
 			}
 		}
+		return nil
 	}
-	add(routes)
+	if err := add(routes); err != nil {
+		return nil, err
+	}
 	for _, rs := range tenant {
-		add(rs)
+		if err := add(rs); err != nil {
+			return nil, err
+		}
 	}
-	return rt
+	return rt, nil
 }
 
 // route returns the route of a tenant's channel: the tenant's own, else the

@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// JobRun is one run of a scheduled job: the job and the time it was
+// scheduled for are its identity.
+type JobRun struct {
+	Job         string
+	ScheduledAt time.Time
+	// UpperSeq is the newest feed item when the run first started; a
+	// repeat of the run covers the same items. PrevUpperSeq is the
+	// previous run's, so consecutive digests cover adjacent ranges.
+	UpperSeq, PrevUpperSeq int64
+	Status                 string // running, done, failed
+	Repeat                 bool   // the run had been started before
+}
+
+// BeginJobRun records the start of a run, or finds it: a run repeated
+// after a restart, or started by a second instance, is the same row.
+func (s *Store) BeginJobRun(ctx context.Context, job string, at, now time.Time) (JobRun, error) {
+	run := JobRun{Job: job, ScheduledAt: at}
+	err := s.w.do(ctx, func(tx *Tx) error {
+		var upper int64
+		if err := tx.queryRow(`SELECT coalesce(max(seq), 0) FROM feed_items`).Scan(&upper); err != nil {
+			return err
+		}
+		res, err := tx.exec(`INSERT INTO job_runs (job, scheduled_at, upper_seq, started_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT DO NOTHING`, job, ms(at), upper, ms(now))
+		if err != nil {
+			return fmt.Errorf("begin run of %s: %w", job, err)
+		}
+		n, _ := res.RowsAffected()
+		run.Repeat = n == 0
+		if err := tx.queryRow(`SELECT upper_seq, status FROM job_runs WHERE job = ? AND scheduled_at = ?`, job, ms(at)).
+			Scan(&run.UpperSeq, &run.Status); err != nil {
+			return err
+		}
+		err = tx.queryRow(`SELECT upper_seq FROM job_runs WHERE job = ? AND scheduled_at < ? ORDER BY scheduled_at DESC LIMIT 1`,
+			job, ms(at)).Scan(&run.PrevUpperSeq)
+		if isNoRows(err) {
+			return nil
+		}
+		return err
+	})
+	return run, err
+}
+
+// FinishJobRun records how a run ended.
+func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runErr error, now time.Time) error {
+	status, detail := "done", ""
+	if runErr != nil {
+		status, detail = "failed", runErr.Error()
+	}
+	return s.w.do(ctx, func(tx *Tx) error {
+		_, err := tx.exec(`UPDATE job_runs SET status = ?, detail = ?, finished_at = ? WHERE job = ? AND scheduled_at = ?`,
+			status, nullStr(detail), ms(now), job, ms(at))
+		return err
+	})
+}
+
+// LastJobRun returns when the job's latest run was scheduled for, and
+// false if it never ran.
+func (s *Store) LastJobRun(ctx context.Context, job string) (time.Time, bool, error) {
+	var at sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT max(scheduled_at) FROM job_runs WHERE job = ?`, job).Scan(&at); err != nil {
+		return time.Time{}, false, err
+	}
+	return fromMS(at.Int64), at.Valid, nil
+}
+
+// PruneResult counts what Prune deleted.
+type PruneResult struct {
+	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns int64
+}
+
+// Prune deletes what finished before cutoff: final notifications with their
+// attempts and receipts, events left with nothing, feed items, expired
+// request keys and old job runs. It works in writes of at most batch rows,
+// so the writer is never held for long. Deleting a notification forgets
+// its key: the caller must keep cutoff older than any retry window (and
+// any redelivery a source may still make).
+func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (PruneResult, error) {
+	var res PruneResult
+	c := ms(cutoff)
+	step := func(count *int64, fn func(tx *Tx) (sql.Result, error)) error {
+		for {
+			var n int64
+			err := s.w.do(ctx, func(tx *Tx) error {
+				r, err := fn(tx)
+				if err != nil {
+					return err
+				}
+				n, _ = r.RowsAffected()
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			*count += n
+			if n < int64(batch) {
+				return nil
+			}
+		}
+	}
+	err := step(&res.Notifications, func(tx *Tx) (sql.Result, error) {
+		// Attempts and receipts go with their notification, in the same write.
+		ids := `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown')
+			AND updated_at < ?1 ORDER BY id LIMIT ?2`
+		r, err := tx.exec(`DELETE FROM attempts WHERE notification IN (`+ids+`)`, c, batch)
+		if err != nil {
+			return nil, err
+		}
+		n, _ := r.RowsAffected()
+		res.Attempts += n
+		if r, err = tx.exec(`DELETE FROM receipts WHERE (provider, message_id) IN
+				(SELECT provider, provider_message_id FROM notifications WHERE id IN (`+ids+`) AND provider_message_id IS NOT NULL)`, c, batch); err != nil {
+			return nil, err
+		}
+		n, _ = r.RowsAffected()
+		res.Receipts += n
+		return tx.exec(`DELETE FROM notifications WHERE id IN (`+ids+`)`, c, batch)
+	})
+	if err == nil {
+		err = step(&res.FeedItems, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(`DELETE FROM feed_items WHERE seq IN (SELECT seq FROM feed_items WHERE created_at < ? ORDER BY seq LIMIT ?)`, c, batch)
+		})
+	}
+	if err == nil {
+		err = step(&res.Events, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(`DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.created_at < ?
+				AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.event = e.id)
+				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT ?)`, c, batch)
+		})
+	}
+	for err == nil {
+		var n int
+		if n, err = s.PruneRequests(ctx, now, batch); err == nil {
+			res.RequestKeys += int64(n)
+		}
+		if n < batch {
+			break
+		}
+	}
+	if err == nil {
+		err = step(&res.JobRuns, func(tx *Tx) (sql.Result, error) {
+			// Keep each job's latest run: it anchors the next digest's range.
+			return tx.exec(`DELETE FROM job_runs WHERE (job, scheduled_at) IN (SELECT job, scheduled_at FROM job_runs r
+				WHERE scheduled_at < ? AND scheduled_at < (SELECT max(scheduled_at) FROM job_runs WHERE job = r.job) LIMIT ?)`, c, batch)
+		})
+	}
+	return res, err
+}
+
+// Backup writes a consistent copy of the database to dest with VACUUM INTO,
+// while the relay keeps running (it reads one snapshot). dest must not
+// exist.
+func (s *Store) Backup(ctx context.Context, dest string) error {
+	if _, err := os.Stat(dest); err == nil {
+		return fmt.Errorf("backup: %s already exists", dest)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("backup: %w", err)
+	}
+	// Its own connection: VACUUM cannot run in the writer's transactions,
+	// and the read pool is query-only.
+	db, err := sql.Open("sqlite", dsn(s.path, 10*time.Second, false, ""))
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, dest); err != nil {
+		return fmt.Errorf("backup to %s: %w", dest, err)
+	}
+	return nil
+}
