@@ -18,7 +18,7 @@ import (
 func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "serve",
-		Usage:     "run the HTTP API and the dispatcher in one process",
+		Usage:     "run the HTTP API, the dispatcher and the scheduled jobs in one process",
 		ArgsUsage: " ",
 		Description: `Serves the JSON API on --listen (default 127.0.0.1:8025) and delivers what is
 due, on the one SQLite file. With no config it delivers through the log
@@ -114,6 +114,12 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			go handler.PruneLoop(c.Context, time.Minute)
+			jobs, err := s.cfg.jobs(r)
+			if err != nil {
+				return err
+			}
+			scheduled := make(chan struct{})
+			go func() { defer close(scheduled); r.RunSchedules(c.Context, jobs) }()
 			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.opts.Routes))
 			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), s.opts.Path)
 			errc := make(chan error, 1)
@@ -128,6 +134,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			// Requests first (an accept in flight finishes and is answered),
 			// then the dispatcher.
 			herr := hs.Shutdown(ctx)
+			<-scheduled // a job run in progress ends with its context
 			derr := r.Stop(ctx)
 			if err := errors.Join(herr, derr); err != nil {
 				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: %v\n", err)

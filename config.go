@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // Config is the optional config file (YAML; testdata/edgerelay.yaml is a
@@ -42,7 +44,9 @@ type Config struct {
 	} `yaml:"limits"`
 	// Tenants: API tokens and routes of their own.
 	Tenants map[string]TenantConfig `yaml:"tenants"`
-	API     struct {
+	// Jobs are scheduled jobs, run by serve (and by `edgerelay cron run`).
+	Jobs map[string]JobConfig `yaml:"jobs"`
+	API  struct {
 		Listen   string   `yaml:"listen"`
 		MaxBody  int64    `yaml:"max_body"`
 		MaxBatch int      `yaml:"max_batch"`
@@ -65,6 +69,41 @@ type ProviderConfig struct {
 	Concurrency int     `yaml:"concurrency"`
 	Rate        float64 `yaml:"rate"`
 	Burst       int     `yaml:"burst"`
+}
+
+// JobConfig is one scheduled job: a schedule and exactly one kind of work.
+type JobConfig struct {
+	// Schedule is a cron expression: five fields, or six with seconds
+	// first, or @daily, @every 1h …
+	Schedule string `yaml:"schedule"`
+	// Timezone of the schedule (default UTC), e.g. Europe/Berlin.
+	Timezone string `yaml:"timezone"`
+	// Missed: skip (default) or run-once: what to do on start about runs
+	// missed while nothing ran the schedule.
+	Missed string          `yaml:"missed"`
+	Digest *DigestJob      `yaml:"digest"`
+	Prune  *PruneJob       `yaml:"prune"`
+	Batch  *BatchJobConfig `yaml:"batch"`
+}
+
+// DigestJob sends each member of an audience their unread feed items.
+type DigestJob struct {
+	Tenant   string `yaml:"tenant"`
+	Audience string `yaml:"audience"`
+	Channel  string `yaml:"channel"`
+	Subject  string `yaml:"subject"`
+	Template string `yaml:"template"`
+	MaxItems int    `yaml:"max_items"`
+}
+
+// PruneJob deletes what finished long ago.
+type PruneJob struct {
+	OlderThan string `yaml:"older_than"` // 30d, 2w, 720h
+}
+
+// BatchJobConfig sends a batch file on a schedule.
+type BatchJobConfig struct {
+	File string `yaml:"file"`
 }
 
 // TenantConfig is what one tenant configures.
@@ -205,6 +244,38 @@ func parseConfig(path string) (*Config, []string, error) {
 			if _, err := relay.ParseMode(d); err != nil {
 				add([]string{"types", t, "delivery"}, "%v", err)
 			}
+		}
+	}
+	for _, name := range sortedKeys(cfg.Jobs) {
+		jc := cfg.Jobs[name]
+		at := []string{"jobs", name}
+		if _, err := relay.ParseSchedule(jc.Schedule, jc.Timezone); err != nil {
+			add(at, "%v", err)
+		}
+		switch relay.Missed(jc.Missed) {
+		case "", relay.MissedSkip, relay.MissedRunOnce:
+		default:
+			add(at, "missed %q: want skip or run-once", jc.Missed)
+		}
+		kinds := 0
+		for _, set := range []bool{jc.Digest != nil, jc.Prune != nil, jc.Batch != nil} {
+			if set {
+				kinds++
+			}
+		}
+		if kinds != 1 {
+			add(at, "a job does exactly one of digest, prune or batch")
+		}
+		if d := jc.Digest; d != nil && (d.Audience == "" || d.Channel == "") {
+			add(append(at, "digest"), "a digest needs an audience and a channel")
+		}
+		if p := jc.Prune; p != nil {
+			if _, err := relay.ParseAge(p.OlderThan); err != nil {
+				add(append(at, "prune"), "older_than: %v", err)
+			}
+		}
+		if b := jc.Batch; b != nil && b.File == "" {
+			add(append(at, "batch"), "a batch job needs a file")
 		}
 	}
 	for _, name := range sortedKeys(cfg.Providers) {
@@ -386,4 +457,38 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// jobs builds the scheduled jobs of the config for r.
+func (cfg *Config) jobs(r *relay.Relay) ([]*relay.Job, error) {
+	var out []*relay.Job
+	for _, name := range sortedKeys(cfg.Jobs) {
+		jc := cfg.Jobs[name]
+		sched, err := relay.ParseSchedule(jc.Schedule, jc.Timezone)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: %w", name, err)
+		}
+		j := &relay.Job{Name: name, Schedule: sched, Missed: relay.Missed(jc.Missed)}
+		switch {
+		case jc.Digest != nil:
+			d := jc.Digest
+			if j.Run, err = r.Digest(name, relay.DigestConfig{Tenant: d.Tenant, Audience: d.Audience, Channel: d.Channel,
+				Subject: d.Subject, Template: d.Template, MaxItems: d.MaxItems}); err != nil {
+				return nil, err
+			}
+		case jc.Prune != nil:
+			age, err := relay.ParseAge(jc.Prune.OlderThan)
+			if err != nil {
+				return nil, fmt.Errorf("job %s: %w", name, err)
+			}
+			j.Run = func(ctx context.Context, _ store.JobRun) error {
+				_, err := r.Prune(ctx, age)
+				return err
+			}
+		case jc.Batch != nil:
+			j.Run = batchJob(r, name, jc.Batch.File)
+		}
+		out = append(out, j)
+	}
+	return out, nil
 }
