@@ -86,15 +86,20 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 // MarkAll moves a user's watermark of a kind to max(current, upTo): it
 // never moves back, so a stale or reordered request cannot unread items.
 // upTo < 0 means the newest item now (which also covers items the user's
-// client had not shown yet: the cost of not saying up to where). It
-// returns the watermark after the move. Constant time: one row.
+// client had not shown yet: the cost of not saying up to where); an upTo
+// past the newest item is taken as the newest. It returns the watermark
+// after the move. Constant time: one row (and the table's last seq).
 func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error) {
 	var mark int64
 	err := s.w.do(ctx, func(tx *Tx) error {
-		if upTo < 0 {
-			if err := tx.queryRow(`SELECT coalesce(max(seq), 0) FROM feed_items`).Scan(&upTo); err != nil {
-				return err
-			}
+		// Never past the newest item: a client's up_to from the future
+		// would otherwise swallow items not yet posted.
+		var newest int64
+		if err := tx.queryRow(`SELECT coalesce(max(seq), 0) FROM feed_items`).Scan(&newest); err != nil {
+			return err
+		}
+		if upTo < 0 || upTo > newest {
+			upTo = newest
 		}
 		return tx.queryRow(`INSERT INTO feed_marks (tenant, user, kind, mark) VALUES (?, ?, ?, ?)
 			ON CONFLICT (tenant, user, kind) DO UPDATE SET mark = max(mark, excluded.mark)
@@ -107,7 +112,7 @@ func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int
 // in one of the user's feeds (ErrNotFound otherwise, as for another
 // tenant's). Below the watermark it is already so, and nothing is written.
 func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error {
-	feeds, err := s.userFeeds(ctx, tenant, user)
+	feeds, err := userFeeds(ctx, s.rdb, tenant, user)
 	if err != nil {
 		return err
 	}
@@ -136,9 +141,27 @@ type userFeed struct {
 	from int64
 }
 
-func (s *Store) userFeeds(ctx context.Context, tenant, user string) ([]userFeed, error) {
+// querier is the read pool or one read transaction (a snapshot).
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// snapshot runs fn in one read transaction: every query sees the same
+// committed state, so a page merged from several feeds cannot miss an item
+// committed between two of its queries.
+func (s *Store) snapshot(ctx context.Context, fn func(q querier) error) error {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(tx)
+}
+
+func userFeeds(ctx context.Context, q querier, tenant, user string) ([]userFeed, error) {
 	fs := []userFeed{{feed: TenantFeed}, {feed: PersonalFeed(user)}}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, tenant, user)
+	rows, err := q.QueryContext(ctx, `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, tenant, user)
 	if err != nil {
 		return nil, fmt.Errorf("read memberships: %w", err)
 	}
@@ -153,8 +176,8 @@ func (s *Store) userFeeds(ctx context.Context, tenant, user string) ([]userFeed,
 	return fs, rows.Err()
 }
 
-func (s *Store) marks(ctx context.Context, tenant, user string) (read, dismissed int64, err error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT kind, mark FROM feed_marks WHERE tenant = ? AND user = ?`, tenant, user)
+func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed int64, err error) {
+	rows, err := q.QueryContext(ctx, `SELECT kind, mark FROM feed_marks WHERE tenant = ? AND user = ?`, tenant, user)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read watermarks: %w", err)
 	}
@@ -189,21 +212,29 @@ type FeedItem struct {
 // the newest), at most limit, from the feeds the user reads (each from
 // when they joined it), without dismissed items. ReadMark is the user's
 // read watermark.
-func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]FeedItem, int64, error) {
+func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []FeedItem, readMark int64, err error) {
+	err = s.snapshot(ctx, func(q querier) error {
+		items, readMark, err = feedPage(ctx, q, tenant, user, before, limit)
+		return err
+	})
+	return items, readMark, err
+}
+
+func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]FeedItem, int64, error) {
 	if before <= 0 {
 		before = 1<<63 - 1
 	}
-	feeds, err := s.userFeeds(ctx, tenant, user)
+	feeds, err := userFeeds(ctx, q, tenant, user)
 	if err != nil {
 		return nil, 0, err
 	}
-	readMark, dismissedMark, err := s.marks(ctx, tenant, user)
+	readMark, dismissedMark, err := marks(ctx, q, tenant, user)
 	if err != nil {
 		return nil, 0, err
 	}
 	// Items marked one by one, in the range a page can reach.
 	itemMarks := map[string]map[int64]bool{MarkRead: {}, MarkDismissed: {}}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT kind, seq FROM feed_item_marks
+	rows, err := q.QueryContext(ctx, `SELECT kind, seq FROM feed_item_marks
 		WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq < ?`, tenant, user, before)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read item marks: %w", err)
@@ -223,7 +254,7 @@ func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64,
 	var items []FeedItem
 	for _, f := range feeds {
 		from := max(f.from, dismissedMark)
-		rows, err := s.rdb.QueryContext(ctx, `SELECT i.seq, i.event, i.created_at, e.event_id, e.type, e.message
+		rows, err := q.QueryContext(ctx, `SELECT i.seq, i.event, i.created_at, e.event_id, e.type, e.message
 			FROM feed_items i JOIN events e ON e.id = i.event
 			WHERE i.tenant = ? AND i.feed = ? AND i.seq > ? AND i.seq < ?
 			ORDER BY i.seq DESC LIMIT ?`, tenant, f.feed, from, before, limit+len(itemMarks[MarkDismissed]))
@@ -260,12 +291,20 @@ func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64,
 // items above the read and dismiss watermarks (and above when the user
 // joined), less those read or dismissed one by one. Per feed it is two
 // index lookups (positions are numbered per feed), whatever the history.
-func (s *Store) UnreadCount(ctx context.Context, tenant, user string) (int64, error) {
-	feeds, err := s.userFeeds(ctx, tenant, user)
+func (s *Store) UnreadCount(ctx context.Context, tenant, user string) (n int64, err error) {
+	err = s.snapshot(ctx, func(q querier) error {
+		n, err = unreadCount(ctx, q, tenant, user)
+		return err
+	})
+	return n, err
+}
+
+func unreadCount(ctx context.Context, q querier, tenant, user string) (int64, error) {
+	feeds, err := userFeeds(ctx, q, tenant, user)
 	if err != nil {
 		return 0, err
 	}
-	readMark, dismissedMark, err := s.marks(ctx, tenant, user)
+	readMark, dismissedMark, err := marks(ctx, q, tenant, user)
 	if err != nil {
 		return 0, err
 	}
@@ -273,20 +312,20 @@ func (s *Store) UnreadCount(ctx context.Context, tenant, user string) (int64, er
 	for _, f := range feeds {
 		from := max(f.from, readMark, dismissedMark)
 		var last sql.NullInt64
-		if err := s.rdb.QueryRowContext(ctx, `SELECT max(pos) FROM feed_items WHERE tenant = ? AND feed = ?`, tenant, f.feed).Scan(&last); err != nil {
+		if err := q.QueryRowContext(ctx, `SELECT max(pos) FROM feed_items WHERE tenant = ? AND feed = ?`, tenant, f.feed).Scan(&last); err != nil {
 			return 0, fmt.Errorf("unread count: %w", err)
 		}
 		if !last.Valid {
 			continue // an empty feed
 		}
 		var seen int64
-		err := s.rdb.QueryRowContext(ctx, `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
+		err := q.QueryRowContext(ctx, `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
 			ORDER BY seq DESC LIMIT 1`, tenant, f.feed, from).Scan(&seen)
 		if err != nil && !isNoRows(err) {
 			return 0, fmt.Errorf("unread count: %w", err)
 		}
 		var marked int64
-		if err := s.rdb.QueryRowContext(ctx, `SELECT count(DISTINCT seq) FROM feed_item_marks
+		if err := q.QueryRowContext(ctx, `SELECT count(DISTINCT seq) FROM feed_item_marks
 			WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq > ? AND feed = ?`,
 			tenant, user, from, f.feed).Scan(&marked); err != nil {
 			return 0, fmt.Errorf("unread count: %w", err)

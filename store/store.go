@@ -94,8 +94,9 @@ func dsn(path string, busy time.Duration, readOnly bool, synchronous string) str
 	q.Add("_pragma", "temp_store(MEMORY)")
 	if readOnly {
 		q.Add("_pragma", "query_only(ON)")
+	} else {
+		q.Set("_txlock", "immediate") // a write transaction takes the lock at BEGIN, not at its first write
 	}
-	q.Set("_txlock", "immediate")
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
