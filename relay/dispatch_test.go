@@ -158,10 +158,15 @@ func TestMaxAgeEndsDead(t *testing.T) {
 	if n.Status != store.StatusDead || !strings.Contains(n.Reason, "max age") {
 		t.Errorf("status %s, reason %q; want dead for max age", n.Status, n.Reason)
 	}
-	// How many attempts fit in 50ms depends on the machine's load; that the
-	// age ended them, not the attempt budget, does not.
-	if len(n.AttemptLog) == 0 || len(n.AttemptLog) >= 1000 || sum.Dead != 1 {
+	// How many attempts fit in 50ms depends on the machine's load (on a
+	// loaded machine even none: the first claim may come after the max age,
+	// and is given up without a call); that the age ended them, not the
+	// attempt budget, does not.
+	if len(n.AttemptLog) >= 1000 || sum.Dead != 1 {
 		t.Errorf("%d attempts, summary %+v; want dead within the attempt budget", len(n.AttemptLog), sum)
+	}
+	if len(n.AttemptLog) == 0 {
+		return
 	}
 	if last := n.AttemptLog[len(n.AttemptLog)-1]; last.EndedAt.Sub(n.CreatedAt) > time.Second {
 		t.Errorf("last attempt ended %s after creation, want the 50ms max age to stop it early", last.EndedAt.Sub(n.CreatedAt))
