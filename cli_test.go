@@ -348,3 +348,37 @@ tenants:
 		t.Fatalf("good config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A scheduled batch run is keyed by its identity: repeating the run sends
+// nothing twice; the next run of the same file is a new send.
+func TestCronBatchRunIdentity(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	abs, _ := filepath.Abs("testdata/batch_example.jsonl")
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("jobs:\n  nightly:\n    schedule: \"0 2 * * *\"\n    batch:\n      file: "+abs+"\n"), 0o644)
+	run := func(at string) {
+		t.Helper()
+		if r := runCLI(t, "", "cron", "run", "--config", cfg, "--db", db, "--at", at, "--log-level", "warn", "nightly"); r.code != 0 {
+			t.Fatalf("cron run --at %s: exit %d %s", at, r.code, r.stderr)
+		}
+	}
+	run("2026-11-30T02:00:00Z")
+	first := countRows(t, db, "events")
+	if first == 0 {
+		t.Fatal("the batch job accepted nothing")
+	}
+	run("2026-11-30T02:00:00Z") // the same run again
+	if n := countRows(t, db, "events"); n != first {
+		t.Fatalf("repeating a run added %d events", n-first)
+	}
+	run("2026-12-01T02:00:00Z") // the next night
+	if n := countRows(t, db, "events"); n != 2*first {
+		t.Fatalf("the next run made %d events, want %d", n-first, first)
+	}
+	r := runCLI(t, "", "cron", "list", "--config", cfg, "--db", db)
+	if !strings.Contains(r.stdout, "nightly (last run 2026-12-01T02:00:00Z)") {
+		t.Fatalf("cron list:\n%s%s", r.stdout, r.stderr)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -108,9 +109,43 @@ forgets them; "missed: run-once" runs the latest one when serve starts.`,
 	}
 }
 
-// batchJob is the run function of a scheduled batch file send.
+// batchJob is the run function of a scheduled batch file send. Each
+// event's id is prefixed with the run's identity (job and scheduled time),
+// so the same file sent by two runs is two sends, and the same run
+// repeated (a restart, an overlap, a crash half way) sends nothing twice.
 func batchJob(r *relay.Relay, name, file string) func(context.Context, store.JobRun) error {
 	return func(ctx context.Context, run store.JobRun) error {
-		return fmt.Errorf("job %s: batch jobs need the batch sender (edgerelay batch send %s)", name, file)
+		format, err := relay.BatchFormatFor(file)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", name, err)
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", name, err)
+		}
+		defer f.Close()
+		br, err := relay.NewBatchReader(f, format)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", name, err)
+		}
+		prefix := name + "@" + run.ScheduledAt.UTC().Format(time.RFC3339) + "/"
+		lines := func(yield func(relay.BatchLine) bool) {
+			for l := range br.Lines() {
+				if l.Err == nil {
+					l.Event.ID = prefix + l.Event.ID
+				}
+				if !yield(l) {
+					return
+				}
+			}
+		}
+		res, err := r.AcceptBatch(ctx, lines, relay.BatchOptions{})
+		if err == nil {
+			err = br.Err()
+		}
+		if err == nil && res.Rejected > 0 {
+			err = fmt.Errorf("job %s: %d of %d lines of %s rejected", name, res.Rejected, res.Lines, file)
+		}
+		return err
 	}
 }

@@ -97,6 +97,7 @@ Typical use:
 		Commands: []*cli.Command{
 			serveCommand(),
 			sendCommand(),
+			batchCommand(),
 			dispatchCommand(),
 			showCommand(),
 			statusCommand(),
