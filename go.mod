@@ -17,8 +17,8 @@ require (
 )
 
 require (
-	github.com/robfig/cron/v3 v3.0.1
-	github.com/schollz/progressbar/v3 v3.19.0
+	github.com/robfig/cron/v3 v3.0.1 // schedules: cron expressions with seconds and time zones
+	github.com/schollz/progressbar/v3 v3.19.0 // batch send: a progress bar on a terminal
 )
 
 require (
