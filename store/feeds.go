@@ -1,11 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -249,40 +249,49 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 		itemMarks[kind][seq] = true
 	}
 	rows.Close()
-	// Each feed's newest items before the cursor, then a merge: an IN over
-	// the feeds could not use the index's order, and would sort them all.
-	var items []FeedItem
+	// Each feed's newest items before the cursor, from the index alone,
+	// then a merge (an IN over the feeds could not use the index's order,
+	// and would sort them all), then the page's items in full.
+	var seqs []int64
+	feedOf := map[int64]string{}
 	for _, f := range feeds {
 		from := max(f.from, dismissedMark)
-		rows, err := q.QueryContext(ctx, `SELECT i.seq, i.event, i.created_at, e.event_id, e.type, e.message
-			FROM feed_items i JOIN events e ON e.id = i.event
-			WHERE i.tenant = ? AND i.feed = ? AND i.seq > ? AND i.seq < ?
-			ORDER BY i.seq DESC LIMIT ?`, tenant, f.feed, from, before, limit+len(itemMarks[MarkDismissed]))
+		rows, err := q.QueryContext(ctx, `SELECT seq FROM feed_items
+			WHERE tenant = ? AND feed = ? AND seq > ? AND seq < ?
+			ORDER BY seq DESC LIMIT ?`, tenant, f.feed, from, before, limit+len(itemMarks[MarkDismissed]))
 		if err != nil {
 			return nil, 0, fmt.Errorf("read feed %q: %w", f.feed, err)
 		}
 		for rows.Next() {
-			it := FeedItem{Feed: f.feed}
-			var ev, created int64
-			if err := rows.Scan(&it.Seq, &ev, &created, &it.EventID, &it.Type, &it.Message); err != nil {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
 				rows.Close()
 				return nil, 0, err
 			}
-			if itemMarks[MarkDismissed][it.Seq] {
-				continue
+			if !itemMarks[MarkDismissed][seq] {
+				seqs = append(seqs, seq)
+				feedOf[seq] = f.feed
 			}
-			it.CreatedAt = fromMS(created)
-			it.Read = it.Seq <= readMark || itemMarks[MarkRead][it.Seq]
-			items = append(items, it)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, 0, err
 		}
 	}
-	sort.Slice(items, func(i, j int) bool { return items[i].Seq > items[j].Seq })
-	if len(items) > limit {
-		items = items[:limit]
+	slices.SortFunc(seqs, func(a, b int64) int { return cmp.Compare(b, a) })
+	seqs = seqs[:min(len(seqs), limit)]
+	items := make([]FeedItem, 0, len(seqs))
+	for _, seq := range seqs {
+		it := FeedItem{Seq: seq, Feed: feedOf[seq]}
+		var created int64
+		if err := q.QueryRowContext(ctx, `SELECT i.created_at, e.event_id, e.type, e.message
+			FROM feed_items i JOIN events e ON e.id = i.event WHERE i.seq = ?`, seq).
+			Scan(&created, &it.EventID, &it.Type, &it.Message); err != nil {
+			return nil, 0, fmt.Errorf("read feed item %d: %w", seq, err)
+		}
+		it.CreatedAt = fromMS(created)
+		it.Read = seq <= readMark || itemMarks[MarkRead][seq]
+		items = append(items, it)
 	}
 	return items, readMark, nil
 }
@@ -318,10 +327,18 @@ func unreadCount(ctx context.Context, q querier, tenant, user string) (int64, er
 		if !last.Valid {
 			continue // an empty feed
 		}
+		// Positions below the oldest surviving item were pruned: count from
+		// it, not from position 0.
+		var oldestSeq, oldestPos int64
+		if err := q.QueryRowContext(ctx, `SELECT seq, pos FROM feed_items WHERE tenant = ? AND feed = ? ORDER BY seq LIMIT 1`,
+			tenant, f.feed).Scan(&oldestSeq, &oldestPos); err != nil {
+			return 0, fmt.Errorf("unread count: %w", err)
+		}
 		var seen int64
-		err := q.QueryRowContext(ctx, `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
-			ORDER BY seq DESC LIMIT 1`, tenant, f.feed, from).Scan(&seen)
-		if err != nil && !isNoRows(err) {
+		if from < oldestSeq {
+			from, seen = oldestSeq-1, oldestPos-1
+		} else if err := q.QueryRowContext(ctx, `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
+			ORDER BY seq DESC LIMIT 1`, tenant, f.feed, from).Scan(&seen); err != nil {
 			return 0, fmt.Errorf("unread count: %w", err)
 		}
 		var marked int64

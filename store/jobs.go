@@ -132,6 +132,16 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (Pr
 			return tx.exec(`DELETE FROM feed_items WHERE seq IN (SELECT seq FROM feed_items WHERE created_at < ? ORDER BY seq LIMIT ?)`, c, batch)
 		})
 	}
+	var itemMarks int64
+	if err == nil {
+		// Marks on items that are gone: they would otherwise be subtracted
+		// from unread counts forever.
+		err = step(&itemMarks, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(`DELETE FROM feed_item_marks WHERE (tenant, user, kind, seq) IN
+				(SELECT m.tenant, m.user, m.kind, m.seq FROM feed_item_marks m
+				 WHERE NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.seq = m.seq) LIMIT ?)`, batch)
+		})
+	}
 	if err == nil {
 		err = step(&res.Events, func(tx *Tx) (sql.Result, error) {
 			return tx.exec(`DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.created_at < ?

@@ -1,0 +1,1079 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// feedPost posts event id to feeds in tenant and returns each feed's item
+// seq. It does not touch t, so goroutines may call it.
+func feedPost(ctx context.Context, s *Store, tenant, id string, feeds ...string) (map[string]int64, error) {
+	return feedPostAt(ctx, s, t0, tenant, id, feeds...)
+}
+
+// feedPostAt is feedPost at a given time.
+func feedPostAt(ctx context.Context, s *Store, at time.Time, tenant, id string, feeds ...string) (map[string]int64, error) {
+	acc, err := s.AcceptEvent(ctx, NewEvent{Tenant: tenant, EventID: id, Purpose: "feed", Type: "note",
+		Payload: []byte(`{}`), Message: []byte(`{"subject":"` + id + `"}`), Fingerprint: "fp-" + id,
+		Feeds: feeds, Targets: 0}, nil, at)
+	if err != nil {
+		return nil, fmt.Errorf("post %s: %w", id, err)
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT feed, seq FROM feed_items WHERE event = ?`, acc.EventRow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var f string
+		var seq int64
+		if err := rows.Scan(&f, &seq); err != nil {
+			return nil, err
+		}
+		out[f] = seq
+	}
+	return out, rows.Err()
+}
+
+// post1 posts event id to one feed and returns the item's seq.
+func post1(t *testing.T, s *Store, tenant, id, feed string) int64 {
+	t.Helper()
+	got, err := feedPost(context.Background(), s, tenant, id, feed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, ok := got[feed]
+	if !ok || len(got) != 1 {
+		t.Fatalf("post %s to %q: items %v", id, feed, got)
+	}
+	return seq
+}
+
+func feedView(t *testing.T, s *Store, tenant, user string) ([]FeedItem, int64) {
+	t.Helper()
+	items, mark, err := s.FeedPage(context.Background(), tenant, user, 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return items, mark
+}
+
+func feedSeqs(items []FeedItem) []int64 {
+	out := make([]int64, len(items))
+	for i, it := range items {
+		out[i] = it.Seq
+	}
+	return out
+}
+
+// unreadSeqs is the seqs of the items FeedPage reports unread.
+func unreadSeqs(items []FeedItem) []int64 {
+	var out []int64
+	for _, it := range items {
+		if !it.Read {
+			out = append(out, it.Seq)
+		}
+	}
+	return out
+}
+
+func unread(t *testing.T, s *Store, tenant, user string) int64 {
+	t.Helper()
+	n, err := s.UnreadCount(context.Background(), tenant, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func setMembers(t *testing.T, s *Store, tenant, feed string, history bool, users ...string) {
+	t.Helper()
+	if err := s.SetFeedMembers(context.Background(), tenant, feed, users, history); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func markAll(t *testing.T, s *Store, tenant, user, kind string, upTo int64) int64 {
+	t.Helper()
+	m, err := s.MarkAll(context.Background(), tenant, user, kind, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func markItem(t *testing.T, s *Store, tenant, user, kind string, seq int64) {
+	t.Helper()
+	if err := s.MarkItem(context.Background(), tenant, user, kind, seq); err != nil {
+		t.Fatalf("MarkItem(%s, %s, %s, %d): %v", tenant, user, kind, seq, err)
+	}
+}
+
+func wantView(t *testing.T, s *Store, tenant, user string, want ...int64) {
+	t.Helper()
+	items, _ := feedView(t, s, tenant, user)
+	if got := feedSeqs(items); !slices.Equal(got, want) {
+		t.Errorf("%s/%s sees %v, want %v", tenant, user, got, want)
+	}
+}
+
+func wantUnread(t *testing.T, s *Store, tenant, user string, want int64) {
+	t.Helper()
+	if got := unread(t, s, tenant, user); got != want {
+		t.Errorf("%s/%s unread count %d, want %d", tenant, user, got, want)
+	}
+}
+
+// feedTruth is what a user should see, worked out from the tables in one
+// read transaction (a snapshot) without the store's query logic: the items
+// of every feed they read with seq above when they joined, and the marks.
+type feedTruth struct {
+	items           []feedTruthItem // newest first
+	read, dismissed int64
+	itemMarks       map[string]map[int64]bool
+}
+
+type feedTruthItem struct {
+	seq  int64
+	feed string
+}
+
+func readFeedTruth(ctx context.Context, s *Store, tenant, user string) (feedTruth, error) {
+	return readFeedTruthRange(ctx, s, tenant, user, 0, 1<<62)
+}
+
+// readFeedTruthRange is readFeedTruth for the items with lo <= seq <= hi.
+func readFeedTruthRange(ctx context.Context, s *Store, tenant, user string, lo, hi int64) (feedTruth, error) {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return feedTruth{}, err
+	}
+	defer tx.Rollback()
+	from := map[string]int64{TenantFeed: 0, PersonalFeed(user): 0}
+	rows, err := tx.QueryContext(ctx, `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, tenant, user)
+	if err != nil {
+		return feedTruth{}, err
+	}
+	for rows.Next() {
+		var f string
+		var j int64
+		if err := rows.Scan(&f, &j); err != nil {
+			rows.Close()
+			return feedTruth{}, err
+		}
+		from[f] = j
+	}
+	rows.Close()
+	tr := feedTruth{itemMarks: map[string]map[int64]bool{MarkRead: {}, MarkDismissed: {}}}
+	rows, err = tx.QueryContext(ctx, `SELECT seq, feed FROM feed_items WHERE tenant = ? AND seq BETWEEN ? AND ? ORDER BY seq DESC`, tenant, lo, hi)
+	if err != nil {
+		return feedTruth{}, err
+	}
+	for rows.Next() {
+		var it feedTruthItem
+		if err := rows.Scan(&it.seq, &it.feed); err != nil {
+			rows.Close()
+			return feedTruth{}, err
+		}
+		if j, ok := from[it.feed]; ok && it.seq > j {
+			tr.items = append(tr.items, it)
+		}
+	}
+	rows.Close()
+	rows, err = tx.QueryContext(ctx, `SELECT kind, mark FROM feed_marks WHERE tenant = ? AND user = ?`, tenant, user)
+	if err != nil {
+		return feedTruth{}, err
+	}
+	for rows.Next() {
+		var k string
+		var m int64
+		if err := rows.Scan(&k, &m); err != nil {
+			rows.Close()
+			return feedTruth{}, err
+		}
+		if k == MarkRead {
+			tr.read = m
+		} else {
+			tr.dismissed = m
+		}
+	}
+	rows.Close()
+	rows, err = tx.QueryContext(ctx, `SELECT kind, seq FROM feed_item_marks WHERE tenant = ? AND user = ?`, tenant, user)
+	if err != nil {
+		return feedTruth{}, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var seq int64
+		if err := rows.Scan(&k, &seq); err != nil {
+			return feedTruth{}, err
+		}
+		tr.itemMarks[k][seq] = true
+	}
+	return tr, rows.Err()
+}
+
+// visible is the items a page shows (dismissed ones left out), newest first.
+func (tr feedTruth) visible() []feedTruthItem {
+	var out []feedTruthItem
+	for _, it := range tr.items {
+		if it.seq > tr.dismissed && !tr.itemMarks[MarkDismissed][it.seq] {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func (tr feedTruth) unread() int64 {
+	var n int64
+	for _, it := range tr.visible() {
+		if it.seq > tr.read && !tr.itemMarks[MarkRead][it.seq] {
+			n++
+		}
+	}
+	return n
+}
+
+// One event posted to "*" is one row, whatever the number of readers; "@ada"
+// is ada's alone, a topic feed its members'.
+func TestFeedFanOutOnRead(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	users := []string{"ada", "ben", "cy"}
+	all := post1(t, s, "acme", "e1", TenantFeed)
+	if n := count(t, s, `SELECT count(*) FROM feed_items`); n != 1 {
+		t.Fatalf("%d feed items for one event to %q, want 1", n, TenantFeed)
+	}
+	for _, u := range users {
+		items, _ := feedView(t, s, "acme", u)
+		if len(items) != 1 || items[0].Seq != all || items[0].Feed != TenantFeed || items[0].EventID != "e1" ||
+			items[0].Type != "note" || string(items[0].Message) != `{"subject":"e1"}` || items[0].Read || !items[0].CreatedAt.Equal(t0) {
+			t.Errorf("%s sees %+v, want e1 unread", u, items)
+		}
+		wantUnread(t, s, "acme", u, 1)
+	}
+	ada := post1(t, s, "acme", "e2", PersonalFeed("ada"))
+	wantView(t, s, "acme", "ada", ada, all)
+	wantView(t, s, "acme", "ben", all)
+	wantUnread(t, s, "acme", "ada", 2)
+	wantUnread(t, s, "acme", "ben", 1)
+
+	setMembers(t, s, "acme", "team:ops", false, "ada", "ben")
+	ops := post1(t, s, "acme", "e3", "team:ops")
+	wantView(t, s, "acme", "ada", ops, ada, all)
+	wantView(t, s, "acme", "ben", ops, all)
+	wantView(t, s, "acme", "cy", all)
+	wantUnread(t, s, "acme", "ada", 3)
+	wantUnread(t, s, "acme", "ben", 2)
+	wantUnread(t, s, "acme", "cy", 1)
+	if n := count(t, s, `SELECT count(*) FROM feed_items`); n != 3 {
+		t.Errorf("%d feed items for three single-feed events, want 3", n)
+	}
+
+	// An event posted to two feeds is an item in each: a member of both
+	// sees it twice (as the schema intends: items are per feed).
+	both, err := feedPost(context.Background(), s, "acme", "e4", TenantFeed, "team:ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(both) != 2 {
+		t.Fatalf("e4 items %v, want one in each feed", both)
+	}
+	wantView(t, s, "acme", "ada", both["team:ops"], both[TenantFeed], ops, ada, all)
+	wantView(t, s, "acme", "cy", both[TenantFeed], all)
+	wantUnread(t, s, "acme", "ada", 5)
+	wantUnread(t, s, "acme", "cy", 2)
+}
+
+// A member sees a topic feed's items from when they joined, or its whole
+// past with history; leaving removes the feed.
+func TestFeedMembershipFromJoin(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	i1 := post1(t, s, "acme", "i1", "team:ops")
+	setMembers(t, s, "acme", "team:ops", false, "ada")
+	wantView(t, s, "acme", "ada")
+	wantUnread(t, s, "acme", "ada", 0)
+	i2 := post1(t, s, "acme", "i2", "team:ops")
+	wantView(t, s, "acme", "ada", i2)
+	wantUnread(t, s, "acme", "ada", 1)
+	if err := s.MarkItem(ctx, "acme", "ada", MarkRead, i1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("MarkItem on an item from before ada joined: %v, want ErrNotFound", err)
+	}
+
+	// ada stays (and keeps when she joined); ben joins with history.
+	setMembers(t, s, "acme", "team:ops", true, "ada", "ben")
+	wantView(t, s, "acme", "ada", i2)
+	wantView(t, s, "acme", "ben", i2, i1)
+	wantUnread(t, s, "acme", "ada", 1)
+	wantUnread(t, s, "acme", "ben", 2)
+
+	// ada leaves.
+	setMembers(t, s, "acme", "team:ops", false, "ben")
+	wantView(t, s, "acme", "ada")
+	wantUnread(t, s, "acme", "ada", 0)
+	if err := s.MarkItem(ctx, "acme", "ada", MarkRead, i2); !errors.Is(err, ErrNotFound) {
+		t.Errorf("MarkItem after leaving: %v, want ErrNotFound", err)
+	}
+	wantView(t, s, "acme", "ben", i2, i1)
+
+	// She comes back without history: from now on only.
+	setMembers(t, s, "acme", "team:ops", false, "ben", "ada")
+	i3 := post1(t, s, "acme", "i3", "team:ops")
+	wantView(t, s, "acme", "ada", i3)
+	wantUnread(t, s, "acme", "ada", 1)
+	wantView(t, s, "acme", "ben", i3, i2, i1)
+	wantUnread(t, s, "acme", "ben", 3)
+}
+
+// A watermark never moves back, whatever order the requests arrive in.
+func TestFeedMarkAllMonotonic(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	// A watermark never passes the newest item: post 64 first (at once,
+	// so they share commits).
+	var posts sync.WaitGroup
+	for i := range 64 {
+		posts.Go(func() {
+			if _, err := feedPost(ctx, s, "acme", fmt.Sprintf("e%d", i), TenantFeed); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	posts.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if m := markAll(t, s, "acme", "ada", MarkRead, 10); m != 10 {
+		t.Fatalf("MarkAll(10) = %d", m)
+	}
+	if m := markAll(t, s, "acme", "ada", MarkRead, 5); m != 10 {
+		t.Fatalf("MarkAll(5) after 10 = %d, want 10", m)
+	}
+	if _, mark := feedView(t, s, "acme", "ada"); mark != 10 {
+		t.Fatalf("read mark %d, want 10", mark)
+	}
+	// The kinds are separate watermarks.
+	if m := markAll(t, s, "acme", "ada", MarkDismissed, 3); m != 3 {
+		t.Fatalf("MarkAll(dismissed, 3) = %d", m)
+	}
+
+	for _, kind := range []string{MarkRead, MarkDismissed} {
+		ups := make([]int64, 64)
+		for i := range ups {
+			ups[i] = int64(i + 1)
+		}
+		rand.Shuffle(len(ups), func(i, j int) { ups[i], ups[j] = ups[j], ups[i] })
+		var wg sync.WaitGroup
+		for _, up := range ups {
+			wg.Go(func() {
+				m, err := s.MarkAll(ctx, "acme", "ben", kind, up)
+				if err != nil {
+					t.Error(err)
+				} else if m < up {
+					t.Errorf("MarkAll(%s, %d) = %d: below what it was asked", kind, up, m)
+				}
+			})
+		}
+		wg.Wait()
+		if m := markAll(t, s, "acme", "ben", kind, 0); m != 64 {
+			t.Errorf("%s mark after concurrent MarkAll = %d, want the max 64", kind, m)
+		}
+	}
+
+	// Without up_to: the newest item now.
+	a := post1(t, s, "acme", "a", TenantFeed)
+	b := post1(t, s, "acme", "b", TenantFeed)
+	if m := markAll(t, s, "acme", "cy", MarkRead, -1); m != max(a, b) {
+		t.Errorf("MarkAll(-1) = %d, want the newest seq %d", m, max(a, b))
+	}
+	wantUnread(t, s, "acme", "cy", 0)
+	wantUnread(t, s, "acme", "ada", int64(max(a, b)-10))
+}
+
+// MarkAll with an up_to beyond every item stops at the newest: it must not
+// read items that do not exist yet (up_to is "the newest item the client
+// showed").
+func TestFeedMarkAllBeyondNewest(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	a := post1(t, s, "acme", "a", TenantFeed)
+	if m := markAll(t, s, "acme", "ada", MarkRead, a+1000); m != a {
+		t.Errorf("MarkAll(%d) with the newest item %d = %d, want %d", a+1000, a, m, a)
+	}
+	b := post1(t, s, "acme", "b", TenantFeed)
+	items, mark := feedView(t, s, "acme", "ada")
+	if got := unreadSeqs(items); !slices.Equal(got, []int64{b}) {
+		t.Errorf("after MarkAll(%d) with the newest item %d, then item %d posted: unread %v (read mark %d), want [%d]",
+			a+1000, a, b, got, mark, b)
+	}
+	wantUnread(t, s, "acme", "ada", 1)
+}
+
+// The race "mark all read" exists for: items keep arriving while a user
+// reads a page and marks read up to the newest item that page showed. No
+// item the user was not shown may end up read: nothing newer than up_to,
+// and nothing between the page's oldest and newest items that the page
+// left out.
+func TestFeedMarkAllWhilePosting(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	users := []string{"u0", "u1", "u2", "u3"}
+	setMembers(t, s, "acme", "team:ops", false, users...)
+	const iterations = 50 // per user: 200 in all
+	const limit = 20
+
+	stop := make(chan struct{})
+	var posters sync.WaitGroup
+	var posted atomic.Int64
+	feeds := []string{TenantFeed, "team:ops", "team:dev", "@u0", "@u1", "@u2", "@u3"}
+	for p := range 2 {
+		posters.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if i >= 200 { // bounded under -race: 400 items in all
+					return
+				}
+				id := fmt.Sprintf("p%d-%d", p, i)
+				if _, err := feedPost(ctx, s, "acme", id, feeds[(i+p)%len(feeds)]); err != nil {
+					t.Error(err)
+					return
+				}
+				posted.Add(1)
+			}
+		})
+	}
+
+	var markers sync.WaitGroup
+	for _, u := range users {
+		markers.Go(func() {
+			for range iterations {
+				if t.Failed() {
+					return
+				}
+				page, _, err := s.FeedPage(ctx, "acme", u, 0, limit)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(page) == 0 {
+					continue
+				}
+				upTo, oldest := page[0].Seq, page[len(page)-1].Seq
+				// Every item older than up_to is committed or never will be
+				// (one writer commits in seq order): the truth read now is
+				// what the page should have shown between oldest and up_to.
+				tr, err := readFeedTruthRange(ctx, s, "acme", u, oldest, upTo)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var want []int64
+				for _, it := range tr.visible() {
+					want = append(want, it.seq)
+				}
+				if got := feedSeqs(page); !slices.Equal(got, want) {
+					t.Errorf("%s: page %v is not a snapshot: between %d and %d the feed holds %v; read-all up to %d reads the missing ones unseen",
+						u, got, oldest, upTo, want, upTo)
+				}
+				if _, err := s.MarkAll(ctx, "acme", u, MarkRead, upTo); err != nil {
+					t.Error(err)
+					return
+				}
+				after, mark, err := s.FeedPage(ctx, "acme", u, 0, 50)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if mark < upTo {
+					t.Errorf("%s: read mark %d after MarkAll(%d)", u, mark, upTo)
+				}
+				var newer int64
+				for _, it := range after {
+					switch {
+					case it.Seq > upTo && it.Read:
+						t.Errorf("%s: item %d reported read after MarkAll(%d)", u, it.Seq, upTo)
+					case it.Seq <= upTo && !it.Read:
+						t.Errorf("%s: item %d unread after MarkAll(%d)", u, it.Seq, upTo)
+					}
+					if it.Seq > upTo {
+						newer++
+					}
+				}
+				n, err := s.UnreadCount(ctx, "acme", u)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				// Items only arrive: the count read later is at least the
+				// unread items the page saw.
+				if n < newer {
+					t.Errorf("%s: unread count %d, but %d items above up_to %d were on the page", u, n, newer, upTo)
+				}
+			}
+		})
+	}
+	markers.Wait()
+	close(stop)
+	posters.Wait()
+	t.Logf("%d items posted while marking", posted.Load())
+
+	// Quiet now: the views are exact.
+	for _, u := range users {
+		tr, err := readFeedTruth(ctx, s, "acme", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, mark := feedView(t, s, "acme", u)
+		var want []int64
+		for _, it := range tr.visible() {
+			if it.seq > tr.read {
+				want = append(want, it.seq)
+			}
+		}
+		if got := unreadSeqs(items); !slices.Equal(got, want) || mark != tr.read {
+			t.Errorf("%s: unread %v with mark %d, want %v with mark %d", u, got, mark, want, tr.read)
+		}
+		wantUnread(t, s, "acme", u, int64(len(want)))
+	}
+}
+
+// Items read or dismissed one by one, above and below the watermarks.
+func TestFeedMarkItem(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	var seq [6]int64
+	for i := 1; i <= 5; i++ {
+		seq[i] = post1(t, s, "acme", fmt.Sprintf("i%d", i), TenantFeed)
+	}
+	markAll(t, s, "acme", "ada", MarkRead, seq[2])
+	wantUnread(t, s, "acme", "ada", 3)
+	readFlags := func() map[int64]bool {
+		items, _ := feedView(t, s, "acme", "ada")
+		out := map[int64]bool{}
+		for _, it := range items {
+			out[it.Seq] = it.Read
+		}
+		return out
+	}
+	itemMarks := func() int { return count(t, s, `SELECT count(*) FROM feed_item_marks`) }
+
+	// Read above the watermark.
+	markItem(t, s, "acme", "ada", MarkRead, seq[4])
+	if f := readFlags(); !f[seq[4]] || f[seq[3]] || f[seq[5]] || !f[seq[1]] {
+		t.Errorf("read flags %v after reading item %d", f, seq[4])
+	}
+	wantUnread(t, s, "acme", "ada", 2)
+	markItem(t, s, "acme", "ada", MarkRead, seq[4]) // again: nothing changes
+	wantUnread(t, s, "acme", "ada", 2)
+
+	// Dismiss hides it from the page and from the count.
+	markItem(t, s, "acme", "ada", MarkDismissed, seq[5])
+	wantView(t, s, "acme", "ada", seq[4], seq[3], seq[2], seq[1])
+	wantUnread(t, s, "acme", "ada", 1)
+
+	// Read and dismissed: counted once (it was already not unread).
+	markItem(t, s, "acme", "ada", MarkDismissed, seq[4])
+	wantView(t, s, "acme", "ada", seq[3], seq[2], seq[1])
+	wantUnread(t, s, "acme", "ada", 1)
+	// Dismissed first, then read: still once.
+	markItem(t, s, "acme", "ada", MarkDismissed, seq[3])
+	markItem(t, s, "acme", "ada", MarkRead, seq[3])
+	wantView(t, s, "acme", "ada", seq[2], seq[1])
+	wantUnread(t, s, "acme", "ada", 0)
+
+	// Below the read watermark, reading is a no-op.
+	before := itemMarks()
+	markItem(t, s, "acme", "ada", MarkRead, seq[1])
+	if n := itemMarks(); n != before {
+		t.Errorf("reading item %d below the read mark %d wrote a row (%d → %d)", seq[1], seq[2], before, n)
+	}
+	// Dismissing below the read watermark still hides it.
+	markItem(t, s, "acme", "ada", MarkDismissed, seq[1])
+	wantView(t, s, "acme", "ada", seq[2])
+	wantUnread(t, s, "acme", "ada", 0)
+	// Below the dismiss watermark, dismissing is a no-op.
+	markAll(t, s, "acme", "ada", MarkDismissed, seq[2])
+	wantView(t, s, "acme", "ada")
+	before = itemMarks()
+	markItem(t, s, "acme", "ada", MarkDismissed, seq[2])
+	if n := itemMarks(); n != before {
+		t.Errorf("dismissing item %d below the dismiss mark wrote a row (%d → %d)", seq[2], before, n)
+	}
+
+	// What ada cannot see does not exist for her.
+	other := post1(t, s, "beta", "o1", TenantFeed)
+	bens := post1(t, s, "acme", "b1", PersonalFeed("ben"))
+	team := post1(t, s, "acme", "t1", "team:dev")
+	for _, kind := range []string{MarkRead, MarkDismissed} {
+		for _, q := range []struct {
+			what string
+			seq  int64
+		}{{"another tenant's item", other}, {"another user's personal item", bens},
+			{"an item of a feed ada does not read", team}, {"no item", 1 << 40}} {
+			if err := s.MarkItem(ctx, "acme", "ada", kind, q.seq); !errors.Is(err, ErrNotFound) {
+				t.Errorf("MarkItem(%s) on %s: %v, want ErrNotFound", kind, q.what, err)
+			}
+		}
+	}
+	wantUnread(t, s, "beta", "ada", 1)
+	wantUnread(t, s, "acme", "ben", 6) // i1…i5 and b1: ben is not in team:dev
+}
+
+// Paging back with before=cursor while items keep arriving (one between
+// every two pages, and a poster running throughout): every item from the
+// first page's newest down to the last page's oldest is listed once,
+// newest first.
+func TestFeedPagination(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	setMembers(t, s, "acme", "team:ops", false, "ada")
+	feeds := []string{TenantFeed, "@ada", "team:ops", "@ben", "team:dev"}
+	for i := range 60 {
+		post1(t, s, "acme", fmt.Sprintf("pre%d", i), feeds[i%len(feeds)])
+	}
+	// ada dismisses and reads a few, so the page has marks to skip.
+	items, _ := feedView(t, s, "acme", "ada")
+	markItem(t, s, "acme", "ada", MarkDismissed, items[3].Seq)
+	markItem(t, s, "acme", "ada", MarkDismissed, items[10].Seq)
+	markItem(t, s, "acme", "ada", MarkRead, items[5].Seq)
+
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		for i := range 300 { // bounded under -race
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := feedPost(ctx, s, "acme", fmt.Sprintf("bg%d", i), feeds[i%3]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		bg.Wait()
+	}()
+
+	const rounds = 20
+	for round := range rounds {
+		limit, maxPages := 7, 4
+		if round == rounds-1 {
+			limit, maxPages = 30, 1<<30 // the last round goes to the end
+		}
+		var got []int64
+		before := int64(0)
+		for page := 0; page < maxPages; page++ {
+			items, _, err := s.FeedPage(ctx, "acme", "ada", before, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(items) > limit {
+				t.Fatalf("page of %d, limit %d", len(items), limit)
+			}
+			got = append(got, feedSeqs(items)...)
+			if len(items) < limit {
+				break
+			}
+			before = items[len(items)-1].Seq
+			if _, err := feedPost(ctx, s, "acme", fmt.Sprintf("r%d-p%d", round, page), feeds[page%3]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(got) == 0 {
+			t.Fatalf("round %d: nothing paged", round)
+		}
+		top, bottom := got[0], got[len(got)-1]
+		if round == rounds-1 {
+			bottom = 0
+		}
+		tr, err := readFeedTruthRange(ctx, s, "acme", "ada", bottom, top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []int64
+		for _, it := range tr.visible() {
+			want = append(want, it.seq)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: paged %v\nwant (%d down to %d) %v\nmissing %v", round, got, top, bottom, want, missing(want, got))
+		}
+	}
+}
+
+func missing(want, got []int64) []int64 {
+	var out []int64
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// Tenants share user ids and feed names and nothing else.
+func TestFeedTenantIsolation(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	for _, tenant := range []string{"acme", "beta"} {
+		setMembers(t, s, tenant, "team:ops", false, "ada")
+	}
+	var acme, beta []int64
+	for i, f := range []string{TenantFeed, "@ada", "team:ops"} {
+		acme = append(acme, post1(t, s, "acme", fmt.Sprintf("e%d", i), f))
+		beta = append(beta, post1(t, s, "beta", fmt.Sprintf("e%d", i), f)) // same event ids
+	}
+	acme = append(acme, post1(t, s, "acme", "e9", TenantFeed))
+	slices.Reverse(acme)
+	slices.Reverse(beta)
+	wantView(t, s, "acme", "ada", acme...)
+	wantView(t, s, "beta", "ada", beta...)
+	wantUnread(t, s, "acme", "ada", 4)
+	wantUnread(t, s, "beta", "ada", 3)
+	if items, _ := feedView(t, s, "gamma", "ada"); len(items) != 0 {
+		t.Errorf("a tenant with no items shows %v", feedSeqs(items))
+	}
+
+	// Marks are per tenant.
+	markAll(t, s, "acme", "ada", MarkRead, -1)
+	wantUnread(t, s, "acme", "ada", 0)
+	wantUnread(t, s, "beta", "ada", 3)
+	markAll(t, s, "beta", "ada", MarkDismissed, beta[1])
+	wantView(t, s, "beta", "ada", beta[0])
+	wantView(t, s, "acme", "ada", acme...)
+	markItem(t, s, "beta", "ada", MarkDismissed, beta[0])
+	wantView(t, s, "acme", "ada", acme...)
+	for _, seq := range acme {
+		if err := s.MarkItem(ctx, "beta", "ada", MarkRead, seq); !errors.Is(err, ErrNotFound) {
+			t.Errorf("beta's ada marks acme's item %d: %v, want ErrNotFound", seq, err)
+		}
+	}
+	// Membership is per tenant.
+	setMembers(t, s, "beta", "team:ops", false)
+	post1(t, s, "acme", "e10", "team:ops")
+	post1(t, s, "beta", "e10", "team:ops")
+	wantUnread(t, s, "acme", "ada", 1)
+	wantUnread(t, s, "beta", "ada", 0)
+}
+
+// feedModel is the feeds as the product describes them, kept in memory: a
+// randomized run checks UnreadCount and FeedPage against it.
+type feedModel struct {
+	maxSeq  int64
+	items   map[int64]feedModelItem
+	joined  map[[3]string]int64 // tenant, feed, user
+	marks   map[[3]string]int64 // tenant, user, kind
+	itemMks map[[3]string]map[int64]bool
+}
+
+type feedModelItem struct{ tenant, feed string }
+
+func (m *feedModel) from(tenant, user, feed string) (int64, bool) {
+	if feed == TenantFeed || feed == PersonalFeed(user) {
+		return 0, true
+	}
+	j, ok := m.joined[[3]string{tenant, feed, user}]
+	return j, ok
+}
+
+// view is what FeedPage should return, newest first, and the unread count.
+func (m *feedModel) view(tenant, user string) ([]FeedItem, int64) {
+	read := m.marks[[3]string{tenant, user, MarkRead}]
+	dismissed := m.marks[[3]string{tenant, user, MarkDismissed}]
+	readItems := m.itemMks[[3]string{tenant, user, MarkRead}]
+	dismissedItems := m.itemMks[[3]string{tenant, user, MarkDismissed}]
+	var out []FeedItem
+	var n int64
+	for seq := m.maxSeq; seq > 0; seq-- {
+		it, ok := m.items[seq]
+		if !ok || it.tenant != tenant {
+			continue
+		}
+		j, ok := m.from(tenant, user, it.feed)
+		if !ok || seq <= j || seq <= dismissed || dismissedItems[seq] {
+			continue
+		}
+		r := seq <= read || readItems[seq]
+		out = append(out, FeedItem{Seq: seq, Feed: it.feed, Read: r})
+		if !r {
+			n++
+		}
+	}
+	return out, n
+}
+
+func TestFeedUnreadCountMatchesModel(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 42))
+	tenants := []string{"acme", "beta"}
+	users := []string{"ada", "ben", "cy", "dee"}
+	topics := []string{"team:a", "team:b", "team:c"}
+	m := &feedModel{items: map[int64]feedModelItem{}, joined: map[[3]string]int64{},
+		marks: map[[3]string]int64{}, itemMks: map[[3]string]map[int64]bool{}}
+	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
+	anyFeed := func() string {
+		switch rng.IntN(4) {
+		case 0:
+			return TenantFeed
+		case 1:
+			return PersonalFeed(pick(users))
+		default:
+			return pick(topics)
+		}
+	}
+	check := func(step int, tenant, user string) {
+		t.Helper()
+		want, wantN := m.view(tenant, user)
+		got, _, err := s.FeedPage(ctx, tenant, user, 0, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i] = FeedItem{Seq: got[i].Seq, Feed: got[i].Feed, Read: got[i].Read}
+		}
+		same := slices.EqualFunc(got, want, func(a, b FeedItem) bool { return a.Seq == b.Seq && a.Feed == b.Feed && a.Read == b.Read })
+		if !same {
+			t.Fatalf("step %d (seed %d): %s/%s page\n got %v\nwant %v", step, seed, tenant, user, got, want)
+		}
+		if n := unread(t, s, tenant, user); n != wantN {
+			t.Fatalf("step %d (seed %d): %s/%s unread count %d, want %d", step, seed, tenant, user, n, wantN)
+		}
+	}
+	const steps = 120
+	for step := range steps {
+		tenant, user := pick(tenants), pick(users)
+		switch r := rng.IntN(100); {
+		case r < 50: // post to one or two feeds
+			feeds := []string{anyFeed()}
+			if f := anyFeed(); rng.IntN(3) == 0 && f != feeds[0] {
+				feeds = append(feeds, f)
+			}
+			got, err := feedPost(ctx, s, tenant, fmt.Sprintf("e%d", step), feeds...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range feeds {
+				seq, ok := got[f]
+				if !ok || seq <= m.maxSeq {
+					t.Fatalf("step %d: item of %q seq %d (ok %v), newest before %d", step, f, seq, ok, m.maxSeq)
+				}
+				m.items[seq] = feedModelItem{tenant: tenant, feed: f}
+			}
+			for _, seq := range got {
+				m.maxSeq = max(m.maxSeq, seq)
+			}
+		case r < 60: // set a topic's members
+			topic := pick(topics)
+			var ms []string
+			for _, u := range users {
+				if rng.IntN(2) == 0 {
+					ms = append(ms, u)
+				}
+			}
+			history := rng.IntN(4) == 0
+			setMembers(t, s, tenant, topic, history, ms...)
+			for _, u := range users {
+				k := [3]string{tenant, topic, u}
+				_, was := m.joined[k]
+				switch {
+				case !slices.Contains(ms, u):
+					delete(m.joined, k)
+				case !was && history:
+					m.joined[k] = 0
+				case !was:
+					m.joined[k] = m.maxSeq
+				}
+			}
+		case r < 75: // mark all
+			kind := pick([]string{MarkRead, MarkRead, MarkDismissed})
+			up := rng.Int64N(m.maxSeq + 1)
+			if rng.IntN(5) == 0 {
+				up = -1
+			}
+			got := markAll(t, s, tenant, user, kind, up)
+			if up < 0 {
+				up = m.maxSeq
+			}
+			k := [3]string{tenant, user, kind}
+			m.marks[k] = max(m.marks[k], up)
+			if got != m.marks[k] {
+				t.Fatalf("step %d: MarkAll(%s, %d) = %d, want %d", step, kind, up, got, m.marks[k])
+			}
+		default: // mark one item, maybe one the user cannot see
+			kind := pick([]string{MarkRead, MarkDismissed})
+			seq := rng.Int64N(m.maxSeq+2) + 1
+			err := s.MarkItem(ctx, tenant, user, kind, seq)
+			it, exists := m.items[seq]
+			j, reads := m.from(tenant, user, it.feed)
+			if !exists || it.tenant != tenant || !reads || seq <= j {
+				if !errors.Is(err, ErrNotFound) {
+					t.Fatalf("step %d: MarkItem(%s/%s, %s, %d) on an item they cannot see: %v, want ErrNotFound", step, tenant, user, kind, seq, err)
+				}
+				break
+			}
+			if err != nil {
+				t.Fatalf("step %d: MarkItem(%s/%s, %s, %d): %v", step, tenant, user, kind, seq, err)
+			}
+			k := [3]string{tenant, user, kind}
+			if seq > m.marks[k] {
+				if m.itemMks[k] == nil {
+					m.itemMks[k] = map[int64]bool{}
+				}
+				m.itemMks[k][seq] = true
+			}
+		}
+		check(step, tenant, user)
+		if step%50 == 49 || step == steps-1 {
+			for _, tn := range tenants {
+				for _, u := range users {
+					check(step, tn, u)
+				}
+			}
+		}
+	}
+}
+
+// Prune deletes old feed items, read or not. The unread count must count
+// what is left, as the page shows it: positions of pruned items are not
+// unread items.
+func TestFeedUnreadCountAfterPrune(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	setMembers(t, s, "acme", "team:ops", true, "ada", "ben", "cy")
+	var old []int64
+	for i := range 4 {
+		got, err := feedPostAt(ctx, s, t0, "acme", fmt.Sprintf("old%d", i), "team:ops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, got["team:ops"])
+	}
+	later := t0.Add(48 * time.Hour)
+	for i := range 2 {
+		if _, err := feedPostAt(ctx, s, later, "acme", fmt.Sprintf("new%d", i), "team:ops"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	markAll(t, s, "acme", "ben", MarkRead, old[0]) // below what prune removes
+	markItem(t, s, "acme", "cy", MarkRead, old[2]) // an item prune removes
+	res, err := s.Prune(ctx, t0.Add(24*time.Hour), later, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FeedItems != 4 {
+		t.Fatalf("pruned %d feed items, want 4", res.FeedItems)
+	}
+	for _, u := range []string{"ada", "ben", "cy"} {
+		items, _ := feedView(t, s, "acme", u)
+		want := int64(len(unreadSeqs(items)))
+		if want != 2 {
+			t.Errorf("%s: page after prune %v, want the 2 new items unread", u, feedSeqs(items))
+		}
+		if n := unread(t, s, "acme", u); n != want {
+			t.Errorf("%s: unread count %d after prune, but the page shows %d unread items (UnreadCount subtracts positions from 0 when no item at or below the watermark survives)", u, n, want)
+		}
+	}
+}
+
+// The feed queries stay index lookups: a schema or query change that turns
+// one into a scan of feed_items, or a sort of a whole feed, fails here. The
+// SQL is copied from feeds.go.
+func TestFeedQueriesUseIndexes(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	setMembers(t, s, "acme", "team:ops", false, "ada")
+	for i := range 20 {
+		if _, err := feedPost(context.Background(), s, "acme", fmt.Sprintf("e%d", i), TenantFeed, "team:ops"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	markItem(t, s, "acme", "ada", MarkRead, 5)
+	cases := []struct {
+		name    string
+		query   string
+		args    []any
+		noOrder bool // must read the index in order: no temp b-tree for ORDER BY
+	}{
+		{"page", `SELECT i.seq, i.event, i.created_at, e.event_id, e.type, e.message
+			FROM feed_items i JOIN events e ON e.id = i.event
+			WHERE i.tenant = ? AND i.feed = ? AND i.seq > ? AND i.seq < ?
+			ORDER BY i.seq DESC LIMIT ?`, []any{"acme", "team:ops", 0, 1 << 62, 50}, true},
+		{"max pos", `SELECT max(pos) FROM feed_items WHERE tenant = ? AND feed = ?`, []any{"acme", "team:ops"}, false},
+		{"pos at seq", `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
+			ORDER BY seq DESC LIMIT 1`, []any{"acme", "team:ops", 10}, true},
+		{"item marks count", `SELECT count(DISTINCT seq) FROM feed_item_marks
+			WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq > ? AND feed = ?`,
+			[]any{"acme", "ada", 0, "team:ops"}, false},
+		{"item marks of a page", `SELECT kind, seq FROM feed_item_marks
+		WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq < ?`, []any{"acme", "ada", 1 << 62}, false},
+		{"memberships", `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, []any{"acme", "ada"}, false},
+		{"watermarks", `SELECT kind, mark FROM feed_marks WHERE tenant = ? AND user = ?`, []any{"acme", "ada"}, false},
+		{"item by seq", `SELECT feed FROM feed_items WHERE seq = ? AND tenant = ?`, []any{5, "acme"}, false},
+		{"next pos", `SELECT coalesce((SELECT max(pos) FROM feed_items WHERE tenant = ?1 AND feed = ?2), 0) + 1`,
+			[]any{"acme", "team:ops"}, false},
+	}
+	for _, c := range cases {
+		rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+c.query, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		text := strings.Join(plan, "\n")
+		indexed := false
+		for _, line := range plan {
+			if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "USING") && line != "SCAN CONSTANT ROW" {
+				t.Errorf("%s scans a table:\n%s", c.name, text)
+			}
+			for _, use := range []string{"USING INDEX", "USING COVERING INDEX", "USING PRIMARY KEY", "USING INTEGER PRIMARY KEY"} {
+				if strings.Contains(line, use) {
+					indexed = true
+				}
+			}
+		}
+		if !indexed {
+			t.Errorf("%s uses no index:\n%s", c.name, text)
+		}
+		if c.noOrder && strings.Contains(text, "TEMP B-TREE FOR ORDER BY") {
+			t.Errorf("%s sorts instead of reading the index in seq order:\n%s", c.name, text)
+		}
+		t.Logf("%s:\n%s", c.name, text)
+	}
+}
