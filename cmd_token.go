@@ -21,12 +21,15 @@ func tokenCommand() *cli.Command {
 				Usage:     "create a token for a tenant and print it (once: only its hash is stored)",
 				ArgsUsage: " ",
 				Flags: commonFlags(
-					&cli.StringFlag{Name: "tenant", Required: true, Usage: "the tenant the token acts as"},
+					&cli.StringFlag{Name: "tenant", Usage: "the tenant the token acts as (required)"},
 					&cli.StringFlag{Name: "name", Usage: "a label to recognise the token by"},
 				),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
 					tenant := c.String("tenant")
+					if tenant == "" {
+						return cli.Exit("token create needs --tenant NAME", exitUsage)
+					}
 					if !validName(tenant) {
 						return cli.Exit(fmt.Sprintf("--tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant), exitUsage)
 					}

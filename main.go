@@ -99,6 +99,7 @@ Typical use:
 			sendCommand(),
 			batchCommand(),
 			dispatchCommand(),
+			tailCommand(),
 			showCommand(),
 			statusCommand(),
 			retryCommand(),

@@ -39,7 +39,7 @@ func (r *Relay) resolveAudience(ctx context.Context, ev *Event) error {
 	ev.Recipients = make([]Recipient, len(members))
 	for i, m := range members {
 		if err := json.Unmarshal(m, &ev.Recipients[i]); err != nil {
-			return fmt.Errorf("audience %q member %d: %w", ev.Audience, i, err)
+			return invalid("audience", "audience %q member %d is unreadable: %v", ev.Audience, i, err)
 		}
 	}
 	return nil

@@ -16,8 +16,10 @@ CREATE TABLE job_runs (
     PRIMARY KEY (job, scheduled_at)
 ) WITHOUT ROWID;
 
--- How far each tailed source has been read: its last relayed row id,
--- advanced in the transaction that accepts the rows.
+-- How far each tailed source has been read: its last relayed row id, saved
+-- after each batch of rows is accepted (a crash before it re-reads rows that
+-- are then duplicates: the event's unique identity, not this position, is
+-- what stops a second notification). It only moves forward.
 CREATE TABLE source_positions (
     source     TEXT    PRIMARY KEY,
     position   INTEGER NOT NULL,

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"edgerelay/relay"
+	"edgerelay/sources"
+)
+
+func tailCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "tail",
+		Usage:     "relay the events an application writes to an outbox table in its own database",
+		ArgsUsage: " ",
+		Description: `The transactional outbox: the application writes its business row and an
+outbox row (the event JSON, as POST /v1/events takes it) in ONE transaction of
+its own database. Both commit or neither does, so there is no notification for
+an order that rolled back and none lost for one that committed, even if
+edgerelay is down at the time. tail reads the outbox in id order and accepts
+each event into edgerelay's database; with --dispatch it also delivers.
+
+Set up (outbox.sql holds the table, commented, and an example transaction):
+   sqlite3 app.db < outbox.sql
+   -- in the application, one transaction:
+   --   INSERT INTO orders ...;
+   --   INSERT INTO edgerelay_outbox (event) VALUES ('{"id":"ord_1042","type":"order.created",...}');
+   edgerelay tail --source 'sqlite:///srv/app/app.db' --dispatch --route email=URL
+
+--source URL:
+   sqlite:///ABS/PATH/app.db or sqlite:REL/PATH/app.db, with parameters
+     table=edgerelay_outbox   the outbox table (its id must be INTEGER PRIMARY KEY AUTOINCREMENT)
+     column=event             the column holding the event JSON
+     mark_processed=false     true: set processed_at on each row once relayed
+                              (opens the file read-write; otherwise read-only)
+     busy_timeout=5s          how long to wait for the application's write lock
+     name=NAME                the name the position is saved under (default:
+                              path and table; set it to keep the position if
+                              the file moves)
+
+Guarantees: the position (the last row id relayed) is saved in edgerelay's
+database after each batch (--batch rows). A crash before that reads the batch
+again; edgerelay dedupes on the event's identity (tenant, id, purpose), so the
+rows read again create nothing new and notify nobody twice: resume without
+loss or repeat. The event "id" must therefore be the application's id for what
+happened (an order id), never random. Two tailers of one source are safe.
+
+A row whose event is invalid, or reuses an accepted event's identity with other
+content, is logged (with its row id and the reason), counted and skipped: it
+does not hold up the rows behind it. With mark_processed=true it keeps
+processed_at NULL, so the application can find it.
+
+SIGINT/SIGTERM: finish the row in flight, save the position, stop the
+dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
+		Flags: commonFlags(
+			flagRoute(), flagDelivery(),
+			&cli.StringFlag{Name: "source", EnvVars: []string{"EDGERELAY_SOURCE"},
+				Usage: "the outbox to read: `URL` such as sqlite:///srv/app/app.db?table=edgerelay_outbox (see above)"},
+			&cli.DurationFlag{Name: "poll", Value: time.Second, EnvVars: []string{"EDGERELAY_TAIL_POLL"},
+				Usage: "how long to wait before reading again when the outbox had nothing new"},
+			&cli.IntFlag{Name: "batch", Value: 100, EnvVars: []string{"EDGERELAY_TAIL_BATCH"},
+				Usage: "rows read at a time; the position is saved once per batch"},
+			&cli.BoolFlag{Name: "dispatch", EnvVars: []string{"EDGERELAY_TAIL_DISPATCH"},
+				Usage: "also deliver, in this process (as edgerelay dispatch would; uses --route and the config)"},
+			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"},
+				Usage: "with --dispatch, on shutdown: how long to wait for calls in flight"},
+			&cli.BoolFlag{Name: "json", Usage: "on exit, print the counters as JSON on stdout"},
+		),
+		OnUsageError: usageErr,
+		Action: func(c *cli.Context) error {
+			if c.String("source") == "" {
+				return cli.Exit("--source is required: the outbox to read, e.g. --source 'sqlite:///srv/app/app.db?table=edgerelay_outbox' (see --help)", exitUsage)
+			}
+			if c.Duration("poll") <= 0 {
+				return cli.Exit(fmt.Sprintf("--poll %s: want a positive duration such as 1s or 200ms", c.Duration("poll")), exitUsage)
+			}
+			if b := c.Int("batch"); b < 1 || b > 10000 {
+				return cli.Exit(fmt.Sprintf("--batch %d: want 1 to 10000", b), exitUsage)
+			}
+			var s *settings
+			var err error
+			if c.Bool("dispatch") {
+				s, err = deliverySettings(c)
+			} else {
+				s, err = loadSettings(c, c.App.ErrWriter)
+			}
+			if err != nil {
+				return err
+			}
+			log := s.opts.Logger
+			if !c.Bool("dispatch") && len(s.flagRoutes) > 0 {
+				log.Warn("--route has no effect without --dispatch: events are accepted, delivered by whoever dispatches (edgerelay serve or dispatch)")
+			}
+			// The source first: a mistyped URL must not create an empty
+			// edgerelay database on its way to failing.
+			src, err := sources.Open(c.String("source"))
+			if errors.Is(err, sources.ErrBadURL) {
+				return cli.Exit("--source: "+err.Error(), exitUsage)
+			}
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			r, err := openRelayWith(c, s)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			if c.Bool("dispatch") {
+				if err := r.Start(c.Context); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), s.opts.Path, c.Bool("dispatch"))
+
+			var lastLog time.Time
+			t := r.NewTailer(src, relay.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"),
+				OnBatch: func(st relay.TailStats) {
+					if time.Since(lastLog) < 10*time.Second {
+						return
+					}
+					lastLog = time.Now()
+					log.Info("tail: progress", "position", st.Position, "accepted", st.Accepted,
+						"duplicates", st.Duplicates, "rejected", st.Rejected, "errors", st.Errors)
+				}})
+			runErr := t.Run(c.Context)
+
+			if c.Bool("dispatch") {
+				ctx, cancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
+				defer cancel()
+				if err := r.Stop(ctx); err != nil {
+					fmt.Fprintf(c.App.ErrWriter, "tail: calls still in flight after %s were cancelled and recorded\n", c.Duration("drain-timeout"))
+				}
+			}
+			st := t.Stats()
+			fmt.Fprintf(c.App.ErrWriter, "tail: stopped at row %d: %d accepted, %d duplicates, %d rejected, %d errors retried\n",
+				st.Position, st.Accepted, st.Duplicates, st.Rejected, st.Errors)
+			if c.Bool("json") {
+				json.NewEncoder(c.App.Writer).Encode(st)
+			}
+			return runErr
+		},
+	}
+}

@@ -1,0 +1,485 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"edgerelay/sources"
+)
+
+// appBundle is an application's own SQLite database with an orders table
+// and the outbox from ../outbox.sql, and the connection the application
+// writes with.
+type appBundle struct {
+	path string
+	db   *sql.DB
+}
+
+func setupApp(t *testing.T) *appBundle {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ddl, err := os.ReadFile("../outbox.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{string(ddl), `CREATE TABLE orders (id TEXT PRIMARY KEY, customer TEXT NOT NULL)`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &appBundle{path: path, db: db}
+}
+
+// order does what the application does: the business row and the outbox
+// row in one transaction. It returns the outbox row's id.
+func (a *appBundle) order(id, customer string, event []byte) (int64, error) {
+	tx, err := a.db.Begin()
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`INSERT INTO orders (id, customer) VALUES (?, ?)`, id, customer); err != nil {
+		return 0, err
+	}
+	var row int64
+	if err := tx.QueryRow(`INSERT INTO edgerelay_outbox (event) VALUES (?) RETURNING id`, string(event)).Scan(&row); err != nil {
+		return 0, err
+	}
+	return row, tx.Commit()
+}
+
+func (a *appBundle) source(t *testing.T, params string) sources.Source {
+	t.Helper()
+	src, err := sources.Open("sqlite://" + a.path + params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+// orderEvent is the event of order i: an email to the customer, and for
+// every fifth order one to a second recipient too (two notifications).
+func orderEvent(i int) Event {
+	rcs := []Recipient{{ID: fmt.Sprintf("cus_%d", i), Email: fmt.Sprintf("c%d@example.com", i)}}
+	if i%5 == 0 {
+		rcs = append(rcs, Recipient{ID: "accounts", Email: "accounts@example.com"})
+	}
+	return Event{ID: fmt.Sprintf("ord_%d", i), Type: "order.created", Purpose: "receipt",
+		Recipients: rcs, Subject: "Your order", Body: fmt.Sprintf("Order %d received.", i)}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// relayCounts reads, from the relay's own file, the notifications of each
+// event by event id, and the event ids in the order they were accepted.
+func relayCounts(t *testing.T, path string) (map[string]int, []string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT e.event_id, (SELECT count(*) FROM notifications n WHERE n.event = e.id) FROM events e ORDER BY e.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	per := map[string]int{}
+	var order []string
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := per[id]; dup {
+			t.Errorf("event %s stored twice", id)
+		}
+		per[id] = n
+		order = append(order, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return per, order
+}
+
+// runTailer runs a tailer until its position reaches the source's last row
+// (as read by until), then stops it and returns its counters.
+func runTailer(t *testing.T, r *Relay, src sources.Source, opts TailOptions, until func() int64) TailStats {
+	t.Helper()
+	batches := make(chan TailStats, 1)
+	opts.OnBatch = func(s TailStats) {
+		select {
+		case <-batches: // keep only the latest
+		default:
+		}
+		batches <- s
+	}
+	tl := r.NewTailer(src, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tl.Run(ctx) }()
+	timeout := time.After(bound)
+	for {
+		last := until()
+		if last >= 0 && tl.Stats().Position >= last {
+			break
+		}
+		select {
+		case <-batches:
+		case <-time.After(50 * time.Millisecond): // until() may change without a batch
+		case err := <-done:
+			t.Fatalf("tailer stopped early: %v", err)
+		case <-timeout:
+			t.Fatalf("tailer at %+v after %s, want position %d", tl.Stats(), bound, until())
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v, want nil when ctx ends", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("Run did not return after ctx ended")
+	}
+	return tl.Stats()
+}
+
+// The application writes orders (each an order row and an outbox row in one
+// transaction) while the tailer runs and the dispatcher delivers: every
+// outbox row becomes exactly one event with its notifications, each
+// delivered once; none is missing, none twice. Invalid rows and a
+// conflicting event are skipped, reported and left unmarked; a row the
+// application wrote twice is a duplicate.
+func TestTailConcurrentWriterEveryRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setupSim(t, true)
+	path := filepath.Join(t.TempDir(), "relay.db")
+	r := setupRelay(t, Options{Path: path, Routes: Routes{"*": {b.provider(t, "honoured")}}})
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	app := setupApp(t)
+	src := app.source(t, "?mark_processed=true")
+
+	const n = 300
+	want := map[string]int{}  // event id → notifications
+	bad := map[int64]string{} // outbox row → what its rejection says
+	var lastRow atomic.Int64
+	lastRow.Store(-1)
+	writerDone := make(chan error, 1)
+	go func() {
+		var last int64
+		write := func(order, event string) error {
+			row, err := app.order(order, "c", []byte(event))
+			last = row
+			return err
+		}
+		for i := 1; i <= n; i++ {
+			ev := orderEvent(i)
+			if err := write(fmt.Sprintf("o%d", i), string(mustJSON(ev))); err != nil {
+				writerDone <- err
+				return
+			}
+			want[ev.ID] = 1 + map[bool]int{true: 1}[i%5 == 0]
+			var event, reason string
+			switch i % 60 {
+			case 7:
+				event, reason = `{"type": "order.created", "recipients": [{"id": "a", "email": "a@x"}]}`, "id: required"
+			case 19:
+				event, reason = `{"id": "x19", "type": "t", "recipents": []}`, "recipents: unknown field"
+			case 31:
+				event, reason = `not json`, "malformed JSON"
+			case 43: // the same order id with other content
+				other := orderEvent(i)
+				other.Body = "changed"
+				event, reason = string(mustJSON(other)), "different content"
+			case 55: // the application wrote the same event twice
+				event = string(mustJSON(orderEvent(i)))
+			default:
+				continue
+			}
+			if err := write(fmt.Sprintf("o%d-extra", i), event); err != nil {
+				writerDone <- err
+				return
+			}
+			if reason != "" {
+				bad[last] = reason
+			}
+		}
+		lastRow.Store(last)
+		writerDone <- nil
+	}()
+
+	st := runTailer(t, r, src, TailOptions{Poll: 5 * time.Millisecond, Batch: 16}, lastRow.Load)
+	if err := <-writerDone; err != nil {
+		t.Fatalf("application writer: %v", err)
+	}
+
+	got, order := relayCounts(t, path)
+	var notes int
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("event %s: %d notifications, want %d", id, got[id], w)
+		}
+		notes += w
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d events stored, want %d", len(got), len(want))
+	}
+	// Accepted in outbox order: ord_1, ord_2, …
+	for i, id := range order {
+		if id != fmt.Sprintf("ord_%d", i+1) {
+			t.Fatalf("event %d accepted is %s: not in outbox order", i, id)
+		}
+	}
+	dups := n / 60 // the rows written twice
+	if st.Accepted != n || st.Rejected != int64(len(bad)) || st.Duplicates != int64(dups) || st.Errors != 0 || st.Read != int64(n+len(bad)+dups) {
+		t.Errorf("stats %+v: want %d accepted, %d rejected, %d duplicates, no errors", st, n, len(bad), dups)
+	}
+	if len(st.Rejections) != len(bad) {
+		t.Fatalf("rejections %+v, want %d", st.Rejections, len(bad))
+	}
+	for _, rj := range st.Rejections {
+		if !strings.Contains(rj.Reason, bad[rj.Row]) || bad[rj.Row] == "" {
+			t.Errorf("rejection %+v, want row of %v", rj, bad)
+		}
+	}
+	// Relayed rows are marked; the rejected ones are not.
+	rows, err := app.db.Query(`SELECT id FROM edgerelay_outbox WHERE processed_at IS NULL ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unmarked []int64
+	for rows.Next() {
+		var id int64
+		rows.Scan(&id)
+		unmarked = append(unmarked, id)
+	}
+	rows.Close()
+	var badRows []int64
+	for id := range bad {
+		badRows = append(badRows, id)
+	}
+	sort.Slice(badRows, func(i, j int) bool { return badRows[i] < badRows[j] })
+	if fmt.Sprint(unmarked) != fmt.Sprint(badRows) {
+		t.Errorf("rows left unmarked %v, want the rejected %v", unmarked, badRows)
+	}
+
+	// Every notification is delivered once.
+	b.waitArrivals(t, notes)
+	perKey := map[string]int{}
+	for _, k := range b.requestKeys() {
+		perKey[k]++
+	}
+	for k, c := range perKey {
+		if c != 1 {
+			t.Errorf("key %s sent %d times", k, c)
+		}
+	}
+	t.Logf("ledger: %d outbox rows; %d events accepted, %d duplicates, %d rejected; %d notifications, %d delivered",
+		st.Read, st.Accepted, st.Duplicates, st.Rejected, notes, len(perKey))
+	if len(perKey) != notes {
+		t.Fatalf("%d keys delivered, want %d", len(perKey), notes)
+	}
+}
+
+// flaky fails a Read and a MarkProcessed once each, and can rename the
+// source (a fresh position).
+type flaky struct {
+	sources.Source
+	name                 string
+	failRead, failMark   atomic.Bool
+	reads, marks, failed atomic.Int64
+}
+
+func (f *flaky) Name() string {
+	if f.name != "" {
+		return f.name
+	}
+	return f.Source.Name()
+}
+
+func (f *flaky) Read(ctx context.Context, after int64, limit int) ([]sources.Row, error) {
+	f.reads.Add(1)
+	if f.failRead.CompareAndSwap(true, false) {
+		f.failed.Add(1)
+		return nil, errors.New("disk I/O error (injected)")
+	}
+	return f.Source.Read(ctx, after, limit)
+}
+
+func (f *flaky) MarkProcessed(ctx context.Context, ids []int64) error {
+	if f.marks.Add(1) == 2 && f.failMark.CompareAndSwap(true, false) {
+		f.failed.Add(1)
+		return errors.New("database is locked (injected)")
+	}
+	return f.Source.MarkProcessed(ctx, ids)
+}
+
+// A failed batch (here: marking fails, as if the process died after
+// accepting and before saving the position) is read again: its rows are
+// duplicates and no notification is created twice. Reading the whole
+// outbox again from the start (a lost position) repeats nothing either.
+func TestTailRereadRepeatsNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "relay.db")
+	r := setupRelay(t, Options{Path: path})
+	app := setupApp(t)
+	const n = 50
+	var last int64
+	for i := 1; i <= n; i++ {
+		row, err := app.order(fmt.Sprintf("o%d", i), "c", mustJSON(orderEvent(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = row
+	}
+	until := func() int64 { return last }
+	src := &flaky{Source: app.source(t, "?mark_processed=true")}
+	src.failRead.Store(true)
+	src.failMark.Store(true)
+	st := runTailer(t, r, src, TailOptions{Poll: time.Millisecond, Batch: 8}, until)
+	// The first read failed; the second batch was accepted, not marked,
+	// not saved, and read again.
+	if st.Accepted != n || st.Duplicates != 8 || st.Errors != 2 || st.Rejected != 0 || src.failed.Load() != 2 {
+		t.Fatalf("stats %+v (%d injected failures): want %d accepted, 8 duplicates, 2 errors", st, src.failed.Load(), n)
+	}
+	before, _ := relayCounts(t, path)
+	var marked int
+	app.db.QueryRow(`SELECT count(*) FROM edgerelay_outbox WHERE processed_at IS NOT NULL`).Scan(&marked)
+	if len(before) != n || marked != n {
+		t.Fatalf("%d events, %d rows marked; want %d", len(before), marked, n)
+	}
+
+	// The same outbox under another name: a position of 0.
+	again := &flaky{Source: app.source(t, ""), name: "renamed"}
+	st = runTailer(t, r, again, TailOptions{Poll: time.Millisecond, Batch: 7}, until)
+	if st.Accepted != 0 || st.Duplicates != n {
+		t.Fatalf("re-reading everything: %+v, want %d duplicates and nothing new", st, n)
+	}
+	after, _ := relayCounts(t, path)
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("notifications changed on a re-read:\n%v\n%v", before, after)
+	}
+	// Both positions are saved; the original's was not moved back.
+	for _, name := range []string{src.Name(), "renamed"} {
+		if p, err := r.Store().SourcePosition(context.Background(), name); err != nil || p != last {
+			t.Fatalf("position of %s: %d, %v; want %d", name, p, err, last)
+		}
+	}
+}
+
+// A stopped tailer resumes after its saved position, and stopping it while
+// idle returns at once.
+func TestTailResumesFromSavedPosition(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "relay.db")
+	r := setupRelay(t, Options{Path: path})
+	app := setupApp(t)
+	var last int64
+	add := func(from, to int) {
+		for i := from; i <= to; i++ {
+			row, err := app.order(fmt.Sprintf("o%d", i), "c", mustJSON(orderEvent(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = row
+		}
+	}
+	add(1, 10)
+	until := func() int64 { return last }
+	src := app.source(t, "") // read-only
+	if st := runTailer(t, r, src, TailOptions{Poll: time.Millisecond}, until); st.Accepted != 10 {
+		t.Fatalf("first run: %+v", st)
+	}
+	add(11, 15)
+	st := runTailer(t, r, src, TailOptions{Poll: time.Hour}, until)
+	if st.Accepted != 5 || st.Duplicates != 0 || st.Read != 5 {
+		t.Fatalf("second run: %+v, want only the 5 new rows read", st)
+	}
+}
+
+// Tail an application's outbox: the application writes each order and its
+// event in one transaction; the tailer accepts the events, skipping (and
+// reporting) an invalid one.
+func ExampleRelay_Tail() {
+	dir, err := os.MkdirTemp("", "edgerelay-tail-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	// The application's database, with the outbox table from outbox.sql.
+	app, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer app.Close()
+	ddl, err := os.ReadFile("../outbox.sql")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := app.Exec(string(ddl) + `;
+		CREATE TABLE orders (id TEXT PRIMARY KEY);
+		BEGIN;
+		INSERT INTO orders VALUES ('ord_1');
+		INSERT INTO edgerelay_outbox (event) VALUES ('{"id": "ord_1", "type": "order.created", "recipients": [{"id": "ada", "email": "ada@example.com"}], "body": "Thanks."}');
+		COMMIT;
+		INSERT INTO edgerelay_outbox (event) VALUES ('{"id": "ord_2"}');`); err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := Open(ctx, Options{Path: filepath.Join(dir, "relay.db")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	src, err := sources.Open("sqlite://" + filepath.Join(dir, "app.db") + "?table=edgerelay_outbox")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close()
+
+	t := r.NewTailer(src, TailOptions{Poll: 10 * time.Millisecond, OnBatch: func(st TailStats) {
+		if st.Position == 2 {
+			cancel() // a real tailer runs until SIGTERM
+		}
+	}})
+	if err := t.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+	st := t.Stats()
+	fmt.Printf("position %d: accepted %d, duplicates %d, rejected %d\n", st.Position, st.Accepted, st.Duplicates, st.Rejected)
+	fmt.Printf("row %d rejected: %s\n", st.Rejections[0].Row, st.Rejections[0].Reason)
+	// Output:
+	// position 2: accepted 1, duplicates 0, rejected 1
+	// row 2 rejected: invalid event: type: required
+}

@@ -1,0 +1,114 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Row is one outbox row.
+type Row struct {
+	// ID is the row's id: rows are read in increasing id order, and the
+	// tailer's position is the last id it relayed.
+	ID int64
+	// Event is the event JSON, as POST /v1/events takes it. It is not
+	// checked here: an invalid event is the relay's to reject.
+	Event []byte
+}
+
+// Source is an application's outbox table.
+type Source interface {
+	// Name identifies the source for its stored position: the same outbox
+	// must have the same name across restarts. It is logged and stored, so
+	// it must hold no secret (no password from the URL).
+	Name() string
+	// Read returns at most limit rows with id > after, in id order.
+	Read(ctx context.Context, after int64, limit int) ([]Row, error)
+	// MarkProcessed records that the rows were relayed (sets processed_at).
+	// It is optional: a no-op unless the source was configured to mark.
+	MarkProcessed(ctx context.Context, ids []int64) error
+	Close() error
+}
+
+// ErrBadURL: the source URL is malformed or names something unsupported.
+// Errors about the database itself (a missing table) are not ErrBadURL.
+var ErrBadURL = errors.New("bad source URL")
+
+// openers maps a URL scheme to its source. Adding a database is one file
+// and one line here.
+var openers = map[string]func(u *url.URL) (Source, error){
+	"sqlite": openSQLite,
+}
+
+// Open opens the source a URL names, e.g.
+//
+//	sqlite:///srv/app/app.db?table=edgerelay_outbox&column=event&mark_processed=true
+//
+// It checks that the table and its columns exist before returning.
+func Open(rawURL string) (Source, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url's error quotes the whole URL, which may hold a password.
+		return nil, fmt.Errorf("%w: cannot parse it (want e.g. sqlite:///path/app.db?table=edgerelay_outbox)", ErrBadURL)
+	}
+	open, ok := openers[u.Scheme]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: unknown scheme %q (supported: %s)", ErrBadURL, u.Redacted(), u.Scheme, strings.Join(schemes(), ", "))
+	}
+	return open(u)
+}
+
+func schemes() []string {
+	var out []string
+	for s := range openers {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// identRE is what a table or column name may be. Names are spliced into
+// SQL (a placeholder cannot stand for one), so they are checked against
+// this and quoted as well.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+func checkIdent(param, v string) error {
+	if !identRE.MatchString(v) {
+		return fmt.Errorf("%w: %s=%q: want a plain SQL name (letters, digits and _, not starting with a digit)", ErrBadURL, param, v)
+	}
+	return nil
+}
+
+// quote quotes a name that checkIdent accepted.
+func quote(ident string) string { return `"` + ident + `"` }
+
+// params reads a URL's query, refusing parameters the source does not know:
+// a misspelt mark_procesed must not silently leave rows unmarked.
+func params(u *url.URL, known ...string) (url.Values, error) {
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: query: %v", ErrBadURL, u.Redacted(), err)
+	}
+	for k, vs := range q {
+		if !contains(known, k) {
+			return nil, fmt.Errorf("%w: %s: unknown parameter %q (known: %s)", ErrBadURL, u.Redacted(), k, strings.Join(known, ", "))
+		}
+		if len(vs) > 1 {
+			return nil, fmt.Errorf("%w: %s: parameter %q given %d times", ErrBadURL, u.Redacted(), k, len(vs))
+		}
+	}
+	return q, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,269 @@
+package sources
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" driver
+)
+
+// SQLite is an outbox table in an application's SQLite database:
+//
+//	sqlite:///abs/path/app.db?table=edgerelay_outbox&column=event&mark_processed=true
+//	sqlite:relative/app.db
+//
+// Parameters: table (default edgerelay_outbox), column (the event column,
+// default event), mark_processed (default false), busy_timeout (how long to
+// wait for the application's write lock, default 5s), name (the name its
+// position is kept under; default the URL's path and table, so set it to
+// keep the position when the file moves).
+//
+// The database is opened read-only unless mark_processed is true; then it
+// is opened read-write (never created) with busy_timeout, so the marking
+// waits for the application's writer instead of failing. The journal mode
+// is the application's to choose and is left alone (WAL lets the tailer
+// read while the application writes).
+//
+// Ordering: ids are assigned at insert and visible at commit, so in a
+// database with concurrent writers a transaction that commits later can
+// hold a smaller id than rows already read, and reading "id > position"
+// would skip it. SQLite cannot do this: it has one writer at a time, and
+// the transaction that takes an id commits (or rolls back, and with
+// AUTOINCREMENT its id is never handed out) before the next writer begins,
+// so rows become visible in id order. A PostgreSQL source would need
+// another position scheme (for instance, reading only below the oldest
+// transaction still in flight, from pg_snapshot_xmin).
+type SQLite struct {
+	db     *sql.DB
+	name   string
+	path   string
+	table  string
+	column string
+	mark   bool
+	readQ  string
+}
+
+var _ Source = (*SQLite)(nil)
+
+var sqliteParams = []string{"table", "column", "mark_processed", "busy_timeout", "name"}
+
+// markChunk bounds the ids of one UPDATE (SQLite caps bound parameters).
+const markChunk = 500
+
+func openSQLite(u *url.URL) (Source, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrBadURL, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if u.Host != "" {
+		return nil, bad("host %q: write sqlite:///abs/path/app.db (three slashes) or sqlite:relative/path/app.db", u.Host)
+	}
+	path := u.Path
+	if u.Opaque != "" {
+		p, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return nil, bad("path: %v", err)
+		}
+		path = p
+	}
+	if path == "" {
+		return nil, bad("no database path: write sqlite:///abs/path/app.db")
+	}
+	q, err := params(u, sqliteParams...)
+	if err != nil {
+		return nil, err
+	}
+	s := &SQLite{table: "edgerelay_outbox", column: "event"}
+	if v := q.Get("table"); v != "" {
+		s.table = v
+	}
+	if v := q.Get("column"); v != "" {
+		s.column = v
+	}
+	for param, v := range map[string]string{"table": s.table, "column": s.column} {
+		if err := checkIdent(param, v); err != nil {
+			return nil, err
+		}
+	}
+	if v := q.Get("mark_processed"); v != "" {
+		if s.mark, err = strconv.ParseBool(v); err != nil {
+			return nil, bad("mark_processed=%q: want true or false", v)
+		}
+	}
+	busy := 5 * time.Second
+	if v := q.Get("busy_timeout"); v != "" {
+		if busy, err = time.ParseDuration(v); err != nil || busy < 0 {
+			return nil, bad("busy_timeout=%q: want a duration such as 5s", v)
+		}
+	}
+	if s.path, err = filepath.Abs(path); err != nil {
+		return nil, bad("path: %v", err)
+	}
+	s.name = (&url.URL{Scheme: "sqlite", Path: s.path, RawQuery: "table=" + s.table}).String()
+	if v := q.Get("name"); v != "" {
+		s.name = v
+	}
+	// Opening read-write would create a missing file: an empty database
+	// at a mistyped path would then be "tailed" forever.
+	if fi, err := os.Stat(s.path); err != nil {
+		return nil, fmt.Errorf("source %s: %w", s.name, err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("source %s: %s is not a file", s.name, s.path)
+	}
+
+	dq := url.Values{}
+	dq.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	if s.mark {
+		dq.Set("mode", "rw") // not rwc: never create
+		dq.Set("_txlock", "immediate")
+	} else {
+		dq.Set("mode", "ro")
+		dq.Add("_pragma", "query_only(ON)")
+	}
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: s.path}).EscapedPath()+"?"+dq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", s.name, err)
+	}
+	// One connection: the tailer reads one batch at a time, and a single
+	// connection holds no more of the application's locks than needed.
+	db.SetMaxOpenConns(1)
+	s.db = db
+	ctx, cancel := context.WithTimeout(context.Background(), busy+10*time.Second)
+	defer cancel()
+	if err := s.check(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("source %s: %w", s.name, err)
+	}
+	s.readQ = fmt.Sprintf(`SELECT id, %s FROM %s WHERE id > ? ORDER BY id LIMIT ?`, quote(s.column), quote(s.table))
+	return s, nil
+}
+
+// check verifies the table and the columns the source uses, naming what is
+// missing.
+func (s *SQLite) check(ctx context.Context) error {
+	var ddl string
+	err := s.db.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, s.table).Scan(&ddl)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("no table %q in %s (create it with outbox.sql, or set ?table=NAME)", s.table, s.path)
+	}
+	if err != nil {
+		return fmt.Errorf("read schema of %s: %w", s.path, err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT name, type, pk FROM pragma_table_info(?)`, s.table)
+	if err != nil {
+		return fmt.Errorf("read columns of %q: %w", s.table, err)
+	}
+	defer rows.Close()
+	type column struct {
+		typ string
+		pk  int
+	}
+	cols := map[string]column{}
+	var names []string
+	for rows.Next() {
+		var name string
+		var c column
+		if err := rows.Scan(&name, &c.typ, &c.pk); err != nil {
+			return fmt.Errorf("read columns of %q: %w", s.table, err)
+		}
+		cols[strings.ToLower(name)] = c
+		names = append(names, name)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read columns of %q: %w", s.table, err)
+	}
+	missing := func(col, hint string) error {
+		return fmt.Errorf("table %q has no column %q (it has: %s)%s", s.table, col, strings.Join(names, ", "), hint)
+	}
+	id, ok := cols["id"]
+	if !ok {
+		return missing("id", "; see outbox.sql")
+	}
+	// The position is an id: it must be the rowid (INTEGER PRIMARY KEY),
+	// and AUTOINCREMENT, or SQLite may give the id of a deleted newest row
+	// to the next insert, below a position already saved.
+	if !strings.EqualFold(id.typ, "INTEGER") || id.pk != 1 || !strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT") {
+		return fmt.Errorf("table %q: column id must be INTEGER PRIMARY KEY AUTOINCREMENT (ids must never be reused; see outbox.sql)", s.table)
+	}
+	if _, ok := cols[strings.ToLower(s.column)]; !ok {
+		return missing(s.column, "; set ?column=NAME for the event column")
+	}
+	if s.mark {
+		if _, ok := cols["processed_at"]; !ok {
+			return missing("processed_at", " needed by mark_processed=true; add it (see outbox.sql) or drop mark_processed")
+		}
+		// SQLite opens a write-protected file read-only without a word;
+		// find out now rather than at the first batch. BEGIN IMMEDIATE
+		// (the DSN's _txlock) takes the write lock and so fails on such a
+		// file; it waits up to busy_timeout for the application's writer.
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("mark_processed=true needs write access to %s: %w", s.path, err)
+		}
+		tx.Rollback()
+	}
+	return nil
+}
+
+// Name is the name the source's position is kept under.
+func (s *SQLite) Name() string { return s.name }
+
+// Read returns at most limit rows with id > after, in id order.
+func (s *SQLite) Read(ctx context.Context, after int64, limit int) ([]Row, error) {
+	rows, err := s.db.QueryContext(ctx, s.readQ, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.name, err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.ID, &r.Event); err != nil {
+			return nil, fmt.Errorf("read %s: %w", s.name, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.name, err)
+	}
+	return out, nil
+}
+
+// MarkProcessed sets processed_at on the rows that do not have it yet, in
+// one transaction. A no-op unless the source has mark_processed=true.
+func (s *SQLite) MarkProcessed(ctx context.Context, ids []int64) error {
+	if !s.mark || len(ids) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("mark processed in %s: %w", s.name, err)
+	}
+	defer tx.Rollback()
+	for i := 0; i < len(ids); i += markChunk {
+		chunk := ids[i:min(i+markChunk, len(ids))]
+		args := make([]any, len(chunk))
+		for j, id := range chunk {
+			args[j] = id
+		}
+		q := fmt.Sprintf(`UPDATE %s SET processed_at = strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')
+			WHERE processed_at IS NULL AND id IN (%s)`, quote(s.table), strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", "))
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("mark processed in %s: %w", s.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("mark processed in %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// Close closes the connection to the application's database.
+func (s *SQLite) Close() error { return s.db.Close() }
