@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -281,17 +282,33 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 	slices.SortFunc(seqs, func(a, b int64) int { return cmp.Compare(b, a) })
 	seqs = seqs[:min(len(seqs), limit)]
 	items := make([]FeedItem, 0, len(seqs))
-	for _, seq := range seqs {
-		it := FeedItem{Seq: seq, Feed: feedOf[seq]}
+	if len(seqs) == 0 {
+		return items, readMark, nil
+	}
+	args := make([]any, len(seqs))
+	for i, seq := range seqs {
+		args[i] = seq
+	}
+	rows, err = q.QueryContext(ctx, `SELECT i.seq, i.created_at, e.event_id, e.type, e.message
+		FROM feed_items i JOIN events e ON e.id = i.event
+		WHERE i.seq IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")+`) ORDER BY i.seq DESC`, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read feed items: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var it FeedItem
 		var created int64
-		if err := q.QueryRowContext(ctx, `SELECT i.created_at, e.event_id, e.type, e.message
-			FROM feed_items i JOIN events e ON e.id = i.event WHERE i.seq = ?`, seq).
-			Scan(&created, &it.EventID, &it.Type, &it.Message); err != nil {
-			return nil, 0, fmt.Errorf("read feed item %d: %w", seq, err)
+		if err := rows.Scan(&it.Seq, &created, &it.EventID, &it.Type, &it.Message); err != nil {
+			return nil, 0, err
 		}
+		it.Feed = feedOf[it.Seq]
 		it.CreatedAt = fromMS(created)
-		it.Read = seq <= readMark || itemMarks[MarkRead][seq]
+		it.Read = it.Seq <= readMark || itemMarks[MarkRead][it.Seq]
 		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
 	}
 	return items, readMark, nil
 }
