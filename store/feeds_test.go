@@ -1023,10 +1023,13 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 		args    []any
 		noOrder bool // must read the index in order: no temp b-tree for ORDER BY
 	}{
-		{"page", `SELECT i.seq, i.event, i.created_at, e.event_id, e.type, e.message
-			FROM feed_items i JOIN events e ON e.id = i.event
-			WHERE i.tenant = ? AND i.feed = ? AND i.seq > ? AND i.seq < ?
-			ORDER BY i.seq DESC LIMIT ?`, []any{"acme", "team:ops", 0, 1 << 62, 50}, true},
+		{"page", `SELECT seq FROM feed_items
+			WHERE tenant = ? AND feed = ? AND seq > ? AND seq < ?
+			ORDER BY seq DESC LIMIT ?`, []any{"acme", "team:ops", 0, 1 << 62, 50}, true},
+		{"page items", `SELECT i.seq, i.created_at, e.event_id, e.type, e.message
+		FROM feed_items i JOIN events e ON e.id = i.event
+		WHERE i.seq IN (?, ?, ?) ORDER BY i.seq DESC`, []any{3, 2, 1}, true},
+		{"oldest item", `SELECT seq, pos FROM feed_items WHERE tenant = ? AND feed = ? ORDER BY seq LIMIT 1`, []any{"acme", "team:ops"}, true},
 		{"max pos", `SELECT max(pos) FROM feed_items WHERE tenant = ? AND feed = ?`, []any{"acme", "team:ops"}, false},
 		{"pos at seq", `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
 			ORDER BY seq DESC LIMIT 1`, []any{"acme", "team:ops", 10}, true},
