@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"edgerelay/api"
+	"edgerelay/relay"
+	"edgerelay/sources"
 )
 
 func serveCommand() *cli.Command {
@@ -114,12 +117,28 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			go handler.PruneLoop(c.Context, time.Minute)
-			jobs, err := s.cfg.jobs(r)
+			jobs, err := s.cfg.jobs(r, true)
 			if err != nil {
 				return err
 			}
-			scheduled := make(chan struct{})
-			go func() { defer close(scheduled); r.RunSchedules(c.Context, jobs) }()
+			var background sync.WaitGroup
+			background.Go(func() { r.RunSchedules(c.Context, jobs) })
+			for _, tc := range s.cfg.Tail {
+				u, err := expandEnv(tc.Source)
+				if err != nil {
+					return err
+				}
+				src, err := sources.Open(u)
+				if err != nil {
+					return fmt.Errorf("tail: %w", err)
+				}
+				defer src.Close()
+				background.Go(func() {
+					if err := r.Tail(c.Context, src, relay.TailOptions{Poll: time.Duration(tc.Poll)}); err != nil {
+						s.opts.Logger.Error("tail stopped", "source", src.Name(), "err", err)
+					}
+				})
+			}
 			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.opts.Routes))
 			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), s.opts.Path)
 			errc := make(chan error, 1)
@@ -134,7 +153,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			// Requests first (an accept in flight finishes and is answered),
 			// then the dispatcher.
 			herr := hs.Shutdown(ctx)
-			<-scheduled // a job run in progress ends with its context
+			background.Wait() // job runs and tailers end with their context
 			derr := r.Stop(ctx)
 			if err := errors.Join(herr, derr); err != nil {
 				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: %v\n", err)

@@ -45,7 +45,10 @@ type Config struct {
 	// Tenants: API tokens and routes of their own.
 	Tenants map[string]TenantConfig `yaml:"tenants"`
 	// Jobs are scheduled jobs, run by serve (and by `edgerelay cron run`).
+	// Without a prune job, serve prunes daily what finished 30 days ago.
 	Jobs map[string]JobConfig `yaml:"jobs"`
+	// Tail lists outbox tables that serve relays (edgerelay tail does one).
+	Tail []TailConfig `yaml:"tail"`
 	API  struct {
 		Listen   string   `yaml:"listen"`
 		MaxBody  int64    `yaml:"max_body"`
@@ -104,6 +107,12 @@ type PruneJob struct {
 // BatchJobConfig sends a batch file on a schedule.
 type BatchJobConfig struct {
 	File string `yaml:"file"`
+}
+
+// TailConfig is one outbox table to relay.
+type TailConfig struct {
+	Source string   `yaml:"source"` // sqlite:///path/app.db?table=edgerelay_outbox
+	Poll   Duration `yaml:"poll"`   // default 1s
 }
 
 // TenantConfig is what one tenant configures.
@@ -276,6 +285,13 @@ func parseConfig(path string) (*Config, []string, error) {
 		}
 		if b := jc.Batch; b != nil && b.File == "" {
 			add(append(at, "batch"), "a batch job needs a file")
+		}
+	}
+	for i, tc := range cfg.Tail {
+		if tc.Source == "" {
+			add([]string{"tail"}, "tail[%d]: source is required", i)
+		} else if _, err := expandEnv(tc.Source); err != nil {
+			add([]string{"tail"}, "tail[%d]: %v", i, err)
 		}
 	}
 	for _, name := range sortedKeys(cfg.Providers) {
@@ -459,8 +475,27 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// jobs builds the scheduled jobs of the config for r.
-func (cfg *Config) jobs(r *relay.Relay) ([]*relay.Job, error) {
+// defaultPrune is the prune serve runs when the config declares none.
+var defaultPrune = JobConfig{Schedule: "@daily", Prune: &PruneJob{OlderThan: "30d"}}
+
+// jobs builds the scheduled jobs of the config for r; withDefaults adds the
+// daily prune when the config has no prune job (serve).
+func (cfg *Config) jobs(r *relay.Relay, withDefaults ...bool) ([]*relay.Job, error) {
+	if len(withDefaults) > 0 && withDefaults[0] {
+		hasPrune := false
+		for _, jc := range cfg.Jobs {
+			hasPrune = hasPrune || jc.Prune != nil
+		}
+		if !hasPrune {
+			jobs := map[string]JobConfig{"default-prune": defaultPrune}
+			for k, v := range cfg.Jobs {
+				jobs[k] = v
+			}
+			c := *cfg
+			c.Jobs = jobs
+			cfg = &c
+		}
+	}
 	var out []*relay.Job
 	for _, name := range sortedKeys(cfg.Jobs) {
 		jc := cfg.Jobs[name]

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -130,5 +132,60 @@ func TestAudienceSet(t *testing.T) {
 	os.WriteFile(f, []byte(`{"members": [{"id": "ada"}]}`), 0o644)
 	if r := runCLI(t, "", "audience", "set", "--db", db, "team", f); r.code != exitRejected || !strings.Contains(r.stderr, "members[0]") {
 		t.Fatalf("member without address: %d %q", r.code, r.stderr)
+	}
+}
+
+// serve runs the config's outbox tailers: rows the app writes are
+// delivered, and the default daily prune is scheduled.
+func TestServeTailsConfiguredOutbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real process")
+	}
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	app := filepath.Join(dir, "app.db")
+	adb, err := sql.Open("sqlite", app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adb.Close()
+	ddl, _ := os.ReadFile("outbox.sql")
+	if _, err := adb.Exec(string(ddl)); err != nil {
+		t.Fatalf("outbox.sql: %v", err)
+	}
+	for i := range 3 {
+		ev := fmt.Sprintf(`{"id": "order-%d", "type": "order.placed", "recipients": [{"id": "u%d", "email": "u%d@example.com"}], "body": "thanks"}`, i, i, i)
+		if _, err := adb.Exec(`INSERT INTO edgerelay_outbox (event) VALUES (?)`, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logFile := filepath.Join(dir, "sent.log")
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("tail:\n  - source: sqlite://"+app+"?table=edgerelay_outbox\n    poll: 50ms\nroutes:\n  \"*\": log://"+logFile+"\n"), 0o644)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--db", filepath.Join(dir, "r.db"), "--listen", addr)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(logFile)
+		if strings.Count(string(b), "\n") == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox rows not delivered:\n%s\n%s", b, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve: %v\n%s", err, stderr.String())
 	}
 }
