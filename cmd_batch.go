@@ -211,12 +211,7 @@ func batchSend(c *cli.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c.IsSet("workers") {
-		s.opts.Workers = c.Int("workers")
-	}
-	if c.IsSet("lease") {
-		s.opts.Lease = c.Duration("lease")
-	}
+	s.dispatchFlags(c)
 	r, err := openRelayWith(c, s)
 	if err != nil {
 		return err

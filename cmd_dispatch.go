@@ -51,12 +51,7 @@ is further off than --max-wait. Exit status:
 			if err != nil {
 				return err
 			}
-			if c.IsSet("workers") {
-				s.opts.Workers = c.Int("workers")
-			}
-			if c.IsSet("lease") {
-				s.opts.Lease = c.Duration("lease")
-			}
+			s.dispatchFlags(c)
 			r, err := openRelayWith(c, s)
 			if err != nil {
 				return err

@@ -141,6 +141,17 @@ func deliverySettings(c *cli.Context) (*settings, error) {
 	return s, s.buildRoutes()
 }
 
+// dispatchFlags applies --workers and --lease, which commands that deliver
+// take over the config's dispatch section.
+func (s *settings) dispatchFlags(c *cli.Context) {
+	if c.IsSet("workers") {
+		s.opts.Workers = c.Int("workers")
+	}
+	if c.IsSet("lease") {
+		s.opts.Lease = c.Duration("lease")
+	}
+}
+
 // buildRoutes makes the providers of the routes. Only commands that deliver
 // call it: building a provider may open a file.
 func (s *settings) buildRoutes() error {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -265,4 +266,27 @@ func TestOpenRefusesTwoProvidersWithOneName(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
+}
+
+// A provider paused by a Retry-After takes no claims until then; the other
+// channels keep theirs.
+func TestRetryAfterPausesProviderClaims(t *testing.T) {
+	t.Parallel()
+	slow, fast := &fakeProvider{name: "slow"}, &fakeProvider{name: "fast"}
+	rt, err := newRouter(Routes{"email": {slow}, "sms": {fast}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if plans := rt.plan(now, 8); len(plans) != 1 || len(plans[0].filter.Exclude) != 0 {
+		t.Fatalf("unbounded plan %+v", plans)
+	}
+	rt.gates[slow].pause(now.Add(2 * time.Second))
+	plans := rt.plan(now, 8)
+	if len(plans) != 1 || fmt.Sprint(plans[0].filter.Exclude) != "[email]" || plans[0].limit != 8 {
+		t.Fatalf("while paused: %+v", plans)
+	}
+	if plans := rt.plan(now.Add(3*time.Second), 8); len(plans) != 1 || len(plans[0].filter.Exclude) != 0 {
+		t.Fatalf("after the pause: %+v", plans)
+	}
 }
