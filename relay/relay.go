@@ -275,10 +275,13 @@ func (r *Relay) AcceptLimit(ctx context.Context, ev Event, limit int) (AcceptRes
 	if limit <= 0 || limit > acc.Targets {
 		limit = acc.Targets
 	}
-	ns, err := r.store.EventNotifications(ctx, acc.EventRow, -1, limit)
-	if err != nil {
-		return AcceptResult{}, err
+	ns := acc.Notifications // a new event: the accept wrote them, no need to read back
+	if len(ns) < limit {
+		if ns, err = r.store.EventNotifications(ctx, acc.EventRow, -1, limit); err != nil {
+			return AcceptResult{}, err
+		}
 	}
+	ns = ns[:min(len(ns), limit)]
 	return AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: acc.Duplicate,
 		EventRow: acc.EventRow, Count: acc.Targets, Notifications: ns}, nil
 }

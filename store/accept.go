@@ -33,6 +33,9 @@ type Accepted struct {
 	Duplicate bool  // the event had been accepted before; nothing was written
 	Expanded  int   // targets written as notifications so far
 	Targets   int
+	// Notifications are those this accept wrote (a new event's first
+	// chunk), in fan-out order: a caller need not read them back.
+	Notifications []EventNotification
 }
 
 // AcceptEvent writes the event and the first chunk of its fan-out in one
@@ -49,11 +52,13 @@ func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, no
 	var res Accepted
 	err := s.w.do(ctx, func(tx *Tx) error {
 		res = Accepted{Targets: ev.Targets}
-		err := tx.queryRow(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		// The event row records the first chunk as expanded: it is written
+		// in this same transaction.
+		err := tx.queryRow(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant, event_id, purpose) DO NOTHING
 			RETURNING id`,
-			ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, ms(now)).Scan(&res.EventRow)
+			ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, len(first), ms(now)).Scan(&res.EventRow)
 		if isNoRows(err) {
 			var fp string
 			if err := tx.queryRow(`SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = ? AND event_id = ? AND purpose = ?`,
@@ -72,9 +77,16 @@ func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, no
 		if err := insertFeedItems(tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
 			return err
 		}
-		n, err := expand(tx, res.EventRow, 0, first, now)
-		res.Expanded = n
-		return err
+		res.Expanded = len(first)
+		ids, err := insertTargets(tx, res.EventRow, ev.Tenant, ev.Type, 0, first, now)
+		if err != nil {
+			return err
+		}
+		res.Notifications = make([]EventNotification, len(first))
+		for i, tg := range first {
+			res.Notifications[i] = EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: StatusPending}
+		}
+		return nil
 	})
 	return res, err
 }
@@ -87,15 +99,21 @@ func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, no
 func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []Target, now time.Time) (int, error) {
 	var expanded int
 	err := s.w.do(ctx, func(tx *Tx) error {
-		if err := tx.queryRow(`SELECT expanded FROM events WHERE id = ?`, eventRow).Scan(&expanded); err != nil {
+		var tenant, typ string
+		if err := tx.queryRow(`SELECT expanded, tenant, type FROM events WHERE id = ?`, eventRow).Scan(&expanded, &tenant, &typ); err != nil {
 			return fmt.Errorf("expand event %d: %w", eventRow, err)
 		}
 		if expanded != from {
 			return nil
 		}
-		var err error
-		expanded, err = expand(tx, eventRow, from, chunk, now)
-		return err
+		if _, err := insertTargets(tx, eventRow, tenant, typ, from, chunk, now); err != nil {
+			return err
+		}
+		expanded = from + len(chunk)
+		if _, err := tx.exec(`UPDATE events SET expanded = ? WHERE id = ?`, expanded, eventRow); err != nil {
+			return fmt.Errorf("advance fan-out of event %d: %w", eventRow, err)
+		}
+		return nil
 	})
 	return expanded, err
 }
@@ -104,28 +122,38 @@ func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk
 // statement per row costs more in statement overhead than in B-tree work.
 const insertRows = 100
 
-func expand(tx *Tx, eventRow int64, from int, chunk []Target, now time.Time) (int, error) {
-	var tenant, typ string
-	if err := tx.queryRow(`SELECT tenant, type FROM events WHERE id = ?`, eventRow).Scan(&tenant, &typ); err != nil {
-		return from, fmt.Errorf("expand event %d: %w", eventRow, err)
-	}
+// insertTargets writes notifications from position from on, and returns
+// the ids it wrote by position (a notification that was already there, as
+// after a crash mid-fan-out, is not in the map).
+func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk []Target, now time.Time) (map[int]int64, error) {
 	t := ms(now)
-	args := make([]any, 0, insertRows*12)
+	ids := make(map[int]int64, len(chunk))
+	args := make([]any, 0, min(len(chunk), insertRows)*12)
 	for i := 0; i < len(chunk); i += insertRows {
 		rows := chunk[i:min(i+insertRows, len(chunk))]
 		args = args[:0]
 		for j, tg := range rows {
 			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, t, t, t, t)
 		}
-		if _, err := tx.exec(insertNotifications(len(rows)), args...); err != nil {
-			return from, fmt.Errorf("insert notifications of event %d: %w", eventRow, err)
+		res, err := tx.query(insertNotifications(len(rows))+` RETURNING id, seq`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("insert notifications of event %d: %w", eventRow, err)
+		}
+		for res.Next() {
+			var id int64
+			var seq int
+			if err := res.Scan(&id, &seq); err != nil {
+				res.Close()
+				return nil, err
+			}
+			ids[seq] = id
+		}
+		res.Close()
+		if err := res.Err(); err != nil {
+			return nil, fmt.Errorf("insert notifications of event %d: %w", eventRow, err)
 		}
 	}
-	to := from + len(chunk)
-	if _, err := tx.exec(`UPDATE events SET expanded = ? WHERE id = ?`, to, eventRow); err != nil {
-		return from, fmt.Errorf("advance fan-out of event %d: %w", eventRow, err)
-	}
-	return to, nil
+	return ids, nil
 }
 
 // insertNotifications is the INSERT of n notification rows. ON CONFLICT DO
