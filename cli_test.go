@@ -382,3 +382,21 @@ func TestCronBatchRunIdentity(t *testing.T) {
 		t.Fatalf("cron list:\n%s%s", r.stdout, r.stderr)
 	}
 }
+
+// A corrupt database file is refused with one line and exit 1 by every
+// command, and nothing is written to it.
+func TestCorruptDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "bad.db")
+	garbage := bytes.Repeat([]byte("not a database "), 1000)
+	os.WriteFile(db, garbage, 0o644)
+	for _, args := range [][]string{{"status"}, {"send"}, {"dispatch", "--until-idle"}, {"serve", "--listen", "127.0.0.1:0"}} {
+		r := runCLI(t, adaEvent, append(args, "--db", db)...)
+		if r.code != exitError || !strings.Contains(r.stderr, "file is not a database") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	if b, _ := os.ReadFile(db); !bytes.Equal(b, garbage) {
+		t.Fatal("the corrupt file was changed")
+	}
+}
