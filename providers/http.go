@@ -95,14 +95,23 @@ func newClient(e *httpEndpoint) *http.Client {
 // post sends body with the message's idempotency key and classifies the
 // exchange; idKeys name the response fields that may hold the message id.
 func (e *httpEndpoint) post(ctx context.Context, key string, body []byte, idKeys ...string) Result {
+	r, _ := e.postWith(ctx, postSpec{key: key, body: body, idKeys: idKeys})
+	return r
+}
+
+// keyedRequest builds a POST carrying the message's idempotency key: the one
+// place every HTTP provider's request is made, so that none can be replayed
+// by the transport. ok is false, with the result to return, when no request
+// may be sent.
+func keyedRequest(ctx context.Context, target, key, contentType string, body []byte) (req *http.Request, fail Result, ok bool) {
 	if key == "" {
 		// Every attempt must carry the same key; a message without one is a
 		// bug upstream, and sending it would make retries unsafe.
-		return Result{Outcome: Refused, Permanent: true, Detail: "message has no idempotency key"}
+		return nil, Result{Outcome: Refused, Permanent: true, Detail: "message has no idempotency key"}, false
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot build request"}
+		return nil, Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot build request"}, false
 	}
 	// Without GetBody the transport never replays a request by itself.
 	// net/http takes an Idempotency-Key header as licence to resend a POST
@@ -110,14 +119,8 @@ func (e *httpEndpoint) post(ctx context.Context, key string, body []byte, idKeys
 	// remote that does not honour keys that resend is a duplicate. One Send
 	// is at most one request on the wire; every resend is the relay's call.
 	req.GetBody = nil
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", "edgerelay")
 	req.Header.Set("Idempotency-Key", key)
-	switch {
-	case e.token != "":
-		req.Header.Set("Authorization", "Bearer "+e.token)
-	case e.basic:
-		req.SetBasicAuth(e.user, e.pass)
-	}
-	return doHTTP(ctx, e.client, req, idKeys...)
+	return req, Result{}, true
 }

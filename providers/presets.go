@@ -1,7 +1,6 @@
 package providers
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -293,17 +292,10 @@ type postSpec struct {
 // postWith is httpEndpoint.post with the extras of s; it also returns the
 // answer's header (nil without an answer).
 func (e *httpEndpoint) postWith(ctx context.Context, s postSpec) (Result, http.Header) {
-	if s.key == "" {
-		return Result{Outcome: Refused, Permanent: true, Detail: "message has no idempotency key"}, nil
+	req, fail, ok := keyedRequest(ctx, e.url, s.key, "application/json", s.body)
+	if !ok {
+		return fail, nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(s.body))
-	if err != nil {
-		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot build request"}, nil
-	}
-	req.GetBody = nil // never replayed by the transport: see post
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "edgerelay")
-	req.Header.Set("Idempotency-Key", s.key)
 	if !s.ownAuth {
 		switch {
 		case e.token != "":

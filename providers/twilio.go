@@ -1,7 +1,6 @@
 package providers
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha1"
@@ -156,28 +155,6 @@ func twilioResult(r Result) Result {
 		}
 	}
 	return r
-}
-
-// keyedRequest builds a POST carrying the message's idempotency key, for
-// the providers whose body or credentials http.go's post cannot express
-// (a form body, a bearer token that changes). ok is false, with the result
-// to return, when no request may be sent.
-func keyedRequest(ctx context.Context, target, key, contentType string, body []byte) (req *http.Request, fail Result, ok bool) {
-	if key == "" {
-		// As in post: every attempt must carry the same key.
-		return nil, Result{Outcome: Refused, Permanent: true, Detail: "message has no idempotency key"}, false
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
-		return nil, Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot build request"}, false
-	}
-	// As in post: no GetBody, so the transport never replays the request
-	// by itself; one Send is at most one request on the wire.
-	req.GetBody = nil
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set("User-Agent", "edgerelay")
-	req.Header.Set("Idempotency-Key", key)
-	return req, Result{}, true
 }
 
 // ParseReceipts reads one Twilio message status callback. It verifies
