@@ -117,7 +117,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			go handler.PruneLoop(c.Context, time.Minute)
-			jobs, err := s.cfg.jobs(r, true)
+			jobs, err := s.cfg.serveJobs(r)
 			if err != nil {
 				return err
 			}

@@ -478,24 +478,24 @@ func sortedKeys[V any](m map[string]V) []string {
 // defaultPrune is the prune serve runs when the config declares none.
 var defaultPrune = JobConfig{Schedule: "@daily", Prune: &PruneJob{OlderThan: "30d"}}
 
-// jobs builds the scheduled jobs of the config for r; withDefaults adds the
-// daily prune when the config has no prune job (serve).
-func (cfg *Config) jobs(r *relay.Relay, withDefaults ...bool) ([]*relay.Job, error) {
-	if len(withDefaults) > 0 && withDefaults[0] {
-		hasPrune := false
-		for _, jc := range cfg.Jobs {
-			hasPrune = hasPrune || jc.Prune != nil
-		}
-		if !hasPrune {
-			jobs := map[string]JobConfig{"default-prune": defaultPrune}
-			for k, v := range cfg.Jobs {
-				jobs[k] = v
-			}
-			c := *cfg
-			c.Jobs = jobs
-			cfg = &c
+// serveJobs are the jobs serve runs: the config's, plus the daily prune
+// when the config has no prune job.
+func (cfg *Config) serveJobs(r *relay.Relay) ([]*relay.Job, error) {
+	for _, jc := range cfg.Jobs {
+		if jc.Prune != nil {
+			return cfg.jobs(r)
 		}
 	}
+	c := *cfg
+	c.Jobs = map[string]JobConfig{"default-prune": defaultPrune}
+	for k, v := range cfg.Jobs {
+		c.Jobs[k] = v
+	}
+	return c.jobs(r)
+}
+
+// jobs builds the scheduled jobs of the config for r.
+func (cfg *Config) jobs(r *relay.Relay) ([]*relay.Job, error) {
 	var out []*relay.Job
 	for _, name := range sortedKeys(cfg.Jobs) {
 		jc := cfg.Jobs[name]
