@@ -352,6 +352,7 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 				res = providers.Result{Outcome: providers.Refused, Detail: "not sent: waited for the provider's limit until the lease ran short"}
 			} else {
 				start = r.now()
+				crashPoint("claimed")
 				res = p.Send(ctx, &providers.Message{
 					Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
 					Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
@@ -364,6 +365,7 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 			cancel()
 		}
 	}
+	crashPoint("called")
 	d.record(c, name, p, len(route), start, res)
 }
 

@@ -251,10 +251,12 @@ func (r *Relay) AcceptLimit(ctx context.Context, ev Event, limit int) (AcceptRes
 		return AcceptResult{}, err
 	}
 	now := r.now()
+	crashPoint("accept")
 	acc, err := r.store.AcceptEvent(ctx, rec, targets[:min(len(targets), r.opts.Chunk)], now)
 	if err != nil {
 		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
 	}
+	crashPoint("accepted")
 	// The event is durable from here on. A large fan-out continues in
 	// chunks, each its own transaction; if this call is cut short, the
 	// dispatcher finishes the expansion from the stored payload.
