@@ -74,6 +74,25 @@ type ClaimFilter struct {
 	Only    []string
 }
 
+// claimSQL is the claim statement; where narrows it by channel. The due
+// rows are read from the partial index notifications_due in order: without
+// INDEXED BY the planner may pick the status index and sort every pending
+// row on each claim, which grows with the backlog (TestDispatchQueriesUseIndexes).
+func claimSQL(where string) string {
+	return `UPDATE notifications
+			SET status = 'sending', attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
+			    claimed_at = ?1, lease_until = ?2, updated_at = ?1
+			WHERE id IN (SELECT id FROM notifications INDEXED BY notifications_due
+			             WHERE status = 'pending' AND next_attempt_at <= ?1` + where + `
+			             ORDER BY next_attempt_at, id LIMIT ?3)
+			RETURNING ` + claimedCols
+}
+
+// expiredLeasesSQL lists claims whose lease has ended, oldest first, from
+// the partial index notifications_leased.
+const expiredLeasesSQL = `SELECT ` + claimedCols + ` FROM notifications INDEXED BY notifications_leased
+		WHERE status = 'sending' AND lease_until < ? ORDER BY lease_until LIMIT ?`
+
 // ClaimWhere is Claim restricted by f.
 func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease time.Duration, f ClaimFilter) ([]Claimed, error) {
 	where := ""
@@ -97,12 +116,7 @@ func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease 
 	var out []Claimed
 	err := s.w.do(ctx, func(tx *Tx) error {
 		out = out[:0]
-		rows, err := tx.query(`UPDATE notifications
-			SET status = 'sending', attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
-			    claimed_at = ?1, lease_until = ?2, updated_at = ?1
-			WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at <= ?1`+where+`
-			             ORDER BY next_attempt_at, id LIMIT ?3)
-			RETURNING `+claimedCols, args...)
+		rows, err := tx.query(claimSQL(where), args...)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
@@ -150,8 +164,7 @@ func attachMessages(tx *Tx, cs []Claimed) error {
 // claim and recording the outcome. The caller records each as an unknown
 // attempt; its call may or may not have reached the provider.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]Claimed, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+claimedCols+` FROM notifications
-		WHERE status = 'sending' AND lease_until < ? ORDER BY lease_until LIMIT ?`, ms(now), limit)
+	rows, err := s.rdb.QueryContext(ctx, expiredLeasesSQL, ms(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("expired leases: %w", err)
 	}

@@ -228,11 +228,15 @@ func (s *Store) Live(ctx context.Context, horizon time.Time) (dueSoon, later, se
 	return
 }
 
+// nextDueSQL reads the first entry of the partial index of pending rows
+// (the status index would scan every pending row).
+const nextDueSQL = `SELECT min(next_attempt_at) FROM notifications INDEXED BY notifications_due WHERE status = 'pending'`
+
 // NextDue returns when the earliest pending notification is due, and
 // false when none is pending.
 func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 	var t sql.NullInt64
-	if err := s.rdb.QueryRowContext(ctx, `SELECT min(next_attempt_at) FROM notifications WHERE status = 'pending'`).Scan(&t); err != nil {
+	if err := s.readRow(ctx, nextDueSQL).Scan(&t); err != nil {
 		return time.Time{}, false, fmt.Errorf("next due: %w", err)
 	}
 	return fromMS(t.Int64), t.Valid, nil

@@ -119,7 +119,7 @@ func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]
 // this channel, and why.
 func (s *Store) InvalidAddress(ctx context.Context, channel, address string) (string, bool, error) {
 	var reason, provider string
-	err := s.rdb.QueryRowContext(ctx, `SELECT reason, provider FROM invalid_addresses WHERE channel = ? AND address = ?`,
+	err := s.readRow(ctx, `SELECT reason, provider FROM invalid_addresses WHERE channel = ? AND address = ?`,
 		channel, address).Scan(&reason, &provider)
 	if isNoRows(err) {
 		return "", false, nil

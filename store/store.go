@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver; pure Go, no cgo
@@ -73,6 +74,25 @@ type Store struct {
 	rdb  *sql.DB // read-only pool
 	log  *slog.Logger
 	w    *writer
+
+	reads sync.Map // query → *sql.Stmt on rdb, for reads on the send path
+}
+
+// readRow runs a hot read (one per provider call, say) through a statement
+// prepared once, instead of parsing the SQL on every call.
+func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, ok := s.reads.Load(query)
+	if !ok {
+		prepared, err := s.rdb.PrepareContext(ctx, query)
+		if err != nil {
+			return s.rdb.QueryRowContext(ctx, query, args...) // reports the error
+		}
+		var loaded bool
+		if st, loaded = s.reads.LoadOrStore(query, prepared); loaded {
+			prepared.Close()
+		}
+	}
+	return st.(*sql.Stmt).QueryRowContext(ctx, args...)
 }
 
 func dsn(path string, busy time.Duration, readOnly bool, synchronous string) string {
@@ -174,6 +194,7 @@ func (s *Store) Close() error {
 	if s.w != nil {
 		s.w.close()
 	}
+	s.reads.Range(func(_, st any) bool { st.(*sql.Stmt).Close(); return true })
 	return errors.Join(s.rdb.Close(), s.wdb.Close())
 }
 
