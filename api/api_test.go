@@ -385,20 +385,27 @@ func TestPostEvent(t *testing.T) {
 		}
 	}
 
-	// The same body again: the stored answer, byte for byte.
+	// The same body again, without a key: the event's identity dedupes it,
+	// a 202 naming the same notifications, marked as a duplicate.
 	again := b.do(t, "POST", "/v1/events", body)
-	if again.status != first.status || !bytes.Equal(again.body, first.body) {
-		t.Errorf("repeat: %s\nwant the first answer byte for byte: %s", again, first)
+	if dup := accepted(t, again); !dup.Duplicate || dup.Count != res.Count || !slices.Equal(ids(dup.Notifications), ids(res.Notifications)) {
+		t.Errorf("repeat: %s, want a duplicate naming %v", again, ids(res.Notifications))
 	}
-	if again.header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("repeat: Idempotent-Replayed %q, want true", again.header.Get("Idempotent-Replayed"))
+	if again.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("repeat without a key: Idempotent-Replayed %q, want none", again.header.Get("Idempotent-Replayed"))
 	}
-	// The same event re-serialised (other order, no white space) is the same request.
+	// Under an Idempotency-Key, a repeat is the stored answer, byte for
+	// byte, and the same event re-serialised (other order, no white space)
+	// is the same request.
+	keyed := b.do(t, "POST", "/v1/events", body, "Idempotency-Key", "client-key-1")
+	if rep := b.do(t, "POST", "/v1/events", body, "Idempotency-Key", "client-key-1"); !bytes.Equal(rep.body, keyed.body) || rep.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("keyed repeat: %s, want %s replayed", rep, keyed)
+	}
 	var ev relay.Event
 	if err := json.Unmarshal([]byte(body), &ev); err != nil {
 		t.Fatal(err)
 	}
-	if rep := b.do(t, "POST", "/v1/events", jsonOf(t, ev)); !bytes.Equal(rep.body, first.body) || rep.header.Get("Idempotent-Replayed") != "true" {
+	if rep := b.do(t, "POST", "/v1/events", jsonOf(t, ev), "Idempotency-Key", "client-key-1"); !bytes.Equal(rep.body, keyed.body) || rep.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("re-serialised: %s, want the first answer replayed", rep)
 	}
 
@@ -554,72 +561,86 @@ func TestUnauthorized(t *testing.T) {
 	}
 }
 
-// 100 identical requests at once, without an Idempotency-Key: one runs, the
-// others get its answer (or 409 while it runs); one event, one notification
-// per recipient.
+// 100 identical requests at once. Without an Idempotency-Key the event's
+// identity dedupes: every request is answered 202 with the same
+// notifications and exactly one says it was new. Under one shared key, one
+// request runs and the others get its answer replayed (or 409 while it
+// runs). Either way: one event, one notification per recipient.
 func TestConcurrentIdenticalPosts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{})
-	const callers = 100
-	body := jsonOf(t, receipt("evt_race", 3))
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	defer cancel()
-	start := make(chan struct{})
-	replies := make([]reply, callers)
-	errs := make([]error, callers)
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			<-start
-			replies[i], errs[i] = b.send(ctx, "POST", "/v1/events", body)
-		})
-	}
-	close(start)
-	wg.Wait()
+	for _, key := range []string{"", "client-key-1"} {
+		t.Run("key="+key, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{})
+			const callers = 100
+			body := jsonOf(t, receipt("evt_race", 3))
+			var hdr []string
+			if key != "" {
+				hdr = []string{"Idempotency-Key", key}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			start := make(chan struct{})
+			replies := make([]reply, callers)
+			errs := make([]error, callers)
+			var wg sync.WaitGroup
+			for i := range callers {
+				wg.Go(func() {
+					<-start
+					replies[i], errs[i] = b.send(ctx, "POST", "/v1/events", body, hdr...)
+				})
+			}
+			close(start)
+			wg.Wait()
 
-	var first []byte
-	ran, inFlight := 0, 0
-	for i, rep := range replies {
-		if errs[i] != nil {
-			t.Fatalf("caller %d: %v", i, errs[i])
-		}
-		switch rep.status {
-		case http.StatusAccepted:
-			if rep.header.Get("Idempotent-Replayed") != "true" {
-				ran++
-			}
-			if first == nil {
-				first = rep.body
-				res := accepted(t, rep)
-				if res.Count != 3 || len(res.Notifications) != 3 {
-					t.Errorf("caller %d: %+v", i, res)
+			var firstIDs []int64
+			ran, inFlight := 0, 0
+			for i, rep := range replies {
+				if errs[i] != nil {
+					t.Fatalf("caller %d: %v", i, errs[i])
 				}
-			} else if !bytes.Equal(rep.body, first) {
-				t.Errorf("caller %d: %s\nwant every 202 alike: %s", i, rep, first)
+				switch rep.status {
+				case http.StatusAccepted:
+					res := accepted(t, rep)
+					if key != "" && rep.header.Get("Idempotent-Replayed") != "true" || key == "" && !res.Duplicate {
+						ran++
+					}
+					if res.Count != 3 || len(res.Notifications) != 3 {
+						t.Errorf("caller %d: %+v", i, res)
+					}
+					if firstIDs == nil {
+						firstIDs = ids(res.Notifications)
+					} else if !slices.Equal(ids(res.Notifications), firstIDs) {
+						t.Errorf("caller %d: notifications %v, want every 202 to name %v", i, ids(res.Notifications), firstIDs)
+					}
+				case http.StatusConflict:
+					if key == "" {
+						t.Errorf("caller %d: %s; without a key a duplicate is a 202", i, rep)
+					}
+					wantProblem(t, rep, http.StatusConflict, "request-in-progress")
+					inFlight++
+				default:
+					t.Errorf("caller %d: %s", i, rep)
+				}
 			}
-		case http.StatusConflict:
-			wantProblem(t, rep, http.StatusConflict, "request-in-progress")
-			inFlight++
-		default:
-			t.Errorf("caller %d: %s", i, rep)
-		}
-	}
-	if ran != 1 {
-		t.Errorf("%d requests ran the accept, want 1", ran)
-	}
-	t.Logf("%d answered 202 (1 ran, the rest replayed), %d answered 409 in progress", callers-inFlight, inFlight)
-	all := b.listAll(t)
-	if len(all) != 3 {
-		t.Fatalf("%d notifications stored, want 3", len(all))
-	}
-	perRecipient := map[string]int{}
-	for _, n := range all {
-		perRecipient[n.Recipient]++
-	}
-	for _, p := range people(3) {
-		if perRecipient[p.ID] != 1 {
-			t.Errorf("recipient %s has %d notifications, want 1", p.ID, perRecipient[p.ID])
-		}
+			if ran != 1 {
+				t.Errorf("%d requests created the event, want 1", ran)
+			}
+			t.Logf("%d answered 202 (1 new, the rest duplicates or replays), %d answered 409 in progress", callers-inFlight, inFlight)
+			all := b.listAll(t)
+			if len(all) != 3 {
+				t.Fatalf("%d notifications stored, want 3", len(all))
+			}
+			perRecipient := map[string]int{}
+			for _, n := range all {
+				perRecipient[n.Recipient]++
+			}
+			for _, p := range people(3) {
+				if perRecipient[p.ID] != 1 {
+					t.Errorf("recipient %s has %d notifications, want 1", p.ID, perRecipient[p.ID])
+				}
+			}
+		})
 	}
 }
 
@@ -993,15 +1014,13 @@ func TestAudience(t *testing.T) {
 	}
 
 	put(5)
-	// The same request: the stored answer.
-	if rep := b.do(t, "POST", "/v1/events", body); !bytes.Equal(rep.body, first.body) {
-		t.Errorf("same request after the audience changed: %s", rep)
-	}
-	// The same event under a new key: a duplicate of the first, not a
-	// conflict, and nothing sent to the two new members.
-	dup := accepted(t, b.do(t, "POST", "/v1/events", body, "Idempotency-Key", "again"))
-	if !dup.Duplicate || dup.Count != 3 || !slices.Equal(ids(dup.Notifications), ids(res.Notifications)) {
-		t.Errorf("resend after the audience changed: %+v, want a duplicate with the first 3", dup)
+	// The same event, with or without a key: a duplicate of the first, not
+	// a conflict, and nothing sent to the two new members.
+	for _, hdr := range [][]string{nil, {"Idempotency-Key", "again"}} {
+		dup := accepted(t, b.do(t, "POST", "/v1/events", body, hdr...))
+		if !dup.Duplicate || dup.Count != 3 || !slices.Equal(ids(dup.Notifications), ids(res.Notifications)) {
+			t.Errorf("resend after the audience changed (%v): %+v, want a duplicate with the first 3", hdr, dup)
+		}
 	}
 	// A new event uses the new members.
 	ev.ID = "evt_b"

@@ -257,10 +257,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, shape s
 // failed one (5xx) releases its key, so the corrected request, or a retry
 // after the audience exists or the limit was raised, runs afresh. A
 // rejection is deterministic anyway, so a repeat gets the same answer.
-//
-// conflict answers a key reused with a different request; nil gives the
-// standard 422.
-func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key string, body []byte, conflict func() response, run func() response) response {
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key string, body []byte, run func() response) response {
 	if key == "" {
 		return run()
 	}
@@ -275,8 +272,6 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key 
 	case errors.Is(err, store.ErrKeyInFlight):
 		return problem(http.StatusConflict, probKeyInFlight, "Request in progress",
 			"a request with this Idempotency-Key is still being processed; retry later")
-	case errors.Is(err, store.ErrKeyReused) && conflict != nil:
-		return conflict()
 	case errors.Is(err, store.ErrKeyReused):
 		return problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
 			"this Idempotency-Key was used for a different request")
@@ -335,15 +330,14 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 			fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
 	}
 	ev.Tenant = tenant
-	purpose := ev.Purpose
-	if purpose == "" {
-		purpose = ev.Type
-	}
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
-		// The default key is the event's identity, so a client that
-		// retries without a header still gets the first answer back.
-		key = "event:" + strconv.Quote(ev.ID) + ":" + strconv.Quote(purpose)
+		// Without a key the event's identity is the idempotency record: the
+		// unique constraint on (tenant, id, purpose) makes a resend a
+		// duplicate (202, "duplicate": true, the same notifications) and the
+		// same id with other content a 409 event-conflict. One commit, not
+		// three: no request key to claim and then fill in.
+		return s.acceptTenant(r.Context(), ev, c)
 	}
 	// Fingerprint the event as decoded, not the raw bytes: the same event
 	// re-serialised (other key order, other white space) is the same request.
@@ -351,16 +345,7 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 	if err != nil {
 		return s.internal(err)
 	}
-	var conflict func() response
-	if r.Header.Get("Idempotency-Key") == "" {
-		// The derived key is the event's identity: another body under it is
-		// the same event with different content.
-		conflict = func() response {
-			return problem(http.StatusConflict, probEventConflict, "Event already accepted with different content",
-				fmt.Sprintf("event %q with purpose %q was accepted before with different content; nothing was written", ev.ID, purpose))
-		}
-	}
-	return s.idempotent(w, r, tenant, key, canon, conflict, func() response { return s.acceptTenant(r.Context(), ev, c) })
+	return s.idempotent(w, r, tenant, key, canon, func() response { return s.acceptTenant(r.Context(), ev, c) })
 }
 
 // acceptTenant accepts an event whose tenant is resolved, answering with at
@@ -421,7 +406,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Batch too large",
 			fmt.Sprintf("%d events, more than the limit of %d per batch", len(req.Events), s.opts.MaxBatch), "events")
 	}
-	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), body, nil, func() response {
+	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), body, func() response {
 		// Each event is accepted on its own: all-or-nothing per event, a
 		// result per event.
 		results := make([]batchResult, len(req.Events))
@@ -538,7 +523,7 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 	if err != nil || id <= 0 {
 		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification "+strconv.Quote(r.PathValue("id")))
 	}
-	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), nil, nil, func() response {
+	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), nil, func() response {
 		err := s.r.RetryTenant(r.Context(), c.tenant, id)
 		var se *store.StateError
 		switch {
