@@ -20,7 +20,7 @@ func simCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "sim",
 		Usage:     "run a simulated email provider that honours Idempotency-Key and injects faults",
-		UsageText: "edgerelay sim [--listen ADDR] [--faults FILE] [--no-keys]",
+		UsageText: "edgerelay sim [--listen ADDR] [--faults FILE] [--no-keys] [--quiet]",
 		Description: `Runs an email-style HTTP API on loopback for trying the relay against a
 provider that misbehaves on cue. It prints the URL to route to, logs one line
 per request (recipient, attempt, action, status) on stderr, and counts what
@@ -87,6 +87,11 @@ Examples:
 				Usage:   "ignore Idempotency-Key, so every request sends (overrides honour_keys in the script)",
 				EnvVars: []string{"EDGERELAY_SIM_NO_KEYS"},
 			},
+			&cli.BoolFlag{
+				Name:    "quiet",
+				Usage:   "log only warnings, not a line per request (for load tests)",
+				EnvVars: []string{"EDGERELAY_SIM_QUIET"},
+			},
 		},
 		Action: runSim,
 	}
@@ -102,9 +107,13 @@ func runSim(c *cli.Context) error {
 		stderr = c.App.ErrWriter
 	}
 
+	level := slog.LevelInfo
+	if c.Bool("quiet") {
+		level = slog.LevelWarn
+	}
 	opts := sim.Options{
 		HonourKeys: true,
-		Logger:     slog.New(slog.NewTextHandler(stderr, nil)).With("component", "sim"),
+		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", "sim"),
 	}
 	faults := "no faults"
 	if path := c.String("faults"); path != "" {

@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The whole table as Go benchmarks, each sub-benchmark one row, in one run:
+//
+//	go test ./bench -run '^$' -bench . -benchtime 20000x
+//
+// -benchtime Nx sets the number of events per ingest and dispatch row (the
+// fan-out row always accepts one event of 10,000 recipients).
+
+var (
+	exeOnce sync.Once
+	exePath string
+	exeErr  error
+)
+
+// edgerelay builds the binary once: the simulator runs as its own process.
+func edgerelay(tb testing.TB) string {
+	tb.Helper()
+	exeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "edgerelay-bench-")
+		if err != nil {
+			exeErr = err
+			return
+		}
+		exePath = filepath.Join(dir, "edgerelay")
+		if out, err := exec.Command("go", "build", "-o", exePath, "edgerelay").CombinedOutput(); err != nil {
+			exeErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if exeErr != nil {
+		tb.Fatal(exeErr)
+	}
+	return exePath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if exePath != "" {
+		os.RemoveAll(filepath.Dir(exePath))
+	}
+	os.Exit(code)
+}
+
+func reportRate(b *testing.B, r Rate) {
+	b.ReportMetric(r.PerSecond(), "events/s")
+	if r.P50 > 0 {
+		b.ReportMetric(float64(r.P50.Microseconds()), "p50-µs")
+		b.ReportMetric(float64(r.P99.Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func BenchmarkIngest(b *testing.B) {
+	ctx := context.Background()
+	b.Run("ceiling", func(b *testing.B) {
+		r, err := Ceiling(ctx, b.TempDir(), b.N)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reportRate(b, r)
+	})
+	for _, callers := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("go/callers=%d", callers), func(b *testing.B) {
+			r, err := AcceptGo(ctx, b.TempDir(), callers, b.N)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reportRate(b, r)
+		})
+	}
+	for _, callers := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("http/callers=%d", callers), func(b *testing.B) {
+			r, err := AcceptHTTP(ctx, b.TempDir(), callers, b.N)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reportRate(b, r)
+		})
+	}
+}
+
+func BenchmarkDispatch(b *testing.B) {
+	ctx := context.Background()
+	sim, err := StartSim(ctx, edgerelay(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sim.Stop()
+	for _, workers := range []int{32, 128} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			d, err := Dispatch(ctx, b.TempDir(), sim, b.N, 256, workers)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(d.PerSecond(), "deliveries/s")
+			b.ReportMetric(d.CommitsPerSecond(), "commits/s")
+			b.ReportMetric(d.MeanBatch(), "writes/commit")
+			b.ReportMetric(100*d.SimShare(), "sim-cpu-%")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func BenchmarkFanOut10k(b *testing.B) {
+	var total time.Duration
+	for range b.N {
+		took, err := FanOut(context.Background(), b.TempDir(), 10000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += took
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/event")
+	b.ReportMetric(0, "ns/op")
+}
+
+// Every measurement runs, small, as a test: the benchmark code cannot rot.
+func TestMeasurementsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the simulator process")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	if r, err := Ceiling(ctx, dir, 2000); err != nil || r.N != 2000 {
+		t.Fatalf("ceiling: %+v %v", r, err)
+	}
+	if r, err := AcceptGo(ctx, dir, 4, 200); err != nil || r.P99 < r.P50 {
+		t.Fatalf("accept: %+v %v", r, err)
+	}
+	if _, err := AcceptHTTP(ctx, dir, 4, 200); err != nil {
+		t.Fatalf("accept over HTTP: %v", err)
+	}
+	if took, err := FanOut(ctx, dir, 1000); err != nil || took <= 0 {
+		t.Fatalf("fan-out: %v %v", took, err)
+	}
+	sim, err := StartSim(ctx, edgerelay(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Stop()
+	d, err := Dispatch(ctx, dir, sim, 300, 8, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.N != 300 || d.Commits == 0 || d.Writes < 600 || d.SimCPU <= 0 || d.RelayCPU <= 0 {
+		t.Fatalf("dispatch: %+v", d)
+	}
+}
