@@ -49,6 +49,7 @@ type options struct {
 type bundle struct {
 	r       *relay.Relay
 	srv     *httptest.Server
+	api     *api.Server
 	client  *http.Client
 	metrics *api.Metrics
 	logs    *logSink
@@ -114,7 +115,8 @@ func setup(tb testing.TB, o options) *bundle {
 	}
 	// Cleanups run last-in first-out: the server stops (waiting for requests
 	// in flight) before the relay closes.
-	b.srv = httptest.NewServer(api.New(r, o.API))
+	b.api = api.New(r, o.API)
+	b.srv = httptest.NewServer(b.api)
 	tb.Cleanup(b.srv.Close)
 	b.client = b.srv.Client()
 	return b
@@ -442,39 +444,35 @@ func TestIdempotencyKeyReused(t *testing.T) {
 	}
 }
 
-// fingerprint is the API's fingerprint of POST /v1/events with body acting
-// as tenant: the method, the path and the event as decoded.
-func fingerprint(tb testing.TB, body, tenant string) string {
-	tb.Helper()
-	ev, err := relay.DecodeEvent(strings.NewReader(body))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ev.Tenant = tenant
-	return sha256hex("POST /v1/events\n" + jsonOf(tb, ev))
-}
-
 func TestIdempotencyKeyInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	ctx := context.Background()
 	body := jsonOf(t, receipt("evt_1", 2))
 	// Another request holds the key. On the open API an event without a
 	// tenant acts as "default", and the key is kept under that tenant.
-	k := store.RequestKey{Tenant: "default", Key: "k1", Fingerprint: fingerprint(t, body, "default")}
-	if stored, err := b.r.Store().BeginRequest(ctx, k, time.Now(), 5*time.Minute, time.Hour); err != nil || stored != nil {
-		t.Fatalf("claim: %v %v", stored, err)
-	}
+	release := b.api.HoldKey("default", "k1")
 	wantProblem(t, b.do(t, "POST", "/v1/events", body, "Idempotency-Key", "k1"), http.StatusConflict, "request-in-progress")
 	if all := b.listAll(t); len(all) != 0 {
 		t.Errorf("%d notifications written while the key was in flight", len(all))
 	}
-	// Once the holder gives the key up, the request runs.
-	if err := b.r.Store().ReleaseRequest(ctx, k); err != nil {
-		t.Fatal(err)
-	}
+	// Once the holder is done, the request runs.
+	release()
 	if res := accepted(t, b.do(t, "POST", "/v1/events", body, "Idempotency-Key", "k1")); res.Count != 2 {
 		t.Errorf("after release: %+v", res)
+	}
+	// A new process (a new server on the same database) replays the answer:
+	// only the completed response is durable, and it is.
+	again := httptest.NewServer(api.New(b.r, api.Options{Open: true}))
+	defer again.Close()
+	req, _ := http.NewRequest("POST", again.URL+"/v1/events", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", "k1")
+	rep, err := again.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Body.Close()
+	if rep.StatusCode != http.StatusAccepted || rep.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("another server: %s, Idempotent-Replayed %q; want the stored answer", rep.Status, rep.Header.Get("Idempotent-Replayed"))
 	}
 }
 

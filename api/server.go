@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -59,6 +60,8 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 	now  func() time.Time
+
+	inFlight keyLocks // idempotency keys of requests running now
 }
 
 // New returns the API handler.
@@ -248,15 +251,16 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, shape s
 }
 
 // idempotent runs a POST under request idempotency (the IETF
-// Idempotency-Key draft, as Stripe does it): the first response for a key
-// is stored with a fingerprint of the request and replayed for a repeat; a
-// repeat with a different body is 422, one while the first is in flight is
-// 409. Server errors are not stored, so a retry runs again.
+// Idempotency-Key draft, as Stripe does it): the first successful response
+// for a key is stored with a fingerprint of the request and replayed for a
+// repeat; a repeat with a different body is 422; one while the first is in
+// flight in this process is 409.
 //
 // Only successes are stored (as Stripe does): a rejected request (4xx) or a
-// failed one (5xx) releases its key, so the corrected request, or a retry
-// after the audience exists or the limit was raised, runs afresh. A
-// rejection is deterministic anyway, so a repeat gets the same answer.
+// failed one (5xx) leaves nothing behind, so the corrected request, or a
+// retry after the audience exists, the limit was raised or the disk has
+// room again, runs afresh. That a request is in flight lives in memory
+// only: a crash cannot leave a lock that blocks the client's retry.
 func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key string, body []byte, run func() response) response {
 	if key == "" {
 		return run()
@@ -265,13 +269,13 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key 
 	fmt.Fprintf(h, "%s %s\n", r.Method, r.URL.Path)
 	h.Write(body)
 	k := store.RequestKey{Tenant: tenant, Key: key, Fingerprint: hex.EncodeToString(h.Sum(nil))}
-	// The lock outlives any request: an in-flight claim older than this
-	// belonged to a process that died, and may be taken over.
-	stored, err := s.st.BeginRequest(r.Context(), k, s.now(), 5*time.Minute, s.opts.KeyTTL)
-	switch {
-	case errors.Is(err, store.ErrKeyInFlight):
+	if !s.inFlight.begin(k) {
 		return problem(http.StatusConflict, probKeyInFlight, "Request in progress",
 			"a request with this Idempotency-Key is still being processed; retry later")
+	}
+	defer s.inFlight.end(k)
+	stored, err := s.st.LookupRequest(r.Context(), k, s.now())
+	switch {
 	case errors.Is(err, store.ErrKeyReused):
 		return problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
 			"this Idempotency-Key was used for a different request")
@@ -282,19 +286,44 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key 
 		return response{status: stored.Status, ctype: stored.ContentType, body: stored.Body}
 	}
 	resp := run()
-	// Record with a context of its own: the client may have gone, but its
-	// retry must find the answer.
+	if resp.status >= 300 {
+		return resp
+	}
+	// Store with a context of its own: the client may have gone, but its
+	// retry must find the answer. If this fails, a retry runs again, which
+	// the effects underneath make harmless (an event is a duplicate).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if resp.status >= 300 {
-		err = s.st.ReleaseRequest(ctx, k)
-	} else {
-		err = s.st.FinishRequest(ctx, k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body}, s.now())
-	}
-	if err != nil {
-		s.log.Error("record request key", "key", key, "err", err)
+	if err := s.st.SaveResponse(ctx, k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body}, s.now(), s.opts.KeyTTL); err != nil {
+		s.log.Error("store the response for an idempotency key", "key", key, "err", err)
 	}
 	return resp
+}
+
+// keyLocks are the idempotency keys of requests running in this process.
+type keyLocks struct {
+	mu   sync.Mutex
+	held map[[2]string]bool
+}
+
+func (l *keyLocks) begin(k store.RequestKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id := [2]string{k.Tenant, k.Key}
+	if l.held[id] {
+		return false
+	}
+	if l.held == nil {
+		l.held = map[[2]string]bool{}
+	}
+	l.held[id] = true
+	return true
+}
+
+func (l *keyLocks) end(k store.RequestKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, [2]string{k.Tenant, k.Key})
 }
 
 func (s *Server) internal(err error) response {

@@ -7,12 +7,17 @@ import (
 	"time"
 )
 
-// Stored request idempotency (IETF Idempotency-Key draft, Stripe style): a
-// request carrying a key claims it before it runs, and its response is kept
-// until the key expires, so a retry gets the same answer instead of a second
-// effect. Every decision is made inside one writer op: the insert that
-// claims, the read of the row that was there, and the take-over, so two
-// requests with the same key can never both run.
+// Stored request idempotency (IETF Idempotency-Key draft, Stripe style): the
+// response of a completed request is kept under its key until the key
+// expires, so a retry gets the same answer instead of a second effect.
+//
+// Only completed requests are stored. That a request is running is not a
+// durable fact: the API holds it in memory (a request in flight answers a
+// concurrent repeat with 409), so a crash, or a disk that refuses the
+// write that would have released the key, leaves no lock behind that
+// blocks the client's retry. The effects behind the API are idempotent by
+// themselves (event dedupe, status transitions), which is what makes a
+// repeat that runs again safe.
 
 // RequestKey identifies a request under an idempotency key. Fingerprint is
 // the caller's sha256 of method, path and body.
@@ -25,133 +30,64 @@ type StoredResponse struct {
 	Body        []byte
 }
 
-const (
-	reqInFlight = "in_flight"
-	reqDone     = "done"
-)
-
-// BeginRequest claims k for a request at now. The claim holds for lock (a
-// claim older than that is taken to be abandoned: lock must exceed the
-// longest a request can run); the key and any stored response last ttl from
-// the claim. Outcomes:
+// LookupRequest returns the response stored for k, if a request with its
+// key completed and the key has not expired by now:
 //
-//   - (nil, nil): claimed, because the key is new, or expired, or held by an
-//     in-flight claim with the same fingerprint whose lock ended before now.
-//     The caller runs the request, then calls FinishRequest or
-//     ReleaseRequest.
 //   - (*StoredResponse, nil): the same request completed before: replay it.
-//   - ErrKeyInFlight: the first request with this key still holds its lock.
-//   - ErrKeyReused: the key was used for a different fingerprint and has not
-//     expired.
+//   - ErrKeyReused: the key was used for a different fingerprint.
+//   - (nil, nil): no live response: run the request.
 //
-// A lock still held is never broken, not even past expires_at.
-func (s *Store) BeginRequest(ctx context.Context, k RequestKey, now time.Time, lock, ttl time.Duration) (*StoredResponse, error) {
-	if lock <= 0 || ttl < lock {
-		return nil, fmt.Errorf("begin request: need 0 < lock <= ttl, have lock %s, ttl %s", lock, ttl)
+// Rows left in_flight by an older version are ignored: they are not answers.
+func (s *Store) LookupRequest(ctx context.Context, k RequestKey, now time.Time) (*StoredResponse, error) {
+	var (
+		fp     string
+		status int
+		ctype  sql.NullString
+		body   []byte
+	)
+	err := s.readRow(ctx, `SELECT fingerprint, status, content_type, body FROM request_keys
+		WHERE tenant = ? AND key = ? AND state = 'done' AND expires_at > ?`, k.Tenant, k.Key, ms(now)).
+		Scan(&fp, &status, &ctype, &body)
+	switch {
+	case isNoRows(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read request key %q: %w", k.Key, err)
+	case fp != k.Fingerprint:
+		return nil, fmt.Errorf("%w: key %q", ErrKeyReused, k.Key)
 	}
-	t, lockUntil, expires := ms(now), ms(now.Add(lock)), ms(now.Add(ttl))
-	var replay *StoredResponse
-	err := s.w.do(ctx, func(tx *Tx) error {
-		replay = nil
-		var one int
-		err := tx.queryRow(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at)
-			VALUES (?, ?, ?, 'in_flight', ?, ?, ?)
-			ON CONFLICT (tenant, key) DO NOTHING
-			RETURNING 1`,
-			k.Tenant, k.Key, k.Fingerprint, lockUntil, t, expires).Scan(&one)
-		if err == nil {
-			return nil // a new key: claimed
-		}
-		if !isNoRows(err) {
-			return fmt.Errorf("claim request key %q: %w", k.Key, err)
-		}
-		var (
-			fp, state        string
-			locked, expireAt int64
-			status           sql.NullInt64
-			ctype            sql.NullString
-			body             []byte
-		)
-		if err := tx.queryRow(`SELECT fingerprint, state, locked_until, expires_at, status, content_type, body
-			FROM request_keys WHERE tenant = ? AND key = ?`, k.Tenant, k.Key).
-			Scan(&fp, &state, &locked, &expireAt, &status, &ctype, &body); err != nil {
-			return fmt.Errorf("read request key %q: %w", k.Key, err)
-		}
-		held := state == reqInFlight && locked >= t
-		expired := expireAt <= t
-		switch {
-		case held && fp != k.Fingerprint && !expired:
-			return fmt.Errorf("%w: key %q", ErrKeyReused, k.Key)
-		case held:
-			return fmt.Errorf("%w: key %q", ErrKeyInFlight, k.Key)
-		case expired:
-			// The key is free again: a new claim, whatever was there.
-		case fp != k.Fingerprint:
-			return fmt.Errorf("%w: key %q", ErrKeyReused, k.Key)
-		case state == reqDone:
-			replay = &StoredResponse{Status: int(status.Int64), ContentType: ctype.String, Body: body}
-			return nil
-		default:
-			// In flight with its lock run out: the process that claimed it
-			// died. Take it over.
-		}
-		if _, err := tx.exec(`UPDATE request_keys SET fingerprint = ?, state = 'in_flight', locked_until = ?,
-				status = NULL, content_type = NULL, body = NULL, created_at = ?, expires_at = ?
-			WHERE tenant = ? AND key = ?`,
-			k.Fingerprint, lockUntil, t, expires, k.Tenant, k.Key); err != nil {
-			return fmt.Errorf("take over request key %q: %w", k.Key, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return replay, nil
+	return &StoredResponse{Status: status, ContentType: ctype.String, Body: body}, nil
 }
 
-// FinishRequest stores the response of the request that claimed k, to be
-// replayed until the key expires (expires_at is left as the claim set it).
-// ErrClaimLost: k is no longer claimed by an in-flight request with this
-// fingerprint.
-func (s *Store) FinishRequest(ctx context.Context, k RequestKey, resp StoredResponse, now time.Time) error {
+// SaveResponse stores the response of a completed request under k, to be
+// replayed until now+ttl. A live response already stored under the key
+// (another process ran the same request at the same moment) is kept: the
+// first answer stays the answer.
+func (s *Store) SaveResponse(ctx context.Context, k RequestKey, resp StoredResponse, now time.Time, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("save response for key %q: need a positive ttl, have %s", k.Key, ttl)
+	}
 	body := resp.Body
 	if body == nil {
 		body = []byte{} // an empty body, not a missing one
 	}
 	return s.w.do(ctx, func(tx *Tx) error {
-		res, err := tx.exec(`UPDATE request_keys SET state = 'done', status = ?, content_type = ?, body = ?, locked_until = ?
-			WHERE tenant = ? AND key = ? AND fingerprint = ? AND state = 'in_flight'`,
-			resp.Status, resp.ContentType, body, ms(now), k.Tenant, k.Key, k.Fingerprint)
+		_, err := tx.exec(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, status, content_type, body, created_at, expires_at)
+			VALUES (?1, ?2, ?3, 'done', ?4, ?5, ?6, ?7, ?4, ?8)
+			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'done',
+				locked_until = excluded.locked_until, status = excluded.status, content_type = excluded.content_type,
+				body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
+			WHERE request_keys.state <> 'done' OR request_keys.expires_at <= ?4`,
+			k.Tenant, k.Key, k.Fingerprint, ms(now), resp.Status, resp.ContentType, body, ms(now.Add(ttl)))
 		if err != nil {
-			return fmt.Errorf("finish request key %q: %w", k.Key, err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("finish request key %q: %w", k.Key, ErrClaimLost)
-		}
-		return nil
-	})
-}
-
-// ReleaseRequest deletes the in-flight claim on k, so that a retry runs the
-// request again: for failures that must not be replayed (a 5xx). A stored
-// response is never deleted. ErrClaimLost: there was no in-flight claim
-// with this fingerprint.
-func (s *Store) ReleaseRequest(ctx context.Context, k RequestKey) error {
-	return s.w.do(ctx, func(tx *Tx) error {
-		res, err := tx.exec(`DELETE FROM request_keys WHERE tenant = ? AND key = ? AND fingerprint = ? AND state = 'in_flight'`,
-			k.Tenant, k.Key, k.Fingerprint)
-		if err != nil {
-			return fmt.Errorf("release request key %q: %w", k.Key, err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("release request key %q: %w", k.Key, ErrClaimLost)
+			return fmt.Errorf("save response for key %q: %w", k.Key, err)
 		}
 		return nil
 	})
 }
 
 // PruneRequests deletes up to limit keys that expired by now, oldest first,
-// in one write, and returns how many. A claim whose lock still holds is kept.
+// in one write, and returns how many.
 // Call it again while it returns limit: small batches keep the writer free
 // for everyone else.
 func (s *Store) PruneRequests(ctx context.Context, now time.Time, limit int) (int, error) {
@@ -162,8 +98,7 @@ func (s *Store) PruneRequests(ctx context.Context, now time.Time, limit int) (in
 	err := s.w.do(ctx, func(tx *Tx) error {
 		res, err := tx.exec(`DELETE FROM request_keys WHERE rowid IN (
 				SELECT rowid FROM request_keys
-				WHERE expires_at <= ?1 AND NOT (state = 'in_flight' AND locked_until >= ?1)
-				ORDER BY expires_at LIMIT ?2)`, ms(now), limit)
+				WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)`, ms(now), limit)
 		if err != nil {
 			return fmt.Errorf("prune request keys: %w", err)
 		}
