@@ -111,6 +111,7 @@ Typical use:
 			pruneCommand(),
 			backupCommand(),
 			simCommand(),
+			benchCommand(),
 			demoCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {

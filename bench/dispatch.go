@@ -3,11 +3,14 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -74,6 +77,26 @@ func (s *Sim) Stop() {
 		s.cmd.Process.Kill()
 		<-done
 	}
+}
+
+// Requests is how many send requests the simulator has received.
+func (s *Sim) Requests(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(s.URL, "/v1/emails")+"/requests", nil)
+	if err != nil {
+		return 0, err
+	}
+	rep, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer rep.Body.Close()
+	var v struct {
+		Total int64 `json:"total"`
+	}
+	if err := json.NewDecoder(rep.Body).Decode(&v); err != nil {
+		return 0, fmt.Errorf("simulator /requests: %w", err)
+	}
+	return v.Total, nil
 }
 
 // Route is the relay route to the simulator, keys honoured.

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config is what Suite measures with.
+type Config struct {
+	Exe    string // an edgerelay binary: the simulator and the footprint run it
+	Dir    string // where the databases go (the disk is part of what is measured)
+	Events int    // events per ingest and dispatch row
+	// Progress, if set, gets a line as each measurement starts.
+	Progress io.Writer
+}
+
+// Row is one line of the table: what was measured, the figure, and what it
+// is compared with.
+type Row struct {
+	Measure, Figure, Against string
+}
+
+// Suite runs every measurement once, in order, each beside its baseline,
+// and returns the table. It takes a few minutes on a small machine.
+func Suite(ctx context.Context, cfg Config) ([]Row, error) {
+	n := cfg.Events
+	var rows []Row
+	say := func(format string, args ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, format+"\n", args...)
+		}
+	}
+	say("ingest: the raw SQLite ceiling, %d events", n)
+	ceiling, err := Ceiling(ctx, cfg.Dir, n)
+	if err != nil {
+		return nil, fmt.Errorf("ceiling: %w", err)
+	}
+	rows = append(rows, Row{"ingest ceiling: raw SQLite, 1 goroutine, 1,000 rows per transaction", perSec(ceiling.PerSecond(), "events"), "the baseline"})
+	pct := func(r Rate) string {
+		return fmt.Sprintf("%.0f%% of the ceiling", 100*r.PerSecond()/ceiling.PerSecond())
+	}
+	for _, via := range []struct {
+		name string
+		fn   func(context.Context, string, int, int) (Rate, error)
+	}{{"through the Go API", AcceptGo}, {"over HTTP", AcceptHTTP}} {
+		for _, callers := range []int{1, 16, 256} {
+			say("ingest %s, %s", via.name, callersText(callers))
+			r, err := via.fn(ctx, cfg.Dir, callers, n)
+			if err != nil {
+				return nil, fmt.Errorf("ingest %s: %w", via.name, err)
+			}
+			against := pct(r)
+			if callers == 256 {
+				against += " (target 75%)"
+			}
+			rows = append(rows, Row{fmt.Sprintf("ingest %s, %s (durable)", via.name, callersText(callers)),
+				fmt.Sprintf("%s; p50 %s, p99 %s", perSec(r.PerSecond(), "events"), ms(r.P50), ms(r.P99)), against})
+		}
+	}
+	say("fan-out: one event to 10,000 recipients")
+	took, err := FanOut(ctx, cfg.Dir, 10000)
+	if err != nil {
+		return nil, fmt.Errorf("fan-out: %w", err)
+	}
+	rows = append(rows, Row{"fan-out: accept one event with 10,000 recipients", ms(took), "target < 250 ms"})
+
+	sim, err := StartSim(ctx, cfg.Exe)
+	if err != nil {
+		return nil, err
+	}
+	defer sim.Stop()
+	say("dispatch: %d events accepted by 256 callers and delivered to the simulator (its own process)", n)
+	d, err := Dispatch(ctx, cfg.Dir, sim, n, 256, 128)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	rows = append(rows, Row{"dispatch end to end: accept, claim, HTTP call to the simulator, record (128 workers)",
+		fmt.Sprintf("%s; writer %.0f commits/s, %.1f writes per commit; simulator %.0f%% of the CPU used",
+			perSec(d.PerSecond(), "deliveries"), d.CommitsPerSecond(), d.MeanBatch(), 100*d.SimShare()),
+		"target 10,000 deliveries/s"})
+
+	say("footprint: the serve process, idle and under %d events over HTTP while it delivers them", n)
+	f, err := MeasureFootprint(ctx, cfg.Exe, cfg.Dir, sim, n, 64)
+	if err != nil {
+		return nil, fmt.Errorf("footprint: %w", err)
+	}
+	rows = append(rows,
+		Row{"binary size", mib(f.BinaryBytes), ""},
+		Row{"start-up: exec to /readyz answering 200", ms(f.StartToReady), ""},
+		Row{"resident memory, idle", mib(f.IdleRSS), ""},
+		Row{fmt.Sprintf("resident memory, peak under load (%d events over HTTP from 64 callers, delivered by the same process)", f.LoadEvents),
+			mib(f.LoadPeakRSS), "target < 50 MiB"},
+		Row{"that load: accepted / all delivered", fmt.Sprintf("%s / %s (%s)", secs(f.LoadElapsed), secs(f.Delivered),
+			perSec(float64(f.LoadEvents)/f.Delivered.Seconds(), "deliveries")), ""},
+	)
+	return rows, nil
+}
+
+// WriteTable prints rows as a Markdown table, after a line naming the
+// machine.
+func WriteTable(w io.Writer, rows []Row) {
+	fmt.Fprintf(w, "machine: %s, %d CPUs, %s/%s, %s\n\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintln(w, "| measure | figure | against |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", r.Measure, r.Figure, r.Against)
+	}
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func callersText(n int) string {
+	if n == 1 {
+		return "1 caller"
+	}
+	return fmt.Sprintf("%d callers", n)
+}
+
+func perSec(v float64, what string) string { return fmt.Sprintf("%s %s/s", thousands(v), what) }
+
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func ms(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
