@@ -31,6 +31,23 @@ var errNotStarted = errors.New("relay: dispatcher not started")
 // a call is cancelled this long before its lease ends.
 func leaseMargin(lease time.Duration) time.Duration { return min(5*time.Second, lease/4) }
 
+// recordGuard is the end of the lease margin that retries of a failed
+// record leave alone: the last retry starts at least this long before the
+// lease ends, so that it lands before another dispatcher may settle the
+// claim as unknown.
+func recordGuard(lease time.Duration) time.Duration { return leaseMargin(lease) / 5 }
+
+// Retries of a failed record (or give-up) write: a short backoff, since the
+// lease bounds them.
+const (
+	recordRetryMin = 20 * time.Millisecond
+	recordRetryMax = 500 * time.Millisecond
+)
+
+// maxLoopBackoff caps the pause of a started dispatcher after a failed store
+// write; the pause starts at the poll interval and doubles.
+const maxLoopBackoff = 30 * time.Second
+
 // Summary is what a dispatch run did: the final state of each notification
 // it attempted, and what was left waiting.
 type Summary struct {
@@ -64,7 +81,13 @@ type dispatcher struct {
 	mu    sync.Mutex
 	final map[int64]string // notification → its last decided status in this run
 	tries int
-	err   error // why the loop stopped, if not asked to
+	err   error // why the loop stopped, if not asked to (RunUntilIdle)
+	// The current failure episode of a started dispatcher: the last store
+	// error of the loop, when and after how many tries it began. failing is
+	// nil while the loop's writes work.
+	failing      error
+	failingSince time.Time
+	failures     int
 }
 
 func (r *Relay) newDispatcher() *dispatcher {
@@ -114,6 +137,25 @@ func (r *Relay) Stop(ctx context.Context) error {
 	d.stopLoop()
 	<-d.stopped
 	return d.drain(ctx)
+}
+
+// DispatchErr returns the error that keeps the dispatcher from working right
+// now (a store write that fails, a full disk): nil while it works, or when
+// no dispatcher runs. A started dispatcher retries with backoff; this is the
+// latest error of the current episode, for a readiness check.
+func (r *Relay) DispatchErr() error {
+	r.mu.Lock()
+	d := r.d
+	r.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failing != nil {
+		return d.failing
+	}
+	return d.err
 }
 
 // RunUntilIdle delivers until every notification is final or its next
@@ -178,51 +220,135 @@ func (d *dispatcher) summary() Summary {
 
 // loop claims and hands out work until ctx ends, or, with idleExit (cron
 // mode), until nothing is due within maxWait and no call is in flight.
+//
+// A store error (a full disk, an I/O error) ends the cron mode's loop: the
+// run reports it and exits non-zero, and the next run starts over. A
+// started dispatcher (serve, dispatch) must outlive it instead: it logs the
+// error once, pauses (the poll interval, doubling up to 30s; an accept in
+// this process, which shows that writes work again, cuts the pause short)
+// and tries again, until the writes work.
 func (d *dispatcher) loop(ctx context.Context, idleExit bool, maxWait time.Duration) {
-	r := d.r
 	var lastSweep time.Time
+	var pause time.Duration
 	for ctx.Err() == nil {
-		// Crash recovery, at start and then every few seconds: finish fan-outs
-		// and settle calls whose process died.
-		if now := r.now(); now.Sub(lastSweep) >= min(r.opts.Lease/2, 5*time.Second) {
-			lastSweep = now
-			if err := r.finishFanOut(ctx); err != nil {
-				d.fail(ctx, err)
-				return
-			}
-			if err := d.recoverLeases(ctx); err != nil {
-				d.fail(ctx, err)
-				return
-			}
-		}
-		n, err := d.claim(ctx)
+		n, idle, err := d.turn(ctx, &lastSweep, idleExit, maxWait)
 		if err != nil {
-			d.fail(ctx, err)
-			return
+			if ctx.Err() != nil {
+				return // shutting down: the error is the shutdown's
+			}
+			if idleExit {
+				d.fail(err)
+				return
+			}
+			pause = d.failed(err, pause)
+			d.backOff(ctx, pause)
+			continue
+		}
+		if pause > 0 {
+			d.recovered()
+			pause = 0
 		}
 		if n > 0 {
 			continue
 		}
-		if idleExit {
-			idle, err := d.idle(ctx, maxWait)
-			if err != nil {
-				d.fail(ctx, err)
-				return
-			}
-			if idle {
-				return
-			}
+		if idle {
+			return
 		}
 		d.sleep(ctx)
 	}
 }
 
-func (d *dispatcher) fail(ctx context.Context, err error) {
-	if ctx.Err() != nil {
-		return // shutting down: the error is the shutdown's
+// turn is one round of the loop: the crash-recovery sweep when it is due,
+// one claim, and with idleExit whether the run is done. A sweep that fails
+// is made again on the next turn.
+func (d *dispatcher) turn(ctx context.Context, lastSweep *time.Time, idleExit bool, maxWait time.Duration) (claimed int, idle bool, err error) {
+	r := d.r
+	// Crash recovery, at start and then every few seconds: finish fan-outs
+	// and settle calls whose process died.
+	if now := r.now(); now.Sub(*lastSweep) >= min(r.opts.Lease/2, 5*time.Second) {
+		if err := r.finishFanOut(ctx); err != nil {
+			return 0, false, err
+		}
+		if err := d.recoverLeases(ctx); err != nil {
+			return 0, false, err
+		}
+		*lastSweep = now
 	}
+	n, err := d.claim(ctx)
+	if err != nil || n > 0 || !idleExit {
+		return n, false, err
+	}
+	idle, err = d.idle(ctx, maxWait)
+	return 0, idle, err
+}
+
+// fail ends the cron mode's run on err.
+func (d *dispatcher) fail(err error) {
 	d.r.log.Error("dispatcher stopped", "err", err)
+	d.mu.Lock()
 	d.err = err
+	d.mu.Unlock()
+}
+
+// failed notes a failed turn of a started dispatcher and returns how long
+// to pause after the previous pause: the first error of an episode is
+// logged, the ones after it are not (they are the same trouble, retried).
+func (d *dispatcher) failed(err error, prev time.Duration) time.Duration {
+	r := d.r
+	pause := r.opts.Poll
+	if prev > 0 {
+		pause = min(2*prev, max(maxLoopBackoff, r.opts.Poll))
+	}
+	d.mu.Lock()
+	first := d.failing == nil
+	if first {
+		d.failingSince = time.Now()
+		d.failures = 0
+	}
+	d.failing = err
+	d.failures++
+	d.mu.Unlock()
+	if first {
+		r.log.Error("dispatcher: a store write failed; retrying with backoff until it works (nothing is claimed meanwhile)",
+			"err", err, "retry_in", pause)
+	} else {
+		r.log.Debug("dispatcher: store write still failing", "err", err, "retry_in", pause)
+	}
+	return pause
+}
+
+// recovered ends a failure episode: the store's writes work again.
+func (d *dispatcher) recovered() {
+	d.mu.Lock()
+	err, since, n := d.failing, d.failingSince, d.failures
+	d.failing = nil
+	d.mu.Unlock()
+	if err != nil {
+		d.r.log.Warn("dispatcher: store writes work again; delivering", "failed_for", time.Since(since).Round(time.Millisecond),
+			"failed_turns", n, "last_err", err)
+	}
+}
+
+// backOff pauses the loop for wait after a failed turn. ctx (Stop) ends the
+// pause; so does, after at most the poll interval, an accept in this
+// process: its commit shows that writes may work again.
+func (d *dispatcher) backOff(ctx context.Context, wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	wake := d.r.wake
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-wake:
+			if wait > d.r.opts.Poll {
+				t.Reset(d.r.opts.Poll)
+			}
+			wake = nil // one shortening is enough
+		}
+	}
 }
 
 // idle reports whether nothing is in flight and nothing is due within wait.
@@ -259,7 +385,8 @@ func (d *dispatcher) sleep(ctx context.Context) {
 }
 
 // claim takes as many due notifications as there are free workers and
-// starts a call for each. It returns how many it started.
+// starts a call for each. It returns how many it started, and the error of
+// a claim that failed (what the claims before it took is still called).
 func (d *dispatcher) claim(ctx context.Context) (int, error) {
 	free := len(d.slots)
 	if free == 0 {
@@ -272,13 +399,14 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 	}
 	now := d.r.now()
 	var cs []store.Claimed
+	var claimErr error
 	for _, p := range d.r.router.plan(now, min(free, 256)) {
 		got, err := d.r.store.ClaimWhere(ctx, p.limit, now, d.r.opts.Lease, p.filter)
 		if err != nil {
-			if ctx.Err() != nil {
-				break
+			if ctx.Err() == nil {
+				claimErr = err
 			}
-			return 0, err
+			break
 		}
 		cs = append(cs, got...)
 	}
@@ -293,7 +421,7 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 		}
 		go d.call(c, entered)
 	}
-	return len(cs), nil
+	return len(cs), claimErr
 }
 
 // call makes one provider call and records it. It runs on a worker,
@@ -371,7 +499,11 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 
 // giveUp ends a claimed notification without a call.
 func (d *dispatcher) giveUp(c store.Claimed, status, reason string) {
-	if _, err := d.r.store.GiveUp(context.Background(), c.ID, c.Attempt, status, reason, d.r.now()); err != nil {
+	err := d.persist(c, "give up", func() error {
+		_, err := d.r.store.GiveUp(context.Background(), c.ID, c.Attempt, status, reason, d.r.now())
+		return err
+	})
+	if err != nil {
 		d.r.log.Error("give up", "notification", c.ID, "err", err)
 		return
 	}
@@ -393,8 +525,10 @@ func (rt Route) at(pos int) providers.Provider {
 }
 
 // record decides what the outcome means for the notification and writes
-// the attempt and the decision in one transaction.
-func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provider, routeLen int, start time.Time, res providers.Result) {
+// the attempt and the decision in one transaction. A write that fails is
+// retried while the claim's lease lasts (see persist); the error is
+// returned when it could not be written at all.
+func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provider, routeLen int, start time.Time, res providers.Result) error {
 	r := d.r
 	now := r.now()
 	honours := p != nil && p.HonoursKeys()
@@ -405,12 +539,18 @@ func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provid
 		Response: res.Response, Detail: res.Detail,
 	}
 	// Recording must not be cut short by shutdown: the provider has acted.
-	applied, err := r.store.Record(context.Background(), c.ID, a, dec)
+	var applied bool
+	err := d.persist(c, "record attempt", func() error {
+		var err error
+		applied, err = r.store.Record(context.Background(), c.ID, a, dec)
+		return err
+	})
 	if err != nil {
-		// The writer is gone (closing) or the disk failed: the lease will
-		// expire and the next start settles this attempt as unknown.
+		// The writer is gone (closing) or the disk kept failing until the
+		// lease ran short: when the lease has expired, a dispatcher settles
+		// this attempt as unknown.
 		r.log.Error("record attempt", "notification", c.ID, "key", c.Key, "outcome", res.Outcome, "err", err)
-		return
+		return err
 	}
 	r.log.Info("attempt", "notification", c.ID, "key", c.Key, "channel", c.Channel, "provider", provider,
 		"attempt", c.Attempt, "outcome", res.Outcome, "http_status", res.HTTPStatus, "detail", res.Detail,
@@ -424,6 +564,48 @@ func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provid
 		d.final[c.ID] = dec.Status
 	}
 	d.mu.Unlock()
+	return nil
+}
+
+// persist runs write, the store write that settles the claim c (its
+// attempt, or giving it up), and retries it with a short backoff while the
+// lease leaves time: this process knows the outcome, and a claim left in
+// sending would be settled as unknown when its lease expires (and may be
+// resent). The last try starts recordGuard before the lease ends; past
+// that, lease recovery is the fallback. Retrying stops at once when the
+// store is closed, and when a stop ran out of time (callCtx): shutdown is
+// not held up by a failing disk beyond its drain timeout.
+func (d *dispatcher) persist(c store.Claimed, what string, write func() error) error {
+	r := d.r
+	// The relay's clock may be a test's: the retries are timed on the real one.
+	deadline := time.Now().Add(c.LeaseUntil.Sub(r.now()) - recordGuard(r.opts.Lease))
+	wait := recordRetryMin
+	var first error
+	for tries := 1; ; tries++ {
+		err := write()
+		if err == nil {
+			if first != nil {
+				r.log.Warn(what+": written after retries", "notification", c.ID, "key", c.Key, "tries", tries)
+			}
+			return nil
+		}
+		if errors.Is(err, store.ErrClosed) || d.callCtx.Err() != nil || time.Until(deadline) < wait {
+			return err
+		}
+		if first == nil {
+			first = err
+			r.log.Warn(what+": write failed; retrying while the lease lasts", "notification", c.ID, "key", c.Key,
+				"lease_until", c.LeaseUntil, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-d.callCtx.Done():
+			t.Stop()
+			return err
+		}
+		wait = min(2*wait, recordRetryMax)
+	}
 }
 
 // recoverLeases settles notifications whose claim outlived its process:
@@ -444,10 +626,14 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 				name = p.Name()
 			}
 			r.log.Warn("recovering an attempt interrupted by a crash", "notification", c.ID, "key", c.Key, "attempt", c.Attempt)
-			d.record(c, name, p, len(route), c.ClaimedAt, providers.Result{
+			// The lease has expired: no retry here. An error ends the sweep
+			// (the same rows would be listed again); the loop retries it.
+			if err := d.record(c, name, p, len(route), c.ClaimedAt, providers.Result{
 				Outcome: providers.Unknown,
 				Detail:  fmt.Sprintf("lease expired at %s: the process stopped during this attempt (crash or kill); the call may have reached the provider", c.LeaseUntil.Format(time.RFC3339)),
-			})
+			}); err != nil {
+				return err
+			}
 		}
 	}
 }
