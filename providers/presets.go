@@ -135,7 +135,12 @@ func (p *EmailHTTP) sendPreset(ctx context.Context, m *Message) Result {
 	r, respHeader := p.postWith(ctx, postSpec{key: m.Key, body: body, header: h, ownAuth: ps.ownAuth, idKeys: ps.idKeys})
 	switch {
 	case r.Outcome == Sent && ps.idHeader != "":
-		r.MessageID = respHeader.Get(ps.idHeader)
+		// The id travels in a header, so a body cut short or not JSON
+		// (SendGrid's is empty by contract) loses nothing: the note that
+		// it gave no id would contradict the id recorded beside it.
+		if r.MessageID = respHeader.Get(ps.idHeader); r.MessageID != "" {
+			r.Detail = strings.TrimSuffix(r.Detail, ", no message id")
+		}
 	case r.HTTPStatus >= 400 && ps.classify != nil:
 		ps.classify(&r)
 	}
