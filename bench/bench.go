@@ -27,6 +27,7 @@ import (
 
 	"edgerelay/api"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -51,9 +52,11 @@ func receipt(i int) relay.Event {
 }
 
 // Ceiling is the raw SQLite baseline for ingest: one goroutine inserting,
-// for each of n items, the event row and its notification row with ON
-// CONFLICT DO NOTHING, 1,000 items per transaction, on edgerelay's schema
-// with the same pragmas. No JSON, no keys, no callers: what the file can
+// for each of n items, the very rows an accept of receipt(i) writes (the
+// event with its payload, message and fingerprint, and its notification
+// with its key), with ON CONFLICT DO NOTHING, 1,000 items per transaction,
+// on edgerelay's schema with the same pragmas. The rows are made before the
+// clock starts: no JSON, no hashing, no callers, only what the file can
 // take, against which the relay's accept path is compared.
 func Ceiling(ctx context.Context, dir string, n int) (Rate, error) {
 	path := filepath.Join(dir, "ceiling.db")
@@ -63,6 +66,18 @@ func Ceiling(ctx context.Context, dir string, n int) (Rate, error) {
 	}
 	if err := r.Close(); err != nil { // the schema; then raw SQL on the same file
 		return Rate{}, err
+	}
+	type item struct {
+		ev store.NewEvent
+		tg store.Target
+	}
+	items := make([]item, n)
+	for i := range items {
+		ev, ts, err := receipt(i).Rows(0)
+		if err != nil {
+			return Rate{}, err
+		}
+		items[i] = item{ev, ts[0]}
 	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)")
 	if err != nil {
@@ -78,22 +93,23 @@ func Ceiling(ctx context.Context, dir string, n int) (Rate, error) {
 			return Rate{}, err
 		}
 		ev, err := tx.Prepare(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
-			VALUES ('default', ?, 'receipt', 'receipt', '{}', '{}', 'fp', 1, 1, ?) ON CONFLICT DO NOTHING RETURNING id`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?) ON CONFLICT DO NOTHING RETURNING id`)
 		if err != nil {
 			return Rate{}, err
 		}
 		no, err := tx.Prepare(`INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address,
 			next_attempt_at, cycle_started_at, created_at, updated_at)
-			VALUES (?, ?, 0, 'default', 'receipt', 'u', 'email', 'u@example.com', ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
+			VALUES (?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
 		if err != nil {
 			return Rate{}, err
 		}
 		for j := 0; j < 1000 && i < n; j, i = j+1, i+1 {
+			e, t := items[i].ev, items[i].tg
 			var id int64
-			if err := ev.QueryRow("e"+strconv.Itoa(i), now).Scan(&id); err != nil {
+			if err := ev.QueryRow(e.Tenant, e.EventID, e.Purpose, e.Type, e.Payload, e.Message, e.Fingerprint, now).Scan(&id); err != nil {
 				return Rate{}, err
 			}
-			if _, err := no.Exec("k"+strconv.Itoa(i), id, now, now, now, now); err != nil {
+			if _, err := no.Exec(t.Key, id, e.Tenant, e.Type, t.Recipient, t.Channel, t.Address, now, now, now, now); err != nil {
 				return Rate{}, err
 			}
 		}

@@ -379,6 +379,16 @@ type message struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
+// Rows returns what Accept would write for ev, an event with its
+// recipients listed: the event row and one target per notification. For
+// tools that compare the relay with raw SQL on the same rows (bench).
+func (ev Event) Rows(maxRecipients int) (store.NewEvent, []store.Target, error) {
+	if err := ev.Normalize(maxRecipients); err != nil {
+		return store.NewEvent{}, nil, err
+	}
+	return ev.record()
+}
+
 // record turns a normalised event into the store's form.
 func (ev *Event) record() (store.NewEvent, []store.Target, error) {
 	payload, err := json.Marshal(ev)
