@@ -198,7 +198,7 @@ func classifyResend(r *Result) {
 	if e.Name == "invalid_idempotent_request" {
 		// The key was used before with another body: an earlier attempt
 		// reached Resend and may have been sent. Retrying cannot settle it.
-		r.Outcome, r.Permanent = Unknown, false
+		r.Outcome, r.Permanent = Unknown, true
 	}
 }
 

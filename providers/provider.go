@@ -53,6 +53,9 @@ type Result struct {
 	Outcome Outcome
 	// Permanent, with Refused, means retrying cannot help (400, 401, 403,
 	// 404, 422 ...): the notification fails with Detail as the reason.
+	// With Unknown, it means retrying cannot settle the question (the
+	// provider refuses the key for another payload): the notification
+	// ends unknown instead of spending its retries.
 	Permanent  bool
 	HTTPStatus int    // 0 when there was no HTTP answer
 	MessageID  string // the provider's id for the message, when it gave one

@@ -692,6 +692,10 @@ func decide(c store.Claimed, res providers.Result, honoursKeys bool, mode Mode, 
 		// From now on only this provider may be tried: another could
 		// deliver a second copy.
 		keep.Pinned = true
+		if res.Permanent {
+			keep.Status, keep.Reason = store.StatusUnknown, "outcome unknown and retrying cannot settle it ("+res.Detail+"): it may or may not have arrived"
+			return keep
+		}
 		if honoursKeys {
 			return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); retrying with the same key, which the provider honours", keep)
 		}

@@ -363,7 +363,7 @@ func TestDecide(t *testing.T) {
 		providers.Outcome
 		permanent bool
 	}
-	for _, res := range []result{{providers.Sent, false}, {providers.Refused, false}, {providers.Refused, true}, {providers.Unknown, false}, {"", false}} {
+	for _, res := range []result{{providers.Sent, false}, {providers.Refused, false}, {providers.Refused, true}, {providers.Unknown, false}, {providers.Unknown, true}, {"", false}} {
 		for _, honours := range []bool{true, false} {
 			for _, mode := range []Mode{AtLeastOnce, AtMostOnce} {
 				var want string
@@ -374,6 +374,8 @@ func TestDecide(t *testing.T) {
 					want = store.StatusFailed
 				case res.Outcome == providers.Refused:
 					want = store.StatusPending
+				case res.permanent: // unknown, and retrying cannot settle it
+					want = store.StatusUnknown
 				case !honours && mode == AtMostOnce: // unknown (or no outcome at all)
 					want = store.StatusUnknown
 				default:

@@ -350,9 +350,11 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 				500: resendErr(500, "application_error", "An unexpected error occurred."),
 			},
 			extras: []fmFault{{
-				// Unknown, and the relay retries it because Resend honours
-				// keys; see the report: retrying cannot settle this one.
-				name: "409 invalid_idempotent_request", play: playBody, status: 409, want: xUnknown, detail: "invalid_idempotent_request",
+				// The key was used with another payload: an earlier attempt
+				// may have been sent and retrying cannot settle it, so the
+				// notification ends unknown instead of spending its retries.
+				name: "409 invalid_idempotent_request", play: playBody, status: 409,
+				want: fmExpect{outcome: providers.Unknown, permanent: true, status: store.StatusUnknown}, detail: "invalid_idempotent_request",
 				body: resendErr(409, "invalid_idempotent_request", "Same idempotency key used with a different request payload."),
 			}},
 		},
