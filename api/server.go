@@ -637,7 +637,13 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
 	if err := s.st.Ping(ctx); err != nil {
 		return problem(http.StatusServiceUnavailable, probNotReady, "Not ready", err.Error())
 	}
-	return jsonResponse(http.StatusOK, map[string]string{"status": "ready"})
+	// Accepts work, so the API is ready; a dispatcher that cannot write
+	// (it keeps retrying) is named, for whoever is looking.
+	body := map[string]string{"status": "ready"}
+	if err := s.r.DispatchErr(); err != nil {
+		body["dispatch"] = "failing, retrying: " + err.Error()
+	}
+	return jsonResponse(http.StatusOK, body)
 }
 
 // PruneLoop deletes expired request keys every interval until ctx ends,
