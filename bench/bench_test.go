@@ -97,7 +97,7 @@ func BenchmarkDispatch(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sim.Stop()
-	for _, workers := range []int{32, 128} {
+	for _, workers := range []int{32, 128, 512} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			d, err := Dispatch(ctx, b.TempDir(), sim, b.N, 256, workers)
 			if err != nil {
