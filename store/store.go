@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -37,16 +38,9 @@ var (
 	ErrTooNew = errors.New("database schema is newer than this binary")
 	// ErrClosed: the store is closed (or closing); the write was not made.
 	ErrClosed = errors.New("store closed")
-	// ErrKeyInFlight: an idempotency key's first request is still running;
-	// the caller should retry later (HTTP 409).
-	ErrKeyInFlight = errors.New("idempotency key in use by a request still in flight")
 	// ErrKeyReused: an idempotency key was used before for a different
 	// request (another fingerprint) and has not expired (HTTP 422).
 	ErrKeyReused = errors.New("idempotency key already used for a different request")
-	// ErrClaimLost: FinishRequest or ReleaseRequest found no in-flight claim
-	// of the key for this request: it was released, finished, expired or
-	// taken over after its lock ran out. Nothing was written.
-	ErrClaimLost = errors.New("request no longer holds its idempotency key")
 	// ErrTokenExists: a token with the same hash is already stored.
 	ErrTokenExists = errors.New("token already exists")
 )
@@ -61,6 +55,11 @@ type Options struct {
 	// ReadConns bounds the read pool. Default 4.
 	ReadConns int
 	Logger    *slog.Logger
+	// RequireWritable makes Open fail if SQLite can open the file only for
+	// reading (a read-only file or mount), with "database PATH is
+	// read-only (...)". Without it such a store opens for reads, every
+	// write fails with that error, and Ping reports it.
+	RequireWritable bool
 
 	// synchronous overrides FULL; benchmarks use it to measure what FULL costs.
 	synchronous string
@@ -150,7 +149,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s := &Store{path: abs, wdb: wdb, log: opts.Logger}
 	if err := s.init(ctx); err != nil {
 		wdb.Close()
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, openError(path, abs, err)
 	}
 	rdb, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, true, opts.synchronous))
 	if err != nil {
@@ -166,8 +165,101 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s.w = startWriter(conn, opts.MaxBatch, opts.Logger)
+	readOnly, err := probeWrite(ctx, conn, abs, opts.BusyTimeout)
+	if err == nil && readOnly != nil && opts.RequireWritable {
+		err = readOnly
+	}
+	if err != nil {
+		conn.Close()
+		wdb.Close()
+		rdb.Close()
+		return nil, err
+	}
+	s.w = startWriter(conn, abs, opts.MaxBatch, opts.Logger)
+	if readOnly != nil {
+		// Reads work (status, show); every write would fail, so Ping
+		// fails from the start rather than after the first write.
+		s.w.health.fail(readOnly, time.Now())
+	}
 	return s, nil
+}
+
+// probeWrite finds out whether SQLite opened the file for writing: it
+// opens a read-only file (or one on a read-only mount) read-only without
+// a word, BEGIN IMMEDIATE then starts a read transaction, and the first
+// write fails. The probe writes the schema version over itself and rolls
+// back: nothing reaches the disk, so it needs no space, and a database
+// that is up to date is otherwise not written at Open at all. It does not
+// wait for another process's write lock: busy means writable.
+//
+// It returns readOnly (a *fileErr) if the file cannot be written; other
+// failures are left to the first real write to report. err is set only
+// if the connection's busy timeout could not be restored.
+func probeWrite(ctx context.Context, conn *sql.Conn, path string, busy time.Duration) (readOnly, err error) {
+	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+		return nil, nil
+	}
+	readOnly = func() error {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return nil
+		}
+		defer tx.Rollback()
+		var v int
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v))
+		if sqliteCode(err)&0xff == sqliteReadOnly {
+			fe, _ := fileError(path, err)
+			return fe
+		}
+		return nil
+	}()
+	if _, err := conn.ExecContext(context.Background(), "PRAGMA busy_timeout = "+strconv.FormatInt(busy.Milliseconds(), 10)); err != nil {
+		return nil, fmt.Errorf("open store %s: restore busy_timeout: %w", path, err)
+	}
+	return readOnly, nil
+}
+
+// openError describes why Open failed, in one line naming the file.
+//
+// Even a reader of a WAL database must create DB-wal and DB-shm beside it
+// when they are not there (a clean close removes them): in a directory it
+// may not write, SQLite fails with READONLY_DIRECTORY; on a read-only
+// mount, with CANTOPEN, as for a file that does not exist.
+func openError(path, abs string, err error) error {
+	dir, base := filepath.Dir(abs), filepath.Base(abs)
+	switch code := sqliteCode(err); {
+	case code == sqliteReadOnlyDirectory:
+		return fmt.Errorf("database %s: its directory %s is not writable (read-only): SQLite must create %s-wal and %s-shm there "+
+			"to open a WAL database, even to read it (%w)", abs, dir, base, base, err)
+	case code&0xff == sqliteReadOnly:
+		fe, _ := fileError(abs, err) // a migration on a read-only file
+		return fe
+	case code&0xff == sqliteCantOpen && readable(abs) && !regularFile(abs+"-wal"):
+		return fmt.Errorf("open store %s: %w (the file is there: is %s on a read-only file system? SQLite must create %s-wal and %s-shm "+
+			"beside it to open a WAL database, even to read it)", path, err, dir, base, base)
+	}
+	return fmt.Errorf("open store %s: %w", path, err)
+}
+
+func regularFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// readable: path is a regular file this process can open for reading.
+func readable(path string) bool {
+	if !regularFile(path) {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 // init checks the journal mode and migrates.
@@ -198,13 +290,26 @@ func (s *Store) Close() error {
 	return errors.Join(s.rdb.Close(), s.wdb.Close())
 }
 
-// Ping checks that the database answers reads and that the writer is alive
-// by committing an empty write transaction through it.
+// Ping checks that writes succeed: that the writer is alive (it commits an
+// empty transaction through it) and that no write failure episode is
+// going on. An empty commit needs neither write access nor space, so on
+// its own it says nothing of a read-only file, a full disk or corrupt
+// pages; a failed real write does, and the writer remembers it (the error
+// and when) until a later commit that wrote something succeeds, or for as
+// long as the store is open if the file is read-only or corrupt. Ping then
+// returns that error, naming the database file.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.w.do(ctx, func(tx *Tx) error {
+	if err := s.w.health.check(s.path, time.Now()); err != nil {
+		return err
+	}
+	err := s.w.do(ctx, func(tx *Tx) error {
 		_, err := tx.exec("SELECT 1")
 		return err
 	})
+	if herr := s.w.health.check(s.path, time.Now()); herr != nil {
+		return herr // this commit's failure, or one made meanwhile
+	}
+	return err
 }
 
 type migration struct {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"modernc.org/sqlite"
 )
 
 // The writer is the only code that writes to the database. Every write is a
@@ -28,6 +30,7 @@ type writeOp struct {
 
 type writer struct {
 	conn     *sql.Conn
+	path     string // the database file, named in errors about the file
 	queue    chan writeOp
 	maxBatch int
 	log      *slog.Logger
@@ -42,6 +45,8 @@ type writer struct {
 	smu   sync.Mutex
 
 	stmtCache map[string]*sql.Stmt // only touched by the writer goroutine
+
+	health health
 
 	onCommit atomic.Pointer[func(writes int, took time.Duration)]
 }
@@ -62,9 +67,10 @@ type Tx struct {
 	w *writer
 }
 
-func startWriter(conn *sql.Conn, maxBatch int, log *slog.Logger) *writer {
+func startWriter(conn *sql.Conn, path string, maxBatch int, log *slog.Logger) *writer {
 	w := &writer{
 		conn:     conn,
+		path:     path,
 		queue:    make(chan writeOp, maxBatch*4),
 		maxBatch: maxBatch,
 		log:      log,
@@ -170,7 +176,19 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 	start := time.Now()
 	ctx := context.Background()
 	errs := make([]error, len(batch))
+	// trouble is this batch's failure of the file or of the transaction
+	// (not an op's own error, like a conflict): it starts or prolongs an
+	// episode that Ping reports. It is recorded before any caller is
+	// answered, so a caller that saw its write fail then finds Ping failing.
+	var trouble error
 	answer := func(commitErr error) {
+		if commitErr != nil {
+			commitErr = w.named(commitErr)
+			trouble = commitErr
+		}
+		if trouble != nil {
+			w.health.fail(trouble, time.Now())
+		}
 		for i, op := range batch {
 			if errs[i] == nil {
 				errs[i] = commitErr
@@ -178,6 +196,12 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 			op.done <- errs[i]
 		}
 	}
+	// While writes are failing, an episode ends only with a commit that
+	// wrote something: an empty one (a Ping, a claim that found nothing)
+	// needs neither space nor write access, so it proves nothing. Only
+	// then are the rows each op changed counted (not those of an op rolled
+	// back to its savepoint); a healthy writer does not pay for it.
+	tracking, wrote := w.health.recoverable.Load(), false
 	if _, err := tx.exec("BEGIN IMMEDIATE"); err != nil {
 		answer(fmt.Errorf("begin: %w", err))
 		return
@@ -185,14 +209,29 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 	failed := 0
 	for i, op := range batch {
 		if _, err := tx.exec("SAVEPOINT op"); err != nil {
-			errs[i] = err
+			errs[i] = w.named(err)
+			trouble = errs[i]
 			failed++
 			continue
 		}
+		var before int64
+		if tracking {
+			before = tx.totalChanges()
+		}
 		err := runOp(op.fn, tx)
+		if err == nil && tracking && !wrote && before >= 0 {
+			wrote = tx.totalChanges() > before
+		}
 		if err != nil {
 			failed++
 			errs[i] = err
+			if fe, ok := fileError(w.path, err); ok {
+				// The write failed for a reason of the file (full, read-only,
+				// corrupt, I/O), not of its own: name the file, and count it
+				// as a failed write although the others may commit.
+				errs[i] = fe
+				trouble = fe
+			}
 			if _, rerr := tx.exec("ROLLBACK TO op"); rerr != nil {
 				// The transaction is in an unknown state: give up on all of it.
 				w.conn.ExecContext(ctx, "ROLLBACK")
@@ -224,6 +263,9 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 	w.smu.Unlock()
 	if fn := w.onCommit.Load(); fn != nil {
 		(*fn)(len(batch)-failed, d)
+	}
+	if trouble == nil && wrote {
+		w.health.recover(time.Now(), w.log)
 	}
 	answer(nil)
 }
@@ -289,6 +331,162 @@ func (t *Tx) queryRow(query string, args ...any) *sql.Row {
 		return t.w.conn.QueryRowContext(context.Background(), query, args...)
 	}
 	return st.QueryRow(args...)
+}
+
+// SQLite result codes this file tells apart (the primary code is the low
+// byte of an extended one).
+const (
+	sqliteReadOnly          = 8
+	sqliteIOErr             = 10
+	sqliteCorrupt           = 11
+	sqliteFull              = 13
+	sqliteCantOpen          = 14
+	sqliteNotADB            = 26
+	sqliteReadOnlyDirectory = sqliteReadOnly | 6<<8
+)
+
+// sqliteCode is the extended result code of the SQLite error in err's
+// chain, or 0.
+func sqliteCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()
+	}
+	return 0
+}
+
+// fileErr is an error SQLite gave because of the database file rather
+// than the statement: it names the file, which SQLite's message does not
+// ("insert event: database or disk is full"). errors.Is and errors.As see
+// through it to SQLite's error.
+type fileErr struct {
+	path string
+	what string // follows the path: " is read-only", ": disk full"
+	err  error
+	// sticky: the condition lasts as long as the connection. A file
+	// SQLite opened read-only stays so; corruption does not heal by
+	// itself and may not show on every write.
+	sticky bool
+}
+
+func (e *fileErr) Error() string { return "database " + e.path + e.what + " (" + e.err.Error() + ")" }
+func (e *fileErr) Unwrap() error { return e.err }
+
+// fileError returns err naming the database file if SQLite failed because
+// of the file (read-only, full, corrupt, I/O error): err itself if it
+// already does, else err wrapped in a *fileErr. ok is false for any other
+// error (a constraint, a conflict, a closed store).
+func fileError(path string, err error) (named error, ok bool) {
+	if err == nil {
+		return nil, false
+	}
+	var fe *fileErr
+	if errors.As(err, &fe) {
+		return err, true
+	}
+	switch sqliteCode(err) & 0xff {
+	case sqliteReadOnly:
+		return &fileErr{path: path, what: " is read-only", err: err, sticky: true}, true
+	case sqliteFull:
+		return &fileErr{path: path, what: ": disk full", err: err}, true
+	case sqliteCorrupt, sqliteNotADB:
+		return &fileErr{path: path, what: " is corrupt", err: err, sticky: true}, true
+	case sqliteIOErr:
+		return &fileErr{path: path, what: ": I/O error", err: err}, true
+	}
+	return nil, false
+}
+
+// named is err, naming the database file if the file is the cause.
+func (w *writer) named(err error) error {
+	if fe, ok := fileError(w.path, err); ok {
+		return fe
+	}
+	return err
+}
+
+// health remembers a failure episode: from a write that failed (a commit,
+// or a write failing for a reason of the file) until a later commit that
+// wrote something succeeds. Ping reports it: an empty commit, which is all
+// Ping can make, needs neither space nor write access.
+type health struct {
+	// recoverable: an episode a commit can end (err != nil, not sticky);
+	// read by the writer on every batch.
+	recoverable atomic.Bool
+
+	mu     sync.Mutex
+	err    error     // the episode's last failure
+	since  time.Time // its first
+	last   time.Time
+	count  int
+	sticky bool // the episode lasts until the store is reopened
+}
+
+func (h *health) fail(err error, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil {
+		// Not logged: the caller of the failed write reports it, and a
+		// command's failure must stay one line.
+		h.since, h.count = now, 0
+	}
+	var fe *fileErr
+	if errors.As(err, &fe) && fe.sticky {
+		h.sticky = true
+	} else if h.sticky {
+		// Keep the sticky cause: it is what explains the episode.
+		h.count++
+		h.last = now
+		return
+	}
+	h.err, h.last = err, now
+	h.count++
+	h.recoverable.Store(!h.sticky)
+}
+
+func (h *health) recover(now time.Time, log *slog.Logger) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil || h.sticky {
+		return
+	}
+	if log != nil {
+		log.Info("database writes succeed again", "failing_for", now.Sub(h.since).Round(time.Millisecond),
+			"failures", h.count, "last_err", h.err)
+	}
+	h.err = nil
+	h.recoverable.Store(false)
+}
+
+// check returns the episode's failure, naming the database, or nil.
+func (h *health) check(path string, now time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil {
+		return nil
+	}
+	var detail string
+	if h.sticky {
+		detail = fmt.Sprintf("first seen %s ago; this lasts until the database is reopened", now.Sub(h.since).Round(time.Millisecond))
+	} else {
+		detail = fmt.Sprintf("writes failing for %s: %d failed, the last %s ago",
+			now.Sub(h.since).Round(time.Millisecond), h.count, now.Sub(h.last).Round(time.Millisecond))
+	}
+	var fe *fileErr
+	if errors.As(h.err, &fe) {
+		return fmt.Errorf("%w; %s", h.err, detail)
+	}
+	return fmt.Errorf("database %s: %s: %w", path, detail, h.err)
+}
+
+// totalChanges is the number of rows the connection has changed since it
+// was opened, or -1.
+func (t *Tx) totalChanges() int64 {
+	var n int64
+	if err := t.queryRow("SELECT total_changes()").Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 var errNoRows = sql.ErrNoRows
