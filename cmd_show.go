@@ -28,7 +28,7 @@ the answer to "did my OTP go out?".`,
 			if c.NArg() != 1 {
 				return cli.Exit("show takes one notification id or idempotency key", exitUsage)
 			}
-			r, err := openExisting(c)
+			r, err := openExistingFor(c, true)
 			if err != nil {
 				return err
 			}

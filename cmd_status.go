@@ -26,7 +26,7 @@ listed by id), delivered and bounced (a provider's receipt said so).
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			r, err := openExisting(c)
+			r, err := openExistingFor(c, true)
 			if err != nil {
 				return err
 			}

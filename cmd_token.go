@@ -57,7 +57,7 @@ func tokenCommand() *cli.Command {
 				Flags:        commonFlags(),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					r, err := openExisting(c)
+					r, err := openExistingFor(c, true)
 					if err != nil {
 						return err
 					}

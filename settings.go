@@ -184,10 +184,17 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 // exist: commands that only read or amend (show, status, retry) must not
 // create an empty database for a mistyped path and report on it.
 func openExisting(c *cli.Context) (*relay.Relay, error) {
+	return openExistingFor(c, false)
+}
+
+// openExistingFor is openExisting; readOnly is for commands that only read,
+// which work on a database file they cannot write.
+func openExistingFor(c *cli.Context, readOnly bool) (*relay.Relay, error) {
 	s, err := loadSettings(c, c.App.ErrWriter)
 	if err != nil {
 		return nil, err
 	}
+	s.opts.ReadOnly = readOnly
 	if _, err := os.Stat(s.opts.Path); err != nil {
 		return nil, fmt.Errorf("database %s: %w (send or dispatch creates it; check --db)", s.opts.Path, errors.Unwrap(err))
 	}

@@ -110,7 +110,11 @@ type Options struct {
 	Chunk int
 	// BusyTimeout: see store.Options.
 	BusyTimeout time.Duration
-	Logger      *slog.Logger
+	// ReadOnly is for commands that only read (status, show): a database
+	// file that cannot be written is opened anyway. Without it, Open
+	// refuses such a file with one line naming it.
+	ReadOnly bool
+	Logger   *slog.Logger
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 	// Observer, if set, hears of every accept and attempt (metrics).
@@ -190,7 +194,7 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, opts.Path, store.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout})
+	st, err := store.Open(ctx, opts.Path, store.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout, RequireWritable: !opts.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
