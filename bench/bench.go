@@ -93,7 +93,7 @@ func Ceiling(ctx context.Context, dir string, n int) (Rate, error) {
 			return Rate{}, err
 		}
 		ev, err := tx.Prepare(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?) ON CONFLICT DO NOTHING RETURNING id`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?) ON CONFLICT DO NOTHING`)
 		if err != nil {
 			return Rate{}, err
 		}
@@ -105,8 +105,12 @@ func Ceiling(ctx context.Context, dir string, n int) (Rate, error) {
 		}
 		for j := 0; j < 1000 && i < n; j, i = j+1, i+1 {
 			e, t := items[i].ev, items[i].tg
-			var id int64
-			if err := ev.QueryRow(e.Tenant, e.EventID, e.Purpose, e.Type, e.Payload, e.Message, e.Fingerprint, now).Scan(&id); err != nil {
+			res, err := ev.Exec(e.Tenant, e.EventID, e.Purpose, e.Type, e.Payload, e.Message, e.Fingerprint, now)
+			if err != nil {
+				return Rate{}, err
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
 				return Rate{}, err
 			}
 			if _, err := no.Exec(t.Key, id, e.Tenant, e.Type, t.Recipient, t.Channel, t.Address, now, now, now, now); err != nil {

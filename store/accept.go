@@ -54,12 +54,14 @@ func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, no
 		res = Accepted{Targets: ev.Targets}
 		// The event row records the first chunk as expanded: it is written
 		// in this same transaction.
-		err := tx.queryRow(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+		ins, err := tx.exec(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (tenant, event_id, purpose) DO NOTHING
-			RETURNING id`,
-			ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, len(first), ms(now)).Scan(&res.EventRow)
-		if isNoRows(err) {
+			ON CONFLICT (tenant, event_id, purpose) DO NOTHING`,
+			ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, len(first), ms(now))
+		if err != nil {
+			return fmt.Errorf("insert event: %w", err)
+		}
+		if n, _ := ins.RowsAffected(); n == 0 {
 			var fp string
 			if err := tx.queryRow(`SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = ? AND event_id = ? AND purpose = ?`,
 				ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
@@ -71,7 +73,7 @@ func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, no
 			res.Duplicate = true
 			return nil
 		}
-		if err != nil {
+		if res.EventRow, err = ins.LastInsertId(); err != nil {
 			return fmt.Errorf("insert event: %w", err)
 		}
 		if err := insertFeedItems(tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
