@@ -31,6 +31,7 @@ const (
 	probInvalidQuery   = "https://edgerelay.dev/problems/invalid-query"
 	probNotReady       = "https://edgerelay.dev/problems/not-ready"
 	probInternal       = "https://edgerelay.dev/problems/internal"
+	probUnavailable    = "https://edgerelay.dev/problems/storage-unavailable"
 	probMethod         = "https://edgerelay.dev/problems/method-not-allowed"
 	probBadSignature   = "https://edgerelay.dev/problems/bad-signature"
 	probInvalidReceipt = "https://edgerelay.dev/problems/invalid-receipt"
@@ -39,9 +40,10 @@ const (
 // response is what a handler produces: written once, and stored verbatim
 // for request idempotency so a replay is byte-identical.
 type response struct {
-	status int
-	ctype  string
-	body   []byte
+	status     int
+	ctype      string
+	body       []byte
+	retryAfter string // seconds, for 503
 }
 
 func jsonResponse(status int, v any) response {
@@ -63,6 +65,9 @@ func problemField(status int, typ, title, detail, field string) response {
 
 func (r response) write(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", r.ctype)
+	if r.retryAfter != "" {
+		w.Header().Set("Retry-After", r.retryAfter)
+	}
 	w.WriteHeader(r.status)
 	w.Write(r.body)
 }

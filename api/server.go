@@ -327,6 +327,15 @@ func (l *keyLocks) end(k store.RequestKey) {
 }
 
 func (s *Server) internal(err error) response {
+	if store.IsFileError(err) {
+		// The database file refused the write (full, read-only, corrupt):
+		// nothing was committed, and a retry later may succeed.
+		s.log.Error("storage unavailable", "err", err)
+		p := problem(http.StatusServiceUnavailable, probUnavailable, "Storage unavailable",
+			"the database could not be written, so nothing was stored; retry later (with the same Idempotency-Key, if any): "+err.Error())
+		p.retryAfter = "30"
+		return p
+	}
 	s.log.Error("internal error", "err", err)
 	return problem(http.StatusInternalServerError, probInternal, "Internal error", "the request could not be completed; it is safe to retry with the same Idempotency-Key")
 }
