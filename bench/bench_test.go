@@ -107,6 +107,8 @@ func BenchmarkDispatch(b *testing.B) {
 			b.ReportMetric(d.CommitsPerSecond(), "commits/s")
 			b.ReportMetric(d.MeanBatch(), "writes/commit")
 			b.ReportMetric(100*d.SimShare(), "sim-cpu-%")
+			b.ReportMetric(float64(d.RelayCPU.Microseconds())/float64(d.N), "relay-cpu-µs/delivery")
+			b.ReportMetric(float64(d.SimCPU.Microseconds())/float64(d.N), "sim-cpu-µs/delivery")
 			b.ReportMetric(0, "ns/op")
 		})
 	}

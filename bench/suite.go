@@ -81,8 +81,9 @@ func Suite(ctx context.Context, cfg Config) ([]Row, error) {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
 	rows = append(rows, Row{"dispatch end to end: accept, claim, HTTP call to the simulator, record (128 workers)",
-		fmt.Sprintf("%s; writer %.0f commits/s, %.1f writes per commit; simulator %.0f%% of the CPU used",
-			perSec(d.PerSecond(), "deliveries"), d.CommitsPerSecond(), d.MeanBatch(), 100*d.SimShare()),
+		fmt.Sprintf("%s; writer %.0f commits/s, %.1f writes per commit; CPU per delivery: relay %.0f µs, simulator %.0f µs (%.0f%% of the CPU used)",
+			perSec(d.PerSecond(), "deliveries"), d.CommitsPerSecond(), d.MeanBatch(),
+			float64(d.RelayCPU.Microseconds())/float64(d.N), float64(d.SimCPU.Microseconds())/float64(d.N), 100*d.SimShare()),
 		"target 10,000 deliveries/s"})
 
 	say("footprint: the serve process, idle and under %d events over HTTP while it delivers them", n)
