@@ -1045,20 +1045,7 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 			[]any{"acme", "team:ops"}, false},
 	}
 	for _, c := range cases {
-		rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+c.query, c.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := queryPlan(t, s, c.query, c.args...)
 		text := strings.Join(plan, "\n")
 		indexed := false
 		for _, line := range plan {

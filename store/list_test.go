@@ -232,20 +232,7 @@ func TestListUsesIndexes(t *testing.T) {
 		for _, after := range []int64{0, 3} {
 			c.f.After = after
 			q, args := listQuery(c.f)
-			rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+q, args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, detail)
-			}
-			rows.Close()
+			plan := queryPlan(t, s, q, args...)
 			text := strings.Join(plan, "\n")
 			for _, line := range plan {
 				if strings.HasPrefix(line, "SCAN ") {

@@ -25,20 +25,7 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		{"next due", nextDueSQL, "notifications_due", nil},
 	}
 	for _, c := range cases {
-		rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+c.query, c.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := queryPlan(t, s, c.query, c.args...)
 		text := strings.Join(plan, "\n")
 		if !strings.Contains(text, "INDEX "+c.want) {
 			t.Errorf("%s does not read %s:\n%s", c.name, c.want, text)
@@ -58,4 +45,27 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 			t.Fatalf("claim order: %d after %d", cs[i].ID, cs[i-1].ID)
 		}
 	}
+}
+
+// queryPlan is SQLite's plan for query, one line per step.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("explain %s: %v", query, err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
