@@ -451,8 +451,8 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 		return
 	}
 	// An address a provider declared dead is not tried again.
-	if why, dead, err := r.store.InvalidAddress(context.Background(), c.Channel, c.Address); err == nil && dead {
-		d.giveUp(c, store.StatusFailed, "not sent: the address is invalid: "+why)
+	if c.Invalid != "" {
+		d.giveUp(c, store.StatusFailed, "not sent: the address is invalid: "+c.Invalid)
 		return
 	}
 	var res providers.Result

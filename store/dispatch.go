@@ -46,15 +46,23 @@ type Claimed struct {
 	// be tried again.
 	RoutePos int
 	Pinned   bool
+	// Invalid, if not empty, says a provider declared the address dead for
+	// good on this channel (and why): it is not tried again.
+	Invalid string
 }
 
-const claimedCols = `id, key, event, tenant, type, recipient, channel, address, attempts, cycle_attempts, cycle_started_at, claimed_at, lease_until, route_pos, pinned`
+// claimedCols are read with each claimed row, in the claim's RETURNING:
+// whether its address was declared invalid comes along in the same
+// statement (a primary-key probe), instead of a read per call.
+const claimedCols = `id, key, event, tenant, type, recipient, channel, address, attempts, cycle_attempts, cycle_started_at, claimed_at, lease_until, route_pos, pinned,
+	coalesce((SELECT i.reason || ' (marked by ' || i.provider || ')' FROM invalid_addresses i
+		WHERE i.channel = notifications.channel AND i.address = notifications.address), '')`
 
 func scanClaimed(rows *sql.Rows) (Claimed, error) {
 	var c Claimed
 	var cycle, claimed, lease int64
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &c.RoutePos, &c.Pinned)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &c.RoutePos, &c.Pinned, &c.Invalid)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil = fromMS(cycle), fromMS(claimed), fromMS(lease)
 	return c, err
 }
