@@ -90,6 +90,15 @@ func BenchmarkIngest(b *testing.B) {
 	}
 }
 
+func BenchmarkTail(b *testing.B) {
+	r, err := Tail(context.Background(), b.TempDir(), b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(r.PerSecond(), "rows/s")
+	b.ReportMetric(0, "ns/op")
+}
+
 func BenchmarkDispatch(b *testing.B) {
 	ctx := context.Background()
 	sim, err := StartSim(ctx, edgerelay(b))
@@ -142,6 +151,9 @@ func TestMeasurementsRun(t *testing.T) {
 	}
 	if _, err := AcceptHTTP(ctx, dir, 4, 200); err != nil {
 		t.Fatalf("accept over HTTP: %v", err)
+	}
+	if r, err := Tail(ctx, dir, 300); err != nil || r.N != 300 {
+		t.Fatalf("tail: %+v %v", r, err)
 	}
 	if took, err := FanOut(ctx, dir, 1000); err != nil || took <= 0 {
 		t.Fatalf("fan-out: %v %v", took, err)

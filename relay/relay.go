@@ -244,38 +244,18 @@ func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
 // AcceptLimit is Accept returning at most limit of the event's
 // notifications (all when limit is 0); Count still says how many there are.
 func (r *Relay) AcceptLimit(ctx context.Context, ev Event, limit int) (AcceptResult, error) {
-	if err := r.resolveAudience(ctx, &ev); err != nil {
-		return AcceptResult{}, err
-	}
-	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
-		return AcceptResult{}, err
-	}
-	rec, targets, err := ev.record()
+	rec, targets, err := r.prepare(ctx, &ev)
 	if err != nil {
 		return AcceptResult{}, err
 	}
-	now := r.now()
 	crashPoint("accept")
-	acc, err := r.store.AcceptEvent(ctx, rec, targets[:min(len(targets), r.opts.Chunk)], now)
+	acc, err := r.store.AcceptEvent(ctx, rec, targets[:min(len(targets), r.opts.Chunk)], r.now())
 	if err != nil {
 		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
 	}
 	crashPoint("accepted")
-	// The event is durable from here on. A large fan-out continues in
-	// chunks, each its own transaction; if this call is cut short, the
-	// dispatcher finishes the expansion from the stored payload.
-	if acc.Duplicate && acc.Expanded < acc.Targets {
-		// The first accept of this event was cut short: finish it from what
-		// was stored then (an audience may have changed since).
-		err = r.finishFanOut(ctx)
-	} else {
-		err = r.expand(ctx, acc.EventRow, acc.Expanded, targets)
-	}
-	if err != nil {
-		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
-	}
-	if r.opts.Observer != nil {
-		r.opts.Observer.Accepted(ev.Tenant, acc.Duplicate, acc.Targets)
+	if err := r.accepted(ctx, ev, acc, targets); err != nil {
+		return AcceptResult{}, err
 	}
 	r.notify()
 	if limit <= 0 || limit > acc.Targets {
@@ -290,6 +270,107 @@ func (r *Relay) AcceptLimit(ctx context.Context, ev Event, limit int) (AcceptRes
 	ns = ns[:min(len(ns), limit)]
 	return AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: acc.Duplicate,
 		EventRow: acc.EventRow, Count: acc.Targets, Notifications: ns}, nil
+}
+
+// AcceptInOrder accepts events in the order given with one commit for the
+// first chunk of every one (a tailed outbox's rows): one fsync for many
+// events, and their feed items in the given order. The results carry no
+// notifications (Count says how many). errs[i] is why events[i] was not
+// accepted: an *InvalidEventError or a store.ErrEventConflict concern that
+// event alone; any other error (the database could not be read or
+// written) stops the run there, and it and every later event get an error
+// and were not written.
+func (r *Relay) AcceptInOrder(ctx context.Context, events []Event) ([]AcceptResult, []error) {
+	res, errs := make([]AcceptResult, len(events)), make([]error, len(events))
+	type prepared struct {
+		i       int
+		targets []store.Target
+	}
+	var (
+		in    []store.AcceptInput
+		preps []prepared
+		stop  = len(events)
+	)
+	for i := range events {
+		rec, targets, err := r.prepare(ctx, &events[i])
+		if err != nil {
+			errs[i] = err
+			var inv *InvalidEventError
+			if !errors.As(err, &inv) {
+				stop = i
+				break
+			}
+			continue
+		}
+		in = append(in, store.AcceptInput{Event: rec, First: targets[:min(len(targets), r.opts.Chunk)]})
+		preps = append(preps, prepared{i, targets})
+	}
+	for j := stop + 1; j < len(events); j++ {
+		errs[j] = fmt.Errorf("event %q not accepted: an event before it failed: %w", events[j].ID, errs[stop])
+	}
+	if len(in) == 0 {
+		return res, errs
+	}
+	crashPoint("accept")
+	accs, accErrs, err := r.store.AcceptEvents(ctx, in, r.now())
+	if err != nil {
+		for _, p := range preps {
+			errs[p.i] = fmt.Errorf("accept event %q: %w", events[p.i].ID, err)
+		}
+		return res, errs
+	}
+	crashPoint("accepted")
+	for k, p := range preps {
+		ev := events[p.i]
+		if accErrs[k] != nil {
+			errs[p.i] = fmt.Errorf("accept event %q: %w", ev.ID, accErrs[k])
+			continue
+		}
+		if err := r.accepted(ctx, ev, accs[k], p.targets); err != nil {
+			// Durable already; the rest of a large fan-out is finished by
+			// the dispatcher. Later events were written too.
+			errs[p.i] = err
+			continue
+		}
+		res[p.i] = AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: accs[k].Duplicate,
+			EventRow: accs[k].EventRow, Count: accs[k].Targets}
+	}
+	r.notify()
+	return res, errs
+}
+
+// prepare resolves an event's audience, validates and normalises it, and
+// makes its rows: all an accept does before it writes.
+func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store.Target, error) {
+	if err := r.resolveAudience(ctx, ev); err != nil {
+		return store.NewEvent{}, nil, err
+	}
+	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
+		return store.NewEvent{}, nil, err
+	}
+	return ev.record()
+}
+
+// accepted finishes an accept once its first chunk is durable: the rest of
+// a large fan-out, each chunk its own transaction (if this is cut short,
+// the dispatcher finishes the expansion from the stored payload), and the
+// observer.
+func (r *Relay) accepted(ctx context.Context, ev Event, acc store.Accepted, targets []store.Target) error {
+	var err error
+	if acc.Duplicate && acc.Expanded < acc.Targets {
+		// The first accept of this event was cut short: finish it from what
+		// was stored then (an audience may have changed since).
+		err = r.finishFanOut(ctx)
+	} else {
+		err = r.expand(ctx, acc.EventRow, acc.Expanded, targets)
+	}
+	if err != nil {
+		return fmt.Errorf("accept event %q: %w", ev.ID, err)
+	}
+	if r.opts.Observer != nil {
+		r.opts.Observer.Accepted(ev.Tenant, acc.Duplicate, acc.Targets)
+	}
+	return nil
 }
 
 // expand writes targets[from:] in chunks.

@@ -544,3 +544,48 @@ func (s *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// AcceptInOrder writes a run of events with one commit, in order; a bad
+// event is refused alone, a resend is a duplicate, and a failure to read
+// stops the run there with nothing after it written.
+func TestAcceptInOrder(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, Options{})
+	ada := Recipient{ID: "ada", Email: "ada@example.com"}
+	ev := func(id, body string) Event {
+		return Event{ID: id, Type: "news", Channels: []string{"email"}, Recipients: []Recipient{ada}, Body: body, Feeds: []string{"team"}}
+	}
+	bad := ev("e2", "b")
+	bad.Type = ""
+	events := []Event{ev("e1", "first"), bad, ev("e3", "third"), ev("e1", "other content"), ev("e3", "third")}
+	res, errs := r.AcceptInOrder(context.Background(), events)
+	var inv *InvalidEventError
+	switch {
+	case errs[0] != nil || res[0].Duplicate || res[0].Count != 1:
+		t.Errorf("e1: %+v, %v; want accepted", res[0], errs[0])
+	case !errors.As(errs[1], &inv):
+		t.Errorf("e2 without a type: %v, want an invalid event", errs[1])
+	case errs[2] != nil || res[2].Duplicate:
+		t.Errorf("e3: %+v, %v; want accepted", res[2], errs[2])
+	case !errors.Is(errs[3], store.ErrEventConflict):
+		t.Errorf("e1 with other content: %v, want a conflict", errs[3])
+	case errs[4] != nil || !res[4].Duplicate || res[4].EventRow != res[2].EventRow:
+		t.Errorf("e3 again: %+v, %v; want a duplicate of %d", res[4], errs[4], res[2].EventRow)
+	case res[0].EventRow >= res[2].EventRow:
+		t.Errorf("event rows %d, %d: not in the order given", res[0].EventRow, res[2].EventRow)
+	}
+	if st, err := r.Store().Status(context.Background(), time.Now()); err != nil || st.Counts["pending"] != 2 {
+		t.Errorf("statuses %v (%v), want 2 notifications pending", st.Counts, err)
+	}
+
+	// An audience that cannot be read (the store is closed) is not the
+	// event's fault: the run stops there and nothing after it is written.
+	aud := ev("e5", "b")
+	aud.Recipients, aud.Audience = nil, "oncall"
+	r2 := setupRelay(t, Options{})
+	r2.Close()
+	_, errs = r2.AcceptInOrder(context.Background(), []Event{aud, ev("e6", "b")})
+	if errs[0] == nil || errors.As(errs[0], &inv) || errs[1] == nil {
+		t.Errorf("after a failed read: %v, %v; want both failed, not as invalid events", errs[0], errs[1])
+	}
+}

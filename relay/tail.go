@@ -200,35 +200,79 @@ func (t *Tailer) Run(ctx context.Context) error {
 	}
 }
 
-// relay accepts rows (read after pos) in order until one fails, then
-// settles the ones handled: marks those relayed and saves the position to
-// the last one handled. It returns the new position and the failure, if
-// any; rows after a failure are read again.
+// relay accepts rows (read after pos) in order, with one commit for all of
+// them (AcceptInOrder), until one fails; then settles the ones handled:
+// marks those relayed and saves the position to the last one handled. It
+// returns the new position and the failure, if any; rows after a failure
+// are read again.
 func (t *Tailer) relay(ctx context.Context, pos int64, rows []sources.Row) (int64, error) {
+	var failed error
+	prev := pos
+	for i, row := range rows {
+		if row.ID <= prev {
+			// A source bug; going on would move the position backwards.
+			failed = fmt.Errorf("source %s returned row %d after row %d: rows must come in increasing id order", t.src.Name(), row.ID, prev)
+			rows = rows[:i]
+			break
+		}
+		prev = row.ID
+	}
+	if err := ctx.Err(); err != nil {
+		return pos, err
+	}
+	// Decode every row; the decodable ones are accepted together, in order.
+	events := make([]Event, 0, len(rows))
+	decodeErrs := make([]error, len(rows))
+	at := make([]int, len(rows)) // row → its index in events, or -1
+	for i, row := range rows {
+		ev, err := DecodeEvent(bytes.NewReader(row.Event))
+		if err != nil {
+			decodeErrs[i], at[i] = err, -1
+			continue
+		}
+		at[i] = len(events)
+		events = append(events, ev)
+	}
+	// The batch in flight is finished even if ctx ends meanwhile (the store
+	// bounds it); the loop stops after it.
+	results, errs := t.r.AcceptInOrder(context.WithoutCancel(ctx), events)
+	t.count(func(s *TailStats) { s.Read += int64(len(rows)) })
 	done := pos
 	var relayed []int64
-	var failed error
-	for _, row := range rows {
-		if err := ctx.Err(); err != nil {
-			failed = err
-			break
+	for i, row := range rows {
+		err, eventID := decodeErrs[i], ""
+		if at[i] >= 0 {
+			err, eventID = errs[at[i]], events[at[i]].ID
 		}
-		if row.ID <= done {
-			// A source bug; going on would move the position backwards.
-			failed = fmt.Errorf("source %s returned row %d after row %d: rows must come in increasing id order", t.src.Name(), row.ID, done)
-			break
-		}
-		t.count(func(s *TailStats) { s.Read++ })
-		ok, err := t.accept(ctx, row)
-		if err != nil {
-			failed = err
-			break
-		}
-		if ok {
+		var inv *InvalidEventError
+		switch {
+		case err == nil:
+			dup := results[at[i]].Duplicate
+			t.count(func(s *TailStats) {
+				if dup {
+					s.Duplicates++
+				} else {
+					s.Accepted++
+				}
+			})
 			relayed = append(relayed, row.ID)
+		case errors.As(err, &inv) || errors.Is(err, store.ErrEventConflict):
+			// Permanent: the same row would fail the same way forever, and
+			// must not hold up the rows behind it.
+			t.reject(row, eventID, err)
+		default:
+			// The relay could not read or write: this row and the ones
+			// after it are read again.
+			return t.settle(ctx, pos, done, relayed, errors.Join(err, failed))
 		}
 		done = row.ID
 	}
+	return t.settle(ctx, pos, done, relayed, failed)
+}
+
+// settle marks the rows relayed and saves the position done (if it moved
+// past pos), and returns the position and failed.
+func (t *Tailer) settle(ctx context.Context, pos, done int64, relayed []int64, failed error) (int64, error) {
 	if done == pos {
 		return pos, failed
 	}
@@ -246,49 +290,21 @@ func (t *Tailer) relay(ctx context.Context, pos int64, rows []sources.Row) (int6
 		return pos, errors.Join(failed, err)
 	}
 	t.count(func(s *TailStats) { s.Position = done })
-	t.r.log.Debug("tail: batch relayed", "source", t.src.Name(), "rows", len(rows), "position", done)
+	t.r.log.Debug("tail: batch relayed", "source", t.src.Name(), "position", done)
 	return done, failed
 }
 
-// accept accepts one row's event. It reports whether the row was relayed
-// (accepted or a duplicate); a rejected row is logged, counted and not an
-// error. An error means the row must be tried again: the relay could not
-// write, or ctx ended.
-func (t *Tailer) accept(ctx context.Context, row sources.Row) (bool, error) {
-	ev, err := DecodeEvent(bytes.NewReader(row.Event))
-	if err == nil {
-		var res AcceptResult
-		// One notification back is enough: the tailer reports none, and an
-		// event may have thousands. The row in flight is finished even if
-		// ctx ends meanwhile (the store bounds it); the loop stops after it.
-		res, err = t.r.AcceptLimit(context.WithoutCancel(ctx), ev, 1)
-		if err == nil {
-			t.count(func(s *TailStats) {
-				if res.Duplicate {
-					s.Duplicates++
-				} else {
-					s.Accepted++
-				}
-			})
-			return true, nil
-		}
-	}
-	var inv *InvalidEventError
-	if !errors.As(err, &inv) && !errors.Is(err, store.ErrEventConflict) {
-		return false, err
-	}
-	// Permanent: the same row would fail the same way forever, and must not
-	// hold up the rows behind it.
+// reject logs and counts a row whose event was rejected.
+func (t *Tailer) reject(row sources.Row, eventID string, err error) {
 	t.r.log.Warn("tail: skipped an outbox row: its event was rejected",
-		"source", t.src.Name(), "row", row.ID, "event", ev.ID, "reason", err.Error())
+		"source", t.src.Name(), "row", row.ID, "event", eventID, "reason", err.Error())
 	t.count(func(s *TailStats) {
 		s.Rejected++
-		s.Rejections = append(s.Rejections, Rejection{Row: row.ID, EventID: ev.ID, Reason: err.Error()})
+		s.Rejections = append(s.Rejections, Rejection{Row: row.ID, EventID: eventID, Reason: err.Error()})
 		if len(s.Rejections) > maxRejections {
 			s.Rejections = s.Rejections[len(s.Rejections)-maxRejections:]
 		}
 	})
-	return false, nil
 }
 
 func (t *Tailer) count(f func(*TailStats)) {

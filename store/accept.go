@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -51,46 +52,95 @@ type Accepted struct {
 func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, now time.Time) (Accepted, error) {
 	var res Accepted
 	err := s.w.do(ctx, func(tx *Tx) error {
-		res = Accepted{Targets: ev.Targets}
-		// The event row records the first chunk as expanded: it is written
-		// in this same transaction.
-		ins, err := tx.exec(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (tenant, event_id, purpose) DO NOTHING`,
-			ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, len(first), ms(now))
-		if err != nil {
-			return fmt.Errorf("insert event: %w", err)
-		}
-		if n, _ := ins.RowsAffected(); n == 0 {
-			var fp string
-			if err := tx.queryRow(`SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = ? AND event_id = ? AND purpose = ?`,
-				ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
-				return fmt.Errorf("read duplicate event: %w", err)
+		var err error
+		res, err = acceptEvent(tx, ev, first, now)
+		return err
+	})
+	return res, err
+}
+
+// AcceptInput is one event for AcceptEvents: its row and the first chunk of
+// its fan-out.
+type AcceptInput struct {
+	Event NewEvent
+	First []Target
+}
+
+// AcceptEvents writes events in the order given, in one transaction, each
+// as AcceptEvent would: one commit (one fsync) for them all, and their
+// feed items in that order. An event that conflicts with an accepted one
+// (ErrEventConflict) is rolled back alone, in its own savepoint, and
+// reported in errs; the others are written. err is a failure of the write
+// itself (a full disk): then nothing was written.
+func (s *Store) AcceptEvents(ctx context.Context, in []AcceptInput, now time.Time) (out []Accepted, errs []error, err error) {
+	err = s.w.do(ctx, func(tx *Tx) error {
+		out, errs = make([]Accepted, len(in)), make([]error, len(in))
+		for i, a := range in {
+			if _, err := tx.exec("SAVEPOINT event"); err != nil {
+				return err
 			}
-			if fp != ev.Fingerprint {
-				return fmt.Errorf("%w: tenant %q, event %q, purpose %q", ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+			res, err := acceptEvent(tx, a.Event, a.First, now)
+			if err != nil && !errors.Is(err, ErrEventConflict) {
+				return err
 			}
-			res.Duplicate = true
-			return nil
-		}
-		if res.EventRow, err = ins.LastInsertId(); err != nil {
-			return fmt.Errorf("insert event: %w", err)
-		}
-		if err := insertFeedItems(tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
-			return err
-		}
-		res.Expanded = len(first)
-		ids, err := insertTargets(tx, res.EventRow, ev.Tenant, ev.Type, 0, first, now)
-		if err != nil {
-			return err
-		}
-		res.Notifications = make([]EventNotification, len(first))
-		for i, tg := range first {
-			res.Notifications[i] = EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: StatusPending}
+			if err != nil {
+				if _, rerr := tx.exec("ROLLBACK TO event"); rerr != nil {
+					return rerr
+				}
+			}
+			if _, rerr := tx.exec("RELEASE event"); rerr != nil {
+				return rerr
+			}
+			out[i], errs[i] = res, err
 		}
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, errs, nil
+}
+
+// acceptEvent is AcceptEvent's write, in tx.
+func acceptEvent(tx *Tx, ev NewEvent, first []Target, now time.Time) (Accepted, error) {
+	res := Accepted{Targets: ev.Targets}
+	// The event row records the first chunk as expanded: it is written
+	// in this same transaction.
+	ins, err := tx.exec(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (tenant, event_id, purpose) DO NOTHING`,
+		ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, len(first), ms(now))
+	if err != nil {
+		return res, fmt.Errorf("insert event: %w", err)
+	}
+	if n, _ := ins.RowsAffected(); n == 0 {
+		var fp string
+		if err := tx.queryRow(`SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = ? AND event_id = ? AND purpose = ?`,
+			ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
+			return res, fmt.Errorf("read duplicate event: %w", err)
+		}
+		if fp != ev.Fingerprint {
+			return res, fmt.Errorf("%w: tenant %q, event %q, purpose %q", ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+		}
+		res.Duplicate = true
+		return res, nil
+	}
+	if res.EventRow, err = ins.LastInsertId(); err != nil {
+		return res, fmt.Errorf("insert event: %w", err)
+	}
+	if err := insertFeedItems(tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
+		return res, err
+	}
+	res.Expanded = len(first)
+	ids, err := insertTargets(tx, res.EventRow, ev.Tenant, ev.Type, 0, first, now)
+	if err != nil {
+		return res, err
+	}
+	res.Notifications = make([]EventNotification, len(first))
+	for i, tg := range first {
+		res.Notifications[i] = EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: StatusPending}
+	}
+	return res, nil
 }
 
 // ExpandEvent writes the next chunk of an event's fan-out. from is how many
