@@ -70,6 +70,13 @@ func Suite(ctx context.Context, cfg Config) ([]Row, error) {
 	}
 	rows = append(rows, Row{"fan-out: accept one event with 10,000 recipients", ms(took), "target < 250 ms"})
 
+	say("tail: %d rows of an outbox table in another SQLite file", n)
+	tail, err := Tail(ctx, cfg.Dir, n)
+	if err != nil {
+		return nil, fmt.Errorf("tail: %w", err)
+	}
+	rows = append(rows, Row{"tail an outbox table (batches of 100 rows, one commit each)", perSec(tail.PerSecond(), "rows"), ""})
+
 	sim, err := StartSim(ctx, cfg.Exe)
 	if err != nil {
 		return nil, err
