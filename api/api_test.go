@@ -1242,3 +1242,33 @@ func TestCorrectedEventAccepted(t *testing.T) {
 		t.Errorf("the corrected event: %s, want 202", rep)
 	}
 }
+
+// The README's cost of an accept: one writer round without an
+// Idempotency-Key (event dedupe is the record; a resend is that same round,
+// finding the event there), two with one (the accept, then the stored
+// answer); a keyed replay is a read only.
+func TestAcceptWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	writes := func() int64 { return b.r.Store().Stats().Writes }
+	for _, c := range []struct {
+		name string
+		hdr  []string
+		want int64
+	}{
+		{"no key", nil, 1},
+		{"no key, resend", nil, 1},
+		{"key", []string{"Idempotency-Key", "k1"}, 2},
+		{"key, replay", []string{"Idempotency-Key", "k1"}, 0},
+	} {
+		id := "evt_w1"
+		if c.hdr != nil {
+			id = "evt_w2"
+		}
+		before := writes()
+		accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt(id, 1)), c.hdr...))
+		if got := writes() - before; got != c.want {
+			t.Errorf("%s: %d writes, want %d", c.name, got, c.want)
+		}
+	}
+}
