@@ -99,7 +99,8 @@ func (rr *relayReader) state(t *testing.T) (events, position int64) {
 
 var resumeRE = regexp.MustCompile(`tail: reading rows after the saved position.* position=(\d+)`)
 
-// A tailer process is SIGKILLed three times at random moments while the
+// A tailer process is SIGKILLed three times, twice at random moments and
+// once between a batch's commit and the save of its position, while the
 // application writes 2,000 orders, each order and its outbox row in one
 // transaction, and restarted each time; a last run is let finish. Every
 // outbox event is accepted exactly once, none is lost, and each kill's
@@ -139,8 +140,11 @@ func TestTailSIGKILLResumesWithoutLossOrRepeat(t *testing.T) {
 	rr := &relayReader{path: relayPath}
 	args := []string{"tail", "--db", relayPath, "--source", "sqlite://" + appPath + "?mark_processed=true",
 		"--poll", "10ms", "--batch", "50", "--log-level", "info", "--json"}
-	start := func() (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	start := func(env ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 		cmd := exec.Command(bin, args...)
+		if env != nil {
+			cmd.Env = append(os.Environ(), env...)
+		}
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -162,18 +166,27 @@ func TestTailSIGKILLResumesWithoutLossOrRepeat(t *testing.T) {
 	var kills []kill
 	var reread int64
 	for k := range 3 {
-		cmd, _, stderr := start()
-		// Kill once a random number of events is in: mid-batch, most likely.
-		target := int64(k*550 + 100 + rand.IntN(400))
-		for {
-			ev, _ := rr.state(t)
-			if ev >= target || time.Now().After(deadline) {
-				break
+		var cmd *exec.Cmd
+		var stderr *bytes.Buffer
+		if k < 2 {
+			cmd, _, stderr = start()
+			// Kill once a random number of events is in.
+			target := int64(k*550 + 100 + rand.IntN(400))
+			for {
+				ev, _ := rr.state(t)
+				if ev >= target || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+			cmd.Process.Signal(syscall.SIGKILL)
+		} else {
+			// A batch is committed in one transaction and its position saved
+			// right after, so a timer rarely lands in between: the last kill
+			// is the crash point there, after the 2nd to 4th batch's commit.
+			cmd, _, stderr = start(fmt.Sprintf("EDGERELAY_CRASH_AT=accepted:%d", 2+rand.IntN(3)))
 		}
-		time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
-		cmd.Process.Signal(syscall.SIGKILL)
 		err := cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
 			t.Fatalf("kill %d: the tailer was not killed by the signal (%v); stderr:\n%s", k, err, stderr)
