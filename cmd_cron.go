@@ -46,7 +46,7 @@ forgets them; "missed: run-once" runs the latest one when serve starts.`,
 					}
 					now := time.Now()
 					for _, j := range jobs {
-						last, ok, err := r.Store().LastJobRun(c.Context, j.Name)
+						last, ok, err := r.LastJobRun(c.Context, j.Name)
 						if err != nil {
 							return err
 						}

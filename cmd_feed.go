@@ -37,7 +37,7 @@ need no members.`,
 				}
 				defer r.Close()
 				users := c.Args().Slice()[1:]
-				if err := r.Store().SetFeedMembers(c.Context, c.String("tenant"), feed, users, c.Bool("history")); err != nil {
+				if err := r.SetFeedMembers(c.Context, c.String("tenant"), feed, users, c.Bool("history")); err != nil {
 					return err
 				}
 				fmt.Fprintf(c.App.Writer, "feed %s (tenant %s): %d members\n", feed, c.String("tenant"), len(users))

@@ -63,7 +63,7 @@ while serve or dispatch write. FILE must not exist.`,
 				return err
 			}
 			defer r.Close()
-			if err := r.Store().Backup(c.Context, c.Args().First()); err != nil {
+			if err := r.Backup(c.Context, c.Args().First()); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.App.Writer, "backed up to %s\n", c.Args().First())

@@ -91,10 +91,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			defer r.Close()
-			metrics.Watch(r.Store())
+			metrics.Watch(r)
 			opts.Metrics = metrics
 
-			stored, err := r.Store().HasTokens(c.Context)
+			stored, err := r.HasTokens(c.Context)
 			if err != nil {
 				return err
 			}

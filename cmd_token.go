@@ -1,10 +1,6 @@
 package main
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 
@@ -38,11 +34,7 @@ func tokenCommand() *cli.Command {
 						return err
 					}
 					defer r.Close()
-					secret := make([]byte, 32)
-					rand.Read(secret)
-					token := "ert_" + base64.RawURLEncoding.EncodeToString(secret)
-					sum := sha256.Sum256([]byte(token))
-					t, err := r.Store().CreateToken(c.Context, tenant, c.String("name"), hex.EncodeToString(sum[:]), timeNow())
+					t, token, err := r.CreateToken(c.Context, tenant, c.String("name"))
 					if err != nil {
 						return err
 					}
@@ -62,7 +54,7 @@ func tokenCommand() *cli.Command {
 						return err
 					}
 					defer r.Close()
-					ts, err := r.Store().Tokens(c.Context)
+					ts, err := r.Tokens(c.Context)
 					if err != nil {
 						return err
 					}
@@ -88,7 +80,7 @@ func tokenCommand() *cli.Command {
 						return err
 					}
 					defer r.Close()
-					return r.Store().DeleteToken(c.Context, id)
+					return r.RevokeToken(c.Context, id)
 				},
 			},
 		},

@@ -17,7 +17,7 @@ import (
 
 	"edgerelay/relay"
 	"edgerelay/sim"
-	"edgerelay/store"
+	"edgerelay/store/sqlite"
 )
 
 var (
@@ -121,7 +121,7 @@ func TestSIGKILLMidDispatchLosesAndDuplicatesNothing(t *testing.T) {
 		t.Fatalf("final dispatch: %v\n%s", err, out)
 	}
 
-	st, err := store.Open(ctx, db, store.Options{})
+	st, err := sqlite.Open(ctx, db, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("dispatch after SIGTERM: %v\n%s", err, stderr.String())
 	}
-	st, err := store.Open(ctx, db, store.Options{})
+	st, err := sqlite.Open(ctx, db, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,7 @@ import (
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/store"
+	"edgerelay/store/sqlite"
 )
 
 // The crash phases of relay/crashpoint.go, and the driver's own kill.
@@ -590,7 +591,7 @@ func lastLine(s string) string {
 func (d *drill) verify(server *sim.Server, took time.Duration) {
 	t := d.t
 	ctx := context.Background()
-	st, err := store.Open(ctx, d.db, store.Options{})
+	st, err := sqlite.Open(ctx, d.db, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

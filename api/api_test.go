@@ -111,7 +111,7 @@ func setup(tb testing.TB, o options) *bundle {
 		}
 	})
 	if b.metrics != nil {
-		b.metrics.Watch(r.Store())
+		b.metrics.Watch(r)
 	}
 	// Cleanups run last-in first-out: the server stops (waiting for requests
 	// in flight) before the relay closes.
@@ -782,8 +782,8 @@ func TestStoredToken(t *testing.T) {
 	t.Parallel()
 	// No configured tokens: only those created in the store.
 	b := setup(t, options{Tokens: map[string]string{}})
-	const token = "tok-gamma-0123456789"
-	if _, err := b.r.Store().CreateToken(context.Background(), "gamma", "ci", sha256hex(token), time.Now()); err != nil {
+	_, token, err := b.r.CreateToken(context.Background(), "gamma", "ci")
+	if err != nil {
 		t.Fatal(err)
 	}
 	res := accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_1", 1)), "Authorization", "Bearer "+token))
@@ -1250,7 +1250,7 @@ func TestCorrectedEventAccepted(t *testing.T) {
 func TestAcceptWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	writes := func() int64 { return b.r.Store().Stats().Writes }
+	writes := func() int64 { return b.r.WriterStats().Writes }
 	for _, c := range []struct {
 		name string
 		hdr  []string

@@ -3,11 +3,9 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 
-	"edgerelay/relay"
 	"edgerelay/store"
 )
 
@@ -47,21 +45,12 @@ func (s *Server) putFeedMembers(w http.ResponseWriter, r *http.Request, c caller
 		return *perr
 	}
 	feed := r.PathValue("feed")
-	if !relay.ValidFeed(feed) || feed == store.TenantFeed || feed[0] == '@' {
-		return problemField(http.StatusBadRequest, probInvalidEvent, "Invalid feed",
-			fmt.Sprintf("%q: members are set on topic and team feeds; \"*\" and \"@USER\" need none", feed), "feed")
-	}
 	var req membersRequest
 	if _, perr := s.readJSON(w, r, &req, `{"members": [USER, ...], "history": false}`); perr != nil {
 		return *perr
 	}
-	for i, u := range req.Members {
-		if u == "" || len(u) > 256 {
-			return problemField(http.StatusBadRequest, probInvalidEvent, "Invalid member", "a user id of 1 to 256 bytes", fmt.Sprintf("members[%d]", i))
-		}
-	}
-	if err := s.st.SetFeedMembers(r.Context(), tenant, feed, req.Members, req.History); err != nil {
-		return s.internal(err)
+	if err := s.r.SetFeedMembers(r.Context(), tenant, feed, req.Members, req.History); err != nil {
+		return s.eventError(err)
 	}
 	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "feed": feed, "members": len(req.Members)})
 }
@@ -103,7 +92,7 @@ func (s *Server) getFeed(w http.ResponseWriter, r *http.Request, c caller) respo
 		}
 		before = n
 	}
-	items, readMark, err := s.st.FeedPage(r.Context(), tenant, r.PathValue("user"), before, limit)
+	items, readMark, err := s.r.FeedPage(r.Context(), tenant, r.PathValue("user"), before, limit)
 	if err != nil {
 		return s.internal(err)
 	}
@@ -123,7 +112,7 @@ func (s *Server) getUnreadCount(w http.ResponseWriter, r *http.Request, c caller
 	if perr != nil {
 		return *perr
 	}
-	n, err := s.st.UnreadCount(r.Context(), tenant, r.PathValue("user"))
+	n, err := s.r.UnreadCount(r.Context(), tenant, r.PathValue("user"))
 	if err != nil {
 		return s.internal(err)
 	}
@@ -154,7 +143,7 @@ func (s *Server) markAll(kind string) authedHandler {
 			}
 			upTo = *req.UpTo
 		}
-		mark, err := s.st.MarkAll(r.Context(), tenant, r.PathValue("user"), kind, upTo)
+		mark, err := s.r.MarkAll(r.Context(), tenant, r.PathValue("user"), kind, upTo)
 		if err != nil {
 			return s.internal(err)
 		}
@@ -172,7 +161,7 @@ func (s *Server) markItem(kind string) authedHandler {
 		if err != nil || seq < 1 {
 			return problem(http.StatusNotFound, probNotFound, "Not found", "no feed item "+strconv.Quote(r.PathValue("seq")))
 		}
-		err = s.st.MarkItem(r.Context(), tenant, r.PathValue("user"), kind, seq)
+		err = s.r.MarkItem(r.Context(), tenant, r.PathValue("user"), kind, seq)
 		if errors.Is(err, store.ErrNotFound) {
 			return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
 		}

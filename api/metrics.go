@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgerelay/providers"
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
@@ -63,9 +64,9 @@ func NewMetrics() *Metrics {
 
 // Watch adds the store's queue depth and lag (read at each scrape) and its
 // writer's commits.
-func (m *Metrics) Watch(st *store.Store) {
-	m.reg.MustRegister(queueCollector{st})
-	st.OnCommit(m.Committed)
+func (m *Metrics) Watch(r *relay.Relay) {
+	m.reg.MustRegister(queueCollector{r})
+	r.OnCommit(m.Committed)
 }
 
 // Accepted implements relay.Observer.
@@ -109,7 +110,7 @@ func (m *Metrics) request(route string, code int, took time.Duration) {
 }
 
 // queueCollector reads queue depth and dispatch lag at scrape time.
-type queueCollector struct{ st *store.Store }
+type queueCollector struct{ r *relay.Relay }
 
 var (
 	depthDesc  = prometheus.NewDesc("edgerelay_notifications", "Notifications by status, now.", []string{"status"}, nil)
@@ -121,7 +122,7 @@ func (q queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- depthDesc; 
 func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := q.st.Status(ctx, time.Now())
+	st, err := q.r.Status(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(depthDesc, err)
 		return

@@ -49,17 +49,14 @@ type Options struct {
 	PublicURL string
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil: no /metrics
-	Now       func() time.Time
 }
 
 // Server is the HTTP API over one Relay.
 type Server struct {
 	r    *relay.Relay
-	st   *store.Store
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
-	now  func() time.Time
 
 	inFlight keyLocks // idempotency keys of requests running now
 }
@@ -81,10 +78,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	s := &Server{r: r, st: r.Store(), opts: opts, log: opts.Logger, mux: http.NewServeMux(), now: opts.Now}
+	s := &Server{r: r, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
 	s.handle("POST /v1/events", s.auth(s.postEvent))
 	s.handle("POST /v1/events:batch", s.auth(s.postBatch))
 	s.handle("GET /v1/notifications/{id}", s.auth(s.getNotification))
@@ -204,7 +198,7 @@ func (s *Server) auth(h authedHandler) handler {
 		hash := hex.EncodeToString(sum[:])
 		tenant, ok := s.opts.TokenHashes[hash]
 		if !ok {
-			t, err := s.st.TokenByHash(r.Context(), hash)
+			t, err := s.r.TokenByHash(r.Context(), hash)
 			if err != nil {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
 				return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")
@@ -274,7 +268,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key 
 			"a request with this Idempotency-Key is still being processed; retry later")
 	}
 	defer s.inFlight.end(k)
-	stored, err := s.st.LookupRequest(r.Context(), k, s.now())
+	stored, err := s.r.LookupResponse(r.Context(), k)
 	switch {
 	case errors.Is(err, store.ErrKeyReused):
 		return problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
@@ -294,7 +288,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key 
 	// the effects underneath make harmless (an event is a duplicate).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.st.SaveResponse(ctx, k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body}, s.now(), s.opts.KeyTTL); err != nil {
+	if err := s.r.SaveResponse(ctx, k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body}, s.opts.KeyTTL); err != nil {
 		s.log.Error("store the response for an idempotency key", "key", key, "err", err)
 	}
 	return resp
@@ -327,7 +321,7 @@ func (l *keyLocks) end(k store.RequestKey) {
 }
 
 func (s *Server) internal(err error) response {
-	if store.IsFileError(err) {
+	if store.IsUnavailable(err) {
 		// The database file refused the write (full, read-only, corrupt):
 		// nothing was committed, and a retry later may succeed.
 		s.log.Error("storage unavailable", "err", err)
@@ -476,7 +470,7 @@ func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, c calle
 
 // notification answers one audit trail, 404 for another tenant's.
 func (s *Server) notification(ctx context.Context, c caller, id int64, key string) response {
-	n, err := s.st.Notification(ctx, c.tenant, id, key)
+	n, err := s.r.TenantNotification(ctx, c.tenant, id, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
 	}
@@ -521,7 +515,7 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 	if ev := q.Get("event_id"); ev != "" {
 		tenant, _ := c.tenantFor(q.Get("tenant"))
 		purpose := q.Get("purpose")
-		row, err := s.st.EventRow(r.Context(), tenant, ev, purpose)
+		row, err := s.r.EventRow(r.Context(), tenant, ev, purpose)
 		if errors.Is(err, store.ErrNotFound) {
 			return problem(http.StatusNotFound, probNotFound, "Not found", fmt.Sprintf("no event %q with purpose %q", ev, purpose))
 		}
@@ -530,7 +524,7 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 		}
 		f.EventRow = row
 	}
-	ns, err := s.st.ListNotifications(r.Context(), f)
+	ns, err := s.r.List(r.Context(), f)
 	if err != nil {
 		return s.internal(err)
 	}
@@ -643,7 +637,7 @@ func (s *Server) publicURL(r *http.Request) string {
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.st.Ping(ctx); err != nil {
+	if err := s.r.Ping(ctx); err != nil {
 		return problem(http.StatusServiceUnavailable, probNotReady, "Not ready", err.Error())
 	}
 	// Accepts work, so the API is ready; a dispatcher that cannot write
@@ -662,7 +656,7 @@ func (s *Server) PruneLoop(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		for {
-			n, err := s.st.PruneRequests(ctx, s.now(), 500)
+			n, err := s.r.PruneRequests(ctx, 500)
 			if err != nil || n < 500 {
 				break
 			}

@@ -72,7 +72,7 @@ func TestDuplicateStorm(t *testing.T) {
 	if _, err := b.r.RunUntilIdle(context.Background(), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.r.Store().Status(context.Background(), time.Now())
+	st, err := b.r.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -503,7 +503,7 @@ func TestAcceptBatchBoundedMemory(t *testing.T) {
 	if res != (BatchResult{Lines: n, New: n, Notifications: n}) {
 		t.Fatalf("result %+v", res)
 	}
-	ws := r.Store().Stats()
+	ws := r.store.Stats()
 	t.Logf("%d lines (%d MiB) in %s: %.0f lines/s; heap in use %d MiB at start, peak %d MiB; %d commits (%.1f writes each, largest %d)",
 		n, st.Size()>>20, took.Round(time.Millisecond), float64(n)/took.Seconds(), base>>20, peak>>20,
 		ws.Commits, float64(ws.Writes)/float64(max(ws.Commits, 1)), ws.MaxBatch)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"edgerelay/store"
+	"edgerelay/store/sqlite"
 )
 
 // These tests make the store's writes fail for real: a trigger on the
@@ -141,7 +142,7 @@ func TestDispatcherSurvivesFailingWrites(t *testing.T) {
 	// Several claims fail (the writer rolls each back) and the dispatcher
 	// says so.
 	waitFor(t, 5*time.Second, "the dispatcher retried its failing claim 4 times", func() bool {
-		return r.Store().Stats().Failed >= 4
+		return r.store.Stats().Failed >= 4
 	})
 	if err := r.DispatchErr(); err == nil || !strings.Contains(err.Error(), injectedFault) {
 		t.Errorf("DispatchErr while claims fail: %v, want the injected fault", err)
@@ -149,8 +150,8 @@ func TestDispatcherSurvivesFailingWrites(t *testing.T) {
 	// An accept during the episode works, and wakes the dispatcher, which
 	// still cannot claim.
 	during2 := accept(t, r, receipt("evt_during2", rcpt("during2")))
-	failed := r.Store().Stats().Failed
-	waitFor(t, 5*time.Second, "a claim after the accept", func() bool { return r.Store().Stats().Failed > failed })
+	failed := r.store.Stats().Failed
+	waitFor(t, 5*time.Second, "a claim after the accept", func() bool { return r.store.Stats().Failed > failed })
 	for _, id := range []int64{during.Notifications[0].ID, during2.Notifications[0].ID} {
 		if st := statusOf(t, r, id); st != store.StatusPending {
 			t.Errorf("notification %d is %s while claims fail, want pending", id, st)
@@ -276,7 +277,7 @@ func TestRecordRetriedWhileLeaseHolds(t *testing.T) {
 	s.waitArrivals(t, 1)
 	const k = 3
 	waitFor(t, 3*time.Second, fmt.Sprintf("%d failed writes of the attempt", k), func() bool {
-		return r.Store().Stats().Failed >= k
+		return r.store.Stats().Failed >= k
 	})
 	n := notification(t, r, id)
 	if n.Status != store.StatusSending || len(n.AttemptLog) != 0 {
@@ -334,7 +335,7 @@ func TestRecordRetryEndsOnShutdown(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.waitArrivals(t, 1)
-			waitFor(t, 3*time.Second, "failed writes of the attempt", func() bool { return r.Store().Stats().Failed >= 2 })
+			waitFor(t, 3*time.Second, "failed writes of the attempt", func() bool { return r.store.Stats().Failed >= 2 })
 			start := time.Now()
 			switch how {
 			case "drain timeout":
@@ -345,7 +346,7 @@ func TestRecordRetryEndsOnShutdown(t *testing.T) {
 					t.Errorf("Stop: %v, want the drain's deadline", err)
 				}
 			case "store closed":
-				r.Store().Close()
+				r.store.Close()
 			}
 			if err := r.Close(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Close: %v", err)
@@ -354,7 +355,7 @@ func TestRecordRetryEndsOnShutdown(t *testing.T) {
 				t.Errorf("shutdown took %s while the attempt could not be recorded", took)
 			}
 			// The claim is left for lease recovery: still sending.
-			ro, err := store.Open(context.Background(), path, store.Options{})
+			ro, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -251,7 +251,7 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs, err := dying.Store().Claim(ctx, 10, clk.now(), time.Minute)
+			cs, err := dying.store.ClaimWhere(ctx, 10, clk.now(), time.Minute, store.ClaimFilter{})
 			if err != nil || len(cs) != 1 {
 				t.Fatalf("claim: %v, %v", cs, err)
 			}

@@ -33,6 +33,7 @@ import (
 
 	"edgerelay/providers"
 	"edgerelay/store"
+	"edgerelay/store/sqlite"
 )
 
 // TestFaultMatrix is the fault matrix: every HTTP provider against every way
@@ -770,7 +771,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if n.Status != want.status {
 		t.Errorf("notification %s (%s), want %s", n.Status, n.Reason, want.status)
 	}
-	why, invalid, err := r.Store().InvalidAddress(ctx, p.channel, n.Address)
+	why, invalid, err := r.store.(*sqlite.Store).InvalidAddress(ctx, p.channel, n.Address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -875,7 +876,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 func fmTemplateDB(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "template.db")
-	st, err := store.Open(context.Background(), path, store.Options{})
+	st, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func FuzzDecodeEvent(f *testing.F) {
 				}
 			}
 			if !accepted[id] && nerr == nil {
-				if _, err := r.Store().EventRow(ctx, id[0], id[1], id[2]); !errors.Is(err, store.ErrNotFound) {
+				if _, err := r.store.EventRow(ctx, id[0], id[1], id[2]); !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("refused event %v has a row: %v", id, err)
 				}
 			}
@@ -124,7 +124,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		} else if int64(res.Count) != written {
 			t.Fatalf("new event with %d notifications wrote %d", res.Count, written)
 		}
-		ns, err := r.Store().EventNotifications(ctx, res.EventRow, -1, 1<<30)
+		ns, err := r.store.EventNotifications(ctx, res.EventRow, -1, 1<<30)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"edgerelay/providers"
 	"edgerelay/store"
+	"edgerelay/store/sqlite"
 )
 
 // Mode is what a notification type does after an unknown outcome from a
@@ -72,10 +72,13 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
-// Options configure a Relay. Only Path is required.
+// Options configure a Relay. Path (or Store) is required.
 type Options struct {
 	// Path of the SQLite database file; created if missing.
 	Path string
+	// Store, if set, is the storage to use instead of opening Path; the
+	// relay closes it on Close.
+	Store store.Store
 	// Routes maps a channel to the providers that deliver it, in failover
 	// order. The key "*" serves every channel without a route of its own.
 	// With no routes at all, every channel is printed to standard output
@@ -133,7 +136,7 @@ type Observer interface {
 // Relay accepts events, fans them out into notifications and delivers them.
 type Relay struct {
 	opts   Options
-	store  *store.Store
+	store  store.Store
 	log    *slog.Logger
 	router *router
 	now    func() time.Time
@@ -146,8 +149,8 @@ type Relay struct {
 // Open opens the database (migrating it if needed) and returns a Relay
 // ready to accept. Call Start (or RunUntilIdle) to deliver, Close when done.
 func Open(ctx context.Context, opts Options) (*Relay, error) {
-	if opts.Path == "" {
-		return nil, errors.New("relay: Options.Path is required")
+	if opts.Path == "" && opts.Store == nil {
+		return nil, errors.New("relay: Options.Path (or Options.Store) is required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -194,9 +197,11 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, opts.Path, store.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout, RequireWritable: !opts.ReadOnly})
-	if err != nil {
-		return nil, err
+	st := opts.Store
+	if st == nil {
+		if st, err = sqlite.Open(ctx, opts.Path, sqlite.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout, RequireWritable: !opts.ReadOnly}); err != nil {
+			return nil, err
+		}
 	}
 	return &Relay{
 		opts: opts, store: st, log: opts.Logger, router: router, now: opts.Now,
@@ -215,9 +220,6 @@ func (r *Relay) Close() error {
 	}
 	return errors.Join(err, r.store.Close())
 }
-
-// Store gives read access to the database (and the writer's statistics).
-func (r *Relay) Store() *store.Store { return r.store }
 
 // AcceptResult says what Accept did with an event.
 type AcceptResult struct {
@@ -249,10 +251,14 @@ func (r *Relay) AcceptLimit(ctx context.Context, ev Event, limit int) (AcceptRes
 		return AcceptResult{}, err
 	}
 	crashPoint("accept")
-	acc, err := r.store.AcceptEvent(ctx, rec, targets[:min(len(targets), r.opts.Chunk)], r.now())
+	accs, errs, err := r.store.AcceptEvents(ctx, []store.AcceptInput{{Event: rec, First: targets[:min(len(targets), r.opts.Chunk)]}}, r.now())
+	if err == nil {
+		err = errs[0]
+	}
 	if err != nil {
 		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
 	}
+	acc := accs[0]
 	crashPoint("accepted")
 	if err := r.accepted(ctx, ev, acc, targets); err != nil {
 		return AcceptResult{}, err
@@ -415,20 +421,6 @@ func (r *Relay) notify() {
 	case r.wake <- struct{}{}:
 	default:
 	}
-}
-
-// Notification returns one notification with its audit trail, by numeric
-// id or by idempotency key.
-func (r *Relay) Notification(ctx context.Context, idOrKey string) (store.Notification, error) {
-	if id, err := strconv.ParseInt(idOrKey, 10, 64); err == nil {
-		return r.store.Notification(ctx, "", id, "")
-	}
-	return r.store.Notification(ctx, "", 0, idOrKey)
-}
-
-// Status counts notifications by status and attempts by provider.
-func (r *Relay) Status(ctx context.Context) (store.Status, error) {
-	return r.store.Status(ctx, r.now())
 }
 
 // Retry puts a failed, dead or unknown notification back to pending with a

@@ -19,6 +19,7 @@ import (
 	"edgerelay/providers"
 	"edgerelay/sim"
 	"edgerelay/store"
+	"edgerelay/store/sqlite"
 )
 
 // bound is how long a test waits for something that should happen soon (the
@@ -188,7 +189,7 @@ func TestAcceptInvalidEventWritesNothing(t *testing.T) {
 	t.Parallel()
 	r := setupRelay(t, Options{MaxRecipients: 2})
 	ctx := context.Background()
-	before := r.Store().Stats()
+	before := r.store.Stats()
 	bad := []Event{
 		{Type: "t", Recipients: []Recipient{ada}},                                                             // no id
 		{ID: "e1", Type: "t", Recipients: []Recipient{ada, ada}},                                              // duplicate recipient
@@ -221,10 +222,10 @@ func TestAcceptInvalidEventWritesNothing(t *testing.T) {
 			t.Errorf("%d notifications %s after only invalid events", n, s)
 		}
 	}
-	if st := r.Store().Stats(); st.Commits != before.Commits || st.Writes != before.Writes || st.Failed != before.Failed {
+	if st := r.store.Stats(); st.Commits != before.Commits || st.Writes != before.Writes || st.Failed != before.Failed {
 		t.Errorf("writer stats %+v after invalid events, want no write since open (%+v)", st, before)
 	}
-	if evs, err := r.Store().UnexpandedEvents(ctx, 10); err != nil || len(evs) != 0 {
+	if evs, err := r.store.UnexpandedEvents(ctx, 10); err != nil || len(evs) != 0 {
 		t.Errorf("unexpanded events %v, %v; want none", evs, err)
 	}
 }
@@ -424,7 +425,7 @@ func TestAcceptTenThousandRecipients(t *testing.T) {
 		t.Errorf("first accept: duplicate %v, count %d; want a new event of 10000", res.Duplicate, res.Count)
 	}
 	checkFanOut(t, ev, res.Notifications)
-	if st := r.Store().Stats(); st.Writes < 20 {
+	if st := r.store.Stats(); st.Writes < 20 {
 		t.Errorf("writer stats %+v: want the fan-out in 500-notification chunks, 20 writes or more", st)
 	}
 
@@ -466,7 +467,7 @@ func TestFanOutFinishedAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, path, store.Options{})
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func TestFanOutFinishedAfterCrash(t *testing.T) {
 	if sum.Sent != 1200 || !sum.OK() {
 		t.Errorf("summary %+v, want 1200 sent", sum)
 	}
-	ns, err := r.Store().EventNotifications(ctx, acc.EventRow, -1, 2000)
+	ns, err := r.store.EventNotifications(ctx, acc.EventRow, -1, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +575,7 @@ func TestAcceptInOrder(t *testing.T) {
 	case res[0].EventRow >= res[2].EventRow:
 		t.Errorf("event rows %d, %d: not in the order given", res[0].EventRow, res[2].EventRow)
 	}
-	if st, err := r.Store().Status(context.Background(), time.Now()); err != nil || st.Counts["pending"] != 2 {
+	if st, err := r.store.Status(context.Background(), time.Now()); err != nil || st.Counts["pending"] != 2 {
 		t.Errorf("statuses %v (%v), want 2 notifications pending", st.Counts, err)
 	}
 

@@ -14,6 +14,7 @@ import (
 
 	"edgerelay/providers"
 	"edgerelay/store"
+	"edgerelay/store/sqlite"
 )
 
 // digestSetup is a relay whose email channel goes to a log buffer, with an
@@ -126,7 +127,7 @@ func TestDigestEachItemOnce(t *testing.T) {
 	}
 	// Read items are left out.
 	post(t, r, "e5", "*")
-	if _, err := r.Store().MarkAll(ctx, "default", "ben", store.MarkRead, -1); err != nil {
+	if _, err := r.store.MarkAll(ctx, "default", "ben", store.MarkRead, -1); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.RunJob(ctx, j, t1.Add(2*time.Hour)); err != nil {
@@ -243,14 +244,14 @@ func TestBackupWhileWriting(t *testing.T) {
 		}
 	}()
 	dest := filepath.Join(t.TempDir(), "backup.db")
-	if err := r.Store().Backup(ctx, dest); err != nil {
+	if err := r.Backup(ctx, dest); err != nil {
 		t.Fatal(err)
 	}
 	<-done
-	if err := r.Store().Backup(ctx, dest); err == nil {
+	if err := r.Backup(ctx, dest); err == nil {
 		t.Fatal("backup over an existing file")
 	}
-	b, err := store.Open(ctx, dest, store.Options{})
+	b, err := sqlite.Open(ctx, dest, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

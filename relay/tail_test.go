@@ -389,7 +389,7 @@ func TestTailRereadRepeatsNothing(t *testing.T) {
 	}
 	// Both positions are saved; the original's was not moved back.
 	for _, name := range []string{src.Name(), "renamed"} {
-		if p, err := r.Store().SourcePosition(context.Background(), name); err != nil || p != last {
+		if p, err := r.store.SourcePosition(context.Background(), name); err != nil || p != last {
 			t.Fatalf("position of %s: %d, %v; want %d", name, p, err, last)
 		}
 	}

@@ -1,7 +1,10 @@
-// Package store owns the SQLite file: the schema and its migrations, the one
-// writer goroutine that makes every write, and the read-only pool.
+// Package store names what the relay needs of its storage (the Store
+// interface, in the relay's words) and the values that cross that boundary.
+// It holds no implementation: store/sqlite is the default (one file, one
+// writer goroutine, group commit), and store/storetest is the conformance
+// suite every implementation passes.
 //
-// Nothing outside this package writes SQL. The store never decides policy
-// (when to retry, what a provider's answer means): the relay decides and the
-// store records, each write in a transaction answered only after it commits.
+// The relay decides and the store records: no policy lives behind this
+// interface, only durable, fenced, deduplicated writes and the reads that
+// explain them.
 package store

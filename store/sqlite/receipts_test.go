@@ -1,7 +1,8 @@
-package store
+package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"testing"
 	"time"
 )
@@ -19,8 +20,8 @@ func sentNotification(t *testing.T, s *Store, p, msg string) int64 {
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("claim: %v %d", err, len(cs))
 	}
-	if _, err := s.Record(ctx, cs[0].ID, Attempt{N: 1, Provider: p, StartedAt: t0, EndedAt: t0, Outcome: "sent", MessageID: msg},
-		Decision{Status: StatusSent, NextAttemptAt: t0}); err != nil {
+	if _, err := s.Record(ctx, cs[0].ID, store.Attempt{N: 1, Provider: p, StartedAt: t0, EndedAt: t0, Outcome: "sent", MessageID: msg},
+		store.Decision{Status: store.StatusSent, NextAttemptAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	return cs[0].ID
@@ -35,11 +36,11 @@ func status(t *testing.T, s *Store, id int64) string {
 	return n.Status
 }
 
-func rcpt(msg, status, dedupe string) Receipt {
+func rcpt(msg, status, dedupe string) store.Receipt {
 	if dedupe == "" {
 		dedupe = msg + "/" + status
 	}
-	return Receipt{Provider: "twilio", MessageID: msg, Status: status, Dedupe: dedupe}
+	return store.Receipt{Provider: "twilio", MessageID: msg, Status: status, Dedupe: dedupe}
 }
 
 // The final status is a function of the set of receipts, whatever order
@@ -49,21 +50,21 @@ func TestReceiptsOrderAndReplays(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
-		receipts []Receipt
+		receipts []store.Receipt
 		want     string
 	}{
-		{"sent then delivered", []Receipt{rcpt("m", "sent", ""), rcpt("m", "delivered", "")}, StatusDelivered},
-		{"delivered then a late sent", []Receipt{rcpt("m", "delivered", ""), rcpt("m", "sent", "")}, StatusDelivered},
-		{"bounced then a late delivered", []Receipt{rcpt("m", "bounced", ""), rcpt("m", "delivered", "")}, StatusBounced},
-		{"delivered then bounced", []Receipt{rcpt("m", "delivered", ""), rcpt("m", "bounced", "")}, StatusBounced},
-		{"failed after acceptance", []Receipt{rcpt("m", "failed", "")}, StatusBounced},
-		{"complained implies delivered", []Receipt{rcpt("m", "complained", "")}, StatusDelivered},
-		{"progress only", []Receipt{rcpt("m", "sent", "")}, StatusSent},
+		{"sent then delivered", []store.Receipt{rcpt("m", "sent", ""), rcpt("m", "delivered", "")}, store.StatusDelivered},
+		{"delivered then a late sent", []store.Receipt{rcpt("m", "delivered", ""), rcpt("m", "sent", "")}, store.StatusDelivered},
+		{"bounced then a late delivered", []store.Receipt{rcpt("m", "bounced", ""), rcpt("m", "delivered", "")}, store.StatusBounced},
+		{"delivered then bounced", []store.Receipt{rcpt("m", "delivered", ""), rcpt("m", "bounced", "")}, store.StatusBounced},
+		{"failed after acceptance", []store.Receipt{rcpt("m", "failed", "")}, store.StatusBounced},
+		{"complained implies delivered", []store.Receipt{rcpt("m", "complained", "")}, store.StatusDelivered},
+		{"progress only", []store.Receipt{rcpt("m", "sent", "")}, store.StatusSent},
 	} {
 		s := setup(t)
 		id := sentNotification(t, s, "twilio", "m")
 		for _, r := range tc.receipts {
-			if _, err := s.AddReceipts(ctx, []Receipt{r}, t0); err != nil {
+			if _, err := s.AddReceipts(ctx, []store.Receipt{r}, t0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -87,17 +88,17 @@ func TestReceiptsOrderAndReplays(t *testing.T) {
 func TestReceiptBeforeSend(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	if n, err := s.AddReceipts(context.Background(), []Receipt{rcpt("early", "delivered", "")}, t0); err != nil || n != 1 {
+	if n, err := s.AddReceipts(context.Background(), []store.Receipt{rcpt("early", "delivered", "")}, t0); err != nil || n != 1 {
 		t.Fatalf("added %d, %v", n, err)
 	}
 	id := sentNotification(t, s, "twilio", "early")
-	if got := status(t, s, id); got != StatusDelivered {
+	if got := status(t, s, id); got != store.StatusDelivered {
 		t.Fatalf("status %s, want delivered", got)
 	}
 	// Another provider's receipt with the same message id does not touch it.
 	other := sentNotification(t, s, "fcm", "m2")
-	s.AddReceipts(context.Background(), []Receipt{{Provider: "twilio", MessageID: "m2", Status: "bounced", Dedupe: "x"}}, t0)
-	if got := status(t, s, other); got != StatusSent {
+	s.AddReceipts(context.Background(), []store.Receipt{{Provider: "twilio", MessageID: "m2", Status: "bounced", Dedupe: "x"}}, t0)
+	if got := status(t, s, other); got != store.StatusSent {
 		t.Fatalf("another provider's receipt moved it to %s", got)
 	}
 }

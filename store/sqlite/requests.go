@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"fmt"
 	"time"
 )
@@ -19,17 +20,6 @@ import (
 // themselves (event dedupe, status transitions), which is what makes a
 // repeat that runs again safe.
 
-// RequestKey identifies a request under an idempotency key. Fingerprint is
-// the caller's sha256 of method, path and body.
-type RequestKey struct{ Tenant, Key, Fingerprint string }
-
-// StoredResponse is what a completed request answered, replayed to retries.
-type StoredResponse struct {
-	Status      int
-	ContentType string
-	Body        []byte
-}
-
 // LookupRequest returns the response stored for k, if a request with its
 // key completed and the key has not expired by now:
 //
@@ -38,7 +28,7 @@ type StoredResponse struct {
 //   - (nil, nil): no live response: run the request.
 //
 // Rows left in_flight by an older version are ignored: they are not answers.
-func (s *Store) LookupRequest(ctx context.Context, k RequestKey, now time.Time) (*StoredResponse, error) {
+func (s *Store) LookupRequest(ctx context.Context, k store.RequestKey, now time.Time) (*store.StoredResponse, error) {
 	var (
 		fp     string
 		status int
@@ -54,16 +44,16 @@ func (s *Store) LookupRequest(ctx context.Context, k RequestKey, now time.Time) 
 	case err != nil:
 		return nil, fmt.Errorf("read request key %q: %w", k.Key, err)
 	case fp != k.Fingerprint:
-		return nil, fmt.Errorf("%w: key %q", ErrKeyReused, k.Key)
+		return nil, fmt.Errorf("%w: key %q", store.ErrKeyReused, k.Key)
 	}
-	return &StoredResponse{Status: status, ContentType: ctype.String, Body: body}, nil
+	return &store.StoredResponse{Status: status, ContentType: ctype.String, Body: body}, nil
 }
 
 // SaveResponse stores the response of a completed request under k, to be
 // replayed until now+ttl. A live response already stored under the key
 // (another process ran the same request at the same moment) is kept: the
 // first answer stays the answer.
-func (s *Store) SaveResponse(ctx context.Context, k RequestKey, resp StoredResponse, now time.Time, ttl time.Duration) error {
+func (s *Store) SaveResponse(ctx context.Context, k store.RequestKey, resp store.StoredResponse, now time.Time, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("save response for key %q: need a positive ttl, have %s", k.Key, ttl)
 	}

@@ -1,55 +1,14 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 )
-
-// Statuses of a notification. pending and sending are live; the rest are
-// final until an operator retries.
-const (
-	StatusPending = "pending" // waiting for its (next) attempt
-	StatusSending = "sending" // claimed: a call may be in flight until the lease ends
-	StatusSent    = "sent"    // the provider accepted it
-	StatusFailed  = "failed"  // the provider refused it for good (4xx)
-	StatusDead    = "dead"    // retries exhausted (attempts or age)
-	StatusUnknown = "unknown" // maybe sent; not retried (at-most-once type, provider without keys)
-)
-
-// Statuses lists every status in lifecycle order.
-var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown, StatusDelivered, StatusBounced}
-
-// Claimed is a notification claimed for one attempt.
-type Claimed struct {
-	ID             int64
-	Key            string
-	EventRow       int64
-	Tenant         string
-	Type           string
-	Recipient      string
-	Channel        string
-	Address        string
-	Attempt        int // this attempt's number, from 1
-	CycleAttempts  int // attempts in the current retry cycle, this one included
-	CycleStartedAt time.Time
-	ClaimedAt      time.Time
-	LeaseUntil     time.Time
-	EventID        string
-	Purpose        string
-	Message        []byte
-	// RoutePos is which provider of the channel's route this attempt uses;
-	// Pinned says an earlier outcome was unknown, so only that provider may
-	// be tried again.
-	RoutePos int
-	Pinned   bool
-	// Invalid, if not empty, says a provider declared the address dead for
-	// good on this channel (and why): it is not tried again.
-	Invalid string
-}
 
 // claimedCols are read with each claimed row, in the claim's RETURNING:
 // whether its address was declared invalid comes along in the same
@@ -58,8 +17,8 @@ const claimedCols = `id, key, event, tenant, type, recipient, channel, address, 
 	coalesce((SELECT i.reason || ' (marked by ' || i.provider || ')' FROM invalid_addresses i
 		WHERE i.channel = notifications.channel AND i.address = notifications.address), '')`
 
-func scanClaimed(rows *sql.Rows) (Claimed, error) {
-	var c Claimed
+func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
+	var c store.Claimed
 	var cycle, claimed, lease int64
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Recipient, &c.Channel, &c.Address,
 		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &c.RoutePos, &c.Pinned, &c.Invalid)
@@ -70,16 +29,8 @@ func scanClaimed(rows *sql.Rows) (Claimed, error) {
 // Claim moves up to limit due notifications from pending to sending, with a
 // lease until now+lease, in one statement, and returns them with their
 // event's message. Nobody else can claim them until the lease ends.
-func (s *Store) Claim(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]Claimed, error) {
-	return s.ClaimWhere(ctx, limit, now, lease, ClaimFilter{})
-}
-
-// ClaimFilter narrows a claim by channel (providers that cannot take a call
-// now): Exclude leaves those channels out; Only, when not nil, takes only
-// those channels.
-type ClaimFilter struct {
-	Exclude []string
-	Only    []string
+func (s *Store) Claim(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]store.Claimed, error) {
+	return s.ClaimWhere(ctx, limit, now, lease, store.ClaimFilter{})
 }
 
 // claimSQL is the claim statement; where narrows it by channel. The due
@@ -102,7 +53,7 @@ const expiredLeasesSQL = `SELECT ` + claimedCols + ` FROM notifications INDEXED 
 		WHERE status = 'sending' AND lease_until < ? ORDER BY lease_until LIMIT ?`
 
 // ClaimWhere is Claim restricted by f.
-func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease time.Duration, f ClaimFilter) ([]Claimed, error) {
+func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease time.Duration, f store.ClaimFilter) ([]store.Claimed, error) {
 	where := ""
 	args := []any{ms(now), ms(now.Add(lease)), limit}
 	// Numbered parameters: a bare ? would take its number from the ones
@@ -121,7 +72,7 @@ func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease 
 	if len(f.Exclude) > 0 {
 		where += " AND channel NOT IN " + list(f.Exclude)
 	}
-	var out []Claimed
+	var out []store.Claimed
 	err := s.w.do(ctx, func(tx *Tx) error {
 		out = out[:0]
 		rows, err := tx.query(claimSQL(where), args...)
@@ -147,7 +98,7 @@ func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease 
 
 // attachMessages fills in each claimed notification's event id, purpose and
 // message, reading each event once.
-func attachMessages(tx *Tx, cs []Claimed) error {
+func attachMessages(tx *Tx, cs []store.Claimed) error {
 	type ev struct {
 		id, purpose string
 		msg         []byte
@@ -171,13 +122,13 @@ func attachMessages(tx *Tx, cs []Claimed) error {
 // before now: their process stopped (crash, kill, power loss) between the
 // claim and recording the outcome. The caller records each as an unknown
 // attempt; its call may or may not have reached the provider.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]Claimed, error) {
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]store.Claimed, error) {
 	rows, err := s.rdb.QueryContext(ctx, expiredLeasesSQL, ms(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("expired leases: %w", err)
 	}
 	defer rows.Close()
-	var out []Claimed
+	var out []store.Claimed
 	for rows.Next() {
 		c, err := scanClaimed(rows)
 		if err != nil {
@@ -200,48 +151,12 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 	return out, nil
 }
 
-// Attempt is one provider call as recorded in the audit trail.
-type Attempt struct {
-	N          int       `json:"n"`
-	Provider   string    `json:"provider"`
-	StartedAt  time.Time `json:"started_at"`
-	EndedAt    time.Time `json:"ended_at"`
-	Outcome    string    `json:"outcome"`
-	Permanent  bool      `json:"permanent,omitempty"`
-	HTTPStatus int       `json:"http_status,omitempty"`
-	MessageID  string    `json:"provider_message_id,omitempty"`
-	Response   string    `json:"response,omitempty"`
-	Detail     string    `json:"detail,omitempty"`
-	// Decision is what the relay did after this attempt and why: the
-	// notification's status then, and the reason ("pending: refused: 503 …").
-	Decision string `json:"decision,omitempty"`
-}
-
-// Decision is what the relay decided after an attempt.
-type Decision struct {
-	Status        string    // the notification's new status
-	NextAttemptAt time.Time // when Status is pending
-	Reason        string    // why, when failed, dead, unknown or retrying
-	RoutePos      int       // the route position the next attempt uses
-	Pinned        bool      // only this provider may be tried from now on
-	// InvalidAddress, when set, marks the notification's address dead on
-	// its channel (in the same transaction), with this reason.
-	InvalidAddress string
-}
-
-func (d Decision) describe() string {
-	if d.Reason == "" {
-		return d.Status
-	}
-	return d.Status + ": " + d.Reason
-}
-
 // Record writes one attempt and the notification's new state in one
 // transaction. The attempt row is always written (it is what happened); the
 // state changes only if the notification is still in sending for this very
 // attempt. It returns false when it was not: the lease had expired and the
 // attempt was already settled as unknown, by this or another process.
-func (s *Store) Record(ctx context.Context, id int64, a Attempt, d Decision) (bool, error) {
+func (s *Store) Record(ctx context.Context, id int64, a store.Attempt, d store.Decision) (bool, error) {
 	var applied bool
 	err := s.w.do(ctx, func(tx *Tx) error {
 		applied = false
@@ -249,7 +164,7 @@ func (s *Store) Record(ctx context.Context, id int64, a Attempt, d Decision) (bo
 				http_status, provider_message_id, response, detail, decision)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			id, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
-			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), nullStr(d.describe())); err != nil {
+			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), nullStr(d.Describe())); err != nil {
 			return fmt.Errorf("record attempt %d of notification %d: %w", a.N, id, err)
 		}
 		res, err := tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
@@ -273,7 +188,7 @@ func (s *Store) Record(ctx context.Context, id int64, a Attempt, d Decision) (bo
 				return fmt.Errorf("mark address invalid: %w", err)
 			}
 		}
-		if d.Status == StatusSent && a.MessageID != "" {
+		if d.Status == store.StatusSent && a.MessageID != "" {
 			// Receipts may have come in before this send was recorded.
 			return applyReceipts(tx, a.Provider, a.MessageID, a.EndedAt)
 		}
@@ -320,23 +235,12 @@ func (s *Store) Retry(ctx context.Context, tenant string, id int64, now time.Tim
 		}
 		if err := tx.queryRow(`SELECT status FROM notifications WHERE id = ?2 AND (?1 = '' OR tenant = ?1)`, tenant, id).Scan(&status); err != nil {
 			if isNoRows(err) {
-				return fmt.Errorf("notification %d: %w", id, ErrNotFound)
+				return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
 			}
 			return err
 		}
-		return &StateError{ID: id, Status: status, Want: "failed, dead or unknown"}
+		return &store.StateError{ID: id, Status: status, Want: "failed, dead or unknown"}
 	})
-}
-
-// StateError: an operation needs the notification in another status.
-type StateError struct {
-	ID     int64
-	Status string
-	Want   string
-}
-
-func (e *StateError) Error() string {
-	return fmt.Sprintf("notification %d is %s; only %s notifications can be retried", e.ID, e.Status, e.Want)
 }
 
 func nullStr(s string) any {

@@ -1,9 +1,10 @@
-package store
+package sqlite
 
 import (
 	"cmp"
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,19 +16,6 @@ import (
 // feeds they read. Feed names: "*" is the tenant's feed (every user of the
 // tenant reads it), "@USER" is a user's personal feed, anything else is a
 // topic or team feed with explicit members.
-
-// Mark kinds: the same watermark mechanism serves "mark all read" and
-// "dismiss all up to here".
-const (
-	MarkRead      = "read"
-	MarkDismissed = "dismissed"
-)
-
-// TenantFeed is the feed every user of a tenant reads.
-const TenantFeed = "*"
-
-// PersonalFeed is a user's own feed.
-func PersonalFeed(user string) string { return "@" + user }
 
 // insertFeedItems posts an event to feeds, in the accept's transaction.
 // pos is the feed's next position: the single writer makes max+1 safe.
@@ -120,13 +108,13 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 	var feed string
 	if err := s.rdb.QueryRowContext(ctx, `SELECT feed FROM feed_items WHERE seq = ? AND tenant = ?`, seq, tenant).Scan(&feed); err != nil {
 		if isNoRows(err) {
-			return fmt.Errorf("feed item %d: %w", seq, ErrNotFound)
+			return fmt.Errorf("feed item %d: %w", seq, store.ErrNotFound)
 		}
 		return err
 	}
 	i := slices.IndexFunc(feeds, func(f userFeed) bool { return f.feed == feed })
 	if i < 0 || seq <= feeds[i].from {
-		return fmt.Errorf("feed item %d: %w", seq, ErrNotFound)
+		return fmt.Errorf("feed item %d: %w", seq, store.ErrNotFound)
 	}
 	return s.w.do(ctx, func(tx *Tx) error {
 		_, err := tx.exec(`INSERT INTO feed_item_marks (tenant, user, kind, seq, feed)
@@ -161,7 +149,7 @@ func (s *Store) snapshot(ctx context.Context, fn func(q querier) error) error {
 }
 
 func userFeeds(ctx context.Context, q querier, tenant, user string) ([]userFeed, error) {
-	fs := []userFeed{{feed: TenantFeed}, {feed: PersonalFeed(user)}}
+	fs := []userFeed{{feed: store.TenantFeed}, {feed: store.PersonalFeed(user)}}
 	rows, err := q.QueryContext(ctx, `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, tenant, user)
 	if err != nil {
 		return nil, fmt.Errorf("read memberships: %w", err)
@@ -189,7 +177,7 @@ func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed
 		if err := rows.Scan(&kind, &mark); err != nil {
 			return 0, 0, err
 		}
-		if kind == MarkRead {
+		if kind == store.MarkRead {
 			read = mark
 		} else {
 			dismissed = mark
@@ -198,22 +186,11 @@ func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed
 	return read, dismissed, rows.Err()
 }
 
-// FeedItem is one item of a user's feed view.
-type FeedItem struct {
-	Seq       int64     `json:"seq"`
-	Feed      string    `json:"feed"`
-	EventID   string    `json:"event_id"`
-	Type      string    `json:"type"`
-	Message   []byte    `json:"-"` // the event's message, as stored
-	Read      bool      `json:"read"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
 // FeedPage is a user's feed, newest first: items with seq < before (0 for
 // the newest), at most limit, from the feeds the user reads (each from
 // when they joined it), without dismissed items. ReadMark is the user's
 // read watermark.
-func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []FeedItem, readMark int64, err error) {
+func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []store.FeedItem, readMark int64, err error) {
 	err = s.snapshot(ctx, func(q querier) error {
 		items, readMark, err = feedPage(ctx, q, tenant, user, before, limit)
 		return err
@@ -221,7 +198,7 @@ func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64,
 	return items, readMark, err
 }
 
-func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]FeedItem, int64, error) {
+func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]store.FeedItem, int64, error) {
 	if before <= 0 {
 		before = 1<<63 - 1
 	}
@@ -234,7 +211,7 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 		return nil, 0, err
 	}
 	// Items marked one by one, in the range a page can reach.
-	itemMarks := map[string]map[int64]bool{MarkRead: {}, MarkDismissed: {}}
+	itemMarks := map[string]map[int64]bool{store.MarkRead: {}, store.MarkDismissed: {}}
 	rows, err := q.QueryContext(ctx, `SELECT kind, seq FROM feed_item_marks
 		WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq < ?`, tenant, user, before)
 	if err != nil {
@@ -259,7 +236,7 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 		from := max(f.from, dismissedMark)
 		rows, err := q.QueryContext(ctx, `SELECT seq FROM feed_items
 			WHERE tenant = ? AND feed = ? AND seq > ? AND seq < ?
-			ORDER BY seq DESC LIMIT ?`, tenant, f.feed, from, before, limit+len(itemMarks[MarkDismissed]))
+			ORDER BY seq DESC LIMIT ?`, tenant, f.feed, from, before, limit+len(itemMarks[store.MarkDismissed]))
 		if err != nil {
 			return nil, 0, fmt.Errorf("read feed %q: %w", f.feed, err)
 		}
@@ -269,7 +246,7 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 				rows.Close()
 				return nil, 0, err
 			}
-			if !itemMarks[MarkDismissed][seq] {
+			if !itemMarks[store.MarkDismissed][seq] {
 				seqs = append(seqs, seq)
 				feedOf[seq] = f.feed
 			}
@@ -281,7 +258,7 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 	}
 	slices.SortFunc(seqs, func(a, b int64) int { return cmp.Compare(b, a) })
 	seqs = seqs[:min(len(seqs), limit)]
-	items := make([]FeedItem, 0, len(seqs))
+	items := make([]store.FeedItem, 0, len(seqs))
 	if len(seqs) == 0 {
 		return items, readMark, nil
 	}
@@ -297,14 +274,14 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var it FeedItem
+		var it store.FeedItem
 		var created int64
 		if err := rows.Scan(&it.Seq, &created, &it.EventID, &it.Type, &it.Message); err != nil {
 			return nil, 0, err
 		}
 		it.Feed = feedOf[it.Seq]
 		it.CreatedAt = fromMS(created)
-		it.Read = it.Seq <= readMark || itemMarks[MarkRead][it.Seq]
+		it.Read = it.Seq <= readMark || itemMarks[store.MarkRead][it.Seq]
 		items = append(items, it)
 	}
 	if err := rows.Err(); err != nil {

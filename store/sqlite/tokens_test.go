@@ -1,7 +1,8 @@
-package store
+package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"errors"
 	"sync"
 	"testing"
@@ -35,12 +36,12 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("TokenByHash = %+v, %v; want %+v", got, err, b)
 	}
 	for _, h := range []string{"hash-c", ""} {
-		if _, err := s.TokenByHash(ctx, h); !errors.Is(err, ErrNotFound) {
+		if _, err := s.TokenByHash(ctx, h); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("TokenByHash(%q): %v, want ErrNotFound", h, err)
 		}
 	}
 	// A hash is unique across tenants; an empty one is refused.
-	if _, err := s.CreateToken(ctx, "other", "dup", "hash-a", t0); !errors.Is(err, ErrTokenExists) {
+	if _, err := s.CreateToken(ctx, "other", "dup", "hash-a", t0); !errors.Is(err, store.ErrTokenExists) {
 		t.Fatalf("duplicate hash: %v, want ErrTokenExists", err)
 	}
 	if _, err := s.CreateToken(ctx, "default", "empty", "", t0); err == nil {
@@ -55,10 +56,10 @@ func TestTokens(t *testing.T) {
 	if err := s.DeleteToken(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TokenByHash(ctx, "hash-a"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.TokenByHash(ctx, "hash-a"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("deleted token still found: %v", err)
 	}
-	if err := s.DeleteToken(ctx, a.ID); !errors.Is(err, ErrNotFound) {
+	if err := s.DeleteToken(ctx, a.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("second delete: %v, want ErrNotFound", err)
 	}
 	if err := s.DeleteToken(ctx, b.ID); err != nil {
@@ -94,7 +95,7 @@ func TestCreateTokenConcurrentSameHash(t *testing.T) {
 			switch {
 			case err == nil:
 				created++
-			case errors.Is(err, ErrTokenExists):
+			case errors.Is(err, store.ErrTokenExists):
 				exists++
 			default:
 				t.Error(err)

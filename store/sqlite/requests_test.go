@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"bytes"
 	"context"
+	"edgerelay/store"
 	"errors"
 	"testing"
 	"time"
@@ -13,12 +14,12 @@ func TestRequestResponseStoredAndReplayed(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
 	ttl := 24 * time.Hour
-	k := RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp1"}
+	k := store.RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp1"}
 
 	if resp, err := s.LookupRequest(ctx, k, t0); resp != nil || err != nil {
 		t.Fatalf("new key: %v, %v; want nothing stored", resp, err)
 	}
-	want := StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	want := store.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
 	if err := s.SaveResponse(ctx, k, want, t0, ttl); err != nil {
 		t.Fatal(err)
 	}
@@ -29,17 +30,17 @@ func TestRequestResponseStoredAndReplayed(t *testing.T) {
 		}
 	}
 	// The same key for another request: refused while the key lives.
-	other := RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp2"}
-	if _, err := s.LookupRequest(ctx, other, t0.Add(time.Hour)); !errors.Is(err, ErrKeyReused) {
+	other := store.RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp2"}
+	if _, err := s.LookupRequest(ctx, other, t0.Add(time.Hour)); !errors.Is(err, store.ErrKeyReused) {
 		t.Fatalf("other fingerprint: %v, want ErrKeyReused", err)
 	}
 	// Keys are per tenant.
-	elsewhere := RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp2"}
+	elsewhere := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp2"}
 	if resp, err := s.LookupRequest(ctx, elsewhere, t0); resp != nil || err != nil {
 		t.Fatalf("other tenant: %v, %v; want nothing", resp, err)
 	}
 	// A second save under a live key keeps the first answer.
-	if err := s.SaveResponse(ctx, k, StoredResponse{Status: 202, Body: []byte("second")}, t0.Add(time.Second), ttl); err != nil {
+	if err := s.SaveResponse(ctx, k, store.StoredResponse{Status: 202, Body: []byte("second")}, t0.Add(time.Second), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := s.LookupRequest(ctx, k, t0.Add(2*time.Second)); resp == nil || !bytes.Equal(resp.Body, want.Body) {
@@ -50,7 +51,7 @@ func TestRequestResponseStoredAndReplayed(t *testing.T) {
 	if resp, err := s.LookupRequest(ctx, other, t0.Add(ttl)); resp != nil || err != nil {
 		t.Fatalf("after expiry: %v, %v; want nothing", resp, err)
 	}
-	if err := s.SaveResponse(ctx, other, StoredResponse{Status: 201, Body: []byte("new")}, t0.Add(ttl), ttl); err != nil {
+	if err := s.SaveResponse(ctx, other, store.StoredResponse{Status: 201, Body: []byte("new")}, t0.Add(ttl), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err := s.LookupRequest(ctx, other, t0.Add(ttl+time.Second)); err != nil || resp == nil || string(resp.Body) != "new" {
@@ -67,7 +68,7 @@ func TestRequestLegacyInFlightRowIgnored(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
-	k := RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp"}
+	k := store.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp"}
 	err := s.w.do(ctx, func(tx *Tx) error {
 		_, err := tx.exec(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at)
 			VALUES ('default', 'k', 'other', 'in_flight', ?1, ?1, ?2)`, ms(t0.Add(time.Hour)), ms(t0.Add(24*time.Hour)))
@@ -79,7 +80,7 @@ func TestRequestLegacyInFlightRowIgnored(t *testing.T) {
 	if resp, err := s.LookupRequest(ctx, k, t0); resp != nil || err != nil {
 		t.Fatalf("lookup over a legacy in-flight row: %v, %v; want nothing", resp, err)
 	}
-	if err := s.SaveResponse(ctx, k, StoredResponse{Status: 200, Body: []byte("ok")}, t0, time.Hour); err != nil {
+	if err := s.SaveResponse(ctx, k, store.StoredResponse{Status: 200, Body: []byte("ok")}, t0, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err := s.LookupRequest(ctx, k, t0); err != nil || resp == nil || string(resp.Body) != "ok" {
@@ -93,8 +94,8 @@ func TestPruneRequests(t *testing.T) {
 	ctx := context.Background()
 	save := func(key string, ttl time.Duration) {
 		t.Helper()
-		k := RequestKey{Tenant: "default", Key: key, Fingerprint: "fp"}
-		if err := s.SaveResponse(ctx, k, StoredResponse{Status: 200, Body: []byte("ok")}, t0, ttl); err != nil {
+		k := store.RequestKey{Tenant: "default", Key: key, Fingerprint: "fp"}
+		if err := s.SaveResponse(ctx, k, store.StoredResponse{Status: 200, Body: []byte("ok")}, t0, ttl); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,26 +1,14 @@
-package store
+package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"fmt"
 	"strings"
 )
 
-// MaxListLimit caps how many notifications one ListNotifications returns.
-const MaxListLimit = 1000
-
 // defaultListLimit applies when ListFilter.Limit is zero or less.
 const defaultListLimit = 100
-
-// ListFilter selects a page of notifications. Zero fields match anything.
-type ListFilter struct {
-	Tenant    string // "" = any tenant
-	Status    string
-	Recipient string
-	EventRow  int64 // an event's row id (see EventRow); 0 = any
-	After     int64 // the cursor: only ids greater than this
-	Limit     int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
-}
 
 // ListNotifications returns notifications matching f in id order, without
 // their attempt logs (AttemptLog is nil). To page, pass the last id returned
@@ -30,14 +18,14 @@ type ListFilter struct {
 // row committed after a page was read has a larger id than any row that page
 // could have returned. (A row whose status changes may of
 // course enter or leave a status filter between pages.)
-func (s *Store) ListNotifications(ctx context.Context, f ListFilter) ([]Notification, error) {
+func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
 	q, args := listQuery(f)
 	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list notifications: %w", err)
 	}
 	defer rows.Close()
-	out := []Notification{}
+	out := []store.Notification{}
 	for rows.Next() {
 		n, err := scanNotification(rows)
 		if err != nil {
@@ -56,12 +44,12 @@ func (s *Store) ListNotifications(ctx context.Context, f ListFilter) ([]Notifica
 // for it.
 // Each combination has an index ending in id (see 0002_api.sql), so a page
 // is a range read in id order that stops after the limit.
-func listQuery(f ListFilter) (string, []any) {
+func listQuery(f store.ListFilter) (string, []any) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	limit = min(limit, MaxListLimit)
+	limit = min(limit, store.MaxListLimit)
 	var b strings.Builder
 	b.WriteString(`SELECT ` + notificationCols + `
 		FROM notifications n JOIN events e ON e.id = n.event
@@ -101,7 +89,7 @@ func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 	err := s.rdb.QueryRowContext(ctx, `SELECT id FROM events WHERE tenant = ? AND event_id = ? AND purpose = ?`,
 		tenant, eventID, purpose).Scan(&id)
 	if isNoRows(err) {
-		return 0, fmt.Errorf("event %q (purpose %q): %w", eventID, purpose, ErrNotFound)
+		return 0, fmt.Errorf("event %q (purpose %q): %w", eventID, purpose, store.ErrNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("read event %q: %w", eventID, err)

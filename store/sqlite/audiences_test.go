@@ -1,7 +1,8 @@
-package store
+package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"errors"
 	"fmt"
 	"testing"
@@ -39,7 +40,7 @@ func TestAudienceReplace(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
-	if _, err := s.Audience(ctx, "default", "staff"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Audience(ctx, "default", "staff"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing audience: %v, want ErrNotFound", err)
 	}
 	first := [][]byte{[]byte(`{"id":"c"}`), []byte(`{"id":"a"}`), []byte(`{"id":"b"}`)}
@@ -79,13 +80,13 @@ func TestAudienceReplace(t *testing.T) {
 	if err := s.DeleteAudience(ctx, "acme", "staff"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Audience(ctx, "acme", "staff"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Audience(ctx, "acme", "staff"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("deleted audience: %v, want ErrNotFound", err)
 	}
 	if n := count(t, s, `SELECT count(*) FROM audience_members WHERE tenant = 'acme'`); n != 0 {
 		t.Fatalf("%d members left after delete, want 0 (cascade)", n)
 	}
-	if err := s.DeleteAudience(ctx, "acme", "staff"); !errors.Is(err, ErrNotFound) {
+	if err := s.DeleteAudience(ctx, "acme", "staff"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("second delete: %v, want ErrNotFound", err)
 	}
 	checkAudience(t, s, "default", "staff", [][]byte{})

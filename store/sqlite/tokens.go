@@ -1,34 +1,26 @@
-package store
+package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"errors"
 	"fmt"
 	"time"
 )
 
-// Token is an API token as stored: its hash is kept, the token never is.
-// Generating and hashing tokens is the caller's job.
-type Token struct {
-	ID        int64     `json:"id"`
-	Tenant    string    `json:"tenant"`
-	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
 // CreateToken stores a token's hash (hex sha256) for tenant.
 // ErrTokenExists: a token with that hash is already stored.
-func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (Token, error) {
+func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (store.Token, error) {
 	if hash == "" {
 		// An empty hash would match a lookup of an empty token.
-		return Token{}, errors.New("create token: empty hash")
+		return store.Token{}, errors.New("create token: empty hash")
 	}
-	tok := Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
+	tok := store.Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
 	err := s.w.do(ctx, func(tx *Tx) error {
 		err := tx.queryRow(`INSERT INTO tokens (tenant, name, hash, created_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (hash) DO NOTHING RETURNING id`, tenant, name, hash, ms(now)).Scan(&tok.ID)
 		if isNoRows(err) {
-			return fmt.Errorf("create token %q: %w", name, ErrTokenExists)
+			return fmt.Errorf("create token %q: %w", name, store.ErrTokenExists)
 		}
 		if err != nil {
 			return fmt.Errorf("create token %q: %w", name, err)
@@ -36,40 +28,40 @@ func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now 
 		return nil
 	})
 	if err != nil {
-		return Token{}, err
+		return store.Token{}, err
 	}
 	return tok, nil
 }
 
 // TokenByHash returns the token whose hash is hash. ErrNotFound when absent.
-func (s *Store) TokenByHash(ctx context.Context, hash string) (Token, error) {
-	var tok Token
+func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+	var tok store.Token
 	var created int64
 	if hash == "" {
-		return tok, fmt.Errorf("token: %w", ErrNotFound)
+		return tok, fmt.Errorf("token: %w", store.ErrNotFound)
 	}
 	err := s.rdb.QueryRowContext(ctx, `SELECT id, tenant, name, created_at FROM tokens WHERE hash = ?`, hash).
 		Scan(&tok.ID, &tok.Tenant, &tok.Name, &created)
 	if isNoRows(err) {
-		return Token{}, fmt.Errorf("token: %w", ErrNotFound)
+		return store.Token{}, fmt.Errorf("token: %w", store.ErrNotFound)
 	}
 	if err != nil {
-		return Token{}, fmt.Errorf("read token: %w", err)
+		return store.Token{}, fmt.Errorf("read token: %w", err)
 	}
 	tok.CreatedAt = fromMS(created)
 	return tok, nil
 }
 
 // Tokens lists every token, oldest first.
-func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
+func (s *Store) Tokens(ctx context.Context) ([]store.Token, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, tenant, name, created_at FROM tokens ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
 	defer rows.Close()
-	out := []Token{}
+	out := []store.Token{}
 	for rows.Next() {
-		var tok Token
+		var tok store.Token
 		var created int64
 		if err := rows.Scan(&tok.ID, &tok.Tenant, &tok.Name, &created); err != nil {
 			return nil, fmt.Errorf("list tokens: %w", err)
@@ -92,7 +84,7 @@ func (s *Store) DeleteToken(ctx context.Context, id int64) error {
 			return fmt.Errorf("delete token %d: %w", id, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("token %d: %w", id, ErrNotFound)
+			return fmt.Errorf("token %d: %w", id, store.ErrNotFound)
 		}
 		return nil
 	})

@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 	"time"
 )
 
-var update = flag.Bool("update", false, "rewrite ../schema.sql from the migrations")
+var update = flag.Bool("update", false, "rewrite ../../schema.sql from the migrations")
 
 func setup(t *testing.T) *Store {
 	t.Helper()
@@ -28,12 +29,12 @@ func setup(t *testing.T) *Store {
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func testEvent(id string, n int) (NewEvent, []Target) {
-	ev := NewEvent{Tenant: "default", EventID: id, Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
+func testEvent(id string, n int) (store.NewEvent, []store.Target) {
+	ev := store.NewEvent{Tenant: "default", EventID: id, Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
 		Message: []byte(`{"subject":"hi"}`), Fingerprint: "fp-" + id, Targets: n}
-	var ts []Target
+	var ts []store.Target
 	for i := range n {
-		ts = append(ts, Target{Key: fmt.Sprintf("%s-r%d", id, i), Recipient: fmt.Sprintf("r%d", i), Channel: "email", Address: fmt.Sprintf("r%d@example.com", i)})
+		ts = append(ts, store.Target{Key: fmt.Sprintf("%s-r%d", id, i), Recipient: fmt.Sprintf("r%d", i), Channel: "email", Address: fmt.Sprintf("r%d@example.com", i)})
 	}
 	return ev, ts
 }
@@ -96,11 +97,11 @@ func TestSchemaFileMatchesMigrations(t *testing.T) {
 	}
 	got := strings.TrimSpace(b.String()) + "\n"
 	if *update {
-		if err := os.WriteFile("../schema.sql", []byte(got), 0o644); err != nil {
+		if err := os.WriteFile("../../schema.sql", []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want, err := os.ReadFile("../schema.sql")
+	want, err := os.ReadFile("../../schema.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestRefusesNewerDatabase(t *testing.T) {
 	}
 	db.Close()
 	_, err = Open(context.Background(), path, Options{})
-	if !errors.Is(err, ErrTooNew) || !strings.Contains(err.Error(), "version 99") {
+	if !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "version 99") {
 		t.Fatalf("err = %v, want ErrTooNew naming version 99", err)
 	}
 	// Untouched: still version 99 with its table.
@@ -238,7 +239,7 @@ func TestAcceptDedupeUnderConcurrency(t *testing.T) {
 	}
 	// Different content under the same identity is a conflict; nothing written.
 	ev.Fingerprint = "other"
-	if _, err := s.AcceptEvent(context.Background(), ev, ts, t0); !errors.Is(err, ErrEventConflict) {
+	if _, err := s.AcceptEvent(context.Background(), ev, ts, t0); !errors.Is(err, store.ErrEventConflict) {
 		t.Fatalf("err = %v, want ErrEventConflict", err)
 	}
 	if n := count(t, s, `SELECT count(*) FROM events`); n != 1 {
@@ -304,15 +305,15 @@ func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 	if len(ex) != 3 {
 		t.Fatalf("%d expired, want 3", len(ex))
 	}
-	a := Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0.Add(time.Second), Outcome: "sent", HTTPStatus: 200, MessageID: "m1"}
-	ok, err := s.Record(ctx, cs[0].ID, a, Decision{Status: StatusSent, NextAttemptAt: t0})
+	a := store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0.Add(time.Second), Outcome: "sent", HTTPStatus: 200, MessageID: "m1"}
+	ok, err := s.Record(ctx, cs[0].ID, a, store.Decision{Status: store.StatusSent, NextAttemptAt: t0})
 	if err != nil || !ok {
 		t.Fatalf("record: %v %v", ok, err)
 	}
 	// A second record of the same attempt (a late answer after recovery)
 	// is kept in the audit trail but changes nothing.
-	ok, err = s.Record(ctx, cs[0].ID, Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
-		Decision{Status: StatusPending, NextAttemptAt: t0})
+	ok, err = s.Record(ctx, cs[0].ID, store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
+		store.Decision{Status: store.StatusPending, NextAttemptAt: t0})
 	if err != nil || ok {
 		t.Fatalf("stale record applied: %v %v", ok, err)
 	}
@@ -320,22 +321,22 @@ func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Status != StatusSent || n.ProviderMessageID != "m1" || len(n.AttemptLog) != 2 {
+	if n.Status != store.StatusSent || n.ProviderMessageID != "m1" || len(n.AttemptLog) != 2 {
 		t.Fatalf("notification %+v", n)
 	}
 	// Retry: only final, non-sent notifications.
-	var se *StateError
+	var se *store.StateError
 	if err := s.Retry(ctx, "", cs[0].ID, t0); !errors.As(err, &se) {
 		t.Fatalf("retry of a sent notification: %v", err)
 	}
-	if err := s.Retry(ctx, "", 999, t0); !errors.Is(err, ErrNotFound) {
+	if err := s.Retry(ctx, "", 999, t0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("retry of a missing notification: %v", err)
 	}
-	if _, err := s.Record(ctx, cs[1].ID, Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "refused", Permanent: true},
-		Decision{Status: StatusFailed, NextAttemptAt: t0, Reason: "400"}); err != nil {
+	if _, err := s.Record(ctx, cs[1].ID, store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "refused", Permanent: true},
+		store.Decision{Status: store.StatusFailed, NextAttemptAt: t0, Reason: "400"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Retry(ctx, "other-tenant", cs[1].ID, t0); !errors.Is(err, ErrNotFound) {
+	if err := s.Retry(ctx, "other-tenant", cs[1].ID, t0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("retry across tenants: %v", err)
 	}
 	if err := s.Retry(ctx, "", cs[1].ID, t0.Add(time.Hour)); err != nil {
@@ -355,7 +356,7 @@ func TestClosedStoreRefusesWrites(t *testing.T) {
 	}
 	s.Close()
 	ev, ts := testEvent("e", 1)
-	if _, err := s.AcceptEvent(context.Background(), ev, ts, t0); !errors.Is(err, ErrClosed) {
+	if _, err := s.AcceptEvent(context.Background(), ev, ts, t0); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("err = %v, want ErrClosed", err)
 	}
 }
@@ -366,33 +367,33 @@ func TestClaimWhereFiltersChannels(t *testing.T) {
 	ctx := context.Background()
 	ev, _ := testEvent("e", 0)
 	ev.Targets = 6
-	var ts []Target
+	var ts []store.Target
 	for i, ch := range []string{"email", "sms", "push", "email", "sms", "push"} {
-		ts = append(ts, Target{Key: fmt.Sprint("k", i), Recipient: fmt.Sprint("r", i), Channel: ch, Address: "a"})
+		ts = append(ts, store.Target{Key: fmt.Sprint("k", i), Recipient: fmt.Sprint("r", i), Channel: ch, Address: "a"})
 	}
 	if _, err := s.AcceptEvent(ctx, ev, ts, t0); err != nil {
 		t.Fatal(err)
 	}
-	channels := func(cs []Claimed) map[string]int {
+	channels := func(cs []store.Claimed) map[string]int {
 		m := map[string]int{}
 		for _, c := range cs {
 			m[c.Channel]++
 		}
 		return m
 	}
-	got, err := s.ClaimWhere(ctx, 10, t0, time.Minute, ClaimFilter{Only: []string{"sms"}})
+	got, err := s.ClaimWhere(ctx, 10, t0, time.Minute, store.ClaimFilter{Only: []string{"sms"}})
 	if err != nil || fmt.Sprint(channels(got)) != "map[sms:2]" {
 		t.Fatalf("only sms: %v %v", channels(got), err)
 	}
-	got, _ = s.ClaimWhere(ctx, 1, t0, time.Minute, ClaimFilter{Exclude: []string{"email"}})
+	got, _ = s.ClaimWhere(ctx, 1, t0, time.Minute, store.ClaimFilter{Exclude: []string{"email"}})
 	if fmt.Sprint(channels(got)) != "map[push:1]" {
 		t.Fatalf("limit 1 excluding email: %v", channels(got))
 	}
-	got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, ClaimFilter{Only: []string{"email", "push"}, Exclude: []string{"push"}})
+	got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, store.ClaimFilter{Only: []string{"email", "push"}, Exclude: []string{"push"}})
 	if fmt.Sprint(channels(got)) != "map[email:2]" {
 		t.Fatalf("email and push less push: %v", channels(got))
 	}
-	if got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, ClaimFilter{Only: []string{}}); len(got) != 0 {
+	if got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, store.ClaimFilter{Only: []string{}}); len(got) != 0 {
 		t.Fatalf("an empty Only claimed %d", len(got))
 	}
 }
@@ -404,10 +405,10 @@ func TestStatusListsUnknowns(t *testing.T) {
 	ev, ts := testEvent("e", 2)
 	s.AcceptEvent(ctx, ev, ts, t0)
 	cs, _ := s.Claim(ctx, 2, t0, time.Minute)
-	s.Record(ctx, cs[1].ID, Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
-		Decision{Status: StatusUnknown, NextAttemptAt: t0, Reason: "at-most-once"})
+	s.Record(ctx, cs[1].ID, store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
+		store.Decision{Status: store.StatusUnknown, NextAttemptAt: t0, Reason: "at-most-once"})
 	st, err := s.Status(ctx, t0)
-	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != cs[1].ID || st.Counts[StatusUnknown] != 1 {
+	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != cs[1].ID || st.Counts[store.StatusUnknown] != 1 {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 }

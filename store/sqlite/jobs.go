@@ -1,31 +1,19 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 )
 
-// JobRun is one run of a scheduled job: the job and the time it was
-// scheduled for are its identity.
-type JobRun struct {
-	Job         string
-	ScheduledAt time.Time
-	// UpperSeq is the newest feed item when the run first started; a
-	// repeat of the run covers the same items. PrevUpperSeq is the
-	// previous run's, so consecutive digests cover adjacent ranges.
-	UpperSeq, PrevUpperSeq int64
-	Status                 string // running, done, failed
-	Repeat                 bool   // the run had been started before
-}
-
 // BeginJobRun records the start of a run, or finds it: a run repeated
 // after a restart, or started by a second instance, is the same row.
-func (s *Store) BeginJobRun(ctx context.Context, job string, at, now time.Time) (JobRun, error) {
-	run := JobRun{Job: job, ScheduledAt: at}
+func (s *Store) BeginJobRun(ctx context.Context, job string, at, now time.Time) (store.JobRun, error) {
+	run := store.JobRun{Job: job, ScheduledAt: at}
 	err := s.w.do(ctx, func(tx *Tx) error {
 		var upper int64
 		if err := tx.queryRow(`SELECT coalesce(max(seq), 0) FROM feed_items`).Scan(&upper); err != nil {
@@ -75,19 +63,14 @@ func (s *Store) LastJobRun(ctx context.Context, job string) (time.Time, bool, er
 	return fromMS(at.Int64), at.Valid, nil
 }
 
-// PruneResult counts what Prune deleted.
-type PruneResult struct {
-	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns int64
-}
-
 // Prune deletes what finished before cutoff: final notifications with their
 // attempts and receipts, events left with nothing, feed items, expired
 // request keys and old job runs. It works in writes of at most batch rows,
 // so the writer is never held for long. Deleting a notification forgets
 // its key: the caller must keep cutoff older than any retry window (and
 // any redelivery a source may still make).
-func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (PruneResult, error) {
-	var res PruneResult
+func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (store.PruneResult, error) {
+	var res store.PruneResult
 	c := ms(cutoff)
 	step := func(count *int64, fn func(tx *Tx) (sql.Result, error)) error {
 		for {

@@ -1,28 +1,12 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"fmt"
 	"time"
 )
-
-// Statuses a receipt can move a sent notification to.
-const (
-	StatusDelivered = "delivered" // a receipt says it reached the recipient
-	StatusBounced   = "bounced"   // a receipt says it was refused or dropped after sending
-)
-
-// Receipt is a provider's status callback, as stored.
-type Receipt struct {
-	Provider   string     `json:"provider"`
-	Dedupe     string     `json:"-"`
-	MessageID  string     `json:"message_id"`
-	Status     string     `json:"status"` // sent, delivered, bounced, complained, failed
-	Detail     string     `json:"detail,omitempty"`
-	At         *time.Time `json:"at,omitempty"`
-	ReceivedAt time.Time  `json:"received_at"`
-}
 
 // AddReceipts records receipts and applies each new one to the notification
 // it is about. A receipt already recorded (same provider and dedupe key) is
@@ -33,7 +17,7 @@ type Receipt struct {
 // complained), which outranks sent. So a late "sent" never moves it out of
 // delivered or bounced, and a receipt that arrived before the send was
 // recorded is applied when it is (see Record).
-func (s *Store) AddReceipts(ctx context.Context, rs []Receipt, now time.Time) (int, error) {
+func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Time) (int, error) {
 	added := 0
 	err := s.w.do(ctx, func(tx *Tx) error {
 		added = 0
@@ -74,9 +58,9 @@ func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
 	var target string
 	switch rank.Int64 {
 	case 3:
-		target = StatusBounced
+		target = store.StatusBounced
 	case 2:
-		target = StatusDelivered
+		target = store.StatusDelivered
 	default:
 		return nil
 	}
@@ -90,16 +74,16 @@ func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
 }
 
 // receiptsFor lists the receipts about one sent message, oldest first.
-func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]Receipt, error) {
+func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]store.Receipt, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at
 		FROM receipts WHERE provider = ? AND message_id = ? ORDER BY id`, provider, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("read receipts: %w", err)
 	}
 	defer rows.Close()
-	var out []Receipt
+	var out []store.Receipt
 	for rows.Next() {
-		var r Receipt
+		var r store.Receipt
 		var at sql.NullInt64
 		var recv int64
 		if err := rows.Scan(&r.Provider, &r.MessageID, &r.Status, &r.Detail, &at, &recv); err != nil {

@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +45,7 @@ func setStatus(t *testing.T, s *Store, status string, ids ...int64) {
 	}
 }
 
-func ids(ns []Notification) []int64 {
+func ids(ns []store.Notification) []int64 {
 	out := make([]int64, len(ns))
 	for i, n := range ns {
 		out[i] = n.ID
@@ -54,9 +55,9 @@ func ids(ns []Notification) []int64 {
 
 // pages lists everything f matches, limit rows at a time, calling between
 // after each page.
-func pages(t *testing.T, s *Store, f ListFilter, between func(page int)) []Notification {
+func pages(t *testing.T, s *Store, f store.ListFilter, between func(page int)) []store.Notification {
 	t.Helper()
-	var all []Notification
+	var all []store.Notification
 	for page := 0; ; page++ {
 		ns, err := s.ListNotifications(context.Background(), f)
 		if err != nil {
@@ -86,7 +87,7 @@ func TestListPagesNeitherSkipNorRepeat(t *testing.T) {
 	}
 	acceptFor(t, s, "b", "e0", 4)
 	written := 0
-	for _, f := range []ListFilter{{Limit: 3}, {Tenant: "a", Limit: 3}, {Tenant: "a", Recipient: "r1", Limit: 1}} {
+	for _, f := range []store.ListFilter{{Limit: 3}, {Tenant: "a", Limit: 3}, {Tenant: "a", Recipient: "r1", Limit: 1}} {
 		got := pages(t, s, f, func(page int) {
 			if page < 4 { // writes for both tenants while paging
 				written++
@@ -127,29 +128,29 @@ func TestListFilters(t *testing.T) {
 			rows[tenant+"/"+id] = acceptFor(t, s, tenant, id, 3)
 		}
 	}
-	all, err := s.ListNotifications(ctx, ListFilter{Limit: MaxListLimit})
+	all, err := s.ListNotifications(ctx, store.ListFilter{Limit: store.MaxListLimit})
 	if err != nil || len(all) != 12 {
 		t.Fatalf("listed %d, %v; want 12", len(all), err)
 	}
 	// Some sent, one failed, in each tenant.
-	setStatus(t, s, StatusSent, all[0].ID, all[1].ID, all[6].ID)
-	setStatus(t, s, StatusFailed, all[4].ID, all[9].ID)
-	all, _ = s.ListNotifications(ctx, ListFilter{Limit: MaxListLimit})
-	if all[0].EventID != "e1" || all[0].Purpose != "receipt" || all[0].Tenant != "a" || all[0].Status != StatusSent {
+	setStatus(t, s, store.StatusSent, all[0].ID, all[1].ID, all[6].ID)
+	setStatus(t, s, store.StatusFailed, all[4].ID, all[9].ID)
+	all, _ = s.ListNotifications(ctx, store.ListFilter{Limit: store.MaxListLimit})
+	if all[0].EventID != "e1" || all[0].Purpose != "receipt" || all[0].Tenant != "a" || all[0].Status != store.StatusSent {
 		t.Fatalf("first notification %+v", all[0])
 	}
 
-	match := func(f ListFilter, n Notification) bool {
+	match := func(f store.ListFilter, n store.Notification) bool {
 		return (f.Tenant == "" || n.Tenant == f.Tenant) && (f.Status == "" || n.Status == f.Status) &&
 			(f.Recipient == "" || n.Recipient == f.Recipient) &&
 			(f.EventRow == 0 || rows[n.Tenant+"/"+n.EventID] == f.EventRow)
 	}
-	var filters []ListFilter
+	var filters []store.ListFilter
 	for _, tenant := range []string{"", "a", "b", "c"} {
-		for _, status := range []string{"", StatusPending, StatusSent, StatusFailed} {
+		for _, status := range []string{"", store.StatusPending, store.StatusSent, store.StatusFailed} {
 			for _, rcpt := range []string{"", "r0", "nobody"} {
 				for _, ev := range []int64{0, rows["a/e1"], rows["b/e2"]} {
-					filters = append(filters, ListFilter{Tenant: tenant, Status: status, Recipient: rcpt, EventRow: ev})
+					filters = append(filters, store.ListFilter{Tenant: tenant, Status: status, Recipient: rcpt, EventRow: ev})
 				}
 			}
 		}
@@ -162,7 +163,7 @@ func TestListFilters(t *testing.T) {
 				want = append(want, n.ID)
 			}
 		}
-		for _, limit := range []int{1, MaxListLimit} { // one page, and a page per row
+		for _, limit := range []int{1, store.MaxListLimit} { // one page, and a page per row
 			f.Limit = limit
 			got := ids(pages(t, s, f, nil))
 			if !slices.Equal(got, want) {
@@ -177,11 +178,11 @@ func TestListFilters(t *testing.T) {
 		t.Fatalf("only %d of %d filters matched anything: the fixture is too thin", nonEmpty, len(filters))
 	}
 	// Spot checks that do not go through the model.
-	got, _ := s.ListNotifications(ctx, ListFilter{Tenant: "a", Recipient: "r0", Limit: 10})
+	got, _ := s.ListNotifications(ctx, store.ListFilter{Tenant: "a", Recipient: "r0", Limit: 10})
 	if len(got) != 2 || got[0].Tenant != "a" || got[1].Tenant != "a" || got[0].Recipient != "r0" {
 		t.Fatalf("tenant a, r0: %+v", got)
 	}
-	got, _ = s.ListNotifications(ctx, ListFilter{Tenant: "a", EventRow: rows["b/e1"], Limit: 10})
+	got, _ = s.ListNotifications(ctx, store.ListFilter{Tenant: "a", EventRow: rows["b/e1"], Limit: 10})
 	if len(got) != 0 {
 		t.Fatalf("tenant a asked for tenant b's event and got %d rows", len(got))
 	}
@@ -191,14 +192,14 @@ func TestListLimit(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
-	acceptFor(t, s, "a", "big", MaxListLimit+100)
-	for _, c := range []struct{ limit, want int }{{0, defaultListLimit}, {-1, defaultListLimit}, {7, 7}, {5000, MaxListLimit}} {
-		got, err := s.ListNotifications(ctx, ListFilter{Limit: c.limit})
+	acceptFor(t, s, "a", "big", store.MaxListLimit+100)
+	for _, c := range []struct{ limit, want int }{{0, defaultListLimit}, {-1, defaultListLimit}, {7, 7}, {5000, store.MaxListLimit}} {
+		got, err := s.ListNotifications(ctx, store.ListFilter{Limit: c.limit})
 		if err != nil || len(got) != c.want {
 			t.Fatalf("limit %d: %d rows, %v; want %d", c.limit, len(got), err, c.want)
 		}
 	}
-	got, err := s.ListNotifications(ctx, ListFilter{Tenant: "nobody"})
+	got, err := s.ListNotifications(ctx, store.ListFilter{Tenant: "nobody"})
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty page = %#v, %v; want an empty list", got, err)
 	}
@@ -212,21 +213,21 @@ func TestListUsesIndexes(t *testing.T) {
 	s := setup(t)
 	row := acceptFor(t, s, "a", "e", 5)
 	cases := []struct {
-		f      ListFilter
+		f      store.ListFilter
 		index  string // the index that must serve it
 		sorted bool   // it gives id order: no temp b-tree
 	}{
-		{ListFilter{Tenant: "a"}, "notifications_tenant", true},
-		{ListFilter{Tenant: "a", Status: StatusPending}, "notifications_tenant_status", true},
-		{ListFilter{Tenant: "a", Recipient: "r1"}, "notifications_recipient", true},
-		{ListFilter{Tenant: "a", Status: StatusPending, Recipient: "r1"}, "notifications_recipient", true},
-		{ListFilter{Tenant: "a", EventRow: row}, "notifications_event", true},
-		{ListFilter{Status: StatusPending}, "notifications_status", true},
-		{ListFilter{EventRow: row}, "notifications_event", true},
+		{store.ListFilter{Tenant: "a"}, "notifications_tenant", true},
+		{store.ListFilter{Tenant: "a", Status: store.StatusPending}, "notifications_tenant_status", true},
+		{store.ListFilter{Tenant: "a", Recipient: "r1"}, "notifications_recipient", true},
+		{store.ListFilter{Tenant: "a", Status: store.StatusPending, Recipient: "r1"}, "notifications_recipient", true},
+		{store.ListFilter{Tenant: "a", EventRow: row}, "notifications_event", true},
+		{store.ListFilter{Status: store.StatusPending}, "notifications_status", true},
+		{store.ListFilter{EventRow: row}, "notifications_event", true},
 		// Across tenants the recipient index is read for that recipient and
 		// sorted: a recipient's rows, still no scan.
-		{ListFilter{Recipient: "r1"}, "notifications_recipient", false},
-		{ListFilter{Status: StatusPending, Recipient: "r1"}, "notifications_recipient", false},
+		{store.ListFilter{Recipient: "r1"}, "notifications_recipient", false},
+		{store.ListFilter{Status: store.StatusPending, Recipient: "r1"}, "notifications_recipient", false},
 	}
 	for _, c := range cases {
 		for _, after := range []int64{0, 3} {
@@ -262,7 +263,7 @@ func TestEventRow(t *testing.T) {
 		t.Fatalf("EventRow(b) = %d, %v; want %d", got, err, b)
 	}
 	for _, c := range [][3]string{{"c", "evt", "receipt"}, {"a", "other", "receipt"}, {"a", "evt", "reminder"}, {"", "evt", "receipt"}} {
-		if _, err := s.EventRow(ctx, c[0], c[1], c[2]); !errors.Is(err, ErrNotFound) {
+		if _, err := s.EventRow(ctx, c[0], c[1], c[2]); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("EventRow%v: %v, want ErrNotFound", c, err)
 		}
 	}
@@ -311,7 +312,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.EventID != "evt_old" || n.Status != StatusSent || n.ProviderMessageID != "msg-1" || n.UpdatedAt != fromMS(2000) {
+	if n.EventID != "evt_old" || n.Status != store.StatusSent || n.ProviderMessageID != "msg-1" || n.UpdatedAt != fromMS(2000) {
 		t.Fatalf("old notification after migration: %+v", n)
 	}
 	// The new indexes cover the old rows.
@@ -319,7 +320,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []ListFilter{{Tenant: "default", Status: StatusSent}, {Tenant: "default", Recipient: "r0"}, {EventRow: row}} {
+	for _, f := range []store.ListFilter{{Tenant: "default", Status: store.StatusSent}, {Tenant: "default", Recipient: "r0"}, {EventRow: row}} {
 		f.Limit = 10
 		got, err := s.ListNotifications(ctx, f)
 		if err != nil || len(got) != 1 || got[0].Key != "old-key" {
@@ -336,8 +337,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if got, err := s.Audience(ctx, "default", "all"); err != nil || len(got) != 1 {
 		t.Fatalf("audience after migration: %q, %v", got, err)
 	}
-	k := RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp"}
-	if err := s.SaveResponse(ctx, k, StoredResponse{Status: 200}, t0, time.Hour); err != nil {
+	k := store.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp"}
+	if err := s.SaveResponse(ctx, k, store.StoredResponse{Status: 200}, t0, time.Hour); err != nil {
 		t.Fatalf("save a response after migration: %v", err)
 	}
 	// New events keep numbering after the old ones.

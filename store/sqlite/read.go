@@ -1,43 +1,19 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"fmt"
 	"time"
 )
-
-// Notification is one notification with its audit trail.
-type Notification struct {
-	ID                int64      `json:"id"`
-	Key               string     `json:"key"`
-	Tenant            string     `json:"tenant"`
-	EventID           string     `json:"event_id"`
-	Purpose           string     `json:"purpose"`
-	Type              string     `json:"type"`
-	Recipient         string     `json:"recipient"`
-	Channel           string     `json:"channel"`
-	Address           string     `json:"address"`
-	Status            string     `json:"status"`
-	Attempts          int        `json:"attempts"`
-	NextAttemptAt     *time.Time `json:"next_attempt_at,omitempty"` // when pending
-	LeaseUntil        *time.Time `json:"lease_until,omitempty"`     // when sending
-	Provider          string     `json:"provider,omitempty"`
-	ProviderMessageID string     `json:"provider_message_id,omitempty"`
-	LastResponse      string     `json:"last_response,omitempty"`
-	Reason            string     `json:"reason,omitempty"`
-	CreatedAt         time.Time  `json:"created_at"`
-	UpdatedAt         time.Time  `json:"updated_at"`
-	AttemptLog        []Attempt  `json:"attempt_log"`
-	Receipts          []Receipt  `json:"receipts,omitempty"`
-}
 
 const notificationCols = `n.id, n.key, n.tenant, e.event_id, e.purpose, n.type, n.recipient, n.channel, n.address, n.status,
 	n.attempts, n.next_attempt_at, n.lease_until, n.provider, n.provider_message_id, n.last_response, n.reason,
 	n.created_at, n.updated_at`
 
-func scanNotification(row interface{ Scan(...any) error }) (Notification, error) {
-	var n Notification
+func scanNotification(row interface{ Scan(...any) error }) (store.Notification, error) {
+	var n store.Notification
 	var next int64
 	var lease sql.NullInt64
 	var provider, msgID, resp, reason sql.NullString
@@ -47,11 +23,11 @@ func scanNotification(row interface{ Scan(...any) error }) (Notification, error)
 	if err != nil {
 		return n, err
 	}
-	if n.Status == StatusPending {
+	if n.Status == store.StatusPending {
 		t := fromMS(next)
 		n.NextAttemptAt = &t
 	}
-	if lease.Valid && n.Status == StatusSending {
+	if lease.Valid && n.Status == store.StatusSending {
 		t := fromMS(lease.Int64)
 		n.LeaseUntil = &t
 	}
@@ -62,16 +38,16 @@ func scanNotification(row interface{ Scan(...any) error }) (Notification, error)
 
 // Notification returns one notification, by id or by idempotency key, with
 // every attempt. tenant "" means any tenant.
-func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (Notification, error) {
+func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (store.Notification, error) {
 	row := s.rdb.QueryRowContext(ctx, `SELECT `+notificationCols+`
 		FROM notifications n JOIN events e ON e.id = n.event
 		WHERE (n.id = ?1 OR n.key = ?2) AND (?3 = '' OR n.tenant = ?3)`, id, key, tenant)
 	n, err := scanNotification(row)
 	if isNoRows(err) {
 		if key != "" {
-			return n, fmt.Errorf("notification with key %q: %w", key, ErrNotFound)
+			return n, fmt.Errorf("notification with key %q: %w", key, store.ErrNotFound)
 		}
-		return n, fmt.Errorf("notification %d: %w", id, ErrNotFound)
+		return n, fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return n, fmt.Errorf("read notification: %w", err)
@@ -85,7 +61,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	return n, err
 }
 
-func (s *Store) attempts(ctx context.Context, id int64) ([]Attempt, error) {
+func (s *Store) attempts(ctx context.Context, id int64) ([]store.Attempt, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
 			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
 			coalesce(decision, '')
@@ -94,9 +70,9 @@ func (s *Store) attempts(ctx context.Context, id int64) ([]Attempt, error) {
 		return nil, fmt.Errorf("read attempts: %w", err)
 	}
 	defer rows.Close()
-	out := []Attempt{}
+	out := []store.Attempt{}
 	for rows.Next() {
-		var a Attempt
+		var a store.Attempt
 		var start, end int64
 		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
 			return nil, err
@@ -107,27 +83,18 @@ func (s *Store) attempts(ctx context.Context, id int64) ([]Attempt, error) {
 	return out, rows.Err()
 }
 
-// EventNotification is a line of an event's fan-out.
-type EventNotification struct {
-	ID        int64  `json:"id"`
-	Key       string `json:"key"`
-	Recipient string `json:"recipient"`
-	Channel   string `json:"channel"`
-	Status    string `json:"status"`
-}
-
 // EventNotifications lists an event's notifications in fan-out order,
 // after position after (-1 for the start), at most limit.
-func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]EventNotification, error) {
+func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]store.EventNotification, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, key, recipient, channel, status FROM notifications
 		WHERE event = ? AND seq > ? ORDER BY seq LIMIT ?`, eventRow, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list notifications of event %d: %w", eventRow, err)
 	}
 	defer rows.Close()
-	var out []EventNotification
+	var out []store.EventNotification
 	for rows.Next() {
-		var n EventNotification
+		var n store.EventNotification
 		if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
 			return nil, err
 		}
@@ -136,24 +103,10 @@ func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, l
 	return out, rows.Err()
 }
 
-// Status is the state of the whole store at a moment.
-type Status struct {
-	Counts map[string]int64 `json:"counts"` // notifications by status, every status present
-	// OldestDue is the age of the oldest pending notification that is due
-	// (0 when none is due): how far behind dispatch is.
-	OldestDue time.Duration `json:"-"`
-	// NextDue is when the next pending notification not yet due becomes due.
-	NextDue   *time.Time                  `json:"next_due,omitempty"`
-	Providers map[string]map[string]int64 `json:"providers"` // provider → outcome → attempts
-	// Unknown lists the newest notifications whose outcome is unknown (at
-	// most 20): each needs a person to decide (show, retry).
-	Unknown []int64 `json:"unknown_ids"`
-}
-
 // Status counts notifications by status and attempts by provider and outcome.
-func (s *Store) Status(ctx context.Context, now time.Time) (Status, error) {
-	st := Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}}
-	for _, s := range Statuses {
+func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error) {
+	st := store.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}}
+	for _, s := range store.Statuses {
 		st.Counts[s] = 0
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT status, count(*) FROM notifications GROUP BY status`)

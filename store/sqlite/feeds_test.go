@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -22,7 +23,7 @@ func feedPost(ctx context.Context, s *Store, tenant, id string, feeds ...string)
 
 // feedPostAt is feedPost at a given time.
 func feedPostAt(ctx context.Context, s *Store, at time.Time, tenant, id string, feeds ...string) (map[string]int64, error) {
-	acc, err := s.AcceptEvent(ctx, NewEvent{Tenant: tenant, EventID: id, Purpose: "feed", Type: "note",
+	acc, err := s.AcceptEvent(ctx, store.NewEvent{Tenant: tenant, EventID: id, Purpose: "feed", Type: "note",
 		Payload: []byte(`{}`), Message: []byte(`{"subject":"` + id + `"}`), Fingerprint: "fp-" + id,
 		Feeds: feeds, Targets: 0}, nil, at)
 	if err != nil {
@@ -59,7 +60,7 @@ func post1(t *testing.T, s *Store, tenant, id, feed string) int64 {
 	return seq
 }
 
-func feedView(t *testing.T, s *Store, tenant, user string) ([]FeedItem, int64) {
+func feedView(t *testing.T, s *Store, tenant, user string) ([]store.FeedItem, int64) {
 	t.Helper()
 	items, mark, err := s.FeedPage(context.Background(), tenant, user, 0, 10000)
 	if err != nil {
@@ -68,7 +69,7 @@ func feedView(t *testing.T, s *Store, tenant, user string) ([]FeedItem, int64) {
 	return items, mark
 }
 
-func feedSeqs(items []FeedItem) []int64 {
+func feedSeqs(items []store.FeedItem) []int64 {
 	out := make([]int64, len(items))
 	for i, it := range items {
 		out[i] = it.Seq
@@ -77,7 +78,7 @@ func feedSeqs(items []FeedItem) []int64 {
 }
 
 // unreadSeqs is the seqs of the items FeedPage reports unread.
-func unreadSeqs(items []FeedItem) []int64 {
+func unreadSeqs(items []store.FeedItem) []int64 {
 	var out []int64
 	for _, it := range items {
 		if !it.Read {
@@ -159,7 +160,7 @@ func readFeedTruthRange(ctx context.Context, s *Store, tenant, user string, lo, 
 		return feedTruth{}, err
 	}
 	defer tx.Rollback()
-	from := map[string]int64{TenantFeed: 0, PersonalFeed(user): 0}
+	from := map[string]int64{store.TenantFeed: 0, store.PersonalFeed(user): 0}
 	rows, err := tx.QueryContext(ctx, `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, tenant, user)
 	if err != nil {
 		return feedTruth{}, err
@@ -174,7 +175,7 @@ func readFeedTruthRange(ctx context.Context, s *Store, tenant, user string, lo, 
 		from[f] = j
 	}
 	rows.Close()
-	tr := feedTruth{itemMarks: map[string]map[int64]bool{MarkRead: {}, MarkDismissed: {}}}
+	tr := feedTruth{itemMarks: map[string]map[int64]bool{store.MarkRead: {}, store.MarkDismissed: {}}}
 	rows, err = tx.QueryContext(ctx, `SELECT seq, feed FROM feed_items WHERE tenant = ? AND seq BETWEEN ? AND ? ORDER BY seq DESC`, tenant, lo, hi)
 	if err != nil {
 		return feedTruth{}, err
@@ -201,7 +202,7 @@ func readFeedTruthRange(ctx context.Context, s *Store, tenant, user string, lo, 
 			rows.Close()
 			return feedTruth{}, err
 		}
-		if k == MarkRead {
+		if k == store.MarkRead {
 			tr.read = m
 		} else {
 			tr.dismissed = m
@@ -228,7 +229,7 @@ func readFeedTruthRange(ctx context.Context, s *Store, tenant, user string, lo, 
 func (tr feedTruth) visible() []feedTruthItem {
 	var out []feedTruthItem
 	for _, it := range tr.items {
-		if it.seq > tr.dismissed && !tr.itemMarks[MarkDismissed][it.seq] {
+		if it.seq > tr.dismissed && !tr.itemMarks[store.MarkDismissed][it.seq] {
 			out = append(out, it)
 		}
 	}
@@ -238,7 +239,7 @@ func (tr feedTruth) visible() []feedTruthItem {
 func (tr feedTruth) unread() int64 {
 	var n int64
 	for _, it := range tr.visible() {
-		if it.seq > tr.read && !tr.itemMarks[MarkRead][it.seq] {
+		if it.seq > tr.read && !tr.itemMarks[store.MarkRead][it.seq] {
 			n++
 		}
 	}
@@ -251,19 +252,19 @@ func TestFeedFanOutOnRead(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	users := []string{"ada", "ben", "cy"}
-	all := post1(t, s, "acme", "e1", TenantFeed)
+	all := post1(t, s, "acme", "e1", store.TenantFeed)
 	if n := count(t, s, `SELECT count(*) FROM feed_items`); n != 1 {
-		t.Fatalf("%d feed items for one event to %q, want 1", n, TenantFeed)
+		t.Fatalf("%d feed items for one event to %q, want 1", n, store.TenantFeed)
 	}
 	for _, u := range users {
 		items, _ := feedView(t, s, "acme", u)
-		if len(items) != 1 || items[0].Seq != all || items[0].Feed != TenantFeed || items[0].EventID != "e1" ||
+		if len(items) != 1 || items[0].Seq != all || items[0].Feed != store.TenantFeed || items[0].EventID != "e1" ||
 			items[0].Type != "note" || string(items[0].Message) != `{"subject":"e1"}` || items[0].Read || !items[0].CreatedAt.Equal(t0) {
 			t.Errorf("%s sees %+v, want e1 unread", u, items)
 		}
 		wantUnread(t, s, "acme", u, 1)
 	}
-	ada := post1(t, s, "acme", "e2", PersonalFeed("ada"))
+	ada := post1(t, s, "acme", "e2", store.PersonalFeed("ada"))
 	wantView(t, s, "acme", "ada", ada, all)
 	wantView(t, s, "acme", "ben", all)
 	wantUnread(t, s, "acme", "ada", 2)
@@ -283,15 +284,15 @@ func TestFeedFanOutOnRead(t *testing.T) {
 
 	// An event posted to two feeds is an item in each: a member of both
 	// sees it twice (as the schema intends: items are per feed).
-	both, err := feedPost(context.Background(), s, "acme", "e4", TenantFeed, "team:ops")
+	both, err := feedPost(context.Background(), s, "acme", "e4", store.TenantFeed, "team:ops")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(both) != 2 {
 		t.Fatalf("e4 items %v, want one in each feed", both)
 	}
-	wantView(t, s, "acme", "ada", both["team:ops"], both[TenantFeed], ops, ada, all)
-	wantView(t, s, "acme", "cy", both[TenantFeed], all)
+	wantView(t, s, "acme", "ada", both["team:ops"], both[store.TenantFeed], ops, ada, all)
+	wantView(t, s, "acme", "cy", both[store.TenantFeed], all)
 	wantUnread(t, s, "acme", "ada", 5)
 	wantUnread(t, s, "acme", "cy", 2)
 }
@@ -309,7 +310,7 @@ func TestFeedMembershipFromJoin(t *testing.T) {
 	i2 := post1(t, s, "acme", "i2", "team:ops")
 	wantView(t, s, "acme", "ada", i2)
 	wantUnread(t, s, "acme", "ada", 1)
-	if err := s.MarkItem(ctx, "acme", "ada", MarkRead, i1); !errors.Is(err, ErrNotFound) {
+	if err := s.MarkItem(ctx, "acme", "ada", store.MarkRead, i1); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("MarkItem on an item from before ada joined: %v, want ErrNotFound", err)
 	}
 
@@ -324,7 +325,7 @@ func TestFeedMembershipFromJoin(t *testing.T) {
 	setMembers(t, s, "acme", "team:ops", false, "ben")
 	wantView(t, s, "acme", "ada")
 	wantUnread(t, s, "acme", "ada", 0)
-	if err := s.MarkItem(ctx, "acme", "ada", MarkRead, i2); !errors.Is(err, ErrNotFound) {
+	if err := s.MarkItem(ctx, "acme", "ada", store.MarkRead, i2); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("MarkItem after leaving: %v, want ErrNotFound", err)
 	}
 	wantView(t, s, "acme", "ben", i2, i1)
@@ -348,7 +349,7 @@ func TestFeedMarkAllMonotonic(t *testing.T) {
 	var posts sync.WaitGroup
 	for i := range 64 {
 		posts.Go(func() {
-			if _, err := feedPost(ctx, s, "acme", fmt.Sprintf("e%d", i), TenantFeed); err != nil {
+			if _, err := feedPost(ctx, s, "acme", fmt.Sprintf("e%d", i), store.TenantFeed); err != nil {
 				t.Error(err)
 			}
 		})
@@ -357,21 +358,21 @@ func TestFeedMarkAllMonotonic(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	if m := markAll(t, s, "acme", "ada", MarkRead, 10); m != 10 {
+	if m := markAll(t, s, "acme", "ada", store.MarkRead, 10); m != 10 {
 		t.Fatalf("MarkAll(10) = %d", m)
 	}
-	if m := markAll(t, s, "acme", "ada", MarkRead, 5); m != 10 {
+	if m := markAll(t, s, "acme", "ada", store.MarkRead, 5); m != 10 {
 		t.Fatalf("MarkAll(5) after 10 = %d, want 10", m)
 	}
 	if _, mark := feedView(t, s, "acme", "ada"); mark != 10 {
 		t.Fatalf("read mark %d, want 10", mark)
 	}
 	// The kinds are separate watermarks.
-	if m := markAll(t, s, "acme", "ada", MarkDismissed, 3); m != 3 {
+	if m := markAll(t, s, "acme", "ada", store.MarkDismissed, 3); m != 3 {
 		t.Fatalf("MarkAll(dismissed, 3) = %d", m)
 	}
 
-	for _, kind := range []string{MarkRead, MarkDismissed} {
+	for _, kind := range []string{store.MarkRead, store.MarkDismissed} {
 		ups := make([]int64, 64)
 		for i := range ups {
 			ups[i] = int64(i + 1)
@@ -395,9 +396,9 @@ func TestFeedMarkAllMonotonic(t *testing.T) {
 	}
 
 	// Without up_to: the newest item now.
-	a := post1(t, s, "acme", "a", TenantFeed)
-	b := post1(t, s, "acme", "b", TenantFeed)
-	if m := markAll(t, s, "acme", "cy", MarkRead, -1); m != max(a, b) {
+	a := post1(t, s, "acme", "a", store.TenantFeed)
+	b := post1(t, s, "acme", "b", store.TenantFeed)
+	if m := markAll(t, s, "acme", "cy", store.MarkRead, -1); m != max(a, b) {
 		t.Errorf("MarkAll(-1) = %d, want the newest seq %d", m, max(a, b))
 	}
 	wantUnread(t, s, "acme", "cy", 0)
@@ -410,11 +411,11 @@ func TestFeedMarkAllMonotonic(t *testing.T) {
 func TestFeedMarkAllBeyondNewest(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	a := post1(t, s, "acme", "a", TenantFeed)
-	if m := markAll(t, s, "acme", "ada", MarkRead, a+1000); m != a {
+	a := post1(t, s, "acme", "a", store.TenantFeed)
+	if m := markAll(t, s, "acme", "ada", store.MarkRead, a+1000); m != a {
 		t.Errorf("MarkAll(%d) with the newest item %d = %d, want %d", a+1000, a, m, a)
 	}
-	b := post1(t, s, "acme", "b", TenantFeed)
+	b := post1(t, s, "acme", "b", store.TenantFeed)
 	items, mark := feedView(t, s, "acme", "ada")
 	if got := unreadSeqs(items); !slices.Equal(got, []int64{b}) {
 		t.Errorf("after MarkAll(%d) with the newest item %d, then item %d posted: unread %v (read mark %d), want [%d]",
@@ -440,7 +441,7 @@ func TestFeedMarkAllWhilePosting(t *testing.T) {
 	stop := make(chan struct{})
 	var posters sync.WaitGroup
 	var posted atomic.Int64
-	feeds := []string{TenantFeed, "team:ops", "team:dev", "@u0", "@u1", "@u2", "@u3"}
+	feeds := []string{store.TenantFeed, "team:ops", "team:dev", "@u0", "@u1", "@u2", "@u3"}
 	for p := range 2 {
 		posters.Go(func() {
 			for i := 0; ; i++ {
@@ -494,7 +495,7 @@ func TestFeedMarkAllWhilePosting(t *testing.T) {
 					t.Errorf("%s: page %v is not a snapshot: between %d and %d the feed holds %v; read-all up to %d reads the missing ones unseen",
 						u, got, oldest, upTo, want, upTo)
 				}
-				if _, err := s.MarkAll(ctx, "acme", u, MarkRead, upTo); err != nil {
+				if _, err := s.MarkAll(ctx, "acme", u, store.MarkRead, upTo); err != nil {
 					t.Error(err)
 					return
 				}
@@ -563,9 +564,9 @@ func TestFeedMarkItem(t *testing.T) {
 	ctx := context.Background()
 	var seq [6]int64
 	for i := 1; i <= 5; i++ {
-		seq[i] = post1(t, s, "acme", fmt.Sprintf("i%d", i), TenantFeed)
+		seq[i] = post1(t, s, "acme", fmt.Sprintf("i%d", i), store.TenantFeed)
 	}
-	markAll(t, s, "acme", "ada", MarkRead, seq[2])
+	markAll(t, s, "acme", "ada", store.MarkRead, seq[2])
 	wantUnread(t, s, "acme", "ada", 3)
 	readFlags := func() map[int64]bool {
 		items, _ := feedView(t, s, "acme", "ada")
@@ -578,59 +579,59 @@ func TestFeedMarkItem(t *testing.T) {
 	itemMarks := func() int { return count(t, s, `SELECT count(*) FROM feed_item_marks`) }
 
 	// Read above the watermark.
-	markItem(t, s, "acme", "ada", MarkRead, seq[4])
+	markItem(t, s, "acme", "ada", store.MarkRead, seq[4])
 	if f := readFlags(); !f[seq[4]] || f[seq[3]] || f[seq[5]] || !f[seq[1]] {
 		t.Errorf("read flags %v after reading item %d", f, seq[4])
 	}
 	wantUnread(t, s, "acme", "ada", 2)
-	markItem(t, s, "acme", "ada", MarkRead, seq[4]) // again: nothing changes
+	markItem(t, s, "acme", "ada", store.MarkRead, seq[4]) // again: nothing changes
 	wantUnread(t, s, "acme", "ada", 2)
 
 	// Dismiss hides it from the page and from the count.
-	markItem(t, s, "acme", "ada", MarkDismissed, seq[5])
+	markItem(t, s, "acme", "ada", store.MarkDismissed, seq[5])
 	wantView(t, s, "acme", "ada", seq[4], seq[3], seq[2], seq[1])
 	wantUnread(t, s, "acme", "ada", 1)
 
 	// Read and dismissed: counted once (it was already not unread).
-	markItem(t, s, "acme", "ada", MarkDismissed, seq[4])
+	markItem(t, s, "acme", "ada", store.MarkDismissed, seq[4])
 	wantView(t, s, "acme", "ada", seq[3], seq[2], seq[1])
 	wantUnread(t, s, "acme", "ada", 1)
 	// Dismissed first, then read: still once.
-	markItem(t, s, "acme", "ada", MarkDismissed, seq[3])
-	markItem(t, s, "acme", "ada", MarkRead, seq[3])
+	markItem(t, s, "acme", "ada", store.MarkDismissed, seq[3])
+	markItem(t, s, "acme", "ada", store.MarkRead, seq[3])
 	wantView(t, s, "acme", "ada", seq[2], seq[1])
 	wantUnread(t, s, "acme", "ada", 0)
 
 	// Below the read watermark, reading is a no-op.
 	before := itemMarks()
-	markItem(t, s, "acme", "ada", MarkRead, seq[1])
+	markItem(t, s, "acme", "ada", store.MarkRead, seq[1])
 	if n := itemMarks(); n != before {
 		t.Errorf("reading item %d below the read mark %d wrote a row (%d → %d)", seq[1], seq[2], before, n)
 	}
 	// Dismissing below the read watermark still hides it.
-	markItem(t, s, "acme", "ada", MarkDismissed, seq[1])
+	markItem(t, s, "acme", "ada", store.MarkDismissed, seq[1])
 	wantView(t, s, "acme", "ada", seq[2])
 	wantUnread(t, s, "acme", "ada", 0)
 	// Below the dismiss watermark, dismissing is a no-op.
-	markAll(t, s, "acme", "ada", MarkDismissed, seq[2])
+	markAll(t, s, "acme", "ada", store.MarkDismissed, seq[2])
 	wantView(t, s, "acme", "ada")
 	before = itemMarks()
-	markItem(t, s, "acme", "ada", MarkDismissed, seq[2])
+	markItem(t, s, "acme", "ada", store.MarkDismissed, seq[2])
 	if n := itemMarks(); n != before {
 		t.Errorf("dismissing item %d below the dismiss mark wrote a row (%d → %d)", seq[2], before, n)
 	}
 
 	// What ada cannot see does not exist for her.
-	other := post1(t, s, "beta", "o1", TenantFeed)
-	bens := post1(t, s, "acme", "b1", PersonalFeed("ben"))
+	other := post1(t, s, "beta", "o1", store.TenantFeed)
+	bens := post1(t, s, "acme", "b1", store.PersonalFeed("ben"))
 	team := post1(t, s, "acme", "t1", "team:dev")
-	for _, kind := range []string{MarkRead, MarkDismissed} {
+	for _, kind := range []string{store.MarkRead, store.MarkDismissed} {
 		for _, q := range []struct {
 			what string
 			seq  int64
 		}{{"another tenant's item", other}, {"another user's personal item", bens},
 			{"an item of a feed ada does not read", team}, {"no item", 1 << 40}} {
-			if err := s.MarkItem(ctx, "acme", "ada", kind, q.seq); !errors.Is(err, ErrNotFound) {
+			if err := s.MarkItem(ctx, "acme", "ada", kind, q.seq); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("MarkItem(%s) on %s: %v, want ErrNotFound", kind, q.what, err)
 			}
 		}
@@ -648,15 +649,15 @@ func TestFeedPagination(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
 	setMembers(t, s, "acme", "team:ops", false, "ada")
-	feeds := []string{TenantFeed, "@ada", "team:ops", "@ben", "team:dev"}
+	feeds := []string{store.TenantFeed, "@ada", "team:ops", "@ben", "team:dev"}
 	for i := range 60 {
 		post1(t, s, "acme", fmt.Sprintf("pre%d", i), feeds[i%len(feeds)])
 	}
 	// ada dismisses and reads a few, so the page has marks to skip.
 	items, _ := feedView(t, s, "acme", "ada")
-	markItem(t, s, "acme", "ada", MarkDismissed, items[3].Seq)
-	markItem(t, s, "acme", "ada", MarkDismissed, items[10].Seq)
-	markItem(t, s, "acme", "ada", MarkRead, items[5].Seq)
+	markItem(t, s, "acme", "ada", store.MarkDismissed, items[3].Seq)
+	markItem(t, s, "acme", "ada", store.MarkDismissed, items[10].Seq)
+	markItem(t, s, "acme", "ada", store.MarkRead, items[5].Seq)
 
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
@@ -743,11 +744,11 @@ func TestFeedTenantIsolation(t *testing.T) {
 		setMembers(t, s, tenant, "team:ops", false, "ada")
 	}
 	var acme, beta []int64
-	for i, f := range []string{TenantFeed, "@ada", "team:ops"} {
+	for i, f := range []string{store.TenantFeed, "@ada", "team:ops"} {
 		acme = append(acme, post1(t, s, "acme", fmt.Sprintf("e%d", i), f))
 		beta = append(beta, post1(t, s, "beta", fmt.Sprintf("e%d", i), f)) // same event ids
 	}
-	acme = append(acme, post1(t, s, "acme", "e9", TenantFeed))
+	acme = append(acme, post1(t, s, "acme", "e9", store.TenantFeed))
 	slices.Reverse(acme)
 	slices.Reverse(beta)
 	wantView(t, s, "acme", "ada", acme...)
@@ -759,16 +760,16 @@ func TestFeedTenantIsolation(t *testing.T) {
 	}
 
 	// Marks are per tenant.
-	markAll(t, s, "acme", "ada", MarkRead, -1)
+	markAll(t, s, "acme", "ada", store.MarkRead, -1)
 	wantUnread(t, s, "acme", "ada", 0)
 	wantUnread(t, s, "beta", "ada", 3)
-	markAll(t, s, "beta", "ada", MarkDismissed, beta[1])
+	markAll(t, s, "beta", "ada", store.MarkDismissed, beta[1])
 	wantView(t, s, "beta", "ada", beta[0])
 	wantView(t, s, "acme", "ada", acme...)
-	markItem(t, s, "beta", "ada", MarkDismissed, beta[0])
+	markItem(t, s, "beta", "ada", store.MarkDismissed, beta[0])
 	wantView(t, s, "acme", "ada", acme...)
 	for _, seq := range acme {
-		if err := s.MarkItem(ctx, "beta", "ada", MarkRead, seq); !errors.Is(err, ErrNotFound) {
+		if err := s.MarkItem(ctx, "beta", "ada", store.MarkRead, seq); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("beta's ada marks acme's item %d: %v, want ErrNotFound", seq, err)
 		}
 	}
@@ -793,7 +794,7 @@ type feedModel struct {
 type feedModelItem struct{ tenant, feed string }
 
 func (m *feedModel) from(tenant, user, feed string) (int64, bool) {
-	if feed == TenantFeed || feed == PersonalFeed(user) {
+	if feed == store.TenantFeed || feed == store.PersonalFeed(user) {
 		return 0, true
 	}
 	j, ok := m.joined[[3]string{tenant, feed, user}]
@@ -801,12 +802,12 @@ func (m *feedModel) from(tenant, user, feed string) (int64, bool) {
 }
 
 // view is what FeedPage should return, newest first, and the unread count.
-func (m *feedModel) view(tenant, user string) ([]FeedItem, int64) {
-	read := m.marks[[3]string{tenant, user, MarkRead}]
-	dismissed := m.marks[[3]string{tenant, user, MarkDismissed}]
-	readItems := m.itemMks[[3]string{tenant, user, MarkRead}]
-	dismissedItems := m.itemMks[[3]string{tenant, user, MarkDismissed}]
-	var out []FeedItem
+func (m *feedModel) view(tenant, user string) ([]store.FeedItem, int64) {
+	read := m.marks[[3]string{tenant, user, store.MarkRead}]
+	dismissed := m.marks[[3]string{tenant, user, store.MarkDismissed}]
+	readItems := m.itemMks[[3]string{tenant, user, store.MarkRead}]
+	dismissedItems := m.itemMks[[3]string{tenant, user, store.MarkDismissed}]
+	var out []store.FeedItem
 	var n int64
 	for seq := m.maxSeq; seq > 0; seq-- {
 		it, ok := m.items[seq]
@@ -818,7 +819,7 @@ func (m *feedModel) view(tenant, user string) ([]FeedItem, int64) {
 			continue
 		}
 		r := seq <= read || readItems[seq]
-		out = append(out, FeedItem{Seq: seq, Feed: it.feed, Read: r})
+		out = append(out, store.FeedItem{Seq: seq, Feed: it.feed, Read: r})
 		if !r {
 			n++
 		}
@@ -842,9 +843,9 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 	anyFeed := func() string {
 		switch rng.IntN(4) {
 		case 0:
-			return TenantFeed
+			return store.TenantFeed
 		case 1:
-			return PersonalFeed(pick(users))
+			return store.PersonalFeed(pick(users))
 		default:
 			return pick(topics)
 		}
@@ -857,9 +858,9 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range got {
-			got[i] = FeedItem{Seq: got[i].Seq, Feed: got[i].Feed, Read: got[i].Read}
+			got[i] = store.FeedItem{Seq: got[i].Seq, Feed: got[i].Feed, Read: got[i].Read}
 		}
-		same := slices.EqualFunc(got, want, func(a, b FeedItem) bool { return a.Seq == b.Seq && a.Feed == b.Feed && a.Read == b.Read })
+		same := slices.EqualFunc(got, want, func(a, b store.FeedItem) bool { return a.Seq == b.Seq && a.Feed == b.Feed && a.Read == b.Read })
 		if !same {
 			t.Fatalf("step %d (seed %d): %s/%s page\n got %v\nwant %v", step, seed, tenant, user, got, want)
 		}
@@ -913,7 +914,7 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 				}
 			}
 		case r < 75: // mark all
-			kind := pick([]string{MarkRead, MarkRead, MarkDismissed})
+			kind := pick([]string{store.MarkRead, store.MarkRead, store.MarkDismissed})
 			up := rng.Int64N(m.maxSeq + 1)
 			if rng.IntN(5) == 0 {
 				up = -1
@@ -928,13 +929,13 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 				t.Fatalf("step %d: MarkAll(%s, %d) = %d, want %d", step, kind, up, got, m.marks[k])
 			}
 		default: // mark one item, maybe one the user cannot see
-			kind := pick([]string{MarkRead, MarkDismissed})
+			kind := pick([]string{store.MarkRead, store.MarkDismissed})
 			seq := rng.Int64N(m.maxSeq+2) + 1
 			err := s.MarkItem(ctx, tenant, user, kind, seq)
 			it, exists := m.items[seq]
 			j, reads := m.from(tenant, user, it.feed)
 			if !exists || it.tenant != tenant || !reads || seq <= j {
-				if !errors.Is(err, ErrNotFound) {
+				if !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("step %d: MarkItem(%s/%s, %s, %d) on an item they cannot see: %v, want ErrNotFound", step, tenant, user, kind, seq, err)
 				}
 				break
@@ -983,8 +984,8 @@ func TestFeedUnreadCountAfterPrune(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	markAll(t, s, "acme", "ben", MarkRead, old[0]) // below what prune removes
-	markItem(t, s, "acme", "cy", MarkRead, old[2]) // an item prune removes
+	markAll(t, s, "acme", "ben", store.MarkRead, old[0]) // below what prune removes
+	markItem(t, s, "acme", "cy", store.MarkRead, old[2]) // an item prune removes
 	res, err := s.Prune(ctx, t0.Add(24*time.Hour), later, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -1012,11 +1013,11 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 	s := setup(t)
 	setMembers(t, s, "acme", "team:ops", false, "ada")
 	for i := range 20 {
-		if _, err := feedPost(context.Background(), s, "acme", fmt.Sprintf("e%d", i), TenantFeed, "team:ops"); err != nil {
+		if _, err := feedPost(context.Background(), s, "acme", fmt.Sprintf("e%d", i), store.TenantFeed, "team:ops"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	markItem(t, s, "acme", "ada", MarkRead, 5)
+	markItem(t, s, "acme", "ada", store.MarkRead, 5)
 	cases := []struct {
 		name    string
 		query   string

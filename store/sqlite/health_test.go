@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 // Write failures of the file (read-only, full, corrupt) and what the store
 // says about them: the writer's errors name the database file, Open tells a
@@ -86,7 +86,7 @@ func TestPingReportsFailedCommitUntilAWriteCommits(t *testing.T) {
 
 	// An op that fails on its own (a trigger raising, from a second
 	// connection) is that op's error: the commit succeeds, Ping too.
-	other, err := sql.Open("sqlite", "file:"+s.Path()+"?_pragma=busy_timeout(5000)")
+	other, err := sql.Open("sqlite", "file:"+s.Where()+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestPingReportsFailedCommitUntilAWriteCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = acceptOne(s, "raised", 10)
-	if err == nil || !strings.Contains(err.Error(), "injected") || strings.Contains(err.Error(), s.Path()) {
+	if err == nil || !strings.Contains(err.Error(), "injected") || strings.Contains(err.Error(), s.Where()) {
 		t.Fatalf("accept under a raising trigger: %v; want the trigger's error, not one about the file", err)
 	}
 	if err := s.Ping(ctx); err != nil {
@@ -123,7 +123,7 @@ func TestPingReportsFailedCommitUntilAWriteCommits(t *testing.T) {
 			t.Fatalf("Ping %s: nil; want the failed commit", when)
 		}
 		msg := err.Error()
-		if !strings.Contains(msg, "database "+s.Path()) || !strings.Contains(msg, "FOREIGN KEY") ||
+		if !strings.Contains(msg, "database "+s.Where()) || !strings.Contains(msg, "FOREIGN KEY") ||
 			!strings.Contains(msg, "writes failing for") || strings.Contains(msg, "\n") || codeOf(err)&0xff != 19 {
 			t.Fatalf("Ping %s: %q (code %d); want one line naming the file and the commit's error, which errors.As finds", when, msg, codeOf(err))
 		}

@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,7 +42,7 @@ type writer struct {
 	mu        sync.RWMutex // held for reading while enqueueing, for writing by close
 	closed    bool
 
-	stats WriterStats
+	stats store.WriterStats
 	smu   sync.Mutex
 
 	stmtCache map[string]*sql.Stmt // only touched by the writer goroutine
@@ -49,16 +50,6 @@ type writer struct {
 	health health
 
 	onCommit atomic.Pointer[func(writes int, took time.Duration)]
-}
-
-// WriterStats counts commits since Open; the metrics endpoint and the
-// benchmarks read it.
-type WriterStats struct {
-	Commits    int64
-	Writes     int64 // functions committed
-	Failed     int64 // functions rolled back to their savepoint
-	CommitTime time.Duration
-	MaxBatch   int
 }
 
 // Tx is the write transaction handed to a write function. It is only valid
@@ -89,7 +80,7 @@ func (w *writer) do(ctx context.Context, fn func(*Tx) error) error {
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	select {
 	case w.queue <- op:
@@ -289,7 +280,7 @@ func (s *Store) OnCommit(fn func(writes int, took time.Duration)) {
 }
 
 // Stats returns the writer's counters.
-func (s *Store) Stats() WriterStats {
+func (s *Store) Stats() store.WriterStats {
 	s.w.smu.Lock()
 	defer s.w.smu.Unlock()
 	return s.w.stats
@@ -371,6 +362,10 @@ type fileErr struct {
 
 func (e *fileErr) Error() string { return "database " + e.path + e.what + " (" + e.err.Error() + ")" }
 func (e *fileErr) Unwrap() error { return e.err }
+
+// Is makes every file error a store.ErrUnavailable: the write was not
+// made, and may succeed once the file is fixed.
+func (e *fileErr) Is(target error) bool { return target == store.ErrUnavailable }
 
 // IsFileError reports whether err is SQLite failing because of the database
 // file (read-only, full, corrupt, I/O error) rather than the request: the

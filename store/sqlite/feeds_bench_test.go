@@ -1,7 +1,8 @@
-package store
+package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -88,7 +89,7 @@ func BenchmarkFeed(b *testing.B) {
 		latencies(b, func() {
 			t, u := fb.randomUser(rng)
 			upTo := fb.maxSeq/2 + rng.Int64N(fb.maxSeq/2+1)
-			if _, err := fb.s.MarkAll(ctx, t, u, MarkRead, upTo); err != nil {
+			if _, err := fb.s.MarkAll(ctx, t, u, store.MarkRead, upTo); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -157,12 +158,12 @@ func buildFeedBench(path string, rows int) (*feedBench, error) {
 		var f string
 		switch r := rng.IntN(5); {
 		case r == 0:
-			f = TenantFeed
+			f = store.TenantFeed
 			tenantItems[t] = append(tenantItems[t], seq)
 		case r <= 2:
 			f = benchTeam(rng.IntN(benchTeams))
 		default:
-			f = PersonalFeed(benchUser(rng.IntN(benchUsersPerTenant)))
+			f = store.PersonalFeed(benchUser(rng.IntN(benchUsersPerTenant)))
 		}
 		k := benchTenant(t) + "\x00" + f
 		pos[k]++

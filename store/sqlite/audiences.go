@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"edgerelay/store"
 	"fmt"
 	"strings"
 	"time"
@@ -89,7 +90,7 @@ func (s *Store) Audience(ctx context.Context, tenant, name string) ([][]byte, er
 		return nil, fmt.Errorf("read audience %q: %w", name, err)
 	}
 	if !found {
-		return nil, fmt.Errorf("audience %q: %w", name, ErrNotFound)
+		return nil, fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
 	}
 	if out == nil {
 		out = [][]byte{}
@@ -107,7 +108,7 @@ func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
 			return fmt.Errorf("delete audience %q: %w", name, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("audience %q: %w", name, ErrNotFound)
+			return fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
 		}
 		return nil
 	})

@@ -1,43 +1,13 @@
-package store
+package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 )
-
-// NewEvent is an event ready to be written: validated and normalised by the
-// relay, with its fan-out computed. The store does not interpret Payload.
-type NewEvent struct {
-	Tenant, EventID, Purpose, Type string
-	Payload                        []byte // the normalised event, kept for audit and expansion
-	Message                        []byte // what every recipient is sent
-	Fingerprint                    string // sha256 of Payload; a resend must match it
-	Targets                        int    // notifications the event fans out to
-	// Feeds the event is posted to (fan-out on read: one item per feed).
-	Feeds []string
-}
-
-// Target is one notification of an event's fan-out, in fan-out order.
-type Target struct {
-	Key       string
-	Recipient string
-	Channel   string
-	Address   string
-}
-
-// Accepted says what AcceptEvent did.
-type Accepted struct {
-	EventRow  int64 // the event's row id
-	Duplicate bool  // the event had been accepted before; nothing was written
-	Expanded  int   // targets written as notifications so far
-	Targets   int
-	// Notifications are those this accept wrote (a new event's first
-	// chunk), in fan-out order: a caller need not read them back.
-	Notifications []EventNotification
-}
 
 // AcceptEvent writes the event and the first chunk of its fan-out in one
 // transaction: the event is durable (and so acknowledged) as a whole, with
@@ -49,8 +19,8 @@ type Accepted struct {
 // A resend of an accepted event (same tenant, id and purpose) writes
 // nothing and reports Duplicate; one with different content is
 // ErrEventConflict. The unique constraint decides, not a prior lookup.
-func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, now time.Time) (Accepted, error) {
-	var res Accepted
+func (s *Store) AcceptEvent(ctx context.Context, ev store.NewEvent, first []store.Target, now time.Time) (store.Accepted, error) {
+	var res store.Accepted
 	err := s.w.do(ctx, func(tx *Tx) error {
 		var err error
 		res, err = acceptEvent(tx, ev, first, now)
@@ -59,28 +29,21 @@ func (s *Store) AcceptEvent(ctx context.Context, ev NewEvent, first []Target, no
 	return res, err
 }
 
-// AcceptInput is one event for AcceptEvents: its row and the first chunk of
-// its fan-out.
-type AcceptInput struct {
-	Event NewEvent
-	First []Target
-}
-
 // AcceptEvents writes events in the order given, in one transaction, each
 // as AcceptEvent would: one commit (one fsync) for them all, and their
 // feed items in that order. An event that conflicts with an accepted one
 // (ErrEventConflict) is rolled back alone, in its own savepoint, and
 // reported in errs; the others are written. err is a failure of the write
 // itself (a full disk): then nothing was written.
-func (s *Store) AcceptEvents(ctx context.Context, in []AcceptInput, now time.Time) (out []Accepted, errs []error, err error) {
+func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
 	err = s.w.do(ctx, func(tx *Tx) error {
-		out, errs = make([]Accepted, len(in)), make([]error, len(in))
+		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
 		for i, a := range in {
 			if _, err := tx.exec("SAVEPOINT event"); err != nil {
 				return err
 			}
 			res, err := acceptEvent(tx, a.Event, a.First, now)
-			if err != nil && !errors.Is(err, ErrEventConflict) {
+			if err != nil && !errors.Is(err, store.ErrEventConflict) {
 				return err
 			}
 			if err != nil {
@@ -102,8 +65,8 @@ func (s *Store) AcceptEvents(ctx context.Context, in []AcceptInput, now time.Tim
 }
 
 // acceptEvent is AcceptEvent's write, in tx.
-func acceptEvent(tx *Tx, ev NewEvent, first []Target, now time.Time) (Accepted, error) {
-	res := Accepted{Targets: ev.Targets}
+func acceptEvent(tx *Tx, ev store.NewEvent, first []store.Target, now time.Time) (store.Accepted, error) {
+	res := store.Accepted{Targets: ev.Targets}
 	// The event row records the first chunk as expanded: it is written
 	// in this same transaction.
 	ins, err := tx.exec(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
@@ -120,7 +83,7 @@ func acceptEvent(tx *Tx, ev NewEvent, first []Target, now time.Time) (Accepted, 
 			return res, fmt.Errorf("read duplicate event: %w", err)
 		}
 		if fp != ev.Fingerprint {
-			return res, fmt.Errorf("%w: tenant %q, event %q, purpose %q", ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+			return res, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
 		}
 		res.Duplicate = true
 		return res, nil
@@ -136,9 +99,9 @@ func acceptEvent(tx *Tx, ev NewEvent, first []Target, now time.Time) (Accepted, 
 	if err != nil {
 		return res, err
 	}
-	res.Notifications = make([]EventNotification, len(first))
+	res.Notifications = make([]store.EventNotification, len(first))
 	for i, tg := range first {
-		res.Notifications[i] = EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: StatusPending}
+		res.Notifications[i] = store.EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: store.StatusPending}
 	}
 	return res, nil
 }
@@ -148,7 +111,7 @@ func acceptEvent(tx *Tx, ev NewEvent, first []Target, now time.Time) (Accepted, 
 // second expander got there first), nothing is written and the event's real
 // count is returned. Inserts are ON CONFLICT DO NOTHING, so even a chunk
 // written twice adds no notification.
-func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []Target, now time.Time) (int, error) {
+func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []store.Target, now time.Time) (int, error) {
 	var expanded int
 	err := s.w.do(ctx, func(tx *Tx) error {
 		var tenant, typ string
@@ -177,7 +140,7 @@ const insertRows = 100
 // insertTargets writes notifications from position from on, and returns
 // the ids it wrote by position (a notification that was already there, as
 // after a crash mid-fan-out, is not in the map).
-func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk []Target, now time.Time) (map[int]int64, error) {
+func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk []store.Target, now time.Time) (map[int]int64, error) {
 	t := ms(now)
 	ids := make(map[int]int64, len(chunk))
 	args := make([]any, 0, min(len(chunk), insertRows)*12)
@@ -237,25 +200,17 @@ func insertNotifications(n int) string {
 		ON CONFLICT DO NOTHING`
 }
 
-// Unexpanded is an event whose fan-out is not finished.
-type Unexpanded struct {
-	EventRow int64
-	Payload  []byte
-	Expanded int
-	Targets  int
-}
-
 // UnexpandedEvents lists events whose fan-out stopped part way (a crash, or
 // an accept whose caller went away), oldest first.
-func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]Unexpanded, error) {
+func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]store.Unexpanded, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, payload, expanded, targets FROM events WHERE expanded < targets ORDER BY id LIMIT ?`, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Unexpanded
+	var out []store.Unexpanded
 	for rows.Next() {
-		var u Unexpanded
+		var u store.Unexpanded
 		if err := rows.Scan(&u.EventRow, &u.Payload, &u.Expanded, &u.Targets); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,168 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"edgerelay/store"
+)
+
+// What the API and the commands ask of storage, through the relay: they
+// never hold the store itself. Each method is the relay's word for one
+// thing a person or a client can see or change.
+
+// Notification returns one notification with its audit trail, by numeric
+// id or by idempotency key.
+func (r *Relay) Notification(ctx context.Context, idOrKey string) (store.Notification, error) {
+	if id, err := strconv.ParseInt(idOrKey, 10, 64); err == nil {
+		return r.store.Notification(ctx, "", id, "")
+	}
+	return r.store.Notification(ctx, "", 0, idOrKey)
+}
+
+// TenantNotification is one notification of a tenant ("" for any), by id
+// or, when id is 0, by key: another tenant's is store.ErrNotFound.
+func (r *Relay) TenantNotification(ctx context.Context, tenant string, id int64, key string) (store.Notification, error) {
+	return r.store.Notification(ctx, tenant, id, key)
+}
+
+// List pages through notifications in id order.
+func (r *Relay) List(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
+	return r.store.ListNotifications(ctx, f)
+}
+
+// EventRow finds an accepted event's row by its identity.
+func (r *Relay) EventRow(ctx context.Context, tenant, eventID, purpose string) (int64, error) {
+	return r.store.EventRow(ctx, tenant, eventID, purpose)
+}
+
+// Status counts notifications by status and attempts by provider.
+func (r *Relay) Status(ctx context.Context) (store.Status, error) {
+	return r.store.Status(ctx, r.now())
+}
+
+// Ping checks that the store takes writes now.
+func (r *Relay) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
+
+// WriterStats counts the store's commits since it opened.
+func (r *Relay) WriterStats() store.WriterStats { return r.store.Stats() }
+
+// OnCommit sets a function told of each commit (metrics); it must be quick.
+func (r *Relay) OnCommit(fn func(writes int, took time.Duration)) { r.store.OnCommit(fn) }
+
+// Where names the database, for people.
+func (r *Relay) Where() string { return r.store.Where() }
+
+// ErrNoBackup: the store cannot copy itself while running.
+var ErrNoBackup = errors.New("this store cannot make a backup while running")
+
+// Backup writes a consistent copy of the database to dest while the relay
+// runs, where the store can (SQLite).
+func (r *Relay) Backup(ctx context.Context, dest string) error {
+	b, ok := r.store.(store.Backuper)
+	if !ok {
+		return ErrNoBackup
+	}
+	return b.Backup(ctx, dest)
+}
+
+// LastJobRun is when a job's latest run was scheduled for.
+func (r *Relay) LastJobRun(ctx context.Context, job string) (time.Time, bool, error) {
+	return r.store.LastJobRun(ctx, job)
+}
+
+// Tokens.
+
+// CreateToken makes a new API token for tenant and returns it, once: only
+// its hash is stored.
+func (r *Relay) CreateToken(ctx context.Context, tenant, name string) (store.Token, string, error) {
+	if !tenantRE.MatchString(tenant) {
+		return store.Token{}, "", invalid("tenant", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant)
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	token := "ert_" + base64.RawURLEncoding.EncodeToString(secret)
+	t, err := r.store.CreateToken(ctx, tenant, name, TokenHash(token), r.now())
+	return t, token, err
+}
+
+// TokenHash is how a token is kept and looked up: hex SHA-256.
+func TokenHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// TokenByHash finds a stored token; store.ErrNotFound if there is none.
+func (r *Relay) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+	return r.store.TokenByHash(ctx, hash)
+}
+
+// Tokens lists the stored tokens (never the secrets).
+func (r *Relay) Tokens(ctx context.Context) ([]store.Token, error) { return r.store.Tokens(ctx) }
+
+// RevokeToken deletes a token; it stops working at once.
+func (r *Relay) RevokeToken(ctx context.Context, id int64) error { return r.store.DeleteToken(ctx, id) }
+
+// HasTokens reports whether any token is stored.
+func (r *Relay) HasTokens(ctx context.Context) (bool, error) { return r.store.HasTokens(ctx) }
+
+// Request idempotency: completed responses kept under their key.
+
+// LookupResponse returns the live response stored for k, if any
+// (store.ErrKeyReused for another request under the same key).
+func (r *Relay) LookupResponse(ctx context.Context, k store.RequestKey) (*store.StoredResponse, error) {
+	return r.store.LookupRequest(ctx, k, r.now())
+}
+
+// SaveResponse keeps a completed response under k for ttl.
+func (r *Relay) SaveResponse(ctx context.Context, k store.RequestKey, resp store.StoredResponse, ttl time.Duration) error {
+	return r.store.SaveResponse(ctx, k, resp, r.now(), ttl)
+}
+
+// PruneRequests deletes up to limit expired request keys.
+func (r *Relay) PruneRequests(ctx context.Context, limit int) (int, error) {
+	return r.store.PruneRequests(ctx, r.now(), limit)
+}
+
+// Feeds.
+
+// SetFeedMembers makes users the members of a topic or team feed.
+func (r *Relay) SetFeedMembers(ctx context.Context, tenant, feed string, users []string, history bool) error {
+	if !ValidFeed(feed) || feed == store.TenantFeed || feed[0] == '@' {
+		return invalid("feed", "%q: members are set on topic and team feeds; \"*\" and \"@USER\" need none", feed)
+	}
+	for i, u := range users {
+		if err := checkID(fmt.Sprintf("members[%d]", i), u); err != nil {
+			return err
+		}
+	}
+	return r.store.SetFeedMembers(ctx, tenant, feed, users, history)
+}
+
+// FeedPage is a user's merged feed, newest first, before the cursor.
+func (r *Relay) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]store.FeedItem, int64, error) {
+	return r.store.FeedPage(ctx, tenant, user, before, limit)
+}
+
+// UnreadCount counts a user's unread items.
+func (r *Relay) UnreadCount(ctx context.Context, tenant, user string) (int64, error) {
+	return r.store.UnreadCount(ctx, tenant, user)
+}
+
+// MarkAll moves a user's watermark of a kind forward to upTo (<0: the
+// newest item now).
+func (r *Relay) MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error) {
+	return r.store.MarkAll(ctx, tenant, user, kind, upTo)
+}
+
+// MarkItem marks one item of the user's feeds read or dismissed.
+func (r *Relay) MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error {
+	return r.store.MarkItem(ctx, tenant, user, kind, seq)
+}

@@ -1,0 +1,327 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// NewEvent is an event ready to be written: validated and normalised by the
+// relay, with its fan-out computed. The store does not interpret Payload.
+type NewEvent struct {
+	Tenant, EventID, Purpose, Type string
+	Payload                        []byte // the normalised event, kept for audit and expansion
+	Message                        []byte // what every recipient is sent
+	Fingerprint                    string // sha256 of Payload; a resend must match it
+	Targets                        int    // notifications the event fans out to
+	// Feeds the event is posted to (fan-out on read: one item per feed).
+	Feeds []string
+}
+
+// Target is one notification of an event's fan-out, in fan-out order.
+type Target struct {
+	Key       string
+	Recipient string
+	Channel   string
+	Address   string
+}
+
+// Accepted says what AcceptEvent did.
+type Accepted struct {
+	EventRow  int64 // the event's row id
+	Duplicate bool  // the event had been accepted before; nothing was written
+	Expanded  int   // targets written as notifications so far
+	Targets   int
+	// Notifications are those this accept wrote (a new event's first
+	// chunk), in fan-out order: a caller need not read them back.
+	Notifications []EventNotification
+}
+
+// AcceptInput is one event for AcceptEvents: its row and the first chunk of
+// its fan-out.
+type AcceptInput struct {
+	Event NewEvent
+	First []Target
+}
+
+// Unexpanded is an event whose fan-out is not finished.
+type Unexpanded struct {
+	EventRow int64
+	Payload  []byte
+	Expanded int
+	Targets  int
+}
+
+// Statuses of a notification. pending and sending are live; the rest are
+// final until an operator retries.
+const (
+	StatusPending = "pending" // waiting for its (next) attempt
+	StatusSending = "sending" // claimed: a call may be in flight until the lease ends
+	StatusSent    = "sent"    // the provider accepted it
+	StatusFailed  = "failed"  // the provider refused it for good (4xx)
+	StatusDead    = "dead"    // retries exhausted (attempts or age)
+	StatusUnknown = "unknown" // maybe sent; not retried (at-most-once type, provider without keys)
+)
+
+// Statuses lists every status in lifecycle order.
+var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown, StatusDelivered, StatusBounced}
+
+// Claimed is a notification claimed for one attempt.
+type Claimed struct {
+	ID             int64
+	Key            string
+	EventRow       int64
+	Tenant         string
+	Type           string
+	Recipient      string
+	Channel        string
+	Address        string
+	Attempt        int // this attempt's number, from 1
+	CycleAttempts  int // attempts in the current retry cycle, this one included
+	CycleStartedAt time.Time
+	ClaimedAt      time.Time
+	LeaseUntil     time.Time
+	EventID        string
+	Purpose        string
+	Message        []byte
+	// RoutePos is which provider of the channel's route this attempt uses;
+	// Pinned says an earlier outcome was unknown, so only that provider may
+	// be tried again.
+	RoutePos int
+	Pinned   bool
+	// Invalid, if not empty, says a provider declared the address dead for
+	// good on this channel (and why): it is not tried again.
+	Invalid string
+}
+
+// ClaimFilter narrows a claim by channel (providers that cannot take a call
+// now): Exclude leaves those channels out; Only, when not nil, takes only
+// those channels.
+type ClaimFilter struct {
+	Exclude []string
+	Only    []string
+}
+
+// Attempt is one provider call as recorded in the audit trail.
+type Attempt struct {
+	N          int       `json:"n"`
+	Provider   string    `json:"provider"`
+	StartedAt  time.Time `json:"started_at"`
+	EndedAt    time.Time `json:"ended_at"`
+	Outcome    string    `json:"outcome"`
+	Permanent  bool      `json:"permanent,omitempty"`
+	HTTPStatus int       `json:"http_status,omitempty"`
+	MessageID  string    `json:"provider_message_id,omitempty"`
+	Response   string    `json:"response,omitempty"`
+	Detail     string    `json:"detail,omitempty"`
+	// Decision is what the relay did after this attempt and why: the
+	// notification's status then, and the reason ("pending: refused: 503 …").
+	Decision string `json:"decision,omitempty"`
+}
+
+// Decision is what the relay decided after an attempt.
+type Decision struct {
+	Status        string    // the notification's new status
+	NextAttemptAt time.Time // when Status is pending
+	Reason        string    // why, when failed, dead, unknown or retrying
+	RoutePos      int       // the route position the next attempt uses
+	Pinned        bool      // only this provider may be tried from now on
+	// InvalidAddress, when set, marks the notification's address dead on
+	// its channel (in the same transaction), with this reason.
+	InvalidAddress string
+}
+
+func (d Decision) Describe() string {
+	if d.Reason == "" {
+		return d.Status
+	}
+	return d.Status + ": " + d.Reason
+}
+
+// StateError: an operation needs the notification in another status.
+type StateError struct {
+	ID     int64
+	Status string
+	Want   string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("notification %d is %s; only %s notifications can be retried", e.ID, e.Status, e.Want)
+}
+
+// Mark kinds: the same watermark mechanism serves "mark all read" and
+// "dismiss all up to here".
+const (
+	MarkRead      = "read"
+	MarkDismissed = "dismissed"
+)
+
+// TenantFeed is the feed every user of a tenant reads.
+const TenantFeed = "*"
+
+// PersonalFeed is a user's own feed.
+func PersonalFeed(user string) string { return "@" + user }
+
+// FeedItem is one item of a user's feed view.
+type FeedItem struct {
+	Seq       int64     `json:"seq"`
+	Feed      string    `json:"feed"`
+	EventID   string    `json:"event_id"`
+	Type      string    `json:"type"`
+	Message   []byte    `json:"-"` // the event's message, as stored
+	Read      bool      `json:"read"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// JobRun is one run of a scheduled job: the job and the time it was
+// scheduled for are its identity.
+type JobRun struct {
+	Job         string
+	ScheduledAt time.Time
+	// UpperSeq is the newest feed item when the run first started; a
+	// repeat of the run covers the same items. PrevUpperSeq is the
+	// previous run's, so consecutive digests cover adjacent ranges.
+	UpperSeq, PrevUpperSeq int64
+	Status                 string // running, done, failed
+	Repeat                 bool   // the run had been started before
+}
+
+// PruneResult counts what Prune deleted.
+type PruneResult struct {
+	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns int64
+}
+
+// MaxListLimit caps how many notifications one ListNotifications returns.
+const MaxListLimit = 1000
+
+// ListFilter selects a page of notifications. Zero fields match anything.
+type ListFilter struct {
+	Tenant    string // "" = any tenant
+	Status    string
+	Recipient string
+	EventRow  int64 // an event's row id (see EventRow); 0 = any
+	After     int64 // the cursor: only ids greater than this
+	Limit     int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
+}
+
+// Notification is one notification with its audit trail.
+type Notification struct {
+	ID                int64      `json:"id"`
+	Key               string     `json:"key"`
+	Tenant            string     `json:"tenant"`
+	EventID           string     `json:"event_id"`
+	Purpose           string     `json:"purpose"`
+	Type              string     `json:"type"`
+	Recipient         string     `json:"recipient"`
+	Channel           string     `json:"channel"`
+	Address           string     `json:"address"`
+	Status            string     `json:"status"`
+	Attempts          int        `json:"attempts"`
+	NextAttemptAt     *time.Time `json:"next_attempt_at,omitempty"` // when pending
+	LeaseUntil        *time.Time `json:"lease_until,omitempty"`     // when sending
+	Provider          string     `json:"provider,omitempty"`
+	ProviderMessageID string     `json:"provider_message_id,omitempty"`
+	LastResponse      string     `json:"last_response,omitempty"`
+	Reason            string     `json:"reason,omitempty"`
+	CreatedAt         time.Time  `json:"created_at"`
+	UpdatedAt         time.Time  `json:"updated_at"`
+	AttemptLog        []Attempt  `json:"attempt_log"`
+	Receipts          []Receipt  `json:"receipts,omitempty"`
+}
+
+// EventNotification is a line of an event's fan-out.
+type EventNotification struct {
+	ID        int64  `json:"id"`
+	Key       string `json:"key"`
+	Recipient string `json:"recipient"`
+	Channel   string `json:"channel"`
+	Status    string `json:"status"`
+}
+
+// Status is the state of the whole store at a moment.
+type Status struct {
+	Counts map[string]int64 `json:"counts"` // notifications by status, every status present
+	// OldestDue is the age of the oldest pending notification that is due
+	// (0 when none is due): how far behind dispatch is.
+	OldestDue time.Duration `json:"-"`
+	// NextDue is when the next pending notification not yet due becomes due.
+	NextDue   *time.Time                  `json:"next_due,omitempty"`
+	Providers map[string]map[string]int64 `json:"providers"` // provider → outcome → attempts
+	// Unknown lists the newest notifications whose outcome is unknown (at
+	// most 20): each needs a person to decide (show, retry).
+	Unknown []int64 `json:"unknown_ids"`
+}
+
+// Statuses a receipt can move a sent notification to.
+const (
+	StatusDelivered = "delivered" // a receipt says it reached the recipient
+	StatusBounced   = "bounced"   // a receipt says it was refused or dropped after sending
+)
+
+// Receipt is a provider's status callback, as stored.
+type Receipt struct {
+	Provider   string     `json:"provider"`
+	Dedupe     string     `json:"-"`
+	MessageID  string     `json:"message_id"`
+	Status     string     `json:"status"` // sent, delivered, bounced, complained, failed
+	Detail     string     `json:"detail,omitempty"`
+	At         *time.Time `json:"at,omitempty"`
+	ReceivedAt time.Time  `json:"received_at"`
+}
+
+// RequestKey identifies a request under an idempotency key. Fingerprint is
+// the caller's sha256 of method, path and body.
+type RequestKey struct{ Tenant, Key, Fingerprint string }
+
+// StoredResponse is what a completed request answered, replayed to retries.
+type StoredResponse struct {
+	Status      int
+	ContentType string
+	Body        []byte
+}
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no such notification (or not in the caller's tenant).
+	ErrNotFound = errors.New("not found")
+	// ErrEventConflict: an event with the same tenant, id and purpose was
+	// accepted before with different content. Nothing was written.
+	ErrEventConflict = errors.New("event already accepted with different content")
+	// ErrTooNew: the database was written by a newer edgerelay.
+	ErrTooNew = errors.New("database schema is newer than this binary")
+	// ErrClosed: the store is closed (or closing); the write was not made.
+	ErrClosed = errors.New("store closed")
+	// ErrKeyReused: an idempotency key was used before for a different
+	// request (another fingerprint) and has not expired (HTTP 422).
+	ErrKeyReused = errors.New("idempotency key already used for a different request")
+	// ErrTokenExists: a token with the same hash is already stored.
+	ErrTokenExists = errors.New("token already exists")
+	// ErrUnavailable: the storage refused the write for a reason of its
+	// own (a full disk, a read-only or corrupt file, a database that cannot
+	// be reached), not of the request: nothing was written, and the same
+	// write may succeed later. Stores wrap it; test with IsUnavailable.
+	ErrUnavailable = errors.New("storage unavailable")
+)
+
+// Token is an API token as stored: its hash is kept, the token never is.
+// Generating and hashing tokens is the caller's job.
+type Token struct {
+	ID        int64     `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// WriterStats counts commits since Open; the metrics endpoint and the
+// benchmarks read it.
+type WriterStats struct {
+	Commits    int64
+	Writes     int64 // functions committed
+	Failed     int64 // functions rolled back to their savepoint
+	CommitTime time.Duration
+	MaxBatch   int
+}
+
+// IsUnavailable reports whether err is the storage refusing a write for a
+// reason of its own (ErrUnavailable): retry later.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
