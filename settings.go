@@ -95,7 +95,7 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		return nil, err
 	}
 	opts := relay.Options{
-		Path: db, Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{},
+		Path: db, Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{}, Hooks: crashHooks(),
 		Delivery: map[string]relay.Mode{},
 		Workers:  cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
 	}

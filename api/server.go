@@ -383,7 +383,8 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 // acceptTenant accepts an event whose tenant is resolved, answering with at
 // most PageSize notifications and a link to page through the rest.
 func (s *Server) acceptTenant(ctx context.Context, ev relay.Event, c caller) response {
-	res, err := s.r.AcceptLimit(ctx, ev, s.opts.PageSize)
+	rs, errs := s.r.AcceptAll(ctx, []relay.Event{ev}, s.opts.PageSize)
+	res, err := rs[0], errs[0]
 	if err != nil {
 		return s.eventError(err)
 	}

@@ -551,9 +551,9 @@ func (r *Relay) batchLine(ctx context.Context, l BatchLine, check bool) lineOutc
 		}
 	} else {
 		// A limit of 1: the batch needs the counts, not the notifications.
-		var acc AcceptResult
-		acc, err = r.AcceptLimit(ctx, l.Event, 1)
-		o.duplicate, o.notifications = acc.Duplicate, acc.Count
+		accs, errs := r.AcceptAll(ctx, []Event{l.Event}, 0)
+		err = errs[0]
+		o.duplicate, o.notifications = accs[0].Duplicate, accs[0].Count
 	}
 	var inv *InvalidEventError
 	switch {

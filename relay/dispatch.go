@@ -480,7 +480,7 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 				res = providers.Result{Outcome: providers.Refused, Detail: "not sent: waited for the provider's limit until the lease ran short"}
 			} else {
 				start = r.now()
-				crashPoint("claimed")
+				r.hooks.at(PhaseClaimed)
 				res = p.Send(ctx, &providers.Message{
 					Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
 					Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
@@ -493,7 +493,7 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 			cancel()
 		}
 	}
-	crashPoint("called")
+	r.hooks.at(PhaseCalled)
 	d.record(c, name, p, len(route), start, res)
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +121,8 @@ type Options struct {
 	Now func() time.Time
 	// Observer, if set, hears of every accept and attempt (metrics).
 	Observer Observer
+	// Hooks are test signals (crash drills); the zero value does nothing.
+	Hooks Hooks
 }
 
 // Observer is told what the relay does, for metrics. Calls must be cheap
@@ -137,6 +138,7 @@ type Observer interface {
 type Relay struct {
 	opts   Options
 	store  store.Store
+	hooks  Hooks
 	log    *slog.Logger
 	router *router
 	now    func() time.Time
@@ -204,7 +206,7 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		}
 	}
 	return &Relay{
-		opts: opts, store: st, log: opts.Logger, router: router, now: opts.Now,
+		opts: opts, store: st, hooks: opts.Hooks, log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
 	}, nil
 }
@@ -219,200 +221,6 @@ func (r *Relay) Close() error {
 		err = nil
 	}
 	return errors.Join(err, r.store.Close())
-}
-
-// AcceptResult says what Accept did with an event.
-type AcceptResult struct {
-	Tenant  string `json:"tenant"`
-	EventID string `json:"event_id"`
-	Purpose string `json:"purpose"`
-	// Duplicate is true when the event had been accepted before: nothing
-	// new was created, and Notifications are the ones created then.
-	Duplicate bool  `json:"duplicate"`
-	EventRow  int64 `json:"-"`
-	// Count is how many notifications the event fanned out to.
-	Count         int                       `json:"count"`
-	Notifications []store.EventNotification `json:"notifications"`
-}
-
-// Accept validates the event, writes it and its notifications, and returns
-// once they are durable. Accepting the same event again creates nothing and
-// returns the same notifications, marked Duplicate. An invalid event is an
-// *InvalidEventError and writes nothing.
-func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
-	return r.AcceptLimit(ctx, ev, 0)
-}
-
-// AcceptLimit is Accept returning at most limit of the event's
-// notifications (all when limit is 0); Count still says how many there are.
-func (r *Relay) AcceptLimit(ctx context.Context, ev Event, limit int) (AcceptResult, error) {
-	rec, targets, err := r.prepare(ctx, &ev)
-	if err != nil {
-		return AcceptResult{}, err
-	}
-	crashPoint("accept")
-	accs, errs, err := r.store.AcceptEvents(ctx, []store.AcceptInput{{Event: rec, First: targets[:min(len(targets), r.opts.Chunk)]}}, r.now())
-	if err == nil {
-		err = errs[0]
-	}
-	if err != nil {
-		return AcceptResult{}, fmt.Errorf("accept event %q: %w", ev.ID, err)
-	}
-	acc := accs[0]
-	crashPoint("accepted")
-	if err := r.accepted(ctx, ev, acc, targets); err != nil {
-		return AcceptResult{}, err
-	}
-	r.notify()
-	if limit <= 0 || limit > acc.Targets {
-		limit = acc.Targets
-	}
-	ns := acc.Notifications // a new event: the accept wrote them, no need to read back
-	if len(ns) < limit {
-		if ns, err = r.store.EventNotifications(ctx, acc.EventRow, -1, limit); err != nil {
-			return AcceptResult{}, err
-		}
-	}
-	ns = ns[:min(len(ns), limit)]
-	return AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: acc.Duplicate,
-		EventRow: acc.EventRow, Count: acc.Targets, Notifications: ns}, nil
-}
-
-// AcceptInOrder accepts events in the order given with one commit for the
-// first chunk of every one (a tailed outbox's rows): one fsync for many
-// events, and their feed items in the given order. The results carry no
-// notifications (Count says how many). errs[i] is why events[i] was not
-// accepted: an *InvalidEventError or a store.ErrEventConflict concern that
-// event alone; any other error (the database could not be read or
-// written) stops the run there, and it and every later event get an error
-// and were not written.
-func (r *Relay) AcceptInOrder(ctx context.Context, events []Event) ([]AcceptResult, []error) {
-	res, errs := make([]AcceptResult, len(events)), make([]error, len(events))
-	type prepared struct {
-		i       int
-		targets []store.Target
-	}
-	var (
-		in    []store.AcceptInput
-		preps []prepared
-		stop  = len(events)
-	)
-	for i := range events {
-		rec, targets, err := r.prepare(ctx, &events[i])
-		if err != nil {
-			errs[i] = err
-			var inv *InvalidEventError
-			if !errors.As(err, &inv) {
-				stop = i
-				break
-			}
-			continue
-		}
-		in = append(in, store.AcceptInput{Event: rec, First: targets[:min(len(targets), r.opts.Chunk)]})
-		preps = append(preps, prepared{i, targets})
-	}
-	for j := stop + 1; j < len(events); j++ {
-		errs[j] = fmt.Errorf("event %q not accepted: an event before it failed: %w", events[j].ID, errs[stop])
-	}
-	if len(in) == 0 {
-		return res, errs
-	}
-	crashPoint("accept")
-	accs, accErrs, err := r.store.AcceptEvents(ctx, in, r.now())
-	if err != nil {
-		for _, p := range preps {
-			errs[p.i] = fmt.Errorf("accept event %q: %w", events[p.i].ID, err)
-		}
-		return res, errs
-	}
-	crashPoint("accepted")
-	for k, p := range preps {
-		ev := events[p.i]
-		if accErrs[k] != nil {
-			errs[p.i] = fmt.Errorf("accept event %q: %w", ev.ID, accErrs[k])
-			continue
-		}
-		if err := r.accepted(ctx, ev, accs[k], p.targets); err != nil {
-			// Durable already; the rest of a large fan-out is finished by
-			// the dispatcher. Later events were written too.
-			errs[p.i] = err
-			continue
-		}
-		res[p.i] = AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: accs[k].Duplicate,
-			EventRow: accs[k].EventRow, Count: accs[k].Targets}
-	}
-	r.notify()
-	return res, errs
-}
-
-// prepare resolves an event's audience, validates and normalises it, and
-// makes its rows: all an accept does before it writes.
-func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store.Target, error) {
-	if err := r.resolveAudience(ctx, ev); err != nil {
-		return store.NewEvent{}, nil, err
-	}
-	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
-		return store.NewEvent{}, nil, err
-	}
-	return ev.record()
-}
-
-// accepted finishes an accept once its first chunk is durable: the rest of
-// a large fan-out, each chunk its own transaction (if this is cut short,
-// the dispatcher finishes the expansion from the stored payload), and the
-// observer.
-func (r *Relay) accepted(ctx context.Context, ev Event, acc store.Accepted, targets []store.Target) error {
-	var err error
-	if acc.Duplicate && acc.Expanded < acc.Targets {
-		// The first accept of this event was cut short: finish it from what
-		// was stored then (an audience may have changed since).
-		err = r.finishFanOut(ctx)
-	} else {
-		err = r.expand(ctx, acc.EventRow, acc.Expanded, targets)
-	}
-	if err != nil {
-		return fmt.Errorf("accept event %q: %w", ev.ID, err)
-	}
-	if r.opts.Observer != nil {
-		r.opts.Observer.Accepted(ev.Tenant, acc.Duplicate, acc.Targets)
-	}
-	return nil
-}
-
-// expand writes targets[from:] in chunks.
-func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []store.Target) error {
-	for from < len(targets) {
-		end := min(len(targets), from+r.opts.Chunk)
-		next, err := r.store.ExpandEvent(ctx, eventRow, from, targets[from:end], r.now())
-		if err != nil {
-			return err
-		}
-		from = next
-	}
-	return nil
-}
-
-// finishFanOut completes the fan-out of events left part way by a crash.
-func (r *Relay) finishFanOut(ctx context.Context) error {
-	for {
-		evs, err := r.store.UnexpandedEvents(ctx, 16)
-		if err != nil || len(evs) == 0 {
-			return err
-		}
-		for _, u := range evs {
-			ev, err := DecodeEvent(strings.NewReader(string(u.Payload)))
-			if err == nil {
-				err = ev.Normalize(0)
-			}
-			if err != nil {
-				return fmt.Errorf("event row %d: stored payload: %w", u.EventRow, err)
-			}
-			r.log.Info("finishing fan-out", "event", ev.ID, "tenant", ev.Tenant, "done", u.Expanded, "of", u.Targets)
-			if err := r.expand(ctx, u.EventRow, u.Expanded, ev.targets()); err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // notify wakes the dispatcher, if any, without blocking.

@@ -546,10 +546,10 @@ func (s *syncBuffer) String() string {
 
 var _ io.Writer = (*syncBuffer)(nil)
 
-// AcceptInOrder writes a run of events with one commit, in order; a bad
+// AcceptAll writes a run of events with one commit, in order; a bad
 // event is refused alone, a resend is a duplicate, and a failure to read
 // stops the run there with nothing after it written.
-func TestAcceptInOrder(t *testing.T) {
+func TestAcceptAll(t *testing.T) {
 	t.Parallel()
 	r := setupRelay(t, Options{})
 	ada := Recipient{ID: "ada", Email: "ada@example.com"}
@@ -559,7 +559,7 @@ func TestAcceptInOrder(t *testing.T) {
 	bad := ev("e2", "b")
 	bad.Type = ""
 	events := []Event{ev("e1", "first"), bad, ev("e3", "third"), ev("e1", "other content"), ev("e3", "third")}
-	res, errs := r.AcceptInOrder(context.Background(), events)
+	res, errs := r.AcceptAll(context.Background(), events, 0)
 	var inv *InvalidEventError
 	switch {
 	case errs[0] != nil || res[0].Duplicate || res[0].Count != 1:
@@ -585,7 +585,7 @@ func TestAcceptInOrder(t *testing.T) {
 	aud.Recipients, aud.Audience = nil, "oncall"
 	r2 := setupRelay(t, Options{})
 	r2.Close()
-	_, errs = r2.AcceptInOrder(context.Background(), []Event{aud, ev("e6", "b")})
+	_, errs = r2.AcceptAll(context.Background(), []Event{aud, ev("e6", "b")}, 0)
 	if errs[0] == nil || errors.As(errs[0], &inv) || errs[1] == nil {
 		t.Errorf("after a failed read: %v, %v; want both failed, not as invalid events", errs[0], errs[1])
 	}

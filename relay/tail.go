@@ -201,7 +201,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 }
 
 // relay accepts rows (read after pos) in order, with one commit for all of
-// them (AcceptInOrder), until one fails; then settles the ones handled:
+// them (AcceptAll), until one fails; then settles the ones handled:
 // marks those relayed and saves the position to the last one handled. It
 // returns the new position and the failure, if any; rows after a failure
 // are read again.
@@ -235,7 +235,7 @@ func (t *Tailer) relay(ctx context.Context, pos int64, rows []sources.Row) (int6
 	}
 	// The batch in flight is finished even if ctx ends meanwhile (the store
 	// bounds it); the loop stops after it.
-	results, errs := t.r.AcceptInOrder(context.WithoutCancel(ctx), events)
+	results, errs := t.r.AcceptAll(context.WithoutCancel(ctx), events, 0)
 	t.count(func(s *TailStats) { s.Read += int64(len(rows)) })
 	done := pos
 	var relayed []int64

@@ -1,0 +1,35 @@
+package relay
+
+// Phase names a point in the life of a notification where a test (or a
+// drill) may want to act: kill the process, pause, count.
+type Phase string
+
+// The phases, in the order a notification passes them.
+const (
+	// PhaseAccept: an accept is about to be written (nothing committed yet).
+	PhaseAccept Phase = "accept"
+	// PhaseAccepted: an accept is committed, the caller not yet answered.
+	PhaseAccepted Phase = "accepted"
+	// PhaseClaimed: a notification is claimed, its provider not yet called.
+	PhaseClaimed Phase = "claimed"
+	// PhaseCalled: the provider answered, the attempt not yet recorded.
+	PhaseCalled Phase = "called"
+)
+
+// Phases lists every phase, in order.
+var Phases = []Phase{PhaseAccept, PhaseAccepted, PhaseClaimed, PhaseCalled}
+
+// Hooks are test signals injected through Options (River's testsignal
+// pattern): the library never reads them from the environment. The crash
+// drills set At to kill the process at a chosen phase.
+type Hooks struct {
+	// At, if set, is called each time the relay reaches a phase, on the
+	// goroutine doing the work; it must be safe for concurrent use.
+	At func(Phase)
+}
+
+func (h Hooks) at(p Phase) {
+	if h.At != nil {
+		h.At(p)
+	}
+}
