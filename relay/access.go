@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -166,3 +168,47 @@ func (r *Relay) MarkAll(ctx context.Context, tenant, user, kind string, upTo int
 func (r *Relay) MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error {
 	return r.store.MarkItem(ctx, tenant, user, kind, seq)
 }
+
+// Jobs and sources: what the scheduler and the tailer keep.
+
+// BeginJobRun records the start of a run of a job scheduled for at, or
+// finds the run begun before (a restart, a second instance).
+func (r *Relay) BeginJobRun(ctx context.Context, job string, at time.Time) (store.JobRun, error) {
+	return r.store.BeginJobRun(ctx, job, at, r.now())
+}
+
+// FinishJobRun records how a run ended.
+func (r *Relay) FinishJobRun(ctx context.Context, job string, at time.Time, runErr error) error {
+	return r.store.FinishJobRun(ctx, job, at, runErr, r.now())
+}
+
+// SourcePosition is how far a tailed source has been relayed.
+func (r *Relay) SourcePosition(ctx context.Context, name string) (int64, error) {
+	return r.store.SourcePosition(ctx, name)
+}
+
+// SaveSourcePosition moves a source's saved position forward to pos.
+func (r *Relay) SaveSourcePosition(ctx context.Context, name string, pos int64) error {
+	return r.store.SaveSourcePosition(ctx, name, pos, r.now())
+}
+
+// Audience returns a stored audience's members; store.ErrNotFound if none.
+func (r *Relay) Audience(ctx context.Context, tenant, name string) ([]Recipient, error) {
+	docs, err := r.store.Audience(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Recipient, len(docs))
+	for i, d := range docs {
+		if err := json.Unmarshal(d, &out[i]); err != nil {
+			return nil, fmt.Errorf("audience %q member %d is unreadable: %w", name, i, err)
+		}
+	}
+	return out, nil
+}
+
+// Now is the relay's clock.
+func (r *Relay) Now() time.Time { return r.now() }
+
+// Log is the relay's logger, for the packages that work for it.
+func (r *Relay) Log() *slog.Logger { return r.log }
