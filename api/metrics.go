@@ -27,6 +27,7 @@ type Metrics struct {
 	requests      *prometheus.CounterVec
 	reqLatency    *prometheus.HistogramVec
 	receiptsIn    *prometheus.CounterVec
+	quarantined   prometheus.Counter
 	batch         prometheus.Histogram
 	commit        prometheus.Histogram
 }
@@ -51,12 +52,14 @@ func NewMetrics() *Metrics {
 		Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)}, []string{"route"})
 	m.receiptsIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_receipts_total",
 		Help: "Delivery receipts received from providers, by status (replays included)."}, []string{"provider", "status"})
+	m.quarantined = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_quarantined_total",
+		Help: "Events whose fan-out was quarantined (its stored payload no longer decodes, or it does not advance): see edgerelay quarantine list."})
 	m.batch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_batch_writes",
 		Help: "Writes committed together by the writer (group commit size).", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
 	m.commit = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_commit_seconds",
 		Help: "Writer transaction time, from BEGIN to durable COMMIT.", Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.notifications, m.attempts, m.finished, m.latency,
-		m.requests, m.reqLatency, m.receiptsIn, m.batch, m.commit} {
+		m.requests, m.reqLatency, m.receiptsIn, m.quarantined, m.batch, m.commit} {
 		f(c)
 	}
 	return m
@@ -89,6 +92,9 @@ func (m *Metrics) Attempted(channel, provider string, outcome providers.Outcome,
 	}
 }
 
+// Quarantined implements relay.Observer.
+func (m *Metrics) Quarantined(tenant string) { m.quarantined.Inc() }
+
 // Committed records one writer commit (store.Options.OnCommit).
 func (m *Metrics) Committed(writes int, took time.Duration) {
 	m.batch.Observe(float64(writes))
@@ -115,9 +121,16 @@ type queueCollector struct{ r *relay.Relay }
 var (
 	depthDesc  = prometheus.NewDesc("edgerelay_notifications", "Notifications by status, now.", []string{"status"}, nil)
 	oldestDesc = prometheus.NewDesc("edgerelay_oldest_due_seconds", "Age of the oldest due notification (dispatch lag).", nil, nil)
+	quarDesc   = prometheus.NewDesc("edgerelay_events_quarantined", "Events whose fan-out is quarantined now, waiting for an operator.", nil, nil)
+	marksDesc  = prometheus.NewDesc("edgerelay_invalid_addresses", "Addresses marked dead (per tenant and channel) now.", nil, nil)
 )
 
-func (q queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- depthDesc; ch <- oldestDesc }
+func (q queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- depthDesc
+	ch <- oldestDesc
+	ch <- quarDesc
+	ch <- marksDesc
+}
 
 func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -131,4 +144,6 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(st.Counts[s]), s)
 	}
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestDue.Seconds())
+	ch <- prometheus.MustNewConstMetric(quarDesc, prometheus.GaugeValue, float64(st.Quarantined))
+	ch <- prometheus.MustNewConstMetric(marksDesc, prometheus.GaugeValue, float64(st.InvalidAddresses))
 }

@@ -1,10 +1,11 @@
 package relay
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"edgerelay/store"
 )
@@ -168,9 +169,14 @@ func (r *Relay) accepted(ctx context.Context, ev Event, acc store.Accepted, targ
 	return nil
 }
 
-// expand writes targets[from:] in chunks.
+// expand writes targets[from:] in chunks. A fan-out that stops advancing
+// (the event row keeps naming a position the chunks do not move) is
+// errNoProgress rather than a loop without end.
 func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []store.Target) error {
-	for from < len(targets) {
+	for tries := 0; from < len(targets); tries++ {
+		if tries > len(targets)/max(r.opts.Chunk, 1)+2 {
+			return fmt.Errorf("%w: still at %d of %d after %d chunks", errNoProgress, from, len(targets), tries)
+		}
 		end := min(len(targets), from+r.opts.Chunk)
 		next, err := r.store.ExpandEvent(ctx, eventRow, from, targets[from:end], r.now())
 		if err != nil {
@@ -181,25 +187,82 @@ func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []
 	return nil
 }
 
-// finishFanOut completes the fan-out of events left part way by a crash.
+// errNoProgress: a fan-out whose chunks do not advance it.
+var errNoProgress = errors.New("the fan-out does not advance")
+
+// maxExpandFailures is how many sweeps in a row may fail to write an
+// event's fan-out (for a reason of that event, not of the store) before it
+// is quarantined.
+const maxExpandFailures = 5
+
+// finishFanOut completes the fan-out of events left part way (a crash, a
+// caller that went away). An event that cannot be finished is quarantined,
+// so that it holds up nothing else; only a failure of the store itself is
+// returned (and the next sweep tries again).
 func (r *Relay) finishFanOut(ctx context.Context) error {
+	var after int64
 	for {
 		evs, err := r.store.UnexpandedEvents(ctx, 16)
 		if err != nil || len(evs) == 0 {
 			return err
 		}
+		progressed := false
 		for _, u := range evs {
-			ev, err := DecodeEvent(bytes.NewReader(u.Payload))
-			if err == nil {
-				err = ev.Normalize(0)
+			if u.EventRow <= after {
+				continue // failed this sweep already; the next sweep tries again
 			}
-			if err != nil {
-				return fmt.Errorf("event row %d: stored payload: %w", u.EventRow, err)
+			after = u.EventRow
+			if err := r.finishEvent(ctx, u); err != nil {
+				if store.IsUnavailable(err) || errors.Is(err, store.ErrClosed) || ctx.Err() != nil {
+					return err
+				}
+				r.log.Warn("fan-out: writing the rest of an event failed; the next sweep tries again",
+					"event", u.EventID, "tenant", u.Tenant, "row", u.EventRow, "err", err)
+				continue
 			}
-			r.log.Info("finishing fan-out", "event", ev.ID, "tenant", ev.Tenant, "done", u.Expanded, "of", u.Targets)
-			if err := r.expand(ctx, u.EventRow, u.Expanded, ev.targets()); err != nil {
-				return err
-			}
+			progressed = true
+		}
+		if !progressed {
+			return nil
 		}
 	}
+}
+
+// finishEvent writes the rest of one event's fan-out from its stored
+// payload, or quarantines it when that cannot work: the payload no longer
+// decodes, gives another number of notifications than the event was
+// accepted with, the fan-out does not advance, or its writes keep failing.
+func (r *Relay) finishEvent(ctx context.Context, u store.Unexpanded) error {
+	why := ""
+	var ev Event
+	if err := json.Unmarshal(u.Payload, &ev); err != nil {
+		why = "its stored payload no longer decodes: " + err.Error()
+	} else if ts := ev.targets(); len(ts) != u.Targets {
+		why = fmt.Sprintf("its stored payload gives %d notifications, but it was accepted with %d", len(ts), u.Targets)
+	} else {
+		r.log.Info("finishing fan-out", "event", u.EventID, "tenant", u.Tenant, "done", u.Expanded, "of", u.Targets)
+		err := r.expand(ctx, u.EventRow, u.Expanded, ts)
+		switch {
+		case err == nil:
+			r.expandFailures.Delete(u.EventRow)
+			return nil
+		case errors.Is(err, errNoProgress):
+			why = err.Error()
+		case store.IsUnavailable(err) || errors.Is(err, store.ErrClosed) || ctx.Err() != nil:
+			return err
+		default:
+			n, _ := r.expandFailures.LoadOrStore(u.EventRow, new(atomic.Int32))
+			if n.(*atomic.Int32).Add(1) < maxExpandFailures {
+				return err
+			}
+			why = fmt.Sprintf("writing its fan-out failed %d times in a row: %v", maxExpandFailures, err)
+		}
+	}
+	r.expandFailures.Delete(u.EventRow)
+	r.log.Error("fan-out quarantined: its notifications so far are delivered, the rest waits for an operator (edgerelay quarantine)",
+		"event", u.EventID, "tenant", u.Tenant, "row", u.EventRow, "done", u.Expanded, "of", u.Targets, "why", why)
+	if r.opts.Observer != nil {
+		r.opts.Observer.Quarantined(u.Tenant)
+	}
+	return r.store.QuarantineEvent(ctx, u.EventRow, why, r.now())
 }

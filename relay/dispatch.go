@@ -75,6 +75,7 @@ type dispatcher struct {
 	callCtx context.Context // cancelled when a stop runs out of time
 	cancel  context.CancelFunc
 	stopped chan struct{} // the loop returned
+	jitter  jitter        // the backoff's randomness
 	// stopLoop cancels the loop's context: no more claims.
 	stopLoop context.CancelFunc
 
@@ -94,7 +95,7 @@ func (r *Relay) newDispatcher() *dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &dispatcher{
 		r: r, slots: make(chan struct{}, r.opts.Workers), done: make(chan struct{}, 1),
-		callCtx: ctx, cancel: cancel, stopped: make(chan struct{}), final: map[int64]string{},
+		callCtx: ctx, cancel: cancel, stopped: make(chan struct{}), final: map[int64]string{}, jitter: r.opts.Jitter,
 	}
 	for range r.opts.Workers {
 		d.slots <- struct{}{}
@@ -260,19 +261,18 @@ func (d *dispatcher) loop(ctx context.Context, idleExit bool, maxWait time.Durat
 
 // turn is one round of the loop: the crash-recovery sweep when it is due,
 // one claim, and with idleExit whether the run is done. A sweep that fails
-// is made again on the next turn.
+// is logged and made again at the next sweep; it never holds up the claim
+// (a store that cannot be written fails the claim too, and the loop backs
+// off on that).
 func (d *dispatcher) turn(ctx context.Context, lastSweep *time.Time, idleExit bool, maxWait time.Duration) (claimed int, idle bool, err error) {
 	r := d.r
 	// Crash recovery, at start and then every few seconds: finish fan-outs
 	// and settle calls whose process died.
 	if now := r.now(); now.Sub(*lastSweep) >= min(r.opts.Lease/2, 5*time.Second) {
-		if err := r.finishFanOut(ctx); err != nil {
-			return 0, false, err
-		}
-		if err := d.recoverLeases(ctx); err != nil {
-			return 0, false, err
-		}
 		*lastSweep = now
+		if err := errors.Join(r.finishFanOut(ctx), d.recoverLeases(ctx)); err != nil && ctx.Err() == nil {
+			r.log.Warn("dispatcher: the recovery sweep failed; it runs again in a few seconds", "err", err)
+		}
 	}
 	n, err := d.claim(ctx)
 	if err != nil || n > 0 || !idleExit {
@@ -384,11 +384,16 @@ func (d *dispatcher) sleep(ctx context.Context) {
 	}
 }
 
-// claim takes as many due notifications as there are free workers and
-// starts a call for each. It returns how many it started, and the error of
-// a claim that failed (what the claims before it took is still called).
+// claim takes as many due notifications as there are free workers (and,
+// per the router's plan, as their providers can take now), asks the policy
+// about each, starts a call for those it clears and settles the others at
+// once. It returns how many it claimed, and the error of a claim that
+// failed (what the claims before it took is still handled).
+//
+// A worker slot is taken before its notification is claimed, so no claim
+// ever waits for a worker while its lease runs.
 func (d *dispatcher) claim(ctx context.Context) (int, error) {
-	free := len(d.slots)
+	free := d.takeSlots()
 	if free == 0 {
 		// Every worker busy: wait for one.
 		select {
@@ -397,11 +402,16 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 		}
 		return 0, nil
 	}
-	now := d.r.now()
+	r := d.r
+	now := r.now()
 	var cs []store.Claimed
 	var claimErr error
-	for _, p := range d.r.router.plan(now, min(free, 256)) {
-		got, err := d.r.store.ClaimWhere(ctx, p.limit, now, d.r.opts.Lease, p.filter)
+	for _, p := range r.router.plan(now, free) {
+		limit := min(p.limit, free-len(cs))
+		if limit <= 0 {
+			break
+		}
+		got, err := r.store.Claim(ctx, store.ClaimRequest{Limit: limit, Now: now, Lease: r.opts.Lease, Filter: p.filter})
 		if err != nil {
 			if ctx.Err() == nil {
 				claimErr = err
@@ -410,23 +420,121 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 		}
 		cs = append(cs, got...)
 	}
+	d.giveSlots(free - len(cs))
+	var settle []pending
 	for _, c := range cs {
-		<-d.slots
-		d.calls.Add(1)
-		// Take the provider's slot here, not in the worker, so the next
-		// plan sees it taken; a call that finds it taken waits in call.
-		var entered bool
-		if p := d.r.router.route(c.Tenant, c.Channel).at(c.RoutePos); p != nil {
-			entered = d.r.router.gates[p].tryEnter(now)
+		call, s := d.prepare(c)
+		if call == nil {
+			d.giveSlots(1)
+			settle = append(settle, s)
+			continue
 		}
-		go d.call(c, entered)
+		d.calls.Add(1)
+		go d.call(call)
+	}
+	if len(settle) > 0 {
+		d.settle("settle a claim without a call", settle)
 	}
 	return len(cs), claimErr
 }
 
+// takeSlots takes every free worker slot without waiting.
+func (d *dispatcher) takeSlots() int {
+	n := 0
+	for {
+		select {
+		case <-d.slots:
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+func (d *dispatcher) giveSlots(n int) {
+	for range n {
+		d.slots <- struct{}{}
+	}
+}
+
+// callPlan is a claimed notification cleared for its call.
+type callPlan struct {
+	c        store.Claimed
+	p        providers.Provider
+	gate     *gate
+	msg      *providers.Message
+	routeLen int
+	// deadline, on the real clock, is when the call must have ended: its
+	// lease's end less the margin kept for recording the outcome.
+	deadline time.Time
+}
+
+// pending is a settlement waiting to be written, with what the run counts
+// of it.
+type pending struct {
+	c         store.Claimed
+	s         store.Settlement
+	provider  string
+	res       *providers.Result // the call's outcome, nil when none was made
+	took      time.Duration
+	recovered bool
+}
+
+// prepare gathers what the policy needs to know about a claimed
+// notification before its call and asks it: either a call to make now
+// (with the provider's gate entered), or the settlement that ends the claim
+// without one.
+func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
+	r := d.r
+	now := r.now()
+	route := r.router.route(c.Tenant, c.Channel)
+	p := route.at(c.RoutePos)
+	s := d.situation(c, route, p, now)
+	var msg message
+	if err := json.Unmarshal(c.Message, &msg); err != nil {
+		s.unreadable = err.Error()
+	}
+	// The call must end before the lease does (less the margin kept for
+	// recording), or another process could claim the notification while
+	// this call is still live. The lease is on the relay's clock; the
+	// deadline is on the real one.
+	s.leaseLeft = c.LeaseUntil.Sub(now) - leaseMargin(r.opts.Lease)
+	v := decide(s, d.jitter)
+	var g *gate
+	if v.call {
+		// The gate last, so that a notification the policy stops spends no
+		// rate token.
+		g = r.router.gates[p]
+		if until, ok := g.tryEnter(now); !ok {
+			s.gateUntil = until
+			v = decide(s, d.jitter)
+		}
+	}
+	if !v.call {
+		return nil, pending{c: c, provider: s.provider, s: store.Settlement{ID: c.ID, Token: c.Token, At: now, Decision: v.Decision}}
+	}
+	return &callPlan{c: c, p: p, gate: g, routeLen: len(route), deadline: time.Now().Add(s.leaseLeft),
+		msg: &providers.Message{
+			Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
+			Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
+			Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt,
+		}}, pending{}
+}
+
+// situation is the policy's view of a claimed notification on its route.
+func (d *dispatcher) situation(c store.Claimed, route Route, p providers.Provider, now time.Time) situation {
+	r := d.r
+	s := situation{c: c, mode: r.mode(c), pol: r.policy(c), routeLen: len(route), provider: "none",
+		now: now, invalidTTL: r.opts.InvalidAddressTTL}
+	if p != nil {
+		s.provider, s.honours = p.Name(), p.HonoursKeys()
+	}
+	return s
+}
+
 // call makes one provider call and records it. It runs on a worker,
 // outside the writer: the writer never waits on the network.
-func (d *dispatcher) call(c store.Claimed, entered bool) {
+func (d *dispatcher) call(cp *callPlan) {
 	defer func() {
 		d.slots <- struct{}{}
 		d.calls.Done()
@@ -436,80 +544,18 @@ func (d *dispatcher) call(c store.Claimed, entered bool) {
 		}
 	}()
 	r := d.r
-	route := r.router.route(c.Tenant, c.Channel)
-	p := route.at(c.RoutePos)
-	if entered {
-		defer r.router.gates[p].leave()
-	}
-	// A retry that became due while no dispatcher ran may be past its max
-	// age: the provider may have forgotten the key, so sending now could
-	// deliver a second copy. Give up without calling.
-	if pol := r.policy(c); c.ClaimedAt.Sub(c.CycleStartedAt) > pol.MaxAge {
-		reason := fmt.Sprintf("gave up before attempt %d: %s after the first, past the max age of %s (the provider may have forgotten the key)",
-			c.Attempt, c.ClaimedAt.Sub(c.CycleStartedAt).Round(time.Second), pol.MaxAge)
-		d.giveUp(c, store.StatusDead, reason)
-		return
-	}
-	// An address a provider declared dead is not tried again.
-	if c.Invalid != "" {
-		d.giveUp(c, store.StatusFailed, "not sent: the address is invalid: "+c.Invalid)
-		return
-	}
-	var res providers.Result
-	name := "none"
+	ctx, cancel := context.WithDeadline(d.callCtx, cp.deadline)
 	start := r.now()
-	if p == nil {
-		res = providers.Result{Outcome: providers.Refused, Detail: fmt.Sprintf("no route for channel %q (configure one with --route %s=URL)", c.Channel, c.Channel)}
-	} else {
-		name = p.Name()
-		var msg message
-		if err := json.Unmarshal(c.Message, &msg); err != nil {
-			res = providers.Result{Outcome: providers.Refused, Permanent: true, Detail: "stored message unreadable: " + err.Error()}
-		} else {
-			// The call must end before the lease does, or another process
-			// could claim the notification while this call is still live.
-			ctx, cancel := context.WithTimeout(d.callCtx, c.LeaseUntil.Sub(c.ClaimedAt)-leaseMargin(r.opts.Lease))
-			g := r.router.gates[p]
-			var err error
-			if !entered {
-				if err = g.enter(ctx); err == nil {
-					defer g.leave()
-				}
-			}
-			if err != nil {
-				res = providers.Result{Outcome: providers.Refused, Detail: "not sent: waited for the provider's limit until the lease ran short"}
-			} else {
-				start = r.now()
-				r.hooks.at(PhaseClaimed)
-				res = p.Send(ctx, &providers.Message{
-					Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
-					Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
-					Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt,
-				})
-				if res.Outcome == providers.Refused && res.RetryAfter > 0 {
-					g.pause(r.now().Add(res.RetryAfter)) // the provider asked for a pause: claim nothing for it until then
-				}
-			}
-			cancel()
-		}
+	r.hooks.at(PhaseClaimed)
+	res := cp.p.Send(ctx, cp.msg)
+	cancel()
+	took := r.now().Sub(start)
+	cp.gate.leave(took)
+	if res.Outcome == providers.Refused && res.RetryAfter > 0 {
+		cp.gate.pause(r.now().Add(res.RetryAfter)) // the provider asked for a pause: claim nothing for it until then
 	}
 	r.hooks.at(PhaseCalled)
-	d.record(c, name, p, len(route), start, res)
-}
-
-// giveUp ends a claimed notification without a call.
-func (d *dispatcher) giveUp(c store.Claimed, status, reason string) {
-	err := d.persist(c, "give up", func() error {
-		_, err := d.r.store.GiveUp(context.Background(), c.ID, c.Attempt, status, reason, d.r.now())
-		return err
-	})
-	if err != nil {
-		d.r.log.Error("give up", "notification", c.ID, "err", err)
-		return
-	}
-	d.mu.Lock()
-	d.final[c.ID] = status
-	d.mu.Unlock()
+	d.settle("record attempt", []pending{d.decided(cp.c, cp.p, cp.routeLen, start, res, false)})
 }
 
 // at returns the provider at a route position; a position past the end
@@ -524,61 +570,85 @@ func (rt Route) at(pos int) providers.Provider {
 	return rt[pos]
 }
 
-// record decides what the outcome means for the notification and writes
-// the attempt and the decision in one transaction. A write that fails is
-// retried while the claim's lease lasts (see persist); the error is
-// returned when it could not be written at all.
-func (d *dispatcher) record(c store.Claimed, provider string, p providers.Provider, routeLen int, start time.Time, res providers.Result) error {
+// decided asks the policy what a call's outcome means and makes the
+// settlement that records the attempt and the decision together.
+func (d *dispatcher) decided(c store.Claimed, p providers.Provider, routeLen int, start time.Time, res providers.Result, recovered bool) pending {
 	r := d.r
 	now := r.now()
-	honours := p != nil && p.HonoursKeys()
-	dec := decide(c, res, honours, r.mode(c), r.policy(c), routeLen, now)
-	a := store.Attempt{
-		N: c.Attempt, Provider: provider, StartedAt: start, EndedAt: now, Outcome: string(res.Outcome),
+	s := d.situation(c, Route{p}, p, now)
+	s.routeLen, s.result = routeLen, &res
+	v := decide(s, d.jitter)
+	a := &store.Attempt{
+		N: c.Attempt, Provider: s.provider, StartedAt: start, EndedAt: now, Outcome: string(res.Outcome),
 		Permanent: res.Permanent, HTTPStatus: res.HTTPStatus, MessageID: res.MessageID,
 		Response: res.Response, Detail: res.Detail,
 	}
-	// Recording must not be cut short by shutdown: the provider has acted.
-	var applied bool
-	err := d.persist(c, "record attempt", func() error {
+	return pending{c: c, provider: s.provider, res: &res, took: now.Sub(start), recovered: recovered,
+		s: store.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: a, Recovered: recovered, Decision: v.Decision}}
+}
+
+// settle writes settlements in one store write, retried while the first
+// lease allows (see persist), then logs and counts them. A write that fails
+// for good leaves the claims in sending: when their leases expire, a
+// dispatcher settles them as unknown.
+func (d *dispatcher) settle(what string, ps []pending) {
+	r := d.r
+	ss := make([]store.Settlement, len(ps))
+	lease := ps[0].c.LeaseUntil
+	for i, p := range ps {
+		ss[i] = p.s
+		if p.c.LeaseUntil.Before(lease) {
+			lease = p.c.LeaseUntil
+		}
+	}
+	var applied []bool
+	err := d.persist(lease, ps[0].c, what, func() error {
 		var err error
-		applied, err = r.store.Record(context.Background(), c.ID, a, dec)
+		applied, err = r.store.Settle(context.Background(), ss)
 		return err
 	})
 	if err != nil {
-		// The writer is gone (closing) or the disk kept failing until the
-		// lease ran short: when the lease has expired, a dispatcher settles
-		// this attempt as unknown.
-		r.log.Error("record attempt", "notification", c.ID, "key", c.Key, "outcome", res.Outcome, "err", err)
-		return err
+		for _, p := range ps {
+			r.log.Error(what, "notification", p.c.ID, "key", p.c.Key, "status", p.s.Decision.Status, "err", err)
+		}
+		return
 	}
-	r.log.Info("attempt", "notification", c.ID, "key", c.Key, "channel", c.Channel, "provider", provider,
-		"attempt", c.Attempt, "outcome", res.Outcome, "http_status", res.HTTPStatus, "detail", res.Detail,
-		"status", dec.Status, "applied", applied)
-	if r.opts.Observer != nil {
-		r.opts.Observer.Attempted(c.Channel, provider, res.Outcome, dec.Status, now.Sub(start))
+	for i, p := range ps {
+		dec := p.s.Decision
+		if p.res == nil {
+			r.log.Info("decided without a call", "notification", p.c.ID, "key", p.c.Key, "channel", p.c.Channel,
+				"provider", p.provider, "status", dec.Status, "why", dec.Reason, "applied", applied[i])
+		} else {
+			r.log.Info("attempt", "notification", p.c.ID, "key", p.c.Key, "channel", p.c.Channel, "provider", p.provider,
+				"attempt", p.c.Attempt, "outcome", p.res.Outcome, "http_status", p.res.HTTPStatus, "detail", p.res.Detail,
+				"status", dec.Status, "applied", applied[i])
+			if r.opts.Observer != nil && (applied[i] || !p.recovered) {
+				r.opts.Observer.Attempted(p.c.Channel, p.provider, p.res.Outcome, dec.Status, p.took)
+			}
+		}
+		d.mu.Lock()
+		if p.res != nil && (applied[i] || !p.recovered) {
+			d.tries++
+		}
+		if applied[i] {
+			d.final[p.c.ID] = dec.Status
+		}
+		d.mu.Unlock()
 	}
-	d.mu.Lock()
-	d.tries++
-	if applied {
-		d.final[c.ID] = dec.Status
-	}
-	d.mu.Unlock()
-	return nil
 }
 
-// persist runs write, the store write that settles the claim c (its
-// attempt, or giving it up), and retries it with a short backoff while the
-// lease leaves time: this process knows the outcome, and a claim left in
-// sending would be settled as unknown when its lease expires (and may be
-// resent). The last try starts recordGuard before the lease ends; past
-// that, lease recovery is the fallback. Retrying stops at once when the
-// store is closed, and when a stop ran out of time (callCtx): shutdown is
-// not held up by a failing disk beyond its drain timeout.
-func (d *dispatcher) persist(c store.Claimed, what string, write func() error) error {
+// persist runs write, the store write that settles claims (c is the first,
+// for the logs), and retries it with a short backoff while the lease
+// (ending at lease) leaves time: this process knows the outcome, and a claim
+// left in sending would be settled as unknown when its lease expires (and
+// may be resent). The last try starts recordGuard before the lease ends;
+// past that, lease recovery is the fallback. Retrying stops at once when
+// the store is closed, and when a stop ran out of time (callCtx): shutdown
+// is not held up by a failing disk beyond its drain timeout.
+func (d *dispatcher) persist(lease time.Time, c store.Claimed, what string, write func() error) error {
 	r := d.r
 	// The relay's clock may be a test's: the retries are timed on the real one.
-	deadline := time.Now().Add(c.LeaseUntil.Sub(r.now()) - recordGuard(r.opts.Lease))
+	deadline := time.Now().Add(lease.Sub(r.now()) - recordGuard(r.opts.Lease))
 	wait := recordRetryMin
 	var first error
 	for tries := 1; ; tries++ {
@@ -595,7 +665,7 @@ func (d *dispatcher) persist(c store.Claimed, what string, write func() error) e
 		if first == nil {
 			first = err
 			r.log.Warn(what+": write failed; retrying while the lease lasts", "notification", c.ID, "key", c.Key,
-				"lease_until", c.LeaseUntil, "err", err)
+				"lease_until", lease, "err", err)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -610,7 +680,9 @@ func (d *dispatcher) persist(c store.Claimed, what string, write func() error) e
 
 // recoverLeases settles notifications whose claim outlived its process:
 // each is an attempt with an unknown outcome (the call may have reached the
-// provider before the crash), decided like any other unknown.
+// provider before the crash), decided like any other unknown. Settling is
+// fenced by the claim's token, so of two dispatchers that find the same
+// expired lease, one settles it and the other changes nothing.
 func (d *dispatcher) recoverLeases(ctx context.Context) error {
 	r := d.r
 	for {
@@ -618,22 +690,36 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 		if err != nil || len(cs) == 0 {
 			return err
 		}
-		for _, c := range cs {
-			name := "none"
+		ps := make([]pending, len(cs))
+		for i, c := range cs {
 			route := r.router.route(c.Tenant, c.Channel)
-			p := route.at(c.RoutePos)
-			if p != nil {
-				name = p.Name()
-			}
 			r.log.Warn("recovering an attempt interrupted by a crash", "notification", c.ID, "key", c.Key, "attempt", c.Attempt)
-			// The lease has expired: no retry here. An error ends the sweep
-			// (the same rows would be listed again); the loop retries it.
-			if err := d.record(c, name, p, len(route), c.ClaimedAt, providers.Result{
+			ps[i] = d.decided(c, route.at(c.RoutePos), len(route), c.ClaimedAt, providers.Result{
 				Outcome: providers.Unknown,
 				Detail:  fmt.Sprintf("lease expired at %s: the process stopped during this attempt (crash or kill); the call may have reached the provider", c.LeaseUntil.Format(time.RFC3339)),
-			}); err != nil {
-				return err
+			}, true)
+		}
+		// The lease has expired: no retry of the write here. An error ends
+		// the sweep (the same rows would be listed again); the next sweep
+		// tries again.
+		ss := make([]store.Settlement, len(ps))
+		for i := range ps {
+			ss[i] = ps[i].s
+		}
+		applied, err := r.store.Settle(ctx, ss)
+		if err != nil {
+			return err
+		}
+		for i, p := range ps {
+			if applied[i] && r.opts.Observer != nil {
+				r.opts.Observer.Attempted(p.c.Channel, p.provider, p.res.Outcome, p.s.Decision.Status, p.took)
 			}
+			d.mu.Lock()
+			if applied[i] {
+				d.tries++
+				d.final[p.c.ID] = p.s.Decision.Status
+			}
+			d.mu.Unlock()
 		}
 	}
 }
@@ -654,94 +740,8 @@ func (d *dispatcher) drain(ctx context.Context) error {
 	}
 }
 
-// decide is the whole delivery policy: what an attempt's outcome means for
-// the notification. It is a pure function of its inputs. routeLen is how
-// many providers the notification's route lists (for failover).
-func decide(c store.Claimed, res providers.Result, honoursKeys bool, mode Mode, pol Policy, routeLen int, now time.Time) store.Decision {
-	keep := store.Decision{RoutePos: c.RoutePos, Pinned: c.Pinned, NextAttemptAt: now}
-	switch res.Outcome {
-	case providers.Sent:
-		keep.Status = store.StatusSent
-		return keep
-	case providers.Refused:
-		if res.Permanent && res.InvalidAddress {
-			// The address is dead, whichever provider is asked.
-			keep.Status, keep.Reason, keep.InvalidAddress = store.StatusFailed, "refused for good, address invalid: "+res.Detail, res.Detail
-			return keep
-		}
-		// A refusal means this provider did not send: the next provider of
-		// the route may, straight away (never after an unknown: pinned).
-		if !c.Pinned && c.RoutePos+1 < routeLen {
-			if c.CycleAttempts >= pol.MaxAttempts {
-				keep.Status, keep.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: refused: %s", c.CycleAttempts, res.Detail)
-				return keep
-			}
-			keep.Status, keep.RoutePos = store.StatusPending, c.RoutePos+1
-			keep.Reason = fmt.Sprintf("refused (%s); failing over to provider %d of %d", res.Detail, c.RoutePos+2, routeLen)
-			return keep
-		}
-		if res.Permanent {
-			keep.Status, keep.Reason = store.StatusFailed, "refused for good: "+res.Detail
-			return keep
-		}
-		if !c.Pinned {
-			keep.RoutePos = 0 // every provider refused this round: start the route over after the backoff
-		}
-		return retry(c, res, pol, now, "refused: "+res.Detail, keep)
-	default: // Unknown, or a provider that returned nothing usable
-		// From now on only this provider may be tried: another could
-		// deliver a second copy.
-		keep.Pinned = true
-		if res.Permanent {
-			keep.Status, keep.Reason = store.StatusUnknown, "outcome unknown and retrying cannot settle it ("+res.Detail+"): it may or may not have arrived"
-			return keep
-		}
-		if honoursKeys {
-			return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); retrying with the same key, which the provider honours", keep)
-		}
-		if mode == AtMostOnce {
-			keep.Status, keep.Reason = store.StatusUnknown, fmt.Sprintf(
-				"outcome unknown (%s); type %q is at-most-once and the provider does not honour idempotency keys, so it is not resent: it may or may not have arrived",
-				res.Detail, c.Type)
-			return keep
-		}
-		return retry(c, res, pol, now, "outcome unknown ("+res.Detail+"); at-least-once: retrying, a duplicate is possible because the provider does not honour idempotency keys", keep)
-	}
-}
-
-// retry schedules the next attempt with exponential backoff and jitter,
-// honouring Retry-After, or gives up when the budget is spent.
-func retry(c store.Claimed, res providers.Result, pol Policy, now time.Time, why string, d store.Decision) store.Decision {
-	if c.CycleAttempts >= pol.MaxAttempts {
-		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: %s", c.CycleAttempts, why)
-		return d
-	}
-	delay := backoff(pol, c.CycleAttempts)
-	if res.RetryAfter > delay {
-		delay = res.RetryAfter
-	}
-	next := now.Add(delay)
-	if next.Sub(c.CycleStartedAt) > pol.MaxAge {
-		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up: the next attempt (in %s) would be past the max age of %s; last: %s", delay.Round(time.Millisecond), pol.MaxAge, why)
-		return d
-	}
-	d.Status, d.NextAttemptAt = store.StatusPending, next
-	d.Reason = fmt.Sprintf("%s; next attempt in %s", why, delay.Round(time.Millisecond))
-	return d
-}
-
-// backoff is BaseDelay·2^(n-1), capped at MaxDelay, with "equal jitter":
-// between half and all of it, so retries of many notifications after one
-// outage spread out instead of arriving together.
-func backoff(pol Policy, n int) time.Duration {
-	d := pol.BaseDelay
-	for i := 1; i < n && d < pol.MaxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, pol.MaxDelay)
-	half := d / 2
-	return half + rand.N(half+1)
-}
+// realJitter draws backoff jitter from math/rand.
+func realJitter(n time.Duration) time.Duration { return rand.N(n + 1) }
 
 // stdout writes to the current os.Stdout (looked up on each write, so a
 // program that redirects os.Stdout redirects the default log provider).

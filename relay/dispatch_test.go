@@ -251,7 +251,7 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs, err := dying.store.ClaimWhere(ctx, 10, clk.now(), time.Minute, store.ClaimFilter{})
+			cs, err := dying.store.Claim(ctx, store.ClaimRequest{Limit: 10, Now: clk.now(), Lease: time.Minute})
 			if err != nil || len(cs) != 1 {
 				t.Fatalf("claim: %v, %v", cs, err)
 			}
@@ -350,137 +350,6 @@ func TestStopPastDeadlineCancelsCalls(t *testing.T) {
 		if len(n.AttemptLog) != 1 || n.AttemptLog[0].Outcome != "unknown" || n.NextAttemptAt == nil {
 			t.Errorf("notification %s: status %s, attempts %+v; want one unknown attempt and a retry scheduled", n.Recipient, n.Status, n.AttemptLog)
 		}
-	}
-}
-
-func TestDecide(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	pol := Policy{MaxAttempts: 3, MaxAge: time.Hour, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
-	c := store.Claimed{ID: 1, Type: "payment.succeeded", Attempt: 1, CycleAttempts: 1, CycleStartedAt: now}
-
-	type result struct {
-		providers.Outcome
-		permanent bool
-	}
-	for _, res := range []result{{providers.Sent, false}, {providers.Refused, false}, {providers.Refused, true}, {providers.Unknown, false}, {providers.Unknown, true}, {"", false}} {
-		for _, honours := range []bool{true, false} {
-			for _, mode := range []Mode{AtLeastOnce, AtMostOnce} {
-				var want string
-				switch {
-				case res.Outcome == providers.Sent:
-					want = store.StatusSent
-				case res.Outcome == providers.Refused && res.permanent:
-					want = store.StatusFailed
-				case res.Outcome == providers.Refused:
-					want = store.StatusPending
-				case res.permanent: // unknown, and retrying cannot settle it
-					want = store.StatusUnknown
-				case !honours && mode == AtMostOnce: // unknown (or no outcome at all)
-					want = store.StatusUnknown
-				default:
-					want = store.StatusPending
-				}
-				name := fmt.Sprintf("%q permanent=%v honours=%v %s", res.Outcome, res.permanent, honours, mode)
-				d := decide(c, providers.Result{Outcome: res.Outcome, Permanent: res.permanent, Detail: "the detail"}, honours, mode, pol, 1, now)
-				if d.Status != want {
-					t.Errorf("%s: %s (%s), want %s", name, d.Status, d.Reason, want)
-					continue
-				}
-				switch want {
-				case store.StatusPending:
-					if wait := d.NextAttemptAt.Sub(now); wait < 50*time.Millisecond || wait > 100*time.Millisecond {
-						t.Errorf("%s: next attempt in %s, want within [50ms, 100ms]", name, wait)
-					}
-				default:
-					if !d.NextAttemptAt.Equal(now) {
-						t.Errorf("%s: final, yet next attempt at %s", name, d.NextAttemptAt)
-					}
-				}
-				if want != store.StatusSent && !strings.Contains(d.Reason, "the detail") {
-					t.Errorf("%s: reason %q does not carry the provider's detail", name, d.Reason)
-				}
-				if want == store.StatusSent && d.Reason != "" {
-					t.Errorf("%s: sent with reason %q", name, d.Reason)
-				}
-			}
-		}
-	}
-
-	refused := providers.Result{Outcome: providers.Refused, Detail: "503"}
-	t.Run("attempts spent", func(t *testing.T) {
-		for _, n := range []int{2, 3, 4} {
-			cc := c
-			cc.CycleAttempts, cc.Attempt = n, n+5 // the budget counts this cycle only
-			d := decide(cc, refused, true, AtLeastOnce, pol, 1, now)
-			want := store.StatusDead
-			if n < pol.MaxAttempts {
-				want = store.StatusPending
-			}
-			if d.Status != want {
-				t.Errorf("after %d of %d attempts: %s (%s), want %s", n, pol.MaxAttempts, d.Status, d.Reason, want)
-			}
-			if want == store.StatusDead && !strings.Contains(d.Reason, fmt.Sprintf("after %d attempts", n)) {
-				t.Errorf("reason %q", d.Reason)
-			}
-		}
-	})
-	t.Run("retry-after", func(t *testing.T) {
-		long := refused
-		long.RetryAfter = 10 * time.Second // beyond MaxDelay too: the provider knows best
-		if d := decide(c, long, false, AtLeastOnce, pol, 1, now); d.Status != store.StatusPending || !d.NextAttemptAt.Equal(now.Add(10*time.Second)) {
-			t.Errorf("Retry-After 10s: %s at %s, want pending at now+10s", d.Status, d.NextAttemptAt.Sub(now))
-		}
-		short := refused
-		short.RetryAfter = time.Millisecond
-		if d := decide(c, short, false, AtLeastOnce, pol, 1, now); d.NextAttemptAt.Sub(now) < 50*time.Millisecond {
-			t.Errorf("Retry-After 1ms: next in %s, want the backoff (at least 50ms)", d.NextAttemptAt.Sub(now))
-		}
-		past := refused
-		past.RetryAfter = 2 * time.Hour
-		if d := decide(c, past, false, AtLeastOnce, pol, 1, now); d.Status != store.StatusDead || !strings.Contains(d.Reason, "max age") {
-			t.Errorf("Retry-After past the max age: %s (%s), want dead for max age", d.Status, d.Reason)
-		}
-	})
-	t.Run("max age", func(t *testing.T) {
-		old := c
-		old.CycleStartedAt = now.Add(-pol.MaxAge + 10*time.Millisecond) // the backoff (≥50ms) crosses it
-		if d := decide(old, refused, true, AtLeastOnce, pol, 1, now); d.Status != store.StatusDead || !strings.Contains(d.Reason, "max age") {
-			t.Errorf("near max age: %s (%s), want dead", d.Status, d.Reason)
-		}
-		young := c
-		young.CycleStartedAt = now.Add(-pol.MaxAge + 2*time.Second)
-		if d := decide(young, refused, true, AtLeastOnce, pol, 1, now); d.Status != store.StatusPending {
-			t.Errorf("2s before max age: %s (%s), want pending", d.Status, d.Reason)
-		}
-	})
-}
-
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	pol := Policy{BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second}
-	for n := 1; n <= 70; n++ {
-		full := min(pol.BaseDelay<<min(n-1, 20), pol.MaxDelay)
-		lo, hi := time.Duration(1<<62), time.Duration(0)
-		for range 200 {
-			b := backoff(pol, n)
-			lo, hi = min(lo, b), max(hi, b)
-		}
-		if lo < full/2 || hi > full {
-			t.Errorf("attempt %d: backoff in [%s, %s], want within [%s, %s]", n, lo, hi, full/2, full)
-		}
-		if lo == hi {
-			t.Errorf("attempt %d: 200 backoffs all %s: no jitter", n, lo)
-		}
-	}
-	// Defaults fill in what a policy leaves out, and a BaseDelay above the
-	// default MaxDelay raises the cap instead of inverting it.
-	if p := (Policy{}).withDefaults(); p != DefaultPolicy {
-		t.Errorf("zero policy with defaults: %+v, want %+v", p, DefaultPolicy)
-	}
-	p := Policy{BaseDelay: time.Hour}.withDefaults()
-	if b := backoff(p, 1); b < 30*time.Minute || b > time.Hour {
-		t.Errorf("BaseDelay 1h: first backoff %s, want within [30m, 1h]", b)
 	}
 }
 

@@ -104,38 +104,6 @@ func TestUnknownPinsToProvider(t *testing.T) {
 	}
 }
 
-// When every provider of the route refuses, the route starts over after
-// the backoff; a pinned notification never moves.
-func TestDecideFailover(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	pol := Policy{MaxAttempts: 5, MaxAge: time.Hour, BaseDelay: time.Second, MaxDelay: time.Minute}
-	c := store.Claimed{CycleAttempts: 1, CycleStartedAt: now, Type: "t"}
-	refused := providers.Result{Outcome: providers.Refused, Detail: "503"}
-	if d := decide(c, refused, false, AtLeastOnce, pol, 3, now); d.RoutePos != 1 || d.Status != store.StatusPending || !d.NextAttemptAt.Equal(now) {
-		t.Fatalf("first refusal of three: %+v", d)
-	}
-	c.RoutePos = 2
-	if d := decide(c, refused, false, AtLeastOnce, pol, 3, now); d.RoutePos != 0 || !d.NextAttemptAt.After(now) {
-		t.Fatalf("last of the route refused: %+v", d)
-	}
-	c.RoutePos = 1
-	unknown := providers.Result{Outcome: providers.Unknown, Detail: "timeout"}
-	d := decide(c, unknown, true, AtLeastOnce, pol, 3, now)
-	if !d.Pinned || d.RoutePos != 1 {
-		t.Fatalf("unknown: %+v", d)
-	}
-	c.Pinned = true
-	if d := decide(c, refused, true, AtLeastOnce, pol, 3, now); d.RoutePos != 1 || !d.Pinned {
-		t.Fatalf("pinned refusal moved: %+v", d)
-	}
-	dead := providers.Result{Outcome: providers.Refused, Permanent: true, InvalidAddress: true, Detail: "UNREGISTERED"}
-	c.Pinned = false
-	if d := decide(c, dead, false, AtLeastOnce, pol, 3, now); d.Status != store.StatusFailed || d.InvalidAddress == "" {
-		t.Fatalf("invalid address: %+v", d)
-	}
-}
-
 // A provider that declares an address dead fails the notification; later
 // notifications to that address fail without a call.
 func TestInvalidAddressIsNotTriedAgain(t *testing.T) {

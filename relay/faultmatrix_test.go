@@ -771,9 +771,15 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if n.Status != want.status {
 		t.Errorf("notification %s (%s), want %s", n.Status, n.Reason, want.status)
 	}
-	why, invalid, err := r.store.(*sqlite.Store).InvalidAddress(ctx, p.channel, n.Address)
+	marks, err := r.InvalidAddresses(ctx, n.Tenant, store.InvalidAddress{}, 10)
 	if err != nil {
 		t.Fatal(err)
+	}
+	invalid, why := false, ""
+	for _, m := range marks {
+		if m.Channel == p.channel && m.Address == n.Address {
+			invalid, why = true, m.Reason
+		}
 	}
 	if invalid != want.invalid {
 		t.Errorf("address marked invalid: %v (%q), want %v", invalid, why, want.invalid)

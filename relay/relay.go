@@ -71,6 +71,12 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
+// DefaultInvalidAddressTTL is how long a dead-address mark lasts unless
+// configured: long enough that a dead push token or mailbox is not tried
+// again and again, short enough that an address that comes back to life
+// (or a provider's mistake) does not stay blocked for good.
+const DefaultInvalidAddressTTL = 30 * 24 * time.Hour
+
 // Options configure a Relay. Path (or Store) is required.
 type Options struct {
 	// Path of the SQLite database file; created if missing.
@@ -123,6 +129,12 @@ type Options struct {
 	Observer Observer
 	// Hooks are test signals (crash drills); the zero value does nothing.
 	Hooks Hooks
+	// Jitter draws the randomness of retry backoff: a duration in [0, n].
+	// Default: math/rand. Tests may make it fixed.
+	Jitter func(n time.Duration) time.Duration
+	// InvalidAddressTTL is how long an address a provider declared dead
+	// stays marked for its tenant and channel. Default 30 days.
+	InvalidAddressTTL time.Duration
 }
 
 // Observer is told what the relay does, for metrics. Calls must be cheap
@@ -132,6 +144,8 @@ type Observer interface {
 	// Attempted reports one provider call: its outcome, the status the
 	// notification moved to, and how long the call took.
 	Attempted(channel, provider string, outcome providers.Outcome, status string, took time.Duration)
+	// Quarantined reports an event whose fan-out was quarantined.
+	Quarantined(tenant string)
 }
 
 // Relay accepts events, fans them out into notifications and delivers them.
@@ -143,6 +157,10 @@ type Relay struct {
 	router *router
 	now    func() time.Time
 	wake   chan struct{}
+
+	// expandFailures counts, per event row, sweeps in a row that failed to
+	// write its fan-out.
+	expandFailures sync.Map
 
 	mu sync.Mutex
 	d  *dispatcher // while started
@@ -174,6 +192,12 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	}
 	if opts.Chunk <= 0 {
 		opts.Chunk = 500
+	}
+	if opts.Jitter == nil {
+		opts.Jitter = realJitter
+	}
+	if opts.InvalidAddressTTL <= 0 {
+		opts.InvalidAddressTTL = DefaultInvalidAddressTTL
 	}
 	opts.Retry = opts.Retry.withDefaults()
 	chRetry := make(map[string]Policy, len(opts.ChannelRetry)) // the caller's map stays as given

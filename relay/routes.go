@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"sort"
@@ -37,16 +36,20 @@ type Limit struct {
 }
 
 // gate enforces one provider's Limit, and its pauses: after a 429 or 503
-// with Retry-After, no notification for it is claimed until then.
+// with Retry-After, no notification for it is called until then. A call
+// enters the gate only if it can start now (tryEnter): a notification
+// that cannot goes back to the queue until the time the gate names, which
+// is not an attempt (the policy says so).
 type gate struct {
 	sem   chan struct{} // nil: no concurrency bound
 	rl    *rate.Limiter // nil: no rate bound
 	mu    sync.Mutex
-	until time.Time // paused until
+	until time.Time     // paused until
+	took  time.Duration // a moving average of call durations, for the wait when every slot is taken
 }
 
 func newGate(l Limit) *gate {
-	g := &gate{}
+	g := &gate{took: 100 * time.Millisecond}
 	if l.Concurrency > 0 {
 		g.sem = make(chan struct{}, l.Concurrency)
 	}
@@ -82,47 +85,48 @@ func (g *gate) capacity(now time.Time) int {
 	return max(n, 0)
 }
 
-// tryEnter takes a call slot and a rate token if both are free now.
-func (g *gate) tryEnter(now time.Time) bool {
+// tryEnter takes a call slot and a rate token if both are free now. If not,
+// it returns the earliest time worth trying again: the end of a pause, the
+// next rate token, or, when every slot is taken, about when a call ends.
+func (g *gate) tryEnter(now time.Time) (time.Time, bool) {
+	g.mu.Lock()
+	until, took := g.until, g.took
+	g.mu.Unlock()
+	if now.Before(until) {
+		return until, false
+	}
 	if g.sem != nil {
 		select {
 		case g.sem <- struct{}{}:
 		default:
-			return false
+			return now.Add(took), false
 		}
 	}
 	if g.rl != nil && !g.rl.AllowN(now, 1) {
-		g.leave()
-		return false
+		g.release()
+		r := g.rl.ReserveN(now, 1)
+		next := now.Add(r.DelayFrom(now))
+		r.CancelAt(now) // only asking when: the token stays for whoever comes then
+		return next, false
 	}
-	return true
+	return now, true
 }
 
-// enter waits for a call slot and a rate token; leave gives the slot back.
-func (g *gate) enter(ctx context.Context) error {
-	if g.sem != nil {
-		select {
-		case g.sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if g.rl != nil {
-		if err := g.rl.Wait(ctx); err != nil {
-			g.leave()
-			return err
-		}
-	}
-	return nil
+// leave gives the call slot back after a call that took this long.
+func (g *gate) leave(took time.Duration) {
+	g.mu.Lock()
+	g.took = (7*g.took + took) / 8
+	g.mu.Unlock()
+	g.release()
 }
 
-func (g *gate) leave() {
+func (g *gate) release() {
 	if g.sem != nil {
 		<-g.sem
 	}
 }
 
-// pause holds claims for this provider until t.
+// pause holds calls for this provider until t.
 func (g *gate) pause(t time.Time) {
 	g.mu.Lock()
 	if t.After(g.until) {
@@ -193,14 +197,35 @@ type claimPlan struct {
 	limit  int
 }
 
-// plan splits free workers among claims so that no provider gets more
-// notifications than it can take now (its concurrency, its rate tokens,
-// none while paused): a bounded provider's notifications wait in the queue
-// instead of holding workers that other channels need. It looks at the
-// first provider of each default route; tenant routes and later route
-// positions wait at their gate when they are called.
+// plan splits free workers among claims so that no provider is handed
+// more notifications than it can take now (its concurrency, its rate
+// tokens, none while paused), and the claims together never take more than
+// free: a bounded provider's notifications wait in the queue instead of
+// holding workers that other channels need. It looks at the first provider
+// of each default route; a notification routed elsewhere (a tenant's
+// route, a failover position) whose provider cannot take it now is sent
+// back by the policy, without an attempt, until the gate's time.
 func (rt *router) plan(now time.Time, free int) []claimPlan {
 	var plans []claimPlan
+	// Several channels may share one provider: its capacity is handed out
+	// once.
+	left := map[*gate]int{}
+	capacity := func(g *gate) int {
+		n, ok := left[g]
+		if !ok {
+			n = g.capacity(now)
+		}
+		return n
+	}
+	take := func(g *gate, f store.ClaimFilter) {
+		if n := min(capacity(g), free); n > 0 {
+			plans = append(plans, claimPlan{f, n})
+			left[g] = capacity(g) - n
+			free -= n
+		} else {
+			left[g] = 0
+		}
+	}
 	var bounded, unbounded []string
 	for _, ch := range rt.explicit() {
 		g := rt.gates[rt.routes[ch][0]]
@@ -209,26 +234,22 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 			continue
 		}
 		bounded = append(bounded, ch)
-		if n := min(g.capacity(now), free); n > 0 {
-			plans = append(plans, claimPlan{store.ClaimFilter{Only: []string{ch}}, n})
-			free -= n
-		}
+		take(g, store.ClaimFilter{Only: []string{ch}})
+	}
+	if free <= 0 {
+		return plans
 	}
 	star, ok := rt.routes["*"]
-	switch {
-	case free <= 0:
-	case ok && len(star) > 0 && rt.gates[star[0]].bounded(now):
-		// Channels routed by "*" share its provider's capacity.
-		if len(unbounded) > 0 {
+	if ok && len(star) > 0 && rt.gates[star[0]].bounded(now) {
+		// Channels routed by "*" share its provider's capacity; the
+		// unbounded explicit channels take what is left.
+		take(rt.gates[star[0]], store.ClaimFilter{Exclude: rt.explicit()})
+		if len(unbounded) > 0 && free > 0 {
 			plans = append(plans, claimPlan{store.ClaimFilter{Only: unbounded}, free})
 		}
-		if n := min(rt.gates[star[0]].capacity(now), free); n > 0 {
-			plans = append(plans, claimPlan{store.ClaimFilter{Exclude: rt.explicit()}, n})
-		}
-	default:
-		plans = append(plans, claimPlan{store.ClaimFilter{Exclude: bounded}, free})
+		return plans
 	}
-	return plans
+	return append(plans, claimPlan{store.ClaimFilter{Exclude: bounded}, free})
 }
 
 // explicit lists the channels with a default route of their own.

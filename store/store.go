@@ -20,6 +20,7 @@ import (
 type Store interface {
 	Events
 	Dispatch
+	Addresses
 	Reads
 	Receipts
 	Audiences
@@ -44,9 +45,23 @@ type Events interface {
 	// has expanded exactly from targets so far, and returns how far it has
 	// expanded now. A chunk written twice adds no notification.
 	ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []Target, now time.Time) (int, error)
-	// UnexpandedEvents lists events whose fan-out stopped part way, oldest
-	// first.
+	// UnexpandedEvents lists events whose fan-out stopped part way and is
+	// not quarantined, oldest first.
 	UnexpandedEvents(ctx context.Context, limit int) ([]Unexpanded, error)
+	// QuarantineEvent stops an event's fan-out where it is, with the reason:
+	// it leaves UnexpandedEvents until ReleaseEvent. Its notifications
+	// written so far are untouched.
+	QuarantineEvent(ctx context.Context, eventRow int64, reason string, now time.Time) error
+	// QuarantinedEvents lists quarantined events of a tenant ("" for any),
+	// newest first, with row ids below before (0 for the newest).
+	QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]QuarantinedEvent, error)
+	// ReleaseEvent lifts an event's quarantine, so its fan-out is tried
+	// again; ErrNotFound if the tenant's event is not quarantined.
+	ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error
+	// DropEvent gives up the rest of a quarantined event's fan-out: the
+	// notifications written stay, the others are never created. It returns
+	// how many were dropped; ErrNotFound if not quarantined.
+	DropEvent(ctx context.Context, tenant string, eventRow int64, now time.Time) (int, error)
 	// EventNotifications lists an event's notifications in fan-out order,
 	// after position after (-1 for the start).
 	EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]EventNotification, error)
@@ -54,22 +69,41 @@ type Events interface {
 	EventRow(ctx context.Context, tenant, eventID, purpose string) (int64, error)
 }
 
-// Dispatch is the life of a claim.
+// Dispatch is the life of a claim: claim, then settle (record a call,
+// release a claim that could not start, give up), or, when the process
+// died, settle the expired lease.
 type Dispatch interface {
-	ClaimWhere(ctx context.Context, limit int, now time.Time, lease time.Duration, f ClaimFilter) ([]Claimed, error)
-	Record(ctx context.Context, id int64, a Attempt, d Decision) (bool, error)
-	GiveUp(ctx context.Context, id int64, n int, status, reason string, now time.Time) (bool, error)
+	// Claim moves up to Limit due notifications from pending to sending,
+	// in order of when they became due, each with a lease and a new fence
+	// token, and returns them with their event's message. Nobody else can
+	// claim them until the lease ends.
+	Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error)
+	// Settle ends claims, each as its Settlement says, fenced by its token;
+	// applied[i] reports whether settlement i was the current claim's.
+	Settle(ctx context.Context, ss []Settlement) (applied []bool, err error)
 	// ExpiredLeases lists claims whose lease ended before now: their
 	// process stopped between claim and record.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]Claimed, error)
 	// Retry puts a failed, dead or unknown notification back to pending
-	// with a fresh retry budget; tenant "" is any tenant.
+	// with a fresh retry budget, and clears the tenant's mark on its
+	// address; tenant "" is any tenant.
 	Retry(ctx context.Context, tenant string, id int64, now time.Time) error
 	// Live counts notifications not final: pending and due by horizon,
 	// pending and due later, and in sending.
 	Live(ctx context.Context, horizon time.Time) (dueSoon, later, sending int64, err error)
 	// NextDue is when the earliest pending notification is due.
 	NextDue(ctx context.Context) (time.Time, bool, error)
+}
+
+// Addresses are the marks providers put on dead addresses, per tenant and
+// channel, until they expire.
+type Addresses interface {
+	// InvalidAddresses lists a tenant's ("" for any) live marks, ordered by
+	// tenant, channel and address, after the one named by after (its
+	// Tenant, Channel and Address; the zero value starts at the first).
+	InvalidAddresses(ctx context.Context, tenant string, now time.Time, after InvalidAddress, limit int) ([]InvalidAddress, error)
+	// ClearInvalidAddress removes a mark; false if there was none.
+	ClearInvalidAddress(ctx context.Context, tenant, channel, address string) (bool, error)
 }
 
 // Reads answer "did my OTP go out?".

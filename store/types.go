@@ -47,6 +47,8 @@ type AcceptInput struct {
 // Unexpanded is an event whose fan-out is not finished.
 type Unexpanded struct {
 	EventRow int64
+	Tenant   string
+	EventID  string
 	Payload  []byte
 	Expanded int
 	Targets  int
@@ -68,15 +70,20 @@ var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, 
 
 // Claimed is a notification claimed for one attempt.
 type Claimed struct {
-	ID             int64
-	Key            string
-	EventRow       int64
-	Tenant         string
-	Type           string
+	ID       int64
+	Key      string
+	EventRow int64
+	Tenant   string
+	Type     string
+	// Token fences the claim: every write that assumes this claim is still
+	// the notification's current one (record, release, give up, settle an
+	// expired lease) names it, and changes nothing if another claim has
+	// replaced it (a lease that expired and was taken over).
+	Token          int64
 	Recipient      string
 	Channel        string
 	Address        string
-	Attempt        int // this attempt's number, from 1
+	Attempt        int // the number this attempt gets if a call is made, from 1
 	CycleAttempts  int // attempts in the current retry cycle, this one included
 	CycleStartedAt time.Time
 	ClaimedAt      time.Time
@@ -90,13 +97,24 @@ type Claimed struct {
 	RoutePos int
 	Pinned   bool
 	// Invalid, if not empty, says a provider declared the address dead for
-	// good on this channel (and why): it is not tried again.
+	// good on this channel for this tenant (and why, and until when): it is
+	// not tried again while the mark lasts.
 	Invalid string
 }
 
-// ClaimFilter narrows a claim by channel (providers that cannot take a call
-// now): Exclude leaves those channels out; Only, when not nil, takes only
-// those channels.
+// ClaimRequest asks for up to Limit due notifications, leased until
+// Now+Lease.
+type ClaimRequest struct {
+	Limit int
+	Now   time.Time
+	Lease time.Duration
+	// Filter narrows the claim by channel (providers that cannot take a
+	// call now).
+	Filter ClaimFilter
+}
+
+// ClaimFilter narrows a claim by channel: Exclude leaves those channels
+// out; Only, when not nil, takes only those channels.
 type ClaimFilter struct {
 	Exclude []string
 	Only    []string
@@ -119,18 +137,72 @@ type Attempt struct {
 	Decision string `json:"decision,omitempty"`
 }
 
-// Decision is what the relay decided after an attempt.
+// Settlement ends one claim: the call it made, if any, and what the relay
+// decided. A settlement whose claim is no longer current (its token
+// replaced) changes nothing, except that a call that really happened
+// (Attempt set, Recovered false) is still written to the audit trail.
+type Settlement struct {
+	ID    int64
+	Token int64
+	// At is when the relay decided.
+	At time.Time
+	// Attempt is the provider call the claim made; nil when none was made
+	// (the claim waited at the provider's gate and goes back to the queue,
+	// or the relay gave up before calling). Only a call counts against the
+	// retry budget.
+	Attempt *Attempt
+	// Recovered: the attempt is presumed, not seen (the lease expired with
+	// its process); it is written only if this settlement is the one that
+	// settles the claim, so two processes settling the same lease leave one
+	// row.
+	Recovered bool
+	Decision  Decision
+}
+
+// Decision is what the relay decided about a claimed notification.
 type Decision struct {
 	Status        string    // the notification's new status
 	NextAttemptAt time.Time // when Status is pending
-	Reason        string    // why, when failed, dead, unknown or retrying
+	Reason        string    // why, when failed, dead, unknown, retrying or waiting
 	RoutePos      int       // the route position the next attempt uses
 	Pinned        bool      // only this provider may be tried from now on
 	// InvalidAddress, when set, marks the notification's address dead on
-	// its channel (in the same transaction), with this reason.
+	// its channel for its tenant (in the same transaction), with this
+	// reason, until InvalidUntil.
 	InvalidAddress string
+	InvalidUntil   time.Time
 }
 
+// InvalidAddress is an address a provider declared dead for good, for one
+// tenant and channel: nothing more is sent to it there until the mark
+// expires or is cleared.
+type InvalidAddress struct {
+	Tenant    string    `json:"tenant"`
+	Channel   string    `json:"channel"`
+	Address   string    `json:"address"`
+	Provider  string    `json:"provider"`
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// QuarantinedEvent is an event whose fan-out cannot go on (its stored
+// payload no longer decodes, or the fan-out does not advance): the
+// notifications it has are delivered, the rest waits for an operator to
+// retry (after a fix) or drop it.
+type QuarantinedEvent struct {
+	EventRow int64     `json:"id"`
+	Tenant   string    `json:"tenant"`
+	EventID  string    `json:"event_id"`
+	Purpose  string    `json:"purpose"`
+	Type     string    `json:"type"`
+	Expanded int       `json:"expanded"`
+	Targets  int       `json:"targets"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"quarantined_at"`
+}
+
+// Describe is the decision in words, as the audit trail shows it.
 func (d Decision) Describe() string {
 	if d.Reason == "" {
 		return d.Status
@@ -188,7 +260,7 @@ type JobRun struct {
 
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
-	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns int64
+	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, AddressMarks int64
 }
 
 // MaxListLimit caps how many notifications one ListNotifications returns.
@@ -227,6 +299,9 @@ type Notification struct {
 	UpdatedAt         time.Time  `json:"updated_at"`
 	AttemptLog        []Attempt  `json:"attempt_log"`
 	Receipts          []Receipt  `json:"receipts,omitempty"`
+	// Quarantine, when set, says the fan-out of this notification's event
+	// is quarantined: why, and since when.
+	Quarantine *QuarantinedEvent `json:"event_quarantined,omitempty"`
 }
 
 // EventNotification is a line of an event's fan-out.
@@ -250,6 +325,12 @@ type Status struct {
 	// Unknown lists the newest notifications whose outcome is unknown (at
 	// most 20): each needs a person to decide (show, retry).
 	Unknown []int64 `json:"unknown_ids"`
+	// Quarantined counts events whose fan-out is quarantined, and lists the
+	// newest of them (at most 20) by row id: each needs a person.
+	Quarantined    int64   `json:"quarantined_events"`
+	QuarantinedIDs []int64 `json:"quarantined_event_ids"`
+	// InvalidAddresses counts live address marks.
+	InvalidAddresses int64 `json:"invalid_addresses"`
 }
 
 // Statuses a receipt can move a sent notification to.

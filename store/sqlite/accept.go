@@ -201,20 +201,101 @@ func insertNotifications(n int) string {
 }
 
 // UnexpandedEvents lists events whose fan-out stopped part way (a crash, or
-// an accept whose caller went away), oldest first.
+// an accept whose caller went away) and is not quarantined, oldest first,
+// from the partial index of such events.
 func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]store.Unexpanded, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, payload, expanded, targets FROM events WHERE expanded < targets ORDER BY id LIMIT ?`, limit)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, tenant, event_id, payload, expanded, targets FROM events INDEXED BY events_unexpanded
+		WHERE expanded < targets AND quarantined_at IS NULL ORDER BY id LIMIT ?`, limit)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("unexpanded events: %w", err)
 	}
 	defer rows.Close()
 	var out []store.Unexpanded
 	for rows.Next() {
 		var u store.Unexpanded
-		if err := rows.Scan(&u.EventRow, &u.Payload, &u.Expanded, &u.Targets); err != nil {
-			return nil, err
+		if err := rows.Scan(&u.EventRow, &u.Tenant, &u.EventID, &u.Payload, &u.Expanded, &u.Targets); err != nil {
+			return nil, fmt.Errorf("unexpanded events: %w", err)
 		}
 		out = append(out, u)
 	}
 	return out, rows.Err()
+}
+
+// QuarantineEvent takes an event's fan-out off the work list.
+func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason string, now time.Time) error {
+	return s.w.do(ctx, func(tx *Tx) error {
+		_, err := tx.exec(`UPDATE events SET quarantined_at = ?, quarantine_reason = ? WHERE id = ? AND quarantined_at IS NULL`,
+			ms(now), reason, eventRow)
+		if err != nil {
+			return fmt.Errorf("quarantine event %d: %w", eventRow, err)
+		}
+		return nil
+	})
+}
+
+const quarantinedCols = `id, tenant, event_id, purpose, type, expanded, targets, coalesce(quarantine_reason, ''), quarantined_at`
+
+func scanQuarantined(row interface{ Scan(...any) error }) (store.QuarantinedEvent, error) {
+	var q store.QuarantinedEvent
+	var at int64
+	err := row.Scan(&q.EventRow, &q.Tenant, &q.EventID, &q.Purpose, &q.Type, &q.Expanded, &q.Targets, &q.Reason, &at)
+	q.At = fromMS(at)
+	return q, err
+}
+
+// QuarantinedEvents lists quarantined events, newest first.
+func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]store.QuarantinedEvent, error) {
+	if before <= 0 {
+		before = 1<<63 - 1
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+quarantinedCols+` FROM events
+		WHERE quarantined_at IS NOT NULL AND (?1 = '' OR tenant = ?1) AND id < ?2 ORDER BY id DESC LIMIT ?3`, tenant, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("quarantined events: %w", err)
+	}
+	defer rows.Close()
+	out := []store.QuarantinedEvent{}
+	for rows.Next() {
+		q, err := scanQuarantined(rows)
+		if err != nil {
+			return nil, fmt.Errorf("quarantined events: %w", err)
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
+}
+
+// ReleaseEvent lifts a quarantine: the expander tries the fan-out again.
+func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error {
+	return s.w.do(ctx, func(tx *Tx) error {
+		res, err := tx.exec(`UPDATE events SET quarantined_at = NULL, quarantine_reason = NULL
+			WHERE id = ?1 AND (?2 = '' OR tenant = ?2) AND quarantined_at IS NOT NULL`, eventRow, tenant)
+		if err != nil {
+			return fmt.Errorf("release event %d: %w", eventRow, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+		}
+		return nil
+	})
+}
+
+// DropEvent ends a quarantined fan-out where it stopped: targets becomes
+// what was expanded, and dropped keeps the difference.
+func (s *Store) DropEvent(ctx context.Context, tenant string, eventRow int64, now time.Time) (int, error) {
+	var dropped int
+	err := s.w.do(ctx, func(tx *Tx) error {
+		err := tx.queryRow(`UPDATE events SET dropped = dropped + targets - expanded, targets = expanded,
+				quarantined_at = NULL, quarantine_reason = 'dropped by an operator at ' || strftime('%Y-%m-%dT%H:%M:%SZ', ?3 / 1000, 'unixepoch') || ': ' || quarantine_reason
+			WHERE id = ?1 AND (?2 = '' OR tenant = ?2) AND quarantined_at IS NOT NULL
+			RETURNING dropped`, eventRow, tenant, ms(now)).Scan(&dropped)
+		if isNoRows(err) {
+			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("drop event %d: %w", eventRow, err)
+		}
+		return nil
+	})
+	return dropped, err
 }

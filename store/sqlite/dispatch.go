@@ -3,34 +3,33 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"edgerelay/store"
 )
 
-// claimedCols are read with each claimed row, in the claim's RETURNING:
-// whether its address was declared invalid comes along in the same
-// statement (a primary-key probe), instead of a read per call.
-const claimedCols = `id, key, event, tenant, type, recipient, channel, address, attempts, cycle_attempts, cycle_started_at, claimed_at, lease_until, route_pos, pinned,
-	coalesce((SELECT i.reason || ' (marked by ' || i.provider || ')' FROM invalid_addresses i
-		WHERE i.channel = notifications.channel AND i.address = notifications.address), '')`
+// claimedCols are read with each claimed row, in the claim's RETURNING
+// (?1 is now): whether the tenant's mark on its address is live comes along
+// in the same statement (a primary-key probe), instead of a read per call.
+// attempts and cycle_attempts count calls recorded, so this attempt is the
+// next one.
+const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, address, attempts + 1, cycle_attempts + 1,
+	cycle_started_at, claimed_at, lease_until, route_pos, pinned,
+	coalesce((SELECT i.reason || ' (marked by ' || i.provider || ' until ' || strftime('%Y-%m-%dT%H:%M:%SZ', i.expires_at / 1000, 'unixepoch') || ')'
+		FROM invalid_addresses i
+		WHERE i.tenant = notifications.tenant AND i.channel = notifications.channel AND i.address = notifications.address
+		  AND i.expires_at > ?1), '')`
 
 func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 	var c store.Claimed
 	var cycle, claimed, lease int64
-	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Recipient, &c.Channel, &c.Address,
+	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
 		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &c.RoutePos, &c.Pinned, &c.Invalid)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil = fromMS(cycle), fromMS(claimed), fromMS(lease)
 	return c, err
-}
-
-// Claim moves up to limit due notifications from pending to sending, with a
-// lease until now+lease, in one statement, and returns them with their
-// event's message. Nobody else can claim them until the lease ends.
-func (s *Store) Claim(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]store.Claimed, error) {
-	return s.ClaimWhere(ctx, limit, now, lease, store.ClaimFilter{})
 }
 
 // claimSQL is the claim statement; where narrows it by channel. The due
@@ -39,8 +38,7 @@ func (s *Store) Claim(ctx context.Context, limit int, now time.Time, lease time.
 // row on each claim, which grows with the backlog (TestDispatchQueriesUseIndexes).
 func claimSQL(where string) string {
 	return `UPDATE notifications
-			SET status = 'sending', attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
-			    claimed_at = ?1, lease_until = ?2, updated_at = ?1
+			SET status = 'sending', claims = claims + 1, claimed_at = ?1, lease_until = ?2, updated_at = ?1
 			WHERE id IN (SELECT id FROM notifications INDEXED BY notifications_due
 			             WHERE status = 'pending' AND next_attempt_at <= ?1` + where + `
 			             ORDER BY next_attempt_at, id LIMIT ?3)
@@ -50,12 +48,12 @@ func claimSQL(where string) string {
 // expiredLeasesSQL lists claims whose lease has ended, oldest first, from
 // the partial index notifications_leased.
 const expiredLeasesSQL = `SELECT ` + claimedCols + ` FROM notifications INDEXED BY notifications_leased
-		WHERE status = 'sending' AND lease_until < ? ORDER BY lease_until LIMIT ?`
+		WHERE status = 'sending' AND lease_until < ?1 ORDER BY lease_until LIMIT ?2`
 
-// ClaimWhere is Claim restricted by f.
-func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease time.Duration, f store.ClaimFilter) ([]store.Claimed, error) {
+// Claim takes up to req.Limit due notifications in one statement.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
 	where := ""
-	args := []any{ms(now), ms(now.Add(lease)), limit}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit}
 	// Numbered parameters: a bare ? would take its number from the ones
 	// before it in the text, not from args.
 	list := func(channels []string) string {
@@ -66,10 +64,10 @@ func (s *Store) ClaimWhere(ctx context.Context, limit int, now time.Time, lease 
 		}
 		return "(" + strings.Join(ps, ", ") + ")"
 	}
-	if f.Only != nil {
+	if f := req.Filter; f.Only != nil {
 		where = " AND channel IN " + list(f.Only)
 	}
-	if len(f.Exclude) > 0 {
+	if f := req.Filter; len(f.Exclude) > 0 {
 		where += " AND channel NOT IN " + list(f.Exclude)
 	}
 	var out []store.Claimed
@@ -120,7 +118,7 @@ func attachMessages(tx *Tx, cs []store.Claimed) error {
 
 // ExpiredLeases lists notifications still in sending whose lease ended
 // before now: their process stopped (crash, kill, power loss) between the
-// claim and recording the outcome. The caller records each as an unknown
+// claim and recording the outcome. The caller settles each as an unknown
 // attempt; its call may or may not have reached the provider.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]store.Claimed, error) {
 	rows, err := s.rdb.QueryContext(ctx, expiredLeasesSQL, ms(now), limit)
@@ -151,83 +149,107 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 	return out, nil
 }
 
-// Record writes one attempt and the notification's new state in one
-// transaction. The attempt row is always written (it is what happened); the
-// state changes only if the notification is still in sending for this very
-// attempt. It returns false when it was not: the lease had expired and the
-// attempt was already settled as unknown, by this or another process.
-func (s *Store) Record(ctx context.Context, id int64, a store.Attempt, d store.Decision) (bool, error) {
-	var applied bool
+// Settle ends claims in one write, each in its own savepoint so that one
+// that fails (a constraint) does not take the others with it.
+func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
+	applied := make([]bool, len(ss))
 	err := s.w.do(ctx, func(tx *Tx) error {
-		applied = false
+		clear(applied)
+		for i, st := range ss {
+			ok, err := settle(tx, st)
+			if err != nil {
+				return err
+			}
+			applied[i] = ok
+		}
+		return nil
+	})
+	return applied, err
+}
+
+// settle writes one settlement in tx. The state changes only if the
+// notification is still in sending under this very claim (its token);
+// the attempt row of a call that really happened is written regardless
+// (it is what happened), an attempt presumed by lease recovery only by
+// the settlement that applies.
+func settle(tx *Tx, st store.Settlement) (bool, error) {
+	d, a := st.Decision, st.Attempt
+	var res sql.Result
+	var err error
+	if a != nil {
+		res, err = tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
+				attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
+				provider = ?, provider_message_id = coalesce(?, provider_message_id), last_response = ?, reason = ?, updated_at = ?,
+				route_pos = ?, pinned = ?
+			WHERE id = ? AND status = 'sending' AND claims = ?`,
+			d.Status, ms(d.NextAttemptAt), a.Provider, nullStr(a.MessageID), nullStr(a.Response), nullStr(d.Reason), ms(st.At),
+			d.RoutePos, d.Pinned, st.ID, st.Token)
+	} else {
+		// No call was made: nothing counts against the retry budget.
+		res, err = tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
+				reason = ?, updated_at = ?, route_pos = ?, pinned = ?
+			WHERE id = ? AND status = 'sending' AND claims = ?`,
+			d.Status, ms(d.NextAttemptAt), nullStr(d.Reason), ms(st.At), d.RoutePos, d.Pinned, st.ID, st.Token)
+	}
+	if err != nil {
+		return false, fmt.Errorf("settle notification %d: %w", st.ID, err)
+	}
+	n, _ := res.RowsAffected()
+	applied := n == 1
+	if a != nil && (applied || !st.Recovered) {
+		decision := d.Describe()
+		if !applied {
+			decision = "not applied: the claim had been settled meanwhile (its lease expired); this call's outcome is kept for the record only"
+		}
 		if _, err := tx.exec(`INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent,
 				http_status, provider_message_id, response, detail, decision)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			id, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
-			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), nullStr(d.Describe())); err != nil {
-			return fmt.Errorf("record attempt %d of notification %d: %w", a.N, id, err)
+			st.ID, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
+			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), decision); err != nil {
+			return false, fmt.Errorf("record attempt %d of notification %d: %w", a.N, st.ID, err)
 		}
-		res, err := tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
-				provider = ?, provider_message_id = coalesce(?, provider_message_id), last_response = ?, reason = ?, updated_at = ?,
-				route_pos = ?, pinned = ?
-			WHERE id = ? AND status = 'sending' AND attempts = ?`,
-			d.Status, ms(d.NextAttemptAt), a.Provider, nullStr(a.MessageID), nullStr(a.Response), nullStr(d.Reason), ms(a.EndedAt),
-			d.RoutePos, d.Pinned, id, a.N)
-		if err != nil {
-			return fmt.Errorf("update notification %d: %w", id, err)
+	}
+	if !applied {
+		return false, nil
+	}
+	if d.InvalidAddress != "" {
+		provider := ""
+		if a != nil {
+			provider = a.Provider
 		}
-		n, _ := res.RowsAffected()
-		applied = n == 1
-		if !applied {
-			return nil
+		if _, err := tx.exec(`INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
+				SELECT tenant, channel, address, ?2, ?3, ?4, ?5 FROM notifications WHERE id = ?1
+				ON CONFLICT (tenant, channel, address) DO UPDATE SET provider = excluded.provider, reason = excluded.reason,
+					created_at = excluded.created_at, expires_at = excluded.expires_at`,
+			st.ID, provider, d.InvalidAddress, ms(st.At), ms(d.InvalidUntil)); err != nil {
+			return false, fmt.Errorf("mark address invalid: %w", err)
 		}
-		if d.InvalidAddress != "" {
-			if _, err := tx.exec(`INSERT INTO invalid_addresses (channel, address, provider, reason, created_at)
-				SELECT channel, address, ?, ?, ? FROM notifications WHERE id = ?
-				ON CONFLICT DO NOTHING`, a.Provider, d.InvalidAddress, ms(a.EndedAt), id); err != nil {
-				return fmt.Errorf("mark address invalid: %w", err)
-			}
+	}
+	if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
+		// Receipts may have come in before this send was recorded.
+		if err := applyReceipts(tx, a.Provider, a.MessageID, a.EndedAt); err != nil {
+			return false, err
 		}
-		if d.Status == store.StatusSent && a.MessageID != "" {
-			// Receipts may have come in before this send was recorded.
-			return applyReceipts(tx, a.Provider, a.MessageID, a.EndedAt)
-		}
-		return nil
-	})
-	return applied, err
-}
-
-// GiveUp ends a claimed notification (dead or failed) without a call: its
-// claim (attempt n) is undone, since no provider was called, and reason
-// says why.
-// It returns false if the claim was no longer current.
-func (s *Store) GiveUp(ctx context.Context, id int64, n int, status, reason string, now time.Time) (bool, error) {
-	var applied bool
-	err := s.w.do(ctx, func(tx *Tx) error {
-		res, err := tx.exec(`UPDATE notifications SET status = ?, attempts = attempts - 1, cycle_attempts = cycle_attempts - 1,
-				lease_until = NULL, claimed_at = NULL, reason = ?, updated_at = ?
-			WHERE id = ? AND status = 'sending' AND attempts = ?`, status, reason, ms(now), id, n)
-		if err != nil {
-			return fmt.Errorf("give up notification %d: %w", id, err)
-		}
-		k, _ := res.RowsAffected()
-		applied = k == 1
-		return nil
-	})
-	return applied, err
+	}
+	return true, nil
 }
 
 // Retry puts a failed, dead or unknown notification back to pending, due
-// now, with a fresh retry budget. A sent notification cannot be retried:
-// that would be a second message, not a retry.
+// now, with a fresh retry budget, and lifts the tenant's mark on its
+// address (the operator says it is worth trying again). A sent
+// notification cannot be retried: that would be a second message, not a
+// retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
-		var status string
+		var status, t, channel, address string
 		err := tx.queryRow(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
 				cycle_started_at = ?1, reason = NULL, updated_at = ?1
 			WHERE id = ?2 AND (?3 = '' OR tenant = ?3) AND status IN ('failed', 'dead', 'unknown')
-			RETURNING status`, ms(now), id, tenant).Scan(&status)
+			RETURNING status, tenant, channel, address`, ms(now), id, tenant).Scan(&status, &t, &channel, &address)
 		if err == nil {
+			if _, err := tx.exec(`DELETE FROM invalid_addresses WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
+				return fmt.Errorf("retry notification %d: clear address mark: %w", id, err)
+			}
 			return nil
 		}
 		if !isNoRows(err) {
@@ -241,6 +263,44 @@ func (s *Store) Retry(ctx context.Context, tenant string, id int64, now time.Tim
 		}
 		return &store.StateError{ID: id, Status: status, Want: "failed, dead or unknown"}
 	})
+}
+
+// InvalidAddresses lists live marks in (tenant, channel, address) order.
+func (s *Store) InvalidAddresses(ctx context.Context, tenant string, now time.Time, after store.InvalidAddress, limit int) ([]store.InvalidAddress, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT tenant, channel, address, provider, reason, created_at, expires_at
+		FROM invalid_addresses
+		WHERE (?1 = '' OR tenant = ?1) AND expires_at > ?2 AND (tenant, channel, address) > (?3, ?4, ?5)
+		ORDER BY tenant, channel, address LIMIT ?6`, tenant, ms(now), after.Tenant, after.Channel, after.Address, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list invalid addresses: %w", err)
+	}
+	defer rows.Close()
+	out := []store.InvalidAddress{}
+	for rows.Next() {
+		var m store.InvalidAddress
+		var created, expires int64
+		if err := rows.Scan(&m.Tenant, &m.Channel, &m.Address, &m.Provider, &m.Reason, &created, &expires); err != nil {
+			return nil, fmt.Errorf("list invalid addresses: %w", err)
+		}
+		m.CreatedAt, m.ExpiresAt = fromMS(created), fromMS(expires)
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// ClearInvalidAddress removes the tenant's mark on an address.
+func (s *Store) ClearInvalidAddress(ctx context.Context, tenant, channel, address string) (bool, error) {
+	var cleared bool
+	err := s.w.do(ctx, func(tx *Tx) error {
+		res, err := tx.exec(`DELETE FROM invalid_addresses WHERE tenant = ? AND channel = ? AND address = ?`, tenant, channel, address)
+		if err != nil {
+			return fmt.Errorf("clear invalid address: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		cleared = n == 1
+		return nil
+	})
+	return cleared, err
 }
 
 func nullStr(s string) any {

@@ -142,6 +142,13 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		}
 	}
 	if err == nil {
+		// Address marks end at their expiry; a lapsed one is only clutter.
+		err = step(&res.AddressMarks, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(`DELETE FROM invalid_addresses WHERE (tenant, channel, address) IN
+				(SELECT tenant, channel, address FROM invalid_addresses WHERE expires_at <= ? LIMIT ?)`, ms(now), batch)
+		})
+	}
+	if err == nil {
 		err = step(&res.JobRuns, func(tx *Tx) (sql.Result, error) {
 			// Keep each job's latest run: it anchors the next digest's range.
 			return tx.exec(`DELETE FROM job_runs WHERE (job, scheduled_at) IN (SELECT job, scheduled_at FROM job_runs r

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"edgerelay/store"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		t.Logf("%s:\n%s", c.name, text)
 	}
 	// And the claim takes the oldest due rows first.
-	cs, err := s.Claim(context.Background(), 5, time.Now().Add(time.Hour), time.Minute)
+	cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 5, Now: time.Now().Add(time.Hour), Lease: time.Minute})
 	if err != nil || len(cs) != 5 {
 		t.Fatalf("claim: %d, %v", len(cs), err)
 	}

@@ -55,6 +55,15 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if n.AttemptLog, err = s.attempts(ctx, n.ID); err != nil {
 		return n, err
 	}
+	q, err := scanQuarantined(s.rdb.QueryRowContext(ctx, `SELECT `+quarantinedCols+` FROM events
+		WHERE id = (SELECT event FROM notifications WHERE id = ?) AND quarantined_at IS NOT NULL`, n.ID))
+	switch {
+	case err == nil:
+		n.Quarantine = &q
+	case !isNoRows(err):
+		return n, fmt.Errorf("read notification: %w", err)
+	}
+	err = nil
 	if n.ProviderMessageID != "" {
 		n.Receipts, err = s.receiptsFor(ctx, n.Provider, n.ProviderMessageID)
 	}
@@ -148,6 +157,25 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 		st.Unknown = append(st.Unknown, id)
 	}
 	rows.Close()
+	st.QuarantinedIDs = []int64{}
+	rows, err = s.rdb.QueryContext(ctx, `SELECT id FROM events WHERE quarantined_at IS NOT NULL ORDER BY id DESC`)
+	if err != nil {
+		return st, fmt.Errorf("status: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return st, err
+		}
+		if st.Quarantined++; len(st.QuarantinedIDs) < 20 {
+			st.QuarantinedIDs = append(st.QuarantinedIDs, id)
+		}
+	}
+	rows.Close()
+	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM invalid_addresses WHERE expires_at > ?`, ms(now)).Scan(&st.InvalidAddresses); err != nil {
+		return st, fmt.Errorf("status: %w", err)
+	}
 	rows, err = s.rdb.QueryContext(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
 	if err != nil {
 		return st, fmt.Errorf("status: %w", err)

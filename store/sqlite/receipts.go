@@ -98,18 +98,3 @@ func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]
 	}
 	return out, rows.Err()
 }
-
-// InvalidAddress reports whether a provider marked this address dead on
-// this channel, and why.
-func (s *Store) InvalidAddress(ctx context.Context, channel, address string) (string, bool, error) {
-	var reason, provider string
-	err := s.readRow(ctx, `SELECT reason, provider FROM invalid_addresses WHERE channel = ? AND address = ?`,
-		channel, address).Scan(&reason, &provider)
-	if isNoRows(err) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("read invalid addresses: %w", err)
-	}
-	return fmt.Sprintf("%s (marked by %s)", reason, provider), true, nil
-}

@@ -16,11 +16,11 @@ func sentNotification(t *testing.T, s *Store, p, msg string) int64 {
 	if _, err := s.AcceptEvent(ctx, ev, ts, t0); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := s.Claim(ctx, 1, t0, time.Minute)
+	cs, err := s.Claim(ctx, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("claim: %v %d", err, len(cs))
 	}
-	if _, err := s.Record(ctx, cs[0].ID, store.Attempt{N: 1, Provider: p, StartedAt: t0, EndedAt: t0, Outcome: "sent", MessageID: msg},
+	if _, err := recordOne(ctx, s, cs[0], store.Attempt{N: 1, Provider: p, StartedAt: t0, EndedAt: t0, Outcome: "sent", MessageID: msg},
 		store.Decision{Status: store.StatusSent, NextAttemptAt: t0}); err != nil {
 		t.Fatal(err)
 	}

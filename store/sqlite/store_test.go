@@ -287,14 +287,14 @@ func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 	if _, err := s.AcceptEvent(ctx, ev, ts, t0); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := s.Claim(ctx, 10, t0, time.Minute)
+	cs, err := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
 	if err != nil || len(cs) != 3 {
 		t.Fatalf("claimed %d, %v", len(cs), err)
 	}
 	if cs[0].Attempt != 1 || cs[0].EventID != "e" || string(cs[0].Message) != `{"subject":"hi"}` {
 		t.Fatalf("claimed %+v", cs[0])
 	}
-	if again, _ := s.Claim(ctx, 10, t0, time.Minute); len(again) != 0 {
+	if again, _ := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute}); len(again) != 0 {
 		t.Fatalf("claimed %d leased notifications twice", len(again))
 	}
 	// Leases expire: none yet at t0+30s, all at t0+2m.
@@ -306,13 +306,13 @@ func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 		t.Fatalf("%d expired, want 3", len(ex))
 	}
 	a := store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0.Add(time.Second), Outcome: "sent", HTTPStatus: 200, MessageID: "m1"}
-	ok, err := s.Record(ctx, cs[0].ID, a, store.Decision{Status: store.StatusSent, NextAttemptAt: t0})
+	ok, err := recordOne(ctx, s, cs[0], a, store.Decision{Status: store.StatusSent, NextAttemptAt: t0})
 	if err != nil || !ok {
 		t.Fatalf("record: %v %v", ok, err)
 	}
 	// A second record of the same attempt (a late answer after recovery)
 	// is kept in the audit trail but changes nothing.
-	ok, err = s.Record(ctx, cs[0].ID, store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
+	ok, err = recordOne(ctx, s, cs[0], store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
 		store.Decision{Status: store.StatusPending, NextAttemptAt: t0})
 	if err != nil || ok {
 		t.Fatalf("stale record applied: %v %v", ok, err)
@@ -332,7 +332,7 @@ func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 	if err := s.Retry(ctx, "", 999, t0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("retry of a missing notification: %v", err)
 	}
-	if _, err := s.Record(ctx, cs[1].ID, store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "refused", Permanent: true},
+	if _, err := recordOne(ctx, s, cs[1], store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "refused", Permanent: true},
 		store.Decision{Status: store.StatusFailed, NextAttemptAt: t0, Reason: "400"}); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 	if err := s.Retry(ctx, "", cs[1].ID, t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	re, err := s.Claim(ctx, 10, t0.Add(time.Hour), time.Minute)
+	re, err := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0.Add(time.Hour), Lease: time.Minute})
 	if err != nil || len(re) != 1 || re[0].Attempt != 2 || re[0].CycleAttempts != 1 || !re[0].CycleStartedAt.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("after retry claimed %+v, %v", re, err)
 	}
@@ -381,19 +381,19 @@ func TestClaimWhereFiltersChannels(t *testing.T) {
 		}
 		return m
 	}
-	got, err := s.ClaimWhere(ctx, 10, t0, time.Minute, store.ClaimFilter{Only: []string{"sms"}})
+	got, err := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Only: []string{"sms"}}})
 	if err != nil || fmt.Sprint(channels(got)) != "map[sms:2]" {
 		t.Fatalf("only sms: %v %v", channels(got), err)
 	}
-	got, _ = s.ClaimWhere(ctx, 1, t0, time.Minute, store.ClaimFilter{Exclude: []string{"email"}})
+	got, _ = s.Claim(ctx, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Exclude: []string{"email"}}})
 	if fmt.Sprint(channels(got)) != "map[push:1]" {
 		t.Fatalf("limit 1 excluding email: %v", channels(got))
 	}
-	got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, store.ClaimFilter{Only: []string{"email", "push"}, Exclude: []string{"push"}})
+	got, _ = s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Only: []string{"email", "push"}, Exclude: []string{"push"}}})
 	if fmt.Sprint(channels(got)) != "map[email:2]" {
 		t.Fatalf("email and push less push: %v", channels(got))
 	}
-	if got, _ = s.ClaimWhere(ctx, 10, t0, time.Minute, store.ClaimFilter{Only: []string{}}); len(got) != 0 {
+	if got, _ = s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Only: []string{}}}); len(got) != 0 {
 		t.Fatalf("an empty Only claimed %d", len(got))
 	}
 }
@@ -404,8 +404,8 @@ func TestStatusListsUnknowns(t *testing.T) {
 	ctx := context.Background()
 	ev, ts := testEvent("e", 2)
 	s.AcceptEvent(ctx, ev, ts, t0)
-	cs, _ := s.Claim(ctx, 2, t0, time.Minute)
-	s.Record(ctx, cs[1].ID, store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
+	cs, _ := s.Claim(ctx, store.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
+	recordOne(ctx, s, cs[1], store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "unknown"},
 		store.Decision{Status: store.StatusUnknown, NextAttemptAt: t0, Reason: "at-most-once"})
 	st, err := s.Status(ctx, t0)
 	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != cs[1].ID || st.Counts[store.StatusUnknown] != 1 {

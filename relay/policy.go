@@ -1,0 +1,223 @@
+package relay
+
+import (
+	"fmt"
+	"time"
+
+	"edgerelay/providers"
+	"edgerelay/store"
+)
+
+// The delivery policy: every decision about a claimed notification's next
+// state is made here, by decide, a function of its inputs (the clock and the
+// jitter come in with them). The dispatcher gathers the inputs and applies
+// the verdict; it decides nothing on the side.
+//
+//	before the call  too old for the key to be remembered: dead, not called
+//	                 its address marked dead for this tenant: failed, not called
+//	                 its stored message unreadable: failed, not called
+//	                 no route serves its channel: waits (not an attempt)
+//	                 its provider's gate is closed (rate, concurrency, a
+//	                 Retry-After pause): waits until it opens (not an attempt)
+//	                 too little of its lease left to call: back to the queue
+//	after the answer sent: sent
+//	                 refused for good, address dead: failed, address marked
+//	                 refused, another provider on the route: fail over now
+//	                 refused for good: failed
+//	                 refused: retried with backoff (Retry-After honoured)
+//	                 unknown: pinned to this provider; retried with the same
+//	                 key if it honours keys or the type is at-least-once,
+//	                 else ends unknown
+//	                 budget spent (attempts, age): dead
+//
+// Only a provider's answer is an attempt: waiting at our own gate never
+// spends the retry budget and never ends a notification.
+
+// situation is everything the policy looks at for one claimed notification.
+type situation struct {
+	c    store.Claimed // its attempt counts, cycle start, route position, pin, address mark
+	mode Mode
+	pol  Policy
+	// routeLen is how many providers its route lists (0: no route serves
+	// its channel); provider is the one at its route position, honours
+	// whether that one honours idempotency keys.
+	routeLen int
+	provider string
+	honours  bool
+	// unreadable, if set, is why its stored message cannot be read.
+	unreadable string
+	// gateUntil, if after now, is the earliest time its provider's gate
+	// can take the call (a rate or concurrency limit, a pause).
+	gateUntil time.Time
+	// leaseLeft is how long the call may take before the lease (less its
+	// margin for recording) runs out.
+	leaseLeft time.Duration
+	// result is the provider's answer; nil before the call.
+	result *providers.Result
+	now    time.Time
+	// invalidTTL is how long a dead-address mark lasts.
+	invalidTTL time.Duration
+}
+
+// verdict is what the policy says: make the call now, or the
+// notification's next state (Decision).
+type verdict struct {
+	call bool
+	store.Decision
+}
+
+// jitter returns a duration in [0, n]; decide draws backoff jitter from it.
+type jitter func(n time.Duration) time.Duration
+
+// noRouteWait is how long a notification whose channel no route serves
+// waits before it is looked at again (a config change may add the route).
+const noRouteWait = time.Minute
+
+// minGateWait keeps a notification sent back to wait at a gate out of the
+// very next claim.
+const minGateWait = 10 * time.Millisecond
+
+// decide is the whole delivery policy.
+func decide(s situation, j jitter) verdict {
+	c := s.c
+	keep := store.Decision{RoutePos: c.RoutePos, Pinned: c.Pinned, NextAttemptAt: s.now}
+	if s.result == nil {
+		return beforeCall(s, keep)
+	}
+	res := *s.result
+	switch res.Outcome {
+	case providers.Sent:
+		keep.Status = store.StatusSent
+		return verdict{Decision: keep}
+	case providers.Refused:
+		if res.Permanent && res.InvalidAddress {
+			// The address is dead, whichever provider is asked: for this
+			// tenant, for a while.
+			keep.Status, keep.Reason = store.StatusFailed, "refused for good, address invalid: "+res.Detail
+			keep.InvalidAddress, keep.InvalidUntil = res.Detail, s.now.Add(s.invalidTTL)
+			return verdict{Decision: keep}
+		}
+		// A refusal means this provider did not send: the next provider of
+		// the route may, straight away (never after an unknown: pinned).
+		if !c.Pinned && c.RoutePos+1 < s.routeLen {
+			if c.CycleAttempts >= s.pol.MaxAttempts {
+				keep.Status, keep.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: refused: %s", c.CycleAttempts, res.Detail)
+				return verdict{Decision: keep}
+			}
+			keep.Status, keep.RoutePos = store.StatusPending, c.RoutePos+1
+			keep.Reason = fmt.Sprintf("refused (%s); failing over to provider %d of %d", res.Detail, c.RoutePos+2, s.routeLen)
+			return verdict{Decision: keep}
+		}
+		if res.Permanent {
+			keep.Status, keep.Reason = store.StatusFailed, "refused for good: "+res.Detail
+			return verdict{Decision: keep}
+		}
+		if !c.Pinned {
+			keep.RoutePos = 0 // every provider refused this round: start the route over after the backoff
+		}
+		return retry(s, j, "refused: "+res.Detail, keep)
+	default: // Unknown, or a provider that returned nothing usable
+		// From now on only this provider may be tried: another could
+		// deliver a second copy.
+		keep.Pinned = true
+		if res.Permanent {
+			keep.Status, keep.Reason = store.StatusUnknown, "outcome unknown and retrying cannot settle it ("+res.Detail+"): it may or may not have arrived"
+			return verdict{Decision: keep}
+		}
+		if s.honours {
+			return retry(s, j, "outcome unknown ("+res.Detail+"); retrying with the same key, which the provider honours", keep)
+		}
+		if s.mode == AtMostOnce {
+			keep.Status, keep.Reason = store.StatusUnknown, fmt.Sprintf(
+				"outcome unknown (%s); type %q is at-most-once and the provider does not honour idempotency keys, so it is not resent: it may or may not have arrived",
+				res.Detail, c.Type)
+			return verdict{Decision: keep}
+		}
+		return retry(s, j, "outcome unknown ("+res.Detail+"); at-least-once: retrying, a duplicate is possible because the provider does not honour idempotency keys", keep)
+	}
+}
+
+// beforeCall decides whether a claimed notification is called now.
+func beforeCall(s situation, keep store.Decision) verdict {
+	c := s.c
+	// A retry that became due while no dispatcher ran may be past its max
+	// age: the provider may have forgotten the key, so sending now could
+	// deliver a second copy.
+	if age := s.now.Sub(c.CycleStartedAt); age > s.pol.MaxAge {
+		keep.Status, keep.Reason = store.StatusDead, fmt.Sprintf(
+			"gave up before attempt %d: %s after the first, past the max age of %s (the provider may have forgotten the key)",
+			c.Attempt, age.Round(time.Second), s.pol.MaxAge)
+		return verdict{Decision: keep}
+	}
+	if c.Invalid != "" {
+		keep.Status, keep.Reason = store.StatusFailed, "not sent: the address is marked invalid: "+c.Invalid
+		return verdict{Decision: keep}
+	}
+	if s.unreadable != "" {
+		keep.Status, keep.Reason = store.StatusFailed, "not sent: its stored message cannot be read: "+s.unreadable
+		return verdict{Decision: keep}
+	}
+	// Waiting is not an attempt: the notification goes back to the queue
+	// with its budget untouched, no later than its max age allows.
+	wait := func(until time.Time, why string) verdict {
+		keep.Status, keep.Reason = store.StatusPending, "waiting, not an attempt: "+why
+		keep.NextAttemptAt = maxTime(until, s.now.Add(minGateWait))
+		if end := c.CycleStartedAt.Add(s.pol.MaxAge + time.Millisecond); keep.NextAttemptAt.After(end) {
+			keep.NextAttemptAt = maxTime(end, s.now.Add(minGateWait))
+		}
+		return verdict{Decision: keep}
+	}
+	if s.routeLen == 0 {
+		return wait(s.now.Add(noRouteWait), fmt.Sprintf("no route serves channel %q (configure one with --route %s=URL)", c.Channel, c.Channel))
+	}
+	if s.gateUntil.After(s.now) {
+		return wait(s.gateUntil, fmt.Sprintf("provider %s cannot take a call before %s (its limit or a pause it asked for)",
+			s.provider, s.gateUntil.UTC().Format("15:04:05.000")))
+	}
+	if s.leaseLeft <= 0 {
+		return wait(s.now, "its lease ran short before the call could start")
+	}
+	return verdict{call: true}
+}
+
+// retry schedules the next attempt with exponential backoff and jitter,
+// honouring Retry-After, or gives up when the budget is spent.
+func retry(s situation, j jitter, why string, d store.Decision) verdict {
+	c, pol, res := s.c, s.pol, s.result
+	if c.CycleAttempts >= pol.MaxAttempts {
+		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: %s", c.CycleAttempts, why)
+		return verdict{Decision: d}
+	}
+	delay := backoff(pol, c.CycleAttempts, j)
+	if res.RetryAfter > delay {
+		delay = res.RetryAfter
+	}
+	next := s.now.Add(delay)
+	if next.Sub(c.CycleStartedAt) > pol.MaxAge {
+		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up: the next attempt (in %s) would be past the max age of %s; last: %s", delay.Round(time.Millisecond), pol.MaxAge, why)
+		return verdict{Decision: d}
+	}
+	d.Status, d.NextAttemptAt = store.StatusPending, next
+	d.Reason = fmt.Sprintf("%s; next attempt in %s", why, delay.Round(time.Millisecond))
+	return verdict{Decision: d}
+}
+
+// backoff is BaseDelay·2^(n-1), capped at MaxDelay, with "equal jitter":
+// between half and all of it, so retries of many notifications after one
+// outage spread out instead of arriving together.
+func backoff(pol Policy, n int, j jitter) time.Duration {
+	d := pol.BaseDelay
+	for i := 1; i < n && d < pol.MaxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, pol.MaxDelay)
+	half := d / 2
+	return half + j(d-half)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
