@@ -72,6 +72,10 @@ func printNotification(w io.Writer, n store.Notification) {
 		fmt.Fprintf(w, "  message id %s\n", n.ProviderMessageID)
 	}
 	fmt.Fprintf(w, "  created    %s\n", n.CreatedAt.Format(time.RFC3339Nano))
+	if q := n.Quarantine; q != nil {
+		fmt.Fprintf(w, "  event      fan-out quarantined since %s at %d of %d notifications: %s (edgerelay quarantine retry|drop %d)\n",
+			q.At.Format(time.RFC3339), q.Expanded, q.Targets, q.Reason, q.EventRow)
+	}
 	for _, a := range n.AttemptLog {
 		status := "no HTTP answer"
 		if a.HTTPStatus != 0 {

@@ -54,6 +54,17 @@ listed by id), delivered and bounced (a provider's receipt said so).
 				}
 				fmt.Fprintf(w, "unknown ids %s (maybe sent, not resent: edgerelay show ID, then edgerelay retry ID if it must go out)\n", strings.Join(ids, " "))
 			}
+			if st.Quarantined > 0 {
+				ids := make([]string, len(st.QuarantinedIDs))
+				for i, id := range st.QuarantinedIDs {
+					ids[i] = strconv.FormatInt(id, 10)
+				}
+				fmt.Fprintf(w, "quarantined events %d: %s (their fan-out could not go on: edgerelay quarantine list, then retry or drop)\n",
+					st.Quarantined, strings.Join(ids, " "))
+			}
+			if st.InvalidAddresses > 0 {
+				fmt.Fprintf(w, "addresses marked dead %d (edgerelay addresses list)\n", st.InvalidAddresses)
+			}
 			fmt.Fprintf(w, "oldest due  %s\n", st.OldestDue.Round(time.Millisecond))
 			if st.NextDue != nil {
 				fmt.Fprintf(w, "next retry  %s\n", st.NextDue.Format(time.RFC3339))

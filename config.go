@@ -38,6 +38,9 @@ type Config struct {
 	Dispatch struct {
 		Workers int      `yaml:"workers"`
 		Lease   Duration `yaml:"lease"`
+		// InvalidAddressTTL is how long an address a provider declared
+		// dead stays marked (per tenant and channel). Default 30 days.
+		InvalidAddressTTL Duration `yaml:"invalid_address_ttl"`
 	} `yaml:"dispatch"`
 	Limits struct {
 		MaxRecipients int `yaml:"max_recipients"`

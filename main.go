@@ -103,6 +103,8 @@ Typical use:
 			showCommand(),
 			statusCommand(),
 			retryCommand(),
+			quarantineCommand(),
+			addressesCommand(),
 			audienceCommand(),
 			feedCommand(),
 			tokenCommand(),

@@ -98,6 +98,7 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		Path: db, Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{}, Hooks: crashHooks(),
 		Delivery: map[string]relay.Mode{},
 		Workers:  cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
+		InvalidAddressTTL: time.Duration(cfg.Dispatch.InvalidAddressTTL),
 	}
 	for ch, p := range cfg.Channels {
 		opts.ChannelRetry[ch] = p.policy()

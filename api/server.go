@@ -89,6 +89,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	// is their authentication.
 	s.handle("POST /v1/receipts/{provider}", s.postReceipts)
 	s.feedRoutes()
+	s.operatorRoutes()
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) response {
 		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -112,7 +113,7 @@ func New(r *relay.Relay, opts Options) *Server {
 // allowed lists the methods that have a route for r's path.
 func (s *Server) allowed(r *http.Request) []string {
 	var out []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut} { // the methods routes use
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} { // the methods routes use
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, pattern := s.mux.Handler(r2); pattern != "/" && pattern != "" {

@@ -59,6 +59,9 @@ type Summary struct {
 	// Waiting counts notifications still pending at the end: their next
 	// attempt is further off than the run was willing to wait.
 	Waiting int64 `json:"waiting"`
+	// Quarantined counts events whose fan-out is quarantined at the end:
+	// their missing notifications wait for an operator.
+	Quarantined int `json:"quarantined_events"`
 }
 
 // OK reports whether everything the run attempted was sent and nothing is
@@ -188,6 +191,11 @@ func (r *Relay) RunUntilIdle(ctx context.Context, maxWait time.Duration) (Summar
 	sum := d.summary()
 	_, later, _, err := r.store.Live(context.Background(), r.now().Add(maxWait))
 	sum.Waiting = later
+	if qs, qerr := r.store.QuarantinedEvents(context.Background(), "", 0, 10000); qerr == nil {
+		sum.Quarantined = len(qs)
+	} else if err == nil {
+		err = qerr
+	}
 	if d.err != nil {
 		return sum, d.err
 	}

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"edgerelay/store"
+)
+
+// What an operator (or a tenant's support staff) looks at and acts on over
+// HTTP: quarantined fan-outs and addresses marked dead. Each is scoped to
+// the caller's tenant; an open API sees every tenant.
+
+func (s *Server) operatorRoutes() {
+	s.handle("GET /v1/quarantine", s.auth(s.listQuarantine))
+	s.handle("POST /v1/quarantine/{id}/retry", s.auth(s.retryQuarantine))
+	s.handle("POST /v1/quarantine/{id}/drop", s.auth(s.dropQuarantine))
+	s.handle("GET /v1/invalid-addresses", s.auth(s.listInvalidAddresses))
+	s.handle("DELETE /v1/invalid-addresses", s.auth(s.clearInvalidAddress))
+}
+
+func (s *Server) listQuarantine(w http.ResponseWriter, r *http.Request, c caller) response {
+	q := r.URL.Query()
+	limit, perr := pageLimit(q, s.opts.PageSize)
+	if perr != nil {
+		return *perr
+	}
+	var before int64
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid cursor", "before: the id of the last event of the previous page")
+		}
+		before = n
+	}
+	qs, err := s.r.Quarantined(r.Context(), c.tenant, before, limit)
+	if err != nil {
+		return s.internal(err)
+	}
+	out := map[string]any{"events": qs}
+	if len(qs) == limit {
+		q.Set("before", strconv.FormatInt(qs[len(qs)-1].EventRow, 10))
+		out["next"] = r.URL.Path + "?" + q.Encode()
+	}
+	return jsonResponse(http.StatusOK, out)
+}
+
+// quarantineID reads the {id} of a quarantine route.
+func quarantineID(r *http.Request) (int64, *response) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		p := problem(http.StatusNotFound, probNotFound, "Not found", "no quarantined event "+strconv.Quote(r.PathValue("id")))
+		return 0, &p
+	}
+	return id, nil
+}
+
+func (s *Server) retryQuarantine(w http.ResponseWriter, r *http.Request, c caller) response {
+	id, perr := quarantineID(r)
+	if perr != nil {
+		return *perr
+	}
+	err := s.r.RetryQuarantined(r.Context(), c.tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+	}
+	if err != nil {
+		return s.internal(err)
+	}
+	// The fan-out was tried at once: it finished, or the event is back in
+	// quarantine with the new reason.
+	qs, err := s.r.Quarantined(r.Context(), c.tenant, id+1, 1)
+	if err != nil {
+		return s.internal(err)
+	}
+	if len(qs) == 1 && qs[0].EventRow == id {
+		return jsonResponse(http.StatusConflict, map[string]any{"id": id, "quarantined": true, "reason": qs[0].Reason})
+	}
+	return jsonResponse(http.StatusOK, map[string]any{"id": id, "quarantined": false})
+}
+
+func (s *Server) dropQuarantine(w http.ResponseWriter, r *http.Request, c caller) response {
+	id, perr := quarantineID(r)
+	if perr != nil {
+		return *perr
+	}
+	n, err := s.r.DropQuarantined(r.Context(), c.tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+	}
+	if err != nil {
+		return s.internal(err)
+	}
+	return jsonResponse(http.StatusOK, map[string]any{"id": id, "dropped": n})
+}
+
+func (s *Server) listInvalidAddresses(w http.ResponseWriter, r *http.Request, c caller) response {
+	q := r.URL.Query()
+	limit, perr := pageLimit(q, s.opts.PageSize)
+	if perr != nil {
+		return *perr
+	}
+	after := store.InvalidAddress{Tenant: q.Get("after_tenant"), Channel: q.Get("after_channel"), Address: q.Get("after_address")}
+	ms, err := s.r.InvalidAddresses(r.Context(), c.tenant, after, limit)
+	if err != nil {
+		return s.internal(err)
+	}
+	out := map[string]any{"addresses": ms}
+	if len(ms) == limit {
+		last := ms[len(ms)-1]
+		next := url.Values{"after_tenant": {last.Tenant}, "after_channel": {last.Channel}, "after_address": {last.Address}, "limit": {strconv.Itoa(limit)}}
+		out["next"] = r.URL.Path + "?" + next.Encode()
+	}
+	return jsonResponse(http.StatusOK, out)
+}
+
+func (s *Server) clearInvalidAddress(w http.ResponseWriter, r *http.Request, c caller) response {
+	q := r.URL.Query()
+	tenant, ok := c.tenantFor(q.Get("tenant"))
+	if !ok {
+		return problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch", "this token cannot clear another tenant's marks")
+	}
+	channel, address := q.Get("channel"), q.Get("address")
+	if channel == "" || address == "" {
+		return problem(http.StatusBadRequest, probInvalidQuery, "Missing address", "give channel= and address= of the mark to clear")
+	}
+	err := s.r.ClearInvalidAddress(r.Context(), tenant, channel, address)
+	if errors.Is(err, store.ErrNotFound) {
+		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+	}
+	if err != nil {
+		return s.internal(err)
+	}
+	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "channel": channel, "address": address, "cleared": true})
+}
+
+// pageLimit reads ?limit= (1 to 1000), def when absent.
+func pageLimit(q url.Values, def int) (int, *response) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		p := problem(http.StatusBadRequest, probInvalidQuery, "Invalid limit", "limit: a number from 1 to 1000")
+		return 0, &p
+	}
+	return n, nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"edgerelay/store"
+)
+
+func quarantineCommand() *cli.Command {
+	eventArg := func(c *cli.Context, verb string) (int64, error) {
+		id, err := strconv.ParseInt(c.Args().First(), 10, 64)
+		if c.NArg() != 1 || err != nil || id <= 0 {
+			return 0, cli.Exit(fmt.Sprintf("quarantine %s takes one quarantined event's ID (see edgerelay quarantine list)", verb), exitUsage)
+		}
+		return id, nil
+	}
+	return &cli.Command{
+		Name:  "quarantine",
+		Usage: "list, retry or drop events whose fan-out could not go on",
+		Description: `An event is quarantined when the rest of its fan-out cannot be written: its
+stored payload no longer decodes (written by another version, or damaged), it
+gives another number of notifications than it was accepted with, the fan-out
+does not advance, or its writes keep failing. Its notifications written so far
+are delivered as usual; nothing else waits for it. "retry" tries the fan-out
+again (after a fix: an upgrade, a repaired row); "drop" gives up the rest of it
+for good (the notifications never created are counted, not sent).`,
+		Subcommands: []*cli.Command{
+			{
+				Name:         "list",
+				Usage:        "the quarantined events, newest first, with why",
+				Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}, &cli.StringFlag{Name: "tenant", Usage: "only this tenant's"}),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					r, err := openExistingFor(c, true)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					qs, err := r.Quarantined(c.Context, c.String("tenant"), 0, 1000)
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return json.NewEncoder(c.App.Writer).Encode(qs)
+					}
+					if len(qs) == 0 {
+						fmt.Fprintln(c.App.ErrWriter, "no quarantined events")
+					}
+					for _, q := range qs {
+						fmt.Fprintf(c.App.Writer, "%d\tevent %s (tenant %s, purpose %s)\t%d of %d notifications written\tsince %s\n\t%s\n",
+							q.EventRow, q.EventID, q.Tenant, q.Purpose, q.Expanded, q.Targets, q.At.Format(time.RFC3339), q.Reason)
+					}
+					return nil
+				},
+			},
+			{
+				Name:         "retry",
+				Usage:        "lift the quarantine and try the rest of the fan-out again now",
+				ArgsUsage:    "ID",
+				Flags:        commonFlags(),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					id, err := eventArg(c, "retry")
+					if err != nil {
+						return err
+					}
+					r, err := openExisting(c)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					if err := r.RetryQuarantined(c.Context, "", id); errors.Is(err, store.ErrNotFound) {
+						return cli.Exit(err.Error(), exitError)
+					} else if err != nil {
+						return err
+					}
+					qs, err := r.Quarantined(c.Context, "", id+1, 1)
+					if err != nil {
+						return err
+					}
+					if len(qs) == 1 && qs[0].EventRow == id {
+						return cli.Exit(fmt.Sprintf("event %d is quarantined again: %s", id, qs[0].Reason), exitError)
+					}
+					fmt.Fprintf(c.App.Writer, "event %d: fan-out finished; its notifications are pending (edgerelay dispatch delivers them)\n", id)
+					return nil
+				},
+			},
+			{
+				Name:         "drop",
+				Usage:        "give up the rest of a quarantined event's fan-out",
+				ArgsUsage:    "ID",
+				Flags:        commonFlags(),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					id, err := eventArg(c, "drop")
+					if err != nil {
+						return err
+					}
+					r, err := openExisting(c)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					n, err := r.DropQuarantined(c.Context, "", id)
+					if errors.Is(err, store.ErrNotFound) {
+						return cli.Exit(err.Error(), exitError)
+					}
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "event %d: %d notifications dropped, never to be created; those written before stay\n", id, n)
+					return nil
+				},
+			},
+		},
+	}
+}
