@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/providers"
 	"edgerelay/relay"
 )
 
@@ -36,8 +37,49 @@ func flagLogLevel() cli.Flag {
 func flagRoute() cli.Flag {
 	return &cli.StringSliceFlag{Name: "route", EnvVars: []string{"EDGERELAY_ROUTES"},
 		Usage: "`CHANNEL=URL`: deliver CHANNEL through the provider at URL (repeatable; CHANNEL * for every other channel). " +
-			"URLs: log://stdout, log:///path/file, webhook+http(s)://host/path, " +
-			"email-http+http(s)://host/path?from=ADDR; options ?timeout=10s&idempotency=honoured|none"}
+			"Providers by scheme:" + providerHelp()}
+}
+
+// providerHelp lists every provider kind from the registry that New reads,
+// so the help cannot name a scheme New refuses or miss one. Each line
+// starts with a tab: the help's column alignment then puts it under the
+// flag's usage.
+func providerHelp() string {
+	var b strings.Builder
+	line := func(indent, text string) { b.WriteString("\n\t" + indent + plainText(text)) }
+	for _, k := range providers.Kinds() {
+		urls := strings.Join(k.URLs, "  ")
+		var also []string
+		for _, s := range k.Schemes {
+			if !strings.Contains(urls, s+"://") {
+				also = append(also, s+"://")
+			}
+		}
+		if len(also) > 0 {
+			urls += "  (also " + strings.Join(also, ", ") + ")"
+		}
+		var names []string
+		for _, p := range k.Params {
+			names = append(names, p.Name)
+		}
+		line("", urls)
+		line("    ", k.Summary)
+		line("    ", "parameters: "+strings.Join(names, ", ")+"; keys honoured: "+k.Keys)
+	}
+	line("", "Parameters shared by several providers:")
+	for _, p := range providers.SharedParams() {
+		line("    ", p.Name+": "+p.Doc)
+	}
+	return b.String()
+}
+
+// markdownLink matches [text](url) in the registry's Markdown.
+var markdownLink = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
+
+// plainText turns the registry's Markdown into help text: links keep their
+// text, code loses its backquotes.
+func plainText(md string) string {
+	return strings.ReplaceAll(markdownLink.ReplaceAllString(md, "$1"), "`", "")
 }
 
 func flagDelivery() cli.Flag {

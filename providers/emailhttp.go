@@ -3,9 +3,25 @@ package providers
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/mail"
+	"net/url"
 )
 
 var _ Provider = (*EmailHTTP)(nil)
+
+var emailHTTPKind = &Kind{
+	Name: "email-http", Schemes: httpSchemes("email-http"),
+	URLs:    []string{"email-http+https://host/path?from=ADDR[&preset=resend|postmark|sendgrid]"},
+	Summary: "a JSON email API: the shape Resend and its imitators share, or a preset's",
+	Params: httpParams(
+		Param{"from", "the sender, an address with or without a display name (`Acme <no-reply@acme.test>`, percent-encoded)"},
+		Param{"preset", "one of " + codeList(presetNames) + ", which sets that API's request shape, auth header, " +
+			"message id and error classification; a URL without a path calls the API's send endpoint"}),
+	Keys:    "Resend yes; Postmark, SendGrid and the generic shape no",
+	Example: "email-http+https://api.resend.com?from=Acme+%3Cno-reply%40acme.test%3E&preset=resend&token=re_123",
+	build:   newEmailHTTPURL,
+}
 
 // EmailHTTP sends email through a JSON API of the shape Resend and its
 // imitators share (email-http+http://, email-http+https://), or in the
@@ -37,4 +53,23 @@ func (p *EmailHTTP) Send(ctx context.Context, m *Message) Result {
 		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot encode message"}
 	}
 	return p.post(ctx, m.Key, body, "id", "MessageID", "message_id")
+}
+
+func newEmailHTTPURL(u *url.URL, q url.Values) (Provider, string) {
+	e, problem := parseEndpoint(u, q, "email-http")
+	if problem != "" {
+		return nil, problem
+	}
+	from := q.Get("from")
+	if from == "" {
+		return nil, `missing parameter "from" (the sender, e.g. from=no-reply%40example.com)`
+	}
+	if _, err := mail.ParseAddress(from); err != nil {
+		return nil, fmt.Sprintf(`parameter "from": %q is not an email address: %v`, from, err)
+	}
+	p := &EmailHTTP{httpEndpoint: e, from: from}
+	if problem := p.preset(q.Get("preset"), q.Has("idempotency")); problem != "" {
+		return nil, problem
+	}
+	return p, ""
 }

@@ -24,6 +24,22 @@ import (
 
 var _ Provider = (*FCM)(nil)
 
+var fcmKind = &Kind{
+	Name: "fcm", Schemes: httpSchemes("fcm"),
+	URLs: []string{"fcm+https://fcm.googleapis.com?project=P&credentials=/path/sa.json"},
+	Summary: "FCM HTTP v1 with a service-account OAuth2 token (cached); `UNREGISTERED` fails the notification " +
+		"and marks the token invalid, so it is not tried again",
+	Params: []Param{
+		{"credentials", "the service account's JSON key file, read when the provider is built"},
+		{"project", "the Firebase project id (default: the file's `project_id`)"},
+		{"token_url", "the OAuth2 token endpoint (default: the file's `token_uri`)"},
+		paramIdempotency, paramName, paramTimeout},
+	Keys:      "no: FCM has none (`idempotency=honoured` is refused)",
+	Example:   "fcm+https://fcm.googleapis.com?project=demo&credentials=/etc/edgerelay/fcm.json",
+	explained: []string{"token"},
+	build:     newFCMURL,
+}
+
 const (
 	fcmScope     = "https://www.googleapis.com/auth/firebase.messaging"
 	fcmGrantType = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -77,8 +93,8 @@ type serviceAccount struct {
 	TokenURI     string `json:"token_uri"`
 }
 
-func newFCMURL(u *url.URL) (Provider, string) {
-	e, q, problem := parseEndpoint(u, "fcm", "project", "credentials", "token_url")
+func newFCMURL(u *url.URL, q url.Values) (Provider, string) {
+	e, problem := parseEndpoint(u, q, "fcm")
 	if problem != "" {
 		return nil, problem
 	}

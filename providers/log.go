@@ -4,10 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/url"
+	"os"
+	"strings"
 	"sync"
 )
 
 var _ Provider = (*Log)(nil)
+
+var logKind = &Kind{
+	Name: "log", Schemes: []string{"log"},
+	URLs:    []string{"log://stdout", "log://stderr", "log:///path/file"},
+	Summary: "one JSON line per message, delivered nowhere else; the default for every channel when no route is configured",
+	Params:  []Param{paramName},
+	Keys:    "no: a retry writes the line again",
+	Example: "log:///var/log/edgerelay.log",
+	build:   newLogURL,
+}
 
 // Log writes one JSON line per message and delivers nowhere else: for
 // development, dry runs and demos. A line is written or not; there is no
@@ -77,4 +90,29 @@ func (l *Log) Send(ctx context.Context, m *Message) Result {
 		return Result{Outcome: Refused, Response: err.Error(), Detail: "log write failed"}
 	}
 	return Result{Outcome: Sent, Detail: "written to " + l.name}
+}
+
+func newLogURL(u *url.URL, q url.Values) (Provider, string) {
+	if u.User != nil {
+		return nil, "log URLs take no credentials"
+	}
+	name := "log://" + u.Host + u.Path
+	if q.Has("name") {
+		name = q.Get("name")
+	}
+	switch {
+	case u.Host == "stdout" && u.Path == "":
+		return NewLog(os.Stdout, name), ""
+	case u.Host == "stderr" && u.Path == "":
+		return NewLog(os.Stderr, name), ""
+	case u.Host == "" && strings.HasPrefix(u.Path, "/"):
+		f, err := os.OpenFile(u.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return nil, "open log file: " + err.Error()
+		}
+		l := NewLog(f, name)
+		l.closer = f
+		return l, ""
+	}
+	return nil, "log target must be stdout, stderr or an absolute file path (log:///var/log/edgerelay.log)"
 }

@@ -9,6 +9,19 @@ import (
 
 var _ Provider = (*Slack)(nil)
 
+// Slack takes no token and no idempotency: it has no use for a token beside
+// the URL, and does not honour keys whatever the URL says.
+var slackKind = &Kind{
+	Name: "slack", Schemes: httpSchemes("slack"),
+	URLs: []string{"slack+https://hooks.slack.com/services/…"},
+	Summary: "Slack incoming webhooks (the path is the secret and is never printed); subject and body posted as text, " +
+		"Slack markup escaped",
+	Params:  []Param{paramName, paramTimeout},
+	Keys:    "no: Slack takes none",
+	Example: "slack+https://hooks.slack.com/services/T000/B000/XXXXXXXX",
+	build:   newSlackURL,
+}
+
 // Slack posts each message to a Slack incoming webhook
 // (slack+https://hooks.slack.com/services/T…/B…/…). The webhook is bound to
 // one channel, so Message.Address is not used. Build it with New; it takes
@@ -24,19 +37,14 @@ type Slack struct {
 	*httpEndpoint
 }
 
-func newSlackURL(u *url.URL) (Provider, string) {
-	// token and idempotency are not taken: Slack has no use for a token
-	// beside the URL, and does not honour keys whatever the URL says.
-	if _, problem := params(u, "name", "timeout"); problem != "" {
-		return nil, problem
-	}
+func newSlackURL(u *url.URL, q url.Values) (Provider, string) {
 	if u.User != nil {
 		return nil, "slack URLs take no credentials (the webhook URL's path is its secret)"
 	}
 	if u.Path == "" || u.Path == "/" {
 		return nil, "missing path (a Slack webhook URL looks like https://hooks.slack.com/services/T…/B…/…)"
 	}
-	e, q, problem := parseEndpoint(u, "slack")
+	e, problem := parseEndpoint(u, q, "slack")
 	if problem != "" {
 		return nil, problem
 	}

@@ -103,7 +103,7 @@ func TestSlackName(t *testing.T) {
 	}
 }
 
-// newSlackURL's problems never quote the path. (New's own wrapper quotes
+// A Slack URL's problems never quote the path. (New's own wrapper quotes
 // the URL through Redact, which is url.go's business.)
 func TestSlackURLProblems(t *testing.T) {
 	t.Parallel()
@@ -122,7 +122,7 @@ func TestSlackURLProblems(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, problem := newSlackURL(u)
+		_, problem := build(u)
 		if !strings.Contains(problem, c.want) {
 			t.Errorf("%s: %q, want %q", c.url, problem, c.want)
 		}

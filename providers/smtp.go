@@ -24,6 +24,21 @@ import (
 
 var _ Provider = (*SMTP)(nil)
 
+var smtpKind = &Kind{
+	Name: "smtp", Schemes: []string{"smtp", "smtps"},
+	URLs: []string{"smtp://user:pass@host:587?from=ADDR[&starttls=required|opportunistic|none]", "smtps://…:465"},
+	Summary: "real SMTP (go-mail) with STARTTLS or TLS from the first byte, and AUTH with the URL's userinfo; " +
+		"one connection per message",
+	Params: []Param{
+		{"from", "the sender, an address with or without a display name (percent-encoded); its domain ends every Message-ID"},
+		{"starttls", "`required` (the default), `opportunistic` or `none`; `smtp://` only"},
+		paramName, paramTimeout},
+	Keys: "no: SMTP has none; `Message-ID: <KEY@sender-domain>` and `X-Edgerelay-Key` are the same on every attempt, " +
+		"so a receiving system can recognise a repeat",
+	Example: "smtp://relay:secret@mail.example.com:587?from=Relay+%3Crelay%40example.com%3E",
+	build:   newSMTPURL,
+}
+
 // Default ports: submission with STARTTLS (RFC 6409) and submissions,
 // TLS from the first byte (RFC 8314).
 const (
@@ -81,11 +96,7 @@ func (p *SMTP) HonoursKeys() bool { return false }
 // Close does nothing: every Send opens and closes its own connection.
 func (p *SMTP) Close() error { return nil }
 
-func newSMTPURL(u *url.URL) (Provider, string) {
-	q, problem := params(u, "from", "name", "starttls", "timeout")
-	if problem != "" {
-		return nil, problem
-	}
+func newSMTPURL(u *url.URL, q url.Values) (Provider, string) {
 	host := u.Hostname()
 	if host == "" {
 		return nil, "missing host"

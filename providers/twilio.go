@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -20,6 +21,24 @@ var (
 	_ Provider      = (*Twilio)(nil)
 	_ ReceiptParser = (*Twilio)(nil)
 )
+
+var twilioKind = &Kind{
+	Name: "twilio", Schemes: httpSchemes("twilio"),
+	URLs: []string{"twilio+https://SID:TOKEN@api.twilio.com?from=%2B1555…"},
+	Summary: "the Twilio Messages API (form, basic auth with the account SID and auth token); error codes classified (" +
+		twilioDeadCodes() + " invalid number: failed and the number marked invalid); status callbacks are receipts",
+	Params: []Param{
+		{"from", "the sender, a phone number (`%2B` for +) or an alphanumeric sender id"},
+		{"messaging_service", "a Messaging Service SID (`MG…`), instead of or beside `from`"},
+		{"status_callback", "where Twilio posts delivery status, an absolute http(s) URL (percent-encoded), " +
+			"e.g. this relay's `/v1/receipts/NAME`"},
+		paramIdempotency, paramName, paramTimeout},
+	Keys: "no (Twilio documents none for sends); the key still goes out in `I-Twilio-Idempotency-Token` and " +
+		"`Idempotency-Key`, for an account or proxy known to dedupe (`idempotency=honoured`)",
+	Example:   "twilio+https://AC0123:auth-token@api.twilio.com?from=%2B15550100",
+	explained: []string{"token"},
+	build:     newTwilioURL,
+}
 
 // Twilio sends SMS through Twilio's Messages API (twilio+https://,
 // twilio+http:// for tests). Build it with New:
@@ -62,8 +81,17 @@ var twilioDeadNumbers = map[int]string{
 	21635: "To number is a landline",
 }
 
-func newTwilioURL(u *url.URL) (Provider, string) {
-	e, q, problem := parseEndpoint(u, "twilio", "from", "messaging_service", "status_callback")
+// twilioDeadCodes lists twilioDeadNumbers' codes for the docs: "21211, 21614, 21635".
+func twilioDeadCodes() string {
+	var codes []string
+	for _, c := range slices.Sorted(maps.Keys(twilioDeadNumbers)) {
+		codes = append(codes, strconv.Itoa(c))
+	}
+	return strings.Join(codes, ", ")
+}
+
+func newTwilioURL(u *url.URL, q url.Values) (Provider, string) {
+	e, problem := parseEndpoint(u, q, "twilio")
 	if problem != "" {
 		return nil, problem
 	}

@@ -2,22 +2,12 @@ package providers
 
 import (
 	"fmt"
-	"net/mail"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
-
-// schemes lists the supported provider URL schemes, in the order errors name them.
-var schemes = []string{"log", "webhook+http", "webhook+https", "email-http+http", "email-http+https",
-	"smtp", "smtps", "twilio+http", "twilio+https", "fcm+http", "fcm+https", "slack+http", "slack+https"}
-
-// httpParams are the query parameters every HTTP provider accepts; the
-// provider's own (email-http's from) come on top.
-var httpParams = []string{"idempotency", "name", "timeout", "token"}
 
 // defaultTimeout bounds one HTTP call when the URL sets no timeout.
 const defaultTimeout = 10 * time.Second
@@ -28,7 +18,8 @@ const defaultTimeout = 10 * time.Second
 //	webhook+https://hooks.example.com/notify?token=…
 //	email-http+https://api.resend.com/emails?from=Acme%20%3Cno-reply%40acme.test%3E&token=…
 //
-// HTTP providers accept timeout (a Go duration, default 10s), idempotency
+// The scheme picks the Kind (Kinds lists them with their parameters). HTTP
+// providers accept timeout (a Go duration, default 10s), idempotency
 // (honoured or none, default none), token (sent as a bearer token), name
 // (overrides Name) and userinfo (sent as basic auth). An unknown parameter
 // is an error, so a typo cannot silently drop a setting. Errors quote the
@@ -44,32 +35,28 @@ func New(rawURL string) (Provider, error) {
 	if u.Fragment != "" || strings.HasSuffix(rawURL, "#") {
 		return nil, urlError(rawURL, "unexpected fragment (escape # as %23)")
 	}
-	var p Provider
-	var problem string
-	switch u.Scheme {
-	case "log":
-		p, problem = newLogURL(u)
-	case "webhook+http", "webhook+https":
-		p, problem = newWebhookURL(u)
-	case "email-http+http", "email-http+https":
-		p, problem = newEmailHTTPURL(u)
-	case "smtp", "smtps":
-		p, problem = newSMTPURL(u)
-	case "twilio+http", "twilio+https":
-		p, problem = newTwilioURL(u)
-	case "fcm+http", "fcm+https":
-		p, problem = newFCMURL(u)
-	case "slack+http", "slack+https":
-		p, problem = newSlackURL(u)
-	case "":
-		problem = "missing scheme (supported: " + strings.Join(schemes, ", ") + ")"
-	default:
-		problem = fmt.Sprintf("unknown scheme %q (supported: %s)", u.Scheme, strings.Join(schemes, ", "))
-	}
+	p, problem := build(u)
 	if problem != "" {
 		return nil, urlError(rawURL, problem)
 	}
 	return p, nil
+}
+
+// build builds the provider of u's kind, or says what is wrong with u
+// (without quoting it: New does, through Redact).
+func build(u *url.URL) (Provider, string) {
+	k := kindOf(u.Scheme)
+	switch {
+	case u.Scheme == "":
+		return nil, "missing scheme (supported: " + strings.Join(schemes(), ", ") + ")"
+	case k == nil:
+		return nil, fmt.Sprintf("unknown scheme %q (supported: %s)", u.Scheme, strings.Join(schemes(), ", "))
+	}
+	q, problem := params(u, k.paramNames(), k.explained)
+	if problem != "" {
+		return nil, problem
+	}
+	return k.build(u, q)
 }
 
 func urlError(rawURL, problem string) error {
@@ -90,77 +77,11 @@ func parseProblem(rawURL string, err error) string {
 	return "not a valid URL: " + err.Error()
 }
 
-func newLogURL(u *url.URL) (Provider, string) {
-	q, problem := params(u, "name")
-	if problem != "" {
-		return nil, problem
-	}
-	if u.User != nil {
-		return nil, "log URLs take no credentials"
-	}
-	name := "log://" + u.Host + u.Path
-	if q.Has("name") {
-		name = q.Get("name")
-	}
-	switch {
-	case u.Host == "stdout" && u.Path == "":
-		return NewLog(os.Stdout, name), ""
-	case u.Host == "stderr" && u.Path == "":
-		return NewLog(os.Stderr, name), ""
-	case u.Host == "" && strings.HasPrefix(u.Path, "/"):
-		f, err := os.OpenFile(u.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-		if err != nil {
-			return nil, "open log file: " + err.Error()
-		}
-		l := NewLog(f, name)
-		l.closer = f
-		return l, ""
-	}
-	return nil, "log target must be stdout, stderr or an absolute file path (log:///var/log/edgerelay.log)"
-}
-
-func newWebhookURL(u *url.URL) (Provider, string) {
-	e, q, problem := parseEndpoint(u, "webhook", "secret")
-	if problem != "" {
-		return nil, problem
-	}
-	w := &Webhook{httpEndpoint: e}
-	if q.Has("secret") {
-		if problem := w.sign(q.Get("secret")); problem != "" {
-			return nil, problem
-		}
-	}
-	return w, ""
-}
-
-func newEmailHTTPURL(u *url.URL) (Provider, string) {
-	e, q, problem := parseEndpoint(u, "email-http", "from", "preset")
-	if problem != "" {
-		return nil, problem
-	}
-	from := q.Get("from")
-	if from == "" {
-		return nil, `missing parameter "from" (the sender, e.g. from=no-reply%40example.com)`
-	}
-	if _, err := mail.ParseAddress(from); err != nil {
-		return nil, fmt.Sprintf(`parameter "from": %q is not an email address: %v`, from, err)
-	}
-	p := &EmailHTTP{httpEndpoint: e, from: from}
-	if problem := p.preset(q.Get("preset"), q.Has("idempotency")); problem != "" {
-		return nil, problem
-	}
-	return p, ""
-}
-
-// parseEndpoint reads what the HTTP providers share from u; base is the
-// scheme without its +http/+https, as Name shows it.
-func parseEndpoint(u *url.URL, base string, extra ...string) (*httpEndpoint, url.Values, string) {
-	q, problem := params(u, append(slices.Clone(httpParams), extra...)...)
-	if problem != "" {
-		return nil, nil, problem
-	}
+// parseEndpoint reads what the HTTP providers share from u and its checked
+// query q; base is the scheme without its +http/+https, as Name shows it.
+func parseEndpoint(u *url.URL, q url.Values, base string) (*httpEndpoint, string) {
 	if u.Host == "" {
-		return nil, nil, "missing host"
+		return nil, "missing host"
 	}
 	target := url.URL{Scheme: strings.TrimPrefix(u.Scheme, base+"+"), Host: u.Host, Path: u.Path, RawPath: u.RawPath}
 	e := &httpEndpoint{
@@ -171,7 +92,7 @@ func parseEndpoint(u *url.URL, base string, extra ...string) (*httpEndpoint, url
 	if v := q.Get("timeout"); q.Has("timeout") {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return nil, nil, fmt.Sprintf(`parameter "timeout": %q is not a positive Go duration (try 10s or 1500ms)`, v)
+			return nil, fmt.Sprintf(`parameter "timeout": %q is not a positive Go duration (try 10s or 1500ms)`, v)
 		}
 		e.timeout = d
 	}
@@ -180,16 +101,16 @@ func parseEndpoint(u *url.URL, base string, extra ...string) (*httpEndpoint, url
 	case "honoured":
 		e.honours = true
 	default:
-		return nil, nil, fmt.Sprintf(`parameter "idempotency": %q is neither honoured nor none`, v)
+		return nil, fmt.Sprintf(`parameter "idempotency": %q is neither honoured nor none`, v)
 	}
 	if q.Has("token") {
 		if e.token = q.Get("token"); e.token == "" {
-			return nil, nil, `parameter "token" is empty`
+			return nil, `parameter "token" is empty`
 		}
 	}
 	if u.User != nil {
 		if e.token != "" {
-			return nil, nil, `both userinfo and parameter "token" set: choose basic auth or a bearer token`
+			return nil, `both userinfo and parameter "token" set: choose basic auth or a bearer token`
 		}
 		e.user = u.User.Username()
 		e.pass, _ = u.User.Password()
@@ -197,24 +118,25 @@ func parseEndpoint(u *url.URL, base string, extra ...string) (*httpEndpoint, url
 	}
 	if q.Has("name") {
 		if e.name = q.Get("name"); e.name == "" {
-			return nil, nil, `parameter "name" is empty`
+			return nil, `parameter "name" is empty`
 		}
 	}
 	e.client = newClient(e)
-	return e, q, ""
+	return e, ""
 }
 
-// params parses u's query and refuses parameters outside allowed, and
-// parameters given twice: a setting the provider ignores is a bug the
-// operator cannot see.
-func params(u *url.URL, allowed ...string) (url.Values, string) {
+// params parses u's query and refuses parameters outside allowed and
+// explained, and parameters given twice: a setting the provider ignores is
+// a bug the operator cannot see. explained pass so that the provider can
+// say what to use instead; the error names only allowed.
+func params(u *url.URL, allowed, explained []string) (url.Values, string) {
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		return nil, "query: " + err.Error()
 	}
 	var unknown []string
 	for k, v := range q {
-		if !slices.Contains(allowed, k) {
+		if !slices.Contains(allowed, k) && !slices.Contains(explained, k) {
 			unknown = append(unknown, strconv.Quote(k))
 		} else if len(v) > 1 {
 			return nil, fmt.Sprintf("parameter %q given %d times", k, len(v))
@@ -222,7 +144,7 @@ func params(u *url.URL, allowed ...string) (url.Values, string) {
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		slices.Sort(allowed)
+		allowed = slices.Sorted(slices.Values(allowed))
 		noun := "parameter"
 		if len(unknown) > 1 {
 			noun = "parameters"

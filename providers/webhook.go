@@ -3,9 +3,22 @@ package providers
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 )
 
 var _ Provider = (*Webhook)(nil)
+
+var webhookKind = &Kind{
+	Name: "webhook", Schemes: httpSchemes("webhook"),
+	URLs:    []string{"webhook+https://host/path[?secret=whsec_…]"},
+	Summary: "POST the notification as JSON with `Idempotency-Key`",
+	Params: httpParams(Param{"secret", "a `whsec_…` secret that signs each request per " +
+		"[Standard Webhooks](https://www.standardwebhooks.com) (`webhook-id` = the key, so a receiver using any " +
+		"Standard Webhooks library verifies it and dedupes on `webhook-id`); receipts must be signed with it too"}),
+	Keys:    "as declared (`idempotency=`)",
+	Example: "webhook+https://hooks.example.com/notify?secret=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	build:   newWebhookURL,
+}
 
 // Webhook POSTs each message as JSON to one URL (webhook+http://,
 // webhook+https://). Build it with New. With secret=whsec_… every request
@@ -50,4 +63,18 @@ func (w *Webhook) Send(ctx context.Context, m *Message) Result {
 		return w.postSigned(ctx, m.Key, body)
 	}
 	return w.post(ctx, m.Key, body, "id")
+}
+
+func newWebhookURL(u *url.URL, q url.Values) (Provider, string) {
+	e, problem := parseEndpoint(u, q, "webhook")
+	if problem != "" {
+		return nil, problem
+	}
+	w := &Webhook{httpEndpoint: e}
+	if q.Has("secret") {
+		if problem := w.sign(q.Get("secret")); problem != "" {
+			return nil, problem
+		}
+	}
+	return w, ""
 }
