@@ -1,0 +1,144 @@
+package api_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"edgerelay/providers"
+	"edgerelay/relay"
+	"edgerelay/store"
+
+	_ "modernc.org/sqlite"
+)
+
+// deadPush refuses every push token as unregistered, as FCM does.
+type deadPush struct{}
+
+func (deadPush) Name() string      { return "dead-push" }
+func (deadPush) HonoursKeys() bool { return false }
+func (deadPush) Send(context.Context, *providers.Message) providers.Result {
+	return providers.Result{Outcome: providers.Refused, Permanent: true, InvalidAddress: true, Detail: "UNREGISTERED"}
+}
+
+// breakFanOut makes an accepted event look like a fan-out cut short after
+// its first notification, with a stored payload that no longer decodes.
+func breakFanOut(t *testing.T, db, eventID string) {
+	t.Helper()
+	sdb, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	for _, q := range []string{
+		`DELETE FROM notifications WHERE seq > 0 AND event = (SELECT id FROM events WHERE event_id = ?)`,
+		`UPDATE events SET expanded = 1, payload = '{"recipients": [' WHERE event_id = ?`,
+	} {
+		if _, err := sdb.Exec(q, eventID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runIdle(t *testing.T, r *relay.Relay) relay.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	sum, err := r.RunUntilIdle(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// Quarantined fan-outs and dead-address marks over HTTP: each tenant sees
+// and acts on its own only.
+func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "relay.db")
+	b := setup(t, options{
+		Relay: relay.Options{Path: db, Routes: relay.Routes{
+			"email": {providers.NewLog(io.Discard, "log://discard")}, "push": {deadPush{}}}},
+		Tokens: map[string]string{sha256hex("tok-acme-0123456789"): "acme", sha256hex("tok-beta-0123456789"): "beta"},
+	})
+	acme := []string{"Authorization", "Bearer tok-acme-0123456789"}
+	beta := []string{"Authorization", "Bearer tok-beta-0123456789"}
+	accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_q", 3)), acme...))
+	accepted(t, b.do(t, "POST", "/v1/events", `{"id": "evt_p", "type": "t", "channels": ["push"], "recipients": [{"id": "u", "device_token": "tok-1"}]}`, acme...))
+	breakFanOut(t, db, "evt_q")
+	if sum := runIdle(t, b.r); sum.Quarantined != 1 || sum.Sent != 1 || sum.Failed != 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+
+	type qpage struct {
+		Events []store.QuarantinedEvent `json:"events"`
+		Next   string                   `json:"next"`
+	}
+	if p := decode[qpage](t, b.do(t, "GET", "/v1/quarantine", "", beta...)); len(p.Events) != 0 {
+		t.Errorf("beta sees acme's quarantine: %+v", p.Events)
+	}
+	p := decode[qpage](t, b.do(t, "GET", "/v1/quarantine", "", acme...))
+	if len(p.Events) != 1 || p.Events[0].EventID != "evt_q" || p.Events[0].Tenant != "acme" || !strings.Contains(p.Events[0].Reason, "no longer decodes") {
+		t.Fatalf("acme's quarantine: %+v", p.Events)
+	}
+	id := p.Events[0].EventRow
+	// The notification's audit trail names the quarantine too.
+	var n store.Notification
+	if n = decode[store.Notification](t, b.do(t, "GET", "/v1/notifications/1", "", acme...)); n.Quarantine == nil || n.Quarantine.EventRow != id {
+		t.Errorf("GET /v1/notifications/1: quarantine %+v", n.Quarantine)
+	}
+	wantProblem(t, b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/retry", id), "", beta...), http.StatusNotFound, "not-found")
+	if rep := b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/retry", id), "", acme...); rep.status != http.StatusConflict || !strings.Contains(string(rep.body), "no longer decodes") {
+		t.Errorf("retry while the payload is still bad: %s, want 409 naming why", rep)
+	}
+	wantProblem(t, b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/drop", id), "", beta...), http.StatusNotFound, "not-found")
+	if rep := b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/drop", id), "", acme...); rep.status != http.StatusOK || !strings.Contains(string(rep.body), `"dropped":2`) {
+		t.Errorf("drop: %s", rep)
+	}
+	wantProblem(t, b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/drop", id), "", acme...), http.StatusNotFound, "not-found")
+
+	type apage struct {
+		Addresses []store.InvalidAddress `json:"addresses"`
+		Next      string                 `json:"next"`
+	}
+	if a := decode[apage](t, b.do(t, "GET", "/v1/invalid-addresses", "", beta...)); len(a.Addresses) != 0 {
+		t.Errorf("beta sees acme's marks: %+v", a.Addresses)
+	}
+	a := decode[apage](t, b.do(t, "GET", "/v1/invalid-addresses", "", acme...))
+	if len(a.Addresses) != 1 || a.Addresses[0].Address != "tok-1" || a.Addresses[0].Provider != "dead-push" ||
+		a.Addresses[0].ExpiresAt.Sub(a.Addresses[0].CreatedAt) != relay.DefaultInvalidAddressTTL {
+		t.Fatalf("acme's marks: %+v", a.Addresses)
+	}
+	wantProblem(t, b.do(t, "DELETE", "/v1/invalid-addresses?channel=push&address=tok-1", "", beta...), http.StatusNotFound, "not-found")
+	wantProblem(t, b.do(t, "DELETE", "/v1/invalid-addresses?channel=push&address=tok-1&tenant=beta", "", acme...), http.StatusForbidden, "tenant-mismatch")
+	if rep := b.do(t, "DELETE", "/v1/invalid-addresses?channel=push&address=tok-1", "", acme...); rep.status != http.StatusOK {
+		t.Errorf("clear: %s", rep)
+	}
+	if a := decode[apage](t, b.do(t, "GET", "/v1/invalid-addresses", "", acme...)); len(a.Addresses) != 0 {
+		t.Errorf("marks after clearing: %+v", a.Addresses)
+	}
+}
+
+// The metrics say how many fan-outs are quarantined and how many addresses
+// are marked.
+func TestQuarantineMetrics(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "relay.db")
+	b := setup(t, options{Metrics: true, Relay: relay.Options{Path: db, Routes: relay.Routes{
+		"email": {providers.NewLog(io.Discard, "log://discard")}, "push": {deadPush{}}}}})
+	accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_q", 3)), ""))
+	accepted(t, b.do(t, "POST", "/v1/events", `{"id": "evt_p", "type": "t", "channels": ["push"], "recipients": [{"id": "u", "device_token": "tok-1"}]}`))
+	breakFanOut(t, db, "evt_q")
+	runIdle(t, b.r)
+	text := string(b.do(t, "GET", "/metrics", "").body)
+	for _, want := range []string{"edgerelay_events_quarantined 1", "edgerelay_events_quarantined_total 1", "edgerelay_invalid_addresses 1"} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
