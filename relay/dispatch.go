@@ -380,7 +380,15 @@ func (d *dispatcher) sleep(ctx context.Context) {
 	r := d.r
 	wait := r.opts.Poll
 	if next, ok, err := r.store.NextDue(ctx); err == nil && ok {
-		wait = min(wait, max(next.Sub(r.now()), time.Millisecond))
+		now := r.now()
+		if next.After(now) {
+			wait = min(wait, max(next.Sub(now), time.Millisecond))
+		} else if open, ok := r.router.nextOpen(now); ok {
+			// Work is due but the last claim took none of it: its providers'
+			// gates are closed. Look again when one opens (or a call ends,
+			// below), not in a busy loop.
+			wait = min(wait, max(open.Sub(now), time.Millisecond))
+		}
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()

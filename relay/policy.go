@@ -70,8 +70,10 @@ type verdict struct {
 type jitter func(n time.Duration) time.Duration
 
 // noRouteWait is how long a notification whose channel no route serves
-// waits before it is looked at again (a config change may add the route).
-const noRouteWait = time.Minute
+// waits before it is looked at again (a config change may add the route):
+// longer than dispatch --until-idle's default --max-wait, so a cron run
+// reports it waiting and exits instead of waiting for it.
+const noRouteWait = 5 * time.Minute
 
 // minGateWait keeps a notification sent back to wait at a gate out of the
 // very next claim.

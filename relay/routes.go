@@ -85,6 +85,24 @@ func (g *gate) capacity(now time.Time) int {
 	return max(n, 0)
 }
 
+// tryEnterAt is when a call could enter, without taking anything; true if
+// now.
+func (g *gate) tryEnterAt(now time.Time) (time.Time, bool) {
+	g.mu.Lock()
+	until := g.until
+	g.mu.Unlock()
+	if now.Before(until) {
+		return until, false
+	}
+	if g.rl != nil && g.rl.TokensAt(now) < 1 {
+		r := g.rl.ReserveN(now, 1)
+		next := now.Add(r.DelayFrom(now))
+		r.CancelAt(now)
+		return next, false
+	}
+	return now, true
+}
+
 // tryEnter takes a call slot and a rate token if both are free now. If not,
 // it returns the earliest time worth trying again: the end of a pause, the
 // next rate token, or, when every slot is taken, about when a call ends.
@@ -250,6 +268,27 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 		return plans
 	}
 	return append(plans, claimPlan{store.ClaimFilter{Exclude: bounded}, free})
+}
+
+// nextOpen is the earliest time a closed gate of a default route opens
+// (the end of a pause, the next rate token); false when none is closed
+// that way (a gate closed by concurrency opens when a call ends, which
+// wakes the dispatcher by itself).
+func (rt *router) nextOpen(now time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, route := range rt.routes {
+		if len(route) == 0 {
+			continue
+		}
+		g := rt.gates[route[0]]
+		if g.capacity(now) > 0 {
+			continue
+		}
+		if until, ok := g.tryEnterAt(now); !ok && until.After(now) && (first.IsZero() || until.Before(first)) {
+			first = until
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // explicit lists the channels with a default route of their own.
