@@ -1,0 +1,397 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"edgerelay/store"
+)
+
+// Dispatch states what the relay relies on in the life of a claim: claim,
+// settle (a call recorded, a claim released without one, given up), expired
+// leases, retry, and the fence that keeps a process whose lease was taken
+// over from changing anything.
+func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Run("claim takes due rows oldest first, each once, with a lease", func(t *testing.T) {
+		s, ctx := open(t), context.Background()
+		accepted := dispatchEvent(t, s, "e", 3, "email")
+		cs := claim(t, s, store.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
+		if len(cs) != 2 || cs[0].ID != accepted[0] || cs[1].ID != accepted[1] {
+			t.Fatalf("claimed %v, want the first two of %v", claimIDs(cs), accepted)
+		}
+		c := cs[0]
+		if c.Attempt != 1 || c.CycleAttempts != 1 || c.EventID != "e" || c.Purpose != "receipt" || c.Tenant != "default" ||
+			string(c.Message) != `{"subject":"hi"}` || !c.LeaseUntil.Equal(t0.Add(time.Minute)) || !c.ClaimedAt.Equal(t0) {
+			t.Errorf("claimed %+v", c)
+		}
+		if cs[0].Token == cs[1].Token && cs[0].ID == cs[1].ID {
+			t.Errorf("two claims share a token")
+		}
+		rest := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
+		if len(rest) != 1 || rest[0].ID != accepted[2] {
+			t.Fatalf("second claim %v, want only %d: a leased row is claimed once", claimIDs(rest), accepted[2])
+		}
+		if more := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0.Add(time.Hour), Lease: time.Minute}); len(more) != 0 {
+			t.Fatalf("claimed %v rows in sending, even after their leases ended", claimIDs(more))
+		}
+		due, later, sending, err := s.Live(ctx, t0)
+		if err != nil || due != 0 || later != 0 || sending != 3 {
+			t.Errorf("Live: %d %d %d %v, want 3 sending", due, later, sending, err)
+		}
+	})
+
+	t.Run("claim filters by channel", func(t *testing.T) {
+		s := open(t)
+		dispatchEvent(t, s, "e", 6, "email", "sms", "push")
+		channels := func(cs []store.Claimed) string {
+			var out []string
+			for _, c := range cs {
+				out = append(out, c.Channel)
+			}
+			slices.Sort(out)
+			return strings.Join(out, " ")
+		}
+		if got := channels(claim(t, s, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Only: []string{"sms"}}})); got != "sms sms" {
+			t.Errorf("only sms: %q", got)
+		}
+		if got := channels(claim(t, s, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Exclude: []string{"email"}}})); got != "push" {
+			t.Errorf("one, excluding email: %q", got)
+		}
+		if got := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Only: []string{}}}); len(got) != 0 {
+			t.Errorf("an empty Only claimed %q", channels(got))
+		}
+		if got := channels(claim(t, s, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute, Filter: store.ClaimFilter{Only: []string{"email", "push"}, Exclude: []string{"push"}}})); got != "email email" {
+			t.Errorf("email and push less push: %q", got)
+		}
+	})
+
+	t.Run("a recorded call counts, and the audit trail keeps it", func(t *testing.T) {
+		s, ctx := open(t), context.Background()
+		dispatchEvent(t, s, "e", 1, "email")
+		c := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})[0]
+		a := store.Attempt{N: c.Attempt, Provider: "p", StartedAt: t0, EndedAt: t0.Add(time.Second), Outcome: "refused",
+			HTTPStatus: 503, Response: "busy", Detail: "503 Service Unavailable"}
+		d := store.Decision{Status: store.StatusPending, NextAttemptAt: t0.Add(time.Minute), Reason: "refused: 503; next attempt in 1m"}
+		if !settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: a.EndedAt, Attempt: &a, Decision: d}) {
+			t.Fatal("a current claim's settlement was not applied")
+		}
+		n := notification(t, s, c.ID)
+		if n.Status != store.StatusPending || n.Attempts != 1 || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(d.NextAttemptAt) ||
+			n.Provider != "p" || n.Reason != d.Reason || len(n.AttemptLog) != 1 {
+			t.Fatalf("after the record: %+v", n)
+		}
+		if got := n.AttemptLog[0]; got.Outcome != "refused" || got.HTTPStatus != 503 || got.Response != "busy" ||
+			got.Decision != "pending: refused: 503; next attempt in 1m" || !got.StartedAt.Equal(t0) {
+			t.Errorf("attempt row %+v", got)
+		}
+		// Not due before its time; then claimed as attempt 2.
+		if cs := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0.Add(59 * time.Second), Lease: time.Minute}); len(cs) != 0 {
+			t.Fatalf("claimed before its next attempt: %v", claimIDs(cs))
+		}
+		if next, ok, err := s.NextDue(ctx); err != nil || !ok || !next.Equal(d.NextAttemptAt) {
+			t.Errorf("NextDue: %s %v %v, want %s", next, ok, err, d.NextAttemptAt)
+		}
+		c2 := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0.Add(time.Minute), Lease: time.Minute})
+		if len(c2) != 1 || c2[0].Attempt != 2 || c2[0].CycleAttempts != 2 || c2[0].Token == c.Token {
+			t.Fatalf("second claim %+v", c2)
+		}
+	})
+
+	t.Run("a claim released without a call spends nothing", func(t *testing.T) {
+		s := open(t)
+		dispatchEvent(t, s, "e", 1, "email")
+		c := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})[0]
+		wait := store.Decision{Status: store.StatusPending, NextAttemptAt: t0.Add(2 * time.Second), Reason: "waiting, not an attempt: the gate"}
+		if !settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Decision: wait}) {
+			t.Fatal("release not applied")
+		}
+		n := notification(t, s, c.ID)
+		if n.Status != store.StatusPending || n.Attempts != 0 || len(n.AttemptLog) != 0 || !n.NextAttemptAt.Equal(wait.NextAttemptAt) {
+			t.Fatalf("after a release: %+v", n)
+		}
+		again := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0.Add(2 * time.Second), Lease: time.Minute})
+		if len(again) != 1 || again[0].Attempt != 1 || again[0].CycleAttempts != 1 {
+			t.Fatalf("claimed again %+v, want attempt 1 still", again)
+		}
+		// Giving up without a call ends it, with no attempt.
+		dead := store.Decision{Status: store.StatusDead, NextAttemptAt: t0, Reason: "past the max age"}
+		settle(t, s, store.Settlement{ID: c.ID, Token: again[0].Token, At: t0, Decision: dead})
+		if n := notification(t, s, c.ID); n.Status != store.StatusDead || n.Attempts != 0 || n.Reason != "past the max age" {
+			t.Errorf("given up: %+v", n)
+		}
+	})
+
+	t.Run("a settlement under a replaced claim changes nothing", func(t *testing.T) {
+		s := open(t)
+		dispatchEvent(t, s, "e", 1, "email")
+		old := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Second})[0]
+		// The lease expires; another process settles it as unknown and
+		// claims it again.
+		exp := expired(t, s, t0.Add(2*time.Second))
+		if len(exp) != 1 || exp[0].Token != old.Token {
+			t.Fatalf("expired leases %+v", exp)
+		}
+		un := store.Attempt{N: exp[0].Attempt, Provider: "p", StartedAt: t0, EndedAt: t0.Add(2 * time.Second), Outcome: "unknown", Detail: "lease expired"}
+		retryNow := store.Decision{Status: store.StatusPending, NextAttemptAt: t0.Add(2 * time.Second), Pinned: true}
+		if !settle(t, s, store.Settlement{ID: old.ID, Token: exp[0].Token, At: un.EndedAt, Attempt: &un, Recovered: true, Decision: retryNow}) {
+			t.Fatal("the recovery was not applied")
+		}
+		// A second process settling the same lease: nothing, not even a row.
+		if settle(t, s, store.Settlement{ID: old.ID, Token: exp[0].Token, At: un.EndedAt, Attempt: &un, Recovered: true, Decision: retryNow}) {
+			t.Fatal("the same expired lease was settled twice")
+		}
+		now := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0.Add(2 * time.Second), Lease: time.Minute})[0]
+		// The first process's late answer: kept in the audit trail, applied
+		// to nothing.
+		late := store.Attempt{N: old.Attempt, Provider: "p", StartedAt: t0, EndedAt: t0.Add(3 * time.Second), Outcome: "sent"}
+		if settle(t, s, store.Settlement{ID: old.ID, Token: old.Token, At: late.EndedAt, Attempt: &late,
+			Decision: store.Decision{Status: store.StatusSent, NextAttemptAt: late.EndedAt}}) {
+			t.Fatal("a late answer under a replaced claim was applied")
+		}
+		// A release under the old token is refused as well.
+		if settle(t, s, store.Settlement{ID: old.ID, Token: old.Token, At: late.EndedAt,
+			Decision: store.Decision{Status: store.StatusPending, NextAttemptAt: late.EndedAt}}) {
+			t.Fatal("a release under a replaced claim was applied")
+		}
+		n := notification(t, s, old.ID)
+		if n.Status != store.StatusSending || n.Attempts != 1 || len(n.AttemptLog) != 2 {
+			t.Fatalf("after stale settlements: %s, %d attempts, log %+v; want sending under the new claim, 1 attempt, 2 rows",
+				n.Status, n.Attempts, n.AttemptLog)
+		}
+		if n.AttemptLog[1].Outcome != "sent" || !strings.Contains(n.AttemptLog[1].Decision, "not applied") {
+			t.Errorf("the late answer's row: %+v", n.AttemptLog[1])
+		}
+		// The current claim settles normally.
+		ok := store.Attempt{N: now.Attempt, Provider: "p", StartedAt: t0.Add(2 * time.Second), EndedAt: t0.Add(3 * time.Second), Outcome: "sent"}
+		if !settle(t, s, store.Settlement{ID: old.ID, Token: now.Token, At: ok.EndedAt, Attempt: &ok,
+			Decision: store.Decision{Status: store.StatusSent, NextAttemptAt: ok.EndedAt}}) {
+			t.Fatal("the current claim's record was not applied")
+		}
+		if n := notification(t, s, old.ID); n.Status != store.StatusSent || n.Attempts != 2 {
+			t.Errorf("final: %s after %d attempts", n.Status, n.Attempts)
+		}
+	})
+
+	t.Run("expired leases are those whose lease ended", func(t *testing.T) {
+		s := open(t)
+		dispatchEvent(t, s, "e", 2, "email")
+		claim(t, s, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})
+		claim(t, s, store.ClaimRequest{Limit: 1, Now: t0.Add(30 * time.Second), Lease: time.Minute})
+		if ex := expired(t, s, t0.Add(59*time.Second)); len(ex) != 0 {
+			t.Fatalf("%d expired early", len(ex))
+		}
+		if ex := expired(t, s, t0.Add(61*time.Second)); len(ex) != 1 || ex[0].EventID != "e" || ex[0].Purpose != "receipt" {
+			t.Fatalf("expired at +61s: %+v", ex)
+		}
+		if ex := expired(t, s, t0.Add(2*time.Minute)); len(ex) != 2 || !ex[0].LeaseUntil.Before(ex[1].LeaseUntil) {
+			t.Fatalf("expired at +2m: %+v, want both, oldest lease first", ex)
+		}
+	})
+
+	t.Run("retry puts a final notification back with a fresh budget", func(t *testing.T) {
+		s, ctx := open(t), context.Background()
+		ids := dispatchEvent(t, s, "e", 2, "email")
+		cs := claim(t, s, store.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
+		record(t, s, cs[0], "sent", store.StatusSent)
+		record(t, s, cs[1], "refused", store.StatusFailed)
+		var se *store.StateError
+		if err := s.Retry(ctx, "", ids[0], t0); !errors.As(err, &se) || se.Status != store.StatusSent {
+			t.Errorf("retry of a sent notification: %v, want a StateError", err)
+		}
+		if err := s.Retry(ctx, "", 99999, t0); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("retry of a missing notification: %v", err)
+		}
+		if err := s.Retry(ctx, "other", ids[1], t0); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("retry across tenants: %v, want ErrNotFound", err)
+		}
+		later := t0.Add(time.Hour)
+		if err := s.Retry(ctx, "default", ids[1], later); err != nil {
+			t.Fatal(err)
+		}
+		re := claim(t, s, store.ClaimRequest{Limit: 10, Now: later, Lease: time.Minute})
+		if len(re) != 1 || re[0].Attempt != 2 || re[0].CycleAttempts != 1 || !re[0].CycleStartedAt.Equal(later) {
+			t.Fatalf("after retry claimed %+v", re)
+		}
+	})
+
+	t.Run("a dead-address mark is the tenant's, expires, and retry lifts it", func(t *testing.T) {
+		s, ctx := open(t), context.Background()
+		mine := dispatchEventFor(t, s, "acme", "e1", "+15550100")
+		theirs := dispatchEventFor(t, s, "beta", "e2", "+15550100")
+		cs := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
+		var c store.Claimed
+		for _, x := range cs {
+			if x.ID == mine {
+				c = x
+			}
+		}
+		a := store.Attempt{N: 1, Provider: "twilio-acme", StartedAt: t0, EndedAt: t0, Outcome: "refused", Permanent: true, Detail: "21211"}
+		settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Attempt: &a, Decision: store.Decision{
+			Status: store.StatusFailed, NextAttemptAt: t0, Reason: "refused for good, address invalid: 21211",
+			InvalidAddress: "21211", InvalidUntil: t0.Add(time.Hour)}})
+		marks, err := s.InvalidAddresses(ctx, "", t0, store.InvalidAddress{}, 10)
+		if err != nil || len(marks) != 1 {
+			t.Fatalf("marks %+v, %v", marks, err)
+		}
+		if m := marks[0]; m.Tenant != "acme" || m.Channel != "sms" || m.Address != "+15550100" || m.Provider != "twilio-acme" ||
+			m.Reason != "21211" || !m.CreatedAt.Equal(t0) || !m.ExpiresAt.Equal(t0.Add(time.Hour)) {
+			t.Errorf("mark %+v", m)
+		}
+		if other, _ := s.InvalidAddresses(ctx, "beta", t0, store.InvalidAddress{}, 10); len(other) != 0 {
+			t.Errorf("beta sees acme's mark: %+v", other)
+		}
+		// A new claim of acme's sees the mark; beta's does not.
+		acme2 := dispatchEventFor(t, s, "acme", "e3", "+15550100")
+		for _, x := range cs {
+			if x.ID == theirs && x.Invalid != "" {
+				t.Errorf("beta's claim carries acme's mark: %q", x.Invalid)
+			}
+		}
+		got := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0.Add(time.Minute), Lease: time.Minute})
+		if len(got) != 1 || got[0].ID != acme2 || !strings.Contains(got[0].Invalid, "21211") || !strings.Contains(got[0].Invalid, "twilio-acme") {
+			t.Fatalf("acme's next claim %+v, want it marked", got)
+		}
+		release(t, s, got[0], t0.Add(2*time.Hour))
+		// Past its expiry the mark is gone from claims and listings.
+		if marks, _ := s.InvalidAddresses(ctx, "", t0.Add(2*time.Hour), store.InvalidAddress{}, 10); len(marks) != 0 {
+			t.Errorf("an expired mark is listed: %+v", marks)
+		}
+		if got := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0.Add(2 * time.Hour), Lease: time.Minute}); len(got) != 1 || got[0].Invalid != "" {
+			t.Errorf("claim after expiry %+v, want no mark", got)
+		}
+		// Retry lifts a live mark.
+		settle(t, s, store.Settlement{ID: c.ID, Token: 0, At: t0}) // no-op: wrong token
+		if err := s.Retry(ctx, "acme", c.ID, t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if marks, _ := s.InvalidAddresses(ctx, "", t0, store.InvalidAddress{}, 10); len(marks) != 0 {
+			t.Errorf("retry left the mark: %+v", marks)
+		}
+		// And ClearInvalidAddress lifts one, once.
+		if ok, err := s.ClearInvalidAddress(ctx, "acme", "sms", "+15550100"); err != nil || ok {
+			t.Errorf("clear of a lifted mark: %v %v", ok, err)
+		}
+	})
+
+	t.Run("a receipt that came before its send applies when the send is recorded", func(t *testing.T) {
+		s, ctx := open(t), context.Background()
+		dispatchEvent(t, s, "e", 1, "email")
+		if _, err := s.AddReceipts(ctx, []store.Receipt{{Provider: "p", Dedupe: "r1", MessageID: "m-1", Status: "delivered"}}, t0); err != nil {
+			t.Fatal(err)
+		}
+		c := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})[0]
+		a := store.Attempt{N: 1, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", MessageID: "m-1"}
+		settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Attempt: &a, Decision: store.Decision{Status: store.StatusSent, NextAttemptAt: t0}})
+		if n := notification(t, s, c.ID); n.Status != store.StatusDelivered || n.ProviderMessageID != "m-1" || len(n.Receipts) != 1 {
+			t.Errorf("after the send: %s, message id %q, receipts %+v; want delivered", n.Status, n.ProviderMessageID, n.Receipts)
+		}
+	})
+}
+
+// t0 is the suite's clock: whole milliseconds, as stores keep time.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// dispatchEvent accepts one event with n notifications on the channels
+// given in turn, and returns their ids in fan-out order.
+func dispatchEvent(t *testing.T, s store.Store, id string, n int, channels ...string) []int64 {
+	t.Helper()
+	ev := store.NewEvent{Tenant: "default", EventID: id, Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
+		Message: []byte(`{"subject":"hi"}`), Fingerprint: "fp-" + id, Targets: n}
+	var ts []store.Target
+	for i := range n {
+		ts = append(ts, store.Target{Key: fmt.Sprintf("%s-%d", id, i), Recipient: fmt.Sprintf("r%d", i),
+			Channel: channels[i%len(channels)], Address: fmt.Sprintf("r%d@example.com", i)})
+	}
+	return acceptOne(t, s, ev, ts)
+}
+
+// dispatchEventFor accepts one tenant's event with one sms notification to
+// phone.
+func dispatchEventFor(t *testing.T, s store.Store, tenant, id, phone string) int64 {
+	t.Helper()
+	ev := store.NewEvent{Tenant: tenant, EventID: id, Purpose: "otp", Type: "otp", Payload: []byte(`{}`),
+		Message: []byte(`{"body":"123"}`), Fingerprint: "fp-" + id, Targets: 1}
+	return acceptOne(t, s, ev, []store.Target{{Key: tenant + "-" + id, Recipient: "u", Channel: "sms", Address: phone}})[0]
+}
+
+func acceptOne(t *testing.T, s store.Store, ev store.NewEvent, ts []store.Target) []int64 {
+	t.Helper()
+	accs, errs, err := s.AcceptEvents(context.Background(), []store.AcceptInput{{Event: ev, First: ts}}, t0)
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, n := range accs[0].Notifications {
+		ids = append(ids, n.ID)
+	}
+	return ids
+}
+
+func claim(t *testing.T, s store.Store, req store.ClaimRequest) []store.Claimed {
+	t.Helper()
+	cs, err := s.Claim(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func claimIDs(cs []store.Claimed) []int64 {
+	ids := make([]int64, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+func expired(t *testing.T, s store.Store, now time.Time) []store.Claimed {
+	t.Helper()
+	cs, err := s.ExpiredLeases(context.Background(), now, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func settle(t *testing.T, s store.Store, st store.Settlement) bool {
+	t.Helper()
+	applied, err := s.Settle(context.Background(), []store.Settlement{st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return applied[0]
+}
+
+// record settles c with a call of this outcome and status.
+func record(t *testing.T, s store.Store, c store.Claimed, outcome, status string) {
+	t.Helper()
+	a := store.Attempt{N: c.Attempt, Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: outcome}
+	if !settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Attempt: &a, Decision: store.Decision{Status: status, NextAttemptAt: t0}}) {
+		t.Fatalf("record of %d not applied", c.ID)
+	}
+}
+
+// release sends c back to the queue, due at next, without a call.
+func release(t *testing.T, s store.Store, c store.Claimed, next time.Time) {
+	t.Helper()
+	if !settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Decision: store.Decision{Status: store.StatusPending, NextAttemptAt: next}}) {
+		t.Fatalf("release of %d not applied", c.ID)
+	}
+}
+
+func notification(t *testing.T, s store.Store, id int64) store.Notification {
+	t.Helper()
+	n, err := s.Notification(context.Background(), "", id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
