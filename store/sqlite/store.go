@@ -130,7 +130,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
 	s := &Store{path: abs, wdb: wdb, log: opts.Logger}
-	if err := s.init(ctx); err != nil {
+	if err := s.init(ctx, opts.BusyTimeout); err != nil {
 		wdb.Close()
 		return nil, openError(path, abs, err)
 	}
@@ -245,10 +245,12 @@ func readable(path string) bool {
 	return true
 }
 
-// init checks the journal mode and migrates.
-func (s *Store) init(ctx context.Context) error {
+// init opens the write connection, checks the journal mode and migrates.
+func (s *Store) init(ctx context.Context, busy time.Duration) error {
 	var mode string
-	if err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+	if err := openRetryingBusy(ctx, busy, func() error {
+		return s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+	}); err != nil {
 		return err
 	}
 	if mode != "wal" {
@@ -258,6 +260,34 @@ func (s *Store) init(ctx context.Context) error {
 		return fmt.Errorf("journal_mode is %q, want wal (is the directory writable and on a local file system?)", mode)
 	}
 	return migrate(ctx, s.wdb, s.log)
+}
+
+// openRetryingBusy runs open (the first use of a pool, which opens a
+// connection and runs the DSN's pragmas) until it does not fail with
+// SQLITE_BUSY, for up to busy. The first connection to a new file turns it
+// into a WAL database: SQLite reads page 1 and then upgrades to the write
+// lock, and an upgrade does not wait on busy_timeout (waiting while holding
+// a read lock could deadlock) but fails at once if another process is
+// writing. With a dozen processes starting on one new file, about one open
+// in three hundred failed so ("database is locked"). Trying again from
+// nothing is what busy_timeout would have done.
+func openRetryingBusy(ctx context.Context, busy time.Duration, open func() error) error {
+	deadline := time.Now().Add(busy)
+	wait := time.Millisecond
+	for {
+		err := open()
+		if sqliteCode(err)&0xff != sqliteBusy || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // Where is the absolute path of the database file.
@@ -343,39 +373,74 @@ func SchemaVersion() int {
 // in its own transaction together with the version bump (PRAGMA user_version
 // is transactional), so a crash mid-upgrade leaves the previous version
 // intact. A database newer than the binary is refused, never touched.
+//
+// Processes started together on one file (cron lines, sidecars, serve and a
+// CLI) would otherwise race: each read version 0 and ran 0001, and all but
+// one failed with "table events already exists". So each step takes the
+// write lock first (the DSN's _txlock=immediate makes BeginTx a BEGIN
+// IMMEDIATE; another process's step is waited for up to busy_timeout) and
+// only then reads the version: a process that finds the step done moves on.
+// The version read without the lock only spares an up-to-date database the
+// lock (most opens), and refuses a newer one; version numbers only grow, so
+// neither answer can be stale in a way that matters.
 func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
 	}
-	var have int
-	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+	first, err := schemaVersion(ctx, db, len(ms))
+	if err != nil || first == len(ms) {
+		return err
 	}
-	if have > len(ms) {
-		return fmt.Errorf("%w: it is version %d, this binary knows up to %d; use a newer edgerelay", store.ErrTooNew, have, len(ms))
-	}
-	for _, m := range ms[have:] {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+	for {
+		m, err := migrateStep(ctx, db, ms)
+		if err != nil || m == nil {
+			return err
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		if have > 0 {
+		if first > 0 {
 			log.Info("migrated database", "to", m.version, "migration", m.name)
 		}
 	}
-	return nil
+}
+
+// migrateStep runs, under the write lock, the migration the database needs
+// next and returns it, or nil if it needs none (another process did it).
+func migrateStep(ctx context.Context, db *sql.DB, ms []migration) (*migration, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: take the write lock: %w", err)
+	}
+	defer tx.Rollback()
+	have, err := schemaVersion(ctx, tx, len(ms))
+	if err != nil || have == len(ms) {
+		return nil, err
+	}
+	m := &ms[have]
+	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
+		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	return m, nil
+}
+
+// schemaVersion reads the database's schema version and refuses one newer
+// than known, the number of migrations this binary has.
+func schemaVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, known int) (int, error) {
+	var v int
+	if err := q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if v > known {
+		return v, fmt.Errorf("%w: it is version %d, this binary knows up to %d; use a newer edgerelay", store.ErrTooNew, v, known)
+	}
+	return v, nil
 }
 
 // ms converts a time to the store's representation, Unix milliseconds.

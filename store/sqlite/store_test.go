@@ -412,3 +412,99 @@ func TestStatusListsUnknowns(t *testing.T) {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 }
+
+// TestOpenTogetherOnANewFile: stores opened at the same moment on a file
+// that does not exist yet all open (the process-level test is
+// TestSendsStartedTogetherOnANewFile in the root package); a database newer
+// than the binary opened so is refused by every one, and left untouched.
+func TestOpenTogetherOnANewFile(t *testing.T) {
+	t.Parallel()
+	const n = 12
+	together := func(path string) []error {
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				s, err := Open(context.Background(), path, Options{})
+				if err == nil {
+					err = s.Close()
+				}
+				errs[i] = err
+			})
+		}
+		close(start)
+		wg.Wait()
+		return errs
+	}
+	for round := range 4 {
+		path := filepath.Join(t.TempDir(), "new.db")
+		for _, err := range together(path) {
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+	}
+
+	path := filepath.Join(t.TempDir(), "newer.db")
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE future (x); PRAGMA user_version = 99`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range together(path) {
+		if !errors.Is(err, store.ErrTooNew) {
+			t.Errorf("a version 99 database: %v, want ErrTooNew", err)
+		}
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Errorf("the version 99 database changed when refused")
+	}
+}
+
+// TestOpenWaitsForTheLockToSwitchToWAL: the first open of a database that
+// is not in WAL mode yet (a new file, or one another process just created)
+// switches it to WAL, which takes the write lock after reading the file. An
+// upgrade from reading to writing does not wait on busy_timeout, so Open
+// waits itself: while another process holds the write lock, Open keeps
+// trying for BusyTimeout (not failing at once with "database is locked"),
+// and it opens once the lock is released.
+func TestOpenWaitsForTheLockToSwitchToWAL(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rollback.db")
+	other, err := sql.Open("sqlite", path) // the default rollback journal
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.SetMaxOpenConns(1)
+	if _, err := other.Exec("CREATE TABLE t (x)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec("BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	const busy = 300 * time.Millisecond
+	start := time.Now()
+	_, err = Open(context.Background(), path, Options{BusyTimeout: busy})
+	took := time.Since(start)
+	if sqliteCode(err)&0xff != sqliteBusy || took < busy {
+		t.Fatalf("Open while another connection holds the write lock: %v after %s; want SQLITE_BUSY after at least %s", err, took, busy)
+	}
+	if _, err := other.Exec("ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), path, Options{BusyTimeout: busy})
+	if err != nil {
+		t.Fatalf("Open once the lock is released: %v", err)
+	}
+	s.Close()
+}

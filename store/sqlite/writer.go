@@ -327,6 +327,7 @@ func (t *Tx) queryRow(query string, args ...any) *sql.Row {
 // SQLite result codes this file tells apart (the primary code is the low
 // byte of an extended one).
 const (
+	sqliteBusy              = 5
 	sqliteReadOnly          = 8
 	sqliteIOErr             = 10
 	sqliteCorrupt           = 11
