@@ -822,6 +822,138 @@ func diskFirstLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// TestDiskFullRecoversWhenSpaceIsFreed: on a disk of a few MB the WAL holds
+// most of the database when the disk fills (SQLite checkpoints it into the
+// database file only every 1000 pages, about 4 MB), so writes can succeed
+// again only once the WAL has been copied into the file and truncated.
+//
+// On a 4 MB tmpfs the drill fills the disk through serve, deletes a 1 MB
+// file it put there, and requires serve, without a restart, to accept the
+// next events, to be ready, and to go on accepting far more than the freed
+// megabyte holds as WAL (about 30 pages an event). Under RLIMIT_FSIZE the
+// limit is per file: it is set to 2 MB, below SQLite's own checkpoint, so
+// the WAL reaches it while the database file is small, and nothing needs
+// freeing for the same checkpoint to let writes go on.
+func TestDiskFullRecoversWhenSpaceIsFreed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the real binary on a full disk")
+	}
+	t.Parallel()
+	bin := binary(t)
+	lim := diskFullDir(t, 4<<20)
+	db := filepath.Join(lim.dir, "r.db")
+	filler := filepath.Join(lim.dir, "filler")
+	more := 150 // events to accept once the space is back
+	switch lim.how {
+	case "tmpfs":
+		if err := os.WriteFile(filler, make([]byte, 1<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	case "rlimit":
+		lim.size, more = 2<<20, 300 // 300 events fit in 2 MB, their WAL does not
+	default:
+		t.Skipf("no way to fill a disk here (%s)", lim.how)
+	}
+	sizes := func() string {
+		var s []string
+		for _, f := range []string{db, db + "-wal"} {
+			if fi, err := os.Stat(f); err == nil {
+				s = append(s, fmt.Sprintf("%s %d KiB", filepath.Base(f), fi.Size()>>10))
+			}
+		}
+		var fs syscall.Statfs_t
+		if lim.how == "tmpfs" && syscall.Statfs(lim.dir, &fs) == nil {
+			s = append(s, fmt.Sprintf("free %d KiB", fs.Bavail*uint64(fs.Bsize)>>10))
+		}
+		return strings.Join(s, ", ")
+	}
+	p := diskStart(t, lim.command(bin, "serve", "--db", db, "--listen", "127.0.0.1:0", "--route", "*=log:///dev/null", "--log-level", "info"))
+	base := p.waitServing(t)
+	if base == "" {
+		t.Fatalf("serve did not start on an empty disk: exit %d\n%s", p.code, p.output())
+	}
+	start := time.Now()
+	acked := map[string]bool{}
+	post := func(id string) (ok bool, refusal string) {
+		t.Helper()
+		r := diskDo(t, "POST", base+"/v1/events", diskEvent(id, 1500))
+		if r.status/100 == 2 {
+			acked[id] = true
+			return true, ""
+		}
+		if r.status != http.StatusServiceUnavailable || r.ctype != "application/problem+json" {
+			t.Fatalf("%s: %d %s %s; want 2xx or a 503 problem", id, r.status, r.ctype, r.body)
+		}
+		return false, strings.TrimSpace(r.body)
+	}
+
+	if lim.how == "tmpfs" {
+		// Full: five refusals in a row.
+		var refusal string
+		n := 0
+		for inARow := 0; inARow < 5; n++ {
+			if n == 2000 {
+				t.Fatalf("the disk never filled: %d posts", n)
+			}
+			if ok, why := post(fmt.Sprintf("fill-%04d", n)); ok {
+				inARow = 0
+			} else {
+				inARow, refusal = inARow+1, why
+			}
+		}
+		if len(acked) == 0 {
+			t.Fatalf("nothing was accepted before the disk was full: the disk is too small\n%s", p.output())
+		}
+		ready := diskDo(t, "GET", base+"/readyz", "")
+		t.Logf("full after %d posts (%d accepted): %s; readyz %d; last refusal %s", n, len(acked), sizes(), ready.status, refusal)
+		if ready.status != http.StatusServiceUnavailable {
+			t.Errorf("/readyz answered %d on the full disk, want 503", ready.status)
+		}
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("deleted the 1 MiB filler: %s", sizes())
+	}
+
+	// A few refusals may come first (the dispatcher's writes may be the
+	// ones that meet the full WAL and checkpoint it), never more.
+	var refused []string
+	for i := range more {
+		id := fmt.Sprintf("more-%03d", i)
+		if ok, why := post(id); !ok {
+			if refused = append(refused, id); len(refused) > 3 {
+				t.Fatalf("%d of %d posts refused (the last, %s: %s): the store stays refused once the space is back (%s)\n%s",
+					len(refused), i+1, id, why, sizes(), diskFirstLines(p.output(), 8))
+			}
+		}
+	}
+	ready := diskDo(t, "GET", base+"/readyz", "")
+	t.Logf("space back: %d of %d posts accepted (refused: %v) in %s since serving; %s; readyz %d",
+		more-len(refused), more, refused, time.Since(start).Round(time.Millisecond), sizes(), ready.status)
+	if ready.status != http.StatusOK {
+		t.Errorf("/readyz answered %d %s after writes succeed again, want 200", ready.status, ready.body)
+	}
+	out := p.output()
+	if strings.Contains(out, "panic") {
+		t.Fatalf("serve panicked:\n%s", out)
+	}
+	for _, what := range []string{"the disk was full", "truncated it", "writes succeed again"} {
+		t.Logf("serve logged: %s", diskGrep(out, what))
+	}
+
+	p.kill()
+	sdb := diskOpen(t, db)
+	if res := diskIntegrity(t, sdb); res != "ok" {
+		t.Fatalf("integrity_check: %s", res)
+	}
+	stored := diskStored(t, sdb, "%")
+	for id := range acked {
+		if stored[id] != 1 {
+			t.Errorf("acknowledged event %s is not stored with its notification", id)
+		}
+	}
+}
+
 var diskStoppedRE = regexp.MustCompile(`batch: stopped after (\d+) lines \((\d+) accepted, (\d+) rejected\)`)
 
 // TestDiskFullBatchSend runs batch send onto a disk that fills up: a

@@ -158,7 +158,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		rdb.Close()
 		return nil, err
 	}
-	s.w = startWriter(conn, abs, opts.MaxBatch, opts.Logger)
+	s.w = startWriter(conn, abs, opts.MaxBatch, opts.BusyTimeout, opts.Logger)
 	if readOnly != nil {
 		// Reads work (status, show); every write would fail, so Ping
 		// fails from the start rather than after the first write.
