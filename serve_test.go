@@ -114,6 +114,11 @@ func TestTokenCreateListRevoke(t *testing.T) {
 	if r := runCLI(t, "", "token", "create", "--db", db, "--tenant", "bad tenant"); r.code != exitUsage {
 		t.Fatalf("bad tenant: %d", r.code)
 	}
+	// The name is kept with the token: bounded like every stored name.
+	if r := runCLI(t, "", "token", "create", "--db", db, "--tenant", "acme", "--name", strings.Repeat("n", 65)); r.code != exitUsage ||
+		!strings.Contains(r.stderr, "--name: longer than 64 bytes") {
+		t.Fatalf("long name: %d %q", r.code, r.stderr)
+	}
 }
 
 func TestAudienceSet(t *testing.T) {
