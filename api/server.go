@@ -104,6 +104,9 @@ func New(r *relay.Relay, opts Options) *Server {
 	if opts.TokenCheck <= 0 {
 		opts.TokenCheck = time.Second
 	}
+	if len(opts.TokenHashes) > 0 {
+		opts.Open = false // tokens exist from the start
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
