@@ -191,6 +191,12 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += n
+	return n, err
+}
+
 // Unwrap lets http.ResponseController reach the connection (read deadlines).
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
@@ -205,11 +211,6 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		b.done = true
 	}
-	return n, err
-}
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	n, err := r.ResponseWriter.Write(b)
-	r.bytes += n
 	return n, err
 }
 
@@ -389,7 +390,7 @@ func idempotencyKey(r *http.Request) (string, *response) {
 
 // requestKey is how a request under an Idempotency-Key is recognised: the
 // key, within the tenant, and a fingerprint of the method, the path and
-// body, the request's content as decoded (see eventCanon), so the same
+// body: the request's content as decoded (see decodeEvent), so the same
 // request serialised differently is the same request.
 func requestKey(r *http.Request, tenant, key string, body []byte) store.RequestKey {
 	h := sha256.New()
