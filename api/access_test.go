@@ -72,8 +72,17 @@ func TestMetricsProtected(t *testing.T) {
 	acme := []string{"Authorization", "Bearer " + acmeTok}
 
 	open := setup(t, options{Metrics: true})
-	if rep := open.do(t, "GET", "/metrics", ""); rep.status != http.StatusOK || !strings.Contains(string(rep.body), "edgerelay_events_accepted_total") {
+	ev := receipt("evt-private-id", 1)
+	ev.Tenant, ev.Recipients[0].ID = "tenant-private", "user-private"
+	accepted(t, open.do(t, "POST", "/v1/events", jsonOf(t, ev)))
+	open.logs.waitRequests(t, 1)
+	rep := open.do(t, "GET", "/metrics", "")
+	if rep.status != http.StatusOK || !strings.Contains(string(rep.body), "edgerelay_events_accepted_total 1") {
 		t.Errorf("open API: %s", rep)
+	}
+	// No label names a tenant, a user or an id.
+	if strings.Contains(string(rep.body), "private") {
+		t.Errorf("metrics name a tenant's data:\n%s", rep.body)
 	}
 
 	closed := setup(t, options{Metrics: true, Tokens: tokens})
