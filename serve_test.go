@@ -411,7 +411,9 @@ func TestServeConnectionCap(t *testing.T) {
 	if n, err := waiting[0].Read(make([]byte, 1)); n > 0 || err == nil {
 		t.Errorf("a connection beyond the cap was answered at once")
 	}
-	if got := openFDs(t, pid); got > base+maxConns+2 {
+	// Slack for SQLite: the read pool may open a connection (a file and its
+	// WAL) meanwhile; 40 connections without the cap would be far above.
+	if got := openFDs(t, pid); got > base+maxConns+8 {
 		t.Errorf("%d connections beyond the cap of %d grew the descriptors from %d to %d", extra, maxConns, base, got)
 	} else {
 		t.Logf("%d connections, cap %d: descriptors %d -> %d", maxConns+extra, maxConns, base, got)
