@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/net/netutil"
 
 	"edgerelay/api"
 	"edgerelay/relay"
@@ -33,13 +34,29 @@ provider (stdout), so this works on a fresh machine:
 Access: with no tokens configured (config "tenants:" or "edgerelay token
 create") the API is open to every tenant, which is allowed only on a loopback
 address (the sidecar case). Bound to any other address without tokens, serve
-refuses to start.
+refuses to start. The first token created while an open serve runs (by
+"edgerelay token create" in another process) closes the API within 1 s: from
+then on every request needs a token, until a restart. A revoked token stops
+working at once.
+
+Metrics (GET /metrics) cover every tenant, so no tenant's token opens them.
+On the API's address they are served while the API is open, or to
+Authorization: Bearer METRICS_TOKEN (--metrics-token); --metrics-listen
+serves them without a token on an address of their own (a private interface
+for the scraper).
+
+Slow clients: headers must arrive within 10 s; a request is authenticated on
+its headers before any body is read; a body must arrive within --body-timeout
+(408 after it). At most --max-conns connections are open at once: more wait
+in the kernel's accept queue, holding no descriptor, until one closes.
 
 Endpoints: POST /v1/events, POST /v1/events:batch, GET /v1/notifications/{id},
 GET /v1/notifications?key=K | ?status=S&recipient=R&cursor=C&limit=N,
 POST /v1/notifications/{id}/retry, PUT /v1/audiences/{name}, GET /healthz,
-GET /readyz, GET /metrics. Every POST takes an Idempotency-Key header: the
-first response is stored (--key-ttl) and replayed for a repeat.
+GET /readyz, GET /metrics. Every POST takes an Idempotency-Key header (up to
+255 printable ASCII characters): the first successful response is stored
+(--key-ttl) and replayed for a repeat; a batch keeps each event's success and
+runs the others again.
 
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
@@ -51,6 +68,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			&cli.DurationFlag{Name: "key-ttl", Value: 24 * time.Hour, EnvVars: []string{"EDGERELAY_KEY_TTL"}, Usage: "how long a request's Idempotency-Key and response are kept"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"}, Usage: "on shutdown: how long to wait for calls in flight"},
 			&cli.IntFlag{Name: "max-recipients", EnvVars: []string{"EDGERELAY_MAX_RECIPIENTS"}, Usage: "most recipients per event (default 10000, or limits.max_recipients); 413 beyond"},
+			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, EnvVars: []string{"EDGERELAY_BODY_TIMEOUT"}, Usage: "how long a request body may take to arrive (408 and the connection closed beyond)"},
+			&cli.IntFlag{Name: "max-conns", Value: 1024, EnvVars: []string{"EDGERELAY_MAX_CONNS"}, Usage: "most connections open at once; more wait in the kernel's accept queue"},
+			&cli.StringFlag{Name: "metrics-listen", EnvVars: []string{"EDGERELAY_METRICS_LISTEN"}, Usage: "serve GET /metrics without a token on this `ADDRESS` of its own (a private interface)"},
+			&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
 		),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
@@ -75,6 +96,30 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			}
 			if !c.IsSet("key-ttl") && s.cfg.API.KeyTTL > 0 {
 				opts.KeyTTL = time.Duration(s.cfg.API.KeyTTL)
+			}
+			opts.BodyTimeout = c.Duration("body-timeout")
+			if !c.IsSet("body-timeout") && s.cfg.API.BodyTimeout > 0 {
+				opts.BodyTimeout = time.Duration(s.cfg.API.BodyTimeout)
+			}
+			maxConns := c.Int("max-conns")
+			if !c.IsSet("max-conns") && s.cfg.API.MaxConns > 0 {
+				maxConns = s.cfg.API.MaxConns
+			}
+			metricsListen := c.String("metrics-listen")
+			if !c.IsSet("metrics-listen") {
+				metricsListen = s.cfg.API.MetricsListen
+			}
+			opts.MetricsToken = c.String("metrics-token")
+			if !c.IsSet("metrics-token") {
+				opts.MetricsToken = s.cfg.API.MetricsToken
+			}
+			switch {
+			case opts.BodyTimeout <= 0:
+				return cli.Exit(fmt.Sprintf("--body-timeout %s: want a positive duration, e.g. 10s", opts.BodyTimeout), exitUsage)
+			case maxConns <= 0:
+				return cli.Exit(fmt.Sprintf("--max-conns %d: want a positive number, e.g. 1024", maxConns), exitUsage)
+			case opts.MetricsToken != "" && len(opts.MetricsToken) < 16:
+				return cli.Exit("--metrics-token: shorter than 16 characters", exitUsage)
 			}
 			for tenant, tc := range s.cfg.Tenants {
 				for _, tok := range tc.Tokens {
@@ -111,8 +156,27 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
+			// Beyond maxConns, Accept waits: the connections queue in the
+			// kernel and cost the process no descriptor until one closes.
+			ln = netutil.LimitListener(ln, maxConns)
 			handler := api.New(r, opts)
-			hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+			// No ReadTimeout: a body's deadline is set when the handler starts
+			// reading it, after authentication (--body-timeout), and lifted
+			// once it is in, so a long accept is never cut off by it.
+			hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+			servers := []*http.Server{hs}
+			listeners := []net.Listener{ln}
+			if metricsListen != "" {
+				mln, err := net.Listen("tcp", metricsListen)
+				if err != nil {
+					return fmt.Errorf("metrics listen: %w", err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("GET /metrics", handler.MetricsHandler())
+				servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
+				listeners = append(listeners, netutil.LimitListener(mln, metricsConns))
+				fmt.Fprintf(c.App.ErrWriter, "edgerelay: metrics on http://%s/metrics\n", mln.Addr())
+			}
 			if err := r.Start(c.Context); err != nil {
 				return err
 			}
@@ -141,8 +205,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			}
 			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.opts.Routes))
 			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), s.opts.Path)
-			errc := make(chan error, 1)
-			go func() { errc <- hs.Serve(ln) }()
+			errc := make(chan error, len(servers))
+			for i, srv := range servers {
+				go func() { errc <- srv.Serve(listeners[i]) }()
+			}
 			select {
 			case err := <-errc:
 				return fmt.Errorf("serve: %w", err)
@@ -152,7 +218,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			defer cancel()
 			// Requests first (an accept in flight finishes and is answered),
 			// then the dispatcher.
-			herr := hs.Shutdown(ctx)
+			var herr error
+			for _, srv := range servers {
+				herr = errors.Join(herr, srv.Shutdown(ctx))
+			}
 			background.Wait() // job runs and tailers end with their context
 			derr := r.Stop(ctx)
 			if err := errors.Join(herr, derr); err != nil {
@@ -162,6 +231,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 		},
 	}
 }
+
+// metricsConns bounds the connections of the metrics listener: it serves
+// a scraper or two.
+const metricsConns = 16
 
 // isLoopback reports whether a listen address is on loopback only.
 func isLoopback(addr string) bool {

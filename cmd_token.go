@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/urfave/cli/v2"
+
+	"edgerelay/relay"
 )
 
 func tokenCommand() *cli.Command {
@@ -18,7 +21,7 @@ func tokenCommand() *cli.Command {
 				ArgsUsage: " ",
 				Flags: commonFlags(
 					&cli.StringFlag{Name: "tenant", Usage: "the tenant the token acts as (required)"},
-					&cli.StringFlag{Name: "name", Usage: "a label to recognise the token by"},
+					&cli.StringFlag{Name: "name", Usage: "a label to recognise the token by (at most 64 bytes)"},
 				),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
@@ -35,6 +38,10 @@ func tokenCommand() *cli.Command {
 					}
 					defer r.Close()
 					t, token, err := r.CreateToken(c.Context, tenant, c.String("name"))
+					var inv *relay.InvalidEventError
+					if errors.As(err, &inv) {
+						return cli.Exit(fmt.Sprintf("--%s: %s", inv.Field, inv.Reason), exitUsage)
+					}
 					if err != nil {
 						return err
 					}

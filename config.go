@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"sort"
@@ -57,6 +58,16 @@ type Config struct {
 		MaxBody  int64    `yaml:"max_body"`
 		MaxBatch int      `yaml:"max_batch"`
 		KeyTTL   Duration `yaml:"key_ttl"`
+		// BodyTimeout bounds how long a request body may take to arrive.
+		BodyTimeout Duration `yaml:"body_timeout"`
+		// MaxConns bounds the connections open at once.
+		MaxConns int `yaml:"max_conns"`
+		// MetricsListen serves GET /metrics, without a token, on an
+		// address of its own.
+		MetricsListen string `yaml:"metrics_listen"`
+		// MetricsToken opens GET /metrics on the API's address; ${VAR}
+		// reads an environment variable.
+		MetricsToken string `yaml:"metrics_token"`
 	} `yaml:"api"`
 
 	path string
@@ -297,6 +308,7 @@ func parseConfig(path string) (*Config, []string, error) {
 			add([]string{"tail"}, "tail[%d]: %v", i, err)
 		}
 	}
+	cfg.checkAPI(add)
 	for _, name := range sortedKeys(cfg.Providers) {
 		pc := cfg.Providers[name]
 		if pc.URL == "" {
@@ -307,6 +319,63 @@ func parseConfig(path string) (*Config, []string, error) {
 		}
 	}
 	return cfg, problems, nil
+}
+
+// checkAPI checks the api: section: a size, count or duration that is set
+// must be positive (zero is not "the default": leave the key out for that),
+// an address must be host:port, a metrics token long enough to guess at
+// no better than an API token.
+func (cfg *Config) checkAPI(add func([]string, string, ...any)) {
+	a := &cfg.API
+	for _, n := range []struct {
+		key string
+		bad bool
+	}{
+		{"max_body", a.MaxBody <= 0}, {"max_batch", a.MaxBatch <= 0}, {"key_ttl", a.KeyTTL <= 0},
+		{"body_timeout", a.BodyTimeout <= 0}, {"max_conns", a.MaxConns <= 0},
+	} {
+		if n.bad && cfg.has("api", n.key) {
+			add([]string{"api", n.key}, "%s must be positive (leave it out for the default)", n.key)
+		}
+	}
+	for _, n := range []struct{ key, addr string }{{"listen", a.Listen}, {"metrics_listen", a.MetricsListen}} {
+		if _, _, err := net.SplitHostPort(n.addr); err != nil && cfg.has("api", n.key) {
+			add([]string{"api", n.key}, "%s %q: want HOST:PORT (%v)", n.key, n.addr, err)
+		}
+	}
+	if cfg.has("api", "metrics_token") {
+		v, err := expandEnv(a.MetricsToken)
+		switch {
+		case err != nil:
+			add([]string{"api", "metrics_token"}, "metrics_token: %v", err)
+		case len(v) < 16:
+			add([]string{"api", "metrics_token"}, "metrics_token: shorter than 16 characters")
+		default:
+			a.MetricsToken = v
+		}
+	}
+}
+
+// has reports whether the file sets the key at keys.
+func (cfg *Config) has(keys ...string) bool {
+	n := cfg.root
+	if n != nil && n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, k := range keys {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return false
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				next = n.Content[i+1]
+				break
+			}
+		}
+		n = next
+	}
+	return n != nil
 }
 
 // checkRoutes checks that each route names known providers or URLs.

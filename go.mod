@@ -19,6 +19,7 @@ require (
 require (
 	github.com/robfig/cron/v3 v3.0.1 // schedules: cron expressions with seconds and time zones
 	github.com/schollz/progressbar/v3 v3.19.0 // batch send: a progress bar on a terminal
+	golang.org/x/net v0.59.0 // serve --max-conns: netutil.LimitListener caps open connections (the version prometheus already selects)
 )
 
 require (
@@ -38,9 +39,9 @@ require (
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
-	golang.org/x/crypto v0.54.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/term v0.45.0 // indirect
+	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	modernc.org/libc v1.80.1 // indirect

@@ -50,7 +50,7 @@ func (s *Server) putFeedMembers(w http.ResponseWriter, r *http.Request, c caller
 		return *perr
 	}
 	if err := s.r.SetFeedMembers(r.Context(), tenant, feed, req.Members, req.History); err != nil {
-		return s.eventError(err)
+		return s.paramError(err, "tenant", "feed")
 	}
 	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "feed": feed, "members": len(req.Members)})
 }
@@ -94,7 +94,7 @@ func (s *Server) getFeed(w http.ResponseWriter, r *http.Request, c caller) respo
 	}
 	items, readMark, err := s.r.FeedPage(r.Context(), tenant, r.PathValue("user"), before, limit)
 	if err != nil {
-		return s.internal(err)
+		return s.paramError(err, "tenant", "user")
 	}
 	out := feedPage{Items: make([]feedItem, len(items)), ReadUpTo: readMark}
 	for i, it := range items {
@@ -114,7 +114,7 @@ func (s *Server) getUnreadCount(w http.ResponseWriter, r *http.Request, c caller
 	}
 	n, err := s.r.UnreadCount(r.Context(), tenant, r.PathValue("user"))
 	if err != nil {
-		return s.internal(err)
+		return s.paramError(err, "tenant", "user")
 	}
 	return jsonResponse(http.StatusOK, map[string]int64{"unread": n})
 }
@@ -145,7 +145,7 @@ func (s *Server) markAll(kind string) authedHandler {
 		}
 		mark, err := s.r.MarkAll(r.Context(), tenant, r.PathValue("user"), kind, upTo)
 		if err != nil {
-			return s.internal(err)
+			return s.paramError(err, "tenant", "user")
 		}
 		return jsonResponse(http.StatusOK, map[string]any{"kind": kind, "up_to": mark})
 	}
@@ -166,7 +166,7 @@ func (s *Server) markItem(kind string) authedHandler {
 			return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
 		}
 		if err != nil {
-			return s.internal(err)
+			return s.paramError(err, "tenant", "user")
 		}
 		return jsonResponse(http.StatusOK, map[string]any{"seq": seq, kind: true})
 	}

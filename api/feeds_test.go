@@ -274,8 +274,8 @@ func TestFeeds(t *testing.T) {
 		status             int
 		kind               string
 	}{
-		{"PUT", "/v1/feeds/*/members", `{"members": ["ada"]}`, http.StatusBadRequest, "invalid-event"},
-		{"PUT", "/v1/feeds/@ada/members", `{"members": ["ada"]}`, http.StatusBadRequest, "invalid-event"},
+		{"PUT", "/v1/feeds/*/members", `{"members": ["ada"]}`, http.StatusBadRequest, "invalid-request"},
+		{"PUT", "/v1/feeds/@ada/members", `{"members": ["ada"]}`, http.StatusBadRequest, "invalid-request"},
 		{"PUT", "/v1/feeds/team:ops/members", `{"members": [""]}`, http.StatusBadRequest, "invalid-event"},
 		{"PUT", "/v1/feeds/team:ops/members", `{"users": ["ada"]}`, http.StatusBadRequest, "invalid-json"},
 		{"POST", "/v1/users/ada/feed/read-all", `{"up_to": -1}`, http.StatusBadRequest, "invalid-query"},

@@ -2,10 +2,15 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"edgerelay/providers"
 	"edgerelay/relay"
@@ -146,4 +151,52 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestDue.Seconds())
 	ch <- prometheus.MustNewConstMetric(quarDesc, prometheus.GaugeValue, float64(st.Quarantined))
 	ch <- prometheus.MustNewConstMetric(marksDesc, prometheus.GaugeValue, float64(st.InvalidAddresses))
+}
+
+// Metrics cover every tenant (queue depth, attempts, request counts), so
+// no tenant's token opens them. On the API's listener they are served
+// while the API is open (loopback, no tokens) or to the metrics token;
+// MetricsHandler serves them on a listener of their own (a private
+// interface for the scraper). Labels are channels, providers, statuses and
+// route patterns, never tenants, users or ids.
+
+// metrics is GET /metrics on the API's listener.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	token, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if s.opts.MetricsToken != "" {
+		// Hashes of equal length, compared in constant time: the answer
+		// says nothing of how much of a guess was right.
+		given, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(s.opts.MetricsToken))
+		if bearer && subtle.ConstantTimeCompare(given[:], want[:]) == 1 {
+			s.MetricsHandler().ServeHTTP(w, r)
+			return
+		}
+	}
+	open, err := s.open(r.Context())
+	if err != nil {
+		s.internal(err).write(w)
+		return
+	}
+	if open {
+		s.MetricsHandler().ServeHTTP(w, r)
+		return
+	}
+	if s.opts.MetricsToken == "" {
+		problem(http.StatusNotFound, probNotFound, "Not found",
+			"metrics cover every tenant and are not served on this listener once API tokens exist: "+
+				"serve them on a private address (--metrics-listen) or set a metrics token (--metrics-token) and send it as Authorization: Bearer TOKEN").write(w)
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay-metrics"`)
+	problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized",
+		"send the metrics token (--metrics-token) as Authorization: Bearer TOKEN; a tenant's API token does not open metrics").write(w)
+}
+
+// MetricsHandler serves the metrics without authentication, for a listener
+// of their own (serve --metrics-listen); nil metrics serve 404.
+func (s *Server) MetricsHandler() http.Handler {
+	if s.opts.Metrics == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(s.opts.Metrics.reg, promhttp.HandlerOpts{})
 }

@@ -35,6 +35,8 @@ const (
 	probMethod         = "https://edgerelay.dev/problems/method-not-allowed"
 	probBadSignature   = "https://edgerelay.dev/problems/bad-signature"
 	probInvalidReceipt = "https://edgerelay.dev/problems/invalid-receipt"
+	probInvalidRequest = "https://edgerelay.dev/problems/invalid-request"
+	probBodyTimeout    = "https://edgerelay.dev/problems/body-timeout"
 )
 
 // response is what a handler produces: written once, and stored verbatim

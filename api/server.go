@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,12 +13,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"edgerelay/providers"
 	"edgerelay/relay"
@@ -26,15 +28,24 @@ import (
 
 // Options configure the API. The zero value is usable for an open API.
 type Options struct {
-	// Open serves every tenant without tokens: the sidecar on loopback. The
-	// caller (serve) decides it; the API only obeys.
+	// Open serves every tenant without tokens (the sidecar on loopback)
+	// while no token exists: the caller (serve) decides it at start, and the
+	// API closes itself, for good, once a token is created in the store
+	// (within TokenCheck).
 	Open bool
+	// TokenCheck is how often an open API looks for tokens created since it
+	// started (by `edgerelay token create`, another process). Default 1 s.
+	TokenCheck time.Duration
 	// TokenHashes maps the hex SHA-256 of a bearer token to its tenant
 	// (tokens from the config file); tokens created with `edgerelay token
 	// create` are looked up in the store.
 	TokenHashes map[string]string
 	// MaxBody bounds a request body. Default 1 MiB.
 	MaxBody int64
+	// BodyTimeout bounds the reading of a request body, from when the
+	// handler starts reading it (after authentication): a client that
+	// trickles its body is answered 408 and cut off. Default 10 s.
+	BodyTimeout time.Duration
 	// MaxBatch bounds the events of one batch request. Default 100.
 	MaxBatch int
 	// KeyTTL is how long a request's Idempotency-Key and response are kept.
@@ -49,6 +60,12 @@ type Options struct {
 	PublicURL string
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil: no /metrics
+	// MetricsToken, if set, opens GET /metrics on the API's listener to
+	// Authorization: Bearer MetricsToken. Metrics cover every tenant, so no
+	// tenant's token opens them; without MetricsToken they are served here
+	// only while the API is open (loopback, no tokens), and elsewhere
+	// through MetricsHandler on a listener of their own.
+	MetricsToken string
 }
 
 // Server is the HTTP API over one Relay.
@@ -59,6 +76,12 @@ type Server struct {
 	mux  *http.ServeMux
 
 	inFlight keyLocks // idempotency keys of requests running now
+
+	// Open mode, while it lasts: closed is set once a token is found, and
+	// stays set; checked is when the store was last asked.
+	closed  atomic.Bool
+	openMu  sync.Mutex
+	checked time.Time
 }
 
 // New returns the API handler.
@@ -74,6 +97,15 @@ func New(r *relay.Relay, opts Options) *Server {
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = 100
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 10 * time.Second
+	}
+	if opts.TokenCheck <= 0 {
+		opts.TokenCheck = time.Second
+	}
+	if len(opts.TokenHashes) > 0 {
+		opts.Open = false // tokens exist from the start
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -95,8 +127,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	})
 	s.handle("GET /readyz", s.ready)
 	if opts.Metrics != nil {
-		h := promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{})
-		s.mux.Handle("GET /metrics", h)
+		s.mux.HandleFunc("GET /metrics", s.metrics)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowed(r); len(allow) > 0 {
@@ -127,6 +158,10 @@ func (s *Server) allowed(r *http.Request) []string {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	if r.Body != nil && r.Body != http.NoBody {
+		rec.body = &trackedBody{ReadCloser: r.Body}
+		r.Body = rec.body
+	}
 	s.mux.ServeHTTP(rec, r)
 	took := time.Since(start)
 	_, pattern := s.mux.Handler(r)
@@ -141,12 +176,41 @@ type statusRecorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int
+	body   *trackedBody // nil without a request body
 }
 
-func (r *statusRecorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
+// WriteHeader closes the connection after a response sent before the
+// request's body was read to its end (a 401, a 404, a body cut off): else
+// net/http would read what is left of the body first, as slowly as the
+// client sends it, to keep the connection.
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.body != nil && !r.body.done {
+		r.Header().Set("Connection", "close")
+	}
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	n, err := r.ResponseWriter.Write(b)
 	r.bytes += n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (read deadlines).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// trackedBody notes when a request body has been read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	done bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.done = true
+	}
 	return n, err
 }
 
@@ -183,11 +247,16 @@ func (c caller) tenantFor(named string) (string, bool) {
 
 type authedHandler func(w http.ResponseWriter, r *http.Request, c caller) response
 
-// auth resolves the bearer token to a tenant. A missing or unknown token
-// is 401 on an API with tokens.
+// auth resolves the bearer token to a tenant, from the headers alone: no
+// body is read before the caller is known. A missing or unknown token is
+// 401 on an API with tokens.
 func (s *Server) auth(h authedHandler) handler {
 	return func(w http.ResponseWriter, r *http.Request) response {
-		if s.opts.Open {
+		open, err := s.open(r.Context())
+		if err != nil {
+			return s.internal(err)
+		}
+		if open {
 			return h(w, r, caller{any: true})
 		}
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -199,10 +268,14 @@ func (s *Server) auth(h authedHandler) handler {
 		hash := hex.EncodeToString(sum[:])
 		tenant, ok := s.opts.TokenHashes[hash]
 		if !ok {
+			// Looked up on every request: a revoked token stops working at once.
 			t, err := s.r.TokenByHash(r.Context(), hash)
-			if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
 				return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")
+			}
+			if err != nil {
+				return s.internal(err)
 			}
 			tenant = t.Tenant
 		}
@@ -211,11 +284,54 @@ func (s *Server) auth(h authedHandler) handler {
 	}
 }
 
-// readBody reads a bounded JSON body.
+// open reports whether the API serves this request without a token: it was
+// started open and no token has been created since. The store is asked at
+// most once per TokenCheck, so a token created by another process closes
+// the API within that time; once closed, it stays closed (revoking every
+// token does not reopen it: revoking must never widen access) until a
+// restart decides again.
+func (s *Server) open(ctx context.Context) (bool, error) {
+	if !s.opts.Open || s.closed.Load() {
+		return false, nil
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.closed.Load() {
+		return false, nil
+	}
+	if !s.checked.IsZero() && time.Since(s.checked) < s.opts.TokenCheck {
+		return true, nil
+	}
+	has, err := s.r.HasTokens(ctx)
+	if err != nil {
+		return false, fmt.Errorf("look for API tokens: %w", err)
+	}
+	s.checked = time.Now()
+	if has {
+		s.closed.Store(true)
+		s.log.Warn("API closed: a token exists now; every request needs one")
+		return false, nil
+	}
+	return true, nil
+}
+
+// readBody reads a bounded JSON body within BodyTimeout.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *response) {
+	// The deadline starts now, after authentication, and is lifted once the
+	// body is in: a handler that then takes long must not have its
+	// connection (and with it its context) cut by a read deadline.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
 	// Any Content-Type is taken (curl -d sends a form type): the body must
 	// be JSON either way, and a clear 400 says so when it is not.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		p := problem(http.StatusRequestTimeout, probBodyTimeout, "Request body too slow",
+			fmt.Sprintf("the body was not received within %s; nothing was stored", s.opts.BodyTimeout))
+		return nil, &p
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		p := problem(http.StatusRequestEntityTooLarge, probTooLarge, "Request body too large",
@@ -245,55 +361,123 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, shape s
 	return body, nil
 }
 
+// MaxKeyLen bounds an Idempotency-Key, as Stripe and the IETF draft's
+// implementations do: the key is stored for KeyTTL, so its size is the
+// client's to choose only within this.
+const MaxKeyLen = 255
+
+// idempotencyKey reads a request's Idempotency-Key ("" without one): 1 to
+// 255 printable ASCII characters (what an HTTP structured-field string
+// holds), else a 400 naming the header, before any body is read.
+func idempotencyKey(r *http.Request) (string, *response) {
+	key := r.Header.Get("Idempotency-Key")
+	bad := ""
+	if len(key) > MaxKeyLen {
+		bad = fmt.Sprintf("%d characters, more than the limit of %d", len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key) && bad == ""; i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			bad = fmt.Sprintf("byte %d is not printable ASCII", i)
+		}
+	}
+	if bad != "" {
+		p := problemField(http.StatusBadRequest, probInvalidRequest, "Invalid Idempotency-Key",
+			"Idempotency-Key: "+bad+"; use up to 255 printable ASCII characters (a UUID, say)", "Idempotency-Key")
+		return "", &p
+	}
+	return key, nil
+}
+
+// requestKey is how a request under an Idempotency-Key is recognised: the
+// key, within the tenant, and a fingerprint of the method, the path and
+// body: the request's content as decoded (see decodeEvent), so the same
+// request serialised differently is the same request.
+func requestKey(r *http.Request, tenant, key string, body []byte) store.RequestKey {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %s\n", r.Method, r.URL.Path)
+	h.Write(body)
+	return store.RequestKey{Tenant: tenant, Key: key, Fingerprint: hex.EncodeToString(h.Sum(nil))}
+}
+
+// lockKey holds k for the request running now; a second request with the
+// same key while the first runs is 409. That a request is in flight lives
+// in memory only: a crash cannot leave a lock that blocks the client's
+// retry.
+func (s *Server) lockKey(k store.RequestKey) (unlock func(), perr *response) {
+	if !s.inFlight.begin(k) {
+		p := problem(http.StatusConflict, probKeyInFlight, "Request in progress",
+			"a request with this Idempotency-Key is still being processed; retry later")
+		return nil, &p
+	}
+	return func() { s.inFlight.end(k) }, nil
+}
+
+// lookup returns the response stored under k, if any; a key used for
+// another request is 422.
+func (s *Server) lookup(ctx context.Context, k store.RequestKey) (*store.StoredResponse, *response) {
+	stored, err := s.r.LookupResponse(ctx, k)
+	switch {
+	case errors.Is(err, store.ErrKeyReused):
+		p := problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
+			"this Idempotency-Key was used for a different request")
+		return nil, &p
+	case err != nil:
+		p := s.internal(err)
+		return nil, &p
+	}
+	return stored, nil
+}
+
+// save keeps a response under k, with a context of its own: the client may
+// have gone, but its retry must find the answer. If this fails, a retry
+// runs again, which the effects underneath make harmless (an event is a
+// duplicate).
+func (s *Server) save(k store.RequestKey, resp store.StoredResponse) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.r.SaveResponse(ctx, k, resp, s.opts.KeyTTL); err != nil {
+		s.log.Error("store the response for an idempotency key", "key", k.Key, "err", err)
+	}
+}
+
 // idempotent runs a POST under request idempotency (the IETF
 // Idempotency-Key draft, as Stripe does it): the first successful response
 // for a key is stored with a fingerprint of the request and replayed for a
 // repeat; a repeat with a different body is 422; one while the first is in
 // flight in this process is 409.
 //
-// Only successes are stored (as Stripe does): a rejected request (4xx) or a
-// failed one (5xx) leaves nothing behind, so the corrected request, or a
+// What is final is stored; a success (2xx) is final. A rejected request
+// (4xx) or a failed one (5xx) leaves nothing behind (as at Stripe), so a
 // retry after the audience exists, the limit was raised or the disk has
-// room again, runs afresh. That a request is in flight lives in memory
-// only: a crash cannot leave a lock that blocks the client's retry.
-func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, tenant, key string, body []byte, run func() response) response {
-	if key == "" {
+// room again runs afresh. A batch applies the same rule to each of its
+// events (postBatch).
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k store.RequestKey, run func() response) response {
+	if k.Key == "" {
 		return run()
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%s %s\n", r.Method, r.URL.Path)
-	h.Write(body)
-	k := store.RequestKey{Tenant: tenant, Key: key, Fingerprint: hex.EncodeToString(h.Sum(nil))}
-	if !s.inFlight.begin(k) {
-		return problem(http.StatusConflict, probKeyInFlight, "Request in progress",
-			"a request with this Idempotency-Key is still being processed; retry later")
+	unlock, perr := s.lockKey(k)
+	if perr != nil {
+		return *perr
 	}
-	defer s.inFlight.end(k)
-	stored, err := s.r.LookupResponse(r.Context(), k)
-	switch {
-	case errors.Is(err, store.ErrKeyReused):
-		return problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
-			"this Idempotency-Key was used for a different request")
-	case err != nil:
-		return s.internal(err)
-	case stored != nil:
+	defer unlock()
+	stored, perr := s.lookup(r.Context(), k)
+	if perr != nil {
+		return *perr
+	}
+	if stored != nil {
 		w.Header().Set("Idempotent-Replayed", "true")
 		return response{status: stored.Status, ctype: stored.ContentType, body: stored.Body}
 	}
 	resp := run()
-	if resp.status >= 300 {
-		return resp
-	}
-	// Store with a context of its own: the client may have gone, but its
-	// retry must find the answer. If this fails, a retry runs again, which
-	// the effects underneath make harmless (an event is a duplicate).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.r.SaveResponse(ctx, k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body}, s.opts.KeyTTL); err != nil {
-		s.log.Error("store the response for an idempotency key", "key", key, "err", err)
+	if final(resp.status) {
+		s.save(k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body})
 	}
 	return resp
 }
+
+// final reports whether an answer is kept under its Idempotency-Key and
+// replayed: a success. Anything else may come out otherwise next time.
+func final(status int) bool { return status >= 200 && status < 300 }
 
 // keyLocks are the idempotency keys of requests running in this process.
 type keyLocks struct {
@@ -349,21 +533,18 @@ type acceptResponse struct {
 }
 
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) response {
+	key, perr := idempotencyKey(r)
+	if perr != nil {
+		return *perr
+	}
 	body, perr := s.readBody(w, r)
 	if perr != nil {
 		return *perr
 	}
-	ev, err := relay.DecodeEvent(bytes.NewReader(body))
-	if err != nil {
-		return s.eventError(err)
+	ev, canon, perr := s.decodeEvent(body, c)
+	if perr != nil {
+		return *perr
 	}
-	tenant, ok := c.tenantFor(ev.Tenant)
-	if !ok {
-		return problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch",
-			fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
-	}
-	ev.Tenant = tenant
-	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		// Without a key the event's identity is the idempotency record: the
 		// unique constraint on (tenant, id, purpose) makes a resend a
@@ -372,20 +553,45 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 		// three: no request key to claim and then fill in.
 		return s.acceptTenant(r.Context(), ev, c)
 	}
-	// Fingerprint the event as decoded, not the raw bytes: the same event
-	// re-serialised (other key order, other white space) is the same request.
-	canon, err := json.Marshal(ev)
+	return s.idempotent(w, r, requestKey(r, ev.Tenant, key, canon), func() response { return s.acceptTenant(r.Context(), ev, c) })
+}
+
+// decodeEvent decodes one event of a request and resolves its tenant. canon
+// is what the request's fingerprint covers: the event as decoded, encoded
+// again (the same event serialised with other key order or white space is
+// the same request), or the bytes as sent when they do not decode. perr is
+// the event's answer when it cannot be accepted as sent.
+func (s *Server) decodeEvent(raw []byte, c caller) (ev relay.Event, canon []byte, perr *response) {
+	ev, err := relay.DecodeEvent(bytes.NewReader(raw))
 	if err != nil {
-		return s.internal(err)
+		p := s.eventError(err)
+		return ev, bytes.TrimSpace(raw), &p
 	}
-	return s.idempotent(w, r, tenant, key, canon, func() response { return s.acceptTenant(r.Context(), ev, c) })
+	tenant, ok := c.tenantFor(ev.Tenant)
+	if ok {
+		ev.Tenant = tenant
+	}
+	if canon, err = json.Marshal(ev); err != nil {
+		p := s.internal(err)
+		return ev, nil, &p
+	}
+	if !ok {
+		p := problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch",
+			fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
+		return ev, canon, &p
+	}
+	return ev, canon, nil
 }
 
 // acceptTenant accepts an event whose tenant is resolved, answering with at
 // most PageSize notifications and a link to page through the rest.
 func (s *Server) acceptTenant(ctx context.Context, ev relay.Event, c caller) response {
 	rs, errs := s.r.AcceptAll(ctx, []relay.Event{ev}, s.opts.PageSize)
-	res, err := rs[0], errs[0]
+	return s.acceptAnswer(rs[0], errs[0], c)
+}
+
+// acceptAnswer is the answer for one event's accept.
+func (s *Server) acceptAnswer(res relay.AcceptResult, err error, c caller) response {
 	if err != nil {
 		return s.eventError(err)
 	}
@@ -416,6 +622,18 @@ func (s *Server) eventError(err error) response {
 	return s.internal(err)
 }
 
+// paramError maps a relay's validation error for a value the client put in
+// the path or the query (a tenant, a user, a feed, a name) to a 400
+// invalid-request naming it; any other error as eventError does (a field
+// of the body is invalid-event).
+func (s *Server) paramError(err error, params ...string) response {
+	var inv *relay.InvalidEventError
+	if errors.As(err, &inv) && slices.Contains(params, inv.Field) && !errors.Is(err, relay.ErrTooManyRecipients) {
+		return problemField(http.StatusBadRequest, probInvalidRequest, "Invalid "+inv.Field, inv.Field+": "+inv.Reason, inv.Field)
+	}
+	return s.eventError(err)
+}
+
 // batchRequest is the body of POST /v1/events:batch.
 type batchRequest struct {
 	Events []json.RawMessage `json:"events"`
@@ -427,10 +645,36 @@ type batchResult struct {
 	Result json.RawMessage `json:"result"` // the accept response or the problem
 }
 
+// batchRecord is what a batch keeps under its Idempotency-Key: the results
+// of one run that were final (2xx), and the name of the chain of records
+// that later runs of the same batch add (the store keeps a first answer
+// and never replaces it, so each run that made more events final adds a
+// record of its own: at most one per event).
+type batchRecord struct {
+	Chain   string        `json:"chain"`
+	Results []batchResult `json:"results"`
+}
+
+// chainKey names the record of a batch's run n (from 1) under key: a NUL
+// keeps it apart from every key a client can send (printable ASCII).
+func chainKey(k store.RequestKey, chain string, n int) store.RequestKey {
+	return store.RequestKey{Tenant: k.Tenant, Key: k.Key + "\x00" + chain + "\x00" + strconv.Itoa(n), Fingerprint: k.Fingerprint}
+}
+
+// batchEvent is one event of a batch as decoded: perr is its answer when it
+// cannot be accepted as sent (it does not decode, it names another tenant).
+type batchEvent struct {
+	ev   relay.Event
+	perr *response
+}
+
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) response {
-	var req batchRequest
-	body, perr := s.readJSON(w, r, &req, `{"events": [EVENT, ...]}`)
+	key, perr := idempotencyKey(r)
 	if perr != nil {
+		return *perr
+	}
+	var req batchRequest
+	if _, perr := s.readJSON(w, r, &req, `{"events": [EVENT, ...]}`); perr != nil {
 		return *perr
 	}
 	if len(req.Events) == 0 {
@@ -440,26 +684,130 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Batch too large",
 			fmt.Sprintf("%d events, more than the limit of %d per batch", len(req.Events), s.opts.MaxBatch), "events")
 	}
-	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), body, func() response {
-		// Each event is accepted on its own: all-or-nothing per event, a
-		// result per event.
-		results := make([]batchResult, len(req.Events))
-		for i, raw := range req.Events {
-			var resp response
-			ev, err := relay.DecodeEvent(bytes.NewReader(raw))
-			if err != nil {
-				resp = s.eventError(err)
-			} else if tenant, ok := c.tenantFor(ev.Tenant); !ok {
-				resp = problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch",
-					fmt.Sprintf("this token belongs to tenant %q, the event names %q", c.tenant, ev.Tenant))
-			} else {
-				ev.Tenant = tenant
-				resp = s.acceptTenant(r.Context(), ev, c)
-			}
-			results[i] = batchResult{Index: i, Status: resp.status, Result: bytes.TrimSpace(resp.body)}
-		}
+	// The fingerprint covers each event as POST /v1/events fingerprints one
+	// (decoded and encoded again), length-prefixed: the same batch
+	// re-serialised is the same request, other events are another.
+	evs := make([]batchEvent, len(req.Events))
+	var fp bytes.Buffer
+	for i, raw := range req.Events {
+		ev, canon, perr := s.decodeEvent(raw, c)
+		evs[i] = batchEvent{ev: ev, perr: perr}
+		fmt.Fprintf(&fp, "%d\n", len(canon))
+		fp.Write(canon)
+	}
+	results := make([]batchResult, len(evs))
+	have := make([]bool, len(evs)) // results[i] is final, from a stored record
+	if key == "" {
+		s.runBatch(r.Context(), evs, results, have, c)
 		return jsonResponse(http.StatusOK, map[string]any{"results": results})
-	})
+	}
+	// Under a key, each event is treated as a request of its own would be:
+	// a final (2xx) result is kept and replayed byte for byte; any other
+	// result is not kept, so a repeat runs that event again (the disk has
+	// room again, the audience exists now).
+	k := requestKey(r, c.tenant, key, fp.Bytes())
+	unlock, perr := s.lockKey(k)
+	if perr != nil {
+		return *perr
+	}
+	defer unlock()
+	rec, runs, perr := s.batchRecords(r.Context(), k, results, have)
+	if perr != nil {
+		return *perr
+	}
+	if !slices.Contains(have, false) {
+		w.Header().Set("Idempotent-Replayed", "true")
+		return jsonResponse(http.StatusOK, map[string]any{"results": results})
+	}
+	fresh := s.runBatch(r.Context(), evs, results, have, c)
+	if len(fresh) > 0 {
+		if runs == 0 {
+			rec = batchRecord{Chain: rand.Text()[:16], Results: fresh}
+			s.saveRecord(k, rec)
+		} else {
+			s.saveRecord(chainKey(k, rec.Chain, runs), batchRecord{Chain: rec.Chain, Results: fresh})
+		}
+	}
+	return jsonResponse(http.StatusOK, map[string]any{"results": results})
+}
+
+// batchRecords reads the records stored for a batch under k into results
+// (setting have for each), and returns the first record and how many runs
+// have left one (0: none).
+func (s *Server) batchRecords(ctx context.Context, k store.RequestKey, results []batchResult, have []bool) (first batchRecord, runs int, perr *response) {
+	for runs = 0; slices.Contains(have, false); runs++ {
+		rk := k
+		if runs > 0 {
+			rk = chainKey(k, first.Chain, runs)
+		}
+		stored, perr := s.lookup(ctx, rk)
+		if perr != nil {
+			return first, runs, perr
+		}
+		if stored == nil {
+			break
+		}
+		var rec batchRecord
+		if err := json.Unmarshal(stored.Body, &rec); err != nil {
+			p := s.internal(fmt.Errorf("stored batch answer for key %q: %w", k.Key, err))
+			return first, runs, &p
+		}
+		if runs == 0 {
+			first = rec
+		}
+		for _, res := range rec.Results {
+			if res.Index >= 0 && res.Index < len(results) && !have[res.Index] {
+				results[res.Index], have[res.Index] = res, true
+			}
+		}
+	}
+	return first, runs, nil
+}
+
+// runBatch accepts the events of a batch that have no final result yet
+// (!have[i]), with one AcceptAll (one commit for them all, a result per
+// event: each event all-or-nothing), and fills their results. It returns
+// the results that are final.
+func (s *Server) runBatch(ctx context.Context, evs []batchEvent, results []batchResult, have []bool, c caller) []batchResult {
+	var (
+		in []relay.Event
+		at []int
+	)
+	set := func(i int, resp response) {
+		results[i] = batchResult{Index: i, Status: resp.status, Result: bytes.TrimSpace(resp.body)}
+	}
+	for i, e := range evs {
+		switch {
+		case have[i]:
+		case e.perr != nil:
+			set(i, *e.perr)
+		default:
+			in, at = append(in, e.ev), append(at, i)
+		}
+	}
+	if len(in) > 0 {
+		rs, errs := s.r.AcceptAll(ctx, in, s.opts.PageSize)
+		for j, i := range at {
+			set(i, s.acceptAnswer(rs[j], errs[j], c))
+		}
+	}
+	var fresh []batchResult
+	for i := range evs {
+		if !have[i] && final(results[i].Status) {
+			fresh = append(fresh, results[i])
+		}
+	}
+	return fresh
+}
+
+// saveRecord stores a batch record under k.
+func (s *Server) saveRecord(k store.RequestKey, rec batchRecord) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		s.log.Error("encode a batch record", "err", err)
+		return
+	}
+	s.save(k, store.StoredResponse{Status: http.StatusOK, ContentType: "application/json", Body: b})
 }
 
 func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, c caller) response {
@@ -515,14 +863,17 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 		f.After = n
 	}
 	if ev := q.Get("event_id"); ev != "" {
-		tenant, _ := c.tenantFor(q.Get("tenant"))
+		tenant, ok := c.tenantFor(q.Get("tenant"))
+		if !ok {
+			tenant = c.tenant // a token lists its own tenant's events, whatever the query names
+		}
 		purpose := q.Get("purpose")
 		row, err := s.r.EventRow(r.Context(), tenant, ev, purpose)
 		if errors.Is(err, store.ErrNotFound) {
 			return problem(http.StatusNotFound, probNotFound, "Not found", fmt.Sprintf("no event %q with purpose %q", ev, purpose))
 		}
 		if err != nil {
-			return s.internal(err)
+			return s.paramError(err, "tenant")
 		}
 		f.EventRow = row
 	}
@@ -557,7 +908,11 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 	if err != nil || id <= 0 {
 		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification "+strconv.Quote(r.PathValue("id")))
 	}
-	return s.idempotent(w, r, c.tenant, r.Header.Get("Idempotency-Key"), nil, func() response {
+	key, perr := idempotencyKey(r)
+	if perr != nil {
+		return *perr
+	}
+	return s.idempotent(w, r, requestKey(r, c.tenant, key, nil), func() response {
 		err := s.r.RetryTenant(r.Context(), c.tenant, id)
 		var se *store.StateError
 		switch {
@@ -588,7 +943,7 @@ func (s *Server) putAudience(w http.ResponseWriter, r *http.Request, c caller) r
 	}
 	name := r.PathValue("name")
 	if err := s.r.PutAudience(r.Context(), tenant, name, req.Members); err != nil {
-		return s.eventError(err)
+		return s.paramError(err, "tenant", "name")
 	}
 	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "name": name, "members": len(req.Members)})
 }

@@ -11,7 +11,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"edgerelay/store"
 )
@@ -42,6 +45,9 @@ func (r *Relay) List(ctx context.Context, f store.ListFilter) ([]store.Notificat
 
 // EventRow finds an accepted event's row by its identity.
 func (r *Relay) EventRow(ctx context.Context, tenant, eventID, purpose string) (int64, error) {
+	if err := CheckTenant("tenant", tenant); err != nil {
+		return 0, err
+	}
 	return r.store.EventRow(ctx, tenant, eventID, purpose)
 }
 
@@ -85,8 +91,11 @@ func (r *Relay) LastJobRun(ctx context.Context, job string) (time.Time, bool, er
 // CreateToken makes a new API token for tenant and returns it, once: only
 // its hash is stored.
 func (r *Relay) CreateToken(ctx context.Context, tenant, name string) (store.Token, string, error) {
-	if !tenantRE.MatchString(tenant) {
-		return store.Token{}, "", invalid("tenant", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant)
+	if err := CheckTenant("tenant", tenant); err != nil {
+		return store.Token{}, "", err
+	}
+	if err := checkLabel("name", name, MaxNameLen); err != nil {
+		return store.Token{}, "", err
 	}
 	secret := make([]byte, 32)
 	rand.Read(secret)
@@ -133,12 +142,20 @@ func (r *Relay) PruneRequests(ctx context.Context, limit int) (int, error) {
 	return r.store.PruneRequests(ctx, r.now(), limit)
 }
 
-// Feeds.
+// Feeds. Every string a client names here (tenant, feed, user, members) is
+// kept in rows keyed by it, so each is bounded like an event's: a tenant as
+// CheckTenant, a feed as ValidFeed, a user or member as an id (MaxIDLen).
 
 // SetFeedMembers makes users the members of a topic or team feed.
 func (r *Relay) SetFeedMembers(ctx context.Context, tenant, feed string, users []string, history bool) error {
+	if err := CheckTenant("tenant", tenant); err != nil {
+		return err
+	}
+	if len(feed) > MaxNameLen {
+		return invalid("feed", "longer than %d bytes", MaxNameLen)
+	}
 	if !ValidFeed(feed) || feed == store.TenantFeed || feed[0] == '@' {
-		return invalid("feed", "%q: members are set on topic and team feeds; \"*\" and \"@USER\" need none", feed)
+		return invalid("feed", "%q: members are set on topic and team feeds (1 to 64 letters, digits, '.', '_', ':' or '-'); \"*\" and \"@USER\" need none", feed)
 	}
 	for i, u := range users {
 		if err := checkID(fmt.Sprintf("members[%d]", i), u); err != nil {
@@ -150,23 +167,83 @@ func (r *Relay) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 
 // FeedPage is a user's merged feed, newest first, before the cursor.
 func (r *Relay) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]store.FeedItem, int64, error) {
+	if err := checkReader(tenant, user); err != nil {
+		return nil, 0, err
+	}
 	return r.store.FeedPage(ctx, tenant, user, before, limit)
 }
 
 // UnreadCount counts a user's unread items.
 func (r *Relay) UnreadCount(ctx context.Context, tenant, user string) (int64, error) {
+	if err := checkReader(tenant, user); err != nil {
+		return 0, err
+	}
 	return r.store.UnreadCount(ctx, tenant, user)
 }
 
 // MarkAll moves a user's watermark of a kind forward to upTo (<0: the
 // newest item now).
 func (r *Relay) MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error) {
+	if err := checkReader(tenant, user); err != nil {
+		return 0, err
+	}
 	return r.store.MarkAll(ctx, tenant, user, kind, upTo)
 }
 
 // MarkItem marks one item of the user's feeds read or dismissed.
 func (r *Relay) MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error {
+	if err := checkReader(tenant, user); err != nil {
+		return err
+	}
 	return r.store.MarkItem(ctx, tenant, user, kind, seq)
+}
+
+// checkReader validates the tenant and user of a feed request: reading
+// marks and writing them are keyed by both.
+func checkReader(tenant, user string) error {
+	if err := CheckTenant("tenant", tenant); err != nil {
+		return err
+	}
+	return checkID("user", user)
+}
+
+// Bounds on what a client can make the store keep (the README lists them).
+const (
+	// MaxIDLen bounds ids: an event's id, type and purpose, a recipient's
+	// or user's id, a feed member.
+	MaxIDLen = maxIDLen
+	// MaxNameLen bounds names: tenants, audiences, topic and team feeds,
+	// token labels.
+	MaxNameLen = 64
+)
+
+// CheckTenant validates a tenant name as an event's tenant is validated:
+// 1 to 64 letters, digits, '.', '_' or '-'. The error names field.
+func CheckTenant(field, tenant string) error {
+	if !tenantRE.MatchString(tenant) {
+		if len(tenant) > MaxNameLen {
+			return invalid(field, "longer than %d bytes: use 1 to 64 letters, digits, '.', '_' or '-'", MaxNameLen)
+		}
+		return invalid(field, "%q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant)
+	}
+	return nil
+}
+
+// checkLabel validates an optional label for people (a token's name): at
+// most max bytes of UTF-8 without control characters or surrounding
+// white space.
+func checkLabel(field, v string, max int) error {
+	switch {
+	case len(v) > max:
+		return invalid(field, "longer than %d bytes", max)
+	case !utf8.ValidString(v):
+		return invalid(field, "not valid UTF-8")
+	case strings.TrimSpace(v) != v:
+		return invalid(field, "leading or trailing white space")
+	case strings.ContainsFunc(v, unicode.IsControl):
+		return invalid(field, "contains a control character")
+	}
+	return nil
 }
 
 // Jobs and sources: what the scheduler and the tailer keep.
