@@ -24,9 +24,15 @@ func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 	slow := sim.Rule{To: "*", Action: sim.ActionSlow, Delay: 500 * time.Millisecond}
 	email, chat := setupSim(t, false, slow), setupSim(t, false, slow)
 	path := t.TempDir() + "/relay.db"
+	// The lease must cover a claim, a 500ms call and its record: the race
+	// detector slows the writer tenfold, so it gets more.
+	lease := time.Second
+	if raceEnabled() {
+		lease = 5 * time.Second
+	}
 	opts := func() Options {
 		pe, pc := email.provider(t, "none"), chat.provider(t, "none", "&name=chat-sim")
-		return Options{Path: path, Workers: 4, Lease: time.Second, Poll: 20 * time.Millisecond,
+		return Options{Path: path, Workers: 4, Lease: lease, Poll: 20 * time.Millisecond,
 			Routes: Routes{"*": {pe}, "chat": {pc}}, Limits: map[string]Limit{pe.Name(): {Concurrency: 3}},
 			Retry: Policy{MaxAttempts: 20, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
 	}
