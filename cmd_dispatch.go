@@ -86,7 +86,7 @@ is further off than --max-wait. Exit status:
 			ctx, cancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
 			defer cancel()
 			if err := r.Stop(ctx); err != nil {
-				fmt.Fprintf(c.App.ErrWriter, "dispatch: calls still in flight after %s were cancelled and recorded\n", c.Duration("drain-timeout"))
+				fmt.Fprintf(c.App.ErrWriter, "dispatch: provider calls still running after the drain timeout (%s) were cancelled and recorded as unknown (the log line \"dispatcher stopped\" counts them)\n", c.Duration("drain-timeout"))
 			}
 			return nil
 		},

@@ -214,7 +214,9 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return fmt.Errorf("serve: %w", err)
 			case <-c.Context.Done():
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
+			drain := c.Duration("drain-timeout")
+			s.opts.Logger.Info("shutting down: no new requests; finishing those in flight, then the calls", "drain_timeout", drain)
+			ctx, cancel := context.WithTimeout(context.Background(), drain)
 			defer cancel()
 			// Requests first (an accept in flight finishes and is answered),
 			// then the dispatcher.
@@ -224,8 +226,11 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			}
 			background.Wait() // job runs and tailers end with their context
 			derr := r.Stop(ctx)
-			if err := errors.Join(herr, derr); err != nil {
-				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: %v\n", err)
+			if herr != nil {
+				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: requests still running after the drain timeout (%s) were cut off: %v\n", drain, herr)
+			}
+			if derr != nil {
+				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: provider calls still running after the drain timeout (%s) were cancelled and recorded as unknown (the log line \"dispatcher stopped\" counts them)\n", drain)
 			}
 			return nil
 		},

@@ -92,6 +92,9 @@ type dispatcher struct {
 	failing      error
 	failingSince time.Time
 	failures     int
+	// unrecorded counts settlements that could not be written at all: their
+	// claims are left to lease recovery.
+	unrecorded int
 }
 
 func (r *Relay) newDispatcher() *dispatcher {
@@ -624,6 +627,9 @@ func (d *dispatcher) settle(what string, ps []pending) {
 		return err
 	})
 	if err != nil {
+		d.mu.Lock()
+		d.unrecorded += len(ps)
+		d.mu.Unlock()
 		for _, p := range ps {
 			r.log.Error(what, "notification", p.c.ID, "key", p.c.Key, "status", p.s.Decision.Status, "err", err)
 		}
@@ -741,19 +747,43 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 }
 
 // drain waits for calls in flight; past ctx it cancels them and waits for
-// their (unknown) outcomes to be recorded.
+// their (unknown) outcomes to be recorded. It logs what it waited for and
+// how that ended, so a stop explains itself.
 func (d *dispatcher) drain(ctx context.Context) error {
+	log := d.r.log
+	inFlight := cap(d.slots) - len(d.slots)
+	d.mu.Lock()
+	unrecorded := d.unrecorded
+	d.mu.Unlock()
+	if inFlight > 0 {
+		deadline, ok := ctx.Deadline()
+		wait := "until they end"
+		if ok {
+			wait = "up to " + time.Until(deadline).Round(time.Millisecond).String()
+		}
+		log.Info("dispatcher stopping: no more claims; waiting for the calls in flight", "calls", inFlight, "wait", wait)
+	}
 	idle := make(chan struct{})
 	go func() { d.calls.Wait(); close(idle) }()
+	var err error
+	cancelled := 0
 	select {
 	case <-idle:
-		d.cancel()
-		return nil
 	case <-ctx.Done():
+		cancelled = cap(d.slots) - len(d.slots)
 		d.cancel()
 		<-idle
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	d.cancel()
+	d.mu.Lock()
+	unrecorded = d.unrecorded - unrecorded
+	d.mu.Unlock()
+	if inFlight > 0 || cancelled > 0 {
+		log.Info("dispatcher stopped", "calls_waited_for", inFlight, "finished_and_recorded", inFlight-cancelled-unrecorded,
+			"cut_off_at_the_drain_timeout_and_recorded_unknown", cancelled, "not_recorded_left_to_lease_recovery", unrecorded)
+	}
+	return err
 }
 
 // realJitter draws backoff jitter from math/rand.
