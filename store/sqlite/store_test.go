@@ -205,80 +205,6 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	}
 }
 
-func TestAcceptDedupeUnderConcurrency(t *testing.T) {
-	t.Parallel()
-	s := setup(t)
-	ev, ts := testEvent("evt_501", 2)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	news, dups := 0, 0
-	for range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a, err := s.AcceptEvent(context.Background(), ev, ts, t0)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if a.Duplicate {
-				dups++
-			} else {
-				news++
-			}
-		}()
-	}
-	wg.Wait()
-	if news != 1 || dups != 49 {
-		t.Fatalf("new %d duplicate %d, want 1 and 49", news, dups)
-	}
-	if n := count(t, s, `SELECT count(*) FROM notifications`); n != 2 {
-		t.Fatalf("%d notifications, want 2", n)
-	}
-	// Different content under the same identity is a conflict; nothing written.
-	ev.Fingerprint = "other"
-	if _, err := s.AcceptEvent(context.Background(), ev, ts, t0); !errors.Is(err, store.ErrEventConflict) {
-		t.Fatalf("err = %v, want ErrEventConflict", err)
-	}
-	if n := count(t, s, `SELECT count(*) FROM events`); n != 1 {
-		t.Fatalf("%d events, want 1", n)
-	}
-}
-
-// A fan-out cut short (the process died after the first chunk) resumes from
-// the recorded position and ends with exactly the targets, none twice.
-func TestExpandResumesWithoutDuplicates(t *testing.T) {
-	t.Parallel()
-	s := setup(t)
-	ctx := context.Background()
-	ev, ts := testEvent("big", 1000)
-	a, err := s.AcceptEvent(ctx, ev, ts[:300], t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	un, err := s.UnexpandedEvents(ctx, 10)
-	if err != nil || len(un) != 1 || un[0].Expanded != 300 || un[0].Targets != 1000 {
-		t.Fatalf("unexpanded = %+v, %v", un, err)
-	}
-	// A stale expander (thinks 0 are written) writes nothing.
-	if got, err := s.ExpandEvent(ctx, a.EventRow, 0, ts[:300], t0); err != nil || got != 300 {
-		t.Fatalf("stale expand: %d, %v", got, err)
-	}
-	for from := 300; from < 1000; from += 300 {
-		if _, err := s.ExpandEvent(ctx, a.EventRow, from, ts[from:min(from+300, 1000)], t0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := count(t, s, `SELECT count(DISTINCT key) FROM notifications WHERE event = ?`, a.EventRow); n != 1000 {
-		t.Fatalf("%d notifications, want 1000", n)
-	}
-	if un, _ := s.UnexpandedEvents(ctx, 10); len(un) != 0 {
-		t.Fatalf("still unexpanded: %+v", un)
-	}
-}
-
 func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
@@ -345,19 +271,6 @@ func TestClaimLeaseAndGuardedRecord(t *testing.T) {
 	re, err := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0.Add(time.Hour), Lease: time.Minute})
 	if err != nil || len(re) != 1 || re[0].Attempt != 2 || re[0].CycleAttempts != 1 || !re[0].CycleStartedAt.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("after retry claimed %+v, %v", re, err)
-	}
-}
-
-func TestClosedStoreRefusesWrites(t *testing.T) {
-	t.Parallel()
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	ev, ts := testEvent("e", 1)
-	if _, err := s.AcceptEvent(context.Background(), ev, ts, t0); !errors.Is(err, store.ErrClosed) {
-		t.Fatalf("err = %v, want ErrClosed", err)
 	}
 }
 

@@ -1,0 +1,24 @@
+// Package storetest is the conformance suite of store.Store: every
+// behaviour the relay relies on, stated as a test that any implementation
+// runs with Run (the way River runs riverdrivertest against every driver).
+//
+// The suite states behaviours through the interface only: it never reads a
+// table, never assumes a dialect, and gives every time explicitly (no
+// sleeps, no wall clock). What is one store's own (SQLite's writer, its
+// query plans, its migrations) is tested beside that store. A store's
+// test runs it with a new store per subtest:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store {
+//			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "relay.db"), sqlite.Options{})
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
+//		})
+//	}
+//
+// Run runs every group, Dispatch and Quarantine included (they can also be
+// run alone). Setup outside Dispatch that needs a notification in a given
+// state goes through Dispatch in one place, settleAll.
+package storetest

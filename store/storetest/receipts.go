@@ -1,0 +1,175 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"edgerelay/store"
+)
+
+// (A receipt that comes before its send is in Dispatch: it needs a send.)
+func receipts(t *testing.T, open opener) {
+	runAll(t, open, []test{
+		{name: "KeptOncePerProviderAndDedupe", run: testReceiptsKeptOnce},
+		{name: "StatusFollowsTheSetInAnyOrder", run: testReceiptsAnyOrder},
+		{name: "OnlyTheirProvidersNotification", run: testReceiptsOtherProvider},
+		{name: "OnlyASentNotificationMoves", run: testReceiptsOnlySent},
+	})
+}
+
+// sendOne accepts a one-recipient event and records it sent by provider
+// with message id msg, at t0; it must be the only notification due.
+func sendOne(t *testing.T, s store.Store, provider, msg string) int64 {
+	t.Helper()
+	id := accept(t, s, t0, newEvent("acme", "evt_"+provider+"_"+msg, 1))[0].Notifications[0].ID
+	settleAll(t, s, t0, map[int64]outcome{id: {status: store.StatusSent, provider: provider, messageID: msg}})
+	return id
+}
+
+func receipt(provider, msg, status string) store.Receipt {
+	return store.Receipt{Provider: provider, Dedupe: msg + "/" + status, MessageID: msg, Status: status}
+}
+
+func addReceipts(t *testing.T, s store.Store, now time.Time, rs ...store.Receipt) int {
+	t.Helper()
+	n, err := s.AddReceipts(t.Context(), rs, now)
+	if err != nil {
+		t.Fatalf("add receipts: %v", err)
+	}
+	return n
+}
+
+// Providers retry their callbacks: a receipt is kept once per provider and
+// dedupe key, within one call or across calls, and AddReceipts counts the
+// new ones. The audit trail shows each once.
+func testReceiptsKeptOnce(t *testing.T, s store.Store) {
+	id := sendOne(t, s, "twilio", "m")
+	at := t0.Add(time.Second)
+	sent, delivered := receipt("twilio", "m", "sent"), receipt("twilio", "m", "delivered")
+	delivered.Detail, delivered.At = "handset", &at
+	if n := addReceipts(t, s, at, sent, delivered, sent); n != 2 {
+		t.Fatalf("added %d of sent, delivered, sent; want 2", n)
+	}
+	if n := addReceipts(t, s, at.Add(time.Second), delivered, sent); n != 0 {
+		t.Fatalf("a replay added %d, want 0", n)
+	}
+	// The same dedupe key from another provider is another receipt.
+	other := delivered
+	other.Provider = "fcm"
+	if n := addReceipts(t, s, at, other); n != 1 {
+		t.Fatalf("another provider's receipt added %d, want 1", n)
+	}
+	n := notification(t, s, id)
+	if n.Status != store.StatusDelivered || len(n.Receipts) != 2 {
+		t.Fatalf("notification %s with receipts %+v; want delivered with 2", n.Status, n.Receipts)
+	}
+	for _, r := range n.Receipts {
+		if r.Provider != "twilio" || r.MessageID != "m" || !r.ReceivedAt.Equal(at) {
+			t.Fatalf("receipt %+v", r)
+		}
+		if r.Status == "delivered" && (r.Detail != "handset" || r.At == nil || !r.At.Equal(at)) {
+			t.Fatalf("delivered receipt kept as %+v", r)
+		}
+	}
+}
+
+// The notification's status is a function of the set of its receipts,
+// whatever order they come in: bounced (bounced, failed) over delivered
+// (delivered, complained) over sent.
+func testReceiptsAnyOrder(t *testing.T, s store.Store) {
+	cases := []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"sent"}, store.StatusSent},
+		{[]string{"sent", "delivered"}, store.StatusDelivered},
+		{[]string{"complained"}, store.StatusDelivered},
+		{[]string{"failed"}, store.StatusBounced},
+		{[]string{"sent", "bounced"}, store.StatusBounced},
+		{[]string{"delivered", "bounced"}, store.StatusBounced},
+		{[]string{"sent", "delivered", "bounced"}, store.StatusBounced},
+		{[]string{"sent", "complained", "failed"}, store.StatusBounced},
+		{[]string{"delivered", "complained", "sent"}, store.StatusDelivered},
+	}
+	type run struct {
+		order []string
+		want  string
+		id    int64
+	}
+	var runs []run
+	for _, c := range cases {
+		for _, order := range permutations(c.set) {
+			runs = append(runs, run{order: order, want: c.want})
+		}
+	}
+	// One notification per order, all sent at once.
+	a := accept(t, s, t0, newEvent("acme", "e", len(runs)))[0]
+	sends := map[int64]outcome{}
+	for i, id := range ids(a) {
+		runs[i].id = id
+		sends[id] = outcome{status: store.StatusSent, provider: "twilio", messageID: fmt.Sprint("m", i)}
+	}
+	settleAll(t, s, t0, sends)
+	for i, r := range runs {
+		for j, status := range r.order {
+			addReceipts(t, s, t0.Add(time.Duration(j)*time.Second), receipt("twilio", fmt.Sprint("m", i), status))
+		}
+	}
+	for _, r := range runs {
+		if got := notification(t, s, r.id).Status; got != r.want {
+			t.Errorf("receipts %v: %s, want %s", r.order, got, r.want)
+		}
+	}
+}
+
+func permutations(xs []string) [][]string {
+	if len(xs) <= 1 {
+		return [][]string{append([]string(nil), xs...)}
+	}
+	var out [][]string
+	for i := range xs {
+		rest := append(append([]string(nil), xs[:i]...), xs[i+1:]...)
+		for _, p := range permutations(rest) {
+			out = append(out, append([]string{xs[i]}, p...))
+		}
+	}
+	return out
+}
+
+// A receipt moves only the notification its provider sent under that
+// message id; one about a message nobody sent is kept and moves nothing.
+func testReceiptsOtherProvider(t *testing.T, s store.Store) {
+	fcm := sendOne(t, s, "fcm", "m2")
+	if n := addReceipts(t, s, t0, receipt("twilio", "m2", "bounced"), receipt("twilio", "nobody", "delivered")); n != 2 {
+		t.Fatalf("added %d, want 2", n)
+	}
+	n := notification(t, s, fcm)
+	if n.Status != store.StatusSent || len(n.Receipts) != 0 {
+		t.Fatalf("another provider's receipt left it %s with receipts %+v", n.Status, n.Receipts)
+	}
+}
+
+// Receipts move a notification only once it is sent: one the dispatcher
+// still owns (to retry, in flight, unknown) keeps its state even when an
+// attempt left a message id, so the relay's decisions stay the relay's.
+func testReceiptsOnlySent(t *testing.T, s store.Store) {
+	a := ids(accept(t, s, t0, newEvent("acme", "e", 2))[0])
+	retry := t0.Add(time.Minute)
+	settleAll(t, s, t0, map[int64]outcome{
+		a[0]: {status: store.StatusPending, messageID: "m0", retryAt: retry},
+		a[1]: {status: store.StatusUnknown, messageID: "m1"},
+	})
+	addReceipts(t, s, t0, receipt("p", "m0", "delivered"), receipt("p", "m1", "bounced"))
+	if n := notification(t, s, a[0]); n.Status != store.StatusPending || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(retry) {
+		t.Fatalf("a receipt moved a notification to retry: %s, next %v", n.Status, n.NextAttemptAt)
+	}
+	if n := notification(t, s, a[1]); n.Status != store.StatusUnknown {
+		t.Fatalf("a receipt moved an unknown notification to %s", n.Status)
+	}
+	settleAll(t, s, retry, map[int64]outcome{a[0]: {status: store.StatusSending}})
+	addReceipts(t, s, retry, receipt("p", "m0", "bounced"))
+	if n := notification(t, s, a[0]); n.Status != store.StatusSending {
+		t.Fatalf("a receipt moved a claimed notification to %s", n.Status)
+	}
+}
