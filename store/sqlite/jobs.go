@@ -71,6 +71,9 @@ func (s *Store) LastJobRun(ctx context.Context, job string) (time.Time, bool, er
 // any redelivery a source may still make).
 func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (store.PruneResult, error) {
 	var res store.PruneResult
+	if batch <= 0 {
+		batch = 500 // a step ends when it deletes fewer than batch rows: 0 would never end
+	}
 	c := ms(cutoff)
 	step := func(count *int64, fn func(tx *Tx) (sql.Result, error)) error {
 		for {
@@ -115,6 +118,16 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 			return tx.exec(`DELETE FROM feed_items WHERE seq IN (SELECT seq FROM feed_items WHERE created_at < ? ORDER BY seq LIMIT ?)`, c, batch)
 		})
 	}
+	if err == nil {
+		// Receipts about no notification (another system's message on a
+		// shared provider account, a callback for one pruned before it
+		// came): nothing can apply them any more.
+		err = step(&res.Receipts, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(`DELETE FROM receipts WHERE id IN (SELECT r.id FROM receipts r WHERE r.received_at < ?
+				AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.provider = r.provider AND n.provider_message_id = r.message_id)
+				ORDER BY r.id LIMIT ?)`, c, batch)
+		})
+	}
 	var itemMarks int64
 	if err == nil {
 		// Marks on items that are gone: they would otherwise be subtracted
@@ -127,7 +140,11 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 	}
 	if err == nil {
 		err = step(&res.Events, func(tx *Tx) (sql.Result, error) {
+			// An event whose fan-out is unfinished (or quarantined) stays,
+			// whatever became of the notifications it has: the others are
+			// still to be written from it.
 			return tx.exec(`DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.created_at < ?
+				AND e.expanded >= e.targets AND e.quarantined_at IS NULL
 				AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.event = e.id)
 				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT ?)`, c, batch)
 		})

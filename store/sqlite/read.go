@@ -136,10 +136,24 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 	if err := s.rdb.QueryRowContext(ctx, `SELECT min(next_attempt_at) FROM notifications WHERE status = 'pending'`).Scan(&oldest); err != nil {
 		return st, fmt.Errorf("status: %w", err)
 	}
+	backlog := false
 	if oldest.Valid {
 		if t := fromMS(oldest.Int64); !t.After(now) {
-			st.OldestDue = now.Sub(t)
+			st.OldestDue, backlog = now.Sub(t), true
 		} else {
+			st.NextDue = &t
+		}
+	}
+	if backlog {
+		// Others are due already: the next one not yet due, from the same
+		// index.
+		var next sql.NullInt64
+		if err := s.rdb.QueryRowContext(ctx, `SELECT min(next_attempt_at) FROM notifications INDEXED BY notifications_due
+			WHERE status = 'pending' AND next_attempt_at > ?`, ms(now)).Scan(&next); err != nil {
+			return st, fmt.Errorf("status: %w", err)
+		}
+		if next.Valid {
+			t := fromMS(next.Int64)
 			st.NextDue = &t
 		}
 	}

@@ -148,8 +148,6 @@ func testPruneFeedItems(t *testing.T, s store.Store) {
 // other recipients would never get theirs, and an operator could no longer
 // release it.
 func testPruneUnfinishedFanOut(t *testing.T, s store.Store) {
-	t.Skip("BUG: store/sqlite Prune deletes an event whose fan-out is unfinished (expanded < targets, or quarantined) " +
-		"once its written notifications are final and pruned: the rest of its recipients are never notified")
 	var rows []int64
 	var rests [][]store.Target
 	for i := range 2 {
@@ -185,8 +183,6 @@ func testPruneUnfinishedFanOut(t *testing.T, s store.Store) {
 // provider account, a callback after its notification was pruned) is
 // pruned once older than the cutoff: it cannot be applied any more.
 func testPruneOrphanReceipts(t *testing.T, s store.Store) {
-	t.Skip("BUG: store/sqlite Prune deletes receipts only with their notification; a receipt that matches none " +
-		"(another system's message on a shared provider account) is kept for ever")
 	addReceipts(t, s, t0, receipt("p", "nobody", "delivered"))
 	res, err := s.Prune(t.Context(), t0.Add(time.Hour), t0.Add(2*time.Hour), 500)
 	if err != nil || res.Receipts != 1 {
