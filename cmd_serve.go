@@ -15,7 +15,6 @@ import (
 	"golang.org/x/net/netutil"
 
 	"edgerelay/api"
-	"edgerelay/relay"
 	"edgerelay/sources"
 )
 
@@ -198,7 +197,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				}
 				defer src.Close()
 				background.Go(func() {
-					if err := r.Tail(c.Context, src, relay.TailOptions{Poll: time.Duration(tc.Poll)}); err != nil {
+					if err := sources.Tail(c.Context, r, src, sources.TailOptions{Poll: time.Duration(tc.Poll)}); err != nil {
 						s.opts.Logger.Error("tail stopped", "source", src.Name(), "err", err)
 					}
 				})

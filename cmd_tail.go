@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/relay"
 	"edgerelay/sources"
 )
 
@@ -119,8 +118,8 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), s.opts.Path, c.Bool("dispatch"))
 
 			var lastLog time.Time
-			t := r.NewTailer(src, relay.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"),
-				OnBatch: func(st relay.TailStats) {
+			t := sources.NewTailer(r, src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"),
+				OnBatch: func(st sources.TailStats) {
 					if time.Since(lastLog) < 10*time.Second {
 						return
 					}

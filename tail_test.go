@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"edgerelay/relay"
+	"edgerelay/sources"
 )
 
 // tailApp creates an application database in dir with an orders table and
@@ -218,7 +219,7 @@ func TestTailSIGKILLResumesWithoutLossOrRepeat(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("tail after SIGTERM: %v\n%s", err, stderr)
 	}
-	var final relay.TailStats
+	var final sources.TailStats
 	if err := json.Unmarshal(stdout.Bytes(), &final); err != nil {
 		t.Fatalf("--json: %v\n%s", err, stdout)
 	}
@@ -357,7 +358,7 @@ func TestTailDispatchInOneProcess(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("tail after SIGTERM: %v\n%s", err, &stderr)
 	}
-	var st relay.TailStats
+	var st sources.TailStats
 	if err := json.Unmarshal(stdout.Bytes(), &st); err != nil {
 		t.Fatalf("stdout %q: %v", &stdout, err)
 	}

@@ -1,4 +1,4 @@
-package relay
+package sources_test
 
 import (
 	"context"
@@ -7,16 +7,111 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"edgerelay/providers"
+	"edgerelay/relay"
+	"edgerelay/sim"
 	"edgerelay/sources"
+	"edgerelay/store"
 )
+
+// bound is how long a test waits for something that should happen soon;
+// reaching it means a bug, not a slow machine.
+const bound = time.Minute
+
+// setupRelay opens a relay on a fresh database in t.TempDir(), closed when
+// the test ends, its log at Info to t.Output().
+func setupRelay(t *testing.T, opts relay.Options) *relay.Relay {
+	t.Helper()
+	if opts.Path == "" {
+		opts.Path = filepath.Join(t.TempDir(), "relay.db")
+	}
+	if opts.Poll == 0 {
+		opts.Poll = 20 * time.Millisecond
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r, err := relay.Open(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("close relay: %v", err)
+		}
+	})
+	return r
+}
+
+// simBundle is the provider simulator on loopback HTTP, with the
+// Idempotency-Key of every send request recorded as it arrives.
+type simBundle struct {
+	ts      *httptest.Server
+	arrived chan string
+
+	mu   sync.Mutex
+	keys []string
+}
+
+func setupSim(t *testing.T) *simBundle {
+	t.Helper()
+	b := &simBundle{arrived: make(chan string, 10000)}
+	srv := sim.New(sim.Options{HonourKeys: true})
+	b.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodPost && req.URL.Path == "/v1/emails" {
+			k := req.Header.Get("Idempotency-Key")
+			b.mu.Lock()
+			b.keys = append(b.keys, k)
+			b.mu.Unlock()
+			select {
+			case b.arrived <- k:
+			default:
+			}
+		}
+		srv.ServeHTTP(w, req)
+	}))
+	t.Cleanup(b.ts.Close)
+	t.Cleanup(srv.Close) // runs first: ends held requests so ts.Close does not wait
+	return b
+}
+
+func (b *simBundle) provider(t *testing.T) providers.Provider {
+	t.Helper()
+	p, err := providers.New("email-http+" + b.ts.URL + "/v1/emails?from=relay@example.com&idempotency=honoured")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (b *simBundle) requestKeys() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.keys...)
+}
+
+// waitArrivals waits until n send requests have reached the simulator.
+func (b *simBundle) waitArrivals(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.After(bound)
+	for i := range n {
+		select {
+		case <-b.arrived:
+		case <-timeout:
+			t.Fatalf("%d of %d send requests arrived within %s", i, n, bound)
+		}
+	}
+}
 
 // appBundle is an application's own SQLite database with an orders table
 // and the outbox from ../outbox.sql, and the connection the application
@@ -76,12 +171,12 @@ func (a *appBundle) source(t *testing.T, params string) sources.Source {
 
 // orderEvent is the event of order i: an email to the customer, and for
 // every fifth order one to a second recipient too (two notifications).
-func orderEvent(i int) Event {
-	rcs := []Recipient{{ID: fmt.Sprintf("cus_%d", i), Email: fmt.Sprintf("c%d@example.com", i)}}
+func orderEvent(i int) relay.Event {
+	rcs := []relay.Recipient{{ID: fmt.Sprintf("cus_%d", i), Email: fmt.Sprintf("c%d@example.com", i)}}
 	if i%5 == 0 {
-		rcs = append(rcs, Recipient{ID: "accounts", Email: "accounts@example.com"})
+		rcs = append(rcs, relay.Recipient{ID: "accounts", Email: "accounts@example.com"})
 	}
-	return Event{ID: fmt.Sprintf("ord_%d", i), Type: "order.created", Purpose: "receipt",
+	return relay.Event{ID: fmt.Sprintf("ord_%d", i), Type: "order.created", Purpose: "receipt",
 		Recipients: rcs, Subject: "Your order", Body: fmt.Sprintf("Order %d received.", i)}
 }
 
@@ -93,53 +188,44 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// relayCounts reads, from the relay's own file, the notifications of each
-// event by event id, and the event ids in the order they were accepted.
-func relayCounts(t *testing.T, path string) (map[string]int, []string) {
+// relayCounts lists, through the relay, the notifications of each event
+// by event id, and the event ids in the order they were accepted (the
+// order of their first notifications' ids).
+func relayCounts(t *testing.T, r *relay.Relay) (map[string]int, []string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query(`SELECT e.event_id, (SELECT count(*) FROM notifications n WHERE n.event = e.id) FROM events e ORDER BY e.id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
 	per := map[string]int{}
 	var order []string
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
+	for after := int64(0); ; {
+		ns, err := r.List(context.Background(), store.ListFilter{After: after, Limit: store.MaxListLimit})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, dup := per[id]; dup {
-			t.Errorf("event %s stored twice", id)
+		if len(ns) == 0 {
+			return per, order
 		}
-		per[id] = n
-		order = append(order, id)
+		for _, n := range ns {
+			if _, seen := per[n.EventID]; !seen {
+				order = append(order, n.EventID)
+			}
+			per[n.EventID]++
+			after = n.ID
+		}
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return per, order
 }
 
 // runTailer runs a tailer until its position reaches the source's last row
 // (as read by until), then stops it and returns its counters.
-func runTailer(t *testing.T, r *Relay, src sources.Source, opts TailOptions, until func() int64) TailStats {
+func runTailer(t *testing.T, r *relay.Relay, src sources.Source, opts sources.TailOptions, until func() int64) sources.TailStats {
 	t.Helper()
-	batches := make(chan TailStats, 1)
-	opts.OnBatch = func(s TailStats) {
+	batches := make(chan sources.TailStats, 1)
+	opts.OnBatch = func(s sources.TailStats) {
 		select {
 		case <-batches: // keep only the latest
 		default:
 		}
 		batches <- s
 	}
-	tl := r.NewTailer(src, opts)
+	tl := sources.NewTailer(r, src, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tl.Run(ctx) }()
@@ -178,9 +264,8 @@ func runTailer(t *testing.T, r *Relay, src sources.Source, opts TailOptions, unt
 // application wrote twice is a duplicate.
 func TestTailConcurrentWriterEveryRowOnce(t *testing.T) {
 	t.Parallel()
-	b := setupSim(t, true)
-	path := filepath.Join(t.TempDir(), "relay.db")
-	r := setupRelay(t, Options{Path: path, Routes: Routes{"*": {b.provider(t, "honoured")}}})
+	b := setupSim(t)
+	r := setupRelay(t, relay.Options{Routes: relay.Routes{"*": {b.provider(t)}}})
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -236,12 +321,12 @@ func TestTailConcurrentWriterEveryRowOnce(t *testing.T) {
 		writerDone <- nil
 	}()
 
-	st := runTailer(t, r, src, TailOptions{Poll: 5 * time.Millisecond, Batch: 16}, lastRow.Load)
+	st := runTailer(t, r, src, sources.TailOptions{Poll: 5 * time.Millisecond, Batch: 16}, lastRow.Load)
 	if err := <-writerDone; err != nil {
 		t.Fatalf("application writer: %v", err)
 	}
 
-	got, order := relayCounts(t, path)
+	got, order := relayCounts(t, r)
 	var notes int
 	for id, w := range want {
 		if got[id] != w {
@@ -348,8 +433,7 @@ func (f *flaky) MarkProcessed(ctx context.Context, ids []int64) error {
 // outbox again from the start (a lost position) repeats nothing either.
 func TestTailRereadRepeatsNothing(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "relay.db")
-	r := setupRelay(t, Options{Path: path})
+	r := setupRelay(t, relay.Options{})
 	app := setupApp(t)
 	const n = 50
 	var last int64
@@ -364,13 +448,13 @@ func TestTailRereadRepeatsNothing(t *testing.T) {
 	src := &flaky{Source: app.source(t, "?mark_processed=true")}
 	src.failRead.Store(true)
 	src.failMark.Store(true)
-	st := runTailer(t, r, src, TailOptions{Poll: time.Millisecond, Batch: 8}, until)
+	st := runTailer(t, r, src, sources.TailOptions{Poll: time.Millisecond, Batch: 8}, until)
 	// The first read failed; the second batch was accepted, not marked,
 	// not saved, and read again.
 	if st.Accepted != n || st.Duplicates != 8 || st.Errors != 2 || st.Rejected != 0 || src.failed.Load() != 2 {
 		t.Fatalf("stats %+v (%d injected failures): want %d accepted, 8 duplicates, 2 errors", st, src.failed.Load(), n)
 	}
-	before, _ := relayCounts(t, path)
+	before, _ := relayCounts(t, r)
 	var marked int
 	app.db.QueryRow(`SELECT count(*) FROM edgerelay_outbox WHERE processed_at IS NOT NULL`).Scan(&marked)
 	if len(before) != n || marked != n {
@@ -379,17 +463,17 @@ func TestTailRereadRepeatsNothing(t *testing.T) {
 
 	// The same outbox under another name: a position of 0.
 	again := &flaky{Source: app.source(t, ""), name: "renamed"}
-	st = runTailer(t, r, again, TailOptions{Poll: time.Millisecond, Batch: 7}, until)
+	st = runTailer(t, r, again, sources.TailOptions{Poll: time.Millisecond, Batch: 7}, until)
 	if st.Accepted != 0 || st.Duplicates != n {
 		t.Fatalf("re-reading everything: %+v, want %d duplicates and nothing new", st, n)
 	}
-	after, _ := relayCounts(t, path)
+	after, _ := relayCounts(t, r)
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("notifications changed on a re-read:\n%v\n%v", before, after)
 	}
 	// Both positions are saved; the original's was not moved back.
 	for _, name := range []string{src.Name(), "renamed"} {
-		if p, err := r.store.SourcePosition(context.Background(), name); err != nil || p != last {
+		if p, err := r.SourcePosition(context.Background(), name); err != nil || p != last {
 			t.Fatalf("position of %s: %d, %v; want %d", name, p, err, last)
 		}
 	}
@@ -399,8 +483,7 @@ func TestTailRereadRepeatsNothing(t *testing.T) {
 // idle returns at once.
 func TestTailResumesFromSavedPosition(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "relay.db")
-	r := setupRelay(t, Options{Path: path})
+	r := setupRelay(t, relay.Options{})
 	app := setupApp(t)
 	var last int64
 	add := func(from, to int) {
@@ -415,11 +498,11 @@ func TestTailResumesFromSavedPosition(t *testing.T) {
 	add(1, 10)
 	until := func() int64 { return last }
 	src := app.source(t, "") // read-only
-	if st := runTailer(t, r, src, TailOptions{Poll: time.Millisecond}, until); st.Accepted != 10 {
+	if st := runTailer(t, r, src, sources.TailOptions{Poll: time.Millisecond}, until); st.Accepted != 10 {
 		t.Fatalf("first run: %+v", st)
 	}
 	add(11, 15)
-	st := runTailer(t, r, src, TailOptions{Poll: time.Hour}, until)
+	st := runTailer(t, r, src, sources.TailOptions{Poll: time.Hour}, until)
 	if st.Accepted != 5 || st.Duplicates != 0 || st.Read != 5 {
 		t.Fatalf("second run: %+v, want only the 5 new rows read", st)
 	}
@@ -428,7 +511,7 @@ func TestTailResumesFromSavedPosition(t *testing.T) {
 // Tail an application's outbox: the application writes each order and its
 // event in one transaction; the tailer accepts the events, skipping (and
 // reporting) an invalid one.
-func ExampleRelay_Tail() {
+func ExampleTail() {
 	dir, err := os.MkdirTemp("", "edgerelay-tail-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -457,7 +540,7 @@ func ExampleRelay_Tail() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := Open(ctx, Options{Path: filepath.Join(dir, "relay.db")})
+	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, "relay.db")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -468,7 +551,7 @@ func ExampleRelay_Tail() {
 	}
 	defer src.Close()
 
-	t := r.NewTailer(src, TailOptions{Poll: 10 * time.Millisecond, OnBatch: func(st TailStats) {
+	t := sources.NewTailer(r, src, sources.TailOptions{Poll: 10 * time.Millisecond, OnBatch: func(st sources.TailStats) {
 		if st.Position == 2 {
 			cancel() // a real tailer runs until SIGTERM
 		}

@@ -1,4 +1,4 @@
-package relay
+package sources
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/sources"
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
@@ -17,9 +17,10 @@ import (
 // rows in id order and accepts each, like POST /v1/events.
 //
 //	read      src.Read: rows after the saved position
-//	accept    Accept each row's event; an invalid one is logged and skipped
+//	accept    relay.AcceptAll: the batch's events in order, one commit;
+//	          an invalid one is logged and skipped
 //	mark      src.MarkProcessed: the rows relayed (if the source marks)
-//	save      store.SaveSourcePosition: the last row of the batch
+//	save      relay.SaveSourcePosition: the last row of the batch
 //
 // Accept dedupes on the event's identity (tenant, id, purpose), so a crash
 // anywhere before the position is saved makes the next run read those rows
@@ -85,11 +86,11 @@ const (
 	settleTimeout = 10 * time.Second
 )
 
-// Tailer relays one source into a Relay. Create it with NewTailer, run it
+// Tailer relays one source into a relay. Create it with NewTailer, run it
 // with Run; Stats may be called from any goroutine.
 type Tailer struct {
-	r    *Relay
-	src  sources.Source
+	r    *relay.Relay
+	src  Source
 	opts TailOptions
 
 	mu    sync.Mutex
@@ -97,7 +98,7 @@ type Tailer struct {
 }
 
 // NewTailer returns a tailer of src into r. It does not start it.
-func (r *Relay) NewTailer(src sources.Source, opts TailOptions) *Tailer {
+func NewTailer(r *relay.Relay, src Source, opts TailOptions) *Tailer {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
@@ -107,9 +108,9 @@ func (r *Relay) NewTailer(src sources.Source, opts TailOptions) *Tailer {
 	return &Tailer{r: r, src: src, opts: opts, stats: TailStats{Source: src.Name()}}
 }
 
-// Tail relays src until ctx ends: r.NewTailer(src, opts).Run(ctx).
-func (r *Relay) Tail(ctx context.Context, src sources.Source, opts TailOptions) error {
-	return r.NewTailer(src, opts).Run(ctx)
+// Tail relays src into r until ctx ends: NewTailer(r, src, opts).Run(ctx).
+func Tail(ctx context.Context, r *relay.Relay, src Source, opts TailOptions) error {
+	return NewTailer(r, src, opts).Run(ctx)
 }
 
 // Stats returns the counters so far.
@@ -130,7 +131,7 @@ func (t *Tailer) Stats() TailStats {
 // forward.
 func (t *Tailer) Run(ctx context.Context) error {
 	name := t.src.Name()
-	log := t.r.log.With("source", name)
+	log := t.r.Log().With("source", name)
 	wait := t.opts.Poll
 	backoff := func(what string, err error) bool {
 		t.count(func(s *TailStats) { s.Errors++ })
@@ -142,7 +143,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 
 	var pos int64
 	for {
-		p, err := t.r.store.SourcePosition(ctx, name)
+		p, err := t.r.SourcePosition(ctx, name)
 		if err == nil {
 			pos = p
 			break
@@ -205,7 +206,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 // marks those relayed and saves the position to the last one handled. It
 // returns the new position and the failure, if any; rows after a failure
 // are read again.
-func (t *Tailer) relay(ctx context.Context, pos int64, rows []sources.Row) (int64, error) {
+func (t *Tailer) relay(ctx context.Context, pos int64, rows []Row) (int64, error) {
 	var failed error
 	prev := pos
 	for i, row := range rows {
@@ -221,11 +222,11 @@ func (t *Tailer) relay(ctx context.Context, pos int64, rows []sources.Row) (int6
 		return pos, err
 	}
 	// Decode every row; the decodable ones are accepted together, in order.
-	events := make([]Event, 0, len(rows))
+	events := make([]relay.Event, 0, len(rows))
 	decodeErrs := make([]error, len(rows))
 	at := make([]int, len(rows)) // row → its index in events, or -1
 	for i, row := range rows {
-		ev, err := DecodeEvent(bytes.NewReader(row.Event))
+		ev, err := relay.DecodeEvent(bytes.NewReader(row.Event))
 		if err != nil {
 			decodeErrs[i], at[i] = err, -1
 			continue
@@ -244,7 +245,7 @@ func (t *Tailer) relay(ctx context.Context, pos int64, rows []sources.Row) (int6
 		if at[i] >= 0 {
 			err, eventID = errs[at[i]], events[at[i]].ID
 		}
-		var inv *InvalidEventError
+		var inv *relay.InvalidEventError
 		switch {
 		case err == nil:
 			dup := results[at[i]].Duplicate
@@ -286,17 +287,17 @@ func (t *Tailer) settle(ctx context.Context, pos, done int64, relayed []int64, f
 	if err := t.src.MarkProcessed(sctx, relayed); err != nil {
 		return pos, errors.Join(failed, err)
 	}
-	if err := t.r.store.SaveSourcePosition(sctx, t.src.Name(), done, t.r.now()); err != nil {
+	if err := t.r.SaveSourcePosition(sctx, t.src.Name(), done); err != nil {
 		return pos, errors.Join(failed, err)
 	}
 	t.count(func(s *TailStats) { s.Position = done })
-	t.r.log.Debug("tail: batch relayed", "source", t.src.Name(), "position", done)
+	t.r.Log().Debug("tail: batch relayed", "source", t.src.Name(), "position", done)
 	return done, failed
 }
 
 // reject logs and counts a row whose event was rejected.
-func (t *Tailer) reject(row sources.Row, eventID string, err error) {
-	t.r.log.Warn("tail: skipped an outbox row: its event was rejected",
+func (t *Tailer) reject(row Row, eventID string, err error) {
+	t.r.Log().Warn("tail: skipped an outbox row: its event was rejected",
 		"source", t.src.Name(), "row", row.ID, "event", eventID, "reason", err.Error())
 	t.count(func(s *TailStats) {
 		s.Rejected++
