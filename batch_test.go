@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/batch"
 	"edgerelay/relay"
 )
 
@@ -70,7 +71,7 @@ func TestBatchSendExamples(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("%s: exit %d: %s", tc.file, r.code, r.stderr)
 		}
-		want := relay.BatchResult{Lines: tc.events, New: tc.events, Notifications: tc.notifications}
+		want := batch.Result{Lines: tc.events, New: tc.events, Notifications: tc.notifications}
 		if got := batchOut(t, r).Batch; got != want {
 			t.Fatalf("%s: %+v, want %+v", tc.file, got, want)
 		}
@@ -78,7 +79,7 @@ func TestBatchSendExamples(t *testing.T) {
 			t.Fatalf("%s: stderr %q", tc.file, r.stderr)
 		}
 		r = runCLI(t, "", "--db", db, "batch", "send", "--json", tc.file)
-		if got := batchOut(t, r).Batch; r.code != 0 || got != (relay.BatchResult{Lines: tc.events, Duplicate: tc.events}) {
+		if got := batchOut(t, r).Batch; r.code != 0 || got != (batch.Result{Lines: tc.events, Duplicate: tc.events}) {
 			t.Fatalf("%s re-run: exit %d, %+v", tc.file, r.code, got)
 		}
 		if n := countRows(t, db, "notifications"); n != tc.notifications {
@@ -108,7 +109,7 @@ func TestBatchSendBadLine(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
 	}
-	if got := batchOut(t, r).Batch; got != (relay.BatchResult{Lines: 40, New: 38, Notifications: 38, Rejected: 2}) {
+	if got := batchOut(t, r).Batch; got != (batch.Result{Lines: 40, New: 38, Notifications: 38, Rejected: 2}) {
 		t.Fatalf("%+v", got)
 	}
 	if n := countRows(t, db, "events"); n != 38 {
@@ -138,7 +139,7 @@ func TestBatchSendStrict(t *testing.T) {
 	writeLines(t, file, 100, nil)
 	r = runCLI(t, "", "batch", "send", file, "--db", db, "--strict", "--json")
 	s := batchOut(t, r)
-	if r.code != 0 || s.Batch != (relay.BatchResult{Lines: 100, New: 100, Notifications: 100}) || s.Strict == nil || s.Strict.Valid != 100 {
+	if r.code != 0 || s.Batch != (batch.Result{Lines: 100, New: 100, Notifications: 100}) || s.Strict == nil || s.Strict.Valid != 100 {
 		t.Fatalf("exit %d, %+v %+v: %s", r.code, s.Batch, s.Strict, r.stderr)
 	}
 }
@@ -202,7 +203,7 @@ func TestBatchSendUsage(t *testing.T) {
 		{"bad format", []string{"batch", "send", "--db", db, "--format", "xml", txt}, exitUsage, `batch format "xml"`},
 		{"missing file", []string{"batch", "send", "--db", db, filepath.Join(dir, "none.jsonl")}, exitUsage, "no such file"},
 		{"unknown flag", []string{"batch", "send", "--db", db, txt, "--nope"}, exitUsage, "flag provided but not defined: -nope"},
-		{"concurrency", []string{"batch", "send", "--db", db, "--concurrency", "0", "--format", "jsonl", txt}, exitUsage, "--concurrency 0"},
+		{"group", []string{"batch", "send", "--db", db, "--group", "0", "--format", "jsonl", txt}, exitUsage, "--group 0"},
 		{"strict stdin", []string{"batch", "send", "--db", db, "--format", "csv", "--strict", "-"}, exitUsage, "--strict reads the file twice"},
 		{"stdin without format", []string{"batch", "send", "--db", db, "-"}, exitUsage, "give --format"},
 		{"bad header", []string{"batch", "send", "--db", db, badHeader}, exitRejected, `line 1: CSV header: unknown column "emial"`},

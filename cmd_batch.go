@@ -13,6 +13,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/batch"
 	"edgerelay/relay"
 )
 
@@ -32,11 +33,12 @@ func batchSendCommand() *cli.Command {
 		Usage:     "accept every event of a JSON Lines or CSV file, and with --dispatch deliver them",
 		ArgsUsage: "FILE",
 		Description: `Reads FILE one line at a time (memory stays small whatever its size) and
-accepts each line's event as send does, --concurrency at a time. Each event's
-notifications get their keys from the event (tenant, id, purpose, recipient,
-channel), never from the line number or the time of the run, so running the
-same file again, after a crash, a kill or a partial run, creates nothing
-twice: what was accepted is counted duplicate, and what was left is accepted.
+accepts each line's event as send does, --group events at a time in one
+commit, in file order. Each event's notifications get their keys from the
+event (tenant, id, purpose, recipient, channel), never from the line number
+or the time of the run, so running the same file again, after a crash, a
+kill or a partial run, creates nothing twice: what was accepted is counted
+duplicate, and what was left is accepted.
 
 A bad line is reported on stderr with its number and reason
 ("line 17: invalid event: recipients[0].id: required") and the other lines
@@ -89,7 +91,8 @@ Exit status:
 			&cli.BoolFlag{Name: "strict", EnvVars: []string{"EDGERELAY_BATCH_STRICT"}, Usage: "check every line first; accept nothing if any is bad"},
 			&cli.BoolFlag{Name: "dispatch", EnvVars: []string{"EDGERELAY_BATCH_DISPATCH"}, Usage: "deliver what is due once the file is accepted (as dispatch --until-idle)"},
 			&cli.DurationFlag{Name: "max-wait", Value: time.Minute, EnvVars: []string{"EDGERELAY_MAX_WAIT"}, Usage: "with --dispatch: the longest wait for a retry before exiting"},
-			&cli.IntFlag{Name: "concurrency", Value: 32, EnvVars: []string{"EDGERELAY_BATCH_CONCURRENCY"}, Usage: "events accepted at once (1 to 1024); the writer commits them together"},
+			&cli.IntFlag{Name: "group", Aliases: []string{"concurrency"}, Value: batch.DefaultGroup, EnvVars: []string{"EDGERELAY_BATCH_GROUP", "EDGERELAY_BATCH_CONCURRENCY"},
+				Usage: "events accepted together, in one commit (1 to 1024)"},
 			&cli.IntFlag{Name: "workers", EnvVars: []string{"EDGERELAY_WORKERS"}, Usage: "with --dispatch: concurrent provider calls (default 32, or dispatch.workers in the config)"},
 			&cli.DurationFlag{Name: "lease", EnvVars: []string{"EDGERELAY_LEASE"}, Usage: "with --dispatch: how long a claim lasts (default 1m)"},
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, EnvVars: []string{"EDGERELAY_PROGRESS_EVERY"}, Usage: "when stderr is not a terminal: how often to print a progress line (0: never)"},
@@ -146,10 +149,10 @@ func interspersed(c *cli.Context) (*cli.Context, []string, error) {
 
 // batchSummary is what --json prints.
 type batchSummary struct {
-	File     string             `json:"file"`
-	Batch    relay.BatchResult  `json:"batch"`
-	Dispatch *relay.Summary     `json:"dispatch,omitempty"`
-	Strict   *relay.BatchResult `json:"strict_check,omitempty"`
+	File     string         `json:"file"`
+	Batch    batch.Result   `json:"batch"`
+	Dispatch *relay.Summary `json:"dispatch,omitempty"`
+	Strict   *batch.Result  `json:"strict_check,omitempty"`
 }
 
 func batchSend(c *cli.Context, args []string) error {
@@ -157,23 +160,23 @@ func batchSend(c *cli.Context, args []string) error {
 		return cli.Exit("batch send takes one FILE (a .jsonl, .ndjson or .csv file; - for standard input with --format)", exitUsage)
 	}
 	path := args[0]
-	var format relay.BatchFormat
+	var format batch.Format
 	var err error
 	if f := c.String("format"); f != "" {
-		format, err = relay.ParseBatchFormat(f)
+		format, err = batch.ParseFormat(f)
 	} else if path == "-" {
 		err = errors.New("standard input: give --format jsonl or --format csv")
 	} else {
-		if format, err = relay.BatchFormatFor(path); err != nil {
+		if format, err = batch.FormatFor(path); err != nil {
 			err = fmt.Errorf("%w; or give --format jsonl or --format csv", err)
 		}
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
-	conc := c.Int("concurrency")
-	if conc < 1 || conc > 1024 {
-		return cli.Exit(fmt.Sprintf("--concurrency %d: want 1 to 1024", conc), exitUsage)
+	group := c.Int("group")
+	if group < 1 || group > 1024 {
+		return cli.Exit(fmt.Sprintf("--group %d: want 1 to 1024", group), exitUsage)
 	}
 	if c.Bool("strict") && path == "-" {
 		return cli.Exit("--strict reads the file twice: give a FILE, not standard input", exitUsage)
@@ -196,7 +199,7 @@ func batchSend(c *cli.Context, args []string) error {
 		in = fh
 	}
 	// A bad CSV header is found before the database is touched.
-	br, err := relay.NewBatchReader(in, format)
+	br, err := batch.NewReader(in, format)
 	if err != nil {
 		return batchFileError(path, err)
 	}
@@ -220,11 +223,11 @@ func batchSend(c *cli.Context, args []string) error {
 
 	sum := batchSummary{File: path}
 	prog := newBatchProgress(stderr, size, c.Duration("progress-every"))
-	opts := relay.BatchOptions{Concurrency: conc, OnReject: prog.reject, Progress: prog.update}
+	opts := batch.Options{Group: group, OnReject: prog.reject, Progress: prog.update}
 
 	if c.Bool("strict") {
 		prog.start("checking")
-		chk, err := r.CheckBatch(c.Context, br.Lines(), opts)
+		chk, err := batch.Check(c.Context, r, br.Lines(), opts)
 		if err == nil {
 			err = br.Err()
 		}
@@ -239,13 +242,13 @@ func batchSend(c *cli.Context, args []string) error {
 		if _, err := in.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("batch: rewind %s: %w", path, err)
 		}
-		if br, err = relay.NewBatchReader(in, format); err != nil {
+		if br, err = batch.NewReader(in, format); err != nil {
 			return batchFileError(path, err)
 		}
 	}
 
 	prog.start("accepting")
-	res, err := r.AcceptBatch(c.Context, br.Lines(), opts)
+	res, err := batch.Accept(c.Context, r, br.Lines(), opts)
 	if err == nil {
 		err = br.Err()
 	}
@@ -292,7 +295,7 @@ func batchSend(c *cli.Context, args []string) error {
 // line too long to find its end) is rejected; one that cannot be read is
 // an I/O error.
 func batchFileError(path string, err error) error {
-	var le *relay.BatchLineError
+	var le *batch.LineError
 	if errors.As(err, &le) {
 		return cli.Exit(fmt.Sprintf("batch %s: %v", path, err), exitRejected)
 	}
@@ -300,13 +303,13 @@ func batchFileError(path string, err error) error {
 }
 
 // batchStopped reports a batch that stopped before the end of the file.
-func batchStopped(c *cli.Context, what string, res relay.BatchResult, err error) error {
+func batchStopped(c *cli.Context, what string, res batch.Result, err error) error {
 	fmt.Fprintf(c.App.ErrWriter, "batch: stopped after %d lines (%d accepted, %d rejected); run the same file again to finish, nothing is accepted twice\n",
 		res.Lines, res.Accepted(), res.Rejected)
 	if errors.Is(err, context.Canceled) {
 		return cli.Exit("batch: interrupted", exitError)
 	}
-	var le *relay.BatchLineError
+	var le *batch.LineError
 	if errors.As(err, &le) {
 		return cli.Exit(fmt.Sprintf("batch: %s: %v", what, err), exitRejected)
 	}
@@ -323,7 +326,7 @@ func (readerNoSeek) Seek(int64, int) (int64, error) {
 
 // batchProgress shows a batch's progress on stderr: a bar on a terminal,
 // a plain line every so often otherwise. Its methods are called one at a
-// time (relay.BatchOptions).
+// time (batch.Options).
 type batchProgress struct {
 	w     io.Writer
 	size  int64 // -1: unknown (standard input)
@@ -333,7 +336,7 @@ type batchProgress struct {
 	bar       *progressbar.ProgressBar
 	what      string
 	last      time.Time
-	lastState relay.BatchProgress
+	lastState batch.Progress
 }
 
 func newBatchProgress(w io.Writer, size int64, every time.Duration) *batchProgress {
@@ -341,7 +344,7 @@ func newBatchProgress(w io.Writer, size int64, every time.Duration) *batchProgre
 }
 
 func (p *batchProgress) start(what string) {
-	p.what, p.last, p.lastState = what, time.Now(), relay.BatchProgress{}
+	p.what, p.last, p.lastState = what, time.Now(), batch.Progress{}
 	if p.tty {
 		p.bar = progressbar.NewOptions64(p.size,
 			progressbar.OptionSetWriter(p.w),
@@ -354,7 +357,7 @@ func (p *batchProgress) start(what string) {
 	}
 }
 
-func (p *batchProgress) update(s relay.BatchProgress) {
+func (p *batchProgress) update(s batch.Progress) {
 	p.lastState = s
 	now := time.Now()
 	if p.bar != nil {
@@ -371,7 +374,7 @@ func (p *batchProgress) update(s relay.BatchProgress) {
 	}
 }
 
-func (p *batchProgress) line(s relay.BatchProgress) {
+func (p *batchProgress) line(s batch.Progress) {
 	if p.what == "checking" {
 		fmt.Fprintf(p.w, "batch: checked %d lines, %d bad\n", s.Lines, s.Rejected)
 		return
@@ -379,7 +382,7 @@ func (p *batchProgress) line(s relay.BatchProgress) {
 	fmt.Fprintf(p.w, "batch: %d lines, %d accepted, %d rejected\n", s.Lines, s.Accepted(), s.Rejected)
 }
 
-func (p *batchProgress) reject(err *relay.BatchLineError) {
+func (p *batchProgress) reject(err *batch.LineError) {
 	if p.bar != nil {
 		p.bar.Clear()
 	}

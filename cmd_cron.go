@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/batch"
 	"edgerelay/relay"
 	"edgerelay/store"
 )
@@ -115,7 +116,7 @@ forgets them; "missed: run-once" runs the latest one when serve starts.`,
 // repeated (a restart, an overlap, a crash half way) sends nothing twice.
 func batchJob(r *relay.Relay, name, file string) func(context.Context, store.JobRun) error {
 	return func(ctx context.Context, run store.JobRun) error {
-		format, err := relay.BatchFormatFor(file)
+		format, err := batch.FormatFor(file)
 		if err != nil {
 			return fmt.Errorf("job %s: %w", name, err)
 		}
@@ -124,12 +125,12 @@ func batchJob(r *relay.Relay, name, file string) func(context.Context, store.Job
 			return fmt.Errorf("job %s: %w", name, err)
 		}
 		defer f.Close()
-		br, err := relay.NewBatchReader(f, format)
+		br, err := batch.NewReader(f, format)
 		if err != nil {
 			return fmt.Errorf("job %s: %w", name, err)
 		}
 		prefix := name + "@" + run.ScheduledAt.UTC().Format(time.RFC3339) + "/"
-		lines := func(yield func(relay.BatchLine) bool) {
+		lines := func(yield func(batch.Line) bool) {
 			for l := range br.Lines() {
 				if l.Err == nil {
 					l.Event.ID = prefix + l.Event.ID
@@ -139,7 +140,7 @@ func batchJob(r *relay.Relay, name, file string) func(context.Context, store.Job
 				}
 			}
 		}
-		res, err := r.AcceptBatch(ctx, lines, relay.BatchOptions{})
+		res, err := batch.Accept(ctx, r, lines, batch.Options{})
 		if err == nil {
 			err = br.Err()
 		}

@@ -1,30 +1,32 @@
-package relay
+package batch
 
 import (
 	"bytes"
 	"errors"
 	"reflect"
 	"testing"
+
+	"edgerelay/relay"
 )
 
 // FuzzBatchJSONL and FuzzBatchCSV read arbitrary bytes as a batch file.
 // Whatever the input: no panic; reading is deterministic; each line is an
-// event or a *BatchLineError naming a line of the input, in increasing
+// event or a *LineError naming a line of the input, in increasing
 // order; Normalize gives the same answer on two reads of an event and is
 // idempotent when it succeeds. The reader does not validate events (Accept
 // does), so an event that Normalize rejects is fine here.
 // Seeds are in testdata/fuzz/FuzzBatchJSONL and testdata/fuzz/FuzzBatchCSV.
 func FuzzBatchJSONL(f *testing.F) {
 	f.Add([]byte(`{"id": "inv_1", "type": "invoice.issued", "recipients": [{"id": "ada", "email": "ada@example.com"}]}` + "\n"))
-	f.Fuzz(func(t *testing.T, data []byte) { checkBatchFile(t, data, BatchJSONL) })
+	f.Fuzz(func(t *testing.T, data []byte) { checkBatchFile(t, data, JSONL) })
 }
 
 func FuzzBatchCSV(f *testing.F) {
 	f.Add([]byte("id,type,recipient_id,email\ninv_1,invoice.issued,ada,ada@example.com\n"))
-	f.Fuzz(func(t *testing.T, data []byte) { checkBatchFile(t, data, BatchCSV) })
+	f.Fuzz(func(t *testing.T, data []byte) { checkBatchFile(t, data, CSV) })
 }
 
-func checkBatchFile(t *testing.T, data []byte, format BatchFormat) {
+func checkBatchFile(t *testing.T, data []byte, format Format) {
 	lines := bytes.Count(data, []byte("\n")) + 1
 	first, herr := readBatchFile(t, data, format)
 	second, herr2 := readBatchFile(t, data, format)
@@ -33,9 +35,9 @@ func checkBatchFile(t *testing.T, data []byte, format BatchFormat) {
 	}
 	if herr != nil {
 		// Only CSV reads ahead (its header); its problems are line errors.
-		var le *BatchLineError
-		if format != BatchCSV || !errors.As(herr, &le) || le.Line < 1 || le.Line > lines {
-			t.Fatalf("NewBatchReader: %v (%T), want a *BatchLineError for a line in 1..%d", herr, herr, lines)
+		var le *LineError
+		if format != CSV || !errors.As(herr, &le) || le.Line < 1 || le.Line > lines {
+			t.Fatalf("NewReader: %v (%T), want a *LineError for a line in 1..%d", herr, herr, lines)
 		}
 		return
 	}
@@ -50,11 +52,11 @@ func checkBatchFile(t *testing.T, data []byte, format BatchFormat) {
 		prev, prevOff = l.Line, l.Offset
 		t.Logf("line %d: event %q, error %v", l.Line, l.Event.ID, l.Err)
 		if l.Err != nil {
-			le, ok := l.Err.(*BatchLineError)
+			le, ok := l.Err.(*LineError)
 			if !ok || le.Line != l.Line {
-				t.Fatalf("line %d: error %v (%T), want a *BatchLineError for that line", l.Line, l.Err, l.Err)
+				t.Fatalf("line %d: error %v (%T), want a *LineError for that line", l.Line, l.Err, l.Err)
 			}
-			if !reflect.DeepEqual(l.Event, Event{}) {
+			if !reflect.DeepEqual(l.Event, relay.Event{}) {
 				t.Fatalf("line %d: both an error and an event %+v", l.Line, l.Event)
 			}
 			continue
@@ -65,9 +67,9 @@ func checkBatchFile(t *testing.T, data []byte, format BatchFormat) {
 			t.Fatalf("line %d: Normalize not deterministic: %v %+v, then %v %+v", l.Line, aerr, a, berr, b)
 		}
 		if aerr != nil {
-			var ie *InvalidEventError
+			var ie *relay.InvalidEventError
 			if !errors.As(aerr, &ie) {
-				t.Fatalf("line %d: Normalize: %v (%T), want an *InvalidEventError", l.Line, aerr, aerr)
+				t.Fatalf("line %d: Normalize: %v (%T), want a *relay.InvalidEventError", l.Line, aerr, aerr)
 			}
 			continue
 		}
@@ -78,15 +80,15 @@ func checkBatchFile(t *testing.T, data []byte, format BatchFormat) {
 	}
 }
 
-// readBatchFile reads every line of data; the error is NewBatchReader's.
+// readBatchFile reads every line of data; the error is NewReader's.
 // An in-memory file far below the 16 MiB line cap always reads to the end.
-func readBatchFile(t *testing.T, data []byte, format BatchFormat) ([]BatchLine, error) {
+func readBatchFile(t *testing.T, data []byte, format Format) ([]Line, error) {
 	t.Helper()
-	br, err := NewBatchReader(bytes.NewReader(data), format)
+	br, err := NewReader(bytes.NewReader(data), format)
 	if err != nil {
 		return nil, err
 	}
-	var out []BatchLine
+	var out []Line
 	for l := range br.Lines() {
 		out = append(out, l)
 	}
