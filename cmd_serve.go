@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"edgerelay/api"
+	"edgerelay/schedule"
 	"edgerelay/sources"
 )
 
@@ -185,7 +186,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			var background sync.WaitGroup
-			background.Go(func() { r.RunSchedules(c.Context, jobs) })
+			background.Go(func() { schedule.RunSchedules(c.Context, r, jobs) })
 			for _, tc := range s.cfg.Tail {
 				u, err := expandEnv(tc.Source)
 				if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/schedule"
 	"edgerelay/store"
 )
 
@@ -272,11 +273,11 @@ func parseConfig(path string) (*Config, []string, error) {
 	for _, name := range sortedKeys(cfg.Jobs) {
 		jc := cfg.Jobs[name]
 		at := []string{"jobs", name}
-		if _, err := relay.ParseSchedule(jc.Schedule, jc.Timezone); err != nil {
+		if _, err := schedule.Parse(jc.Schedule, jc.Timezone); err != nil {
 			add(at, "%v", err)
 		}
-		switch relay.Missed(jc.Missed) {
-		case "", relay.MissedSkip, relay.MissedRunOnce:
+		switch schedule.Missed(jc.Missed) {
+		case "", schedule.MissedSkip, schedule.MissedRunOnce:
 		default:
 			add(at, "missed %q: want skip or run-once", jc.Missed)
 		}
@@ -552,7 +553,7 @@ var defaultPrune = JobConfig{Schedule: "@daily", Prune: &PruneJob{OlderThan: "30
 
 // serveJobs are the jobs serve runs: the config's, plus the daily prune
 // when the config has no prune job.
-func (cfg *Config) serveJobs(r *relay.Relay) ([]*relay.Job, error) {
+func (cfg *Config) serveJobs(r *relay.Relay) ([]*schedule.Job, error) {
 	for _, jc := range cfg.Jobs {
 		if jc.Prune != nil {
 			return cfg.jobs(r)
@@ -567,19 +568,19 @@ func (cfg *Config) serveJobs(r *relay.Relay) ([]*relay.Job, error) {
 }
 
 // jobs builds the scheduled jobs of the config for r.
-func (cfg *Config) jobs(r *relay.Relay) ([]*relay.Job, error) {
-	var out []*relay.Job
+func (cfg *Config) jobs(r *relay.Relay) ([]*schedule.Job, error) {
+	var out []*schedule.Job
 	for _, name := range sortedKeys(cfg.Jobs) {
 		jc := cfg.Jobs[name]
-		sched, err := relay.ParseSchedule(jc.Schedule, jc.Timezone)
+		sched, err := schedule.Parse(jc.Schedule, jc.Timezone)
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", name, err)
 		}
-		j := &relay.Job{Name: name, Schedule: sched, Missed: relay.Missed(jc.Missed)}
+		j := &schedule.Job{Name: name, Schedule: sched, Missed: schedule.Missed(jc.Missed)}
 		switch {
 		case jc.Digest != nil:
 			d := jc.Digest
-			if j.Run, err = r.Digest(name, relay.DigestConfig{Tenant: d.Tenant, Audience: d.Audience, Channel: d.Channel,
+			if j.Run, err = schedule.Digest(r, name, schedule.DigestConfig{Tenant: d.Tenant, Audience: d.Audience, Channel: d.Channel,
 				Subject: d.Subject, Template: d.Template, MaxItems: d.MaxItems}); err != nil {
 				return nil, err
 			}
@@ -588,9 +589,10 @@ func (cfg *Config) jobs(r *relay.Relay) ([]*relay.Job, error) {
 			if err != nil {
 				return nil, fmt.Errorf("job %s: %w", name, err)
 			}
-			j.Run = func(ctx context.Context, _ store.JobRun) error {
-				_, err := r.Prune(ctx, age)
-				return err
+			j.Run = func(ctx context.Context, _ store.JobRun) (schedule.Outcome, error) {
+				res, err := r.Prune(ctx, age)
+				return schedule.Outcome{Note: fmt.Sprintf("pruned what finished more than %s ago: %d notifications, %d events, %d feed items",
+					res.OlderThan, res.Notifications, res.Events, res.FeedItems)}, err
 			}
 		case jc.Batch != nil:
 			j.Run = batchJob(r, name, jc.Batch.File)

@@ -1,0 +1,154 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"edgerelay/relay"
+	"edgerelay/store"
+)
+
+// Missed says what a job does about runs it missed while no process ran
+// its schedule.
+type Missed string
+
+const (
+	// MissedSkip (the default) forgets missed runs: the next run is the
+	// next scheduled time from now.
+	MissedSkip Missed = "skip"
+	// MissedRunOnce runs once on start, as the most recent missed run (a
+	// digest then covers everything since the last one).
+	MissedRunOnce Missed = "run-once"
+)
+
+// Job is a scheduled job. A run is identified by the job's name and the
+// time it was scheduled for, so a run repeated after a restart, by a second
+// instance, or after it crashed half way, is the same run: what it sends
+// derives its keys from that identity and cannot go out twice.
+type Job struct {
+	Name     string
+	Schedule *Schedule
+	Missed   Missed
+	Run      func(ctx context.Context, run store.JobRun) (Outcome, error)
+}
+
+// Outcome is what one run did. A run accepts events (a batch file's
+// lines, a digest's messages); delivering them is the dispatcher's work,
+// later or elsewhere (serve, dispatch).
+type Outcome struct {
+	// New events accepted, and the notifications they fanned out to.
+	New           int `json:"new"`
+	Notifications int `json:"notifications"`
+	// Duplicate events: accepted by an earlier attempt of the same run
+	// (or before it), so nothing new was created for them.
+	Duplicate int `json:"duplicate"`
+	// Rejected events or lines: invalid, or in conflict with an accepted
+	// event.
+	Rejected int `json:"rejected"`
+	// Note says what else the run did ("pruned …"), for people.
+	Note string `json:"note,omitempty"`
+}
+
+// ErrRejected: the run accepted what it could and rejected some events or
+// lines (its Outcome counts them); the run is recorded as failed.
+var ErrRejected = errors.New("rejected")
+
+// Run is one run of a job and what became of it.
+type Run struct {
+	Job         string    `json:"job"`
+	ScheduledAt time.Time `json:"scheduled_at"`
+	// Repeat: the run had begun before (a restart, another instance, an
+	// earlier `cron run`); what it sends is keyed by the run, so a repeat
+	// creates only what the earlier attempts did not.
+	Repeat bool `json:"repeat"`
+	// Skipped: it had finished before and was not run again.
+	Skipped bool `json:"skipped,omitempty"`
+	Outcome
+}
+
+// RunOptions tune RunJob.
+type RunOptions struct {
+	// Again runs a run that finished before once more (a person asking);
+	// without it, a finished run is Skipped (the scheduler, a second
+	// instance).
+	Again bool
+}
+
+// RunJob runs one run of a job, scheduled for at. A run that started and
+// did not finish (a crash, or another instance now) runs again, which is
+// safe because everything it sends is keyed by the run; one that finished
+// runs again only with opts.Again.
+func RunJob(ctx context.Context, r *relay.Relay, j *Job, at time.Time, opts RunOptions) (Run, error) {
+	at = at.UTC().Truncate(time.Second)
+	res := Run{Job: j.Name, ScheduledAt: at}
+	run, err := r.BeginJobRun(ctx, j.Name, at)
+	if err != nil {
+		return res, err
+	}
+	res.Repeat = run.Repeat
+	if run.Status == "done" && !opts.Again {
+		r.Log().Info("job run already done", "job", j.Name, "scheduled", at)
+		res.Skipped = true
+		return res, nil
+	}
+	r.Log().Info("job run", "job", j.Name, "scheduled", at, "repeat", run.Repeat)
+	out, runErr := j.Run(ctx, run)
+	res.Outcome = out
+	if err := r.FinishJobRun(context.WithoutCancel(ctx), j.Name, at, runErr); err != nil {
+		return res, errors.Join(runErr, err)
+	}
+	return res, runErr
+}
+
+// RunSchedules runs the jobs on their schedules until ctx ends. On start,
+// a job whose last run is older than its previous scheduled time missed
+// runs while no process ran it, and follows its Missed policy.
+func RunSchedules(ctx context.Context, r *relay.Relay, jobs []*Job) {
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() { runSchedule(ctx, r, j) })
+	}
+	wg.Wait()
+}
+
+func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
+	if j.Missed == MissedRunOnce {
+		if missed, ok := lastMissed(ctx, r, j, r.Now()); ok {
+			if _, err := RunJob(ctx, r, j, missed, RunOptions{}); err != nil {
+				r.Log().Error("job run failed", "job", j.Name, "scheduled", missed, "err", err)
+			}
+		}
+	}
+	for {
+		next := j.Schedule.Next(r.Now())
+		if next.IsZero() {
+			return
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if _, err := RunJob(ctx, r, j, next, RunOptions{}); err != nil {
+			r.Log().Error("job run failed", "job", j.Name, "scheduled", next, "err", err)
+		}
+	}
+}
+
+// lastMissed returns the latest scheduled time at or before now, if it is
+// after the job's last run.
+func lastMissed(ctx context.Context, r *relay.Relay, j *Job, now time.Time) (time.Time, bool) {
+	last, ok, err := r.LastJobRun(ctx, j.Name)
+	if err != nil || !ok {
+		return time.Time{}, false // never ran: nothing was missed
+	}
+	due, ok := j.Schedule.Prev(now)
+	if !ok || !due.After(last) {
+		return time.Time{}, false
+	}
+	return due, true
+}
