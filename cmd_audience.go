@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -35,9 +34,7 @@ events accepted afterwards resolve the audience to the new list.`,
 				var req struct {
 					Members []relay.Recipient `json:"members"`
 				}
-				dec := json.NewDecoder(bytesReader(b))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&req); err != nil {
+				if err := relay.DecodeJSON(b, &req); err != nil {
 					return cli.Exit(fmt.Sprintf("%s: want {\"members\": [RECIPIENT, ...]}: %v", c.Args().Get(1), err), exitRejected)
 				}
 				r, _, err := openRelay(c, c.App.ErrWriter)

@@ -345,17 +345,22 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *resp
 	return body, nil
 }
 
-// readJSON reads a bounded body and decodes it strictly (unknown fields
-// are errors) into v; shape describes the expected body for the error.
+// readJSON reads a bounded body and decodes it strictly (relay.DecodeJSON:
+// unknown fields, keys given twice, text that is not UTF-8 as sent are
+// errors, named by their JSON path) into v; shape describes the expected
+// body for the error. Raw values (a batch's events) are left as sent, for
+// the event decoder to judge one by one.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, shape string) ([]byte, *response) {
 	body, perr := s.readBody(w, r)
 	if perr != nil {
 		return nil, perr
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		p := problem(http.StatusBadRequest, probInvalidJSON, "Invalid JSON", "want "+shape+": "+err.Error())
+	if err := relay.DecodeJSON(body, v, relay.RawAsSent); err != nil {
+		var field string
+		if je := (*relay.JSONError)(nil); errors.As(err, &je) {
+			field = je.Field
+		}
+		p := problemField(http.StatusBadRequest, probInvalidJSON, "Invalid JSON", "want "+shape+": "+err.Error(), field)
 		return nil, &p
 	}
 	return body, nil

@@ -143,44 +143,34 @@ func invalid(field, format string, args ...any) error {
 // maxEventBytes bounds one decoded event.
 const maxEventBytes = 16 << 20
 
-// DecodeEvent reads exactly one JSON event. Unknown fields are an error,
-// not silently dropped: a misspelt "recipents" must not send to nobody.
+// DecodeEvent reads exactly one JSON event, strictly (DecodeJSON): an
+// unknown field is an error, not silently dropped (a misspelt "recipents"
+// must not send to nobody), and so are bytes that are not UTF-8, a lone
+// surrogate escape and a key given twice, anywhere in the event, data
+// included: each would otherwise be merged into what was sent, and two
+// different event ids into one. Every error is an *InvalidEventError but
+// one from reading r.
 func DecodeEvent(r io.Reader) (Event, error) {
 	var ev Event
-	dec := json.NewDecoder(io.LimitReader(r, maxEventBytes+1))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ev); err != nil {
-		return ev, decodeError(err)
+	b, err := io.ReadAll(io.LimitReader(r, maxEventBytes+1))
+	if err != nil {
+		return ev, fmt.Errorf("read event: %w", err)
 	}
-	if dec.InputOffset() > maxEventBytes {
+	if len(b) > maxEventBytes {
 		return ev, invalid("", "larger than %d bytes", maxEventBytes)
 	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); err != io.EOF {
-		return ev, invalid("", "more than one JSON value (send one event per call; batch files take JSON Lines)")
+	if err := DecodeJSON(b, &ev); err != nil {
+		var je *JSONError
+		if !errors.As(err, &je) {
+			return Event{}, invalid("", "%v", err)
+		}
+		reason := je.Reason
+		if je.trailing {
+			reason += " (send one event per call; batch files take JSON Lines)"
+		}
+		return Event{}, &InvalidEventError{Field: je.Field, Reason: reason}
 	}
 	return ev, nil
-}
-
-func decodeError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.Is(err, io.EOF):
-		return invalid("", "empty input, want a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return invalid("", "truncated JSON")
-	case errors.As(err, &syn):
-		return invalid("", "malformed JSON at byte %d: %v", syn.Offset, syn)
-	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return invalid("", "want a JSON object, got %s", typ.Value)
-		}
-		return invalid(typ.Field, "want %s, got %s", typ.Type, typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return invalid(strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field")
-	}
-	return invalid("", "%v", err)
 }
 
 var (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"edgerelay/store"
 )
@@ -196,5 +197,97 @@ func TestAcceptFingerprint(t *testing.T) {
 	res := accept(t, r, other)
 	if res.Duplicate || res.Notifications[0].Key == first.Notifications[0].Key {
 		t.Errorf("other purpose: %+v, want a new notification with its own key", res)
+	}
+}
+
+// encoding/json turns invalid UTF-8 and lone surrogate escapes into U+FFFD
+// and keeps the last of two equal keys, before any validation: "c\xff",
+// "c\xfe" and "c\ud800" were one event, and a body was silently changed.
+// DecodeEvent refuses each, anywhere in the event, naming the JSON path.
+func TestDecodeEventStrict(t *testing.T) {
+	t.Parallel()
+	// at is the reason for the first \xff (or \xfe) in doc.
+	at := func(doc string) string {
+		i := strings.IndexAny(doc, "\xff\xfe\xc0\xed")
+		return fmt.Sprintf("not valid UTF-8 as sent (byte 0x%02x at offset %d)", doc[i], i)
+	}
+	ev := func(fields string) string { return `{"id": "e", "type": "t", ` + fields + `}` }
+	rcpt := `"recipients": [{"id": "ada", "email": "ada@example.com"}, `
+	tests := []struct {
+		name   string
+		in     string
+		field  string
+		reason string // "" means at(in)
+	}{
+		{"invalid byte in id", `{"id": "c` + "\xff" + `", "type": "t", ` + okRecipients + `}`, "id", ""},
+		{"another invalid byte in id", `{"id": "c` + "\xfe" + `", "type": "t", ` + okRecipients + `}`, "id", ""},
+		{"invalid byte in recipients[1].id", ev(rcpt + `{"id": "b` + "\xff" + `", "email": "b@x"}]`), "recipients[1].id", ""},
+		{"invalid byte in tenant", ev(`"tenant": "acme` + "\xff" + `", ` + okRecipients), "tenant", ""},
+		{"invalid byte in purpose", ev(`"purpose": "r` + "\xff" + `", ` + okRecipients), "purpose", ""},
+		{"invalid byte in type", `{"id": "e", "type": "t` + "\xff" + `", ` + okRecipients + `}`, "type", ""},
+		{"invalid byte in audience", `{"id": "e", "type": "t", "audience": "team` + "\xff" + `"}`, "audience", ""},
+		{"invalid byte in feeds[0]", `{"id": "e", "type": "t", "feeds": ["news` + "\xff" + `", "*"]}`, "feeds[0]", ""},
+		{"invalid byte in an address", ev(`"recipients": [{"id": "a", "addresses": {"chat": "#ops` + "\xff" + `"}}]`), "recipients[0].addresses.chat", ""},
+		{"invalid byte in data.x", ev(okRecipients + `, "data": {"x": "1` + "\xff" + `"}`), "data.x", ""},
+		{"invalid byte deep in data", ev(okRecipients + `, "data": {"lines": [{"sku": "a"}, {"sku": "` + "\xff" + `"}]}`), "data.lines[1].sku", ""},
+		{"invalid byte in body", ev(okRecipients + `, "body": "Thanks ` + "\xff" + `"`), "body", ""},
+		{"overlong encoding", ev(okRecipients + `, "subject": "` + "\xc0\xaf" + `"`), "subject", ""},
+		{"UTF-8 encoded surrogate", `{"id": "c` + "\xed\xa0\x80" + `", "type": "t", ` + okRecipients + `}`, "id", ""},
+		{"invalid byte in a key", `{"id": "e", "ty` + "\xff" + `pe": "t", ` + okRecipients + `}`, "", "a key is " + at(`{"id": "e", "ty`+"\xff")},
+		{"invalid byte in a recipient's key", ev(`"recipients": [{"id": "a", "em` + "\xff" + `ail": "a@x"}]`), "recipients[0]", "a key is " + at(ev(`"recipients": [{"id": "a", "em`+"\xff"))},
+		{"invalid byte outside a string", `{"id": "e"}` + "\xff", "", ""},
+		{"lone high surrogate", `{"id": "c\ud800", "type": "t", ` + okRecipients + `}`, "id", `lone UTF-16 surrogate \ud800`},
+		{"lone low surrogate", ev(`"recipients": [{"id": "\uDC00a", "email": "a@x"}]`), "recipients[0].id", `lone UTF-16 surrogate \uDC00`},
+		{"high surrogate then a letter", ev(okRecipients + `, "data": {"note": "\ud83d\u0041"}`), "data.note", `lone UTF-16 surrogate \ud83d`},
+		{"two high surrogates", ev(okRecipients + `, "data": {"note": "\ud83d\ud83d"}`), "data.note", `lone UTF-16 surrogate \ud83d`},
+		{"lone surrogate in a key", ev(okRecipients + `, "data": {"\ud800": 1}`), "data", `a key has a lone UTF-16 surrogate \ud800`},
+		{"duplicate key at the top", `{"id": "a", "type": "t", "id": "b", ` + okRecipients + `}`, "id", `key "id" given twice`},
+		{"duplicate key in a recipient", ev(`"recipients": [{"id": "a", "email": "a@x", "email": "b@x"}]`), "recipients[0].email", `key "email" given twice`},
+		{"duplicate key in data", ev(okRecipients + `, "data": {"amount": 1, "amount": 2}`), "data.amount", `key "amount" given twice`},
+		{"duplicate key deep in data", ev(okRecipients + `, "data": {"1": [{"a": 1, "a": 1}]}`), "data.1[0].a", `key "a" given twice`},
+		{"key differing only in case", ev(`"ID": "b", ` + okRecipients), "ID", "unknown field"},
+		{"unknown field in a recipient", ev(`"recipients": [{"id": "a", "emial": "a@x"}]`), "recipients[0].emial", "unknown field"},
+		{"recipient is a string", ev(`"recipients": ["ada"]`), "recipients[0]", "want an object, got a string"},
+		{"channels is an object", ev(`"channels": {"email": true}, ` + okRecipients), "channels", "want an array, got an object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if tt.reason == "" {
+				tt.reason = at(tt.in)
+			}
+			_, err := DecodeEvent(strings.NewReader(tt.in))
+			var ie *InvalidEventError
+			if !errors.As(err, &ie) {
+				t.Fatalf("got %v (%T), want *InvalidEventError", err, err)
+			}
+			if ie.Field != tt.field || ie.Reason != tt.reason {
+				t.Errorf("got field %q reason %q,\nwant field %q reason %q", ie.Field, ie.Reason, tt.field, tt.reason)
+			}
+			if strings.Contains(ie.Error(), "Go ") || strings.Contains(ie.Error(), "relay.") || !utf8.ValidString(ie.Error()) {
+				t.Errorf("message %q: want JSON's words, valid UTF-8", ie.Error())
+			}
+		})
+	}
+
+	// What is valid as sent stays valid: a surrogate pair, U+FFFD itself
+	// (escaped or not), keys equal only once unescaped are still one key
+	// given twice.
+	for in, wantID := range map[string]string{
+		`"c\ud83d\ude00"`: "c\U0001F600",
+		`"c\uD83D\uDE00"`: "c\U0001F600",
+		`"c\ufffd"`:       "c\ufffd",
+		`"c` + "\uFFFD\"": "c\ufffd",
+		`"caf\u00e9"`:     "café",
+	} {
+		got, err := DecodeEvent(strings.NewReader(`{"id": ` + in + `, "type": "t", ` + okRecipients + `}`))
+		if err != nil || got.ID != wantID {
+			t.Errorf("id %s: got %q, %v; want %q", in, got.ID, err, wantID)
+		}
+	}
+	_, err := DecodeEvent(strings.NewReader(`{"id": "a", "\u0069d": "b", "type": "t", ` + okRecipients + `}`))
+	var ie *InvalidEventError
+	if !errors.As(err, &ie) || ie.Field != "id" || ie.Reason != `key "id" given twice` {
+		t.Errorf(`"id" and "\u0069d": %v, want id given twice`, err)
 	}
 }

@@ -3,12 +3,14 @@ package relay
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"edgerelay/providers"
 	"edgerelay/store"
@@ -62,6 +64,17 @@ func FuzzDecodeEvent(f *testing.F) {
 			}
 			t.Logf("not decoded: %v", err)
 			return
+		}
+		// Strict decoding takes nothing that is not UTF-8 as sent, and what
+		// it takes decodes as encoding/json (DisallowUnknownFields) has it.
+		if !utf8.Valid(data) {
+			t.Fatalf("decoded %q, which is not valid UTF-8", data)
+		}
+		var v1 Event
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v1); err != nil || !reflect.DeepEqual(v1, ev) {
+			t.Fatalf("encoding/json decodes it otherwise (%v):\n%#v\n%#v", err, v1, ev)
 		}
 		// What Accept should do, worked out on a copy (Normalize fills in
 		// defaults). An audience event is checked with its members in.
