@@ -167,7 +167,7 @@ func TestMeasurementsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.N != 300 || d.Commits == 0 || d.Writes < 600 || d.SimCPU <= 0 || d.RelayCPU <= 0 {
+	if d.N != 300 || d.Commits == 0 || d.Writes < int64(d.N) || d.SimCPU <= 0 || d.RelayCPU <= 0 { // at least one write per accept (records are batched)
 		t.Fatalf("dispatch: %+v", d)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"edgerelay/providers"
@@ -79,6 +80,13 @@ type dispatcher struct {
 	cancel  context.CancelFunc
 	stopped chan struct{} // the loop returned
 	jitter  jitter        // the backoff's randomness
+	// records takes finished calls to the recorder, which writes them in
+	// batches; a worker is free again as soon as its call has ended.
+	records   chan pending
+	recorders sync.WaitGroup
+	recorded  chan struct{} // every recorder returned
+	// active counts calls begun and not yet recorded.
+	active atomic.Int64
 	// stopLoop cancels the loop's context: no more claims.
 	stopLoop context.CancelFunc
 
@@ -102,10 +110,16 @@ func (r *Relay) newDispatcher() *dispatcher {
 	d := &dispatcher{
 		r: r, slots: make(chan struct{}, r.opts.Workers), done: make(chan struct{}, 1),
 		callCtx: ctx, cancel: cancel, stopped: make(chan struct{}), final: map[int64]string{}, jitter: r.opts.Jitter,
+		records: make(chan pending, r.opts.Workers), recorded: make(chan struct{}),
 	}
 	for range r.opts.Workers {
 		d.slots <- struct{}{}
 	}
+	d.recorders.Add(recorders)
+	for range recorders {
+		go d.recordLoop()
+	}
+	go func() { d.recorders.Wait(); close(d.recorded) }()
 	return d
 }
 
@@ -364,8 +378,8 @@ func (d *dispatcher) backOff(ctx context.Context, wait time.Duration) {
 
 // idle reports whether nothing is in flight and nothing is due within wait.
 func (d *dispatcher) idle(ctx context.Context, wait time.Duration) (bool, error) {
-	if len(d.slots) != cap(d.slots) {
-		return false, nil // calls in flight
+	if len(d.slots) != cap(d.slots) || d.active.Load() > 0 {
+		return false, nil // calls in flight, or being recorded
 	}
 	due, _, sending, err := d.r.store.Live(ctx, d.r.now().Add(wait))
 	if err != nil {
@@ -449,6 +463,7 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 			continue
 		}
 		d.calls.Add(1)
+		d.active.Add(1)
 		go d.call(call)
 	}
 	if len(settle) > 0 {
@@ -556,7 +571,6 @@ func (d *dispatcher) situation(c store.Claimed, route Route, p providers.Provide
 func (d *dispatcher) call(cp *callPlan) {
 	defer func() {
 		d.slots <- struct{}{}
-		d.calls.Done()
 		select {
 		case d.done <- struct{}{}:
 		default:
@@ -574,7 +588,45 @@ func (d *dispatcher) call(cp *callPlan) {
 		cp.gate.pause(r.now().Add(res.RetryAfter)) // the provider asked for a pause: claim nothing for it until then
 	}
 	r.hooks.at(PhaseCalled)
-	d.settle("record attempt", []pending{d.decided(cp.c, cp.p, cp.routeLen, start, res, false)})
+	d.records <- d.decided(cp.c, cp.p, cp.routeLen, start, res, false)
+}
+
+// maxRecordBatch bounds the calls one write records; recorders is how
+// many such writes may wait for the store at once (the writer commits them
+// together), so that one slow commit does not hold every later record
+// behind it while leases run.
+const (
+	maxRecordBatch = 256
+	recorders      = 4
+)
+
+// recordLoop writes finished calls as they come, each time all that are
+// waiting (up to maxRecordBatch) in one store write: under load many
+// results share a commit and a few statements, and a worker never waits
+// for the disk. It returns when records is closed (after the last call).
+func (d *dispatcher) recordLoop() {
+	defer d.recorders.Done()
+	batch := make([]pending, 0, maxRecordBatch)
+	for p := range d.records {
+		batch = append(batch[:0], p)
+	fill:
+		for len(batch) < maxRecordBatch {
+			select {
+			case q, ok := <-d.records:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, q)
+			default:
+				break fill
+			}
+		}
+		d.settle("record attempt", batch)
+		for range batch {
+			d.active.Add(-1)
+			d.calls.Done()
+		}
+	}
 }
 
 // at returns the provider at a route position; a position past the end
@@ -626,6 +678,15 @@ func (d *dispatcher) settle(what string, ps []pending) {
 		applied, err = r.store.Settle(context.Background(), ss)
 		return err
 	})
+	if err != nil && len(ps) > 1 && !store.IsUnavailable(err) && !errors.Is(err, store.ErrClosed) && d.callCtx.Err() == nil {
+		// A write that fails for a reason of its own (one settlement the
+		// store refuses) must not take the others with it: one at a time.
+		r.log.Warn(what+": a batch failed; writing its settlements one by one", "settlements", len(ps), "err", err)
+		for _, p := range ps {
+			d.settle(what, []pending{p})
+		}
+		return
+	}
 	if err != nil {
 		d.mu.Lock()
 		d.unrecorded += len(ps)
@@ -751,7 +812,7 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 // how that ended, so a stop explains itself.
 func (d *dispatcher) drain(ctx context.Context) error {
 	log := d.r.log
-	inFlight := cap(d.slots) - len(d.slots)
+	inFlight := int(d.active.Load())
 	d.mu.Lock()
 	unrecorded := d.unrecorded
 	d.mu.Unlock()
@@ -770,12 +831,14 @@ func (d *dispatcher) drain(ctx context.Context) error {
 	select {
 	case <-idle:
 	case <-ctx.Done():
-		cancelled = cap(d.slots) - len(d.slots)
+		cancelled = int(d.active.Load())
 		d.cancel()
 		<-idle
 		err = ctx.Err()
 	}
 	d.cancel()
+	close(d.records) // every call is recorded: the recorder may end
+	<-d.recorded
 	d.mu.Lock()
 	unrecorded = d.unrecorded - unrecorded
 	d.mu.Unlock()

@@ -98,21 +98,48 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 }
 
 // attachMessages fills in each claimed notification's event id, purpose and
-// message, reading each event once.
+// message, with one read of their events per slice (not one per row).
 func attachMessages(tx *Tx, cs []store.Claimed) error {
 	type ev struct {
 		id, purpose string
 		msg         []byte
 	}
+	var rows []int64
 	seen := map[int64]ev{}
-	for i := range cs {
-		e, ok := seen[cs[i].EventRow]
-		if !ok {
-			if err := tx.queryRow(`SELECT event_id, purpose, message FROM events WHERE id = ?`, cs[i].EventRow).
-				Scan(&e.id, &e.purpose, &e.msg); err != nil {
-				return fmt.Errorf("read event %d: %w", cs[i].EventRow, err)
+	for _, c := range cs {
+		if _, ok := seen[c.EventRow]; !ok {
+			seen[c.EventRow] = ev{}
+			rows = append(rows, c.EventRow)
+		}
+	}
+	args := make([]any, 0, min(len(rows), maxSlice))
+	err := inSlices(len(rows), func(lo, hi int) error {
+		args = args[:0]
+		for _, r := range rows[lo:hi] {
+			args = append(args, r)
+		}
+		res, err := tx.query(eventsReadSQL[hi-lo], args...)
+		if err != nil {
+			return fmt.Errorf("read events: %w", err)
+		}
+		defer res.Close()
+		for res.Next() {
+			var row int64
+			var e ev
+			if err := res.Scan(&row, &e.id, &e.purpose, &e.msg); err != nil {
+				return fmt.Errorf("read events: %w", err)
 			}
-			seen[cs[i].EventRow] = e
+			seen[row] = e
+		}
+		return res.Err()
+	})
+	if err != nil {
+		return err
+	}
+	for i := range cs {
+		e := seen[cs[i].EventRow]
+		if e.id == "" {
+			return fmt.Errorf("read event %d: %w", cs[i].EventRow, sql.ErrNoRows)
 		}
 		cs[i].EventID, cs[i].Purpose, cs[i].Message = e.id, e.purpose, e.msg
 	}
@@ -152,89 +179,204 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 	return out, nil
 }
 
-// Settle ends claims in one write, each in its own savepoint so that one
-// that fails (a constraint) does not take the others with it.
+// Settle ends claims in one write. The state changes are one UPDATE … FROM
+// (VALUES …) per slice of the batch, fenced by each claim's token; the
+// attempt rows are one multi-row INSERT per slice; receipts that came in
+// before a send are looked up once per slice. (One statement per
+// settlement cost more in statement overhead than in B-tree work.)
 func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
 	err := s.w.do(ctx, func(tx *Tx) error {
 		clear(applied)
-		for i, st := range ss {
-			ok, err := settle(tx, st)
-			if err != nil {
-				return err
-			}
-			applied[i] = ok
-		}
-		return nil
+		return settle(tx, ss, applied)
 	})
 	return applied, err
 }
 
-// settle writes one settlement in tx. The state changes only if the
-// notification is still in sending under this very claim (its token);
-// the attempt row of a call that really happened is written regardless
-// (it is what happened), an attempt presumed by lease recovery only by
-// the settlement that applies.
-func settle(tx *Tx, st store.Settlement) (bool, error) {
-	d, a := st.Decision, st.Attempt
-	var res sql.Result
-	var err error
-	if a != nil {
-		res, err = tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
-				attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
-				provider = ?, provider_message_id = coalesce(?, provider_message_id), last_response = ?, reason = ?, updated_at = ?,
-				route_pos = ?, pinned = ?
-			WHERE id = ? AND status = 'sending' AND claims = ?`,
-			d.Status, ms(d.NextAttemptAt), a.Provider, nullStr(a.MessageID), nullStr(a.Response), nullStr(d.Reason), ms(st.At),
-			d.RoutePos, d.Pinned, st.ID, st.Token)
-	} else {
-		// No call was made: nothing counts against the retry budget.
-		res, err = tx.exec(`UPDATE notifications SET status = ?, next_attempt_at = ?, lease_until = NULL, claimed_at = NULL,
-				reason = ?, updated_at = ?, route_pos = ?, pinned = ?
-			WHERE id = ? AND status = 'sending' AND claims = ?`,
-			d.Status, ms(d.NextAttemptAt), nullStr(d.Reason), ms(st.At), d.RoutePos, d.Pinned, st.ID, st.Token)
+// inSlices calls f for consecutive parts of n items whose sizes are powers
+// of two (at most maxSlice): a few statement texts, prepared once each,
+// serve every batch size.
+func inSlices(n int, f func(lo, hi int) error) error {
+	for lo := 0; lo < n; {
+		size := maxSlice
+		for size > n-lo {
+			size /= 2
+		}
+		if err := f(lo, lo+size); err != nil {
+			return err
+		}
+		lo += size
 	}
+	return nil
+}
+
+const maxSlice = 128
+
+// settleUpdateSQL is the fenced state change of size settlements. Columns
+// of v: 1 id, 2 token, 3 status, 4 next_attempt_at, 5 reason, 6 at,
+// 7 route_pos, 8 pinned, 9 counted (a call was made), 10 provider,
+// 11 provider_message_id, 12 last_response.
+func settleUpdate(size int) string { return settleUpdateSQL[size] }
+
+func attemptsInsert(size int) string { return attemptsInsertSQL[size] }
+
+func receiptsProbe(size int) string { return receiptsProbeSQL[size] }
+
+// The statements of every slice size, built once: the writer's statement
+// cache is keyed by their text.
+var settleUpdateSQL, attemptsInsertSQL, receiptsProbeSQL, eventsReadSQL = map[int]string{}, map[int]string{}, map[int]string{}, map[int]string{}
+
+func init() {
+	for size := 1; size <= maxSlice; size *= 2 {
+		settleUpdateSQL[size] = buildSettleUpdate(size)
+		attemptsInsertSQL[size] = `INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent,
+			http_status, provider_message_id, response, detail, decision)
+		VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", size), ", ")
+		eventsReadSQL[size] = `SELECT id, event_id, purpose, message FROM events WHERE id IN (` +
+			strings.TrimSuffix(strings.Repeat("?, ", size), ", ") + `)`
+		receiptsProbeSQL[size] = `SELECT DISTINCT provider, message_id FROM receipts WHERE (provider, message_id) IN (VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?), ", size), ", ") + `)`
+	}
+}
+
+func buildSettleUpdate(size int) string {
+	return `UPDATE notifications SET status = v.column3, next_attempt_at = v.column4, lease_until = NULL, claimed_at = NULL,
+			reason = v.column5, updated_at = v.column6, route_pos = v.column7, pinned = v.column8,
+			attempts = attempts + v.column9, cycle_attempts = cycle_attempts + v.column9,
+			provider = CASE WHEN v.column9 THEN v.column10 ELSE provider END,
+			provider_message_id = coalesce(v.column11, provider_message_id),
+			last_response = CASE WHEN v.column9 THEN v.column12 ELSE last_response END
+		FROM (VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", size), ", ") + `) AS v
+		WHERE notifications.id = v.column1 AND notifications.status = 'sending' AND notifications.claims = v.column2
+		RETURNING notifications.id, notifications.claims`
+}
+
+// settle writes settlements in tx and fills applied. The state changes
+// only where the notification is still in sending under this very claim
+// (its token); the attempt row of a call that really happened is written
+// regardless (it is what happened), an attempt presumed by lease recovery
+// only by the settlement that applies.
+func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
+	type claim struct{ id, token int64 }
+	at := make(map[claim][]int, len(ss))
+	for i, st := range ss {
+		k := claim{st.ID, st.Token}
+		at[k] = append(at[k], i)
+	}
+	args := make([]any, 0, 12*min(len(ss), maxSlice))
+	err := inSlices(len(ss), func(lo, hi int) error {
+		args = args[:0]
+		for _, st := range ss[lo:hi] {
+			d, a := st.Decision, st.Attempt
+			var counted int
+			var provider, msgID, resp any
+			if a != nil {
+				counted, provider, msgID, resp = 1, a.Provider, nullStr(a.MessageID), nullStr(a.Response)
+			}
+			args = append(args, st.ID, st.Token, d.Status, ms(d.NextAttemptAt), nullStr(d.Reason), ms(st.At),
+				d.RoutePos, d.Pinned, counted, provider, msgID, resp)
+		}
+		rows, err := tx.query(settleUpdate(hi-lo), args...)
+		if err != nil {
+			return fmt.Errorf("settle %d notifications: %w", hi-lo, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k claim
+			if err := rows.Scan(&k.id, &k.token); err != nil {
+				return fmt.Errorf("settle: %w", err)
+			}
+			for _, i := range at[k] {
+				applied[i] = true
+			}
+		}
+		return rows.Err()
+	})
 	if err != nil {
-		return false, fmt.Errorf("settle notification %d: %w", st.ID, err)
+		return err
 	}
-	n, _ := res.RowsAffected()
-	applied := n == 1
-	if a != nil && (applied || !st.Recovered) {
-		decision := d.Describe()
-		if !applied {
-			decision = "not applied: the claim had been settled meanwhile (its lease expired); this call's outcome is kept for the record only"
-		}
-		if _, err := tx.exec(`INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent,
-				http_status, provider_message_id, response, detail, decision)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			st.ID, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
-			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), decision); err != nil {
-			return false, fmt.Errorf("record attempt %d of notification %d: %w", a.N, st.ID, err)
+	// The audit trail: every call made, applied or not; a presumed one only
+	// where it settled the claim.
+	var rec []int
+	for i, st := range ss {
+		if st.Attempt != nil && (applied[i] || !st.Recovered) {
+			rec = append(rec, i)
 		}
 	}
-	if !applied {
-		return false, nil
-	}
-	if d.InvalidAddress != "" {
-		provider := ""
-		if a != nil {
-			provider = a.Provider
+	err = inSlices(len(rec), func(lo, hi int) error {
+		args = args[:0]
+		for _, i := range rec[lo:hi] {
+			st, a := ss[i], ss[i].Attempt
+			decision := st.Decision.Describe()
+			if !applied[i] {
+				decision = "not applied: the claim had been settled meanwhile (its lease expired); this call's outcome is kept for the record only"
+			}
+			args = append(args, st.ID, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
+				nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), decision)
 		}
-		if _, err := tx.exec(`INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
-				SELECT tenant, channel, address, ?2, ?3, ?4, ?5 FROM notifications WHERE id = ?1
-				ON CONFLICT (tenant, channel, address) DO UPDATE SET provider = excluded.provider, reason = excluded.reason,
-					created_at = excluded.created_at, expires_at = excluded.expires_at`,
-			st.ID, provider, d.InvalidAddress, ms(st.At), ms(d.InvalidUntil)); err != nil {
-			return false, fmt.Errorf("mark address invalid: %w", err)
+		if _, err := tx.exec(attemptsInsert(hi-lo), args...); err != nil {
+			return fmt.Errorf("record %d attempts: %w", hi-lo, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var sent []int
+	for i, st := range ss {
+		if !applied[i] {
+			continue
+		}
+		d, a := st.Decision, st.Attempt
+		if d.InvalidAddress != "" {
+			provider := ""
+			if a != nil {
+				provider = a.Provider
+			}
+			if _, err := tx.exec(`INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
+					SELECT tenant, channel, address, ?2, ?3, ?4, ?5 FROM notifications WHERE id = ?1
+					ON CONFLICT (tenant, channel, address) DO UPDATE SET provider = excluded.provider, reason = excluded.reason,
+						created_at = excluded.created_at, expires_at = excluded.expires_at`,
+				st.ID, provider, d.InvalidAddress, ms(st.At), ms(d.InvalidUntil)); err != nil {
+				return fmt.Errorf("mark address invalid: %w", err)
+			}
+		}
+		if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
+			sent = append(sent, i)
 		}
 	}
-	if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
-		// Receipts may have come in before this send was recorded.
-		if err := applyReceipts(tx, a.Provider, a.MessageID, a.EndedAt); err != nil {
-			return false, err
+	// Receipts may have come in before these sends were recorded: apply
+	// those there are, found with one probe per slice.
+	return inSlices(len(sent), func(lo, hi int) error {
+		args = args[:0]
+		for _, i := range sent[lo:hi] {
+			args = append(args, ss[i].Attempt.Provider, ss[i].Attempt.MessageID)
 		}
-	}
-	return true, nil
+		rows, err := tx.query(receiptsProbe(hi-lo), args...)
+		if err != nil {
+			return fmt.Errorf("look for early receipts: %w", err)
+		}
+		type msg struct{ provider, id string }
+		var found []msg
+		for rows.Next() {
+			var m msg
+			if err := rows.Scan(&m.provider, &m.id); err != nil {
+				rows.Close()
+				return err
+			}
+			found = append(found, m)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, m := range found {
+			if err := applyReceipts(tx, m.provider, m.id, ss[sent[lo]].At); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Retry puts a failed, dead or unknown notification back to pending, due
