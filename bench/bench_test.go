@@ -171,3 +171,31 @@ func TestMeasurementsRun(t *testing.T) {
 		t.Fatalf("dispatch: %+v", d)
 	}
 }
+
+// The floor and the relay's drain, side by side: the drain as a share of
+// what the machine allows.
+func BenchmarkDrain(b *testing.B) {
+	ctx := context.Background()
+	sim, err := StartSim(ctx, edgerelay(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sim.Stop()
+	for _, workers := range []int{32, 128} {
+		for _, kind := range []struct {
+			name string
+			fn   func(context.Context, string, *Sim, int, int) (DispatchRun, error)
+		}{{"floor", Floor}, {"relay", Drain}} {
+			b.Run(fmt.Sprintf("%s/workers=%d", kind.name, workers), func(b *testing.B) {
+				d, err := kind.fn(ctx, b.TempDir(), sim, b.N, workers)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(d.PerSecond(), "deliveries/s")
+				b.ReportMetric(float64(d.RelayCPU.Microseconds())/float64(d.N), "relay-cpu-µs/delivery")
+				b.ReportMetric(float64(d.SimCPU.Microseconds())/float64(d.N), "sim-cpu-µs/delivery")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}

@@ -32,6 +32,14 @@ var errNotStarted = errors.New("relay: dispatcher not started")
 // a call is cancelled this long before its lease ends.
 func leaseMargin(lease time.Duration) time.Duration { return min(5*time.Second, lease/4) }
 
+// recoveryGrace is how long past its end a lease must be before lease
+// recovery settles it as a crash: a record that the owning process is still
+// writing (a commit slowed by load or by another process holding the file)
+// lands first, instead of the claim being settled as unknown under it, and
+// perhaps resent. A crash's notifications wait this much longer; nothing
+// else can claim them meanwhile, since they are still in sending.
+func recoveryGrace(lease time.Duration) time.Duration { return leaseMargin(lease) }
+
 // recordGuard is the end of the lease margin that retries of a failed
 // record leave alone: the last retry starts at least this long before the
 // lease ends, so that it lands before another dispatcher may settle the
@@ -769,7 +777,7 @@ func (d *dispatcher) persist(lease time.Time, c store.Claimed, what string, writ
 func (d *dispatcher) recoverLeases(ctx context.Context) error {
 	r := d.r
 	for {
-		cs, err := r.store.ExpiredLeases(ctx, r.now(), 256)
+		cs, err := r.store.ExpiredLeases(ctx, r.now().Add(-recoveryGrace(r.opts.Lease)), 256)
 		if err != nil || len(cs) == 0 {
 			return err
 		}
