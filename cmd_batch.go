@@ -205,12 +205,10 @@ func batchSend(c *cli.Context, args []string) error {
 	}
 
 	dispatch := c.Bool("dispatch")
-	var s *settings
-	if dispatch {
-		s, err = deliverySettings(c) // a bad route fails before anything is accepted
-	} else {
-		s, err = loadSettings(c, stderr)
-	}
+	// The routes are built even without --dispatch: a bad route fails
+	// before anything is accepted, and a line whose channel no route serves
+	// is rejected.
+	s, err := deliverySettings(c)
 	if err != nil {
 		return err
 	}
