@@ -42,7 +42,9 @@ duplicate, and what was left is accepted.
 
 A bad line is reported on stderr with its number and reason
 ("line 17: invalid event: recipients[0].id: required") and the other lines
-are still accepted. With --strict every line is checked first and nothing is
+are still accepted. A line is bad too when an address has the wrong shape
+or its channel has no route in --config or --route (with neither, every
+channel goes to the log). With --strict every line is checked first and nothing is
 accepted if any is bad (a line whose id and purpose were accepted before with
 different content is only found when written, and is then rejected alone).
 
@@ -205,12 +207,10 @@ func batchSend(c *cli.Context, args []string) error {
 	}
 
 	dispatch := c.Bool("dispatch")
-	var s *settings
-	if dispatch {
-		s, err = deliverySettings(c) // a bad route fails before anything is accepted
-	} else {
-		s, err = loadSettings(c, stderr)
-	}
+	// The routes are built even without --dispatch: a bad route fails
+	// before anything is accepted, and a line whose channel no route serves
+	// is rejected.
+	s, err := deliverySettings(c)
 	if err != nil {
 		return err
 	}

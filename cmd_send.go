@@ -31,8 +31,11 @@ The event:
     "subject": "Your receipt", "body": "Thanks for your payment.", "data": {}}
 
 id and type are required; purpose defaults to type, tenant to "default".
-Recipient addresses: email (channel email), phone (sms), device_token (push),
-url (webhook), or "addresses": {"CHANNEL": "ADDRESS"} for any channel.
+Recipient addresses: email (channel email, a bare address), phone (sms, E.164:
++15550100), device_token (push), url (webhook, an absolute http(s) URL), or
+"addresses": {"CHANNEL": "ADDRESS"} for any channel. With --config, each
+notification's channel must have a route, and the route's first provider must
+take its address.
 
 Exit status: 0 accepted (new or duplicate), 5 rejected (invalid, or the same
 id was accepted with different content; nothing written), 1 could not work.`,
@@ -56,7 +59,10 @@ id was accepted with different content; nothing written), 1 could not work.`,
 			if err != nil {
 				return cli.Exit(err.Error(), exitRejected)
 			}
-			s, err := loadSettings(c, c.App.ErrWriter)
+			// The config's routes are built: an event for a channel no route
+			// serves, or an address its provider would not use, is refused
+			// here rather than retried by dispatch for hours.
+			s, err := deliverySettings(c)
 			if err != nil {
 				return err
 			}

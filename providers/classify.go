@@ -111,7 +111,12 @@ func transportResult(err error, written bool) Result {
 		r.Outcome = Refused
 		var dnsErr *net.DNSError
 		var tlsErr tlsError
+		var refused dialRefused
 		switch {
+		case errors.As(err, &refused):
+			r.Permanent = true
+			r.Detail = "the relay refused to connect: " + refused.Error() +
+				" (allow_private=true on the route permits non-public addresses)"
 		case errors.As(err, &dnsErr):
 			r.Detail = "dns lookup failed"
 		case errors.Is(err, syscall.ECONNREFUSED):

@@ -6,7 +6,10 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
+
+	"code.dny.dev/ssrf"
 )
 
 // httpEndpoint is what the HTTP providers share: where to POST, with which
@@ -27,6 +30,9 @@ type httpEndpoint struct {
 	// configures TLS; tests swap them to inject faults and trust a test CA.
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	tlsConfig *tls.Config
+	// dialer is what dial calls: guard (publicOnly) sets its Control, and
+	// tests give it a Resolver of their own.
+	dialer *net.Dialer
 }
 
 func (e *httpEndpoint) Name() string      { return e.name }
@@ -39,7 +45,8 @@ func (e *httpEndpoint) Close() error {
 }
 
 func newClient(e *httpEndpoint) *http.Client {
-	e.dial = (&net.Dialer{Timeout: e.timeout, KeepAlive: 30 * time.Second}).DialContext
+	e.dialer = &net.Dialer{Timeout: e.timeout, KeepAlive: 30 * time.Second}
+	e.dial = e.dialer.DialContext
 	tr := &http.Transport{
 		// Never a proxy from the environment: a relay on a host with
 		// HTTP_PROXY set must still reach loopback and private endpoints
@@ -91,6 +98,29 @@ func newClient(e *httpEndpoint) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
+
+// publicOnly makes every connection the endpoint opens refuse an address
+// that is not public (loopback, private, link-local, shared, reserved,
+// multicast, IPv4-mapped …; the IANA special-purpose registries, as
+// code.dny.dev/ssrf keeps them). The check runs on the address about to be
+// connected, after name resolution (net.Dialer.Control), so a name that
+// passed an allow-list cannot be rebound to 127.0.0.1 or a cloud metadata
+// address between the check and the call.
+func (e *httpEndpoint) publicOnly() {
+	g := ssrf.New(ssrf.WithAnyPort())
+	e.dialer.Control = func(network, address string, c syscall.RawConn) error {
+		if err := g.Safe(network, address, c); err != nil {
+			return dialRefused{err}
+		}
+		return nil
+	}
+}
+
+// dialRefused is a connection the endpoint's guard would not open: nothing
+// was sent, and calling again cannot change that.
+type dialRefused struct{ error }
+
+func (e dialRefused) Unwrap() error { return e.error }
 
 // post sends body with the message's idempotency key and classifies the
 // exchange; idKeys name the response fields that may hold the message id.

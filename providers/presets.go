@@ -284,8 +284,11 @@ func addReason(r *Result, reason string) {
 
 // postSpec is one POST that httpEndpoint.post cannot express.
 type postSpec struct {
-	key  string
-	body []byte
+	// target is where to POST instead of the endpoint's URL (a webhook
+	// recipient's own URL).
+	target string
+	key    string
+	body   []byte
 	// header is set over the defaults.
 	header http.Header
 	// ownAuth: header carries the credentials; the URL's token or
@@ -297,7 +300,11 @@ type postSpec struct {
 // postWith is httpEndpoint.post with the extras of s; it also returns the
 // answer's header (nil without an answer).
 func (e *httpEndpoint) postWith(ctx context.Context, s postSpec) (Result, http.Header) {
-	req, fail, ok := keyedRequest(ctx, e.url, s.key, "application/json", s.body)
+	target := e.url
+	if s.target != "" {
+		target = s.target
+	}
+	req, fail, ok := keyedRequest(ctx, target, s.key, "application/json", s.body)
 	if !ok {
 		return fail, nil
 	}

@@ -152,10 +152,11 @@ func (w *Webhook) sign(secret string) string {
 	return ""
 }
 
-// postSigned sends body with the Standard Webhooks headers: webhook-id is
-// the idempotency key (the same on every attempt, as the specification
-// wants), webhook-timestamp this attempt's time.
-func (w *Webhook) postSigned(ctx context.Context, key string, body []byte) Result {
+// postSigned sends body to target (the URL when "") with the Standard
+// Webhooks headers: webhook-id is the idempotency key (the same on every
+// attempt, as the specification wants), webhook-timestamp this attempt's
+// time.
+func (w *Webhook) postSigned(ctx context.Context, target, key string, body []byte) Result {
 	if err := checkWebhookID(key); err != nil {
 		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "idempotency key cannot be a webhook-id"}
 	}
@@ -164,7 +165,7 @@ func (w *Webhook) postSigned(ctx context.Context, key string, body []byte) Resul
 	h.Set("webhook-id", key)
 	h.Set("webhook-timestamp", ts)
 	h.Set("webhook-signature", signature(w.key, key, ts, body))
-	r, _ := w.postWith(ctx, postSpec{key: key, body: body, header: h, idKeys: []string{"id"}})
+	r, _ := w.postWith(ctx, postSpec{target: target, key: key, body: body, header: h, idKeys: []string{"id"}})
 	return r
 }
 

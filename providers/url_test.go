@@ -76,7 +76,7 @@ func TestNewErrors(t *testing.T) {
 		{"log:///nonexistent-dir/x/y.log", `open log file`},
 		{"webhook+http://h/x?timeout=fast", `parameter "timeout": "fast" is not a positive Go duration`},
 		{"webhook+http://h/x?timeout=-1s", `parameter "timeout": "-1s"`},
-		{"webhook+http://h/x?tokn=abc&timout=1s", `unknown parameters "timout", "tokn" (supported: idempotency, name, secret, timeout, token)`},
+		{"webhook+http://h/x?tokn=abc&timout=1s", `unknown parameters "timout", "tokn" (supported: allow, allow_prefix, allow_private, idempotency, name, secret, timeout, to, token)`},
 		{"webhook+http://h/x?timeout=1s&timeout=2s", `parameter "timeout" given 2 times`},
 		{"webhook+http://h/x?idempotency=yes", `parameter "idempotency": "yes" is neither honoured nor none`},
 		{"webhook+http://h/x?token=", `parameter "token" is empty`},

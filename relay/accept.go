@@ -135,13 +135,17 @@ func (r *Relay) listed(ctx context.Context, acc store.Accepted, limit int) ([]st
 	return ns[:min(len(ns), limit)], nil
 }
 
-// prepare resolves an event's audience, validates and normalises it, and
-// makes its rows: all an accept does before it writes.
+// prepare resolves an event's audience, validates and normalises it,
+// checks that a route (and its first provider) takes each notification,
+// and makes its rows: all an accept does before it writes.
 func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store.Target, error) {
 	if err := r.resolveAudience(ctx, ev); err != nil {
 		return store.NewEvent{}, nil, err
 	}
 	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
+		return store.NewEvent{}, nil, err
+	}
+	if err := r.checkRoutes(ev); err != nil {
 		return store.NewEvent{}, nil, err
 	}
 	return ev.record()

@@ -299,6 +299,9 @@ func (ev *Event) Normalize(maxRecipients int) error {
 			if len(a) > 2048 || strings.ContainsFunc(a, unicode.IsControl) {
 				return invalid(f, "recipient %q: the %s address is too long or contains a control character", r.ID, c)
 			}
+			if err := checkAddress(f, r, c, a); err != nil {
+				return err
+			}
 		}
 	}
 	if len(ev.Data) > 0 {

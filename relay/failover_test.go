@@ -51,8 +51,8 @@ func (e *endpoint) provider(t *testing.T, name string) providers.Provider {
 }
 
 func webhookEvent(id string) Event {
-	return Event{ID: id, Type: "notice", Channels: []string{"webhook"},
-		Recipients: []Recipient{{ID: "u1", URL: "https://customer.example/hook"}}, Body: "hi"}
+	return Event{ID: id, Type: "notice", Channels: []string{"ops"},
+		Recipients: []Recipient{{ID: "u1", Addresses: map[string]string{"ops": "ops-team"}}}, Body: "hi"}
 }
 
 // A refusal moves the notification to the next provider at once; the
@@ -61,7 +61,7 @@ func TestFailoverOnRefusal(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{http.StatusServiceUnavailable, http.StatusUnauthorized} {
 		down, up := newEndpoint(t, status), newEndpoint(t, http.StatusOK)
-		r := setupRelay(t, Options{Routes: Routes{"webhook": {down.provider(t, "a"), up.provider(t, "b")}}})
+		r := setupRelay(t, Options{Routes: Routes{"ops": {down.provider(t, "a"), up.provider(t, "b")}}})
 		acc := accept(t, r, webhookEvent("evt_1"))
 		sum := runIdle(t, r, time.Second)
 		n := notification(t, r, acc.Notifications[0].ID)

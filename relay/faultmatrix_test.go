@@ -287,18 +287,21 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 		return fmt.Sprintf(`{"error":{"code":%d,"message":%q,"status":%q%s}}`, status, msg, grpc, details)
 	}
 	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("fault-matrix-secret-32-bytes-ok!"))
+	// A webhook with a fixed URL serves a channel whose address travels in
+	// the body; a recipient URL it would not call is refused at accept.
+	opsTeam := Recipient{ID: "u1", Addresses: map[string]string{"ops": "ops-team"}}
 	return []*fmProvider{
 		{
-			name: "webhook", note: "keys: as declared, here none", channel: "webhook",
-			rcpt:      Recipient{ID: "u1", URL: "https://customer.example/hook"},
+			name: "webhook", note: "keys: as declared, here none", channel: "ops",
+			rcpt:      opsTeam,
 			url:       func(a string) string { return "webhook+http://" + a + "/hook" },
 			idHeaders: []string{"Idempotency-Key"},
 			ok:        fmAnswer{status: 200, body: `{"id":"wh_1"}`, id: "wh_1"},
 			errBodies: generic,
 		},
 		{
-			name: "webhook signed", note: "secret=whsec_…, idempotency=honoured", channel: "webhook", honours: true,
-			rcpt: Recipient{ID: "u1", URL: "https://customer.example/hook"},
+			name: "webhook signed", note: "secret=whsec_…, idempotency=honoured", channel: "ops", honours: true,
+			rcpt: opsTeam,
 			url: func(a string) string {
 				return "webhook+http://" + a + "/hook?idempotency=honoured&secret=" + url.QueryEscape(secret)
 			},

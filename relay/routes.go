@@ -209,6 +209,34 @@ func (rt *router) route(tenant, channel string) Route {
 	return rt.routes["*"]
 }
 
+// channels lists the channels a tenant's notifications have a route for
+// (its own routes and the defaults), sorted, "*" last: for errors.
+func (rt *router) channels(tenant string) []string {
+	seen := map[string]bool{}
+	var out []string
+	star := false
+	for _, rs := range []Routes{rt.tenant[tenant], rt.routes} {
+		for ch, route := range rs {
+			switch {
+			case len(route) == 0 || seen[ch]:
+			case ch == "*":
+				star = true
+			default:
+				out = append(out, ch)
+			}
+			seen[ch] = true
+		}
+	}
+	sort.Strings(out)
+	if star {
+		out = append(out, "*")
+	}
+	if len(out) == 0 {
+		return []string{"none"}
+	}
+	return out
+}
+
 // claimPlan is one claim the dispatcher makes: which channels, how many.
 type claimPlan struct {
 	filter store.ClaimFilter
