@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"text/template"
 	"time"
 
@@ -110,6 +111,28 @@ func Digest(r *relay.Relay, job string, cfg DigestConfig) (func(context.Context,
 	}, nil
 }
 
+// CheckDigest reports what would make every run of a digest job fail: a
+// template that does not parse, or one that names what a digest does not
+// hold (it is run on a sample digest of one item). It reads nothing.
+func CheckDigest(job string, cfg DigestConfig) error {
+	if cfg.Template == "" {
+		cfg.Template = DefaultDigestTemplate
+	}
+	tmpl, err := template.New(job).Parse(cfg.Template)
+	if err != nil {
+		return err
+	}
+	sample := digestData(relay.Recipient{ID: "ada", Email: "ada@example.com"},
+		[]digestItem{{Seq: 1, Feed: "ops", Subject: "Subject", Body: "Body", Created: time.Unix(0, 0).UTC()}}, 1,
+		store.JobRun{Job: job, ScheduledAt: time.Unix(0, 0).UTC()})
+	return tmpl.Execute(io.Discard, sample)
+}
+
+// digestData is what a digest template renders.
+func digestData(rcpt relay.Recipient, items []digestItem, more int, run store.JobRun) map[string]any {
+	return map[string]any{"User": rcpt, "Items": items, "More": more, "Run": run}
+}
+
 type digestItem struct {
 	Seq           int64
 	Feed          string
@@ -142,7 +165,7 @@ func digestFor(ctx context.Context, r *relay.Relay, job string, cfg DigestConfig
 		return relay.Event{}, false, nil
 	}
 	var body bytes.Buffer
-	if err := tmpl.Execute(&body, map[string]any{"User": rcpt, "Items": items, "More": more, "Run": run}); err != nil {
+	if err := tmpl.Execute(&body, digestData(rcpt, items, more, run)); err != nil {
 		return relay.Event{}, false, fmt.Errorf("digest %s: template: %w", job, err)
 	}
 	subject := cfg.Subject
