@@ -267,8 +267,12 @@ func countRows(t *testing.T, db, table string) int {
 	return n
 }
 
-// exampleEnv sets what the example config's ${VAR}s need.
+// exampleEnv sets what the example config's ${VAR}s need, and makes the
+// application database its tail source reads (the config check opens it).
 func exampleEnv(t *testing.T) {
+	app := filepath.Join(t.TempDir(), "app.db")
+	tailApp(t, app)
+	t.Setenv("APP_DB", app)
 	for k, v := range map[string]string{"RESEND_TOKEN": "re_test_123", "SMTP_PASSWORD": "pw",
 		"WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "ACME_API_TOKEN": "acme-token-0123456789",
 		"TWILIO_ACCOUNT_SID": "AC0123", "TWILIO_AUTH_TOKEN": "twilio-token"} {
@@ -288,7 +292,7 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	cfg, err := loadConfig("testdata/edgerelay.yaml")
+	cfg, err := loadConfig("testdata/edgerelay.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -71,8 +71,9 @@ type Config struct {
 		MetricsToken string `yaml:"metrics_token"`
 	} `yaml:"api"`
 
-	path string
-	root *yaml.Node // for the line numbers of problems
+	path  string
+	shape *shape                        // where each key is, for the line numbers of problems
+	made  map[string]providers.Provider // by reference (a provider name, or a URL in a route): built once
 }
 
 // ProviderConfig is one named provider.
@@ -164,16 +165,27 @@ func (p PolicyConfig) policy() relay.Policy {
 // Duration reads "90s", "12h" in YAML.
 type Duration time.Duration
 
+// UnmarshalYAML returns a *yaml.TypeError so that the decoder goes on to
+// the rest of the file; the walk in config_yaml.go reports the problem
+// with its place.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
+	v, err := parseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (write e.g. 90s, 15m, 12h)", n.Line, n.Value)
-	}
-	if v < 0 {
-		return fmt.Errorf("line %d: duration %q is negative", n.Line, n.Value)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
 	*d = Duration(v)
 	return nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (write e.g. 90s, 15m, 12h)", s)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("duration %q is negative", s)
+	}
+	return v, nil
 }
 
 // StringList reads one string or a list of them.
@@ -206,11 +218,12 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("config %s: %d problems:\n  %s", e.Path, len(e.Problems), strings.Join(e.Problems, "\n  "))
 }
 
-// loadConfig reads and checks a config file: unknown keys, bad values,
-// unset ${VAR}s, routes to providers that do not exist. Provider URLs are
-// checked when they are built (see build).
-func loadConfig(path string) (*Config, error) {
-	cfg, problems, err := parseConfig(path)
+// loadConfig reads a config file and validates it completely (parseConfig):
+// every command that reads the config calls it, so what one refuses the
+// others refuse too. flagRoutes are the --route flags (channel → providers):
+// they count as routes when a channel's route is checked.
+func loadConfig(path string, flagRoutes map[string][]string) (*Config, error) {
+	cfg, problems, err := parseConfig(path, flagRoutes)
 	if err != nil {
 		return nil, err
 	}
@@ -220,276 +233,126 @@ func loadConfig(path string) (*Config, error) {
 	return cfg, nil
 }
 
-// parseConfig reads a config file and lists its problems. The error is for
-// a file that cannot be read or is not YAML; cfg is nil only then or when
-// the YAML does not fit the format.
-func parseConfig(path string) (*Config, []string, error) {
+// parseConfig reads a config file and lists every problem, in line order:
+// unknown keys and values of the wrong kind (config_yaml.go), then what
+// validate finds in the values. The error is for a file that cannot be
+// read or is not YAML (a *ConfigError with the one problem); otherwise cfg
+// is what could be decoded.
+func parseConfig(path string, flagRoutes map[string][]string) (*Config, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	cfg := &Config{path: path, root: &yaml.Node{}}
-	if err := yaml.Unmarshal(b, cfg.root); err != nil {
-		return nil, nil, &ConfigError{Path: path, Problems: []string{err.Error()}}
+	notYAML := func(err error) error {
+		return &ConfigError{Path: path, Problems: []string{strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true) // a misspelt "rotues" must not silently route nothing
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+	var root yaml.Node
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, notYAML(err)
+	}
+	cfg := &Config{path: path, shape: newShape(), made: map[string]providers.Provider{}}
+	sh := cfg.shape
+	if len(root.Content) > 0 {
+		// The decoder first: it refuses what the walk must not meet (an
+		// alias that contains itself, excessive aliasing). Values that do
+		// not fit are left unset and reported by the walk.
 		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			return nil, te.Errors, nil
+		if err := root.Decode(cfg); err != nil && !errors.As(err, &te) {
+			return nil, nil, notYAML(err)
 		}
-		return nil, nil, &ConfigError{Path: path, Problems: []string{err.Error()}}
-	}
-	var problems []string
-	add := func(keys []string, format string, args ...any) {
-		problems = append(problems, cfg.at(keys...)+": "+fmt.Sprintf(format, args...))
-	}
-	for _, t := range sortedKeys(cfg.Tenants) {
-		if !validName(t) {
-			add([]string{"tenants", t}, "tenant name %q: use 1 to 64 letters, digits, '.', '_' or '-'", t)
-		}
-		for i, tok := range cfg.Tenants[t].Tokens {
-			v, err := expandEnv(tok)
-			switch {
-			case err != nil:
-				add([]string{"tenants", t, "tokens"}, "tokens[%d]: %v", i, err)
-			case len(v) < 16:
-				add([]string{"tenants", t, "tokens"}, "tokens[%d]: shorter than 16 characters", i)
-			default:
-				cfg.Tenants[t].Tokens[i] = v
-			}
-		}
-		cfg.checkRoutes(cfg.Tenants[t].Routes, add, "tenants", t, "routes")
-	}
-	cfg.checkRoutes(cfg.Routes, add, "routes")
-	for _, t := range sortedKeys(cfg.Types) {
-		if d := cfg.Types[t].Delivery; d != "" {
-			if _, err := relay.ParseMode(d); err != nil {
-				add([]string{"types", t, "delivery"}, "%v", err)
+		sh.walk(root.Content[0], reflect.TypeFor[Config](), nil)
+		if te != nil && len(sh.problems) == 0 {
+			// The walk should have found these; never let one pass.
+			for _, e := range te.Errors {
+				sh.problems = append(sh.problems, problem{msg: strings.TrimPrefix(e, "yaml: ")})
 			}
 		}
 	}
-	for _, name := range sortedKeys(cfg.Jobs) {
-		jc := cfg.Jobs[name]
-		at := []string{"jobs", name}
-		if _, err := schedule.Parse(jc.Schedule, jc.Timezone); err != nil {
-			add(at, "%v", err)
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		line := next.Line
+		if len(next.Content) > 0 {
+			line = next.Content[0].Line
 		}
-		switch schedule.Missed(jc.Missed) {
-		case "", schedule.MissedSkip, schedule.MissedRunOnce:
-		default:
-			add(at, "missed %q: want skip or run-once", jc.Missed)
-		}
-		kinds := 0
-		for _, set := range []bool{jc.Digest != nil, jc.Prune != nil, jc.Batch != nil} {
-			if set {
-				kinds++
-			}
-		}
-		if kinds != 1 {
-			add(at, "a job does exactly one of digest, prune or batch")
-		}
-		if d := jc.Digest; d != nil && (d.Audience == "" || d.Channel == "") {
-			add(append(at, "digest"), "a digest needs an audience and a channel")
-		}
-		if p := jc.Prune; p != nil {
-			if _, err := relay.ParseAge(p.OlderThan); err != nil {
-				add(append(at, "prune"), "older_than: %v", err)
-			}
-		}
-		if b := jc.Batch; b != nil && b.File == "" {
-			add(append(at, "batch"), "a batch job needs a file")
-		}
+		sh.problems = append(sh.problems, problem{line: line, msg: "a second YAML document (after ---) would be ignored: keep the config in one"})
+	case !errors.Is(err, io.EOF):
+		sh.problems = append(sh.problems, problem{msg: strings.TrimPrefix(err.Error(), "yaml: ")})
 	}
-	for i, tc := range cfg.Tail {
-		if tc.Source == "" {
-			add([]string{"tail"}, "tail[%d]: source is required", i)
-		} else if _, err := expandEnv(tc.Source); err != nil {
-			add([]string{"tail"}, "tail[%d]: %v", i, err)
-		}
-	}
-	cfg.checkAPI(add)
-	for _, name := range sortedKeys(cfg.Providers) {
-		pc := cfg.Providers[name]
-		if pc.URL == "" {
-			add([]string{"providers", name}, "provider %q has no url", name)
-		}
-		if pc.Concurrency < 0 || pc.Rate < 0 || pc.Burst < 0 {
-			add([]string{"providers", name}, "concurrency, rate and burst cannot be negative")
-		}
+	all := append(sh.problems, cfg.validate(flagRoutes)...)
+	// In line order; problems with no line (none expected) last.
+	sort.SliceStable(all, func(i, j int) bool {
+		li, lj := all[i].line, all[j].line
+		return li != lj && (lj == 0 || (li != 0 && li < lj))
+	})
+	problems := make([]string, len(all))
+	for i, p := range all {
+		problems[i] = p.String()
 	}
 	return cfg, problems, nil
 }
 
-// checkAPI checks the api: section: a size, count or duration that is set
-// must be positive (zero is not "the default": leave the key out for that),
-// an address must be host:port, a metrics token long enough to guess at
-// no better than an API token.
-func (cfg *Config) checkAPI(add func([]string, string, ...any)) {
-	a := &cfg.API
-	for _, n := range []struct {
-		key string
-		bad bool
-	}{
-		{"max_body", a.MaxBody <= 0}, {"max_batch", a.MaxBatch <= 0}, {"key_ttl", a.KeyTTL <= 0},
-		{"body_timeout", a.BodyTimeout <= 0}, {"max_conns", a.MaxConns <= 0},
-	} {
-		if n.bad && cfg.has("api", n.key) {
-			add([]string{"api", n.key}, "%s must be positive (leave it out for the default)", n.key)
-		}
-	}
-	for _, n := range []struct{ key, addr string }{{"listen", a.Listen}, {"metrics_listen", a.MetricsListen}} {
-		if _, _, err := net.SplitHostPort(n.addr); err != nil && cfg.has("api", n.key) {
-			add([]string{"api", n.key}, "%s %q: want HOST:PORT (%v)", n.key, n.addr, err)
-		}
-	}
-	if cfg.has("api", "metrics_token") {
-		v, err := expandEnv(a.MetricsToken)
-		switch {
-		case err != nil:
-			add([]string{"api", "metrics_token"}, "metrics_token: %v", err)
-		case len(v) < 16:
-			add([]string{"api", "metrics_token"}, "metrics_token: shorter than 16 characters")
-		default:
-			a.MetricsToken = v
-		}
-	}
-}
-
-// has reports whether the file sets the key at keys.
-func (cfg *Config) has(keys ...string) bool {
-	n := cfg.root
-	if n != nil && n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	for _, k := range keys {
-		if n == nil || n.Kind != yaml.MappingNode {
-			return false
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == k {
-				next = n.Content[i+1]
-				break
-			}
-		}
-		n = next
-	}
-	return n != nil
-}
-
-// checkRoutes checks that each route names known providers or URLs.
-func (cfg *Config) checkRoutes(routes map[string]StringList, add func([]string, string, ...any), at ...string) {
-	for _, ch := range sortedKeys(routes) {
-		keys := append(append([]string{}, at...), ch)
-		if len(routes[ch]) == 0 {
-			add(keys, "route %q lists no provider", ch)
-		}
-		for _, ref := range routes[ch] {
-			if _, ok := cfg.Providers[ref]; !ok && !strings.Contains(ref, "://") {
-				add(keys, "route %q: no provider named %q (define it under providers:, or give a provider URL)", ch, ref)
-			}
-		}
-	}
-}
-
-// at describes a place in the file: "line 12 (routes.email)".
-func (cfg *Config) at(keys ...string) string {
-	n := cfg.root
-	line := 0
-	if n != nil && n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	for _, k := range keys {
-		if n == nil || n.Kind != yaml.MappingNode {
-			break
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == k {
-				line, next = n.Content[i].Line, n.Content[i+1]
-				break
-			}
-		}
-		n = next
-	}
-	where := strings.Join(keys, ".")
-	if line > 0 {
-		return fmt.Sprintf("line %d (%s)", line, where)
-	}
-	return where
-}
-
-// build makes the providers the config and the flag routes name, each once,
-// and resolves the routes. flagRoutes (channel → providers by name or URL)
-// replace the file's route for their channels.
+// build resolves the routes: the file's, with flagRoutes (channel →
+// providers by name or URL, from --route) replacing the file's route for
+// their channels. The file's providers were built by validate; a URL in a
+// flag is built here, once.
 func (cfg *Config) build(flagRoutes map[string][]string) (relay.Routes, map[string]relay.Routes, map[string]relay.Limit, error) {
-	made := map[string]providers.Provider{}
-	limits := map[string]relay.Limit{}
-	var problems []string
-	tried := map[string]bool{} // each provider is built (and its problem reported) once
-	provider := func(ref string, at []string) providers.Provider {
-		if tried[ref] {
-			return made[ref]
-		}
-		tried[ref] = true
-		if _, named := cfg.Providers[ref]; !named && !strings.Contains(ref, "://") {
-			return nil // neither a provider name nor a URL: loadConfig reports it
-		}
-		var p providers.Provider
-		var err error
-		if pc, ok := cfg.Providers[ref]; ok {
-			p, err = newNamedProvider(ref, pc)
-			at = []string{"providers", ref}
-			if err == nil {
-				limits[p.Name()] = relay.Limit{Concurrency: pc.Concurrency, Rate: pc.Rate, Burst: pc.Burst}
-			}
-		} else {
-			var u string
-			if u, err = expandEnv(ref); err == nil {
-				p, err = providers.New(u)
-			}
-		}
-		if err != nil {
-			problems = append(problems, cfg.at(at...)+": "+err.Error())
-			return nil
-		}
-		made[ref] = p
-		return p
+	if cfg.made == nil {
+		cfg.made = map[string]providers.Provider{}
 	}
-	resolve := func(routes map[string]StringList, at ...string) relay.Routes {
+	var problems []error
+	resolve := func(routes map[string]StringList, fromFlag bool) relay.Routes {
 		out := relay.Routes{}
 		for _, ch := range sortedKeys(routes) {
 			for _, ref := range routes[ch] {
-				if p := provider(ref, append(append([]string{}, at...), ch)); p != nil {
-					out[ch] = append(out[ch], p)
+				p, ok := cfg.made[ref]
+				switch {
+				case ok:
+				case !fromFlag:
+					continue // validate refused the file: loadConfig does not return it
+				case !strings.Contains(ref, "://"):
+					problems = append(problems, fmt.Errorf("--route %s=%s: no provider named %q (define it under providers: in --config, or give a provider URL)", ch, ref, ref))
+					continue
+				default:
+					u, err := expandEnv(ref)
+					if err == nil {
+						p, err = providers.New(u)
+					}
+					if err != nil {
+						problems = append(problems, fmt.Errorf("--route %s: %w", ch, err))
+						continue
+					}
+					cfg.made[ref] = p // a URL given twice is one provider
 				}
+				out[ch] = append(out[ch], p)
 			}
 		}
 		return out
 	}
-	file := map[string]StringList{}
-	for ch, refs := range cfg.Routes {
-		file[ch] = refs
-	}
+	routes := resolve(cfg.Routes, false)
+	flags := map[string]StringList{}
 	for ch, refs := range flagRoutes {
-		file[ch] = refs // a flag replaces the file's route for its channel
+		flags[ch] = refs
 	}
-	routes := resolve(file, "routes")
+	for ch, ps := range resolve(flags, true) {
+		routes[ch] = ps // a flag replaces the file's route for its channel
+	}
 	tenants := map[string]relay.Routes{}
 	for _, t := range sortedKeys(cfg.Tenants) {
 		if rs := cfg.Tenants[t].Routes; len(rs) > 0 {
-			tenants[t] = resolve(rs, "tenants", t, "routes")
+			tenants[t] = resolve(rs, false)
 		}
 	}
-	// Providers defined but used by no route are built too, so that `config
-	// check` finds their problems before a route starts using them.
-	for _, name := range sortedKeys(cfg.Providers) {
-		provider(name, []string{"providers", name})
-	}
 	if len(problems) > 0 {
-		return nil, nil, nil, &ConfigError{Path: cfg.path, Problems: problems}
+		return nil, nil, nil, errors.Join(problems...)
+	}
+	limits := map[string]relay.Limit{}
+	for _, name := range sortedKeys(cfg.Providers) {
+		if p := cfg.made[name]; p != nil {
+			pc := cfg.Providers[name]
+			limits[p.Name()] = relay.Limit{Concurrency: pc.Concurrency, Rate: pc.Rate, Burst: pc.Burst}
+		}
 	}
 	return routes, tenants, limits, nil
 }

@@ -121,10 +121,13 @@ type settings struct {
 // loadSettings resolves the database path, config file, routes and
 // delivery modes. Every problem is reported, with what to fix.
 func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
+	flagRoutes, err := routeFlags(c)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &Config{}
 	if path := lookup(c, "config"); path != "" {
-		var err error
-		if cfg, err = loadConfig(path); err != nil {
+		if cfg, err = loadConfig(path, flagRoutes); err != nil {
 			return nil, err
 		}
 	}
@@ -154,15 +157,6 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 			opts.TypeRetry[t] = tc.Retry.policy()
 		}
 	}
-	flagRoutes := map[string][]string{}
-	for _, r := range lookupSlice(c, "route") {
-		ch, u, ok := strings.Cut(r, "=")
-		if !ok || strings.TrimSpace(ch) == "" || strings.TrimSpace(u) == "" {
-			return nil, cli.Exit(fmt.Sprintf("--route %q: want CHANNEL=URL (or CHANNEL=NAME of a configured provider), e.g. email=email-http+http://127.0.0.1:9099/v1/emails?from=relay@example.com", r), exitUsage)
-		}
-		ch = strings.TrimSpace(ch)
-		flagRoutes[ch] = append(flagRoutes[ch], strings.TrimSpace(u)) // repeated: failover order
-	}
 	for _, d := range lookupSlice(c, "delivery") {
 		t, m, ok := strings.Cut(d, "=")
 		mode, err := relay.ParseMode(m)
@@ -172,6 +166,21 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		opts.Delivery[t] = mode
 	}
 	return &settings{opts: opts, cfg: cfg, flagRoutes: flagRoutes}, nil
+}
+
+// routeFlags reads --route CHANNEL=URL (or CHANNEL=NAME) flags; repeated
+// for a channel, they are its failover order.
+func routeFlags(c *cli.Context) (map[string][]string, error) {
+	flagRoutes := map[string][]string{}
+	for _, r := range lookupSlice(c, "route") {
+		ch, u, ok := strings.Cut(r, "=")
+		if !ok || strings.TrimSpace(ch) == "" || strings.TrimSpace(u) == "" {
+			return nil, cli.Exit(fmt.Sprintf("--route %q: want CHANNEL=URL (or CHANNEL=NAME of a configured provider), e.g. email=email-http+http://127.0.0.1:9099/v1/emails?from=relay@example.com", r), exitUsage)
+		}
+		ch = strings.TrimSpace(ch)
+		flagRoutes[ch] = append(flagRoutes[ch], strings.TrimSpace(u))
+	}
+	return flagRoutes, nil
 }
 
 // deliverySettings are the settings of a command that delivers, with its
