@@ -10,7 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -295,6 +297,17 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 	}
 	defer r.Close()
 	st0 := r.WriterStats()
+	if f := os.Getenv("EDGERELAY_BENCH_CPUPROFILE"); f != "" {
+		// The drain alone, not the backlog's accepts: go test's -cpuprofile
+		// would mix them.
+		out, err := os.Create(f)
+		if err != nil {
+			return DispatchRun{}, err
+		}
+		defer out.Close()
+		pprof.StartCPUProfile(out)
+		defer pprof.StopCPUProfile()
+	}
 	cpu0, err1 := ProcessCPU(0)
 	sim0, err2 := ProcessCPU(sim.PID())
 	start := time.Now()

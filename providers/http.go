@@ -87,7 +87,10 @@ func newClient(e *httpEndpoint) *http.Client {
 			}
 			return &trackedConn{Conn: tc}, nil
 		},
-		MaxIdleConnsPerHost: 64,
+		// Keep an idle connection for every call that may run at once (the
+		// dispatcher's workers): fewer made a busy relay redial for most
+		// calls (7% of its CPU at 128 workers, in BenchmarkDrain's profile).
+		MaxIdleConnsPerHost: 1024,
 		IdleConnTimeout:     90 * time.Second,
 	}
 	return &http.Client{

@@ -21,14 +21,16 @@ import (
 // other dispatcher settled live calls as unknown and sent them again.)
 func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 	t.Parallel()
-	slow := sim.Rule{To: "*", Action: sim.ActionSlow, Delay: 500 * time.Millisecond}
+	slow := sim.Rule{To: "*", Action: sim.ActionSlow, Delay: 1600 * time.Millisecond}
 	email, chat := setupSim(t, false, slow), setupSim(t, false, slow)
 	path := t.TempDir() + "/relay.db"
-	// The lease must cover a claim, a 500ms call and its record: the race
-	// detector slows the writer tenfold, so it gets more.
-	lease := time.Second
+	// Calls take more than half a lease, so that a claim that waited for a
+	// worker (the old bug) ran past its lease; the lease less its margin
+	// (2.25 s) leaves the new code 650 ms for a claim under load. The race
+	// detector slows the writer tenfold: it gets more.
+	lease := 3 * time.Second
 	if raceEnabled() {
-		lease = 5 * time.Second
+		lease = 6 * time.Second
 	}
 	opts := func() Options {
 		pe, pc := email.provider(t, "none"), chat.provider(t, "none", "&name=chat-sim")
@@ -37,7 +39,7 @@ func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 			Retry: Policy{MaxAttempts: 20, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
 	}
 	a, b := setupRelay(t, opts()), setupRelay(t, opts())
-	const n = 24
+	const n = 12
 	var rcpts []Recipient
 	for i := range n {
 		rcpts = append(rcpts, Recipient{ID: fmt.Sprint("u", i), Email: fmt.Sprintf("u%d@example.com", i),

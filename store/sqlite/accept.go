@@ -39,20 +39,12 @@ func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now ti
 	err = s.w.do(ctx, func(tx *Tx) error {
 		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
 		for i, a := range in {
-			if _, err := tx.exec("SAVEPOINT event"); err != nil {
-				return err
-			}
+			// A conflict writes nothing (the event's INSERT did nothing; its
+			// fan-out is written only for a new event), so it needs no
+			// savepoint of its own; any other failure fails the write.
 			res, err := acceptEvent(tx, a.Event, a.First, now)
 			if err != nil && !errors.Is(err, store.ErrEventConflict) {
 				return err
-			}
-			if err != nil {
-				if _, rerr := tx.exec("ROLLBACK TO event"); rerr != nil {
-					return rerr
-				}
-			}
-			if _, rerr := tx.exec("RELEASE event"); rerr != nil {
-				return rerr
 			}
 			out[i], errs[i] = res, err
 		}

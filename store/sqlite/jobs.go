@@ -75,7 +75,11 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		batch = 500 // a step ends when it deletes fewer than batch rows: 0 would never end
 	}
 	c := ms(cutoff)
+	// after, if set, runs once a step's write has committed (a write may run
+	// more than once before it does: counts are taken only then).
+	var after func()
 	step := func(count *int64, fn func(tx *Tx) (sql.Result, error)) error {
+		defer func() { after = nil }()
 		for {
 			var n int64
 			err := s.w.do(ctx, func(tx *Tx) error {
@@ -90,11 +94,16 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 				return err
 			}
 			*count += n
+			if after != nil {
+				after()
+			}
 			if n < int64(batch) {
 				return nil
 			}
 		}
 	}
+	var attempts, receipts int64
+	after = func() { res.Attempts += attempts; res.Receipts += receipts }
 	err := step(&res.Notifications, func(tx *Tx) (sql.Result, error) {
 		// Attempts and receipts go with their notification, in the same write.
 		ids := `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown')
@@ -103,14 +112,12 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		if err != nil {
 			return nil, err
 		}
-		n, _ := r.RowsAffected()
-		res.Attempts += n
+		attempts, _ = r.RowsAffected()
 		if r, err = tx.exec(`DELETE FROM receipts WHERE (provider, message_id) IN
 				(SELECT provider, provider_message_id FROM notifications WHERE id IN (`+ids+`) AND provider_message_id IS NOT NULL)`, c, batch); err != nil {
 			return nil, err
 		}
-		n, _ = r.RowsAffected()
-		res.Receipts += n
+		receipts, _ = r.RowsAffected()
 		return tx.exec(`DELETE FROM notifications WHERE id IN (`+ids+`)`, c, batch)
 	})
 	if err == nil {

@@ -209,6 +209,9 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 		answer(fmt.Errorf("begin: %w", err))
 		return
 	}
+	if !tracking && w.fast(tx, batch, errs, &trouble, answer) {
+		return
+	}
 	failed := 0
 	for i, op := range batch {
 		if _, err := tx.exec("SAVEPOINT op"); err != nil {
@@ -248,8 +251,50 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 			return
 		}
 	}
+	w.finish(tx, batch, errs, failed, start, trouble == nil && wrote, answer)
+}
+
+// fast runs the batch's writes one after the other in the open
+// transaction, without a savepoint each (a savepoint's journal cost more
+// than most of the writes), and commits. If one fails, it rolls the whole
+// transaction back and reports false: the caller runs the batch again, each
+// write in its own savepoint, so that only the failing one fails. Write
+// functions are made to run again from the start. One write alone is not
+// run twice: its failure is its answer.
+func (w *writer) fast(tx *Tx, batch []writeOp, errs []error, trouble *error, answer func(error)) bool {
+	start := time.Now()
+	for i, op := range batch {
+		err := runOp(op.fn, tx)
+		if err == nil {
+			continue
+		}
+		w.conn.ExecContext(context.Background(), "ROLLBACK")
+		if len(batch) > 1 {
+			if _, err := tx.exec("BEGIN IMMEDIATE"); err != nil {
+				answer(fmt.Errorf("begin: %w", err))
+				return true
+			}
+			return false
+		}
+		errs[i] = err
+		if fe, ok := fileError(w.path, err); ok {
+			errs[i], *trouble = fe, fe
+		}
+		w.smu.Lock()
+		w.stats.Failed++
+		w.smu.Unlock()
+		answer(nil)
+		return true
+	}
+	w.finish(tx, batch, errs, 0, start, false, answer)
+	return true
+}
+
+// finish commits the batch's transaction, counts it and answers every
+// caller.
+func (w *writer) finish(tx *Tx, batch []writeOp, errs []error, failed int, start time.Time, recovered bool, answer func(error)) {
 	if _, err := tx.exec("COMMIT"); err != nil {
-		w.conn.ExecContext(ctx, "ROLLBACK")
+		w.conn.ExecContext(context.Background(), "ROLLBACK")
 		for i := range errs {
 			errs[i] = nil // every op, even a failed one, gets the commit error
 		}
@@ -267,7 +312,7 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 	if fn := w.onCommit.Load(); fn != nil {
 		(*fn)(len(batch)-failed, d)
 	}
-	if trouble == nil && wrote {
+	if recovered {
 		w.health.recover(time.Now(), w.log)
 	}
 	answer(nil)
