@@ -401,6 +401,29 @@ type WriterStats struct {
 	Failed     int64 // functions rolled back to their savepoint
 	CommitTime time.Duration
 	MaxBatch   int
+	// Classes splits the writes by what they were for: how many, and how
+	// long the writer spent running them (its share of the work).
+	Classes map[WriteClass]ClassStats
+}
+
+// WriteClass is what a write is for, as the writer's statistics tell them
+// apart.
+type WriteClass string
+
+// The write classes. Claims and records go ahead of the queue: the
+// dispatcher's writes never wait behind a burst of accepts for more than
+// one commit.
+const (
+	WriteAccept WriteClass = "accept" // events and their fan-out
+	WriteClaim  WriteClass = "claim"
+	WriteRecord WriteClass = "record" // settling claims: attempts and decisions
+	WriteOther  WriteClass = "other"
+)
+
+// ClassStats counts one class of writes.
+type ClassStats struct {
+	Writes int64
+	Busy   time.Duration
 }
 
 // IsUnavailable reports whether err is the storage refusing a write for a

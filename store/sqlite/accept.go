@@ -36,7 +36,7 @@ func (s *Store) AcceptEvent(ctx context.Context, ev store.NewEvent, first []stor
 // reported in errs; the others are written. err is a failure of the write
 // itself (a full disk): then nothing was written.
 func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
-	err = s.w.do(ctx, func(tx *Tx) error {
+	err = s.w.doAs(ctx, store.WriteAccept, func(tx *Tx) error {
 		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
 		for i, a := range in {
 			// A conflict writes nothing (the event's INSERT did nothing; its
@@ -105,7 +105,7 @@ func acceptEvent(tx *Tx, ev store.NewEvent, first []store.Target, now time.Time)
 // written twice adds no notification.
 func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []store.Target, now time.Time) (int, error) {
 	var expanded int
-	err := s.w.do(ctx, func(tx *Tx) error {
+	err := s.w.doAs(ctx, store.WriteAccept, func(tx *Tx) error {
 		var tenant, typ string
 		if err := tx.queryRow(`SELECT expanded, tenant, type FROM events WHERE id = ?`, eventRow).Scan(&expanded, &tenant, &typ); err != nil {
 			return fmt.Errorf("expand event %d: %w", eventRow, err)

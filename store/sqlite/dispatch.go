@@ -74,7 +74,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		where += " AND channel NOT IN " + list(f.Exclude)
 	}
 	var out []store.Claimed
-	err := s.w.do(ctx, func(tx *Tx) error {
+	err := s.w.doAs(ctx, store.WriteClaim, func(tx *Tx) error {
 		out = out[:0]
 		rows, err := tx.query(claimSQL(where), args...)
 		if err != nil {
@@ -186,7 +186,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // settlement cost more in statement overhead than in B-tree work.)
 func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
-	err := s.w.do(ctx, func(tx *Tx) error {
+	err := s.w.doAs(ctx, store.WriteRecord, func(tx *Tx) error {
 		clear(applied)
 		return settle(tx, ss, applied)
 	})

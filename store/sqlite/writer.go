@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"sync"
@@ -27,14 +28,16 @@ import (
 // other processes are kept out by SQLite's own file lock (busy_timeout).
 
 type writeOp struct {
-	fn   func(*Tx) error
-	done chan error
+	fn    func(*Tx) error
+	done  chan error
+	class store.WriteClass
 }
 
 type writer struct {
 	conn     *sql.Conn
 	path     string // the database file, named in errors about the file
 	queue    chan writeOp
+	urgent   chan writeOp // claims and records: ahead of queue
 	maxBatch int
 	log      *slog.Logger
 
@@ -71,6 +74,7 @@ func startWriter(conn *sql.Conn, path string, maxBatch int, busy time.Duration, 
 		path:     path,
 		busy:     busy,
 		queue:    make(chan writeOp, maxBatch*4),
+		urgent:   make(chan writeOp, maxBatch*4),
 		maxBatch: maxBatch,
 		log:      log,
 		closing:  make(chan struct{}),
@@ -84,14 +88,24 @@ func startWriter(conn *sql.Conn, path string, maxBatch int, busy time.Duration, 
 // the commit failed. ctx bounds only the wait for a place in the queue: if
 // it ends first, nothing was queued and do returns ctx.Err().
 func (w *writer) do(ctx context.Context, fn func(*Tx) error) error {
-	op := writeOp{fn: fn, done: make(chan error, 1)}
+	return w.doAs(ctx, store.WriteOther, fn)
+}
+
+// doAs is do for a write of a class: claims and records are queued ahead
+// of the rest, so a burst of accepts cannot stall delivery.
+func (w *writer) doAs(ctx context.Context, class store.WriteClass, fn func(*Tx) error) error {
+	op := writeOp{fn: fn, done: make(chan error, 1), class: class}
+	q := w.queue
+	if class == store.WriteClaim || class == store.WriteRecord {
+		q = w.urgent
+	}
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
 		return store.ErrClosed
 	}
 	select {
-	case w.queue <- op:
+	case q <- op:
 		w.mu.RUnlock()
 	case <-ctx.Done():
 		w.mu.RUnlock()
@@ -133,12 +147,26 @@ func (w *writer) run() {
 	for {
 		batch = batch[:0]
 		select {
+		case op := <-w.urgent:
+			batch = append(batch, op)
 		case op := <-w.queue:
 			batch = append(batch, op)
 		case <-w.closing:
 			// Nothing can be queued any more; answer what is left.
 			w.drain(tx, batch)
 			return
+		}
+		// The dispatcher's writes first, then the rest: a claim or a record
+		// waits for at most the commit in progress, however many accepts
+		// are queued.
+	urgent:
+		for len(batch) < w.maxBatch {
+			select {
+			case op := <-w.urgent:
+				batch = append(batch, op)
+			default:
+				break urgent
+			}
 		}
 	fill:
 		for len(batch) < w.maxBatch {
@@ -156,6 +184,11 @@ func (w *writer) run() {
 func (w *writer) drain(tx *Tx, batch []writeOp) {
 	for {
 		select {
+		case op := <-w.urgent:
+			batch = append(batch, op)
+			if len(batch) < w.maxBatch {
+				continue
+			}
 		case op := <-w.queue:
 			batch = append(batch, op)
 			if len(batch) < w.maxBatch {
@@ -209,7 +242,8 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 		answer(fmt.Errorf("begin: %w", err))
 		return
 	}
-	if !tracking && w.fast(tx, batch, errs, &trouble, answer) {
+	took := make([]time.Duration, len(batch)) // each write's time, for the classes' shares
+	if !tracking && w.fast(tx, batch, errs, took, &trouble, answer) {
 		return
 	}
 	failed := 0
@@ -224,7 +258,9 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 		if tracking {
 			before = tx.totalChanges()
 		}
+		t0 := time.Now()
 		err := runOp(op.fn, tx)
+		took[i] = time.Since(t0)
 		if err == nil && tracking && !wrote && before >= 0 {
 			wrote = tx.totalChanges() > before
 		}
@@ -251,7 +287,7 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 			return
 		}
 	}
-	w.finish(tx, batch, errs, failed, start, trouble == nil && wrote, answer)
+	w.finish(tx, batch, errs, took, failed, start, trouble == nil && wrote, answer)
 }
 
 // fast runs the batch's writes one after the other in the open
@@ -261,10 +297,12 @@ func (w *writer) commit(tx *Tx, batch []writeOp) {
 // write in its own savepoint, so that only the failing one fails. Write
 // functions are made to run again from the start. One write alone is not
 // run twice: its failure is its answer.
-func (w *writer) fast(tx *Tx, batch []writeOp, errs []error, trouble *error, answer func(error)) bool {
+func (w *writer) fast(tx *Tx, batch []writeOp, errs []error, took []time.Duration, trouble *error, answer func(error)) bool {
 	start := time.Now()
 	for i, op := range batch {
+		t0 := time.Now()
 		err := runOp(op.fn, tx)
+		took[i] = time.Since(t0)
 		if err == nil {
 			continue
 		}
@@ -286,13 +324,13 @@ func (w *writer) fast(tx *Tx, batch []writeOp, errs []error, trouble *error, ans
 		answer(nil)
 		return true
 	}
-	w.finish(tx, batch, errs, 0, start, false, answer)
+	w.finish(tx, batch, errs, took, 0, start, false, answer)
 	return true
 }
 
 // finish commits the batch's transaction, counts it and answers every
 // caller.
-func (w *writer) finish(tx *Tx, batch []writeOp, errs []error, failed int, start time.Time, recovered bool, answer func(error)) {
+func (w *writer) finish(tx *Tx, batch []writeOp, errs []error, took []time.Duration, failed int, start time.Time, recovered bool, answer func(error)) {
 	if _, err := tx.exec("COMMIT"); err != nil {
 		w.conn.ExecContext(context.Background(), "ROLLBACK")
 		for i := range errs {
@@ -308,6 +346,17 @@ func (w *writer) finish(tx *Tx, batch []writeOp, errs []error, failed int, start
 	w.stats.Failed += int64(failed)
 	w.stats.CommitTime += d
 	w.stats.MaxBatch = max(w.stats.MaxBatch, len(batch))
+	if w.stats.Classes == nil {
+		w.stats.Classes = map[store.WriteClass]store.ClassStats{}
+	}
+	for i, op := range batch {
+		if errs[i] == nil {
+			c := w.stats.Classes[op.class]
+			c.Writes++
+			c.Busy += took[i]
+			w.stats.Classes[op.class] = c
+		}
+	}
 	w.smu.Unlock()
 	if fn := w.onCommit.Load(); fn != nil {
 		(*fn)(len(batch)-failed, d)
@@ -408,7 +457,9 @@ func (s *Store) OnCommit(fn func(writes int, took time.Duration)) {
 func (s *Store) Stats() store.WriterStats {
 	s.w.smu.Lock()
 	defer s.w.smu.Unlock()
-	return s.w.stats
+	st := s.w.stats
+	st.Classes = maps.Clone(st.Classes)
+	return st
 }
 
 func (t *Tx) stmt(query string) (*sql.Stmt, error) {
