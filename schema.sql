@@ -50,6 +50,15 @@ CREATE TABLE events (
     UNIQUE (tenant, event_id, purpose)
 );
 
+CREATE TABLE feed_counters (
+    tenant     TEXT    PRIMARY KEY,
+    seq        INTEGER NOT NULL,           -- the last seq given to the tenant's items
+    -- The counter when this migration ran: a job run from before it
+    -- (job_runs.tenant IS NULL) fixed a seq of the old global sequence,
+    -- which covers this tenant's items up to min(upper_seq, legacy_seq).
+    legacy_seq INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+
 CREATE TABLE feed_item_marks (
     tenant TEXT    NOT NULL,
     user   TEXT    NOT NULL,
@@ -59,16 +68,16 @@ CREATE TABLE feed_item_marks (
     PRIMARY KEY (tenant, user, kind, seq)
 ) WITHOUT ROWID;
 
-CREATE TABLE feed_items (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+CREATE TABLE "feed_items" (
     tenant     TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
     feed       TEXT    NOT NULL,
-    pos        INTEGER NOT NULL,
+    pos        INTEGER NOT NULL,                           -- the feed's 1, 2, 3 …
     event      INTEGER NOT NULL REFERENCES events (id),   -- the message is the event's
+    copies     INTEGER NOT NULL DEFAULT 1,
     created_at INTEGER NOT NULL,
-    UNIQUE (tenant, feed, pos),
-    UNIQUE (event, feed)                                   -- an event is in a feed once
-);
+    PRIMARY KEY (tenant, seq)
+) WITHOUT ROWID;
 
 CREATE TABLE feed_marks (
     tenant TEXT    NOT NULL,
@@ -104,7 +113,7 @@ CREATE TABLE job_runs (
     started_at   INTEGER NOT NULL,
     finished_at  INTEGER,
     status       TEXT    NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'done', 'failed')),
-    detail       TEXT,
+    detail       TEXT, tenant TEXT,
     PRIMARY KEY (job, scheduled_at)
 ) WITHOUT ROWID;
 
@@ -188,7 +197,13 @@ CREATE INDEX events_quarantined ON events (tenant, id) WHERE quarantined_at IS N
 
 CREATE INDEX events_unexpanded ON events (id) WHERE expanded < targets AND quarantined_at IS NULL;
 
-CREATE INDEX feed_items_page ON feed_items (tenant, feed, seq);
+CREATE UNIQUE INDEX feed_items_event ON feed_items (event, feed);
+
+CREATE INDEX feed_items_page ON feed_items (tenant, feed, seq, event);
+
+CREATE UNIQUE INDEX feed_items_pos ON feed_items (tenant, feed, pos);
+
+CREATE INDEX feed_items_shared ON feed_items (tenant, feed, seq, event, copies) WHERE copies > 1;
 
 CREATE INDEX feed_members_feed ON feed_members (tenant, feed, user);
 
