@@ -1320,19 +1320,19 @@ func TestJobRunFixesTenantSequence(t *testing.T) {
 	}
 }
 
-// Migration 0006 on a version-5 database built by hand: items of two
+// Migration 0007 on a version-6 database built by hand: items of two
 // tenants numbered by the old global sequence, memberships, watermarks,
 // item marks and digest runs. Every view and count is as before, and each
 // tenant's next item numbers above everything it held.
 func TestMigrateFeedsToTenantSeq(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "v5.db")
+	path := filepath.Join(t.TempDir(), "v6.db")
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for v := 1; v <= 5; v++ {
+	for v := 1; v <= 6; v++ {
 		files, err := filepath.Glob(fmt.Sprintf("migrations/%04d_*.sql", v))
 		if err != nil || len(files) != 1 {
 			t.Fatalf("migration %d: %v %v", v, files, err)
@@ -1386,7 +1386,7 @@ func TestMigrateFeedsToTenantSeq(t *testing.T) {
 		// 10 (past acme's newest), beta's at 8.
 		`INSERT INTO job_runs (job, scheduled_at, upper_seq, started_at, status) VALUES ('weekly', 1000, 5, 1000, 'done'),
 			('big', 1000, 10, 1000, 'done'), ('beta-weekly', 1000, 8, 1000, 'done')`,
-		`PRAGMA user_version = 5`,
+		`PRAGMA user_version = 6`,
 	} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -1399,7 +1399,7 @@ func TestMigrateFeedsToTenantSeq(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v := count(t, s, `PRAGMA user_version`); v != SchemaVersion() || v < 6 {
+	if v := count(t, s, `PRAGMA user_version`); v != SchemaVersion() || v < 7 {
 		t.Fatalf("user_version %d after open, want %d", v, SchemaVersion())
 	}
 	type seen struct {

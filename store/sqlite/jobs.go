@@ -39,7 +39,7 @@ func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now tim
 		if runTenant.Valid && runTenant.String != tenant {
 			return fmt.Errorf("run of %s scheduled for %s began for tenant %q, not %q", job, at.UTC().Format(time.RFC3339), runTenant.String, tenant)
 		}
-		// A run from before feed sequences were per tenant (migration 0006)
+		// A run from before feed sequences were per tenant (migration 0007)
 		// fixed a global seq: of this tenant's items it covered those up to
 		// the tenant's counter then.
 		if !runTenant.Valid {

@@ -1,4 +1,4 @@
--- 0006: feed items are numbered per tenant. 0004 numbered them with one
+-- 0007: feed items are numbered per tenant. 0004 numbered them with one
 -- global sequence, so the gaps between a tenant's seqs, its read-all
 -- answers and its digests' ranges counted every other tenant's items.
 --
