@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A digest job of a tenant covers that tenant's feed items: its run's range
@@ -70,15 +71,21 @@ func TestCronDigestCoversItsTenant(t *testing.T) {
 	}
 	// acme has more items than the default tenant, then fewer: a range in
 	// the wrong sequence would drop acme's items or take none.
+	// Two past runs of the schedule (cron run refuses a time not yet due):
+	// the latest Monday 09:00 UTC, and the one before.
+	last := time.Now().UTC().Truncate(time.Hour)
+	for last.Weekday() != time.Monday || last.Hour() != 9 {
+		last = last.Add(-time.Hour)
+	}
 	send("acme", "a1")
 	send("acme", "a2")
 	send("default", "d1")
-	run("2026-11-30T09:00:00Z")
+	run(last.AddDate(0, 0, -7).Format(time.RFC3339))
 	for i := range 4 {
 		send("default", "d"+string(rune('2'+i)))
 	}
 	send("acme", "a3")
-	run("2026-12-07T09:00:00Z")
+	run(last.Format(time.RFC3339))
 	if got := digests(); !slices.Equal(got, []string{"a2 a1", "a3"}) {
 		t.Fatalf("acme's digests %q, want [a2 a1] then [a3]", got)
 	}
