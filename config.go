@@ -443,6 +443,7 @@ func (cfg *Config) jobs(r *relay.Relay) ([]*schedule.Job, error) {
 		switch {
 		case jc.Digest != nil:
 			d := jc.Digest
+			j.Tenant = d.Tenant
 			if j.Run, err = schedule.Digest(r, name, schedule.DigestConfig{Tenant: d.Tenant, Audience: d.Audience, Channel: d.Channel,
 				Subject: d.Subject, Template: d.Template, MaxItems: d.MaxItems}); err != nil {
 				return nil, err

@@ -65,6 +65,7 @@ type feedPage struct {
 	Items []feedItem `json:"items"`
 	// ReadUpTo is the read watermark: items with seq <= it are read. A
 	// client passes the newest seq it has shown to read-all as up_to.
+	// Seqs are the tenant's own: 1, 2, 3 … over its items.
 	ReadUpTo int64 `json:"read_up_to"`
 	// Next is the cursor for the next (older) page; absent on the last.
 	Next string `json:"next,omitempty"`
@@ -151,6 +152,8 @@ func (s *Server) markAll(kind string) authedHandler {
 	}
 }
 
+// markItem marks one item read or dismissed, with the other items of its
+// event in the user's feeds: the user sees them as one.
 func (s *Server) markItem(kind string) authedHandler {
 	return func(w http.ResponseWriter, r *http.Request, c caller) response {
 		tenant, perr := s.feedTenant(r, c)

@@ -249,9 +249,10 @@ func checkLabel(field, v string, max int) error {
 // Jobs and sources: what the scheduler and the tailer keep.
 
 // BeginJobRun records the start of a run of a job scheduled for at, or
-// finds the run begun before (a restart, a second instance).
-func (r *Relay) BeginJobRun(ctx context.Context, job string, at time.Time) (store.JobRun, error) {
-	return r.store.BeginJobRun(ctx, job, at, r.now())
+// finds the run begun before (a restart, a second instance); the run's
+// range is in tenant's feed sequence.
+func (r *Relay) BeginJobRun(ctx context.Context, job, tenant string, at time.Time) (store.JobRun, error) {
+	return r.store.BeginJobRun(ctx, job, tenant, at, r.now())
 }
 
 // FinishJobRun records how a run ended.

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -32,6 +33,7 @@ type Job struct {
 	Schedule *Schedule
 	Missed   Missed
 	Run      func(ctx context.Context, run store.JobRun) (Outcome, error)
+	Tenant   string // whose feed sequence a run's range is in (digests); "" is "default"
 }
 
 // Outcome is what one run did. A run accepts events (a batch file's
@@ -83,7 +85,7 @@ type RunOptions struct {
 func RunJob(ctx context.Context, r *relay.Relay, j *Job, at time.Time, opts RunOptions) (Run, error) {
 	at = at.UTC().Truncate(time.Second)
 	res := Run{Job: j.Name, ScheduledAt: at}
-	run, err := r.BeginJobRun(ctx, j.Name, at)
+	run, err := r.BeginJobRun(ctx, j.Name, cmp.Or(j.Tenant, "default"), at)
 	if err != nil {
 		return res, err
 	}

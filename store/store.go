@@ -130,7 +130,10 @@ type Audiences interface {
 }
 
 // Feeds are in-app feeds, fanned out on read, with watermarks that only
-// move forward.
+// move forward. Items are numbered per tenant (seq 1, 2, 3 … within the
+// tenant, never reused, an event's items consecutive): nothing a tenant
+// reads depends on another tenant's volume. In a user's view an event is
+// one item however many of the user's feeds it was posted to.
 type Feeds interface {
 	SetFeedMembers(ctx context.Context, tenant, feed string, users []string, history bool) error
 	MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error)
@@ -141,7 +144,9 @@ type Feeds interface {
 
 // Jobs are scheduled runs, identified by job and scheduled time.
 type Jobs interface {
-	BeginJobRun(ctx context.Context, job string, at, now time.Time) (JobRun, error)
+	// BeginJobRun records a run's start, or finds the run begun before,
+	// fixing at the first start the newest item of tenant's feed sequence.
+	BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (JobRun, error)
 	FinishJobRun(ctx context.Context, job string, at time.Time, runErr error, now time.Time) error
 	LastJobRun(ctx context.Context, job string) (time.Time, bool, error)
 }

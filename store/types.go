@@ -234,7 +234,9 @@ const TenantFeed = "*"
 // PersonalFeed is a user's own feed.
 func PersonalFeed(user string) string { return "@" + user }
 
-// FeedItem is one item of a user's feed view.
+// FeedItem is one item of a user's feed view: an event, at the newest of
+// its items (one per feed it was posted to) that the user sees; Seq and
+// Feed are that item's, Read is set when all of them are read.
 type FeedItem struct {
 	Seq       int64     `json:"seq"`
 	Feed      string    `json:"feed"`
@@ -250,9 +252,10 @@ type FeedItem struct {
 type JobRun struct {
 	Job         string
 	ScheduledAt time.Time
-	// UpperSeq is the newest feed item when the run first started; a
-	// repeat of the run covers the same items. PrevUpperSeq is the
-	// previous run's, so consecutive digests cover adjacent ranges.
+	// UpperSeq is the newest item of the job's tenant's feed sequence
+	// when the run first started; a repeat of the run covers the same
+	// items. PrevUpperSeq is the previous run's (for the same tenant), so
+	// consecutive digests cover adjacent ranges.
 	UpperSeq, PrevUpperSeq int64
 	Status                 string // running, done, failed
 	Repeat                 bool   // the run had been started before

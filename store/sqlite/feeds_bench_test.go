@@ -21,7 +21,7 @@ import (
 // "*", two teams and their own feed. The database is built once, by
 // BenchmarkFeed itself, and removed when its sub-benchmarks are done.
 //
-//	go test ./store -run '^$' -bench Feed -benchtime 2000x
+//	go test ./store/sqlite -run '^$' -bench Feed -benchtime 2000x
 func BenchmarkFeed(b *testing.B) {
 	rows := 1_000_000
 	if testing.Short() {
@@ -88,7 +88,8 @@ func BenchmarkFeed(b *testing.B) {
 		rng := rand.New(rand.NewPCG(3, 3))
 		latencies(b, func() {
 			t, u := fb.randomUser(rng)
-			upTo := fb.maxSeq/2 + rng.Int64N(fb.maxSeq/2+1)
+			newest := fb.maxSeq[t]
+			upTo := newest/2 + rng.Int64N(newest/2+1)
 			if _, err := fb.s.MarkAll(ctx, t, u, store.MarkRead, upTo); err != nil {
 				b.Fatal(err)
 			}
@@ -120,7 +121,7 @@ const (
 
 type feedBench struct {
 	s       *Store
-	maxSeq  int64
+	maxSeq  map[string]int64 // each tenant's newest seq
 	members int
 }
 
@@ -134,27 +135,30 @@ func benchTeam(i int) string   { return "team:" + strconv.Itoa(i) }
 
 // buildFeedBench writes the benchmark database with multi-row INSERTs
 // through the store's writer, many rows a transaction: items interleave
-// across tenants in seq order as they would in production, one event per
-// item, each item with its feed's next position.
+// across tenants as they would in production, one event per item, each
+// item with its tenant's next seq and its feed's next position.
 func buildFeedBench(path string, rows int) (*feedBench, error) {
 	ctx := context.Background()
 	s, err := Open(ctx, path, Options{})
 	if err != nil {
 		return nil, err
 	}
-	fb := &feedBench{s: s, maxSeq: int64(rows)}
+	fb := &feedBench{s: s, maxSeq: map[string]int64{}}
 	rng := rand.New(rand.NewPCG(42, 42))
 	created := ms(t0)
 
 	// Items: a fifth to "*", two fifths to a team, two fifths to a user.
 	type item struct {
 		tenant, feed string
+		seq          int64
 		pos          int
 	}
 	pos := map[string]int{}
 	tenantItems := make([][]int64, benchTenants) // "*" items, for item marks
-	next := func(seq int64) item {
+	next := func() item {
 		t := rng.IntN(benchTenants)
+		fb.maxSeq[benchTenant(t)]++
+		seq := fb.maxSeq[benchTenant(t)]
 		var f string
 		switch r := rng.IntN(5); {
 		case r == 0:
@@ -167,14 +171,14 @@ func buildFeedBench(path string, rows int) (*feedBench, error) {
 		}
 		k := benchTenant(t) + "\x00" + f
 		pos[k]++
-		return item{tenant: benchTenant(t), feed: f, pos: pos[k]}
+		return item{tenant: benchTenant(t), feed: f, seq: seq, pos: pos[k]}
 	}
 	const perStmt, perTx = 500, 25_000
 	for lo := int64(1); lo <= int64(rows); lo += perTx {
 		hi := min(lo+perTx-1, int64(rows))
 		items := make([]item, 0, hi-lo+1)
-		for seq := lo; seq <= hi; seq++ {
-			items = append(items, next(seq))
+		for range hi - lo + 1 {
+			items = append(items, next())
 		}
 		err := s.w.do(ctx, func(tx *Tx) error {
 			for i := 0; i < len(items); i += perStmt {
@@ -183,9 +187,9 @@ func buildFeedBench(path string, rows int) (*feedBench, error) {
 				evArgs := make([]any, 0, len(chunk)*7)
 				itArgs := make([]any, 0, len(chunk)*6)
 				for j, it := range chunk {
-					seq := first + int64(j)
-					evArgs = append(evArgs, seq, it.tenant, "b"+strconv.FormatInt(seq, 10), `{"subject":"item `+strconv.FormatInt(seq, 10)+`"}`, created)
-					itArgs = append(itArgs, seq, it.tenant, it.feed, it.pos, seq, created)
+					row := first + int64(j)
+					evArgs = append(evArgs, row, it.tenant, "b"+strconv.FormatInt(row, 10), `{"subject":"item `+strconv.FormatInt(it.seq, 10)+`"}`, created)
+					itArgs = append(itArgs, it.seq, it.tenant, it.feed, it.pos, row, created)
 				}
 				if _, err := tx.exec(`INSERT INTO events (id, tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at) VALUES `+
 					rowsOf(len(chunk), `(?, ?, ?, 'feed', 'note', '{}', ?, 'fp', 0, ?)`), evArgs...); err != nil {
@@ -225,7 +229,7 @@ func buildFeedBench(path string, rows int) (*feedBench, error) {
 			members = append(members, member{benchTenant(t), benchTeam(a), benchUser(u)}, member{benchTenant(t), benchTeam(b), benchUser(u)})
 			var m int64
 			if rng.IntN(2) == 0 {
-				m = rng.Int64N(int64(rows))
+				m = rng.Int64N(fb.maxSeq[benchTenant(t)] + 1)
 				marks = append(marks, mark{benchTenant(t), benchUser(u), m})
 			}
 			if rng.IntN(10) == 0 {
@@ -243,6 +247,16 @@ func buildFeedBench(path string, rows int) (*feedBench, error) {
 	}
 	fb.members = len(members)
 	err = s.w.do(ctx, func(tx *Tx) error {
+		var counters []any
+		for t, seq := range fb.maxSeq {
+			counters = append(counters, t, seq)
+		}
+		for i := 0; i < len(counters); i += 2 * perStmt {
+			chunk := counters[i:min(i+2*perStmt, len(counters))]
+			if _, err := tx.exec(`INSERT INTO feed_counters (tenant, seq) VALUES `+rowsOf(len(chunk)/2, `(?, ?)`), chunk...); err != nil {
+				return fmt.Errorf("insert counters: %w", err)
+			}
+		}
 		for i := 0; i < len(members); i += perStmt {
 			chunk := members[i:min(i+perStmt, len(members))]
 			args := make([]any, 0, len(chunk)*3)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -282,18 +284,22 @@ func TestFeedFanOutOnRead(t *testing.T) {
 		t.Errorf("%d feed items for three single-feed events, want 3", n)
 	}
 
-	// An event posted to two feeds is an item in each: a member of both
-	// sees it twice (as the schema intends: items are per feed).
+	// An event posted to two feeds is an item in each (consecutive seqs),
+	// and one item for a user who reads both: at its newer item, counted
+	// once.
 	both, err := feedPost(context.Background(), s, "acme", "e4", store.TenantFeed, "team:ops")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(both) != 2 {
-		t.Fatalf("e4 items %v, want one in each feed", both)
+	if len(both) != 2 || both["team:ops"] != both[store.TenantFeed]+1 {
+		t.Fatalf("e4 items %v, want one in each feed, numbered in a row", both)
 	}
-	wantView(t, s, "acme", "ada", both["team:ops"], both[store.TenantFeed], ops, ada, all)
+	if n := count(t, s, `SELECT count(*) FROM feed_items`); n != 5 {
+		t.Errorf("%d feed items, want 5 (e4 once per feed)", n)
+	}
+	wantView(t, s, "acme", "ada", both["team:ops"], ops, ada, all)
 	wantView(t, s, "acme", "cy", both[store.TenantFeed], all)
-	wantUnread(t, s, "acme", "ada", 5)
+	wantUnread(t, s, "acme", "ada", 4)
 	wantUnread(t, s, "acme", "cy", 2)
 }
 
@@ -622,7 +628,10 @@ func TestFeedMarkItem(t *testing.T) {
 	}
 
 	// What ada cannot see does not exist for her.
-	other := post1(t, s, "beta", "o1", store.TenantFeed)
+	var other int64 // a number beta has and acme does not
+	for i := range 10 {
+		other = post1(t, s, "beta", fmt.Sprintf("o%d", i), store.TenantFeed)
+	}
 	bens := post1(t, s, "acme", "b1", store.PersonalFeed("ben"))
 	team := post1(t, s, "acme", "t1", "team:dev")
 	for _, kind := range []string{store.MarkRead, store.MarkDismissed} {
@@ -636,7 +645,7 @@ func TestFeedMarkItem(t *testing.T) {
 			}
 		}
 	}
-	wantUnread(t, s, "beta", "ada", 1)
+	wantUnread(t, s, "beta", "ada", 10)
 	wantUnread(t, s, "acme", "ben", 6) // i1…i5 and b1: ben is not in team:dev
 }
 
@@ -735,7 +744,7 @@ func missing(want, got []int64) []int64 {
 	return out
 }
 
-// Tenants share user ids and feed names and nothing else.
+// Tenants share user ids, feed names and item numbers, and nothing else.
 func TestFeedTenantIsolation(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
@@ -751,6 +760,10 @@ func TestFeedTenantIsolation(t *testing.T) {
 	acme = append(acme, post1(t, s, "acme", "e9", store.TenantFeed))
 	slices.Reverse(acme)
 	slices.Reverse(beta)
+	// Each tenant numbers its own items: interleaved posts leave no gaps.
+	if !slices.Equal(acme, []int64{4, 3, 2, 1}) || !slices.Equal(beta, []int64{3, 2, 1}) {
+		t.Fatalf("seqs: acme %v, beta %v; want 4…1 and 3…1", acme, beta)
+	}
 	wantView(t, s, "acme", "ada", acme...)
 	wantView(t, s, "beta", "ada", beta...)
 	wantUnread(t, s, "acme", "ada", 4)
@@ -759,20 +772,35 @@ func TestFeedTenantIsolation(t *testing.T) {
 		t.Errorf("a tenant with no items shows %v", feedSeqs(items))
 	}
 
-	// Marks are per tenant.
-	markAll(t, s, "acme", "ada", store.MarkRead, -1)
+	// A number names an item of the caller's tenant only: 4 is acme's
+	// alone, and beta's ada reading 1…3 reads beta's items, not acme's.
+	if err := s.MarkItem(ctx, "beta", "ada", store.MarkRead, 4); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("beta's ada marks item 4, which only acme has: %v, want ErrNotFound", err)
+	}
+	for _, seq := range beta {
+		markItem(t, s, "beta", "ada", store.MarkRead, seq)
+	}
+	wantUnread(t, s, "beta", "ada", 0)
+	wantUnread(t, s, "acme", "ada", 4)
+	if items, _ := feedView(t, s, "acme", "ada"); len(unreadSeqs(items)) != 4 {
+		t.Errorf("acme's ada after beta's ada read 1…3: unread %v, want all 4", unreadSeqs(items))
+	}
+
+	// Watermarks are per tenant, and bounded by the tenant's own newest.
+	if m := markAll(t, s, "beta", "ada", store.MarkRead, 4); m != 3 {
+		t.Errorf("beta's read-all up to 4: watermark %d, want beta's newest 3", m)
+	}
+	wantUnread(t, s, "acme", "ada", 4)
+	if m := markAll(t, s, "acme", "ada", store.MarkRead, -1); m != 4 {
+		t.Errorf("acme's read-all: watermark %d, want acme's newest 4", m)
+	}
 	wantUnread(t, s, "acme", "ada", 0)
-	wantUnread(t, s, "beta", "ada", 3)
 	markAll(t, s, "beta", "ada", store.MarkDismissed, beta[1])
 	wantView(t, s, "beta", "ada", beta[0])
 	wantView(t, s, "acme", "ada", acme...)
 	markItem(t, s, "beta", "ada", store.MarkDismissed, beta[0])
+	wantView(t, s, "beta", "ada")
 	wantView(t, s, "acme", "ada", acme...)
-	for _, seq := range acme {
-		if err := s.MarkItem(ctx, "beta", "ada", store.MarkRead, seq); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("beta's ada marks acme's item %d: %v, want ErrNotFound", seq, err)
-		}
-	}
 	// Membership is per tenant.
 	setMembers(t, s, "beta", "team:ops", false)
 	post1(t, s, "acme", "e10", "team:ops")
@@ -782,16 +810,22 @@ func TestFeedTenantIsolation(t *testing.T) {
 }
 
 // feedModel is the feeds as the product describes them, kept in memory: a
-// randomized run checks UnreadCount and FeedPage against it.
+// randomized run checks UnreadCount, FeedPage and paging against it.
 type feedModel struct {
-	maxSeq  int64
-	items   map[int64]feedModelItem
-	joined  map[[3]string]int64 // tenant, feed, user
-	marks   map[[3]string]int64 // tenant, user, kind
-	itemMks map[[3]string]map[int64]bool
+	maxSeq  map[string]int64               // per tenant
+	items   map[feedModelKey]feedModelItem // tenant, seq
+	joined  map[[3]string]int64            // tenant, feed, user
+	marks   map[[3]string]int64            // tenant, user, kind
+	itemMks map[[3]string]map[int64]bool   // tenant, user, kind
+	events  map[[2]string][]int64          // tenant, event: its items' seqs
 }
 
-type feedModelItem struct{ tenant, feed string }
+type feedModelKey struct {
+	tenant string
+	seq    int64
+}
+
+type feedModelItem struct{ feed, event string }
 
 func (m *feedModel) from(tenant, user, feed string) (int64, bool) {
 	if feed == store.TenantFeed || feed == store.PersonalFeed(user) {
@@ -801,26 +835,42 @@ func (m *feedModel) from(tenant, user, feed string) (int64, bool) {
 	return j, ok
 }
 
-// view is what FeedPage should return, newest first, and the unread count.
+// reads says whether the user reads the item (its feed, since they joined).
+func (m *feedModel) reads(tenant, user string, seq int64) bool {
+	it, ok := m.items[feedModelKey{tenant, seq}]
+	if !ok {
+		return false
+	}
+	j, ok := m.from(tenant, user, it.feed)
+	return ok && seq > j
+}
+
+// view is what FeedPage should return, newest first, and the unread count:
+// each event once, at its newest item the user sees (not dismissed), read
+// when every such item is.
 func (m *feedModel) view(tenant, user string) ([]store.FeedItem, int64) {
 	read := m.marks[[3]string{tenant, user, store.MarkRead}]
 	dismissed := m.marks[[3]string{tenant, user, store.MarkDismissed}]
 	readItems := m.itemMks[[3]string{tenant, user, store.MarkRead}]
 	dismissedItems := m.itemMks[[3]string{tenant, user, store.MarkDismissed}]
 	var out []store.FeedItem
-	var n int64
-	for seq := m.maxSeq; seq > 0; seq-- {
-		it, ok := m.items[seq]
-		if !ok || it.tenant != tenant {
-			continue
-		}
-		j, ok := m.from(tenant, user, it.feed)
-		if !ok || seq <= j || seq <= dismissed || dismissedItems[seq] {
+	at := map[string]int{} // event → index in out
+	for seq := m.maxSeq[tenant]; seq > 0; seq-- {
+		it, ok := m.items[feedModelKey{tenant, seq}]
+		if !ok || !m.reads(tenant, user, seq) || seq <= dismissed || dismissedItems[seq] {
 			continue
 		}
 		r := seq <= read || readItems[seq]
-		out = append(out, store.FeedItem{Seq: seq, Feed: it.feed, Read: r})
-		if !r {
+		if i, ok := at[it.event]; ok {
+			out[i].Read = out[i].Read && r
+			continue
+		}
+		at[it.event] = len(out)
+		out = append(out, store.FeedItem{Seq: seq, Feed: it.feed, EventID: it.event, Read: r})
+	}
+	var n int64
+	for _, it := range out {
+		if !it.Read {
 			n++
 		}
 	}
@@ -837,8 +887,8 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 	tenants := []string{"acme", "beta"}
 	users := []string{"ada", "ben", "cy", "dee"}
 	topics := []string{"team:a", "team:b", "team:c"}
-	m := &feedModel{items: map[int64]feedModelItem{}, joined: map[[3]string]int64{},
-		marks: map[[3]string]int64{}, itemMks: map[[3]string]map[int64]bool{}}
+	m := &feedModel{maxSeq: map[string]int64{}, items: map[feedModelKey]feedModelItem{}, joined: map[[3]string]int64{},
+		marks: map[[3]string]int64{}, itemMks: map[[3]string]map[int64]bool{}, events: map[[2]string][]int64{}}
 	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
 	anyFeed := func() string {
 		switch rng.IntN(4) {
@@ -850,47 +900,71 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 			return pick(topics)
 		}
 	}
-	check := func(step int, tenant, user string) {
+	same := func(got, want []store.FeedItem) bool {
+		return slices.EqualFunc(got, want, func(a, b store.FeedItem) bool {
+			return a.Seq == b.Seq && a.Feed == b.Feed && a.EventID == b.EventID && a.Read == b.Read
+		})
+	}
+	check := func(step int, tenant, user string, byCursor bool) {
 		t.Helper()
 		want, wantN := m.view(tenant, user)
 		got, _, err := s.FeedPage(ctx, tenant, user, 0, 10000)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range got {
-			got[i] = store.FeedItem{Seq: got[i].Seq, Feed: got[i].Feed, Read: got[i].Read}
-		}
-		same := slices.EqualFunc(got, want, func(a, b store.FeedItem) bool { return a.Seq == b.Seq && a.Feed == b.Feed && a.Read == b.Read })
-		if !same {
+		if !same(got, want) {
 			t.Fatalf("step %d (seed %d): %s/%s page\n got %v\nwant %v", step, seed, tenant, user, got, want)
 		}
 		if n := unread(t, s, tenant, user); n != wantN {
 			t.Fatalf("step %d (seed %d): %s/%s unread count %d, want %d", step, seed, tenant, user, n, wantN)
+		}
+		if !byCursor {
+			return
+		}
+		// Paged by the cursor, small pages: the same items, each once.
+		limit := 1 + rng.IntN(3)
+		var paged []store.FeedItem
+		for before := int64(0); ; {
+			page, _, err := s.FeedPage(ctx, tenant, user, before, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paged = append(paged, page...)
+			if len(page) < limit || len(paged) > len(want) {
+				break
+			}
+			before = page[len(page)-1].Seq
+		}
+		if !same(paged, want) {
+			t.Fatalf("step %d (seed %d): %s/%s paged by %d\n got %v\nwant %v", step, seed, tenant, user, limit, paged, want)
 		}
 	}
 	const steps = 120
 	for step := range steps {
 		tenant, user := pick(tenants), pick(users)
 		switch r := rng.IntN(100); {
-		case r < 50: // post to one or two feeds
-			feeds := []string{anyFeed()}
-			if f := anyFeed(); rng.IntN(3) == 0 && f != feeds[0] {
-				feeds = append(feeds, f)
+		case r < 50: // post to one, two or three feeds
+			var feeds []string
+			for k := 1 + rng.IntN(3); len(feeds) < k; {
+				if f := anyFeed(); !slices.Contains(feeds, f) {
+					feeds = append(feeds, f)
+				}
 			}
-			got, err := feedPost(ctx, s, tenant, fmt.Sprintf("e%d", step), feeds...)
+			id := fmt.Sprintf("e%d", step)
+			got, err := feedPost(ctx, s, tenant, id, feeds...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, f := range feeds {
-				seq, ok := got[f]
-				if !ok || seq <= m.maxSeq {
-					t.Fatalf("step %d: item of %q seq %d (ok %v), newest before %d", step, f, seq, ok, m.maxSeq)
+			// The tenant's next numbers, one per feed, in the order given.
+			for i, f := range feeds {
+				seq, want := got[f], m.maxSeq[tenant]+int64(i)+1
+				if seq != want {
+					t.Fatalf("step %d: %s's item of %q seq %d, want %d (its newest was %d)", step, tenant, f, seq, want, m.maxSeq[tenant])
 				}
-				m.items[seq] = feedModelItem{tenant: tenant, feed: f}
+				m.items[feedModelKey{tenant, seq}] = feedModelItem{feed: f, event: id}
+				m.events[[2]string{tenant, id}] = append(m.events[[2]string{tenant, id}], seq)
 			}
-			for _, seq := range got {
-				m.maxSeq = max(m.maxSeq, seq)
-			}
+			m.maxSeq[tenant] += int64(len(feeds))
 		case r < 60: // set a topic's members
 			topic := pick(topics)
 			var ms []string
@@ -910,31 +984,29 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 				case !was && history:
 					m.joined[k] = 0
 				case !was:
-					m.joined[k] = m.maxSeq
+					m.joined[k] = m.maxSeq[tenant]
 				}
 			}
 		case r < 75: // mark all
 			kind := pick([]string{store.MarkRead, store.MarkRead, store.MarkDismissed})
-			up := rng.Int64N(m.maxSeq + 1)
+			up := rng.Int64N(m.maxSeq[tenant] + 3)
 			if rng.IntN(5) == 0 {
 				up = -1
 			}
 			got := markAll(t, s, tenant, user, kind, up)
-			if up < 0 {
-				up = m.maxSeq
+			if up < 0 || up > m.maxSeq[tenant] {
+				up = m.maxSeq[tenant]
 			}
 			k := [3]string{tenant, user, kind}
 			m.marks[k] = max(m.marks[k], up)
 			if got != m.marks[k] {
 				t.Fatalf("step %d: MarkAll(%s, %d) = %d, want %d", step, kind, up, got, m.marks[k])
 			}
-		default: // mark one item, maybe one the user cannot see
+		default: // mark one item (and so its event's other items), maybe one the user cannot see
 			kind := pick([]string{store.MarkRead, store.MarkDismissed})
-			seq := rng.Int64N(m.maxSeq+2) + 1
+			seq := rng.Int64N(m.maxSeq[tenant]+2) + 1
 			err := s.MarkItem(ctx, tenant, user, kind, seq)
-			it, exists := m.items[seq]
-			j, reads := m.from(tenant, user, it.feed)
-			if !exists || it.tenant != tenant || !reads || seq <= j {
+			if !m.reads(tenant, user, seq) {
 				if !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("step %d: MarkItem(%s/%s, %s, %d) on an item they cannot see: %v, want ErrNotFound", step, tenant, user, kind, seq, err)
 				}
@@ -944,18 +1016,20 @@ func TestFeedUnreadCountMatchesModel(t *testing.T) {
 				t.Fatalf("step %d: MarkItem(%s/%s, %s, %d): %v", step, tenant, user, kind, seq, err)
 			}
 			k := [3]string{tenant, user, kind}
-			if seq > m.marks[k] {
-				if m.itemMks[k] == nil {
-					m.itemMks[k] = map[int64]bool{}
+			for _, c := range m.events[[2]string{tenant, m.items[feedModelKey{tenant, seq}].event}] {
+				if m.reads(tenant, user, c) && c > m.marks[k] {
+					if m.itemMks[k] == nil {
+						m.itemMks[k] = map[int64]bool{}
+					}
+					m.itemMks[k][c] = true
 				}
-				m.itemMks[k][seq] = true
 			}
 		}
-		check(step, tenant, user)
-		if step%50 == 49 || step == steps-1 {
+		check(step, tenant, user, step%10 == 9)
+		if step%40 == 39 || step == steps-1 {
 			for _, tn := range tenants {
 				for _, u := range users {
-					check(step, tn, u)
+					check(step, tn, u, true)
 				}
 			}
 		}
@@ -1006,8 +1080,9 @@ func TestFeedUnreadCountAfterPrune(t *testing.T) {
 }
 
 // The feed queries stay index lookups: a schema or query change that turns
-// one into a scan of feed_items, or a sort of a whole feed, fails here. The
-// SQL is copied from feeds.go.
+// one into a scan of feed_items, or a sort of a whole feed, or a walk of a
+// tenant's whole sequence for one feed's item, fails here. The SQL is the
+// store's own (the constants in feeds.go and jobs.go).
 func TestFeedQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
@@ -1016,55 +1091,391 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 		if _, err := feedPost(context.Background(), s, "acme", fmt.Sprintf("e%d", i), store.TenantFeed, "team:ops"); err != nil {
 			t.Fatal(err)
 		}
+		post1(t, s, "beta", fmt.Sprintf("b%d", i), store.TenantFeed)
 	}
 	markItem(t, s, "acme", "ada", store.MarkRead, 5)
 	cases := []struct {
-		name    string
-		query   string
-		args    []any
-		noOrder bool // must read the index in order: no temp b-tree for ORDER BY
+		name, query string
+		args        []any
+		want        string // the index (or primary key) it must search
+		noOrder     bool   // must read the index in order: no temp b-tree for ORDER BY
 	}{
-		{"page", `SELECT seq FROM feed_items
-			WHERE tenant = ? AND feed = ? AND seq > ? AND seq < ?
-			ORDER BY seq DESC LIMIT ?`, []any{"acme", "team:ops", 0, 1 << 62, 50}, true},
-		{"page items", `SELECT i.seq, i.created_at, e.event_id, e.type, e.message
-		FROM feed_items i JOIN events e ON e.id = i.event
-		WHERE i.seq IN (?, ?, ?) ORDER BY i.seq DESC`, []any{3, 2, 1}, true},
-		{"oldest item", `SELECT seq, pos FROM feed_items WHERE tenant = ? AND feed = ? ORDER BY seq LIMIT 1`, []any{"acme", "team:ops"}, true},
-		{"max pos", `SELECT max(pos) FROM feed_items WHERE tenant = ? AND feed = ?`, []any{"acme", "team:ops"}, false},
-		{"pos at seq", `SELECT pos FROM feed_items WHERE tenant = ? AND feed = ? AND seq <= ?
-			ORDER BY seq DESC LIMIT 1`, []any{"acme", "team:ops", 10}, true},
-		{"item marks count", `SELECT count(DISTINCT seq) FROM feed_item_marks
-			WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq > ? AND feed = ?`,
-			[]any{"acme", "ada", 0, "team:ops"}, false},
-		{"item marks of a page", `SELECT kind, seq FROM feed_item_marks
-		WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq < ?`, []any{"acme", "ada", 1 << 62}, false},
-		{"memberships", `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`, []any{"acme", "ada"}, false},
-		{"watermarks", `SELECT kind, mark FROM feed_marks WHERE tenant = ? AND user = ?`, []any{"acme", "ada"}, false},
-		{"item by seq", `SELECT feed FROM feed_items WHERE seq = ? AND tenant = ?`, []any{5, "acme"}, false},
-		{"next pos", `SELECT coalesce((SELECT max(pos) FROM feed_items WHERE tenant = ?1 AND feed = ?2), 0) + 1`,
-			[]any{"acme", "team:ops"}, false},
+		{"newest seq", newestSeqSQL, []any{"acme"}, "PRIMARY KEY (tenant=?)", false},
+		{"page", pageSQL, []any{"acme", "team:ops", 0, 1 << 62, 50}, "COVERING INDEX feed_items_page (tenant=? AND feed=? AND seq>? AND seq<?)", true},
+		{"page items", pageItemsSQL(3), []any{"acme", 3, 2, 1}, "COVERING INDEX feed_items_event (event=?)", false},
+		{"oldest item", oldestItemSQL, []any{"acme", "team:ops"}, "INDEX feed_items_page (tenant=? AND feed=?)", true},
+		{"last pos", lastPosSQL, []any{"acme", "team:ops"}, "COVERING INDEX feed_items_pos (tenant=? AND feed=?)", false},
+		{"pos at seq", posAtSQL, []any{"acme", "team:ops", 10}, "INDEX feed_items_page (tenant=? AND feed=? AND seq<?)", true},
+		{"shared items", sharedItemsSQL, []any{"acme", "team:ops", 3}, "COVERING INDEX feed_items_shared (tenant=? AND feed=? AND seq>?)", false},
+		{"item marks count", itemMarksCountSQL, []any{"acme", "ada", 0, "team:ops"}, "PRIMARY KEY (tenant=? AND user=? AND kind=? AND seq>?)", false},
+		{"item marks", itemMarksSQL, []any{"acme", "ada", 0}, "PRIMARY KEY (tenant=? AND user=? AND kind=? AND seq>?)", false},
+		{"memberships", membershipsSQL, []any{"acme", "ada"}, "PRIMARY KEY (tenant=? AND user=?)", false},
+		{"watermarks", watermarksSQL, []any{"acme", "ada"}, "PRIMARY KEY (tenant=? AND user=?)", false},
+		{"item by seq", itemSQL, []any{"acme", 5}, "PRIMARY KEY (tenant=? AND seq=?)", false},
+		{"an event's items", eventItemsSQL, []any{5}, "COVERING INDEX feed_items_event (event=?)", false},
+		{"prune cuts", pruneFeedCutsSQL, []any{ms(t0)}, "PRIMARY KEY (tenant=?)", false},
+		{"prune items", pruneFeedItemsSQL, []any{"acme", 10, 500}, "PRIMARY KEY (tenant=? AND seq<?)", true},
+		{"prune item marks", pruneItemMarksSQL, []any{500}, "PRIMARY KEY (tenant=? AND seq=?)", false},
 	}
 	for _, c := range cases {
 		plan := queryPlan(t, s, c.query, c.args...)
 		text := strings.Join(plan, "\n")
-		indexed := false
 		for _, line := range plan {
-			if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "USING") && line != "SCAN CONSTANT ROW" {
+			// The prune's sweep of item marks reads them all, by design
+			// (it runs once a prune, in batches).
+			if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "USING") && line != "SCAN CONSTANT ROW" &&
+				line != "SCAN m" && line != "SCAN c" {
 				t.Errorf("%s scans a table:\n%s", c.name, text)
 			}
-			for _, use := range []string{"USING INDEX", "USING COVERING INDEX", "USING PRIMARY KEY", "USING INTEGER PRIMARY KEY"} {
-				if strings.Contains(line, use) {
-					indexed = true
-				}
-			}
 		}
-		if !indexed {
-			t.Errorf("%s uses no index:\n%s", c.name, text)
+		if !strings.Contains(text, "USING "+c.want) {
+			t.Errorf("%s does not search %s:\n%s", c.name, c.want, text)
 		}
 		if c.noOrder && strings.Contains(text, "TEMP B-TREE FOR ORDER BY") {
 			t.Errorf("%s sorts instead of reading the index in seq order:\n%s", c.name, text)
 		}
 		t.Logf("%s:\n%s", c.name, text)
+	}
+}
+
+// Each tenant numbers its own items, so another tenant's volume shows
+// nowhere in what a tenant reads: its seqs, read-all's answer, when a
+// member joined. A number is never given twice, even after prune deleted
+// the tenant's newest items: a watermark never covers an item posted after
+// it.
+func TestFeedSeqPerTenant(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	bursts := 0
+	burst := func(n int) { // beta's volume, between acme's posts
+		for range n {
+			bursts++
+			post1(t, s, "beta", fmt.Sprintf("b%d", bursts), store.TenantFeed)
+		}
+	}
+	var acme []int64
+	for i := range 5 {
+		burst(7)
+		acme = append(acme, post1(t, s, "acme", fmt.Sprintf("a%d", i), store.TenantFeed))
+	}
+	if !slices.Equal(acme, []int64{1, 2, 3, 4, 5}) {
+		t.Fatalf("acme's seqs %v between beta's bursts, want 1…5", acme)
+	}
+	burst(50)
+	if m := markAll(t, s, "acme", "ada", store.MarkRead, -1); m != 5 {
+		t.Errorf("acme's read-all without up_to: %d, want acme's newest 5 (beta has %d)", m, bursts)
+	}
+	if m := markAll(t, s, "acme", "ben", store.MarkRead, 40); m != 5 {
+		t.Errorf("acme's read-all up to 40: %d, want acme's newest 5", m)
+	}
+	if m := markAll(t, s, "beta", "ada", store.MarkRead, -1); m != int64(bursts) {
+		t.Errorf("beta's read-all: %d, want beta's newest %d", m, bursts)
+	}
+	// A member joins at the tenant's newest item, not the global one.
+	setMembers(t, s, "acme", "team:ops", false, "ada")
+	if j := count(t, s, `SELECT joined_seq FROM feed_members WHERE tenant = 'acme' AND feed = 'team:ops' AND user = 'ada'`); j != 5 {
+		t.Errorf("ada joined acme's team:ops at %d, want acme's newest 5", j)
+	}
+	burst(3)
+	ops := post1(t, s, "acme", "o1", "team:ops")
+	if ops != 6 {
+		t.Errorf("acme's next item %d, want 6", ops)
+	}
+	wantView(t, s, "acme", "ada", 6, 5, 4, 3, 2, 1)
+	wantUnread(t, s, "acme", "ada", 1)
+
+	// Prune everything acme has (beta keeps a newer item), then post: the
+	// numbers go on from the counter, above every watermark and cursor.
+	later := t0.Add(48 * time.Hour)
+	if _, err := feedPostAt(ctx, s, later, "beta", "b-later", store.TenantFeed); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Prune(ctx, t0.Add(time.Hour), later, 7) // small writes: several per tenant
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(6 + bursts); res.FeedItems != want {
+		t.Fatalf("pruned %d feed items, want %d", res.FeedItems, want)
+	}
+	wantView(t, s, "acme", "ada")
+	if m := markAll(t, s, "acme", "cy", store.MarkRead, -1); m != 6 {
+		t.Errorf("read-all after prune: %d, want the last number given, 6", m)
+	}
+	next := post1(t, s, "acme", "after", store.TenantFeed)
+	if next != 7 {
+		t.Fatalf("first item after prune %d, want 7 (numbers are never reused)", next)
+	}
+	for _, u := range []string{"ada", "ben", "cy"} {
+		if items, _ := feedView(t, s, "acme", u); !slices.Equal(unreadSeqs(items), []int64{7}) {
+			t.Errorf("%s after prune and post: unread %v, want [7]", u, unreadSeqs(items))
+		}
+		wantUnread(t, s, "acme", u, 1)
+	}
+	if n := post1(t, s, "beta", "b-next", store.TenantFeed); n != int64(bursts)+2 {
+		t.Errorf("beta's next %d, want %d", n, bursts+2)
+	}
+}
+
+// Issue 12: an event posted to several feeds that one user reads (the
+// README's ["*", "team:ops", "@ada"]) is one item in that user's view and
+// counts once; reading or dismissing it by any of its numbers, or a
+// watermark at the number shown, does it for every copy.
+func TestFeedEventInSeveralFeeds(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	setMembers(t, s, "acme", "team:ops", false, "ada", "ben")
+	first := post1(t, s, "acme", "e0", store.TenantFeed)
+	deploy, err := feedPost(ctx, s, "acme", "deploy", store.TenantFeed, "team:ops", "@ada")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, ops, own := deploy[store.TenantFeed], deploy["team:ops"], deploy["@ada"]
+	if ops != all+1 || own != all+2 {
+		t.Fatalf("deploy's items %v, want consecutive numbers in the order given", deploy)
+	}
+	last := post1(t, s, "acme", "e2", "@ben")
+
+	items, _ := feedView(t, s, "acme", "ada")
+	if len(items) != 2 || items[0].Seq != own || items[0].Feed != "@ada" || items[0].EventID != "deploy" || items[1].Seq != first {
+		t.Fatalf("ada's view %+v, want deploy once (at its newest item, %d in @ada), then e0", items, own)
+	}
+	wantUnread(t, s, "acme", "ada", 2)
+	wantView(t, s, "acme", "ben", last, ops, first)
+	wantUnread(t, s, "acme", "ben", 3)
+	wantView(t, s, "acme", "cy", all, first)
+	wantUnread(t, s, "acme", "cy", 2)
+	// Paged one at a time: each event once.
+	var paged []int64
+	for before := int64(0); ; {
+		page, _, err := s.FeedPage(ctx, "acme", "ada", before, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page[0].Seq)
+		before = page[0].Seq
+	}
+	if !slices.Equal(paged, []int64{own, first}) {
+		t.Errorf("ada paged by one: %v, want [%d %d]", paged, own, first)
+	}
+
+	// ada reads it by a number she was not shown (the "*" copy): all of
+	// her copies are read.
+	markItem(t, s, "acme", "ada", store.MarkRead, all)
+	if items, _ := feedView(t, s, "acme", "ada"); !slices.Equal(unreadSeqs(items), []int64{first}) {
+		t.Errorf("ada after reading deploy by %d: unread %v, want [%d]", all, unreadSeqs(items), first)
+	}
+	wantUnread(t, s, "acme", "ada", 1)
+	wantUnread(t, s, "acme", "cy", 2) // her copy is hers
+	// A watermark below some of ben's copies leaves the event unread; at
+	// the number he was shown it covers them all.
+	markAll(t, s, "acme", "ben", store.MarkRead, all)
+	wantUnread(t, s, "acme", "ben", 2)
+	markAll(t, s, "acme", "ben", store.MarkRead, ops)
+	if items, _ := feedView(t, s, "acme", "ben"); !slices.Equal(unreadSeqs(items), []int64{last}) {
+		t.Errorf("ben after read-all up to %d: unread %v, want [%d]", ops, unreadSeqs(items), last)
+	}
+	wantUnread(t, s, "acme", "ben", 1)
+	// Dismissing by the team copy hides the event, "*" copy too, for ben only.
+	markItem(t, s, "acme", "ben", store.MarkDismissed, ops)
+	wantView(t, s, "acme", "ben", last, first)
+	wantView(t, s, "acme", "cy", all, first)
+	wantUnread(t, s, "acme", "ben", 1)
+}
+
+// A digest run fixes the newest item of its own tenant's sequence:
+// another tenant's volume neither widens nor shifts its range.
+func TestJobRunFixesTenantSequence(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	for i := range 3 {
+		post1(t, s, "acme", fmt.Sprintf("a%d", i), store.TenantFeed)
+	}
+	for i := range 10 {
+		post1(t, s, "beta", fmt.Sprintf("b%d", i), store.TenantFeed)
+	}
+	at := t0.Truncate(time.Hour)
+	run, err := s.BeginJobRun(ctx, "digest", "acme", at, t0)
+	if err != nil || run.UpperSeq != 3 || run.PrevUpperSeq != 0 || run.Repeat {
+		t.Fatalf("first run: %+v, %v; want up to acme's newest 3", run, err)
+	}
+	post1(t, s, "acme", "a3", store.TenantFeed)
+	if run, err = s.BeginJobRun(ctx, "digest", "acme", at, t0); err != nil || run.UpperSeq != 3 || !run.Repeat {
+		t.Fatalf("repeat: %+v, %v; want the same range", run, err)
+	}
+	if _, err := s.BeginJobRun(ctx, "digest", "beta", at, t0); err == nil || !strings.Contains(err.Error(), `began for tenant "acme"`) {
+		t.Errorf("the same run for another tenant: %v, want an error naming acme", err)
+	}
+	if err := s.FinishJobRun(ctx, "digest", at, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if run, err = s.BeginJobRun(ctx, "digest", "acme", at.Add(time.Hour), t0); err != nil || run.UpperSeq != 4 || run.PrevUpperSeq != 3 {
+		t.Fatalf("next run: %+v, %v; want (3, 4]", run, err)
+	}
+	// The job now digests beta: its first range in beta's sequence.
+	if run, err = s.BeginJobRun(ctx, "digest", "beta", at.Add(2*time.Hour), t0); err != nil || run.UpperSeq != 10 || run.PrevUpperSeq != 0 {
+		t.Fatalf("a run for beta: %+v, %v; want (0, 10]", run, err)
+	}
+}
+
+// Migration 0007 on a version-6 database built by hand: items of two
+// tenants numbered by the old global sequence, memberships, watermarks,
+// item marks and digest runs. Every view and count is as before, and each
+// tenant's next item numbers above everything it held.
+func TestMigrateFeedsToTenantSeq(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v6.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := 1; v <= 6; v++ {
+		files, err := filepath.Glob(fmt.Sprintf("migrations/%04d_*.sql", v))
+		if err != nil || len(files) != 1 {
+			t.Fatalf("migration %d: %v %v", v, files, err)
+		}
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(string(b)); err != nil {
+			t.Fatalf("%s: %v", files[0], err)
+		}
+	}
+	// Global seqs: acme 1, 3-4 (one event in two feeds), 6; beta 2, 5, 7…10.
+	items := []struct {
+		seq          int64
+		tenant, feed string
+		pos          int
+		event        string
+	}{
+		{1, "acme", "*", 1, "a1"}, {2, "beta", "*", 1, "b1"},
+		{3, "acme", "team:ops", 1, "a2"}, {4, "acme", "@ben", 1, "a2"},
+		{5, "beta", "*", 2, "b2"}, {6, "acme", "@ada", 1, "a3"},
+		{7, "beta", "*", 3, "b3"}, {8, "beta", "*", 4, "b4"}, {9, "beta", "*", 5, "b5"}, {10, "beta", "*", 6, "b6"},
+	}
+	rows := map[string]int64{}
+	for _, it := range items {
+		key := it.tenant + "/" + it.event
+		if rows[key] == 0 {
+			res, err := db.Exec(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+				VALUES (?, ?, 'feed', 'note', '{}', ?, 'fp', 0, 0, ?)`, it.tenant, it.event, `{"subject":"`+it.event+`"}`, ms(t0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows[key], _ = res.LastInsertId()
+		}
+		if _, err := db.Exec(`INSERT INTO feed_items (seq, tenant, feed, pos, event, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			it.seq, it.tenant, it.feed, it.pos, rows[key], ms(t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		// ada joined acme's team:ops when the global newest was 2, dee when
+		// it was 10 (above acme's newest, 6).
+		`INSERT INTO feed_members (tenant, feed, user, joined_seq) VALUES ('acme', 'team:ops', 'ada', 2), ('acme', 'team:ops', 'dee', 10),
+			('beta', 'team:ops', 'ada', 0)`,
+		// ada read up to 3; ben read all when the global newest was 9;
+		// cy dismissed item 1 one by one; beta's ada read 5, then 8.
+		`INSERT INTO feed_marks (tenant, user, kind, mark) VALUES ('acme', 'ada', 'read', 3), ('acme', 'ben', 'read', 9), ('beta', 'ada', 'read', 5)`,
+		`INSERT INTO feed_item_marks (tenant, user, kind, seq, feed) VALUES ('acme', 'cy', 'dismissed', 1, '*'), ('beta', 'ada', 'read', 8, '*')`,
+		// Digest runs fixed global seqs: acme's weekly at 5, its big one at
+		// 10 (past acme's newest), beta's at 8.
+		`INSERT INTO job_runs (job, scheduled_at, upper_seq, started_at, status) VALUES ('weekly', 1000, 5, 1000, 'done'),
+			('big', 1000, 10, 1000, 'done'), ('beta-weekly', 1000, 8, 1000, 'done')`,
+		`PRAGMA user_version = 6`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v := count(t, s, `PRAGMA user_version`); v != SchemaVersion() || v < 7 {
+		t.Fatalf("user_version %d after open, want %d", v, SchemaVersion())
+	}
+	type seen struct {
+		seq  int64
+		feed string
+		read bool
+	}
+	views := []struct {
+		tenant, user string
+		want         []seen
+		unread       int64
+	}{
+		{"acme", "ada", []seen{{6, "@ada", false}, {3, "team:ops", true}, {1, "*", true}}, 1},
+		{"acme", "ben", []seen{{4, "@ben", true}, {1, "*", true}}, 0},
+		{"acme", "cy", nil, 0},
+		{"acme", "dee", []seen{{1, "*", false}}, 1},
+		{"beta", "ada", []seen{{10, "*", false}, {9, "*", false}, {8, "*", true}, {7, "*", false}, {5, "*", true}, {2, "*", true}}, 3},
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, v := range views {
+			items, _ := feedView(t, s, v.tenant, v.user)
+			var got []seen
+			for _, it := range items {
+				got = append(got, seen{it.Seq, it.Feed, it.Read})
+			}
+			if !slices.Equal(got, v.want) {
+				t.Errorf("%s: %s/%s sees %v, want %v", when, v.tenant, v.user, got, v.want)
+			}
+			wantUnread(t, s, v.tenant, v.user, v.unread)
+		}
+	}
+	check("after migration")
+	if n := count(t, s, `SELECT copies FROM feed_items WHERE tenant = 'acme' AND seq = 3`); n != 2 {
+		t.Errorf("copies of a2's item %d, want 2", n)
+	}
+	if err := s.MarkItem(ctx, "acme", "ada", store.MarkRead, 4); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ada marks ben's copy of a2: %v, want ErrNotFound", err)
+	}
+
+	// Each tenant's counter starts at the highest number it held (acme:
+	// ben's watermark 9, above its newest item 6), so new items number
+	// above every old watermark; dee joined team:ops at the global 10,
+	// which becomes acme's 9: she sees acme's next team item, numbered 10.
+	acmeNext := post1(t, s, "acme", "a4", "team:ops")
+	betaNext := post1(t, s, "beta", "b7", store.TenantFeed)
+	if acmeNext != 10 || betaNext != 11 {
+		t.Fatalf("next items: acme %d, beta %d; want 10 and 11", acmeNext, betaNext)
+	}
+	for i, v := range views {
+		switch {
+		case v.tenant == "beta":
+			views[i].want = append([]seen{{betaNext, "*", false}}, v.want...)
+		case v.user == "ada" || v.user == "dee":
+			views[i].want = append([]seen{{acmeNext, "team:ops", false}}, v.want...)
+		default:
+			continue
+		}
+		views[i].unread++
+	}
+	check("after a new item each")
+	post1(t, s, "acme", "a5", store.TenantFeed) // 11
+
+	// A digest's next run starts where its old run ended within the
+	// tenant's items, never past them: acme's weekly covers (5, 11], its
+	// big one (9, 11] (not (10, …], which would skip item 10), beta's (8, 11].
+	for _, c := range []struct {
+		job, tenant string
+		prev, upper int64
+	}{{"weekly", "acme", 5, 11}, {"big", "acme", 9, 11}, {"beta-weekly", "beta", 8, 11}} {
+		run, err := s.BeginJobRun(ctx, c.job, c.tenant, fromMS(2000), t0)
+		if err != nil || run.PrevUpperSeq != c.prev || run.UpperSeq != c.upper {
+			t.Errorf("%s after migration: %+v, %v; want (%d, %d]", c.job, run, err, c.prev, c.upper)
+		}
 	}
 }

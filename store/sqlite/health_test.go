@@ -110,7 +110,7 @@ func TestPingReportsFailedCommitUntilAWriteCommits(t *testing.T) {
 		if _, err := tx.exec("PRAGMA defer_foreign_keys = ON"); err != nil {
 			return err
 		}
-		_, err := tx.exec(`INSERT INTO feed_items (tenant, feed, pos, event, created_at) VALUES ('default', 'f', 1, 999999, 0)`)
+		_, err := tx.exec(`INSERT INTO feed_items (tenant, seq, feed, pos, event, created_at) VALUES ('default', 1, 'f', 1, 999999, 0)`)
 		return err
 	})
 	if err == nil || !strings.HasPrefix(err.Error(), "commit: ") || codeOf(err)&0xff != 19 {
