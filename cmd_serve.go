@@ -50,6 +50,11 @@ its headers before any body is read; a body must arrive within --body-timeout
 (408 after it). At most --max-conns connections are open at once: more wait
 in the kernel's accept queue, holding no descriptor, until one closes.
 
+Overload: while more than --shed-above notifications (default 100000) are
+due and not yet claimed, POST /v1/events and /v1/events:batch answer 503
+overloaded with Retry-After: 5 and store nothing, so a burst slows its
+sender instead of growing the backlog without bound (checked once a second).
+
 Endpoints: POST /v1/events, POST /v1/events:batch, GET /v1/notifications/{id},
 GET /v1/notifications?key=K | ?status=S&recipient=R&cursor=C&limit=N,
 POST /v1/notifications/{id}/retry, PUT /v1/audiences/{name}, GET /healthz,
@@ -70,6 +75,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			&cli.IntFlag{Name: "max-recipients", EnvVars: []string{"EDGERELAY_MAX_RECIPIENTS"}, Usage: "most recipients per event (default 10000, or limits.max_recipients); 413 beyond"},
 			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, EnvVars: []string{"EDGERELAY_BODY_TIMEOUT"}, Usage: "how long a request body may take to arrive (408 and the connection closed beyond)"},
 			&cli.IntFlag{Name: "max-conns", Value: 1024, EnvVars: []string{"EDGERELAY_MAX_CONNS"}, Usage: "most connections open at once; more wait in the kernel's accept queue"},
+			&cli.Int64Flag{Name: "shed-above", Value: defaultShedAbove, EnvVars: []string{"EDGERELAY_SHED_ABOVE"}, Usage: "refuse new events (503 overloaded, Retry-After) while more than this many notifications are due and unclaimed; 0: never"},
 			&cli.StringFlag{Name: "metrics-listen", EnvVars: []string{"EDGERELAY_METRICS_LISTEN"}, Usage: "serve GET /metrics without a token on this `ADDRESS` of its own (a private interface)"},
 			&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
 		),
@@ -105,6 +111,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			if !c.IsSet("max-conns") && s.cfg.API.MaxConns > 0 {
 				maxConns = s.cfg.API.MaxConns
 			}
+			opts.ShedAbove = c.Int64("shed-above")
+			if !c.IsSet("shed-above") && s.cfg.API.ShedAbove != nil {
+				opts.ShedAbove = *s.cfg.API.ShedAbove
+			}
 			metricsListen := c.String("metrics-listen")
 			if !c.IsSet("metrics-listen") {
 				metricsListen = s.cfg.API.MetricsListen
@@ -116,6 +126,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			switch {
 			case opts.BodyTimeout <= 0:
 				return cli.Exit(fmt.Sprintf("--body-timeout %s: want a positive duration, e.g. 10s", opts.BodyTimeout), exitUsage)
+			case opts.ShedAbove < 0:
+				return cli.Exit(fmt.Sprintf("--shed-above %d: want 0 (never shed) or a number of due notifications", opts.ShedAbove), exitUsage)
 			case maxConns <= 0:
 				return cli.Exit(fmt.Sprintf("--max-conns %d: want a positive number, e.g. 1024", maxConns), exitUsage)
 			case opts.MetricsToken != "" && len(opts.MetricsToken) < 16:
@@ -181,6 +193,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			go handler.PruneLoop(c.Context, time.Minute)
+			go handler.ShedLoop(c.Context, time.Second)
 			jobs, err := s.cfg.serveJobs(r)
 			if err != nil {
 				return err

@@ -69,6 +69,9 @@ type Config struct {
 		// MetricsToken opens GET /metrics on the API's address; ${VAR}
 		// reads an environment variable.
 		MetricsToken string `yaml:"metrics_token"`
+		// ShedAbove refuses new events (503 overloaded) while more than
+		// this many notifications are due and unclaimed; 0 turns it off.
+		ShedAbove *int64 `yaml:"shed_above"`
 	} `yaml:"api"`
 
 	path  string

@@ -25,6 +25,7 @@ const (
 	defaultKeyTTL        = 24 * time.Hour
 	defaultBodyTimeout   = 10 * time.Second
 	defaultMaxConns      = 1024
+	defaultShedAbove     = 100000
 	defaultWorkers       = 32
 	defaultLease         = time.Minute
 	defaultMaxRecipients = 10000
@@ -449,6 +450,9 @@ func (c *checker) api() {
 	c.positive(at.with("key_ttl"), a.KeyTTL <= 0, time.Duration(a.KeyTTL), defaultKeyTTL)
 	c.positive(at.with("body_timeout"), a.BodyTimeout <= 0, time.Duration(a.BodyTimeout), defaultBodyTimeout)
 	c.positive(at.with("max_conns"), a.MaxConns <= 0, a.MaxConns, defaultMaxConns)
+	if a.ShedAbove != nil && *a.ShedAbove < 0 {
+		c.add(at.with("shed_above"), "shed_above %d: want 0 (never shed) or a number of due notifications, e.g. %d", *a.ShedAbove, defaultShedAbove)
+	}
 	for _, n := range []struct{ key, addr string }{{"listen", a.Listen}, {"metrics_listen", a.MetricsListen}} {
 		if c.has("api", n.key) {
 			if msg := checkAddress(n.addr); msg != "" {

@@ -33,6 +33,7 @@ type Metrics struct {
 	reqLatency    *prometheus.HistogramVec
 	receiptsIn    *prometheus.CounterVec
 	quarantined   prometheus.Counter
+	shedTotal     prometheus.Counter
 	batch         prometheus.Histogram
 	commit        prometheus.Histogram
 }
@@ -59,12 +60,14 @@ func NewMetrics() *Metrics {
 		Help: "Delivery receipts received from providers, by status (replays included)."}, []string{"provider", "status"})
 	m.quarantined = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_quarantined_total",
 		Help: "Events whose fan-out was quarantined (its stored payload no longer decodes, or it does not advance): see edgerelay quarantine list."})
+	m.shedTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_shed_total",
+		Help: "Events refused with 503 overloaded because the delivery backlog was above api.shed_above."})
 	m.batch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_batch_writes",
 		Help: "Writes committed together by the writer (group commit size).", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
 	m.commit = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_commit_seconds",
 		Help: "Writer transaction time, from BEGIN to durable COMMIT.", Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.notifications, m.attempts, m.finished, m.latency,
-		m.requests, m.reqLatency, m.receiptsIn, m.quarantined, m.batch, m.commit} {
+		m.requests, m.reqLatency, m.receiptsIn, m.quarantined, m.shedTotal, m.batch, m.commit} {
 		f(c)
 	}
 	return m
@@ -73,8 +76,29 @@ func NewMetrics() *Metrics {
 // Watch adds the store's queue depth and lag (read at each scrape) and its
 // writer's commits.
 func (m *Metrics) Watch(r *relay.Relay) {
-	m.reg.MustRegister(queueCollector{r})
+	m.reg.MustRegister(queueCollector{r}, writerCollector{r})
 	r.OnCommit(m.Committed)
+}
+
+// writerCollector reads the writer's counters per class of write at scrape
+// time: its share of work between accepts, claims and records shows
+// whether ingest is crowding out delivery.
+type writerCollector struct{ r *relay.Relay }
+
+var (
+	writesDesc = prometheus.NewDesc("edgerelay_writer_writes_total", "Writes committed, by what they were for (accept, claim, record, other).", []string{"class"}, nil)
+	busyDesc   = prometheus.NewDesc("edgerelay_writer_busy_seconds_total", "Time the writer spent running writes, by class: its share of the work.", []string{"class"}, nil)
+)
+
+func (w writerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- writesDesc; ch <- busyDesc }
+
+func (w writerCollector) Collect(ch chan<- prometheus.Metric) {
+	st := w.r.WriterStats()
+	for _, c := range []store.WriteClass{store.WriteAccept, store.WriteClaim, store.WriteRecord, store.WriteOther} {
+		cs := st.Classes[c]
+		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(cs.Writes), string(c))
+		ch <- prometheus.MustNewConstMetric(busyDesc, prometheus.CounterValue, cs.Busy.Seconds(), string(c))
+	}
 }
 
 // Accepted implements relay.Observer.
@@ -96,6 +120,8 @@ func (m *Metrics) Attempted(channel, provider string, outcome providers.Outcome,
 		m.finished.WithLabelValues(channel, provider, status).Inc()
 	}
 }
+
+func (m *Metrics) shed() { m.shedTotal.Inc() }
 
 // Quarantined implements relay.Observer.
 func (m *Metrics) Quarantined(tenant string) { m.quarantined.Inc() }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -139,6 +140,17 @@ func TestQuarantineMetrics(t *testing.T) {
 	for _, want := range []string{"edgerelay_events_quarantined 1", "edgerelay_events_quarantined_total 1", "edgerelay_invalid_addresses 1"} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// The writer's work, by class: the accepts, the claims and the records
+	// of what was delivered all show.
+	for _, class := range []string{"accept", "claim", "record"} {
+		m := regexp.MustCompile(`edgerelay_writer_writes_total\{class="` + class + `"\} (\d+)`).FindStringSubmatch(text)
+		if m == nil || m[1] == "0" {
+			t.Errorf("/metrics: writes of class %s: %v", class, m)
+		}
+		if !strings.Contains(text, `edgerelay_writer_busy_seconds_total{class="`+class+`"}`) {
+			t.Errorf("/metrics lacks the writer's busy time for %s", class)
 		}
 	}
 }

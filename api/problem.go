@@ -32,6 +32,7 @@ const (
 	probNotReady       = "https://edgerelay.dev/problems/not-ready"
 	probInternal       = "https://edgerelay.dev/problems/internal"
 	probUnavailable    = "https://edgerelay.dev/problems/storage-unavailable"
+	probOverloaded     = "https://edgerelay.dev/problems/overloaded"
 	probMethod         = "https://edgerelay.dev/problems/method-not-allowed"
 	probBadSignature   = "https://edgerelay.dev/problems/bad-signature"
 	probInvalidReceipt = "https://edgerelay.dev/problems/invalid-receipt"

@@ -66,6 +66,11 @@ type Options struct {
 	// only while the API is open (loopback, no tokens), and elsewhere
 	// through MetricsHandler on a listener of their own.
 	MetricsToken string
+	// ShedAbove, when positive, refuses new events (503 overloaded, with
+	// Retry-After) while more than this many notifications are due and
+	// unclaimed, as ShedLoop last read it: a burst slows its sender
+	// instead of growing the backlog without bound. 0 turns it off.
+	ShedAbove int64
 }
 
 // Server is the HTTP API over one Relay.
@@ -76,6 +81,7 @@ type Server struct {
 	mux  *http.ServeMux
 
 	inFlight keyLocks // idempotency keys of requests running now
+	shed     shedState
 
 	// Open mode, while it lasts: closed is set once a token is found, and
 	// stays set; checked is when the store was last asked.
@@ -111,8 +117,8 @@ func New(r *relay.Relay, opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{r: r, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
-	s.handle("POST /v1/events", s.auth(s.postEvent))
-	s.handle("POST /v1/events:batch", s.auth(s.postBatch))
+	s.handle("POST /v1/events", s.auth(s.unlessShedding(s.postEvent)))
+	s.handle("POST /v1/events:batch", s.auth(s.unlessShedding(s.postBatch)))
 	s.handle("GET /v1/notifications/{id}", s.auth(s.getNotification))
 	s.handle("GET /v1/notifications", s.auth(s.listNotifications))
 	s.handle("POST /v1/notifications/{id}/retry", s.auth(s.retryNotification))

@@ -56,6 +56,12 @@ func (r *Relay) Status(ctx context.Context) (store.Status, error) {
 	return r.store.Status(ctx, r.now())
 }
 
+// Backlog is how many notifications are due now and not yet claimed.
+func (r *Relay) Backlog(ctx context.Context) (int64, error) {
+	due, _, _, err := r.store.Live(ctx, r.now())
+	return due, err
+}
+
 // Ping checks that the store takes writes now.
 func (r *Relay) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
 
