@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -197,5 +198,36 @@ func BenchmarkDrain(b *testing.B) {
 				b.ReportMetric(0, "ns/op")
 			})
 		}
+	}
+}
+
+// Fairness under a steady load at two rates (EDGERELAY_BENCH_RATE sets the
+// capacity they are fractions of; default 3000 events/s).
+func BenchmarkFairness(b *testing.B) {
+	ctx := context.Background()
+	sim, err := StartSim(ctx, edgerelay(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sim.Stop()
+	capacity := 3000.0
+	if v, err := strconv.ParseFloat(os.Getenv("EDGERELAY_BENCH_RATE"), 64); err == nil && v > 0 {
+		capacity = v
+	}
+	for _, share := range []float64{0.5, 0.9} {
+		b.Run(fmt.Sprintf("load=%.0f%%", 100*share), func(b *testing.B) {
+			f, err := Fairness(ctx, b.TempDir(), sim, share*capacity, 10*time.Second, 128, 100000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(f.Accepted)/f.Elapsed.Seconds(), "accepted/s")
+			b.ReportMetric(float64(f.DeliveredDuring)/f.Elapsed.Seconds(), "delivered/s")
+			b.ReportMetric(float64(f.PendingMax), "pending-max")
+			b.ReportMetric(float64(f.PendingEnd), "pending-end")
+			b.ReportMetric(float64(f.P50.Milliseconds()), "p50-ms")
+			b.ReportMetric(float64(f.P99.Milliseconds()), "p99-ms")
+			b.ReportMetric(0, "ns/op")
+			b.Logf("writer busy: %s; drained %s after the load; accept p50 %s p99 %s; shed %d", f.BusyShares(), f.DrainAfter, f.AcceptP50, f.AccP99, f.Shed)
+		})
 	}
 }

@@ -62,6 +62,12 @@ func (r *Relay) Backlog(ctx context.Context) (int64, error) {
 	return due, err
 }
 
+// Queue counts the notifications not final: due now, due later, and being
+// sent.
+func (r *Relay) Queue(ctx context.Context) (due, later, sending int64, err error) {
+	return r.store.Live(ctx, r.now())
+}
+
 // Ping checks that the store takes writes now.
 func (r *Relay) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
 
