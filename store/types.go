@@ -275,8 +275,15 @@ type ListFilter struct {
 	Status    string
 	Recipient string
 	EventRow  int64 // an event's row id (see EventRow); 0 = any
-	After     int64 // the cursor: only ids greater than this
-	Limit     int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
+	// CreatedSince and UpdatedSince, when not zero, keep only notifications
+	// created, or last changed (UpdatedAt: accepted, claimed, settled,
+	// retried, moved by a receipt), at or after that time. A final
+	// notification last changed when it reached its status, so
+	// {Status: dead, UpdatedSince: t} is those that died since t.
+	CreatedSince time.Time
+	UpdatedSince time.Time
+	After        int64 // the cursor: only ids greater than this
+	Limit        int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
 }
 
 // Notification is one notification with its audit trail.
@@ -328,6 +335,11 @@ type Status struct {
 	// Unknown lists the newest notifications whose outcome is unknown (at
 	// most 20): each needs a person to decide (show, retry).
 	Unknown []int64 `json:"unknown_ids"`
+	// Failed and Dead list the newest failed and dead notifications the
+	// same way (at most 20 each, newest first): what an operator looks at
+	// (show) and may send again (retry).
+	Failed []int64 `json:"failed_ids"`
+	Dead   []int64 `json:"dead_ids"`
 	// Quarantined counts events whose fan-out is quarantined, and lists the
 	// newest of them (at most 20) by row id: each needs a person.
 	Quarantined    int64   `json:"quarantined_events"`

@@ -34,11 +34,12 @@ func TestListUsesIndexes(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	row := acceptFor(t, s, "a", "e", 5)
-	cases := []struct {
+	type listCase struct {
 		f      store.ListFilter
 		index  string // the index that must serve it
 		sorted bool   // it gives id order: no temp b-tree
-	}{
+	}
+	cases := []listCase{
 		{store.ListFilter{Tenant: "a"}, "notifications_tenant", true},
 		{store.ListFilter{Tenant: "a", Status: store.StatusPending}, "notifications_tenant_status", true},
 		{store.ListFilter{Tenant: "a", Recipient: "r1"}, "notifications_recipient", true},
@@ -50,6 +51,23 @@ func TestListUsesIndexes(t *testing.T) {
 		// sorted: a recipient's rows, still no scan.
 		{store.ListFilter{Recipient: "r1"}, "notifications_recipient", false},
 		{store.ListFilter{Status: store.StatusPending, Recipient: "r1"}, "notifications_recipient", false},
+	}
+	// A time filter is checked on the rows the others select: each keeps
+	// its index and order. Alone, it reads the table in id order from the
+	// cursor (a range on the primary key, not a sort).
+	since := time.UnixMilli(1)
+	for _, c := range cases {
+		for _, f := range []store.ListFilter{{UpdatedSince: since}, {CreatedSince: since}, {UpdatedSince: since, CreatedSince: since}} {
+			f.Tenant, f.Status, f.Recipient, f.EventRow = c.f.Tenant, c.f.Status, c.f.Recipient, c.f.EventRow
+			cases = append(cases, listCase{f, c.index, c.sorted}) // range read cases once: these are not ranged over here
+		}
+	}
+	for _, f := range []store.ListFilter{{UpdatedSince: since}, {CreatedSince: since}} {
+		q, args := listQuery(f)
+		text := strings.Join(queryPlan(t, s, q, args...), "\n")
+		if !strings.HasPrefix(text, "SEARCH n USING INTEGER PRIMARY KEY (rowid>?)") || strings.Contains(text, "TEMP B-TREE") {
+			t.Errorf("%+v does not read the table in id order from the cursor:\n%s", f, text)
+		}
 	}
 	for _, c := range cases {
 		for _, after := range []int64{0, 3} {

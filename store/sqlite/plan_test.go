@@ -24,6 +24,9 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		{"claim by channel", claimSQL(" AND channel NOT IN (?4)"), "notifications_due", []any{ms(time.Now()), 1, 10, "sms"}},
 		{"expired leases", expiredLeasesSQL, "notifications_leased", []any{ms(time.Now()), 10}},
 		{"next due", nextDueSQL, "notifications_due", nil},
+		// Status lists the newest failed, dead and unknown ids: the status
+		// index read backwards, not a sort of every row in the status.
+		{"newest in a status", newestSQL, "notifications_status", []any{store.StatusDead, 20}},
 	}
 	for _, c := range cases {
 		plan := queryPlan(t, s, c.query, c.args...)

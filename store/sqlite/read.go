@@ -157,20 +157,14 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 			st.NextDue = &t
 		}
 	}
-	rows, err = s.rdb.QueryContext(ctx, `SELECT id FROM notifications WHERE status = 'unknown' ORDER BY id DESC LIMIT 20`)
-	if err != nil {
-		return st, fmt.Errorf("status: %w", err)
-	}
-	st.Unknown = []int64{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return st, err
+	for _, l := range []struct {
+		status string
+		ids    *[]int64
+	}{{store.StatusUnknown, &st.Unknown}, {store.StatusFailed, &st.Failed}, {store.StatusDead, &st.Dead}} {
+		if *l.ids, err = s.newest(ctx, l.status, statusListed); err != nil {
+			return st, fmt.Errorf("status: %w", err)
 		}
-		st.Unknown = append(st.Unknown, id)
 	}
-	rows.Close()
 	st.QuarantinedIDs = []int64{}
 	rows, err = s.rdb.QueryContext(ctx, `SELECT id FROM events WHERE quarantined_at IS NOT NULL ORDER BY id DESC`)
 	if err != nil {
@@ -207,6 +201,30 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 		st.Providers[p][o] = n
 	}
 	return st, rows.Err()
+}
+
+// statusListed is how many ids of each status Status lists.
+const statusListed = 20
+
+const newestSQL = `SELECT id FROM notifications WHERE status = ? ORDER BY id DESC LIMIT ?`
+
+// newest lists the ids of the newest notifications in status, newest
+// first: the status index read backwards, limit rows.
+func (s *Store) newest(ctx context.Context, status string, limit int) ([]int64, error) {
+	rows, err := s.rdb.QueryContext(ctx, newestSQL, status, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ids := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // Live counts notifications not yet final: pending ones due by horizon,
