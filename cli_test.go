@@ -176,7 +176,7 @@ func TestDispatchShowStatusAndExitCodes(t *testing.T) {
 	if st.Providers["log://"+logFile]["sent"] != 3 {
 		t.Fatalf("provider counts %v", st.Providers)
 	}
-	if r := runCLI(t, "", "status", "--db", db); r.code != 0 || !strings.Contains(r.stdout, "sent     3") {
+	if r := runCLI(t, "", "status", "--db", db); r.code != 0 || !strings.Contains(r.stdout, "  sent       3\n") {
 		t.Fatalf("status: %q", r.stdout)
 	}
 
@@ -224,7 +224,8 @@ func TestCannotWorkIsOneLineAndExit1(t *testing.T) {
 		code int
 		want string
 	}{
-		{"db in a missing directory", []string{"dispatch", "--until-idle", "--db", filepath.Join(dir, "no", "such", "r.db")}, exitError, "open store"},
+		{"db in a missing directory", []string{"dispatch", "--until-idle", "--db", filepath.Join(dir, "no", "such", "r.db")}, exitError,
+			"directory " + filepath.Join(dir, "no", "such") + " does not exist"},
 		{"status of a missing db", []string{"status", "--db", filepath.Join(dir, "typo.db")}, exitError, "typo.db: no such file"},
 		{"bad route", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email=ftp://x"}, exitError, `unknown scheme "ftp"`},
 		{"route without =", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email"}, exitUsage, "want CHANNEL=URL"},
@@ -402,5 +403,114 @@ func TestCorruptDatabaseIsRefused(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(db); !bytes.Equal(b, garbage) {
 		t.Fatal("the corrupt file was changed")
+	}
+}
+
+// A mistyped --db is refused, named, by every command that must not create
+// a database; none leaves a file behind. send into a directory that does
+// not exist says so (SQLite says "unable to open database file (14)").
+func TestMistypedDBIsRefusedNotCreated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo.db")
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("jobs:\n  tidy:\n    schedule: \"@daily\"\n    prune:\n      older_than: 30d\n"), 0o644)
+	for _, args := range [][]string{
+		{"prune"}, {"cron", "list", "--config", cfg}, {"status"}, {"status", "--json"}, {"show", "1"}, {"show", "1", "--json"},
+		{"backup", filepath.Join(dir, "copy.db")}, {"list"}, {"list", "--status", "dead"}, {"retry", "1"},
+		{"retry", "--status", "dead", "--dry-run"}, {"retry", "--status", "dead"}, {"quarantine", "list"}, {"addresses", "list"}, {"token", "list"},
+	} {
+		r := runCLI(t, "", append(args, "--db", typo)...)
+		if r.code != exitError || !strings.Contains(r.stderr, "database "+typo+": no such file") || !strings.Contains(r.stderr, "check --db") {
+			t.Errorf("%v --db %s: exit %d, stderr %q; want exit 1 naming the file", args, typo, r.code, r.stderr)
+		}
+		if m, _ := filepath.Glob(typo + "*"); len(m) > 0 {
+			t.Fatalf("%v created %v", args, m)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "copy.db")); err == nil {
+		t.Fatal("backup of a missing database wrote a copy")
+	}
+	// A directory is not a database file.
+	if r := runCLI(t, "", "status", "--db", dir); r.code != exitError || !strings.Contains(r.stderr, "is a directory") {
+		t.Errorf("status --db DIR: exit %d %q", r.code, r.stderr)
+	}
+	missing := filepath.Join(dir, "x", "y")
+	for _, args := range [][]string{{"send"}, {"dispatch", "--until-idle"}, {"serve", "--listen", "127.0.0.1:0"}, {"token", "create", "--tenant", "acme"}} {
+		r := runCLI(t, adaEvent, append(args, "--db", filepath.Join(missing, "r.db"))...)
+		want := "database " + filepath.Join(missing, "r.db") + ": directory " + missing + " does not exist"
+		if r.code != exitError || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "(14)") {
+			t.Errorf("%v into a missing directory: exit %d, stderr %q; want %q", args, r.code, r.stderr, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); err == nil {
+		t.Fatal("a command created the missing directory")
+	}
+}
+
+func TestDBURLIsNotAFile(t *testing.T) {
+	t.Parallel()
+	for path, want := range map[string]bool{"postgres://u@127.0.0.1:5432/relay": true, "postgresql://h/db": true, "./edgerelay.db": false,
+		"/var/lib/edgerelay/relay.db": false, "relay.db": false, "dir.v2://x/r.db": false, "C:\\x\\r.db": false} {
+		if got := isDBURL(path); got != want {
+			t.Errorf("isDBURL(%q) = %v, want %v", path, got, want)
+		}
+		if want && (dbExists(path) != nil || dbDirExists(path) != nil) {
+			t.Errorf("%s was looked for as a file", path)
+		}
+	}
+}
+
+// serve --listen bogus says the address is malformed before it opens
+// anything: no database is created.
+func TestServeRefusesAMalformedListenAddress(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "bogus"}, `--listen "bogus": not an address to listen on`},
+		{[]string{"--listen", "127.0.0.1:99999"}, `--listen "127.0.0.1:99999"`},
+		{[]string{"--listen", "127.0.0.1:0", "--metrics-listen", "nope"}, `--metrics-listen "nope"`},
+		{[]string{"--listen", "127.0.0.1:0", "--route", "*=log://" + filepath.Join(dir, "sent.log"), "--metrics-listen", "127.0.0.1"}, `--metrics-listen "127.0.0.1"`},
+	} {
+		r := runCLI(t, "", append([]string{"serve", "--db", db}, c.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "want HOST:PORT") {
+			t.Errorf("serve %v: exit %d, stderr %q; want exit 2 and %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*")); len(m) > 0 {
+		t.Fatalf("a malformed address left %v (opened before it was checked)", m)
+	}
+}
+
+// An unknown command is a usage error (exit 2, not 3: that is dispatch's),
+// with the commands to choose from, on stderr.
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args       []string
+		name, list string
+	}{
+		{[]string{"bogus"}, "bogus", "status"},
+		{[]string{"--db", "x.db", "stauts", "--json"}, "stauts", "dispatch"},
+		{[]string{"help", "bogus"}, "bogus", "status"},
+		{[]string{"feed", "bogus"}, "bogus", "members"},
+		{[]string{"quarantine", "lsit"}, "lsit", "drop"},
+	} {
+		r := runCLI(t, "", c.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "`+c.name+`"`) || !strings.Contains(r.stderr, "Commands:") ||
+			!strings.Contains(r.stderr, "   "+c.list+" ") || r.stdout != "" {
+			t.Errorf("%v: exit %d\nstdout %q\nstderr %q", c.args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if m, _ := filepath.Glob("x.db*"); len(m) > 0 {
+		t.Fatalf("an unknown command created %v", m)
+	}
+	// Help is not an error.
+	if r := runCLI(t, "", "help", "status"); r.code != 0 || !strings.Contains(r.stdout, "edgerelay status") {
+		t.Fatalf("help status: %d %q", r.code, r.stderr)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,16 +82,34 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 		),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			s, err := deliverySettings(c)
+			s, err := loadSettings(c, c.App.ErrWriter)
 			if err != nil {
+				return err
+			}
+			listen, listenFrom := c.String("listen"), "--listen"
+			if !c.IsSet("listen") && s.cfg.API.Listen != "" {
+				listen, listenFrom = s.cfg.API.Listen, "api.listen"
+			}
+			// A malformed address is said before anything opens (a provider's
+			// file, the database) and before the loopback check, which would
+			// call it "not loopback".
+			if err := checkListen(listenFrom, listen); err != nil {
+				return err
+			}
+			metricsListen, metricsFrom := c.String("metrics-listen"), "--metrics-listen"
+			if !c.IsSet("metrics-listen") {
+				metricsListen, metricsFrom = s.cfg.API.MetricsListen, "api.metrics_listen"
+			}
+			if metricsListen != "" {
+				if err := checkListen(metricsFrom, metricsListen); err != nil {
+					return err
+				}
+			}
+			if err := s.buildRoutes(); err != nil {
 				return err
 			}
 			if c.IsSet("max-recipients") {
 				s.opts.MaxRecipients = c.Int("max-recipients")
-			}
-			listen := c.String("listen")
-			if !c.IsSet("listen") && s.cfg.API.Listen != "" {
-				listen = s.cfg.API.Listen
 			}
 			opts := api.Options{MaxBody: c.Int64("max-body"), MaxBatch: c.Int("max-batch"), KeyTTL: c.Duration("key-ttl"),
 				Logger: s.opts.Logger, TokenHashes: map[string]string{}}
@@ -114,10 +133,6 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			opts.ShedAbove = c.Int64("shed-above")
 			if !c.IsSet("shed-above") && s.cfg.API.ShedAbove != nil {
 				opts.ShedAbove = *s.cfg.API.ShedAbove
-			}
-			metricsListen := c.String("metrics-listen")
-			if !c.IsSet("metrics-listen") {
-				metricsListen = s.cfg.API.MetricsListen
 			}
 			opts.MetricsToken = c.String("metrics-token")
 			if !c.IsSet("metrics-token") {
@@ -253,6 +268,23 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 // metricsConns bounds the connections of the metrics listener: it serves
 // a scraper or two.
 const metricsConns = 16
+
+// checkListen says what is wrong with a listen address, naming where it
+// came from: HOST:PORT (HOST may be empty: every interface), PORT a number
+// up to 65535 or a service name.
+func checkListen(from, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err == nil && strings.ContainsAny(host, " /") {
+		err = fmt.Errorf("host %q", host)
+	}
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("%s %q: not an address to listen on (%v): want HOST:PORT, e.g. 127.0.0.1:8025 or :8025", from, addr, err), exitUsage)
+	}
+	return nil
+}
 
 // isLoopback reports whether a listen address is on loopback only.
 func isLoopback(addr string) bool {

@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -20,9 +23,12 @@ func statusCommand() *cli.Command {
 		ArgsUsage: " ",
 		Description: `Statuses: pending (waiting for an attempt), sending (a call in flight), sent,
 failed (refused for good), dead (retries exhausted), unknown (maybe sent; not
-resent because its type is at-most-once and the provider has no keys; each is
-listed by id), delivered and bounced (a provider's receipt said so).
-"oldest due" is how long the oldest due notification has waited: dispatch lag.`,
+resent because its type is at-most-once and the provider has no keys),
+delivered and bounced (a provider's receipt said so). Failed, dead and unknown
+notifications each need a person: the newest 20 of each are listed by id
+(edgerelay show ID says why; edgerelay list --status S lists them all).
+"oldest due" is how long the oldest due notification has waited: dispatch lag.
+--json has the same, with the lists as failed_ids, dead_ids and unknown_ids.`,
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
@@ -43,45 +49,69 @@ listed by id), delivered and bounced (a provider's receipt said so).
 				}
 				return json.NewEncoder(w).Encode(out{Status: st, OldestDueSeconds: st.OldestDue.Seconds()})
 			}
-			fmt.Fprintln(w, "notifications")
-			for _, s := range store.Statuses {
-				fmt.Fprintf(w, "  %-8s %d\n", s, st.Counts[s])
-			}
-			if len(st.Unknown) > 0 {
-				ids := make([]string, len(st.Unknown))
-				for i, id := range st.Unknown {
-					ids[i] = strconv.FormatInt(id, 10)
-				}
-				fmt.Fprintf(w, "unknown ids %s (maybe sent, not resent: edgerelay show ID, then edgerelay retry ID if it must go out)\n", strings.Join(ids, " "))
-			}
-			if st.Quarantined > 0 {
-				ids := make([]string, len(st.QuarantinedIDs))
-				for i, id := range st.QuarantinedIDs {
-					ids[i] = strconv.FormatInt(id, 10)
-				}
-				fmt.Fprintf(w, "quarantined events %d: %s (their fan-out could not go on: edgerelay quarantine list, then retry or drop)\n",
-					st.Quarantined, strings.Join(ids, " "))
-			}
-			if st.InvalidAddresses > 0 {
-				fmt.Fprintf(w, "addresses marked dead %d (edgerelay addresses list)\n", st.InvalidAddresses)
-			}
-			fmt.Fprintf(w, "oldest due  %s\n", st.OldestDue.Round(time.Millisecond))
-			if st.NextDue != nil {
-				fmt.Fprintf(w, "next retry  %s\n", st.NextDue.Format(time.RFC3339))
-			}
-			names := make([]string, 0, len(st.Providers))
-			for p := range st.Providers {
-				names = append(names, p)
-			}
-			sort.Strings(names)
-			if len(names) > 0 {
-				fmt.Fprintln(w, "attempts by provider     sent  refused  unknown")
-			}
-			for _, p := range names {
-				o := st.Providers[p]
-				fmt.Fprintf(w, "  %s\n  %20s %7d %8d %8d\n", p, "", o["sent"], o["refused"], o["unknown"])
-			}
+			printStatus(w, st)
 			return nil
 		},
 	}
+}
+
+// printStatus writes the status as aligned columns: the counts, with the
+// newest ids of the statuses that need a person beside theirs, then the
+// queue, then the attempts by provider.
+func printStatus(w io.Writer, st store.Status) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	newest := map[string][]int64{store.StatusFailed: st.Failed, store.StatusDead: st.Dead, store.StatusUnknown: st.Unknown}
+	fmt.Fprintln(tw, "notifications") // no tab: a heading, not a cell of the columns below
+	for _, s := range store.Statuses {
+		ids := newest[s]
+		if len(ids) == 0 {
+			fmt.Fprintf(tw, "  %s\t%d\n", s, st.Counts[s])
+			continue
+		}
+		more := ""
+		if int64(len(ids)) < st.Counts[s] {
+			more = " …"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\tnewest %s%s\n", s, st.Counts[s], joinIDs(ids), more)
+	}
+	if len(st.Failed)+len(st.Dead)+len(st.Unknown) > 0 {
+		fmt.Fprintln(tw, "  edgerelay show ID says why; edgerelay list --status S lists them all; edgerelay retry ID, or retry --status S, sends again")
+	}
+	if len(st.Unknown) > 0 {
+		fmt.Fprintln(tw, "  unknown: maybe sent, not resent; a retry through a provider without keys may deliver a second copy")
+	}
+	fmt.Fprintf(tw, "oldest due\t%s\n", st.OldestDue.Round(time.Millisecond))
+	if st.NextDue != nil {
+		fmt.Fprintf(tw, "next retry\t%s\n", st.NextDue.Format(time.RFC3339))
+	}
+	if st.Quarantined > 0 {
+		fmt.Fprintf(tw, "quarantined events\t%d\tnewest %s (their fan-out could not go on: edgerelay quarantine list, then retry or drop)\n",
+			st.Quarantined, joinIDs(st.QuarantinedIDs))
+	}
+	if st.InvalidAddresses > 0 {
+		fmt.Fprintf(tw, "addresses marked dead\t%d\t(edgerelay addresses list)\n", st.InvalidAddresses)
+	}
+	tw.Flush()
+	names := slices.Sorted(maps.Keys(st.Providers))
+	if len(names) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	// Counts right-aligned under their headings; the provider, the last
+	// column, is left as it is (a URL can be long).
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "sent\trefused\tunknown\t  attempts by provider")
+	for _, p := range names {
+		o := st.Providers[p]
+		fmt.Fprintf(tw, "%d\t%d\t%d\t  %s\n", o["sent"], o["refused"], o["unknown"], p)
+	}
+	tw.Flush()
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, " ")
 }

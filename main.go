@@ -10,13 +10,17 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
 
 // version is set at build time: go build -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// Left empty, --version shows the module version from the build info. It
+// must stay a plain string variable: -X cannot set one that is computed.
+var version string
 
 // Exit codes, documented in the README and in `edgerelay dispatch --help`.
 const (
@@ -37,7 +41,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext()
 	defer stop()
 	app := newApp(stdin, stdout, stderr)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, flagsFirst(app, args))
+	if name, ok := app.Metadata[unknownCommand].(string); ok && err == nil {
+		fmt.Fprintf(stderr, "edgerelay: unknown command %q (see --help)\n", name)
+		return exitUsage
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -79,7 +87,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:    "edgerelay",
 		Usage:   "deliver notifications once in effect, through providers that time out, refuse and lose answers",
-		Version: version,
+		Version: describeVersion(version, buildInfo()),
 		Description: `edgerelay keeps every notification in one SQLite file. An accepted event is
 written (with one notification per recipient and channel) before any provider
 is called; each notification carries a deterministic idempotency key that is
@@ -89,6 +97,7 @@ Typical use:
    edgerelay send --file event.json                       accept an event
    edgerelay dispatch --until-idle --route email=URL      deliver what is due, then exit
    edgerelay show ID|KEY                                  the audit trail of one notification
+   edgerelay list --status dead --since 1h                what died in the last hour (retry takes the same flags)
    edgerelay demo                                         see it survive lost answers and retries`,
 		Reader:    stdin,
 		Writer:    stdout,
@@ -102,6 +111,7 @@ Typical use:
 			tailCommand(),
 			showCommand(),
 			statusCommand(),
+			listCommand(),
 			retryCommand(),
 			quarantineCommand(),
 			addressesCommand(),
@@ -116,9 +126,78 @@ Typical use:
 			benchCommand(),
 			demoCommand(),
 		},
-		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
-			return cli.Exit(err.Error()+" (see --help)", exitUsage)
+		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error { return usageErr(c, err, isSubcommand) },
+		// urfave/cli answers an unknown command with help topics and exit 3,
+		// which is dispatch's "some ended badly". It calls this instead, and
+		// then returns no error: run sees the name and exits 2.
+		CommandNotFound: func(c *cli.Context, name string) {
+			c.App.Metadata[unknownCommand] = name
+			// The usage goes to stderr, with the error: the commands to
+			// choose from at this level.
+			if len(c.Lineage()) <= 1 {
+				cli.HelpPrinter(c.App.ErrWriter, commandsTemplate, c.App)
+			} else {
+				cli.HelpPrinter(c.App.ErrWriter, commandsTemplate, c.Command)
+			}
 		},
+		Metadata:       map[string]any{},
 		ExitErrHandler: func(*cli.Context, error) {}, // run prints and exits
 	}
+}
+
+// commandsTemplate is the usage printed for an unknown command, of the app
+// or of a command with subcommands.
+const commandsTemplate = `Usage: {{.HelpName}} COMMAND [flags] [arguments...]
+
+Commands:{{range .VisibleCommands}}
+   {{join .Names ", "}}{{"\t"}}{{.Usage}}{{end}}
+
+`
+
+// unknownCommand is the App.Metadata key CommandNotFound sets.
+const unknownCommand = "unknown command"
+
+func buildInfo() *debug.BuildInfo {
+	info, _ := debug.ReadBuildInfo()
+	return info
+}
+
+// describeVersion is what --version prints after "edgerelay version": the
+// version set with -ldflags, else the module's from the build info, then
+// the VCS revision, its commit time and whether the tree was modified, when
+// the build recorded them (go build in a git checkout; not in a git
+// worktree, nor with -buildvcs=false).
+func describeVersion(set string, info *debug.BuildInfo) string {
+	v := set
+	if v == "" && info != nil {
+		v = info.Main.Version // "(devel)" for a build from a local checkout, or a pseudo-version
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	var modified bool
+	if info != nil {
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if rev == "" {
+		return v + ", no VCS revision in the build"
+	}
+	parts := []string{"revision " + rev}
+	if at != "" {
+		parts = append(parts, "committed "+at)
+	}
+	if modified {
+		parts = append(parts, "with uncommitted changes")
+	}
+	return v + " (" + strings.Join(parts, ", ") + ")"
 }

@@ -90,7 +90,7 @@ func TestBadStoredEventIsQuarantinedAndTheRestFlows(t *testing.T) {
 
 	// status, show and quarantine list say so, and why.
 	st := runCLI(t, "", "status", "--db", db)
-	if !strings.Contains(st.stdout, "quarantined events 2") {
+	if !strings.Contains(st.stdout, "quarantined events  2  newest 2 1") {
 		t.Errorf("status:\n%s", st.stdout)
 	}
 	var status store.Status

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -21,7 +23,7 @@ import (
 // into the flag structs, so shared ones would race between apps (tests).
 func flagDB() cli.Flag {
 	return &cli.StringFlag{Name: "db", Value: "./edgerelay.db", EnvVars: []string{"EDGERELAY_DB"},
-		Usage: "the SQLite database `FILE` (created if missing)"}
+		Usage: "the SQLite database `FILE` (commands that accept or deliver create it; the others refuse a missing one)"}
 }
 
 func flagConfig() cli.Flag {
@@ -233,8 +235,9 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 }
 
 // openExisting resolves settings and opens a database that must already
-// exist: commands that only read or amend (show, status, retry) must not
-// create an empty database for a mistyped path and report on it.
+// exist: commands that only read or amend (show, status, retry, prune,
+// backup) must not create an empty database for a mistyped path and report
+// on it.
 func openExisting(c *cli.Context) (*relay.Relay, error) {
 	return openExistingFor(c, false)
 }
@@ -247,14 +250,94 @@ func openExistingFor(c *cli.Context, readOnly bool) (*relay.Relay, error) {
 		return nil, err
 	}
 	s.opts.ReadOnly = readOnly
-	if _, err := os.Stat(s.opts.Path); err != nil {
-		return nil, fmt.Errorf("database %s: %w (send or dispatch creates it; check --db)", s.opts.Path, errors.Unwrap(err))
+	if err := dbExists(s.opts.Path); err != nil {
+		return nil, err
 	}
 	return openRelayWith(c, s)
 }
 
+// dbExists says, naming the path, why a database file cannot be opened
+// without creating it. A database URL (postgres://) is not a file: the
+// store says whether it can be reached.
+func dbExists(path string) error {
+	if isDBURL(path) {
+		return nil
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("database %s: no such file (send or dispatch creates it; check --db)", path)
+	case err != nil:
+		return fmt.Errorf("database %s: %w", path, errors.Unwrap(err))
+	case st.IsDir():
+		return fmt.Errorf("database %s: is a directory, not a database file (check --db)", path)
+	}
+	return nil
+}
+
+// dbDirExists says, naming it, that a database file cannot be created
+// because its directory is missing (SQLite's word for it is "unable to
+// open database file (14)").
+func dbDirExists(path string) error {
+	if isDBURL(path) {
+		return nil
+	}
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return fmt.Errorf("database %s: is a directory, not a database file (check --db)", path)
+		}
+		return nil
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("database %s: directory %s does not exist (create it, or check --db)", path, dir)
+	case err == nil && !st.IsDir():
+		return fmt.Errorf("database %s: %s is not a directory (check --db)", path, dir)
+	}
+	return nil // anything else (permissions) the store reports
+}
+
+// isDBURL reports whether --db names a database server (postgres://…),
+// not a file.
+func isDBURL(path string) bool {
+	scheme, _, ok := strings.Cut(path, "://")
+	return ok && scheme != "" && !strings.ContainsAny(scheme, `/\.`)
+}
+
+// readers are commands that only read but open their database through
+// openRelay, from files that other work owns: for them too a missing
+// database is refused, not created. (Each should call openExistingFor
+// itself; then its line here goes.)
+var readers = map[string]bool{"cron list": true}
+
 func openRelayWith(c *cli.Context, s *settings) (*relay.Relay, error) {
+	if readers[commandPath(c)] {
+		if err := dbExists(s.opts.Path); err != nil {
+			return nil, err
+		}
+		s.opts.ReadOnly = true
+	}
+	if err := dbDirExists(s.opts.Path); err != nil {
+		return nil, err
+	}
 	return relay.Open(c.Context, s.opts)
+}
+
+// commandPath names the running command as typed: "cron list". The
+// outermost command of the lineage is the app's own (its name).
+func commandPath(c *cli.Context) string {
+	var names []string
+	for _, cc := range c.Lineage() {
+		if cc.Command != nil {
+			names = append([]string{cc.Command.Name}, names...)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return strings.Join(names[1:], " ")
 }
 
 // commonFlags returns the global flags (so they work after the command
@@ -263,9 +346,16 @@ func commonFlags(own ...cli.Flag) []cli.Flag {
 	return append(globalFlags(), own...)
 }
 
-// usageErr makes a command's flag errors exit with exitUsage.
+// usageErr makes a command's flag errors exit with exitUsage. Flags may
+// come before or after arguments (flagsFirst), so a word that starts with
+// - is taken for a flag wherever it is: one meant as an argument goes
+// after --.
 func usageErr(c *cli.Context, err error, _ bool) error {
-	return cli.Exit(err.Error()+" (see --help)", exitUsage)
+	msg := err.Error()
+	if strings.HasPrefix(msg, "flag provided but not defined") {
+		msg += " (an argument that starts with - goes after --)"
+	}
+	return cli.Exit(msg+" (see --help)", exitUsage)
 }
 
 var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
