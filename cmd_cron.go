@@ -39,7 +39,7 @@ starts.`,
 				Flags:        commonFlags(&cli.IntFlag{Name: "next", Value: 3, Usage: "how many next runs to show"}),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					r, s, err := openRelay(c, c.App.ErrWriter)
+					r, s, err := openExistingSettings(c, true)
 					if err != nil {
 						return err
 					}

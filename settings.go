@@ -245,15 +245,22 @@ func openExisting(c *cli.Context) (*relay.Relay, error) {
 // openExistingFor is openExisting; readOnly is for commands that only read,
 // which work on a database file they cannot write.
 func openExistingFor(c *cli.Context, readOnly bool) (*relay.Relay, error) {
+	r, _, err := openExistingSettings(c, readOnly)
+	return r, err
+}
+
+// openExistingSettings is openExistingFor, with the settings it read.
+func openExistingSettings(c *cli.Context, readOnly bool) (*relay.Relay, *settings, error) {
 	s, err := loadSettings(c, c.App.ErrWriter)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.opts.ReadOnly = readOnly
 	if err := dbExists(s.opts.Path); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return openRelayWith(c, s)
+	r, err := openRelayWith(c, s)
+	return r, s, err
 }
 
 // dbExists says, naming the path, why a database file cannot be opened
@@ -306,38 +313,11 @@ func isDBURL(path string) bool {
 	return ok && scheme != "" && !strings.ContainsAny(scheme, `/\.`)
 }
 
-// readers are commands that only read but open their database through
-// openRelay, from files that other work owns: for them too a missing
-// database is refused, not created. (Each should call openExistingFor
-// itself; then its line here goes.)
-var readers = map[string]bool{"cron list": true}
-
 func openRelayWith(c *cli.Context, s *settings) (*relay.Relay, error) {
-	if readers[commandPath(c)] {
-		if err := dbExists(s.opts.Path); err != nil {
-			return nil, err
-		}
-		s.opts.ReadOnly = true
-	}
 	if err := dbDirExists(s.opts.Path); err != nil {
 		return nil, err
 	}
 	return relay.Open(c.Context, s.opts)
-}
-
-// commandPath names the running command as typed: "cron list". The
-// outermost command of the lineage is the app's own (its name).
-func commandPath(c *cli.Context) string {
-	var names []string
-	for _, cc := range c.Lineage() {
-		if cc.Command != nil {
-			names = append([]string{cc.Command.Name}, names...)
-		}
-	}
-	if len(names) == 0 {
-		return ""
-	}
-	return strings.Join(names[1:], " ")
 }
 
 // commonFlags returns the global flags (so they work after the command
