@@ -195,6 +195,9 @@ func BenchmarkDrain(b *testing.B) {
 				b.ReportMetric(d.PerSecond(), "deliveries/s")
 				b.ReportMetric(float64(d.RelayCPU.Microseconds())/float64(d.N), "relay-cpu-µs/delivery")
 				b.ReportMetric(float64(d.SimCPU.Microseconds())/float64(d.N), "sim-cpu-µs/delivery")
+				if d.AllocBytes > 0 {
+					b.ReportMetric(float64(d.AllocBytes)/float64(d.N), "alloc-B/delivery")
+				}
 				b.ReportMetric(0, "ns/op")
 			})
 		}

@@ -113,6 +113,8 @@ type DispatchRun struct {
 	// CPU time used meanwhile by this process (the relay, and the callers
 	// that accept) and by the simulator's process.
 	RelayCPU, SimCPU time.Duration
+	// AllocBytes is what this process allocated meanwhile (Drain).
+	AllocBytes int64
 }
 
 // PerSecond is deliveries per second.

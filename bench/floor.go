@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -310,6 +311,14 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 	}
 	cpu0, err1 := ProcessCPU(0)
 	sim0, err2 := ProcessCPU(sim.PID())
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	if f := os.Getenv("EDGERELAY_BENCH_ALLOCPROFILE"); f != "" {
+		// Two snapshots of the allocations profile, before and after the
+		// drain: go tool pprof -base F.before F.after
+		writeAllocs(f + ".before")
+		defer writeAllocs(f + ".after")
+	}
 	start := time.Now()
 	if err := r.Start(ctx); err != nil {
 		return DispatchRun{}, err
@@ -323,6 +332,8 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 		return DispatchRun{}, ctx.Err()
 	}
 	run := DispatchRun{N: n, Elapsed: time.Since(start)}
+	runtime.ReadMemStats(&m1)
+	run.AllocBytes = int64(m1.TotalAlloc - m0.TotalAlloc)
 	st1 := r.WriterStats()
 	run.Commits, run.Writes = st1.Commits-st0.Commits, st1.Writes-st0.Writes
 	cpu1, err3 := ProcessCPU(0)
@@ -331,4 +342,11 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 		run.RelayCPU, run.SimCPU = cpu1-cpu0, sim1-sim0
 	}
 	return run, nil
+}
+
+func writeAllocs(path string) {
+	if out, err := os.Create(path); err == nil {
+		pprof.Lookup("allocs").WriteTo(out, 0)
+		out.Close()
+	}
 }
