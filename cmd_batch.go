@@ -67,6 +67,12 @@ Formats, by extension (.jsonl or .ndjson, .csv) or --format:
                Rows sharing an id and purpose are one event: give each row
                its own id (the second row, with another recipient, would be
                rejected as a conflict).
+               Quotes as RFC 4180 (a quote in a quoted cell written twice);
+               only a quoted body, html or data cell may span lines. A row
+               whose quote is left open is reported at its line ("unterminated
+               quoted cell starting at line 12 column 9") and the lines after
+               it are read as rows: no row is lost from the count. Empty
+               lines are skipped and counted.
                Example: testdata/batch_example.csv
 
 Progress goes to stderr: a progress bar on a terminal, otherwise a line every
@@ -257,8 +263,8 @@ func batchSend(c *cli.Context, args []string) error {
 	if err != nil {
 		return batchStopped(c, "accept", res, err)
 	}
-	fmt.Fprintf(stderr, "batch: %d lines, %d accepted (%d new, %d duplicate), %d rejected; %d new notifications\n",
-		res.Lines, res.Accepted(), res.New, res.Duplicate, res.Rejected, res.Notifications)
+	fmt.Fprintf(stderr, "batch: %d lines, %d accepted (%d new, %d duplicate), %d rejected%s; %d new notifications\n",
+		res.Lines, res.Accepted(), res.New, res.Duplicate, res.Rejected, skipped(res), res.Notifications)
 
 	code := exitOK
 	if res.Rejected > 0 {
@@ -291,6 +297,15 @@ func batchSend(c *cli.Context, args []string) error {
 	return nil
 }
 
+// skipped says how many blank (or comment) lines the counts include, so
+// that they add up to the lines.
+func skipped(res batch.Result) string {
+	if res.Skipped == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d skipped (blank or comment)", res.Skipped)
+}
+
 // batchFileError: a file that is not in its format (a bad CSV header, a
 // line too long to find its end) is rejected; one that cannot be read is
 // an I/O error.
@@ -304,8 +319,8 @@ func batchFileError(path string, err error) error {
 
 // batchStopped reports a batch that stopped before the end of the file.
 func batchStopped(c *cli.Context, what string, res batch.Result, err error) error {
-	fmt.Fprintf(c.App.ErrWriter, "batch: stopped after %d lines (%d accepted, %d rejected); run the same file again to finish, nothing is accepted twice\n",
-		res.Lines, res.Accepted(), res.Rejected)
+	fmt.Fprintf(c.App.ErrWriter, "batch: stopped after %d lines (%d accepted, %d rejected%s); run the same file again to finish, nothing is accepted twice\n",
+		res.Lines, res.Accepted(), res.Rejected, skipped(res))
 	if errors.Is(err, context.Canceled) {
 		return cli.Exit("batch: interrupted", exitError)
 	}
@@ -376,10 +391,10 @@ func (p *batchProgress) update(s batch.Progress) {
 
 func (p *batchProgress) line(s batch.Progress) {
 	if p.what == "checking" {
-		fmt.Fprintf(p.w, "batch: checked %d lines, %d bad\n", s.Lines, s.Rejected)
+		fmt.Fprintf(p.w, "batch: checked %d lines, %d bad%s\n", s.Lines, s.Rejected, skipped(s.Result))
 		return
 	}
-	fmt.Fprintf(p.w, "batch: %d lines, %d accepted, %d rejected\n", s.Lines, s.Accepted(), s.Rejected)
+	fmt.Fprintf(p.w, "batch: %d lines, %d accepted, %d rejected%s\n", s.Lines, s.Accepted(), s.Rejected, skipped(s.Result))
 }
 
 func (p *batchProgress) reject(err *batch.LineError) {
