@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"edgerelay/batch"
 	"edgerelay/relay"
@@ -466,5 +470,148 @@ func TestBatchSendCSVMultiline(t *testing.T) {
 	}
 	if got := eventIDs(t, db); !slices.Equal(got, []string{"m1", "m2"}) {
 		t.Fatalf("events %q", got)
+	}
+}
+
+// runOnTerminal runs the binary with its stderr on a pseudo-terminal and
+// returns what the terminal showed, stdout, and the exit code.
+func runOnTerminal(t *testing.T, args ...string) (term, stdout string, code int) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 160}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary(t), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, tty
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close() // the child holds its own copy; the master reads EIO once it exits
+	var shown bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		io.Copy(&shown, ptmx) // ends with EIO when the child's end closes
+		close(copied)
+	}()
+	err = cmd.Wait()
+	<-copied
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return shown.String(), out.String(), cmd.ProcessState.ExitCode()
+}
+
+var attemptLine = regexp.MustCompile(`level=(\w+) msg=(attempt|"decided without a call")`)
+
+// batch send --dispatch of 10,000 lines to a log:// route, with stderr on
+// a terminal: a bar while accepting, a bar with the counts while
+// delivering, then the summary; not a line per attempt. With --log-level
+// debug the attempt lines are there, at DEBUG.
+func TestBatchSendDispatchTerminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and delivers 10,000 notifications")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	file, logFile := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "sent.log")
+	const n = 10000
+	writeLines(t, file, n, nil)
+	term, _, code := runOnTerminal(t, "batch", "send", file, "--db", filepath.Join(dir, "r.db"), "--dispatch", "--route", "*=log://"+logFile)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, term)
+	}
+	if m := attemptLine.FindAllString(term, -1); len(m) > 0 {
+		t.Fatalf("%d attempt lines on the terminal, the first %q", len(m), m[0])
+	}
+	for _, want := range []string{"batch: accepting", "dispatch: delivering",
+		fmt.Sprintf("batch: %d lines, %d accepted (%d new, 0 duplicate), 0 rejected; %d new notifications\r\n", n, n, n, n),
+		fmt.Sprintf("dispatch: %d attempts; sent %d, failed 0, dead 0, unknown 0; 0 waiting for a retry\r\n", n, n)} {
+		if !strings.Contains(term, want) {
+			t.Errorf("the terminal lacks %q:\n%.2000s", want, term)
+		}
+	}
+	if got := (&counter{logFile: logFile}).logLines(); got != n {
+		t.Fatalf("%d lines in the provider's log, want %d", got, n)
+	}
+
+	// --log-level debug: every attempt, at DEBUG.
+	writeLines(t, file, 50, nil)
+	term, _, code = runOnTerminal(t, "batch", "send", file, "--db", filepath.Join(dir, "r2.db"), "--dispatch",
+		"--route", "*=log://"+filepath.Join(dir, "sent2.log"), "--log-level", "debug")
+	m := attemptLine.FindAllStringSubmatch(term, -1)
+	if code != 0 || len(m) != 50 || m[0][1] != "DEBUG" {
+		t.Fatalf("exit %d, %d attempt lines (want 50 at DEBUG):\n%s", code, len(m), term)
+	}
+}
+
+// Where stderr is not a terminal, the attempt lines stay at INFO, as
+// dispatch writes them, and --log-level warn leaves them out.
+func TestBatchSendAttemptLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "in.jsonl")
+	writeLines(t, file, 20, nil)
+	r := runCLI(t, "", "batch", "send", file, "--db", filepath.Join(dir, "r.db"), "--dispatch", "--route", "*=log://"+filepath.Join(dir, "sent.log"))
+	m := attemptLine.FindAllStringSubmatch(r.stderr, -1)
+	if r.code != 0 || len(m) != 20 || m[0][1] != "INFO" || !strings.Contains(r.stderr, "dispatch: 20 attempts; sent 20") {
+		t.Fatalf("exit %d, %d attempt lines (want 20 at INFO):\n%s", r.code, len(m), r.stderr)
+	}
+	r = runCLI(t, "", "batch", "send", file, "--db", filepath.Join(dir, "r2.db"), "--dispatch", "--route", "*=log://"+filepath.Join(dir, "sent2.log"),
+		"--log-level", "warn")
+	if r.code != 0 || attemptLine.MatchString(r.stderr) || !strings.Contains(r.stderr, "dispatch: 20 attempts; sent 20") {
+		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
+	}
+}
+
+// The handler batch send gives the relay's log, as a table: which records
+// show, at which level, on a terminal or not; and the per-attempt records
+// are counted for progress whatever the level.
+func TestBatchLogHandler(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		terminal bool
+		level    slog.Level
+		want     string // the records shown, as level and message
+	}{
+		{true, slog.LevelInfo, "INFO dispatcher stopped"},
+		{true, slog.LevelDebug, `DEBUG attempt|DEBUG decided without a call|INFO dispatcher stopped`},
+		{true, slog.LevelWarn, ""},
+		{false, slog.LevelInfo, `INFO attempt|INFO decided without a call|INFO dispatcher stopped`},
+		{false, slog.LevelDebug, `INFO attempt|INFO decided without a call|INFO dispatcher stopped`},
+		{false, slog.LevelWarn, ""},
+	} {
+		var buf bytes.Buffer
+		next := slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: tc.level})
+		counts := newDeliveryCounts()
+		log := slog.New(&batchLogHandler{next: next, level: attemptLevel(tc.terminal), counts: counts}).With("run", 1)
+		log.Info("attempt", "notification", int64(1), "status", "pending", "applied", true)
+		log.Info("attempt", "notification", int64(2), "status", "sent", "applied", true)
+		log.Info("decided without a call", "notification", int64(3), "status", "dead", "applied", true)
+		log.Info("attempt", "notification", int64(1), "status", "sent", "applied", true)
+		log.Info("attempt", "notification", int64(4), "status", "sent", "applied", false)
+		log.Info("dispatcher stopped")
+		var got []string // each level and message shown, once
+		dec := json.NewDecoder(&buf)
+		for dec.More() {
+			var rec struct{ Level, Msg string }
+			if err := dec.Decode(&rec); err != nil {
+				t.Fatal(err)
+			}
+			if r := rec.Level + " " + rec.Msg; !slices.Contains(got, r) {
+				got = append(got, r)
+			}
+		}
+		if strings.Join(got, "|") != tc.want {
+			t.Errorf("terminal %v, --log-level %v: shown %q, want %q", tc.terminal, tc.level, strings.Join(got, "|"), tc.want)
+		}
+		if s := counts.snapshot(); s != (relay.Summary{Attempts: 4, Sent: 2, Dead: 1}) {
+			t.Errorf("terminal %v, --log-level %v: counted %+v", tc.terminal, tc.level, s)
+		}
 	}
 }
