@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -15,10 +17,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"edgerelay/batch"
 	"edgerelay/relay"
@@ -60,26 +65,27 @@ func writeLines(t *testing.T, path string, n int, bad map[int]string) {
 func TestBatchSendExamples(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		file                  string
-		events, notifications int
+		file                           string
+		events, skipped, notifications int
 	}{
-		{"testdata/batch_example.jsonl", 4, 5},
-		{"testdata/batch_example.csv", 3, 4},
+		{"testdata/batch_example.jsonl", 4, 3, 5}, // 2 comment lines, 1 blank
+		{"testdata/batch_example.csv", 3, 0, 4},
 	} {
 		db := filepath.Join(t.TempDir(), "r.db")
 		r := runCLI(t, "", "batch", "send", "--db", db, tc.file, "--json")
 		if r.code != 0 {
 			t.Fatalf("%s: exit %d: %s", tc.file, r.code, r.stderr)
 		}
-		want := batch.Result{Lines: tc.events, New: tc.events, Notifications: tc.notifications}
+		lines := tc.events + tc.skipped
+		want := batch.Result{Lines: lines, New: tc.events, Skipped: tc.skipped, Notifications: tc.notifications}
 		if got := batchOut(t, r).Batch; got != want {
 			t.Fatalf("%s: %+v, want %+v", tc.file, got, want)
 		}
-		if !strings.Contains(r.stderr, fmt.Sprintf("batch: %d lines, %d accepted (%d new, 0 duplicate), 0 rejected", tc.events, tc.events, tc.events)) {
+		if !strings.Contains(r.stderr, fmt.Sprintf("batch: %d lines, %d accepted (%d new, 0 duplicate), 0 rejected", lines, tc.events, tc.events)) {
 			t.Fatalf("%s: stderr %q", tc.file, r.stderr)
 		}
 		r = runCLI(t, "", "--db", db, "batch", "send", "--json", tc.file)
-		if got := batchOut(t, r).Batch; r.code != 0 || got != (batch.Result{Lines: tc.events, Duplicate: tc.events}) {
+		if got := batchOut(t, r).Batch; r.code != 0 || got != (batch.Result{Lines: lines, Duplicate: tc.events, Skipped: tc.skipped}) {
 			t.Fatalf("%s re-run: exit %d, %+v", tc.file, r.code, got)
 		}
 		if n := countRows(t, db, "notifications"); n != tc.notifications {
@@ -362,5 +368,250 @@ func TestBatchSendSIGKILLThenRerun(t *testing.T) {
 		n, kills, events, notes, sent, bytes.Count(b, []byte("\n")), len(seen), missing, twice, extra, sum.Batch, sum.Dispatch)
 	if missing != 0 || extra != 0 || twice > kills*workers {
 		t.Fatalf("log: %d keys missing, %d unknown, %d repeated (at most %d allowed)", missing, extra, twice, kills*workers)
+	}
+}
+
+// eventIDs lists the event ids in a database, sorted.
+func eventIDs(t *testing.T, db string) []string {
+	t.Helper()
+	sdb, err := sql.Open("sqlite", "file:"+db+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	rows, err := sdb.Query("SELECT event_id FROM events ORDER BY event_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// A 5,000-row CSV file with 4 bad rows, two of them quotes left open (one in
+// recipient_id, one in a body, closed by chance by a later row's quote),
+// between rows whose quoted bodies legitimately span lines (one such line
+// looks like a row): every row is an event or a reported line, each bad one
+// reported at its own line, and the counts add up. testdata/batch_5000_bad.csv
+// was written by a script; its rows are c1 to c5000.
+func TestBatchSendCSVUnterminatedQuote(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "r.db")
+	r := runCLI(t, "", "batch", "send", "testdata/batch_5000_bad.csv", "--db", db, "--json")
+	if r.code != exitRejected {
+		t.Fatalf("exit %d, want %d: %s", r.code, exitRejected, r.stderr)
+	}
+	if got := batchOut(t, r).Batch; got != (batch.Result{Lines: 5000, New: 4996, Notifications: 4996, Rejected: 4}) {
+		t.Fatalf("%+v", got)
+	}
+	var reported []string
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.HasPrefix(l, "batch: line ") {
+			reported = append(reported, l)
+		}
+	}
+	want := []string{
+		"batch: line 1213: 3 cells, but the header has 5 columns",
+		"batch: line 2528: unterminated quoted cell starting at line 2528 column 14 (recipient_id): only body, html and data cells may go on to the next line",
+		"batch: line 3740: unterminated quoted cell starting at line 3740 column 38 (body): read as one row, it breaks at line 3743 column 38, a closing quote followed by \"h\"",
+		"batch: line 4449: invalid event: recipients[0].email: not an email address",
+	}
+	if len(reported) != len(want) {
+		t.Fatalf("reported %d lines, want %d:\n%s", len(reported), len(want), strings.Join(reported, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(reported[i], want[i]) {
+			t.Errorf("reported\n  %s\nwant\n  %s", reported[i], want[i])
+		}
+	}
+	if !strings.Contains(r.stderr, "batch: 5000 lines, 4996 accepted (4996 new, 0 duplicate), 4 rejected; 4996 new notifications\n") {
+		t.Fatalf("stderr:\n%s", r.stderr)
+	}
+	// Exactly the good rows, none of the body lines that look like rows.
+	var ids []string
+	for i := 1; i <= 5000; i++ {
+		if i != 1200 && i != 2500 && i != 3700 && i != 4400 {
+			ids = append(ids, fmt.Sprintf("c%d", i))
+		}
+	}
+	slices.Sort(ids)
+	if got := eventIDs(t, db); !slices.Equal(got, ids) {
+		t.Fatalf("%d events; want the %d good rows", len(got), len(ids))
+	}
+}
+
+// Quoted cells that span lines (CRLF, blank lines inside, doubled quotes,
+// a line that looks like a row) are one row each, delivered whole; a
+// blank line between rows is counted as skipped.
+func TestBatchSendCSVMultiline(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db, logFile := filepath.Join(dir, "r.db"), filepath.Join(dir, "sent.log")
+	r := runCLI(t, "", "batch", "send", "testdata/batch_multiline.csv", "--db", db, "--json", "--dispatch",
+		"--route", "*=log://"+logFile, "--log-level", "warn")
+	s := batchOut(t, r)
+	if r.code != 0 || s.Batch != (batch.Result{Lines: 3, New: 2, Notifications: 2, Skipped: 1}) || s.Dispatch == nil || s.Dispatch.Sent != 2 {
+		t.Fatalf("exit %d, %+v %+v: %s", r.code, s.Batch, s.Dispatch, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "batch: 3 lines, 2 accepted (2 new, 0 duplicate), 0 rejected, 1 skipped (blank or comment); 2 new notifications\n") {
+		t.Fatalf("stderr:\n%s", r.stderr)
+	}
+	b, _ := os.ReadFile(logFile)
+	body := `"body":"Dear Ada,\n\nyour \"order\" shipped.\nm9,notice,eve,eve@example.com,this line is part of the body,,,\nThanks"`
+	if !strings.Contains(string(b), body) || !strings.Contains(string(b), `"body":"one line"`) {
+		t.Fatalf("log lacks the bodies:\n%s", b)
+	}
+	if got := eventIDs(t, db); !slices.Equal(got, []string{"m1", "m2"}) {
+		t.Fatalf("events %q", got)
+	}
+}
+
+// runOnTerminal runs the binary with its stderr on a pseudo-terminal and
+// returns what the terminal showed, stdout, and the exit code.
+func runOnTerminal(t *testing.T, args ...string) (term, stdout string, code int) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 160}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary(t), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, tty
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close() // the child holds its own copy; the master reads EIO once it exits
+	var shown bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		io.Copy(&shown, ptmx) // ends with EIO when the child's end closes
+		close(copied)
+	}()
+	err = cmd.Wait()
+	<-copied
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return shown.String(), out.String(), cmd.ProcessState.ExitCode()
+}
+
+var attemptLine = regexp.MustCompile(`level=(\w+) msg=(attempt|"decided without a call")`)
+
+// batch send --dispatch of 10,000 lines to a log:// route, with stderr on
+// a terminal: a bar while accepting, a bar with the counts while
+// delivering, then the summary; not a line per attempt. With --log-level
+// debug the attempt lines are there, at DEBUG.
+func TestBatchSendDispatchTerminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and delivers 10,000 notifications")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	file, logFile := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "sent.log")
+	const n = 10000
+	writeLines(t, file, n, nil)
+	term, _, code := runOnTerminal(t, "batch", "send", file, "--db", filepath.Join(dir, "r.db"), "--dispatch", "--route", "*=log://"+logFile)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, term)
+	}
+	if m := attemptLine.FindAllString(term, -1); len(m) > 0 {
+		t.Fatalf("%d attempt lines on the terminal, the first %q", len(m), m[0])
+	}
+	for _, want := range []string{"batch: accepting", "dispatch: delivering",
+		fmt.Sprintf("batch: %d lines, %d accepted (%d new, 0 duplicate), 0 rejected; %d new notifications\r\n", n, n, n, n),
+		fmt.Sprintf("dispatch: %d attempts; sent %d, failed 0, dead 0, unknown 0; 0 waiting for a retry\r\n", n, n)} {
+		if !strings.Contains(term, want) {
+			t.Errorf("the terminal lacks %q:\n%.2000s", want, term)
+		}
+	}
+	if got := (&counter{logFile: logFile}).logLines(); got != n {
+		t.Fatalf("%d lines in the provider's log, want %d", got, n)
+	}
+
+	// --log-level debug: every attempt, at DEBUG.
+	writeLines(t, file, 50, nil)
+	term, _, code = runOnTerminal(t, "batch", "send", file, "--db", filepath.Join(dir, "r2.db"), "--dispatch",
+		"--route", "*=log://"+filepath.Join(dir, "sent2.log"), "--log-level", "debug")
+	m := attemptLine.FindAllStringSubmatch(term, -1)
+	if code != 0 || len(m) != 50 || m[0][1] != "DEBUG" {
+		t.Fatalf("exit %d, %d attempt lines (want 50 at DEBUG):\n%s", code, len(m), term)
+	}
+}
+
+// Where stderr is not a terminal, the attempt lines stay at INFO, as
+// dispatch writes them, and --log-level warn leaves them out.
+func TestBatchSendAttemptLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "in.jsonl")
+	writeLines(t, file, 20, nil)
+	r := runCLI(t, "", "batch", "send", file, "--db", filepath.Join(dir, "r.db"), "--dispatch", "--route", "*=log://"+filepath.Join(dir, "sent.log"))
+	m := attemptLine.FindAllStringSubmatch(r.stderr, -1)
+	if r.code != 0 || len(m) != 20 || m[0][1] != "INFO" || !strings.Contains(r.stderr, "dispatch: 20 attempts; sent 20") {
+		t.Fatalf("exit %d, %d attempt lines (want 20 at INFO):\n%s", r.code, len(m), r.stderr)
+	}
+	r = runCLI(t, "", "batch", "send", file, "--db", filepath.Join(dir, "r2.db"), "--dispatch", "--route", "*=log://"+filepath.Join(dir, "sent2.log"),
+		"--log-level", "warn")
+	if r.code != 0 || attemptLine.MatchString(r.stderr) || !strings.Contains(r.stderr, "dispatch: 20 attempts; sent 20") {
+		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
+	}
+}
+
+// The handler batch send gives the relay's log, as a table: which records
+// show, at which level, on a terminal or not; and the per-attempt records
+// are counted for progress whatever the level.
+func TestBatchLogHandler(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		terminal bool
+		level    slog.Level
+		want     string // the records shown, as level and message
+	}{
+		{true, slog.LevelInfo, "INFO dispatcher stopped"},
+		{true, slog.LevelDebug, `DEBUG attempt|DEBUG decided without a call|INFO dispatcher stopped`},
+		{true, slog.LevelWarn, ""},
+		{false, slog.LevelInfo, `INFO attempt|INFO decided without a call|INFO dispatcher stopped`},
+		{false, slog.LevelDebug, `INFO attempt|INFO decided without a call|INFO dispatcher stopped`},
+		{false, slog.LevelWarn, ""},
+	} {
+		var buf bytes.Buffer
+		next := slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: tc.level})
+		counts := newDeliveryCounts()
+		log := slog.New(&batchLogHandler{next: next, level: attemptLevel(tc.terminal), counts: counts}).With("run", 1)
+		log.Info("attempt", "notification", int64(1), "status", "pending", "applied", true)
+		log.Info("attempt", "notification", int64(2), "status", "sent", "applied", true)
+		log.Info("decided without a call", "notification", int64(3), "status", "dead", "applied", true)
+		log.Info("attempt", "notification", int64(1), "status", "sent", "applied", true)
+		log.Info("attempt", "notification", int64(4), "status", "sent", "applied", false)
+		log.Info("dispatcher stopped")
+		var got []string // each level and message shown, once
+		dec := json.NewDecoder(&buf)
+		for dec.More() {
+			var rec struct{ Level, Msg string }
+			if err := dec.Decode(&rec); err != nil {
+				t.Fatal(err)
+			}
+			if r := rec.Level + " " + rec.Msg; !slices.Contains(got, r) {
+				got = append(got, r)
+			}
+		}
+		if strings.Join(got, "|") != tc.want {
+			t.Errorf("terminal %v, --log-level %v: shown %q, want %q", tc.terminal, tc.level, strings.Join(got, "|"), tc.want)
+		}
+		if s := counts.snapshot(); s != (relay.Summary{Attempts: 4, Sent: 2, Dead: 1}) {
+			t.Errorf("terminal %v, --log-level %v: counted %+v", tc.terminal, tc.level, s)
+		}
 	}
 }

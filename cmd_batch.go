@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -15,6 +17,7 @@ import (
 
 	"edgerelay/batch"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 func batchCommand() *cli.Command {
@@ -67,6 +70,12 @@ Formats, by extension (.jsonl or .ndjson, .csv) or --format:
                Rows sharing an id and purpose are one event: give each row
                its own id (the second row, with another recipient, would be
                rejected as a conflict).
+               Quotes as RFC 4180 (a quote in a quoted cell written twice);
+               only a quoted body, html or data cell may span lines. A row
+               whose quote is left open is reported at its line ("unterminated
+               quoted cell starting at line 12 column 9") and the lines after
+               it are read as rows: no row is lost from the count. Empty
+               lines are skipped and counted.
                Example: testdata/batch_example.csv
 
 Progress goes to stderr: a progress bar on a terminal, otherwise a line every
@@ -74,7 +83,11 @@ Progress goes to stderr: a progress bar on a terminal, otherwise a line every
 
 With --dispatch, once every line is settled, delivers as dispatch --until-idle
 does (everything due in the database, not only this file's notifications)
-through --route and --delivery, and prints its summary.
+through --route and --delivery, shows its progress the same way (sent, failed,
+dead, unknown, waiting), and prints its summary. The log line of each attempt
+is written at debug on a terminal (shown with --log-level debug: the bar says
+what they would), at info elsewhere, as dispatch writes it (a cron job's log
+keeps a record of each call; --log-level warn leaves them out).
 
 Exit status:
    0  every line accepted (new or duplicate) and, with --dispatch, sent
@@ -215,6 +228,19 @@ func batchSend(c *cli.Context, args []string) error {
 		return err
 	}
 	s.dispatchFlags(c)
+	prog := newBatchProgress(stderr, size, c.Duration("progress-every"))
+	// The relay's log goes through prog (it clears the bar before a record)
+	// and through a handler that puts per-attempt records at the level
+	// attemptLevel chooses and, with --dispatch, counts them for progress.
+	var counts *deliveryCounts
+	if dispatch {
+		counts = newDeliveryCounts()
+	}
+	log, err := newLogger(lookup(c, "log-level"), prog)
+	if err != nil {
+		return err
+	}
+	s.opts.Logger = slog.New(&batchLogHandler{next: log.Handler(), level: attemptLevel(prog.tty), counts: counts})
 	r, err := openRelayWith(c, s)
 	if err != nil {
 		return err
@@ -222,7 +248,6 @@ func batchSend(c *cli.Context, args []string) error {
 	defer r.Close()
 
 	sum := batchSummary{File: path}
-	prog := newBatchProgress(stderr, size, c.Duration("progress-every"))
 	opts := batch.Options{Group: group, OnReject: prog.reject, Progress: prog.update}
 
 	if c.Bool("strict") {
@@ -257,15 +282,17 @@ func batchSend(c *cli.Context, args []string) error {
 	if err != nil {
 		return batchStopped(c, "accept", res, err)
 	}
-	fmt.Fprintf(stderr, "batch: %d lines, %d accepted (%d new, %d duplicate), %d rejected; %d new notifications\n",
-		res.Lines, res.Accepted(), res.New, res.Duplicate, res.Rejected, res.Notifications)
+	fmt.Fprintf(stderr, "batch: %d lines, %d accepted (%d new, %d duplicate), %d rejected%s; %d new notifications\n",
+		res.Lines, res.Accepted(), res.New, res.Duplicate, res.Rejected, skipped(res), res.Notifications)
 
 	code := exitOK
 	if res.Rejected > 0 {
 		code = exitRejected
 	}
 	if dispatch {
+		stop := prog.deliver(counts, res.Notifications)
 		ds, err := r.RunUntilIdle(c.Context, c.Duration("max-wait"))
+		stop()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
@@ -291,6 +318,15 @@ func batchSend(c *cli.Context, args []string) error {
 	return nil
 }
 
+// skipped says how many blank (or comment) lines the counts include, so
+// that they add up to the lines.
+func skipped(res batch.Result) string {
+	if res.Skipped == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d skipped (blank or comment)", res.Skipped)
+}
+
 // batchFileError: a file that is not in its format (a bad CSV header, a
 // line too long to find its end) is rejected; one that cannot be read is
 // an I/O error.
@@ -304,8 +340,8 @@ func batchFileError(path string, err error) error {
 
 // batchStopped reports a batch that stopped before the end of the file.
 func batchStopped(c *cli.Context, what string, res batch.Result, err error) error {
-	fmt.Fprintf(c.App.ErrWriter, "batch: stopped after %d lines (%d accepted, %d rejected); run the same file again to finish, nothing is accepted twice\n",
-		res.Lines, res.Accepted(), res.Rejected)
+	fmt.Fprintf(c.App.ErrWriter, "batch: stopped after %d lines (%d accepted, %d rejected%s); run the same file again to finish, nothing is accepted twice\n",
+		res.Lines, res.Accepted(), res.Rejected, skipped(res))
 	if errors.Is(err, context.Canceled) {
 		return cli.Exit("batch: interrupted", exitError)
 	}
@@ -325,14 +361,16 @@ func (readerNoSeek) Seek(int64, int) (int64, error) {
 }
 
 // batchProgress shows a batch's progress on stderr: a bar on a terminal,
-// a plain line every so often otherwise. Its methods are called one at a
-// time (batch.Options).
+// a plain line every so often otherwise. It is also the log's writer, so
+// that a log record clears the bar before it is written (the bar is drawn
+// again at its next update): its methods and the relay's goroutines take mu.
 type batchProgress struct {
 	w     io.Writer
 	size  int64 // -1: unknown (standard input)
 	every time.Duration
 	tty   bool
 
+	mu        sync.Mutex
 	bar       *progressbar.ProgressBar
 	what      string
 	last      time.Time
@@ -343,28 +381,39 @@ func newBatchProgress(w io.Writer, size int64, every time.Duration) *batchProgre
 	return &batchProgress{w: w, size: size, every: every, tty: isTerminalWriter(w)}
 }
 
+// newBar makes a bar drawn only when told (no spinner goroutine: every
+// write to the terminal happens under mu).
+func (p *batchProgress) newBar(max int64, desc string, opts ...progressbar.Option) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(max, append([]progressbar.Option{
+		progressbar.OptionSetWriter(p.w),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100 * time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetSpinnerChangeInterval(0),
+		progressbar.OptionSetRenderBlankState(true), // shown at once, however short the phase
+	}, opts...)...)
+}
+
 func (p *batchProgress) start(what string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.what, p.last, p.lastState = what, time.Now(), batch.Progress{}
 	if p.tty {
-		p.bar = progressbar.NewOptions64(p.size,
-			progressbar.OptionSetWriter(p.w),
-			progressbar.OptionSetDescription("batch: "+what),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-		)
+		p.bar = p.newBar(p.size, "batch: "+what, progressbar.OptionShowBytes(true))
 	}
 }
 
 func (p *batchProgress) update(s batch.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.lastState = s
 	now := time.Now()
 	if p.bar != nil {
 		if now.Sub(p.last) >= 100*time.Millisecond {
 			p.last = now
+			p.bar.Set64(s.Bytes) // throttled; Describe draws the bar
 			p.bar.Describe(fmt.Sprintf("batch: %s %d lines, %d rejected", p.what, s.Lines, s.Rejected))
-			p.bar.Set64(s.Bytes)
 		}
 		return
 	}
@@ -376,24 +425,193 @@ func (p *batchProgress) update(s batch.Progress) {
 
 func (p *batchProgress) line(s batch.Progress) {
 	if p.what == "checking" {
-		fmt.Fprintf(p.w, "batch: checked %d lines, %d bad\n", s.Lines, s.Rejected)
+		fmt.Fprintf(p.w, "batch: checked %d lines, %d bad%s\n", s.Lines, s.Rejected, skipped(s.Result))
 		return
 	}
-	fmt.Fprintf(p.w, "batch: %d lines, %d accepted, %d rejected\n", s.Lines, s.Accepted(), s.Rejected)
+	fmt.Fprintf(p.w, "batch: %d lines, %d accepted, %d rejected%s\n", s.Lines, s.Accepted(), s.Rejected, skipped(s.Result))
 }
 
 func (p *batchProgress) reject(err *batch.LineError) {
+	fmt.Fprintln(p, "batch: "+err.Error())
+}
+
+// Write writes b (a log record, a rejected line) with the bar cleared.
+func (p *batchProgress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.bar != nil {
 		p.bar.Clear()
 	}
-	fmt.Fprintln(p.w, "batch: "+err.Error())
+	return p.w.Write(b)
 }
 
 func (p *batchProgress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.bar != nil {
 		p.bar.Finish()
 		p.bar = nil
 	}
+}
+
+// deliver shows the progress of --dispatch from counts until stop is
+// called: on a terminal, a bar of the notifications settled (expected: the
+// file's new ones; the dispatcher delivers everything due, so it grows if
+// need be) with the counts; otherwise a line every --progress-every.
+func (p *batchProgress) deliver(counts *deliveryCounts, expected int) (stop func()) {
+	every := p.every
+	if p.tty {
+		every = 100 * time.Millisecond
+		p.mu.Lock()
+		max := int64(expected)
+		if max <= 0 {
+			max = -1
+		}
+		p.bar = p.newBar(max, "dispatch: delivering", progressbar.OptionShowCount())
+		p.mu.Unlock()
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		if every <= 0 {
+			<-done
+			return
+		}
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			s := counts.snapshot()
+			p.mu.Lock()
+			if p.bar != nil {
+				settled := int64(s.Sent + s.Failed + s.Dead + s.Unknown)
+				if max := p.bar.GetMax64(); max >= 0 && settled+s.Waiting > max {
+					p.bar.ChangeMax64(settled + s.Waiting)
+				}
+				p.bar.Set64(settled) // throttled; Describe draws the bar
+				p.bar.Describe(fmt.Sprintf("dispatch: sent %d, failed %d, dead %d, unknown %d; %d waiting", s.Sent, s.Failed, s.Dead, s.Unknown, s.Waiting))
+			} else {
+				fmt.Fprintf(p.w, "dispatch: so far %d attempts; sent %d, failed %d, dead %d, unknown %d; %d waiting for a retry\n",
+					s.Attempts, s.Sent, s.Failed, s.Dead, s.Unknown, s.Waiting)
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+		p.finish()
+	}
+}
+
+// The relay logs a record per provider call ("attempt") and per
+// notification settled without one ("decided without a call"), at Info
+// (relay/dispatch.go). 10,000 of them would bury the progress bar.
+var attemptRecords = map[string]bool{"attempt": true, "decided without a call": true}
+
+// attemptLevel is the level batch send writes the relay's per-attempt
+// records at. On a terminal the progress bar and the summary say what they
+// would, so they are Debug: shown only with --log-level debug. Elsewhere
+// (cron, a pipe, a file) they stay Info, as dispatch writes them: the log is
+// the record of each call, and --log-level warn leaves them out.
+func attemptLevel(terminal bool) slog.Level {
+	if terminal {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// batchLogHandler writes the relay's per-attempt records at level, and
+// tells counts (if not nil) of each, whatever the level.
+type batchLogHandler struct {
+	next   slog.Handler
+	level  slog.Level
+	counts *deliveryCounts
+}
+
+func (h *batchLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return (h.counts != nil && l == slog.LevelInfo) || h.next.Enabled(ctx, l)
+}
+
+func (h *batchLogHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo && attemptRecords[r.Message] {
+		if h.counts != nil {
+			h.counts.record(r)
+		}
+		r.Level = h.level
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *batchLogHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &batchLogHandler{next: h.next.WithAttrs(as), level: h.level, counts: h.counts}
+}
+
+func (h *batchLogHandler) WithGroup(name string) slog.Handler {
+	return &batchLogHandler{next: h.next.WithGroup(name), level: h.level, counts: h.counts}
+}
+
+// deliveryCounts counts what the per-attempt records say, for the progress
+// of --dispatch (the summary printed at the end is the relay's own). Only
+// notifications waiting for a retry are remembered, by id.
+type deliveryCounts struct {
+	mu      sync.Mutex
+	sum     relay.Summary
+	waiting map[string]bool
+}
+
+func newDeliveryCounts() *deliveryCounts { return &deliveryCounts{waiting: map[string]bool{}} }
+
+func (d *deliveryCounts) record(r slog.Record) {
+	var id, status string
+	applied := true
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "notification":
+			id = a.Value.String()
+		case "status":
+			status = a.Value.String()
+		case "applied":
+			applied = a.Value.Kind() != slog.KindBool || a.Value.Bool()
+		}
+		return true
+	})
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r.Message == "attempt" {
+		d.sum.Attempts++
+	}
+	if !applied || id == "" { // not written: another dispatcher settled it
+		return
+	}
+	delete(d.waiting, id)
+	switch status {
+	case store.StatusPending:
+		d.waiting[id] = true
+	case store.StatusSent:
+		d.sum.Sent++
+	case store.StatusFailed:
+		d.sum.Failed++
+	case store.StatusDead:
+		d.sum.Dead++
+	case store.StatusUnknown:
+		d.sum.Unknown++
+	}
+}
+
+func (d *deliveryCounts) snapshot() relay.Summary {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.sum
+	s.Waiting = int64(len(d.waiting))
+	return s
 }
 
 // isTerminalWriter reports whether w is an interactive terminal.

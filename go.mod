@@ -18,6 +18,7 @@ require (
 
 require (
 	code.dny.dev/ssrf v0.3.0 // webhook to=recipient: refuse non-public addresses at dial time (net.Dialer.Control), from the IANA registries
+	github.com/creack/pty v1.1.24 // tests only: batch send --dispatch run on a pseudo-terminal (TestBatchSendDispatchTerminal)
 	github.com/go-json-experiment/json v1.27.2 // strict JSON (relay.DecodeJSON): bad UTF-8, lone surrogates, repeated keys are errors with a path, not merged as encoding/json does; upstream of encoding/json/v2
 	github.com/robfig/cron/v3 v3.0.1 // schedules: cron expressions with seconds and time zones
 	github.com/schollz/progressbar/v3 v3.19.0 // batch send: a progress bar on a terminal

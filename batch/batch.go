@@ -30,10 +30,12 @@ type Options struct {
 	Progress func(Progress)
 }
 
-// Result counts what a batch did. Blank and comment lines are not
-// counted.
+// Result counts what a batch did. Every line of the file (for CSV, every
+// row after the header) is counted once: Lines is Accepted() + Rejected +
+// Skipped (for Check, Valid + Rejected + Skipped). A CSV row whose quoted
+// cell spans lines is one.
 type Result struct {
-	// Lines settled: accepted, rejected or (Check) checked.
+	// Lines settled: accepted, rejected, skipped or (Check) checked.
 	Lines int `json:"lines"`
 	// New events written, and the notifications they fanned out to.
 	New           int `json:"new"`
@@ -44,6 +46,8 @@ type Result struct {
 	// Rejected lines: not an event, invalid, or the same id and purpose as
 	// an accepted event with different content.
 	Rejected int `json:"rejected"`
+	// Skipped lines: blank, or JSON Lines comments.
+	Skipped int `json:"skipped"`
 	// Valid lines, for Check.
 	Valid int `json:"valid,omitempty"`
 }
@@ -154,7 +158,7 @@ func accept(ctx context.Context, r *relay.Relay, lines []Line, check bool) ([]re
 	var events []relay.Event
 	var at []int // the line of each event
 	for i, l := range lines {
-		if l.Err != nil {
+		if l.Err != nil || l.Skip {
 			continue
 		}
 		if check {
@@ -195,6 +199,8 @@ func count(g group, accs []relay.AcceptResult, errs []error, opts Options, check
 			return fmt.Errorf("line %d: %w", l.Line, err)
 		}
 		switch {
+		case l.Skip:
+			res.Skipped++
 		case rej != nil:
 			res.Rejected++
 			if opts.OnReject != nil {

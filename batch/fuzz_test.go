@@ -2,8 +2,11 @@ package batch
 
 import (
 	"bytes"
+	"encoding/csv"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"edgerelay/relay"
@@ -11,9 +14,13 @@ import (
 
 // FuzzBatchJSONL and FuzzBatchCSV read arbitrary bytes as a batch file.
 // Whatever the input: no panic; reading is deterministic; each line is an
-// event or a *LineError naming a line of the input, in increasing
-// order; Normalize gives the same answer on two reads of an event and is
-// idempotent when it succeeds. The reader does not validate events (Accept
+// event, a skipped line or a *LineError naming a line of the input, and
+// together they cover every line after the header once, in order (no row
+// disappears, whatever the quotes); Normalize gives the same answer on two
+// reads of an event and is idempotent when it succeeds. For CSV, where
+// encoding/csv reads the whole input without an error, every row it finds
+// is read the same (until a row the quote rule reads otherwise: a line
+// break in a cell that may not span lines). The reader does not validate events (Accept
 // does), so an event that Normalize rejects is fine here.
 // Seeds are in testdata/fuzz/FuzzBatchJSONL and testdata/fuzz/FuzzBatchCSV.
 func FuzzBatchJSONL(f *testing.F) {
@@ -28,8 +35,8 @@ func FuzzBatchCSV(f *testing.F) {
 
 func checkBatchFile(t *testing.T, data []byte, format Format) {
 	lines := bytes.Count(data, []byte("\n")) + 1
-	first, herr := readBatchFile(t, data, format)
-	second, herr2 := readBatchFile(t, data, format)
+	first, header, herr := readBatchFile(t, data, format)
+	second, _, herr2 := readBatchFile(t, data, format)
 	if !reflect.DeepEqual(first, second) || errString(herr) != errString(herr2) {
 		t.Fatalf("two reads differ: %v %+v then %v %+v", herr, first, herr2, second)
 	}
@@ -41,6 +48,28 @@ func checkBatchFile(t *testing.T, data []byte, format Format) {
 		}
 		return
 	}
+	// The lines yielded follow each other from the first after the header
+	// (JSON Lines: line 1) to the last; a final newline ends the last line.
+	physical := lines
+	if len(data) == 0 || bytes.HasSuffix(data, []byte("\n")) {
+		physical--
+	}
+	next := header + 1
+	for _, l := range first {
+		if l.Line != next || l.Last < l.Line || l.Last > physical || (format == JSONL && l.Last != l.Line) {
+			t.Fatalf("a line %d to %d, want one from line %d (input of %d lines)", l.Line, l.Last, next, physical)
+		}
+		if l.Skip && (l.Err != nil || !reflect.DeepEqual(l.Event, relay.Event{})) {
+			t.Fatalf("line %d: skipped, with %v %+v", l.Line, l.Err, l.Event)
+		}
+		next = l.Last + 1
+	}
+	if next != physical+1 {
+		t.Fatalf("lines read to %d, in an input of %d lines", next-1, physical)
+	}
+	if format == CSV {
+		sameAsEncodingCSV(t, data, first)
+	}
 	prev, prevOff := 0, int64(0)
 	for i, l := range first {
 		if l.Line <= prev || l.Line > lines {
@@ -51,6 +80,9 @@ func checkBatchFile(t *testing.T, data []byte, format Format) {
 		}
 		prev, prevOff = l.Line, l.Offset
 		t.Logf("line %d: event %q, error %v", l.Line, l.Event.ID, l.Err)
+		if l.Skip {
+			continue
+		}
 		if l.Err != nil {
 			le, ok := l.Err.(*LineError)
 			if !ok || le.Line != l.Line {
@@ -80,14 +112,16 @@ func checkBatchFile(t *testing.T, data []byte, format Format) {
 	}
 }
 
-// readBatchFile reads every line of data; the error is NewReader's.
-// An in-memory file far below the 16 MiB line cap always reads to the end.
-func readBatchFile(t *testing.T, data []byte, format Format) ([]Line, error) {
+// readBatchFile reads every line of data, and says on which line the CSV
+// header was (0 for JSON Lines); the error is NewReader's. An in-memory file
+// far below the 16 MiB line cap always reads to the end.
+func readBatchFile(t *testing.T, data []byte, format Format) ([]Line, int, error) {
 	t.Helper()
 	br, err := NewReader(bytes.NewReader(data), format)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	header := br.line
 	var out []Line
 	for l := range br.Lines() {
 		out = append(out, l)
@@ -95,7 +129,69 @@ func readBatchFile(t *testing.T, data []byte, format Format) ([]Line, error) {
 	if err := br.Err(); err != nil {
 		t.Fatalf("Err after reading %d bytes from memory: %v", len(data), err)
 	}
-	return out, nil
+	return out, header, nil
+}
+
+// sameAsEncodingCSV reads data with encoding/csv (a BOM removed, as the
+// reader does) and, if it finds no error, checks that each of its rows is
+// read the same: the header's columns, then each row at the same line, as
+// the same event (or the same cell-count or data error).
+func sameAsEncodingCSV(t *testing.T, data []byte, ours []Line) {
+	t.Helper()
+	cr := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(data, bom)))
+	cr.FieldsPerRecord = -1
+	recs, err := cr.ReadAll()
+	if err != nil || len(recs) == 0 {
+		return
+	}
+	br := &Reader{}
+	for _, h := range recs[0] {
+		br.cols = append(br.cols, strings.ToLower(strings.TrimSpace(h)))
+	}
+	var rows []Line // ours, without the blank lines encoding/csv skips
+	for _, l := range ours {
+		if !l.Skip {
+			rows = append(rows, l)
+		}
+	}
+	cr = csv.NewReader(bytes.NewReader(bytes.TrimPrefix(data, bom)))
+	cr.FieldsPerRecord = -1
+	cr.Read() // the header
+	for i, rec := range recs[1:] {
+		cr.Read()
+		line, _ := cr.FieldPos(0)
+		for j, cell := range rec {
+			// The quote rule reads a row otherwise if a cell that may not
+			// span lines does, or if a row that spans lines has the wrong
+			// number of cells: stop comparing there.
+			if strings.Contains(cell, "\n") && (len(rec) != len(br.cols) || !spanColumns[br.cols[j]]) {
+				return
+			}
+		}
+		if i >= len(rows) {
+			t.Fatalf("encoding/csv reads a row at line %d, this reader none", line)
+		}
+		l := rows[i]
+		if l.Line != line {
+			t.Fatalf("encoding/csv reads a row at line %d, this reader at line %d", line, l.Line)
+		}
+		if len(rec) != len(br.cols) {
+			if l.Err == nil || !strings.HasSuffix(l.Err.Error(), "cells, but the header has "+fmt.Sprint(len(br.cols))+" columns") {
+				t.Fatalf("line %d: %d cells for %d columns, read as %+v", line, len(rec), len(br.cols), l)
+			}
+			continue
+		}
+		want, werr := br.csvEvent(rec)
+		if werr != nil {
+			if l.Err == nil || !strings.HasSuffix(l.Err.Error(), werr.Error()) {
+				t.Fatalf("line %d: want error %v, got %+v", line, werr, l)
+			}
+			continue
+		}
+		if l.Err != nil || !reflect.DeepEqual(l.Event, want) {
+			t.Fatalf("line %d:\n got %+v (%v)\nwant %+v", line, l.Event, l.Err, want)
+		}
+	}
 }
 
 func errString(err error) string {
