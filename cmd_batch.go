@@ -511,7 +511,7 @@ func (p *batchProgress) deliver(counts *deliveryCounts, expected int) (stop func
 // The relay logs a record per provider call ("attempt") and per
 // notification settled without one ("decided without a call"), at Info
 // (relay/dispatch.go). 10,000 of them would bury the progress bar.
-var attemptRecords = map[string]bool{"attempt": true, "decided without a call": true}
+var attemptRecords = map[string]bool{relay.LogAttempt: true, relay.LogDecided: true}
 
 // attemptLevel is the level batch send writes the relay's per-attempt
 // records at. On a terminal the progress bar and the summary say what they
@@ -585,7 +585,7 @@ func (d *deliveryCounts) record(r slog.Record) {
 	})
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if r.Message == "attempt" {
+	if r.Message == relay.LogAttempt {
 		d.sum.Attempts++
 	}
 	if !applied || id == "" { // not written: another dispatcher settled it

@@ -707,10 +707,10 @@ func (d *dispatcher) settle(what string, ps []pending) {
 	for i, p := range ps {
 		dec := p.s.Decision
 		if p.res == nil {
-			r.log.Info("decided without a call", "notification", p.c.ID, "key", p.c.Key, "channel", p.c.Channel,
+			r.log.Info(LogDecided, "notification", p.c.ID, "key", p.c.Key, "channel", p.c.Channel,
 				"provider", p.provider, "status", dec.Status, "why", dec.Reason, "applied", applied[i])
 		} else {
-			r.log.Info("attempt", "notification", p.c.ID, "key", p.c.Key, "channel", p.c.Channel, "provider", p.provider,
+			r.log.Info(LogAttempt, "notification", p.c.ID, "key", p.c.Key, "channel", p.c.Channel, "provider", p.provider,
 				"attempt", p.c.Attempt, "outcome", p.res.Outcome, "http_status", p.res.HTTPStatus, "detail", p.res.Detail,
 				"status", dec.Status, "applied", applied[i])
 			if r.opts.Observer != nil && (applied[i] || !p.recovered) {

@@ -1,5 +1,15 @@
 package relay
 
+// The messages of the log records the dispatcher writes for each
+// notification it settles, for tools that follow its log (batch send's
+// progress): one per provider call, and one per claim ended without a call
+// (a wait at a gate, a give-up). Each carries "notification", "status" and
+// "applied".
+const (
+	LogAttempt = "attempt"
+	LogDecided = "decided without a call"
+)
+
 // Phase names a point in the life of a notification where a test (or a
 // drill) may want to act: kill the process, pause, count.
 type Phase string
