@@ -21,4 +21,10 @@
 // Run runs every group, Dispatch and Quarantine included (they can also be
 // run alone). Setup outside Dispatch that needs a notification in a given
 // state goes through Dispatch in one place, settleAll.
+//
+// The feeds' randomized model run logs its seed: EDGERELAY_FEED_MODEL_SEED
+// replays one, EDGERELAY_FEED_MODEL_STEPS runs longer (120 steps by
+// default, a third of that under -race, as for the concurrent tests). A
+// test that states a behaviour a store is known to break is skipped with
+// "BUG: …"; EDGERELAY_STORETEST_BUGS=1 runs it.
 package storetest

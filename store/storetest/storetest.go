@@ -59,11 +59,15 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 }
 
-// Feeds (members, fan-out on read, marks, pages, unread counts): their tests go here.
-func feeds(t *testing.T, open opener) {}
+// Feeds: members, fan-out on read, marks, pages, unread counts (feeds.go).
+func feeds(t *testing.T, open opener) {
+	feedViews(t, open)
+}
 
-// Jobs (begin, finish, last run): their tests go here.
-func jobs(t *testing.T, open opener) {}
+// Jobs: begin, finish, last run (jobs.go).
+func jobs(t *testing.T, open opener) {
+	jobRuns(t, open)
+}
 
 // test is one behaviour, run on a fresh store.
 type test struct {
