@@ -24,7 +24,5 @@
 //
 // The feeds' randomized model run logs its seed: EDGERELAY_FEED_MODEL_SEED
 // replays one, EDGERELAY_FEED_MODEL_STEPS runs longer (120 steps by
-// default, a third of that under -race, as for the concurrent tests). A
-// test that states a behaviour a store is known to break is skipped with
-// "BUG: …"; EDGERELAY_STORETEST_BUGS=1 runs it.
+// default, a third of that under -race, as for the concurrent tests).
 package storetest

@@ -3,7 +3,6 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -55,15 +54,6 @@ func wantRun(t *testing.T, what string, got store.JobRun, job string, at time.Ti
 	if got.Job != job || !got.ScheduledAt.Equal(at) || got.PrevUpperSeq != prev || got.UpperSeq != upper ||
 		got.Status != status || got.Repeat != repeat {
 		t.Errorf("%s: %+v; want %s at %s covering (%d, %d], %s, repeat %v", what, got, job, at, prev, upper, status, repeat)
-	}
-}
-
-// knownBug skips a test that fails on a known bug, unless
-// EDGERELAY_STORETEST_BUGS=1 asks to see it fail.
-func knownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("EDGERELAY_STORETEST_BUGS") != "1" {
-		t.Skip("BUG: " + bug + " (EDGERELAY_STORETEST_BUGS=1 runs it)")
 	}
 }
 
@@ -266,8 +256,6 @@ func testJobPrune(t *testing.T, s store.Store) {
 // README promises that an item is in exactly one digest. The runs' ranges
 // stay disjoint, and together cover every item.
 func testJobBegunLate(t *testing.T, s store.Store) {
-	knownBug(t, "a run begun after a later run of its job covers from the run before it to the newest item, "+
-		"overlapping the later run's range (and the next run's): cron run --at a missed digest repeats items in two digests")
 	posted := 0
 	postN := func(n int) {
 		for range n {
