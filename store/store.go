@@ -28,6 +28,7 @@ type Store interface {
 	Jobs
 	Sources
 	Requests
+	Leases
 	Tokens
 	Maintenance
 }
@@ -159,9 +160,33 @@ type Sources interface {
 
 // Requests are completed API requests kept under their Idempotency-Key.
 type Requests interface {
+	// ClaimRequest begins a request under its key, for every process that
+	// shares the store: it returns the stored response of a completed one
+	// (replay it), or that another request holds the key until Busy (answer
+	// 409), or that this one now holds it until now+hold. A claim its
+	// process abandoned (a crash) lapses at its end; a different request
+	// under a live key is ErrKeyReused.
+	ClaimRequest(ctx context.Context, k RequestKey, now time.Time, hold time.Duration) (RequestClaim, error)
+	// ReleaseRequest drops this request's claim when it saved no response,
+	// so that a retry runs at once.
+	ReleaseRequest(ctx context.Context, k RequestKey) error
 	LookupRequest(ctx context.Context, k RequestKey, now time.Time) (*StoredResponse, error)
+	// SaveResponse keeps a completed request's response (ending its claim)
+	// until now+ttl; a live response already stored stays.
 	SaveResponse(ctx context.Context, k RequestKey, resp StoredResponse, now time.Time, ttl time.Duration) error
 	PruneRequests(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// Leases are named, expiring locks for work that one process at a time
+// must do (the schedules, each tailed source), among all that share the
+// store.
+type Leases interface {
+	// HoldLease takes the lease name for holder until now+ttl, or renews
+	// it, if it is free, lapsed or holder's; it reports whether holder
+	// holds it now.
+	HoldLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error)
+	// DropLease gives the lease up, if holder holds it.
+	DropLease(ctx context.Context, name, holder string) error
 }
 
 // Tokens are API tokens, kept as hashes.

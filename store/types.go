@@ -369,6 +369,17 @@ type Receipt struct {
 // the caller's sha256 of method, path and body.
 type RequestKey struct{ Tenant, Key, Fingerprint string }
 
+// RequestClaim is what ClaimRequest found: a completed request's response
+// (Stored), another request holding the key (Busy, when it lapses), or
+// neither: this request holds the key now.
+type RequestClaim struct {
+	Stored *StoredResponse
+	Busy   time.Time
+}
+
+// Held reports whether the claim went to this request.
+func (c RequestClaim) Held() bool { return c.Stored == nil && c.Busy.IsZero() }
+
 // StoredResponse is what a completed request answered, replayed to retries.
 type StoredResponse struct {
 	Status      int

@@ -12,13 +12,71 @@ import (
 // response of a completed request is kept under its key until the key
 // expires, so a retry gets the same answer instead of a second effect.
 //
-// Only completed requests are stored. That a request is running is not a
-// durable fact: the API holds it in memory (a request in flight answers a
-// concurrent repeat with 409), so a crash, or a disk that refuses the
-// write that would have released the key, leaves no lock behind that
-// blocks the client's retry. The effects behind the API are idempotent by
-// themselves (event dedupe, status transitions), which is what makes a
-// repeat that runs again safe.
+// A request running under a key holds a claim on it (state in_flight)
+// until locked_until, so that a repeat at any process sharing the store is
+// told it is in progress; a claim whose process died lapses at its end, so
+// a crash blocks the client's retry for at most that long. The effects
+// behind the API are idempotent by themselves (event dedupe, status
+// transitions), which is what makes a repeat that runs again after a lapse
+// safe.
+
+// ClaimRequest takes the key for this request in one upsert, which changes
+// the row only where the key is free: a completed response that expired,
+// or a claim that lapsed. Otherwise the row says who has it.
+func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, now time.Time, hold time.Duration) (store.RequestClaim, error) {
+	var claim store.RequestClaim
+	err := s.w.do(ctx, func(tx *Tx) error {
+		claim = store.RequestClaim{}
+		var one int
+		err := tx.queryRow(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at)
+				VALUES (?1, ?2, ?3, 'in_flight', ?4, ?5, ?4)
+			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
+				locked_until = excluded.locked_until, status = NULL, content_type = NULL, body = NULL,
+				created_at = excluded.created_at, expires_at = excluded.expires_at
+				WHERE (request_keys.state = 'done' AND request_keys.expires_at <= ?5)
+				   OR (request_keys.state = 'in_flight' AND request_keys.locked_until <= ?5)
+			RETURNING 1`, k.Tenant, k.Key, k.Fingerprint, ms(now.Add(hold)), ms(now)).Scan(&one)
+		if err == nil {
+			return nil // held
+		}
+		if !isNoRows(err) {
+			return fmt.Errorf("claim request key %q: %w", k.Key, err)
+		}
+		var (
+			fp, state string
+			locked    int64
+			status    sql.NullInt64
+			ctype     sql.NullString
+			body      []byte
+		)
+		if err := tx.queryRow(`SELECT fingerprint, state, locked_until, status, content_type, body FROM request_keys
+			WHERE tenant = ? AND key = ?`, k.Tenant, k.Key).Scan(&fp, &state, &locked, &status, &ctype, &body); err != nil {
+			return fmt.Errorf("claim request key %q: %w", k.Key, err)
+		}
+		switch {
+		case fp != k.Fingerprint:
+			return fmt.Errorf("%w: key %q", store.ErrKeyReused, k.Key)
+		case state == "done":
+			claim.Stored = &store.StoredResponse{Status: int(status.Int64), ContentType: ctype.String, Body: body}
+		default:
+			claim.Busy = fromMS(locked)
+		}
+		return nil
+	})
+	return claim, err
+}
+
+// ReleaseRequest deletes this request's claim, if it still holds one.
+func (s *Store) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
+	return s.w.do(ctx, func(tx *Tx) error {
+		_, err := tx.exec(`DELETE FROM request_keys WHERE tenant = ? AND key = ? AND state = 'in_flight' AND fingerprint = ?`,
+			k.Tenant, k.Key, k.Fingerprint)
+		if err != nil {
+			return fmt.Errorf("release request key %q: %w", k.Key, err)
+		}
+		return nil
+	})
+}
 
 // LookupRequest returns the response stored for k, if a request with its
 // key completed and the key has not expired by now:
