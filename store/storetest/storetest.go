@@ -59,9 +59,6 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 }
 
-// Feeds (members, fan-out on read, marks, pages, unread counts): their tests go here.
-func feeds(t *testing.T, open opener) {}
-
 // Jobs (begin, finish, last run): their tests go here.
 func jobs(t *testing.T, open opener) {}
 
