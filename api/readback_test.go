@@ -59,6 +59,10 @@ func TestAcceptAnswersFeedItems(t *testing.T) {
 		if got := acceptedItems(t, again.body); !accepted(t, again).Duplicate || !slices.Equal(got, want) {
 			t.Errorf("resend (%v): %s, want a duplicate with %+v", hdr, again, want)
 		}
+		// The same shape as the first answer: no notifications is [], not null.
+		if !strings.Contains(string(again.body), `"notifications":[]`) {
+			t.Errorf("resend (%v): %s, want \"notifications\": []", hdr, again)
+		}
 	}
 	// ada reads "*" and "@ada": the event shows once, at seq 3, the seq the
 	// accept named for "@ada".

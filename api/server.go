@@ -612,6 +612,10 @@ func (s *Server) acceptAnswer(res relay.AcceptResult, err error, c caller) respo
 	}
 	out := acceptResponse{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose, Duplicate: res.Duplicate,
 		Count: res.Count, Notifications: res.Notifications, FeedItems: res.FeedItems}
+	// Lists are [] when empty, never null (a duplicate's are read back).
+	if out.Notifications == nil {
+		out.Notifications = []store.EventNotification{}
+	}
 	if out.FeedItems == nil {
 		out.FeedItems = []store.FeedPost{}
 	}
