@@ -21,8 +21,10 @@ func sendCommand() *cli.Command {
 		Description: `Reads one JSON event from --file or standard input, writes it and one
 notification per recipient and channel, and prints one JSON line per
 notification: its id, idempotency key, recipient, channel, status and whether
-it is new or a duplicate of one accepted before. Sending the same event again
-prints the same ids, marked duplicate, and creates nothing.
+it is new or a duplicate of one accepted before. Then one JSON line per feed
+item the event posted ("feeds": [...]): its feed and seq, the number the
+feed's pages, marks and cursors use. Sending the same event again prints the
+same ids and seqs, marked duplicate, and creates nothing.
 
 The event:
    {"id": "evt_501", "type": "payment.succeeded", "purpose": "receipt",
@@ -103,6 +105,17 @@ type acceptedLine struct {
 	Result string `json:"result"`
 }
 
+// feedItemLine is what send prints per feed item the event posted.
+type feedItemLine struct {
+	Tenant  string `json:"tenant"`
+	EventID string `json:"event_id"`
+	Purpose string `json:"purpose"`
+	Feed    string `json:"feed"`
+	Seq     int64  `json:"seq"`
+	// Result is "new" or "duplicate".
+	Result string `json:"result"`
+}
+
 func printAccepted(w io.Writer, res relay.AcceptResult) error {
 	enc := json.NewEncoder(w)
 	result := "new"
@@ -112,6 +125,12 @@ func printAccepted(w io.Writer, res relay.AcceptResult) error {
 	for _, n := range res.Notifications {
 		if err := enc.Encode(acceptedLine{ID: n.ID, Key: n.Key, Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose,
 			Recipient: n.Recipient, Channel: n.Channel, Status: n.Status, Result: result}); err != nil {
+			return err
+		}
+	}
+	for _, it := range res.FeedItems {
+		if err := enc.Encode(feedItemLine{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose,
+			Feed: it.Feed, Seq: it.Seq, Result: result}); err != nil {
 			return err
 		}
 	}

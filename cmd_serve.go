@@ -56,13 +56,42 @@ due and not yet claimed, POST /v1/events and /v1/events:batch answer 503
 overloaded with Retry-After: 5 and store nothing, so a burst slows its
 sender instead of growing the backlog without bound (checked once a second).
 
-Endpoints: POST /v1/events, POST /v1/events:batch, GET /v1/notifications/{id},
-GET /v1/notifications?key=K | ?status=S&recipient=R&cursor=C&limit=N,
-POST /v1/notifications/{id}/retry, PUT /v1/audiences/{name}, GET /healthz,
-GET /readyz, GET /metrics. Every POST takes an Idempotency-Key header (up to
-255 printable ASCII characters): the first successful response is stored
-(--key-ttl) and replayed for a repeat; a batch keeps each event's success and
-runs the others again.
+Endpoints, one per route (the tenant is the token's; on an open API,
+?tenant=, default "default"):
+   POST   /v1/events                          accept an event
+   POST   /v1/events:batch                    accept events, a result each
+   GET    /v1/notifications                   a page, or one by ?key=
+   GET    /v1/notifications/{id}              one audit trail
+   POST   /v1/notifications/{id}/retry        retry failed, dead, unknown
+   GET    /v1/audiences                       names, member counts
+   GET    /v1/audiences/{name}                its members
+   PUT    /v1/audiences/{name}                replace its members
+   DELETE /v1/audiences/{name}                delete it
+   GET    /v1/feeds/{feed}/members            members, seq each joined at
+   PUT    /v1/feeds/{feed}/members            replace them
+   GET    /v1/users/{user}/feed               the user's merged feed
+   GET    /v1/users/{user}/feed/unread_count  unread items
+   POST   /v1/users/{user}/feed/read-all      {"up_to": SEQ}
+   POST   /v1/users/{user}/feed/dismiss-all   {"up_to": SEQ}
+   POST   /v1/users/{user}/feed/{seq}/read    one item
+   POST   /v1/users/{user}/feed/{seq}/dismiss one item
+   GET    /v1/quarantine                      fan-outs stopped part way
+   POST   /v1/quarantine/{id}/retry           try the fan-out again
+   POST   /v1/quarantine/{id}/drop            give up its rest
+   GET    /v1/invalid-addresses               addresses marked dead
+   DELETE /v1/invalid-addresses               clear a mark
+   POST   /v1/receipts/{provider}             a provider's callbacks
+   GET    /healthz                            the process is up
+   GET    /readyz                             the database takes writes
+   GET    /metrics                            Prometheus (see above)
+An accept answers its notifications and feed_items (feed, seq). A page of
+notifications takes ?status= &recipient= &event_id= (every purpose; &purpose=
+for one) &cursor= &limit=. Lists of audiences and members page with ?after=
+&limit=. PUT members needs "members" ([] empties the feed).
+Every POST takes an Idempotency-Key header (up to 255 printable ASCII
+characters): the first successful response is stored (--key-ttl) and
+replayed for a repeat; a batch keeps each event's success and runs the
+others again.
 
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,

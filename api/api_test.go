@@ -243,6 +243,7 @@ type acceptBody struct {
 	Count         int                       `json:"count"`
 	Notifications []store.EventNotification `json:"notifications"`
 	Next          string                    `json:"next"`
+	FeedItems     []store.FeedPost          `json:"feed_items"`
 }
 
 // pageBody is the body of GET /v1/notifications.
@@ -730,7 +731,7 @@ func TestTenantIsolation(t *testing.T) {
 	// A pending notification of acme's, retried by acme: 409, so the 404
 	// above is the tenant check, not the status.
 	wantProblem(t, b.do(t, "POST", "/v1/notifications/"+id+"/retry", "", acme...), http.StatusConflict, "not-retryable")
-	for _, q := range []string{"", "?status=pending", "?recipient=" + n.Recipient, "?tenant=acme"} {
+	for _, q := range []string{"", "?status=pending", "?recipient=" + n.Recipient, "?tenant=beta"} {
 		for _, got := range decode[pageBody](t, b.do(t, "GET", "/v1/notifications"+q, "", beta...)).Notifications {
 			if got.Tenant != "beta" {
 				t.Errorf("beta lists %q: %+v", q, got)
@@ -738,23 +739,19 @@ func TestTenantIsolation(t *testing.T) {
 		}
 	}
 	// Listing by event id (what an accept's next link does) stays within
-	// the caller's tenant, even when the query names another.
+	// the caller's tenant; a query naming another tenant is refused, not
+	// ignored.
 	acmeOnly := receipt("evt_2", 1)
 	accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, acmeOnly), acme...))
 	wantProblem(t, b.do(t, "GET", "/v1/notifications?event_id=evt_2&purpose=receipt", "", beta...), http.StatusNotFound, "not-found")
-	for _, q := range []string{"", "&tenant=acme"} {
-		rep = b.do(t, "GET", "/v1/notifications?event_id=evt_1&purpose=receipt"+q, "", beta...)
-		if rep.status == http.StatusNotFound {
-			continue
-		}
-		p := decode[pageBody](t, rep)
-		if q == "" && (len(p.Notifications) != 1 || p.Notifications[0].ID != mine.Notifications[0].ID) {
-			t.Errorf("beta lists its evt_1: %+v, want its one notification", p.Notifications)
-		}
-		for _, got := range p.Notifications {
-			if got.Tenant != "beta" {
-				t.Errorf("beta lists acme's event (%q): %+v", q, got)
-			}
+	wantProblem(t, b.do(t, "GET", "/v1/notifications?event_id=evt_2", "", beta...), http.StatusNotFound, "not-found")
+	for _, q := range []string{"?tenant=acme", "?event_id=evt_1&tenant=acme", "?status=pending&tenant=acme"} {
+		wantProblem(t, b.do(t, "GET", "/v1/notifications"+q, "", beta...), http.StatusForbidden, "tenant-mismatch")
+	}
+	for _, q := range []string{"&purpose=receipt", ""} {
+		p := decode[pageBody](t, b.do(t, "GET", "/v1/notifications?event_id=evt_1"+q, "", beta...))
+		if len(p.Notifications) != 1 || p.Notifications[0].ID != mine.Notifications[0].ID {
+			t.Errorf("beta lists its evt_1 (%q): %+v, want its one notification", q, p.Notifications)
 		}
 	}
 

@@ -14,6 +14,7 @@ import (
 
 func (s *Server) feedRoutes() {
 	s.handle("PUT /v1/feeds/{feed}/members", s.auth(s.putFeedMembers))
+	s.handle("GET /v1/feeds/{feed}/members", s.auth(s.getFeedMembers))
 	s.handle("GET /v1/users/{user}/feed", s.auth(s.getFeed))
 	s.handle("GET /v1/users/{user}/feed/unread_count", s.auth(s.getUnreadCount))
 	s.handle("POST /v1/users/{user}/feed/read-all", s.auth(s.markAll(store.MarkRead)))
@@ -33,7 +34,9 @@ func (s *Server) feedTenant(r *http.Request, c caller) (string, *response) {
 }
 
 type membersRequest struct {
-	Members []string `json:"members"`
+	// Members is required: a body without it (a typo, {}) must not empty
+	// the feed; "members": [] does.
+	Members *[]string `json:"members"`
 	// History lets new members see the feed's items from before they
 	// joined; by default they see items from now on.
 	History bool `json:"history"`
@@ -49,10 +52,49 @@ func (s *Server) putFeedMembers(w http.ResponseWriter, r *http.Request, c caller
 	if _, perr := s.readJSON(w, r, &req, `{"members": [USER, ...], "history": false}`); perr != nil {
 		return *perr
 	}
-	if err := s.r.SetFeedMembers(r.Context(), tenant, feed, req.Members, req.History); err != nil {
+	if req.Members == nil {
+		return problemField(http.StatusBadRequest, probInvalidEvent, "Invalid members",
+			`members: required (the feed's whole list of users; "members": [] empties the feed)`, "members")
+	}
+	if err := s.r.SetFeedMembers(r.Context(), tenant, feed, *req.Members, req.History); err != nil {
 		return s.paramError(err, "tenant", "feed")
 	}
-	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "feed": feed, "members": len(req.Members)})
+	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "feed": feed, "members": len(*req.Members)})
+}
+
+// membersPage is the body of GET /v1/feeds/{feed}/members.
+type membersPage struct {
+	Tenant  string             `json:"tenant"`
+	Feed    string             `json:"feed"`
+	Members []store.FeedMember `json:"members"`
+	// Next continues the listing (?after= the last user); absent on the
+	// last page.
+	Next string `json:"next,omitempty"`
+}
+
+// getFeedMembers lists a feed's members in user order, each with the seq
+// it joined at (it sees the items after it; 0: the feed's whole past).
+func (s *Server) getFeedMembers(w http.ResponseWriter, r *http.Request, c caller) response {
+	tenant, perr := s.feedTenant(r, c)
+	if perr != nil {
+		return *perr
+	}
+	q := r.URL.Query()
+	limit, perr := pageLimit(q, 1000)
+	if perr != nil {
+		return *perr
+	}
+	feed := r.PathValue("feed")
+	ms, err := s.r.FeedMembers(r.Context(), tenant, feed, q.Get("after"), limit)
+	if err != nil {
+		return s.paramError(err, "tenant", "feed")
+	}
+	out := membersPage{Tenant: tenant, Feed: feed, Members: ms}
+	if len(ms) == limit {
+		q.Set("after", ms[len(ms)-1].User)
+		out.Next = r.URL.Path + "?" + q.Encode()
+	}
+	return jsonResponse(http.StatusOK, out)
 }
 
 // feedItem is an item as the API shows it: the event's message inline.

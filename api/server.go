@@ -122,7 +122,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	s.handle("GET /v1/notifications/{id}", s.auth(s.getNotification))
 	s.handle("GET /v1/notifications", s.auth(s.listNotifications))
 	s.handle("POST /v1/notifications/{id}/retry", s.auth(s.retryNotification))
-	s.handle("PUT /v1/audiences/{name}", s.auth(s.putAudience))
+	s.audienceRoutes()
 	// Receipts come from providers, not tenants: the provider's signature
 	// is their authentication.
 	s.handle("POST /v1/receipts/{provider}", s.postReceipts)
@@ -541,6 +541,10 @@ type acceptResponse struct {
 	Count         int                       `json:"count"`
 	Notifications []store.EventNotification `json:"notifications"`
 	Next          string                    `json:"next,omitempty"`
+	// FeedItems are the items the event posted, one per feed, with their
+	// seqs ([] for an event posted to no feed); a duplicate has those of
+	// the first accept.
+	FeedItems []store.FeedPost `json:"feed_items"`
 }
 
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) response {
@@ -607,7 +611,14 @@ func (s *Server) acceptAnswer(res relay.AcceptResult, err error, c caller) respo
 		return s.eventError(err)
 	}
 	out := acceptResponse{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose, Duplicate: res.Duplicate,
-		Count: res.Count, Notifications: res.Notifications}
+		Count: res.Count, Notifications: res.Notifications, FeedItems: res.FeedItems}
+	// Lists are [] when empty, never null (a duplicate's are read back).
+	if out.Notifications == nil {
+		out.Notifications = []store.EventNotification{}
+	}
+	if out.FeedItems == nil {
+		out.FeedItems = []store.FeedPost{}
+	}
 	if res.Count > len(out.Notifications) && len(out.Notifications) > 0 {
 		q := url.Values{"event_id": {res.EventID}, "purpose": {res.Purpose},
 			"cursor": {strconv.FormatInt(out.Notifications[len(out.Notifications)-1].ID, 10)}}
@@ -873,22 +884,48 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 		}
 		f.After = n
 	}
-	if ev := q.Get("event_id"); ev != "" {
-		tenant, ok := c.tenantFor(q.Get("tenant"))
+	if v, named := q["tenant"]; named {
+		// On an open API ?tenant= picks the tenant listed; a token lists
+		// its own, and naming another is refused rather than ignored.
+		if err := relay.CheckTenant("tenant", v[0]); err != nil {
+			return s.paramError(err, "tenant")
+		}
+		tenant, ok := c.tenantFor(v[0])
 		if !ok {
-			tenant = c.tenant // a token lists its own tenant's events, whatever the query names
+			return problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch",
+				fmt.Sprintf("this token belongs to tenant %q and cannot list tenant %q", c.tenant, v[0]))
 		}
-		purpose := q.Get("purpose")
-		row, err := s.r.EventRow(r.Context(), tenant, ev, purpose)
-		if errors.Is(err, store.ErrNotFound) {
-			return problem(http.StatusNotFound, probNotFound, "Not found", fmt.Sprintf("no event %q with purpose %q", ev, purpose))
+		f.Tenant = tenant
+	}
+	var events []int64 // the events listed, when event_id names them
+	if ev := q.Get("event_id"); ev != "" {
+		tenant := f.Tenant
+		if tenant == "" {
+			tenant, _ = c.tenantFor("") // an open API's default tenant
 		}
+		refs, err := s.eventRefs(r.Context(), tenant, ev, q["purpose"])
 		if err != nil {
 			return s.paramError(err, "tenant")
 		}
-		f.EventRow = row
+		if len(refs) == 0 {
+			what := fmt.Sprintf("no event %q in tenant %q", ev, tenant)
+			if v, ok := q["purpose"]; ok {
+				what = fmt.Sprintf("no event %q with purpose %q in tenant %q", ev, v[0], tenant)
+			}
+			return problem(http.StatusNotFound, probNotFound, "Not found", what)
+		}
+		for _, e := range refs {
+			events = append(events, e.Row)
+		}
+		f.Tenant = tenant
 	}
-	ns, err := s.r.List(r.Context(), f)
+	var ns []store.Notification
+	var err error
+	if events != nil {
+		ns, err = s.r.ListEvents(r.Context(), f, events)
+	} else {
+		ns, err = s.r.List(r.Context(), f)
+	}
 	if err != nil {
 		return s.internal(err)
 	}
@@ -903,6 +940,22 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 		out.Next = "/v1/notifications?" + q.Encode()
 	}
 	return jsonResponse(http.StatusOK, out)
+}
+
+// eventRefs finds the events an event_id names in a tenant: every purpose
+// it was accepted under, or, with purpose= given, that one.
+func (s *Server) eventRefs(ctx context.Context, tenant, eventID string, purpose []string) ([]store.EventRef, error) {
+	if purpose == nil {
+		return s.r.EventRows(ctx, tenant, eventID)
+	}
+	row, err := s.r.EventRow(ctx, tenant, eventID, purpose[0])
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []store.EventRef{{Row: row, Purpose: purpose[0]}}, nil
 }
 
 func validStatus(s string) bool {
@@ -936,27 +989,6 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 		}
 		return jsonResponse(http.StatusOK, map[string]any{"id": id, "status": store.StatusPending})
 	})
-}
-
-// audienceRequest is the body of PUT /v1/audiences/{name}.
-type audienceRequest struct {
-	Members []relay.Recipient `json:"members"`
-}
-
-func (s *Server) putAudience(w http.ResponseWriter, r *http.Request, c caller) response {
-	var req audienceRequest
-	if _, perr := s.readJSON(w, r, &req, `{"members": [RECIPIENT, ...]}`); perr != nil {
-		return *perr
-	}
-	tenant, ok := c.tenantFor(r.URL.Query().Get("tenant"))
-	if !ok {
-		return problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch", "this token cannot write another tenant's audiences")
-	}
-	name := r.PathValue("name")
-	if err := s.r.PutAudience(r.Context(), tenant, name, req.Members); err != nil {
-		return s.paramError(err, "tenant", "name")
-	}
-	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "name": name, "members": len(req.Members)})
 }
 
 // postReceipts takes a provider's status callbacks in its own format.

@@ -29,6 +29,9 @@ type AcceptResult struct {
 	// Count is how many notifications the event fanned out to.
 	Count         int                       `json:"count"`
 	Notifications []store.EventNotification `json:"notifications"`
+	// FeedItems are the items the event posted, one per feed, in seq
+	// order (for a duplicate, those posted when it was first accepted).
+	FeedItems []store.FeedPost `json:"feed_items"`
 }
 
 // ListAll, as AcceptAll's list, lists every notification of each event.
@@ -108,7 +111,7 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 			continue
 		}
 		res[p.i] = AcceptResult{Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Duplicate: acc.Duplicate,
-			EventRow: acc.EventRow, Count: acc.Targets}
+			EventRow: acc.EventRow, Count: acc.Targets, FeedItems: acc.FeedItems}
 		if list != 0 {
 			if res[p.i].Notifications, err = r.listed(ctx, acc, list); err != nil {
 				errs[p.i] = err

@@ -1,15 +1,16 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,39 @@ func (r *Relay) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 		return 0, err
 	}
 	return r.store.EventRow(ctx, tenant, eventID, purpose)
+}
+
+// EventRows lists the events a tenant accepted under eventID, one per
+// purpose, in row order (none: an empty list).
+func (r *Relay) EventRows(ctx context.Context, tenant, eventID string) ([]store.EventRef, error) {
+	if err := CheckTenant("tenant", tenant); err != nil {
+		return nil, err
+	}
+	return r.store.EventRows(ctx, tenant, eventID)
+}
+
+// ListEvents pages through the notifications of several events (an event
+// id's purposes) as one listing in id order, f's other filters applied:
+// each event's page from f.After on is read (one index range each) and the
+// pages merged, so the merged page holds the lowest ids of them all and a
+// cursor continues it as it continues one event's.
+func (r *Relay) ListEvents(ctx context.Context, f store.ListFilter, rows []int64) ([]store.Notification, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100 // as ListFilter says
+	}
+	f.Limit = min(f.Limit, store.MaxListLimit)
+	all := []store.Notification{}
+	for _, row := range rows {
+		g := f
+		g.EventRow = row
+		ns, err := r.store.ListNotifications(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ns...)
+	}
+	slices.SortFunc(all, func(a, b store.Notification) int { return cmp.Compare(a.ID, b.ID) })
+	return all[:min(len(all), f.Limit)], nil
 }
 
 // Status counts notifications by status and attempts by provider.
@@ -160,6 +194,30 @@ func (r *Relay) PruneRequests(ctx context.Context, limit int) (int, error) {
 
 // SetFeedMembers makes users the members of a topic or team feed.
 func (r *Relay) SetFeedMembers(ctx context.Context, tenant, feed string, users []string, history bool) error {
+	if err := checkMemberFeed(tenant, feed); err != nil {
+		return err
+	}
+	for i, u := range users {
+		if err := checkID(fmt.Sprintf("members[%d]", i), u); err != nil {
+			return err
+		}
+	}
+	return r.store.SetFeedMembers(ctx, tenant, feed, users, history)
+}
+
+// FeedMembers lists a topic or team feed's members in user order, those
+// after after ("" from the first), at most limit, each with where it
+// joined.
+func (r *Relay) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]store.FeedMember, error) {
+	if err := checkMemberFeed(tenant, feed); err != nil {
+		return nil, err
+	}
+	return r.store.FeedMembers(ctx, tenant, feed, after, limit)
+}
+
+// checkMemberFeed validates the tenant and feed of a members request: only
+// topic and team feeds have members.
+func checkMemberFeed(tenant, feed string) error {
 	if err := CheckTenant("tenant", tenant); err != nil {
 		return err
 	}
@@ -169,12 +227,7 @@ func (r *Relay) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 	if !ValidFeed(feed) || feed == store.TenantFeed || feed[0] == '@' {
 		return invalid("feed", "%q: members are set on topic and team feeds (1 to 64 letters, digits, '.', '_', ':' or '-'); \"*\" and \"@USER\" need none", feed)
 	}
-	for i, u := range users {
-		if err := checkID(fmt.Sprintf("members[%d]", i), u); err != nil {
-			return err
-		}
-	}
-	return r.store.SetFeedMembers(ctx, tenant, feed, users, history)
+	return nil
 }
 
 // FeedPage is a user's merged feed, newest first, before the cursor.
@@ -280,21 +333,6 @@ func (r *Relay) SourcePosition(ctx context.Context, name string) (int64, error) 
 // SaveSourcePosition moves a source's saved position forward to pos.
 func (r *Relay) SaveSourcePosition(ctx context.Context, name string, pos int64) error {
 	return r.store.SaveSourcePosition(ctx, name, pos, r.now())
-}
-
-// Audience returns a stored audience's members; store.ErrNotFound if none.
-func (r *Relay) Audience(ctx context.Context, tenant, name string) ([]Recipient, error) {
-	docs, err := r.store.Audience(ctx, tenant, name)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Recipient, len(docs))
-	for i, d := range docs {
-		if err := json.Unmarshal(d, &out[i]); err != nil {
-			return nil, fmt.Errorf("audience %q member %d is unreadable: %w", name, i, err)
-		}
-	}
-	return out, nil
 }
 
 // Now is the relay's clock.

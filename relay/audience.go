@@ -48,11 +48,8 @@ func (r *Relay) resolveAudience(ctx context.Context, ev *Event) error {
 // PutAudience validates and stores a named recipient list for a tenant,
 // replacing any previous one. Events name it with "audience".
 func (r *Relay) PutAudience(ctx context.Context, tenant, name string, members []Recipient) error {
-	if !tenantRE.MatchString(tenant) {
-		return invalid("tenant", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant)
-	}
-	if !nameRE.MatchString(name) {
-		return invalid("name", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", name)
+	if err := checkAudience(tenant, name); err != nil {
+		return err
 	}
 	if len(members) == 0 {
 		return invalid("members", "required: at least one member")
@@ -79,4 +76,58 @@ func (r *Relay) PutAudience(ctx context.Context, tenant, name string, members []
 		docs[i] = b
 	}
 	return r.store.PutAudience(ctx, tenant, name, docs, r.now())
+}
+
+// checkAudience validates an audience's tenant and name, as the rows are
+// keyed by them.
+func checkAudience(tenant, name string) error {
+	if err := CheckTenant("tenant", tenant); err != nil {
+		return err
+	}
+	if !nameRE.MatchString(name) {
+		if len(name) > MaxNameLen {
+			return invalid("name", "longer than %d bytes: use 1 to 64 letters, digits, '.', '_' or '-'", MaxNameLen)
+		}
+		return invalid("name", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", name)
+	}
+	return nil
+}
+
+// Audience returns a stored audience's members, in order;
+// store.ErrNotFound if there is none.
+func (r *Relay) Audience(ctx context.Context, tenant, name string) ([]Recipient, error) {
+	if err := checkAudience(tenant, name); err != nil {
+		return nil, err
+	}
+	docs, err := r.store.Audience(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Recipient, len(docs))
+	for i, d := range docs {
+		if err := json.Unmarshal(d, &out[i]); err != nil {
+			return nil, fmt.Errorf("audience %q member %d is unreadable: %w", name, i, err)
+		}
+	}
+	return out, nil
+}
+
+// ListAudiences lists a tenant's audiences in name order, those after
+// after ("" from the first), at most limit: names, member counts and when
+// each was put.
+func (r *Relay) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]store.AudienceInfo, error) {
+	if err := CheckTenant("tenant", tenant); err != nil {
+		return nil, err
+	}
+	return r.store.ListAudiences(ctx, tenant, after, limit)
+}
+
+// DeleteAudience deletes an audience: events accepted afterwards that name
+// it are refused; those accepted before keep their recipients.
+// store.ErrNotFound if there is none.
+func (r *Relay) DeleteAudience(ctx context.Context, tenant, name string) error {
+	if err := checkAudience(tenant, name); err != nil {
+		return err
+	}
+	return r.store.DeleteAudience(ctx, tenant, name)
 }

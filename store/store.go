@@ -68,6 +68,9 @@ type Events interface {
 	EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]EventNotification, error)
 	// EventRow finds an event's row by its identity; ErrNotFound if none.
 	EventRow(ctx context.Context, tenant, eventID, purpose string) (int64, error)
+	// EventRows lists every event tenant accepted under eventID (one per
+	// purpose), in row order; none is an empty list, not an error.
+	EventRows(ctx context.Context, tenant, eventID string) ([]EventRef, error)
 }
 
 // Dispatch is the life of a claim: claim, then settle (record a call,
@@ -128,6 +131,10 @@ type Audiences interface {
 	PutAudience(ctx context.Context, tenant, name string, members [][]byte, now time.Time) error
 	Audience(ctx context.Context, tenant, name string) ([][]byte, error)
 	DeleteAudience(ctx context.Context, tenant, name string) error
+	// ListAudiences lists a tenant's audiences in name order (bytewise),
+	// those named after after ("" from the first), at most limit: each
+	// with its member count and when it was last put.
+	ListAudiences(ctx context.Context, tenant, after string, limit int) ([]AudienceInfo, error)
 }
 
 // Feeds are in-app feeds, fanned out on read, with watermarks that only
@@ -137,6 +144,10 @@ type Audiences interface {
 // one item however many of the user's feeds it was posted to.
 type Feeds interface {
 	SetFeedMembers(ctx context.Context, tenant, feed string, users []string, history bool) error
+	// FeedMembers lists a feed's members in user order (bytewise), those
+	// after after ("" from the first), at most limit, each with where it
+	// joined. A feed nobody was made a member of has none (an empty list).
+	FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]FeedMember, error)
 	MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error)
 	MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error
 	FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]FeedItem, int64, error)

@@ -35,6 +35,25 @@ type Accepted struct {
 	// Notifications are those this accept wrote (a new event's first
 	// chunk), in fan-out order: a caller need not read them back.
 	Notifications []EventNotification
+	// FeedItems are the event's feed items, one per feed, in seq order:
+	// those this accept posted or, for a duplicate, those the first accept
+	// posted (as far as prune has left them). None for an event posted to
+	// no feed.
+	FeedItems []FeedPost
+}
+
+// FeedPost is one item an event posted: its feed, and its number in the
+// tenant's item sequence (what a feed page, a mark and a cursor name).
+type FeedPost struct {
+	Feed string `json:"feed"`
+	Seq  int64  `json:"seq"`
+}
+
+// EventRef is one event of a tenant's event id: its row, and the purpose
+// it was accepted under (an id may be accepted once per purpose).
+type EventRef struct {
+	Row     int64
+	Purpose string
 }
 
 // AcceptInput is one event for AcceptEvents: its row and the first chunk of
@@ -245,6 +264,23 @@ type FeedItem struct {
 	Message   []byte    `json:"-"` // the event's message, as stored
 	Read      bool      `json:"read"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// FeedMember is a member of a topic or team feed: the user, and from where
+// in the tenant's item sequence they read it. JoinedSeq is the tenant's
+// newest item when they joined (they see the items after it), or 0 when
+// they were given the feed's history.
+type FeedMember struct {
+	User      string `json:"user"`
+	JoinedSeq int64  `json:"joined_seq"`
+}
+
+// AudienceInfo is an audience as listed: its name, how many members it
+// has, and when it was last put.
+type AudienceInfo struct {
+	Name      string    `json:"name"`
+	Members   int       `json:"members"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // JobRun is one run of a scheduled job: the job and the time it was

@@ -78,12 +78,17 @@ func acceptEvent(tx *Tx, ev store.NewEvent, first []store.Target, now time.Time)
 			return res, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
 		}
 		res.Duplicate = true
+		if len(ev.Feeds) > 0 { // the same content: the same feeds
+			if res.FeedItems, err = eventFeedItems(tx, ev.Tenant, res.EventRow); err != nil {
+				return res, err
+			}
+		}
 		return res, nil
 	}
 	if res.EventRow, err = ins.LastInsertId(); err != nil {
 		return res, fmt.Errorf("insert event: %w", err)
 	}
-	if err := insertFeedItems(tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
+	if res.FeedItems, err = insertFeedItems(tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
 		return res, err
 	}
 	res.Expanded = len(first)

@@ -113,3 +113,28 @@ func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
 		return nil
 	})
 }
+
+// ListAudiences lists a tenant's audiences in name order, a page at a time,
+// from the primary key; the member count is kept on the audience's row.
+func (s *Store) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]store.AudienceInfo, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT name, members, updated_at FROM audiences
+		WHERE tenant = ? AND name > ? ORDER BY name LIMIT ?`, tenant, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list audiences: %w", err)
+	}
+	defer rows.Close()
+	out := []store.AudienceInfo{}
+	for rows.Next() {
+		var a store.AudienceInfo
+		var at int64
+		if err := rows.Scan(&a.Name, &a.Members, &at); err != nil {
+			return nil, fmt.Errorf("list audiences: %w", err)
+		}
+		a.UpdatedAt = fromMS(at)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list audiences: %w", err)
+	}
+	return out, nil
+}

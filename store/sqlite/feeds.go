@@ -25,11 +25,12 @@ import (
 // items. An event's items (one per feed) take consecutive numbers, and in
 // a user's view an event is one item however many of their feeds it is in.
 
-// insertFeedItems posts an event to feeds, in the accept's transaction.
+// insertFeedItems posts an event to feeds, in the accept's transaction,
+// and returns the items in seq order (the feeds' order, each feed once).
 // One upsert of the tenant's counter numbers all the event's items (the
 // counter row, not max(seq) + 1: a pruned number is never given again).
 // pos is the feed's next position: the single writer makes max+1 safe.
-func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now time.Time) error {
+func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]store.FeedPost, error) {
 	var uniq []string
 	for _, f := range feeds {
 		if !slices.Contains(uniq, f) {
@@ -37,22 +38,43 @@ func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now 
 		}
 	}
 	if len(uniq) == 0 {
-		return nil
+		return nil, nil
 	}
 	var last int64
 	if err := tx.queryRow(`INSERT INTO feed_counters (tenant, seq) VALUES (?1, ?2)
 		ON CONFLICT (tenant) DO UPDATE SET seq = seq + ?2 RETURNING seq`, tenant, len(uniq)).Scan(&last); err != nil {
-		return fmt.Errorf("number feed items: %w", err)
+		return nil, fmt.Errorf("number feed items: %w", err)
 	}
 	first := last - int64(len(uniq)) + 1
+	posts := make([]store.FeedPost, len(uniq))
 	for i, f := range uniq {
+		posts[i] = store.FeedPost{Feed: f, Seq: first + int64(i)}
 		if _, err := tx.exec(`INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at)
 			VALUES (?1, ?2, ?3, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = ?1 AND feed = ?3), 0) + 1, ?4, ?5, ?6)`,
-			tenant, first+int64(i), f, eventRow, len(uniq), ms(now)); err != nil {
-			return fmt.Errorf("post to feed %q: %w", f, err)
+			tenant, posts[i].Seq, f, eventRow, len(uniq), ms(now)); err != nil {
+			return nil, fmt.Errorf("post to feed %q: %w", f, err)
 		}
 	}
-	return nil
+	return posts, nil
+}
+
+// eventFeedItems reads back the items an accepted event posted (a
+// duplicate's answer), in seq order, from the event index.
+func eventFeedItems(tx *Tx, tenant string, eventRow int64) ([]store.FeedPost, error) {
+	rows, err := tx.query(`SELECT feed, seq FROM feed_items WHERE event = ? AND tenant = ? ORDER BY seq`, eventRow, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
+	}
+	defer rows.Close()
+	var out []store.FeedPost
+	for rows.Next() {
+		var p store.FeedPost
+		if err := rows.Scan(&p.Feed, &p.Seq); err != nil {
+			return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
 }
 
 // The feed reads, one index lookup or range each (TestFeedQueriesUseIndexes
@@ -130,6 +152,29 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 		}
 		return nil
 	})
+}
+
+// FeedMembers lists a feed's members in user order, from the feed index
+// (feed_members_feed), a page at a time.
+func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]store.FeedMember, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT user, joined_seq FROM feed_members
+		WHERE tenant = ? AND feed = ? AND user > ? ORDER BY user LIMIT ?`, tenant, feed, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("members of feed %q: %w", feed, err)
+	}
+	defer rows.Close()
+	out := []store.FeedMember{}
+	for rows.Next() {
+		var m store.FeedMember
+		if err := rows.Scan(&m.User, &m.JoinedSeq); err != nil {
+			return nil, fmt.Errorf("members of feed %q: %w", feed, err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("members of feed %q: %w", feed, err)
+	}
+	return out, nil
 }
 
 // MarkAll moves a user's watermark of a kind to max(current, upTo): it

@@ -110,3 +110,25 @@ func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 	}
 	return id, nil
 }
+
+// EventRows lists the events tenant accepted under eventID, one per
+// purpose, from the identity's unique index.
+func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]store.EventRef, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, purpose FROM events WHERE tenant = ? AND event_id = ? ORDER BY id`, tenant, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("read events %q: %w", eventID, err)
+	}
+	defer rows.Close()
+	out := []store.EventRef{}
+	for rows.Next() {
+		var e store.EventRef
+		if err := rows.Scan(&e.Row, &e.Purpose); err != nil {
+			return nil, fmt.Errorf("read events %q: %w", eventID, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events %q: %w", eventID, err)
+	}
+	return out, nil
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ func audiences(t *testing.T, open opener) {
 		{name: "PutReplacesDeleteRemoves", run: testAudiencePutReplaceDelete},
 		{name: "TenThousandMembers", run: testAudienceTenThousand},
 		{name: "ReplaceIsAtomic", run: testAudienceReplaceAtomic},
+		{name: "ListNamesCountsUpdated", run: testAudienceList},
+		{name: "ListPages", run: testAudienceListPages},
 	})
 }
 
@@ -170,4 +173,92 @@ func testAudienceReplaceAtomic(t *testing.T, s store.Store) {
 	}
 	wg.Wait() // the writer stops before the store is closed
 	t.Logf("%d reads during 10 replacements", reads)
+}
+
+func listAudiences(t *testing.T, s store.Store, tenant string) []store.AudienceInfo {
+	t.Helper()
+	as, err := s.ListAudiences(t.Context(), tenant, "", 1000)
+	if err != nil {
+		t.Fatalf("list audiences of %s: %v", tenant, err)
+	}
+	return as
+}
+
+func wantAudiences(t *testing.T, what string, got []store.AudienceInfo, want ...store.AudienceInfo) {
+	t.Helper()
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = got[i].Name == want[i].Name && got[i].Members == want[i].Members && got[i].UpdatedAt.Equal(want[i].UpdatedAt)
+	}
+	if !ok {
+		t.Fatalf("%s: audiences %+v, want %+v", what, got, want)
+	}
+}
+
+// A tenant's audiences are listed in name order, each with its member
+// count and when it was last put; a replace changes both, an empty
+// audience is listed with 0, a deleted one is gone, and another tenant's
+// are not there.
+func testAudienceList(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	wantAudiences(t, "no audiences", listAudiences(t, s, "default"))
+	for _, a := range []struct {
+		tenant, name string
+		n            int
+		at           time.Time
+	}{{"default", "staff", 3, t0}, {"default", "all", 450, t0.Add(time.Second)}, {"default", "none", 0, t0}, {"acme", "staff", 1, t0}} {
+		if err := s.PutAudience(ctx, a.tenant, a.name, members("m", a.n), a.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantAudiences(t, "default's", listAudiences(t, s, "default"),
+		store.AudienceInfo{Name: "all", Members: 450, UpdatedAt: t0.Add(time.Second)},
+		store.AudienceInfo{Name: "none", Members: 0, UpdatedAt: t0},
+		store.AudienceInfo{Name: "staff", Members: 3, UpdatedAt: t0})
+	wantAudiences(t, "acme's", listAudiences(t, s, "acme"), store.AudienceInfo{Name: "staff", Members: 1, UpdatedAt: t0})
+
+	if err := s.PutAudience(ctx, "default", "staff", members("n", 7), t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteAudience(ctx, "default", "all"); err != nil {
+		t.Fatal(err)
+	}
+	wantAudiences(t, "after a replace and a delete", listAudiences(t, s, "default"),
+		store.AudienceInfo{Name: "none", Members: 0, UpdatedAt: t0},
+		store.AudienceInfo{Name: "staff", Members: 7, UpdatedAt: t0.Add(time.Hour)})
+	wantAudiences(t, "acme's, untouched", listAudiences(t, s, "acme"), store.AudienceInfo{Name: "staff", Members: 1, UpdatedAt: t0})
+}
+
+// Audiences page in name order (bytewise), after a cursor, neither
+// skipping nor repeating.
+func testAudienceListPages(t *testing.T, s store.Store) {
+	names := []string{"b", "A", "a", "a.1", "Z", "z-9", "_x", "0"}
+	for _, n := range names {
+		if err := s.PutAudience(t.Context(), "default", n, members("m", 1), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := slices.Clone(names)
+	slices.Sort(want)
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		as, err := s.ListAudiences(t.Context(), "default", after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(as) > 3 || pages > len(names) {
+			t.Fatalf("page %d after %q: %d audiences, limit 3", pages, after, len(as))
+		}
+		if len(as) == 0 {
+			break
+		}
+		for _, a := range as {
+			got = append(got, a.Name)
+		}
+		after = as[len(as)-1].Name
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paged audiences %q, want %q", got, want)
+	}
 }

@@ -26,6 +26,7 @@ func events(t *testing.T, open opener) {
 		{name: "UnexpandedOldestFirst", run: testUnexpanded},
 		{name: "EventNotificationsPage", run: testEventNotificationsPage},
 		{name: "EventRowByIdentity", run: testEventRow},
+		{name: "EventRowsOfAnID", run: testEventRows},
 		{name: "KeysAreUnique", run: testKeysUnique},
 	})
 }
@@ -458,6 +459,36 @@ func testEventRow(t *testing.T, s store.Store) {
 	for _, c := range [][3]string{{"c", "evt", "receipt"}, {"a", "other", "receipt"}, {"a", "evt", "reminder"}, {"", "evt", "receipt"}} {
 		_, err := s.EventRow(t.Context(), c[0], c[1], c[2])
 		wantErr(t, "EventRow of "+c[0]+"/"+c[1]+"/"+c[2], err, store.ErrNotFound)
+	}
+}
+
+// EventRows lists every purpose a tenant accepted an event id under, in
+// row order, and nothing of another tenant's or another id's.
+func testEventRows(t *testing.T, s store.Store) {
+	withPurpose := func(tenant, id, purpose string) store.AcceptInput {
+		in := newEvent(tenant, id, 1)
+		in.Event.Purpose = purpose
+		in.Event.Fingerprint += "/" + purpose
+		in.First = targets(tenant, id, purpose, 0, 1)
+		return in
+	}
+	out := accept(t, s, t0, withPurpose("a", "evt", "receipt"), withPurpose("b", "evt", "receipt"), withPurpose("a", "other", "receipt"))
+	later := accept(t, s, t0, withPurpose("a", "evt", "reminder"))
+	got, err := s.EventRows(t.Context(), "a", "evt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.EventRef{{Row: out[0].EventRow, Purpose: "receipt"}, {Row: later[0].EventRow, Purpose: "reminder"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("EventRows(a, evt) = %+v, want %+v", got, want)
+	}
+	if got, err := s.EventRows(t.Context(), "b", "evt"); err != nil || !slices.Equal(got, []store.EventRef{{Row: out[1].EventRow, Purpose: "receipt"}}) {
+		t.Fatalf("EventRows(b, evt) = %+v, %v; want b's one", got, err)
+	}
+	for _, c := range [][2]string{{"c", "evt"}, {"a", "nope"}, {"", "evt"}} {
+		if got, err := s.EventRows(t.Context(), c[0], c[1]); err != nil || len(got) != 0 {
+			t.Fatalf("EventRows(%q, %q) = %+v, %v; want none and no error", c[0], c[1], got, err)
+		}
 	}
 }
 

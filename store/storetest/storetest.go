@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 // Feeds: members, fan-out on read, marks, pages, unread counts (feeds.go).
 func feeds(t *testing.T, open opener) {
 	feedViews(t, open)
+	feedReadback(t, open)
 }
 
 // Jobs: begin, finish, last run (jobs.go).
