@@ -450,10 +450,28 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	body := jsonOf(t, receipt("evt_1", 2))
-	// Another request holds the key. On the open API an event without a
-	// tenant acts as "default", and the key is kept under that tenant.
-	release := b.api.HoldKey("default", "k1")
-	wantProblem(t, b.do(t, "POST", "/v1/events", body, "Idempotency-Key", "k1"), http.StatusConflict, "request-in-progress")
+	// Another request holds the key (in the store, as a request running on
+	// any node would). On the open API an event without a tenant acts as
+	// "default", and the key is kept under that tenant.
+	release := b.api.HoldEvent("k1", body)
+	rep := b.do(t, "POST", "/v1/events", body, "Idempotency-Key", "k1")
+	wantProblem(t, rep, http.StatusConflict, "request-in-progress")
+	if ra, err := strconv.Atoi(rep.header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("409 Retry-After %q, want the seconds left of the hold", rep.header.Get("Retry-After"))
+	}
+	// The hold is in the store: another server on it (another node) sees it.
+	other := httptest.NewServer(api.New(b.r, api.Options{Open: true}))
+	defer other.Close()
+	oreq, _ := http.NewRequest("POST", other.URL+"/v1/events", strings.NewReader(body))
+	oreq.Header.Set("Idempotency-Key", "k1")
+	orep, err := other.Client().Do(oreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orep.Body.Close()
+	if orep.StatusCode != http.StatusConflict {
+		t.Errorf("another server while the key is held: %s, want 409", orep.Status)
+	}
 	if all := b.listAll(t); len(all) != 0 {
 		t.Errorf("%d notifications written while the key was in flight", len(all))
 	}
@@ -468,13 +486,13 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 	defer again.Close()
 	req, _ := http.NewRequest("POST", again.URL+"/v1/events", strings.NewReader(body))
 	req.Header.Set("Idempotency-Key", "k1")
-	rep, err := again.Client().Do(req)
+	arep, err := again.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep.Body.Close()
-	if rep.StatusCode != http.StatusAccepted || rep.Header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("another server: %s, Idempotent-Replayed %q; want the stored answer", rep.Status, rep.Header.Get("Idempotent-Replayed"))
+	arep.Body.Close()
+	if arep.StatusCode != http.StatusAccepted || arep.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("another server: %s, Idempotent-Replayed %q; want the stored answer", arep.Status, arep.Header.Get("Idempotent-Replayed"))
 	}
 }
 
@@ -1245,8 +1263,9 @@ func TestCorrectedEventAccepted(t *testing.T) {
 
 // The README's cost of an accept: one writer round without an
 // Idempotency-Key (event dedupe is the record; a resend is that same round,
-// finding the event there), two with one (the accept, then the stored
-// answer); a keyed replay is a read only.
+// finding the event there), three with one (the claim on the key, which
+// every node sharing the store sees, the accept, then the stored answer);
+// a keyed replay is a read only.
 func TestAcceptWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -1258,7 +1277,7 @@ func TestAcceptWrites(t *testing.T) {
 	}{
 		{"no key", nil, 1},
 		{"no key, resend", nil, 1},
-		{"key", []string{"Idempotency-Key", "k1"}, 2},
+		{"key", []string{"Idempotency-Key", "k1"}, 3},
 		{"key, replay", []string{"Idempotency-Key", "k1"}, 0},
 	} {
 		id := "evt_w1"

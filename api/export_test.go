@@ -1,13 +1,24 @@
 package api
 
-import "edgerelay/store"
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+)
 
-// HoldKey marks an idempotency key as held by a request in flight, as a
-// running request would, until release is called.
-func (s *Server) HoldKey(tenant, key string) (release func()) {
-	k := store.RequestKey{Tenant: tenant, Key: key}
-	if !s.inFlight.begin(k) {
-		panic("key already held")
+// HoldEvent holds the Idempotency-Key of POST /v1/events with this body,
+// as a request running under it would (the same fingerprint), in the
+// store, until release is called.
+func (s *Server) HoldEvent(key, body string) (release func()) {
+	r := httptest.NewRequest("POST", "/v1/events", strings.NewReader(body))
+	ev, canon, perr := s.decodeEvent([]byte(body), caller{any: true})
+	if perr != nil {
+		panic("HoldEvent: the body is not an event")
 	}
-	return func() { s.inFlight.end(k) }
+	k := requestKey(r, ev.Tenant, key, canon)
+	claim, err := s.r.ClaimRequest(context.Background(), k)
+	if err != nil || !claim.Held() {
+		panic("HoldEvent: the key is taken")
+	}
+	return func() { s.release(k) }
 }

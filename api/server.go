@@ -80,8 +80,7 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	inFlight keyLocks // idempotency keys of requests running now
-	shed     shedState
+	shed shedState
 
 	// Open mode, while it lasts: closed is set once a token is found, and
 	// stays set; checked is when the store was last asked.
@@ -410,17 +409,46 @@ func requestKey(r *http.Request, tenant, key string, body []byte) store.RequestK
 	return store.RequestKey{Tenant: tenant, Key: key, Fingerprint: hex.EncodeToString(h.Sum(nil))}
 }
 
-// lockKey holds k for the request running now; a second request with the
-// same key while the first runs is 409. That a request is in flight lives
-// in memory only: a crash cannot leave a lock that blocks the client's
-// retry.
-func (s *Server) lockKey(k store.RequestKey) (unlock func(), perr *response) {
-	if !s.inFlight.begin(k) {
+// claimKey holds k for the request running now, in the store, so that a
+// second request with the same key while the first runs is 409 whichever
+// process (node) it reaches. The hold lapses by itself (relay
+// Options.RequestHold, 60 s by default): a crash blocks the client's retry
+// for at most that long, and the 409 says when to come back. It returns
+// the stored response instead, if one completed meanwhile.
+func (s *Server) claimKey(ctx context.Context, k store.RequestKey) (*store.StoredResponse, *response) {
+	claim, err := s.r.ClaimRequest(ctx, k)
+	switch {
+	case errors.Is(err, store.ErrKeyReused):
+		p := problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
+			"this Idempotency-Key was used for a different request")
+		return nil, &p
+	case err != nil:
+		p := s.internal(err)
+		return nil, &p
+	case !claim.Busy.IsZero():
 		p := problem(http.StatusConflict, probKeyInFlight, "Request in progress",
 			"a request with this Idempotency-Key is still being processed; retry later")
+		p.retryAfter = strconv.Itoa(max(1, int(time.Until(claim.Busy).Seconds()+0.999)))
 		return nil, &p
 	}
-	return func() { s.inFlight.end(k) }, nil
+	return claim.Stored, nil
+}
+
+// release ends a claim whose request saved no response, with a context of
+// its own (the client may have gone): its retry runs at once.
+func (s *Server) release(k store.RequestKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.r.ReleaseRequest(ctx, k); err != nil {
+		s.log.Warn("release an idempotency key (its hold lapses by itself)", "key", k.Key, "err", err)
+	}
+}
+
+// lockOf is the key a batch's run is held under, apart from the records it
+// keeps under k (a NUL no client can send keeps the two apart).
+func lockOf(k store.RequestKey) store.RequestKey {
+	k.Key = "\x00lock\x00" + k.Key
+	return k
 }
 
 // lookup returns the response stored under k, if any; a key used for
@@ -466,12 +494,12 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k store.Requ
 	if k.Key == "" {
 		return run()
 	}
-	unlock, perr := s.lockKey(k)
-	if perr != nil {
-		return *perr
-	}
-	defer unlock()
+	// A completed request is replayed from a read; only a first run takes
+	// the key.
 	stored, perr := s.lookup(r.Context(), k)
+	if perr == nil && stored == nil {
+		stored, perr = s.claimKey(r.Context(), k)
+	}
 	if perr != nil {
 		return *perr
 	}
@@ -482,6 +510,8 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k store.Requ
 	resp := run()
 	if final(resp.status) {
 		s.save(k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body})
+	} else {
+		s.release(k)
 	}
 	return resp
 }
@@ -489,32 +519,6 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k store.Requ
 // final reports whether an answer is kept under its Idempotency-Key and
 // replayed: a success. Anything else may come out otherwise next time.
 func final(status int) bool { return status >= 200 && status < 300 }
-
-// keyLocks are the idempotency keys of requests running in this process.
-type keyLocks struct {
-	mu   sync.Mutex
-	held map[[2]string]bool
-}
-
-func (l *keyLocks) begin(k store.RequestKey) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	id := [2]string{k.Tenant, k.Key}
-	if l.held[id] {
-		return false
-	}
-	if l.held == nil {
-		l.held = map[[2]string]bool{}
-	}
-	l.held[id] = true
-	return true
-}
-
-func (l *keyLocks) end(k store.RequestKey) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.held, [2]string{k.Tenant, k.Key})
-}
 
 func (s *Server) internal(err error) response {
 	if store.IsUnavailable(err) {
@@ -728,11 +732,10 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 	// result is not kept, so a repeat runs that event again (the disk has
 	// room again, the audience exists now).
 	k := requestKey(r, c.tenant, key, fp.Bytes())
-	unlock, perr := s.lockKey(k)
-	if perr != nil {
+	if _, perr := s.claimKey(r.Context(), lockOf(k)); perr != nil {
 		return *perr
 	}
-	defer unlock()
+	defer s.release(lockOf(k))
 	rec, runs, perr := s.batchRecords(r.Context(), k, results, have)
 	if perr != nil {
 		return *perr

@@ -135,6 +135,10 @@ type Options struct {
 	// InvalidAddressTTL is how long an address a provider declared dead
 	// stays marked for its tenant and channel. Default 30 days.
 	InvalidAddressTTL time.Duration
+	// RequestHold bounds how long a request running under an
+	// Idempotency-Key holds the key (a repeat meanwhile is told it is in
+	// progress); a crashed process's hold lapses then. Default 60 s.
+	RequestHold time.Duration
 }
 
 // Observer is told what the relay does, for metrics. Calls must be cheap
@@ -198,6 +202,9 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	}
 	if opts.InvalidAddressTTL <= 0 {
 		opts.InvalidAddressTTL = DefaultInvalidAddressTTL
+	}
+	if opts.RequestHold <= 0 {
+		opts.RequestHold = time.Minute
 	}
 	opts.Retry = opts.Retry.withDefaults()
 	chRetry := make(map[string]Policy, len(opts.ChannelRetry)) // the caller's map stays as given

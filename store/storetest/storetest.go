@@ -44,6 +44,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Jobs", jobs},
 		{"Sources", sources},
 		{"Requests", requests},
+		{"Claims", claims},
+		{"Leases", leases},
 		{"Tokens", tokens},
 		{"Maintenance", maintenance},
 	}
