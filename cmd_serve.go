@@ -242,8 +242,16 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			if err != nil {
 				return err
 			}
+			// Schedules and each tailed source run on one process at a time
+			// among those sharing the database (several serve on one
+			// PostgreSQL, or on one file): each under a lease that moves to a
+			// live process within about relay.Options.SingletonTTL (15 s) of
+			// its holder's death. A run or a row repeated by a takeover is
+			// the same run or event: nothing goes out twice.
 			var background sync.WaitGroup
-			background.Go(func() { schedule.RunSchedules(c.Context, r, jobs) })
+			background.Go(func() {
+				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, jobs) })
+			})
 			for _, tc := range s.cfg.Tail {
 				u, err := expandEnv(tc.Source)
 				if err != nil {
@@ -255,9 +263,11 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				}
 				defer src.Close()
 				background.Go(func() {
-					if err := sources.Tail(c.Context, r, src, sources.TailOptions{Poll: time.Duration(tc.Poll)}); err != nil {
-						s.opts.Logger.Error("tail stopped", "source", src.Name(), "err", err)
-					}
+					r.Singly(c.Context, "tail:"+src.Name(), func(ctx context.Context) {
+						if err := sources.Tail(ctx, r, src, sources.TailOptions{Poll: time.Duration(tc.Poll)}); err != nil {
+							s.opts.Logger.Error("tail stopped", "source", src.Name(), "err", err)
+						}
+					})
 				})
 			}
 			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.opts.Routes))

@@ -135,6 +135,10 @@ type Options struct {
 	// InvalidAddressTTL is how long an address a provider declared dead
 	// stays marked for its tenant and channel. Default 30 days.
 	InvalidAddressTTL time.Duration
+	// SingletonTTL is how long a lease on work one process at a time must
+	// do (the schedules, a tailed source) lasts unrenewed: a process that
+	// dies hands its work over within about this long. Default 15 s.
+	SingletonTTL time.Duration
 	// RequestHold bounds how long a request running under an
 	// Idempotency-Key holds the key (a repeat meanwhile is told it is in
 	// progress); a crashed process's hold lapses then. Default 60 s.
@@ -157,6 +161,7 @@ type Relay struct {
 	opts   Options
 	store  store.Store
 	hooks  Hooks
+	holder string // this process among the store's lease holders
 	log    *slog.Logger
 	router *router
 	now    func() time.Time
@@ -206,6 +211,9 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	if opts.RequestHold <= 0 {
 		opts.RequestHold = time.Minute
 	}
+	if opts.SingletonTTL <= 0 {
+		opts.SingletonTTL = 15 * time.Second
+	}
 	opts.Retry = opts.Retry.withDefaults()
 	chRetry := make(map[string]Policy, len(opts.ChannelRetry)) // the caller's map stays as given
 	for c, p := range opts.ChannelRetry {
@@ -237,7 +245,7 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		}
 	}
 	return &Relay{
-		opts: opts, store: st, hooks: opts.Hooks, log: opts.Logger, router: router, now: opts.Now,
+		opts: opts, store: st, hooks: opts.Hooks, holder: holderID(), log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
 	}, nil
 }

@@ -1,0 +1,115 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+)
+
+// One process at a time: work that must not run twice at once among the
+// processes sharing a store (the schedules, each tailed source) runs only
+// while its process holds a lease on the work's name. The holder renews the
+// lease every third of its TTL and stops the work when it can no longer
+// renew in time; a process that dies stops renewing, and another takes the
+// lease over once it lapses: within SingletonTTL plus a third of it.
+//
+// The work itself is still keyed by its identity (a scheduled run by job and
+// time, a tailed row by its event): a takeover that repeats some of it
+// repeats nothing in effect.
+
+// holderID names this process among a store's lease holders: host, pid and
+// a random part (a restarted process with the same pid is another holder).
+func holderID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 6)
+	rand.Read(b)
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Singly runs work while this process holds the lease name, until ctx
+// ends; work's context ends when the lease is lost. If another process
+// holds it, Singly waits and tries again. It returns when ctx ends.
+func (r *Relay) Singly(ctx context.Context, name string, work func(ctx context.Context)) {
+	ttl := r.opts.SingletonTTL
+	every := ttl / 3
+	log := r.log.With("lease", name, "holder", r.holder)
+	waiting := false
+	for ctx.Err() == nil {
+		held, err := r.store.HoldLease(ctx, name, r.holder, r.now(), ttl)
+		if err != nil || !held {
+			if err != nil && ctx.Err() == nil {
+				log.Warn("could not take the lease; trying again", "err", err)
+			} else if !waiting && err == nil {
+				log.Info("another process holds the lease; waiting to take it over", "ttl", ttl)
+				waiting = true
+			}
+			if !sleepCtx(ctx, every) {
+				return
+			}
+			continue
+		}
+		waiting = false
+		log.Info("holding the lease: running", "ttl", ttl)
+		r.holding(ctx, name, work, ttl, every)
+	}
+}
+
+// holding runs work while the lease is renewed, and gives the lease up
+// when it ends.
+func (r *Relay) holding(ctx context.Context, name string, work func(ctx context.Context), ttl, every time.Duration) {
+	log := r.log.With("lease", name, "holder", r.holder)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		work(wctx)
+	}()
+	renewed := time.Now()
+	t := time.NewTicker(every)
+	defer t.Stop()
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+		}
+		held, err := r.store.HoldLease(ctx, name, r.holder, r.now(), ttl)
+		switch {
+		case err == nil && held:
+			renewed = time.Now()
+		case err == nil:
+			log.Warn("lost the lease (another process took it over): stopping")
+			break loop
+		case time.Since(renewed) >= ttl-every:
+			// Past this, the lease may lapse before the next try: stop
+			// before another process can take over.
+			log.Error("could not renew the lease in time: stopping", "err", err)
+			break loop
+		}
+	}
+	cancel()
+	<-done
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	if err := r.store.DropLease(dctx, name, r.holder); err != nil {
+		log.Warn("could not give the lease up (it lapses by itself)", "err", err)
+	}
+}
+
+// sleepCtx waits d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,114 @@
+package relay
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Work one process at a time must do: of two relays on one database, one
+// runs it; when that one stops (its context ends, as a killed process
+// stops renewing), the other takes over within about the lease's TTL, and
+// the two never run it at once.
+func TestSinglyOneAtATime(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/relay.db"
+	ttl := 300 * time.Millisecond
+	a := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
+	b := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
+	var running, overlaps atomic.Int32
+	ran := map[string]*atomic.Int32{"a": {}, "b": {}}
+	work := func(who string) func(context.Context) {
+		return func(ctx context.Context) {
+			if running.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			ran[who].Add(1)
+			<-ctx.Done()
+			running.Add(-1)
+		}
+	}
+	actx, astop := context.WithCancel(context.Background())
+	bctx, bstop := context.WithCancel(context.Background())
+	defer bstop()
+	adone, bdone := make(chan struct{}), make(chan struct{})
+	go func() { a.Singly(actx, "schedules", work("a")); close(adone) }()
+	waitFor(t, 5*time.Second, "a holds the lease", func() bool { return ran["a"].Load() == 1 })
+	go func() { b.Singly(bctx, "schedules", work("b")); close(bdone) }()
+	time.Sleep(2 * ttl) // b tries several times meanwhile
+	if ran["b"].Load() != 0 {
+		t.Fatal("b ran while a held the lease")
+	}
+	// a stops; b takes over once a's lease is given up (or lapses).
+	stopped := time.Now()
+	astop()
+	<-adone
+	waitFor(t, 5*time.Second, "b takes the lease over", func() bool { return ran["b"].Load() == 1 })
+	if took := time.Since(stopped); took > ttl+ttl/3+200*time.Millisecond {
+		t.Errorf("b took over %s after a stopped, want within the TTL and a renewal period", took)
+	}
+	bstop()
+	<-bdone
+	if overlaps.Load() != 0 {
+		t.Errorf("the work ran twice at once %d times", overlaps.Load())
+	}
+}
+
+// A holder that cannot renew stops its work before its lease can lapse,
+// so that a takeover never overlaps it: here another process takes the
+// lease by force (it is written as lapsed), and the first one stops.
+func TestSinglyStopsWhenTheLeaseIsLost(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/relay.db"
+	ttl := 300 * time.Millisecond
+	a := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
+	var running atomic.Bool
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		a.Singly(ctx, "tail:app", func(ctx context.Context) {
+			running.Store(true)
+			<-ctx.Done()
+			running.Store(false)
+		})
+		close(done)
+	}()
+	waitFor(t, 5*time.Second, "a runs", running.Load)
+	db := faultDB(t, path)
+	execSQL(t, db, `UPDATE leases SET holder = 'someone-else', until = until + 60000 WHERE name = 'tail:app'`)
+	waitFor(t, 5*time.Second, "a stops once it sees the lease is another's", func() bool { return !running.Load() })
+	stop()
+	<-done
+}
+
+// A holder that died (it stopped renewing, and never gave the lease up)
+// hands its work over once its lease lapses: not before, and within a
+// renewal period after.
+func TestSinglyTakesOverALapsedLease(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/relay.db"
+	ttl := 400 * time.Millisecond
+	b := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
+	db := faultDB(t, path)
+	lapses := time.Now().Add(ttl)
+	execSQL(t, db, `INSERT INTO leases (name, holder, until) VALUES ('schedules', 'dead/1/x', `+
+		strconv.FormatInt(lapses.UnixMilli(), 10)+`)`)
+	started := make(chan time.Time, 1)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go b.Singly(ctx, "schedules", func(ctx context.Context) { started <- time.Now(); <-ctx.Done() })
+	select {
+	case at := <-started:
+		if at.Before(lapses) {
+			t.Errorf("took the lease %s before the dead holder's lapsed", lapses.Sub(at))
+		}
+		if late := at.Sub(lapses); late > ttl/3+200*time.Millisecond {
+			t.Errorf("took over %s after the lease lapsed, want within a renewal period (%s)", late, ttl/3)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never took the lapsed lease over")
+	}
+}
