@@ -10,9 +10,10 @@ require (
 )
 
 require (
+	github.com/emersion/go-msgauth v0.7.0 // tests: an independent DKIM verifier for what the smtp provider signs (with go-mail's signer, whose t= can be fixed)
 	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // tests: AUTH PLAIN in the in-process SMTP server
 	github.com/emersion/go-smtp v0.25.1 // tests: a real SMTP server on loopback for the smtp provider
-	github.com/wneessen/go-mail v0.8.1 // the smtp provider: STARTTLS/TLS, AUTH, MIME (v0.8.2 needs Go 1.27)
+	github.com/wneessen/go-mail v0.8.1 // the smtp provider: STARTTLS/TLS, AUTH, MIME, DKIM signing (v0.8.2 needs Go 1.27)
 	golang.org/x/time v0.16.0 // per-provider rate limits (rate.Limiter)
 )
 
@@ -22,7 +23,7 @@ require (
 	github.com/go-json-experiment/json v1.27.2 // strict JSON (relay.DecodeJSON): bad UTF-8, lone surrogates, repeated keys are errors with a path, not merged as encoding/json does; upstream of encoding/json/v2
 	github.com/robfig/cron/v3 v3.0.1 // schedules: cron expressions with seconds and time zones
 	github.com/schollz/progressbar/v3 v3.19.0 // batch send: a progress bar on a terminal
-	golang.org/x/net v0.59.0 // serve --max-conns: netutil.LimitListener caps open connections (the version prometheus already selects)
+	golang.org/x/net v0.59.0 // serve --max-conns: netutil.LimitListener caps open connections (the version prometheus already selects); the smtp provider: html, to write a text part from HTML
 )
 
 require (

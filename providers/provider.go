@@ -44,6 +44,10 @@ type Message struct {
 	Data    json.RawMessage // may be nil
 	// Attempt is 1 on the first call for this notification.
 	Attempt int
+	// Created is when the notification was accepted, the same on every
+	// attempt; zero when the caller does not know it. The smtp provider
+	// dates the message with it, so that a retry sends the same bytes.
+	Created time.Time
 }
 
 // Result is what one call produced. Providers never return a Go error:

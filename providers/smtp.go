@@ -29,11 +29,16 @@ var smtpKind = &Kind{
 	URLs: []string{"smtp://user:pass@host:587?from=ADDR[&starttls=required|opportunistic|none]", "smtps://…:465"},
 	Summary: "real SMTP (go-mail) with STARTTLS or TLS from the first byte, and AUTH with the URL's userinfo; " +
 		"one connection per message",
-	Params: []Param{
+	Params: append(append([]Param{
 		{"from", "the sender, an address with or without a display name (percent-encoded); its domain ends every Message-ID"},
-		{"starttls", "`required` (the default), `opportunistic` or `none`; `smtp://` only"},
-		paramName, paramTimeout},
+		{"starttls", "`required` (the default), `opportunistic` or `none`; `smtp://` only"}},
+		dkimParams...),
+		Param{"list_unsubscribe", "`https://…{key}…` or `mailto:…{key}…`: the `List-Unsubscribe` of mail of " +
+			"the types the config marks `commercial: true`, `{key}` replaced by the notification's key; " +
+			"an https URL adds `List-Unsubscribe-Post: List-Unsubscribe=One-Click` (RFC 8058)"},
+		paramName, paramTimeout),
 	Keys: "no: SMTP has none; `Message-ID: <KEY@sender-domain>` and `X-Edgerelay-Key` are the same on every attempt, " +
+		"and so is the whole message (Date, MIME boundary, DKIM signature) when the notification's creation time is known, " +
 		"so a receiving system can recognise a repeat",
 	Example: "smtp://relay:secret@mail.example.com:587?from=Relay+%3Crelay%40example.com%3E",
 	build:   newSMTPURL,
@@ -80,6 +85,11 @@ type SMTP struct {
 	from        string
 	idDomain    string // the right-hand side of Message-IDs
 	timeout     time.Duration
+	dkim        *dkimConfig // nil: no signature
+	unsubscribe string      // the list_unsubscribe template, "" for none
+	// commercial holds the types and purposes whose mail carries
+	// List-Unsubscribe (SetCommercial).
+	commercial atomic.Pointer[map[string]bool]
 
 	// dial opens the TCP connection and tlsConfig (nil for the defaults)
 	// configures TLS; tests swap them to inject faults and trust a test CA.
@@ -158,6 +168,16 @@ func newSMTPURL(u *url.URL, q url.Values) (Provider, string) {
 		}
 		p.timeout = d
 	}
+	var problem string
+	if p.dkim, problem = parseDKIM(q, addr.Address[strings.LastIndexByte(addr.Address, '@')+1:]); problem != "" {
+		return nil, problem
+	}
+	if q.Has("list_unsubscribe") {
+		p.unsubscribe = q.Get("list_unsubscribe")
+		if problem := checkUnsubscribe(p.unsubscribe); problem != "" {
+			return nil, `parameter "list_unsubscribe": ` + problem
+		}
+	}
 
 	if u.User != nil {
 		if p.user = u.User.Username(); p.user == "" {
@@ -192,21 +212,9 @@ func (p *SMTP) Send(ctx context.Context, m *Message) Result {
 	if m.Address == "" {
 		return Result{Outcome: Refused, Permanent: true, Detail: "no recipient address"}
 	}
-	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
-	if err := msg.From(p.from); err != nil {
-		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "invalid sender"}
-	}
-	if err := msg.To(m.Address); err != nil {
-		return Result{Outcome: Refused, Permanent: true, InvalidAddress: true, Response: err.Error(),
-			Detail: fmt.Sprintf("recipient %q is not an email address", m.Address)}
-	}
-	msg.Subject(m.Subject)
-	id := msgIDLeft(m.Key) + "@" + p.idDomain
-	msg.SetMessageIDWithValue(id)
-	msg.SetGenHeader("X-Edgerelay-Key", m.Key)
-	msg.SetBodyString(gomail.TypeTextPlain, m.Body)
-	if m.HTML != "" {
-		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
+	msg, id, refused := p.compose(m)
+	if refused != nil {
+		return *refused
 	}
 
 	// go-mail honours ctx only while dialling and bounds each step with its
@@ -280,6 +288,155 @@ func (p *SMTP) Send(ctx context.Context, m *Message) Result {
 		return Result{Outcome: Sent, MessageID: "<" + id + ">", Response: truncate([]byte(reply)), Detail: firstLine(reply)}
 	}
 	return smtpSendResult(ctx, err, failedWrites)
+}
+
+// compose builds the message m becomes, the same bytes on every attempt:
+// nothing in it comes from the clock (when m has Created) or from chance.
+// Date is m.Created; Message-ID and List-Unsubscribe follow from the key,
+// the MIME boundary from the key and the parts; go-mail writes generic
+// headers sorted; the DKIM signature's t= is the Date, and RSA PKCS#1 v1.5
+// and Ed25519 signatures are deterministic.
+func (p *SMTP) compose(m *Message) (*gomail.Msg, string, *Result) {
+	text := m.Body
+	if text == "" && m.HTML != "" {
+		text = htmlToText(m.HTML)
+	}
+	// One multipart level (text and HTML), so one boundary serves. A hash
+	// of the parts it separates: no part can hold it (that would take a
+	// SHA-256 fixed point), and go-mail writes it unquoted, so it is
+	// letters, digits and a dash.
+	h := sha256.New()
+	for _, part := range []string{m.Key, text, m.HTML} {
+		fmt.Fprintf(h, "%d:%s", len(part), part)
+	}
+	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent(), gomail.WithEncoding(gomail.EncodingQP),
+		gomail.WithBoundary("er-"+hex.EncodeToString(h.Sum(nil)[:20])))
+	if err := msg.From(p.from); err != nil {
+		return nil, "", &Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "invalid sender"}
+	}
+	if err := msg.To(m.Address); err != nil {
+		return nil, "", &Result{Outcome: Refused, Permanent: true, InvalidAddress: true, Response: err.Error(),
+			Detail: fmt.Sprintf("recipient %q is not an email address", m.Address)}
+	}
+	msg.Subject(m.Subject)
+	// The notification's creation, not this attempt's time: it is fixed
+	// before the first attempt (a retry after a crash that lost the first
+	// attempt's record still sees it), and with a message composed at
+	// accept it is when the message was "complete and ready to enter the
+	// mail delivery system" (RFC 5322 3.6.1). UTC, so that the bytes do not
+	// depend on the host's zone.
+	at := m.Created
+	if at.IsZero() {
+		at = time.Now() // a caller that does not know it: retries then differ in Date
+	}
+	at = at.UTC().Truncate(time.Second)
+	msg.SetDateWithValue(at)
+	id := msgIDLeft(m.Key) + "@" + p.idDomain
+	msg.SetMessageIDWithValue(id)
+	msg.SetGenHeader("X-Edgerelay-Key", m.Key)
+	// Every message is made by the relay from an event, not written by a
+	// person as a reply: RFC 3834's auto-generated, which also keeps
+	// vacation auto-replies from answering it.
+	msg.SetGenHeader("Auto-Submitted", "auto-generated")
+	if p.isCommercial(m) {
+		// Through SetGenHeader (written sorted), not go-mail's
+		// SetListUnsubscribe*, whose preformatted headers come out in map
+		// order.
+		link := strings.ReplaceAll(p.unsubscribe, "{key}", escapeKey(m.Key))
+		msg.SetGenHeader("List-Unsubscribe", "<"+link+">")
+		if strings.HasPrefix(link, "https://") {
+			msg.SetGenHeader("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+		}
+	}
+	msg.SetBodyString(gomail.TypeTextPlain, text)
+	if m.HTML != "" {
+		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
+	}
+	if p.dkim != nil {
+		if err := p.dkim.sign(msg, at); err != nil {
+			return nil, "", &Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot sign the message (dkim)"}
+		}
+	}
+	return msg, id, nil
+}
+
+// A CommercialSender puts List-Unsubscribe on the mail of types its
+// operator marks commercial (types: T: commercial: true in the config).
+// The smtp provider is one.
+type CommercialSender interface {
+	Provider
+	// SetCommercial names the notification types and purposes whose mail
+	// is commercial, replacing any earlier list.
+	SetCommercial(types []string)
+	// Unsubscribes reports whether the provider has a List-Unsubscribe to
+	// give that mail (list_unsubscribe=).
+	Unsubscribes() bool
+}
+
+var _ CommercialSender = (*SMTP)(nil)
+
+func (p *SMTP) SetCommercial(types []string) {
+	set := make(map[string]bool, len(types))
+	for _, t := range types {
+		set[t] = true
+	}
+	p.commercial.Store(&set)
+}
+
+func (p *SMTP) Unsubscribes() bool { return p.unsubscribe != "" }
+
+// isCommercial reports whether m's type or purpose is commercial and the
+// provider has a List-Unsubscribe for it. Until categories exist, the
+// config's types are the only source; the preferences issue will point
+// list_unsubscribe at the relay's own unsubscribe endpoint.
+func (p *SMTP) isCommercial(m *Message) bool {
+	set := p.commercial.Load()
+	return p.unsubscribe != "" && set != nil && ((*set)[m.Type] || (*set)[m.Purpose])
+}
+
+// checkUnsubscribe says what is wrong with a list_unsubscribe template, or
+// returns "".
+func checkUnsubscribe(tmpl string) string {
+	if !strings.Contains(tmpl, "{key}") {
+		return fmt.Sprintf("%q has no {key}: the unsubscribe endpoint could not tell whose mail it is", tmpl)
+	}
+	if len(tmpl) > 500 {
+		return "longer than 500 bytes"
+	}
+	sample := strings.ReplaceAll(tmpl, "{key}", "er1_0")
+	for i := 0; i < len(sample); i++ {
+		// Printable ASCII without what would end the <URI> of the header
+		// (RFC 2369) or need encoding in it.
+		if c := sample[i]; c <= ' ' || c >= 0x7f || c == '<' || c == '>' || c == ',' || c == '"' {
+			return fmt.Sprintf("%q: byte %q is not allowed (percent-encode it)", tmpl, c)
+		}
+	}
+	u, err := url.Parse(sample)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%q is not a URL: %v", tmpl, err)
+	case u.Scheme == "https" && u.Host != "":
+	case u.Scheme == "mailto" && strings.Contains(u.Opaque, "@"):
+	default:
+		return fmt.Sprintf("%q is neither an https URL nor a mailto: address (RFC 8058 one-click needs https; http is not accepted)", tmpl)
+	}
+	return ""
+}
+
+// escapeKey percent-encodes every byte of a key outside RFC 3986's
+// unreserved characters, so that it stands anywhere in a URL: path, query
+// or a mailto address.
+func escapeKey(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }
 
 // tls returns the TLS configuration for one connection.

@@ -17,6 +17,7 @@ import (
 	"mime/quotedprintable"
 	"net"
 	"net/mail"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -31,12 +32,13 @@ import (
 type rcptBehaviour int
 
 const (
-	accept        rcptBehaviour = iota
-	reject550                   // RCPT: 550 5.1.1, no such user
-	reject450                   // RCPT: 450 4.2.1, try later
-	rejectData452               // end of DATA: 452 4.3.1
-	dropAfterData               // take the message, close without a reply
-	hangAfterData               // take the message, never reply
+	accept             rcptBehaviour = iota
+	reject550                        // RCPT: 550 5.1.1, no such user
+	reject450                        // RCPT: 450 4.2.1, try later
+	rejectData452                    // end of DATA: 452 4.3.1
+	dropAfterData                    // take the message, close without a reply
+	hangAfterData                    // take the message, never reply
+	dropFirstAfterData               // as dropAfterData for the first message, then accept
 )
 
 // smtpTLS is how the test server offers TLS.
@@ -65,6 +67,9 @@ type smtpServer struct {
 	behave     map[string]rcptBehaviour // by recipient; read-only once serving
 	got        chan received            // every message taken
 	release    chan struct{}            // closed at the end of the test: hangs end
+
+	mu    sync.Mutex
+	taken map[string]int // messages taken, by recipient
 }
 
 type smtpServerOpts struct {
@@ -79,7 +84,7 @@ func startSMTP(t *testing.T, o smtpServerOpts) *smtpServer {
 	cert, roots := testCert(t)
 	s := &smtpServer{
 		roots: roots, user: o.user, pass: o.pass, behave: o.behave,
-		got: make(chan received, 16), release: make(chan struct{}),
+		got: make(chan received, 16), release: make(chan struct{}), taken: map[string]int{},
 	}
 	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(c *gosmtp.Conn) (gosmtp.Session, error) {
 		return &smtpSession{s: s, conn: c}, nil
@@ -195,11 +200,15 @@ func (ss *smtpSession) Data(r io.Reader) error {
 		return &gosmtp.SMTPError{Code: 452, EnhancedCode: gosmtp.EnhancedCode{4, 3, 1}, Message: "insufficient system storage"}
 	}
 	_, isTLS := ss.conn.TLSConnectionState()
+	ss.s.mu.Lock()
+	ss.s.taken[ss.to[0]]++
+	first := ss.s.taken[ss.to[0]] == 1
+	ss.s.mu.Unlock()
 	ss.s.got <- received{from: ss.from, to: ss.to[0], data: data, tls: isTLS, authUser: ss.authUser}
-	switch b {
-	case dropAfterData:
+	switch {
+	case b == dropAfterData, b == dropFirstAfterData && first:
 		ss.conn.Conn().Close()
-	case hangAfterData:
+	case b == hangAfterData:
 		<-ss.s.release
 	}
 	return nil
@@ -625,7 +634,7 @@ func TestSMTPURL(t *testing.T) {
 		{"smtp://u:hunter2@mail.example.com", `missing parameter "from"`},
 		{"smtp://u:hunter2@mail.example.com?from=nobody", `parameter "from": "nobody" is not an email address`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&starttls=maybe", `parameter "starttls": "maybe" is not required, opportunistic or none`},
-		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&pasword=hunter2", `unknown parameter "pasword" (supported: from, name, starttls, timeout)`},
+		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&pasword=hunter2", `unknown parameter "pasword" (supported: dkim_domain, dkim_key, dkim_selector, from, list_unsubscribe, name, starttls, timeout)`},
 		{"smtps://u:hunter2@mail.example.com?from=a%40b.c&starttls=required", `parameter "starttls" applies to smtp:// only`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&timeout=soon", `parameter "timeout": "soon" is not a positive Go duration`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&starttls=none", `clear text`},
@@ -677,5 +686,129 @@ func TestMsgIDLeft(t *testing.T) {
 	long := strings.Repeat("k", 300)
 	if got := msgIDLeft(long); !strings.HasPrefix(got, "sha256.") || len(got) != len("sha256.")+64 || got != msgIDLeft(long) {
 		t.Errorf("msgIDLeft(300 bytes) = %q", got)
+	}
+}
+
+// A retry after a lost answer sends the very bytes of the first attempt:
+// Date, MIME boundary, List-Unsubscribe and DKIM signature included. The
+// Date is the notification's creation (in the past here), not the clock.
+func TestSMTPRetrySendsTheSameBytes(t *testing.T) {
+	t.Parallel()
+	s := startSMTP(t, smtpServerOpts{behave: map[string]rcptBehaviour{"ada@example.com": dropFirstAfterData}})
+	k := dkimKeys(t)[0]
+	p := newSMTP(t, smtpURL("smtp", "", s.addr, "starttls=none&timeout=2s&dkim_selector=sel&dkim_key="+
+		url.QueryEscape(keyFile(t, k.pkcs8))+"&list_unsubscribe="+url.QueryEscape("https://relay.example.com/u/{key}")), nil)
+	p.SetCommercial([]string{"newsletter"})
+	m := testMessage("er1_retry")
+	m.Type, m.Body, m.HTML = "newsletter", "", "<p>Spring offers, <b>Ada</b>.</p>"
+	m.Created = time.Date(2026, 3, 1, 10, 30, 0, 0, time.FixedZone("CET", 3600))
+
+	if res := send(p, m); res.Outcome != Unknown {
+		t.Fatalf("first attempt = %+v, want Unknown (the answer was lost)", res)
+	}
+	first := s.one(t).data
+	m.Attempt = 2
+	if res := send(p, m); res.Outcome != Sent {
+		t.Fatalf("second attempt = %+v, want Sent", res)
+	}
+	second := s.one(t).data
+	if !bytes.Equal(first, second) {
+		t.Errorf("the retry sent other bytes:\n--- first\n%s\n--- second\n%s", first, second)
+	}
+	pm := parseMail(t, second)
+	if d := pm.header.Get("Date"); d != "Sun, 01 Mar 2026 09:30:00 +0000" {
+		t.Errorf("Date = %q, want the creation time in UTC", d)
+	}
+	if ct := pm.header.Get("Content-Type"); !strings.HasPrefix(ct, "multipart/alternative") {
+		t.Errorf("Content-Type = %q, want multipart/alternative", ct)
+	}
+	if err := msgauthVerify(second, k.record); err != nil {
+		t.Errorf("the retry's signature: %v", err)
+	}
+}
+
+// Every message says it is automatic and carries a text part; commercial
+// mail carries List-Unsubscribe, one-click when it is https.
+func TestSMTPHeaders(t *testing.T) {
+	t.Parallel()
+	s := startSMTP(t, smtpServerOpts{})
+	https := newSMTP(t, smtpURL("smtp", "", s.addr, "starttls=none&list_unsubscribe="+
+		url.QueryEscape("https://relay.example.com/u/{key}?list=news")), nil)
+	mailto := newSMTP(t, smtpURL("smtp", "", s.addr, "starttls=none&list_unsubscribe="+
+		url.QueryEscape("mailto:unsubscribe@example.com?subject={key}")), nil)
+	none := newSMTP(t, smtpURL("smtp", "", s.addr, "starttls=none"), nil)
+	for _, p := range []*SMTP{https, mailto, none} {
+		p.SetCommercial([]string{"newsletter", "promo"})
+	}
+	if !https.Unsubscribes() || none.Unsubscribes() {
+		t.Errorf("Unsubscribes: %v with list_unsubscribe, %v without", https.Unsubscribes(), none.Unsubscribes())
+	}
+	const html = `<div style="display:none">preview</div><p>Your receipt, <a href="https://example.com/r/1">online</a>.</p><ul><li>Tea €3</li></ul>`
+	for _, c := range []struct {
+		name          string
+		p             *SMTP
+		typ, purpose  string
+		key           string
+		body          string
+		unsubscribe   string // List-Unsubscribe, "" for none
+		post          bool   // List-Unsubscribe-Post
+		text          string // the text part
+		multipartWant bool
+	}{
+		{name: "transactional", p: https, typ: "invoice.paid", purpose: "receipt", key: "er1_a",
+			text: "Your receipt, online (https://example.com/r/1).\r\n\r\n- Tea €3", multipartWant: true},
+		{name: "commercial type, https", p: https, typ: "newsletter", purpose: "newsletter", key: "er1_b/c d",
+			unsubscribe: "<https://relay.example.com/u/er1_b%2Fc%20d?list=news>", post: true,
+			text: "Your receipt, online (https://example.com/r/1).\r\n\r\n- Tea €3", multipartWant: true},
+		{name: "commercial purpose, mailto", p: mailto, typ: "offer.sent", purpose: "promo", key: "er1_e",
+			unsubscribe: "<mailto:unsubscribe@example.com?subject=er1_e>", body: "Spring offers.",
+			text: "Spring offers.", multipartWant: true},
+		{name: "commercial without list_unsubscribe", p: none, typ: "newsletter", key: "er1_f", body: "Hi.", text: "Hi."},
+	} {
+		m := testMessage(c.key)
+		m.Type, m.Purpose, m.Body, m.HTML = c.typ, c.purpose, c.body, html
+		m.Created = time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+		if c.name == "commercial without list_unsubscribe" {
+			m.HTML = ""
+		}
+		if res := send(c.p, m); res.Outcome != Sent {
+			t.Fatalf("%s: Send = %+v", c.name, res)
+		}
+		pm := parseMail(t, s.one(t).data)
+		h := pm.header
+		if got := h.Get("Auto-Submitted"); got != "auto-generated" {
+			t.Errorf("%s: Auto-Submitted = %q, want auto-generated", c.name, got)
+		}
+		if got := h.Get("Date"); got != "Sun, 01 Mar 2026 09:30:00 +0000" {
+			t.Errorf("%s: Date = %q", c.name, got)
+		}
+		if got := h.Get("List-Unsubscribe"); got != c.unsubscribe {
+			t.Errorf("%s: List-Unsubscribe = %q, want %q", c.name, got, c.unsubscribe)
+		}
+		if got, want := h.Get("List-Unsubscribe-Post"), map[bool]string{true: "List-Unsubscribe=One-Click"}[c.post]; got != want {
+			t.Errorf("%s: List-Unsubscribe-Post = %q, want %q", c.name, got, want)
+		}
+		if pm.text != c.text {
+			t.Errorf("%s: text part %q, want %q", c.name, pm.text, c.text)
+		}
+		if multipart := pm.html != ""; multipart != c.multipartWant {
+			t.Errorf("%s: html part %q", c.name, pm.html)
+		}
+	}
+
+	base := smtpURL("smtp", "", "mail.example.com", "starttls=none&list_unsubscribe=")
+	for _, c := range []struct{ tmpl, want string }{
+		{"https://relay.example.com/u", "has no {key}"},
+		{"http://relay.example.com/u/{key}", "neither an https URL nor a mailto: address"},
+		{"https:///u/{key}", "neither an https URL nor a mailto: address"},
+		{"mailto:{key}", "neither an https URL nor a mailto: address"},
+		{"https://relay.example.com/u/{key}>", `byte '>' is not allowed`},
+		{"https://relay.example.com/ü/{key}", `is not allowed (percent-encode it)`},
+		{"", "has no {key}"},
+	} {
+		_, err := New(base + url.QueryEscape(c.tmpl))
+		if err == nil || !strings.Contains(err.Error(), `parameter "list_unsubscribe": `) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("list_unsubscribe=%q: %v, want %s", c.tmpl, err, c.want)
+		}
 	}
 }
