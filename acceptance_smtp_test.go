@@ -3,6 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
@@ -10,11 +15,15 @@ import (
 	"net"
 	"net/mail"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/emersion/go-msgauth/dkim"
 	gosmtp "github.com/emersion/go-smtp"
 
 	"edgerelay/providers"
@@ -65,7 +74,9 @@ func TestAcceptanceThroughSMTP(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			sink := startSMTPSink(t, map[string]int{ada: 2}, map[string]int{ben: 1})
-			route := fmt.Sprintf("smtp://%s?from=%s&starttls=none&timeout=2s", sink.addr, url.QueryEscape("billing@example.com"))
+			key := testDKIMKey(t)
+			route := fmt.Sprintf("smtp://%s?from=%s&starttls=none&timeout=2s&dkim_selector=sel&dkim_key=%s",
+				sink.addr, url.QueryEscape("billing@example.com"), url.QueryEscape(key.file))
 			p, err := providers.New(route)
 			if err != nil {
 				t.Fatal(err)
@@ -152,6 +163,31 @@ func TestAcceptanceThroughSMTP(t *testing.T) {
 			if ids := got.ids[cy]; len(ids) == 2 && ids[0] == ids[1] {
 				t.Errorf("cy's two receipts share the Message-ID %s", ids[0])
 			}
+			// Every message is signed, automatic and, receipts not being
+			// commercial, without List-Unsubscribe; every copy of one
+			// notification is the same message. (The relay does not pass
+			// the notification's creation time yet, so Date, and the
+			// signature over it, are the attempt's: they are left out of
+			// the comparison.)
+			for to, msgs := range got.raw {
+				for i, data := range msgs {
+					if err := verifyDKIM(data, key.record); err != nil {
+						t.Errorf("message %d to %s: DKIM: %v", i+1, to, err)
+					}
+					m, err := mail.ReadMessage(bytes.NewReader(data))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if m.Header.Get("Auto-Submitted") != "auto-generated" || m.Header.Get("List-Unsubscribe") != "" {
+						t.Errorf("message %d to %s: Auto-Submitted %q, List-Unsubscribe %q", i+1, to,
+							m.Header.Get("Auto-Submitted"), m.Header.Get("List-Unsubscribe"))
+					}
+					if first := withoutHeaders(msgs[0], "Date", "DKIM-Signature"); to == ada &&
+						!bytes.Equal(withoutHeaders(data, "Date", "DKIM-Signature"), first) {
+						t.Errorf("ada's copy %d differs from the first:\n%s\n---\n%s", i+1, data, msgs[0])
+					}
+				}
+			}
 		})
 	}
 }
@@ -170,6 +206,7 @@ type smtpSink struct {
 	rcpt     map[string]int      // RCPT commands, by envelope recipient
 	taken    map[string]int      // messages taken, by envelope recipient
 	ids      map[string][]string // Message-IDs taken, by To header, in order
+	raw      map[string][][]byte // the messages taken, by envelope recipient, in order
 	problems []string            // messages that did not read as expected
 }
 
@@ -177,13 +214,14 @@ type smtpSink struct {
 type sinkState struct {
 	rcpt     map[string]int
 	ids      map[string][]string
+	raw      map[string][][]byte
 	problems []string
 }
 
 func startSMTPSink(t *testing.T, drop, refuse map[string]int) *smtpSink {
 	t.Helper()
 	s := &smtpSink{drop: drop, refuse: refuse,
-		rcpt: map[string]int{}, taken: map[string]int{}, ids: map[string][]string{}}
+		rcpt: map[string]int{}, taken: map[string]int{}, ids: map[string][]string{}, raw: map[string][][]byte{}}
 	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(c *gosmtp.Conn) (gosmtp.Session, error) {
 		return &sinkSession{s: s, conn: c}, nil
 	}))
@@ -209,12 +247,16 @@ func startSMTPSink(t *testing.T, drop, refuse map[string]int) *smtpSink {
 func (s *smtpSink) snapshot() sinkState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := sinkState{rcpt: map[string]int{}, ids: map[string][]string{}, problems: append([]string(nil), s.problems...)}
+	st := sinkState{rcpt: map[string]int{}, ids: map[string][]string{}, raw: map[string][][]byte{},
+		problems: append([]string(nil), s.problems...)}
 	for k, v := range s.rcpt {
 		st.rcpt[k] = v
 	}
 	for k, v := range s.ids {
 		st.ids[k] = append([]string(nil), v...)
+	}
+	for k, v := range s.raw {
+		st.raw[k] = append([][]byte(nil), v...)
 	}
 	return st
 }
@@ -225,6 +267,7 @@ func (s *smtpSink) take(to string, data []byte) (drop bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.taken[to]++
+	s.raw[to] = append(s.raw[to], data)
 	m, err := mail.ReadMessage(bytes.NewReader(data))
 	if err != nil {
 		s.problems = append(s.problems, fmt.Sprintf("message to %s does not parse: %v", to, err))
@@ -283,3 +326,164 @@ func (ss *sinkSession) Data(r io.Reader) error {
 
 func (ss *sinkSession) Reset()        { ss.to = nil }
 func (ss *sinkSession) Logout() error { return nil }
+
+// dkimTestKey is an Ed25519 signing key made for one test (none is
+// committed): its PEM, a file holding it, and the TXT record that would
+// publish it as sel._domainkey.example.com.
+type dkimTestKey struct {
+	pem, file, record string
+}
+
+func testDKIMKey(t *testing.T) dkimTestKey {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := dkimTestKey{
+		pem:    string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		file:   filepath.Join(t.TempDir(), "dkim.pem"),
+		record: "v=DKIM1; k=ed25519; p=" + base64.StdEncoding.EncodeToString(pub),
+	}
+	if err := os.WriteFile(k.file, []byte(k.pem), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// verifyDKIM checks a message's one signature with go-msgauth.
+func verifyDKIM(data []byte, record string) error {
+	vs, err := dkim.VerifyWithOptions(bytes.NewReader(data), &dkim.VerifyOptions{
+		LookupTXT: func(domain string) ([]string, error) {
+			if domain != "sel._domainkey.example.com" {
+				return nil, fmt.Errorf("no TXT record for %s", domain)
+			}
+			return []string{record}, nil
+		},
+	})
+	switch {
+	case err != nil:
+		return err
+	case len(vs) != 1:
+		return fmt.Errorf("%d signatures, want 1", len(vs))
+	}
+	return vs[0].Err
+}
+
+// withoutHeaders is a message without the named header fields (folded
+// lines included).
+func withoutHeaders(data []byte, names ...string) []byte {
+	head, body, _ := bytes.Cut(data, []byte("\r\n\r\n"))
+	var out [][]byte
+	skip := false
+	for _, line := range bytes.Split(head, []byte("\r\n")) {
+		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			if !skip {
+				out = append(out, line)
+			}
+			continue
+		}
+		name, _, _ := bytes.Cut(line, []byte(":"))
+		skip = slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, string(name)) })
+		if !skip {
+			out = append(out, line)
+		}
+	}
+	return append(append(bytes.Join(out, []byte("\r\n")), "\r\n\r\n"...), body...)
+}
+
+// Through the CLI and the config file: a type marked commercial gets
+// List-Unsubscribe and its one-click Post header, a receipt does not; the
+// DKIM key comes from an environment variable through options:, and
+// both messages verify. A commercial type with an smtp provider that has
+// no list_unsubscribe is refused by config check, and so is such a
+// provider given as a --route.
+func TestCommercialMailThroughConfig(t *testing.T) { // not parallel: it sets an environment variable
+	sink := startSMTPSink(t, nil, nil)
+	key := testDKIMKey(t)
+	t.Setenv("EDGERELAY_TEST_DKIM_KEY", key.pem)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "edgerelay.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`providers:
+  mail:
+    url: smtp://%s?from=news%%40example.com&starttls=none
+    options:
+      dkim_key: ${EDGERELAY_TEST_DKIM_KEY}
+      dkim_selector: sel
+      list_unsubscribe: https://relay.example.com/u/{key}
+routes:
+  email: mail
+types:
+  newsletter:
+    commercial: true
+`, sink.addr)), 0o644)
+	db := filepath.Join(dir, "r.db")
+	var sent []acceptedLine
+	for _, ev := range []string{
+		`{"id": "nl_1", "type": "newsletter", "recipients": [{"id": "ada", "email": "ada@example.com"}],
+		  "subject": "Spring", "html": "<p>Spring <b>offers</b>.</p>"}`,
+		`{"id": "evt_501", "type": "payment.succeeded", "purpose": "receipt", "recipients": [{"id": "ben", "email": "ben@example.com"}],
+		  "subject": "Your receipt", "body": "Thanks."}`,
+	} {
+		r := runCLI(t, ev, "--db", db, "send")
+		if r.code != 0 {
+			t.Fatalf("send: exit %d: %s", r.code, r.stderr)
+		}
+		sent = append(sent, decodeLines(t, r.stdout)...)
+	}
+	if r := runCLI(t, "", "dispatch", "--db", db, "--config", cfg, "--until-idle", "--log-level", "warn"); r.code != 0 {
+		t.Fatalf("dispatch: exit %d: %s", r.code, r.stderr)
+	}
+	got := sink.snapshot()
+	for _, p := range got.problems {
+		t.Errorf("server: %s", p)
+	}
+	for _, c := range []struct {
+		to, unsubscribe, post string
+	}{
+		{"ada@example.com", "<https://relay.example.com/u/" + sent[0].Key + ">", "List-Unsubscribe=One-Click"},
+		{"ben@example.com", "", ""},
+	} {
+		if len(got.raw[c.to]) != 1 {
+			t.Fatalf("%s received %d messages, want 1", c.to, len(got.raw[c.to]))
+		}
+		data := got.raw[c.to][0]
+		m, err := mail.ReadMessage(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, p := m.Header.Get("List-Unsubscribe"), m.Header.Get("List-Unsubscribe-Post"); u != c.unsubscribe || p != c.post {
+			t.Errorf("%s: List-Unsubscribe %q, List-Unsubscribe-Post %q; want %q, %q", c.to, u, p, c.unsubscribe, c.post)
+		}
+		if err := verifyDKIM(data, key.record); err != nil {
+			t.Errorf("%s: DKIM: %v\n%s", c.to, err, data)
+		}
+		if c.to == "ada@example.com" && !bytes.Contains(data, []byte("Content-Type: text/plain")) {
+			t.Errorf("the HTML-only newsletter has no text part:\n%s", data)
+		}
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte(fmt.Sprintf(`providers:
+  mail:
+    url: smtp://%s?from=news%%40example.com&starttls=none
+types:
+  newsletter:
+    commercial: true
+`, sink.addr)), 0o644)
+	r := runCLI(t, "", "config", "check", bad)
+	if want := `line 6 (types.newsletter.commercial): type "newsletter" is commercial, but provider "mail" would send it without List-Unsubscribe`; r.code != exitError || !strings.Contains(r.stderr, want) {
+		t.Errorf("config check: exit %d\n%s\nwant %s", r.code, r.stderr, want)
+	}
+	onlyTypes := filepath.Join(dir, "types.yaml")
+	os.WriteFile(onlyTypes, []byte("types:\n  newsletter:\n    commercial: true\n"), 0o644)
+	r = runCLI(t, "", "dispatch", "--db", db, "--config", onlyTypes, "--until-idle",
+		"--route", fmt.Sprintf("email=smtp://%s?from=news%%40example.com&starttls=none", sink.addr))
+	if r.code == 0 || !strings.Contains(r.stderr, "would send it without List-Unsubscribe") {
+		t.Errorf("dispatch --route without list_unsubscribe: exit %d\n%s", r.code, r.stderr)
+	}
+}

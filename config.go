@@ -150,6 +150,11 @@ type TypeConfig struct {
 	Delivery string `yaml:"delivery"`
 	// Retry overrides the retry policy for this type.
 	Retry *PolicyConfig `yaml:"retry"`
+	// Commercial marks the type's email as commercial (a newsletter, an
+	// offer; not a receipt): smtp providers give it List-Unsubscribe and
+	// List-Unsubscribe-Post (their list_unsubscribe=). Until notifications
+	// have categories of their own, this is where commercial mail is named.
+	Commercial bool `yaml:"commercial"`
 }
 
 // PolicyConfig is a retry policy as written in the file.
@@ -347,6 +352,7 @@ func (cfg *Config) build(flagRoutes map[string][]string) (relay.Routes, map[stri
 			tenants[t] = resolve(rs, false)
 		}
 	}
+	problems = append(problems, cfg.markCommercial()...)
 	if len(problems) > 0 {
 		return nil, nil, nil, errors.Join(problems...)
 	}
@@ -358,6 +364,43 @@ func (cfg *Config) build(flagRoutes map[string][]string) (relay.Routes, map[stri
 		}
 	}
 	return routes, tenants, limits, nil
+}
+
+// commercialTypes are the types (or purposes) marked commercial, sorted.
+func (cfg *Config) commercialTypes() []string {
+	var out []string
+	for _, t := range sortedKeys(cfg.Types) {
+		if cfg.Types[t].Commercial {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// markCommercial tells every built provider that marks commercial mail
+// which types are commercial. One without a List-Unsubscribe for them is
+// an error: validate refuses the file's, so here it is a --route flag's.
+func (cfg *Config) markCommercial() []error {
+	types := cfg.commercialTypes()
+	var problems []error
+	for _, ref := range sortedKeys(cfg.made) {
+		cs, ok := cfg.made[ref].(providers.CommercialSender)
+		if !ok {
+			continue
+		}
+		cs.SetCommercial(types)
+		if len(types) > 0 && !cs.Unsubscribes() {
+			problems = append(problems, errors.New(noUnsubscribe(types[0], cs.Name())))
+		}
+	}
+	return problems
+}
+
+// noUnsubscribe says that provider would send commercial mail without a
+// way to unsubscribe.
+func noUnsubscribe(typ, provider string) string {
+	return fmt.Sprintf("type %q is commercial, but provider %q would send it without List-Unsubscribe "+
+		"(set list_unsubscribe=https://…/{key} in its URL; RFC 8058)", typ, provider)
 }
 
 // newNamedProvider builds a provider from its config: ${VAR}s expanded,

@@ -61,6 +61,7 @@ func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
 	c.providers()
 	c.routes(cfg.Routes, keyPath{"routes"})
 	c.tenants()
+	c.commercial()
 	for _, t := range sortedKeys(cfg.Types) {
 		at := keyPath{"types", t}
 		tc := cfg.Types[t]
@@ -179,6 +180,22 @@ func (c *checker) providers() {
 			continue
 		}
 		c.made(name, p, at)
+	}
+}
+
+// commercial refuses a commercial type while a provider that marks
+// commercial mail has no List-Unsubscribe to give it: routes are per
+// channel, not per type, so any such provider may carry that mail.
+func (c *checker) commercial() {
+	types := c.cfg.commercialTypes()
+	if len(types) == 0 {
+		return
+	}
+	at := keyPath{"types", types[0], "commercial"}
+	for _, ref := range sortedKeys(c.cfg.made) {
+		if cs, ok := c.cfg.made[ref].(providers.CommercialSender); ok && !cs.Unsubscribes() {
+			c.add(at, "%s", noUnsubscribe(types[0], cs.Name()))
+		}
 	}
 }
 
