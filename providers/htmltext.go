@@ -79,18 +79,18 @@ func (w *textWriter) String() string {
 	return strings.TrimRight(strings.Join(kept, "\n"), "\n")
 }
 
-// hidden are the elements whose content no reader sees.
-var hidden = map[atom.Atom]bool{atom.Script: true, atom.Style: true, atom.Title: true, atom.Template: true}
+// htmlHidden are the elements whose content no reader sees.
+var htmlHidden = map[atom.Atom]bool{atom.Script: true, atom.Style: true, atom.Title: true, atom.Template: true}
 
-// paragraphs are separated from what is around them by a blank line;
+// htmlParagraphs are separated from what is around them by a blank line;
 // lines by a line break.
 var (
-	paragraphs = map[atom.Atom]bool{
+	htmlParagraphs = map[atom.Atom]bool{
 		atom.P: true, atom.H1: true, atom.H2: true, atom.H3: true, atom.H4: true, atom.H5: true, atom.H6: true,
 		atom.Blockquote: true, atom.Pre: true, atom.Ul: true, atom.Ol: true, atom.Dl: true, atom.Hr: true,
 		atom.Table: true,
 	}
-	lines = map[atom.Atom]bool{
+	htmlLines = map[atom.Atom]bool{
 		atom.Div: true, atom.Section: true, atom.Article: true, atom.Header: true, atom.Footer: true,
 		atom.Nav: true, atom.Main: true, atom.Aside: true, atom.Figure: true, atom.Figcaption: true,
 		atom.Tr: true, atom.Dt: true, atom.Dd: true, atom.Address: true, atom.Form: true,
@@ -110,7 +110,7 @@ func (w *textWriter) enter(n *html.Node) bool {
 	default:
 		return false // comments, doctype
 	}
-	if hidden[n.DataAtom] || isHidden(n) {
+	if htmlHidden[n.DataAtom] || isHidden(n) {
 		w.skip(n)
 		return false
 	}
@@ -130,9 +130,9 @@ func (w *textWriter) enter(n *html.Node) bool {
 			w.lists[depth-1]++
 		}
 		w.raw(marker)
-	case paragraphs[a]:
+	case htmlParagraphs[a]:
 		w.lineBreak(w.paragraphBreak())
-	case lines[a]:
+	case htmlLines[a]:
 		w.lineBreak(1)
 	case a == atom.Td || a == atom.Th:
 		w.space = true
@@ -165,7 +165,7 @@ func (w *textWriter) leave(n *html.Node) {
 	}
 	a := n.DataAtom
 	switch {
-	case paragraphs[a]:
+	case htmlParagraphs[a]:
 		if a == atom.Ul || a == atom.Ol {
 			w.lists = w.lists[:len(w.lists)-1]
 		}
@@ -173,7 +173,7 @@ func (w *textWriter) leave(n *html.Node) {
 			w.pre--
 		}
 		w.lineBreak(w.paragraphBreak())
-	case lines[a]:
+	case htmlLines[a]:
 		w.lineBreak(1)
 	case a == atom.Td || a == atom.Th:
 		w.space = true
