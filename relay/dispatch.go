@@ -559,7 +559,7 @@ func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
 		msg: &providers.Message{
 			Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
 			Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
-			Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt,
+			Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt, Created: c.CreatedAt,
 		}}, pending{}
 }
 

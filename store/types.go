@@ -107,7 +107,10 @@ type Claimed struct {
 	CycleStartedAt time.Time
 	ClaimedAt      time.Time
 	LeaseUntil     time.Time
-	EventID        string
+	// CreatedAt is when the notification was written: a message built from
+	// it (an email's Date) is the same on every attempt.
+	CreatedAt time.Time
+	EventID   string
 	Purpose        string
 	Message        []byte
 	// RoutePos is which provider of the channel's route this attempt uses;

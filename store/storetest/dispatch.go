@@ -26,7 +26,8 @@ func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 		c := cs[0]
 		if c.Attempt != 1 || c.CycleAttempts != 1 || c.EventID != "e" || c.Purpose != "receipt" || c.Tenant != "default" ||
-			string(c.Message) != `{"subject":"hi"}` || !c.LeaseUntil.Equal(t0.Add(time.Minute)) || !c.ClaimedAt.Equal(t0) {
+			string(c.Message) != `{"subject":"hi"}` || !c.LeaseUntil.Equal(t0.Add(time.Minute)) || !c.ClaimedAt.Equal(t0) ||
+			!c.CreatedAt.Equal(t0) {
 			t.Errorf("claimed %+v", c)
 		}
 		if cs[0].Token == cs[1].Token && cs[0].ID == cs[1].ID {
