@@ -111,8 +111,8 @@ type Claimed struct {
 	// it (an email's Date) is the same on every attempt.
 	CreatedAt time.Time
 	EventID   string
-	Purpose        string
-	Message        []byte
+	Purpose   string
+	Message   []byte
 	// RoutePos is which provider of the channel's route this attempt uses;
 	// Pinned says an earlier outcome was unknown, so only that provider may
 	// be tried again.
