@@ -91,6 +91,14 @@ characters): the first successful response is stored (--key-ttl) and
 replayed for a repeat; a batch keeps each event's success and runs the
 others again.
 
+SIGHUP: read the config file again and apply its routes (with their
+providers), provider limits and tenants' tokens, without a restart and
+without dropping a request; a call in flight finishes on the provider it
+started with. A config that fails the checks made at start is logged and
+the running one stays. What a reload cannot change (listen addresses, the
+database, dispatch, retry and api settings, jobs, tails) is logged as
+needing a restart.
+
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
 		Flags: commonFlags(
