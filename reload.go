@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"edgerelay/api"
+	"edgerelay/providers"
 	"edgerelay/relay"
 )
 
@@ -71,6 +73,7 @@ func (rl *reloader) reload() {
 		return
 	}
 	if err := rl.r.SetRoutes(next.opts.Routes, next.opts.TenantRoutes, next.opts.Limits); err != nil {
+		closeProviders(next.opts)
 		rl.log.Error("config reload refused: the running config stays", "config", path, "err", err)
 		return
 	}
@@ -91,6 +94,26 @@ func (rl *reloader) reload() {
 		rl.log.Warn("config reload: these settings changed but only apply after a restart (needs a restart)", "keys", strings.Join(restart, ","))
 	}
 	rl.cur = next
+}
+
+// closeProviders closes the providers built for routes that were refused
+// (their files, their idle connections).
+func closeProviders(opts relay.Options) {
+	seen := map[providers.Provider]bool{}
+	close := func(rs relay.Routes) {
+		for _, route := range rs {
+			for _, p := range route {
+				if c, ok := p.(io.Closer); ok && !seen[p] {
+					seen[p] = true
+					c.Close()
+				}
+			}
+		}
+	}
+	close(opts.Routes)
+	for _, rs := range opts.TenantRoutes {
+		close(rs)
+	}
 }
 
 // configTokenHashes maps the hex SHA-256 of each config token to its
@@ -204,13 +227,16 @@ func needsRestart(old, nu *Config) []string {
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if key == "" || key == "-" || reloaded[key] {
+		if key == "" || key == "-" || reloaded[key] || !f.IsExported() {
 			continue
 		}
 		av, bv := a.Field(i), b.Field(i)
 		if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 && f.Type.Field(0).Tag.Get("yaml") != "" {
 			for j := range f.Type.NumField() {
 				sub, _, _ := strings.Cut(f.Type.Field(j).Tag.Get("yaml"), ",")
+				if sub == "" || sub == "-" || !f.Type.Field(j).IsExported() {
+					continue
+				}
 				if !reflect.DeepEqual(av.Field(j).Interface(), bv.Field(j).Interface()) {
 					out = append(out, key+"."+sub)
 				}
