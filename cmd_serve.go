@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -93,6 +91,14 @@ characters): the first successful response is stored (--key-ttl) and
 replayed for a repeat; a batch keeps each event's success and runs the
 others again.
 
+SIGHUP: read the config file again and apply its routes (with their
+providers), provider limits and tenants' tokens, without a restart and
+without dropping a request; a call in flight finishes on the provider it
+started with. A config that fails the checks made at start is logged and
+the running one stays. What a reload cannot change (listen addresses, the
+database, dispatch, retry and api settings, jobs, tails) is logged as
+needing a restart.
+
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
 		Flags: commonFlags(
@@ -111,6 +117,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 		),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
+			hup, stopReload := catchReload() // SIGHUP reloads the config (reload.go)
+			defer stopReload()
 			s, err := loadSettings(c, c.App.ErrWriter)
 			if err != nil {
 				return err
@@ -177,12 +185,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			case opts.MetricsToken != "" && len(opts.MetricsToken) < 16:
 				return cli.Exit("--metrics-token: shorter than 16 characters", exitUsage)
 			}
-			for tenant, tc := range s.cfg.Tenants {
-				for _, tok := range tc.Tokens {
-					sum := sha256.Sum256([]byte(tok))
-					opts.TokenHashes[hex.EncodeToString(sum[:])] = tenant
-				}
-			}
+			opts.TokenHashes = configTokenHashes(s.cfg)
 
 			// Metrics observe the relay, so they exist before it opens.
 			metrics := api.NewMetrics()
@@ -276,11 +279,15 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			for i, srv := range servers {
 				go func() { errc <- srv.Serve(listeners[i]) }()
 			}
+			rl := &reloader{c: c, log: s.opts.Logger, r: r, api: handler, cur: s}
+			background.Go(func() { rl.run(c.Context, hup) })
+			sdNotify("READY=1")
 			select {
 			case err := <-errc:
 				return fmt.Errorf("serve: %w", err)
 			case <-c.Context.Done():
 			}
+			sdNotify("STOPPING=1")
 			drain := c.Duration("drain-timeout")
 			s.opts.Logger.Info("shutting down: no new requests; finishing those in flight, then the calls", "drain_timeout", drain)
 			ctx, cancel := context.WithTimeout(context.Background(), drain)

@@ -61,7 +61,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // signalContext is cancelled by the first SIGINT or SIGTERM (graceful
-// shutdown); a second one exits at once.
+// shutdown); a second one exits at once. SIGHUP is not one of them: serve
+// catches it to reload its config (reload.go); other commands keep its
+// default (a hangup ends them).
 func signalContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)

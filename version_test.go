@@ -78,7 +78,7 @@ func TestVersionFromLdflagsAndVCS(t *testing.T) {
 	git("commit", "-q", "-m", "copy")
 	rev := git("rev-parse", "HEAD")
 	bin := filepath.Join(t.TempDir(), "edgerelay")
-	build := exec.Command("go", "build", "-buildvcs=true", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
+	build := exec.Command("go", "build", "-trimpath", "-buildvcs=true", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -82,6 +83,10 @@ type Server struct {
 
 	shed shedState
 
+	patterns []string // every route's pattern, in the order registered
+	// tokens is opts.TokenHashes, replaced whole by SetTokenHashes.
+	tokens atomic.Pointer[map[string]string]
+
 	// Open mode, while it lasts: closed is set once a token is found, and
 	// stays set; checked is when the store was last asked.
 	closed  atomic.Bool
@@ -116,6 +121,7 @@ func New(r *relay.Relay, opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{r: r, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s.setTokens(opts.TokenHashes)
 	s.handle("POST /v1/events", s.auth(s.unlessShedding(s.postEvent)))
 	s.handle("POST /v1/events:batch", s.auth(s.unlessShedding(s.postBatch)))
 	s.handle("GET /v1/notifications/{id}", s.auth(s.getNotification))
@@ -133,6 +139,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	s.handle("GET /readyz", s.ready)
 	if opts.Metrics != nil {
 		s.mux.HandleFunc("GET /metrics", s.metrics)
+		s.patterns = append(s.patterns, "GET /metrics")
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowed(r); len(allow) > 0 {
@@ -224,9 +231,33 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 type handler func(w http.ResponseWriter, r *http.Request) response
 
 func (s *Server) handle(pattern string, h handler) {
+	s.patterns = append(s.patterns, pattern)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		h(w, r).write(w)
 	})
+}
+
+// Routes lists the patterns the API serves ("POST /v1/events", …), so that
+// help texts can be checked against them.
+func (s *Server) Routes() []string { return slices.Clone(s.patterns) }
+
+// SetTokenHashes replaces the config's tokens (Options.TokenHashes) for the
+// requests that start from now on (a config reload). A token left out stops
+// working at once. Tokens close an open API for good, as a token created
+// in the store does; an empty set never reopens it.
+func (s *Server) SetTokenHashes(hashes map[string]string) {
+	s.setTokens(hashes)
+	if len(hashes) > 0 && s.opts.Open && !s.closed.Swap(true) {
+		s.log.Warn("API closed: the config has tokens now; every request needs one")
+	}
+}
+
+func (s *Server) setTokens(hashes map[string]string) {
+	m := maps.Clone(hashes)
+	if m == nil {
+		m = map[string]string{}
+	}
+	s.tokens.Store(&m)
 }
 
 // caller is who is asking: a tenant, or any tenant on an open API.
@@ -271,7 +302,7 @@ func (s *Server) auth(h authedHandler) handler {
 		}
 		sum := sha256.Sum256([]byte(token))
 		hash := hex.EncodeToString(sum[:])
-		tenant, ok := s.opts.TokenHashes[hash]
+		tenant, ok := (*s.tokens.Load())[hash]
 		if !ok {
 			// Looked up on every request: a revoked token stops working at once.
 			t, err := s.r.TokenByHash(r.Context(), hash)

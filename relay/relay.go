@@ -225,19 +225,15 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		typeRetry[t] = p.withDefaults()
 	}
 	opts.TypeRetry = typeRetry
-	routes := opts.Routes
-	if len(routes) == 0 {
-		routes = Routes{"*": {providers.NewLog(stdout{}, "log://stdout")}}
-	}
-	for ch, route := range routes {
-		if len(route) == 0 {
-			return nil, fmt.Errorf("relay: route %q lists no provider", ch)
-		}
+	routes, err := checkRoutes(opts.Routes)
+	if err != nil {
+		return nil, err
 	}
 	router, err := newRouter(routes, opts.TenantRoutes, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
+	router.log = opts.Logger
 	st := opts.Store
 	if st == nil {
 		if st, err = sqlite.Open(ctx, opts.Path, sqlite.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout, RequireWritable: !opts.ReadOnly}); err != nil {
@@ -250,6 +246,39 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	}, nil
 }
 
+// checkRoutes refuses an empty route; no routes at all print every
+// channel to standard output (the log provider).
+func checkRoutes(routes Routes) (Routes, error) {
+	if len(routes) == 0 {
+		return Routes{"*": {providers.NewLog(stdout{}, "log://stdout")}}, nil
+	}
+	for ch, route := range routes {
+		if len(route) == 0 {
+			return nil, fmt.Errorf("relay: route %q lists no provider", ch)
+		}
+	}
+	return routes, nil
+}
+
+// SetRoutes replaces the routes and the provider limits of a running relay
+// (a config reload), checked as Open checks them: on an error nothing
+// changes. The dispatcher takes the new routes at its next claim; a call
+// in flight finishes on the provider it started with. A provider that
+// keeps its name keeps its pause (a Retry-After) and, if its limit is the
+// same, its slots and rate tokens. The providers the new routes drop are
+// closed after their last call; do not pass a dropped one in again.
+func (r *Relay) SetRoutes(routes Routes, tenant map[string]Routes, limits map[string]Limit) error {
+	routes, err := checkRoutes(routes)
+	if err != nil {
+		return err
+	}
+	if err := r.router.publish(routes, tenant, limits); err != nil {
+		return err
+	}
+	r.notify() // adopt them now, not at the next poll
+	return nil
+}
+
 // Close stops the dispatcher if it is running (waiting at most 10 seconds
 // for calls in flight) and closes the database.
 func (r *Relay) Close() error {
@@ -259,6 +288,7 @@ func (r *Relay) Close() error {
 	if errors.Is(err, errNotStarted) {
 		err = nil
 	}
+	r.router.retiring.Wait() // the providers SetRoutes dropped, closed after their calls
 	return errors.Join(err, r.store.Close())
 }
 
@@ -288,10 +318,8 @@ func (r *Relay) RetryTenant(ctx context.Context, tenant string, id int64) error 
 
 // Provider returns the configured provider with this Name, or nil.
 func (r *Relay) Provider(name string) providers.Provider {
-	for p := range r.router.gates {
-		if p.Name() == name {
-			return p
-		}
+	if p, ok := r.router.published().named[name]; ok {
+		return p
 	}
 	return nil
 }

@@ -2,9 +2,12 @@ package relay
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -40,16 +43,31 @@ type Limit struct {
 // enters the gate only if it can start now (tryEnter): a notification
 // that cannot goes back to the queue until the time the gate names, which
 // is not an attempt (the policy says so).
+//
+// A gate belongs to one provider value. When SetRoutes replaces a provider
+// by one of the same name, the new gate shares the old one's pace (pauses
+// and call times) and, if the Limit is the same, its slots and rate tokens:
+// the calls still running on the old provider count against the new one's
+// bound.
 type gate struct {
+	limit Limit
 	sem   chan struct{} // nil: no concurrency bound
 	rl    *rate.Limiter // nil: no rate bound
+	pace  *pace
+	// calls counts the calls in flight through this gate, so that a
+	// provider SetRoutes dropped is closed only after its last call.
+	calls sync.WaitGroup
+}
+
+// pace is what a provider's gates share across reloads.
+type pace struct {
 	mu    sync.Mutex
 	until time.Time     // paused until
 	took  time.Duration // a moving average of call durations, for the wait when every slot is taken
 }
 
 func newGate(l Limit) *gate {
-	g := &gate{took: 100 * time.Millisecond}
+	g := &gate{limit: l, pace: &pace{took: 100 * time.Millisecond}}
 	if l.Concurrency > 0 {
 		g.sem = make(chan struct{}, l.Concurrency)
 	}
@@ -59,15 +77,26 @@ func newGate(l Limit) *gate {
 	return g
 }
 
+// successor is the gate for a provider that replaces prev's (same name):
+// prev's pace, and prev's slots and tokens while the limit is unchanged.
+func (prev *gate) successor(l Limit) *gate {
+	if l == prev.limit {
+		return &gate{limit: l, sem: prev.sem, rl: prev.rl, pace: prev.pace}
+	}
+	g := newGate(l)
+	g.pace = prev.pace
+	return g
+}
+
 // bounded reports whether the gate can refuse a call now.
 func (g *gate) bounded(now time.Time) bool {
 	return g.sem != nil || g.rl != nil || g.paused(now)
 }
 
 func (g *gate) paused(now time.Time) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return now.Before(g.until)
+	g.pace.mu.Lock()
+	defer g.pace.mu.Unlock()
+	return now.Before(g.pace.until)
 }
 
 // capacity is how many calls could start now without waiting.
@@ -88,9 +117,9 @@ func (g *gate) capacity(now time.Time) int {
 // tryEnterAt is when a call could enter, without taking anything; true if
 // now.
 func (g *gate) tryEnterAt(now time.Time) (time.Time, bool) {
-	g.mu.Lock()
-	until := g.until
-	g.mu.Unlock()
+	g.pace.mu.Lock()
+	until := g.pace.until
+	g.pace.mu.Unlock()
 	if now.Before(until) {
 		return until, false
 	}
@@ -107,9 +136,9 @@ func (g *gate) tryEnterAt(now time.Time) (time.Time, bool) {
 // it returns the earliest time worth trying again: the end of a pause, the
 // next rate token, or, when every slot is taken, about when a call ends.
 func (g *gate) tryEnter(now time.Time) (time.Time, bool) {
-	g.mu.Lock()
-	until, took := g.until, g.took
-	g.mu.Unlock()
+	g.pace.mu.Lock()
+	until, took := g.pace.until, g.pace.took
+	g.pace.mu.Unlock()
 	if now.Before(until) {
 		return until, false
 	}
@@ -127,15 +156,17 @@ func (g *gate) tryEnter(now time.Time) (time.Time, bool) {
 		r.CancelAt(now) // only asking when: the token stays for whoever comes then
 		return next, false
 	}
+	g.calls.Add(1)
 	return now, true
 }
 
 // leave gives the call slot back after a call that took this long.
 func (g *gate) leave(took time.Duration) {
-	g.mu.Lock()
-	g.took = (7*g.took + took) / 8
-	g.mu.Unlock()
+	g.pace.mu.Lock()
+	g.pace.took = (7*g.pace.took + took) / 8
+	g.pace.mu.Unlock()
 	g.release()
+	g.calls.Done()
 }
 
 func (g *gate) release() {
@@ -146,34 +177,80 @@ func (g *gate) release() {
 
 // pause holds calls for this provider until t.
 func (g *gate) pause(t time.Time) {
-	g.mu.Lock()
-	if t.After(g.until) {
-		g.until = t
+	g.pace.mu.Lock()
+	if t.After(g.pace.until) {
+		g.pace.until = t
 	}
-	g.mu.Unlock()
+	g.pace.mu.Unlock()
 }
 
 // router resolves a notification's route and holds each provider's gate.
+//
+// routes, tenant and gates are the dispatcher's own: only the goroutine of
+// the running dispatcher reads them (dispatch.go reads them directly, and
+// through route, plan and nextOpen), so they take no lock. SetRoutes does
+// not touch them: it publishes a new table in next, and plan, which opens
+// every claim, adopts it on the dispatcher's goroutine. A claim therefore
+// sees one table from its plan to its last call's start, and a call in
+// flight keeps the provider and gate it started with. Any other goroutine
+// reads the published table (published).
 type router struct {
 	routes Routes
 	tenant map[string]Routes
 	gates  map[providers.Provider]*gate
+	cur    *table // the table the fields above hold
+
+	next atomic.Pointer[table] // the latest table published
+
+	mu       sync.Mutex     // serialises publishing and adopting
+	retiring sync.WaitGroup // closers of dropped providers, waiting for their calls
+	log      *slog.Logger
+}
+
+// table is one generation of routes, with a gate per provider.
+type table struct {
+	routes Routes
+	tenant map[string]Routes
+	gates  map[providers.Provider]*gate
+	named  map[string]providers.Provider
 }
 
 // newRouter refuses two different providers with one name: receipts, limits
 // and status counts find a provider by its name.
 func newRouter(routes Routes, tenant map[string]Routes, limits map[string]Limit) (*router, error) {
-	rt := &router{routes: routes, tenant: tenant, gates: map[providers.Provider]*gate{}}
-	named := map[string]providers.Provider{}
+	t, err := newTable(routes, tenant, limits, nil)
+	if err != nil {
+		return nil, err
+	}
+	rt := &router{routes: t.routes, tenant: t.tenant, gates: t.gates, cur: t, log: slog.New(slog.DiscardHandler)}
+	rt.next.Store(t)
+	return rt, nil
+}
+
+// newTable checks routes and makes their gates; a provider also in prev
+// keeps its gate, and one that replaces a provider of prev of the same
+// name gets its successor.
+func newTable(routes Routes, tenant map[string]Routes, limits map[string]Limit, prev *table) (*table, error) {
+	t := &table{routes: routes, tenant: tenant, gates: map[providers.Provider]*gate{}, named: map[string]providers.Provider{}}
 	add := func(rs Routes) error {
 		for _, route := range rs {
 			for _, p := range route {
-				if q, ok := named[p.Name()]; ok && q != p {
+				if q, ok := t.named[p.Name()]; ok && q != p {
 					return fmt.Errorf("relay: two providers are named %q; give each its own name (name= in its URL, or its config name)", p.Name())
 				}
-				named[p.Name()] = p
-				if _, ok := rt.gates[p]; !ok {
-					rt.gates[p] = newGate(limits[p.Name()])
+				t.named[p.Name()] = p
+				if _, ok := t.gates[p]; ok {
+					continue
+				}
+				switch {
+				case prev == nil:
+					t.gates[p] = newGate(limits[p.Name()])
+				case prev.gates[p] != nil:
+					t.gates[p] = prev.gates[p]
+				case prev.named[p.Name()] != nil:
+					t.gates[p] = prev.gates[prev.named[p.Name()]].successor(limits[p.Name()])
+				default:
+					t.gates[p] = newGate(limits[p.Name()])
 				}
 			}
 		}
@@ -187,8 +264,78 @@ func newRouter(routes Routes, tenant map[string]Routes, limits map[string]Limit)
 			return nil, err
 		}
 	}
-	return rt, nil
+	return t, nil
 }
+
+// publish makes t the table the dispatcher adopts at its next claim. A
+// table published before and never adopted is dropped at once (no call
+// ever went through it).
+func (rt *router) publish(routes Routes, tenant map[string]Routes, limits map[string]Limit) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	prev := rt.next.Load()
+	t, err := newTable(routes, tenant, limits, prev)
+	if err != nil {
+		return err
+	}
+	rt.next.Store(t)
+	if prev != rt.cur {
+		rt.retire(prev, t, rt.cur)
+	}
+	return nil
+}
+
+// adopt switches the dispatcher to the latest published table. It runs on
+// the dispatcher's goroutine (from plan), before any claim that uses the
+// table: the calls that entered the old gates all started before it.
+func (rt *router) adopt() {
+	if rt.next.Load() == rt.cur {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	old, t := rt.cur, rt.next.Load()
+	rt.routes, rt.tenant, rt.gates, rt.cur = t.routes, t.tenant, t.gates, t
+	rt.retire(old, t)
+}
+
+// retire closes the providers of old that none of keep routes, each once
+// its calls in flight have ended (a closed HTTP provider drops its idle
+// connections; a log provider closes its file). Called with mu held.
+func (rt *router) retire(old *table, keep ...*table) {
+	type dropped struct {
+		p providers.Provider
+		g *gate
+	}
+	var gone []dropped
+outer:
+	for p, g := range old.gates {
+		for _, k := range keep {
+			if _, ok := k.gates[p]; ok {
+				continue outer
+			}
+		}
+		gone = append(gone, dropped{p, g})
+	}
+	if len(gone) == 0 {
+		return
+	}
+	log := rt.log
+	rt.retiring.Go(func() {
+		for _, d := range gone {
+			d.g.calls.Wait()
+			if c, ok := d.p.(io.Closer); ok {
+				if err := c.Close(); err != nil {
+					log.Warn("closing a provider the new routes dropped", "provider", d.p.Name(), "err", err)
+				}
+			}
+		}
+	})
+}
+
+// published is the latest table, for goroutines other than the
+// dispatcher's.
+func (rt *router) published() *table { return rt.next.Load() }
 
 // route returns the route of a tenant's channel: the tenant's own, else the
 // default, else the "*" routes in the same order.
@@ -252,6 +399,7 @@ type claimPlan struct {
 // route, a failover position) whose provider cannot take it now is sent
 // back by the policy, without an attempt, until the gate's time.
 func (rt *router) plan(now time.Time, free int) []claimPlan {
+	rt.adopt() // a claim starts on the latest routes
 	var plans []claimPlan
 	// Several channels may share one provider: its capacity is handed out
 	// once.

@@ -1,0 +1,295 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"edgerelay/providers"
+	"edgerelay/store"
+)
+
+// closingProvider counts its calls in flight and notes a Close that came
+// while one was running (or a call after Close): SetRoutes must close a
+// dropped provider only after its last call.
+type closingProvider struct {
+	name     string
+	send     func(*providers.Message) providers.Result
+	inFlight atomic.Int32
+	closed   atomic.Bool
+	misuse   atomic.Value // string: what went wrong
+}
+
+func (p *closingProvider) Name() string      { return p.name }
+func (p *closingProvider) HonoursKeys() bool { return true }
+func (p *closingProvider) Send(ctx context.Context, m *providers.Message) providers.Result {
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
+	if p.closed.Load() {
+		p.misuse.Store("called after Close")
+	}
+	if p.send == nil {
+		return providers.Result{Outcome: providers.Sent}
+	}
+	return p.send(m)
+}
+
+func (p *closingProvider) Close() error {
+	if p.inFlight.Load() > 0 {
+		p.misuse.Store("closed with a call in flight")
+	}
+	if p.closed.Swap(true) {
+		p.misuse.Store("closed twice")
+	}
+	return nil
+}
+
+func (p *closingProvider) check(t *testing.T) {
+	t.Helper()
+	if m, _ := p.misuse.Load().(string); m != "" {
+		t.Errorf("provider %s: %s", p.name, m)
+	}
+}
+
+func acceptOne(t *testing.T, r *Relay, id, to string) int64 {
+	t.Helper()
+	acc, err := r.Accept(context.Background(), Event{ID: id, Type: "notice", Channels: []string{"email"},
+		Recipients: []Recipient{{ID: to, Email: to + "@example.com"}}, Subject: "s", Body: "b"})
+	if err != nil || len(acc.Notifications) != 1 {
+		t.Fatalf("accept %s: %+v %v", id, acc, err)
+	}
+	return acc.Notifications[0].ID
+}
+
+// A reload's new route is used by the next claim while the call that
+// started on the old provider finishes there and is recorded as its; the
+// old provider is closed after that call, not before.
+func TestSetRoutesSwitchesWhileACallRunsOnTheOld(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan struct{}), make(chan struct{})
+	old := &closingProvider{name: "old", send: func(*providers.Message) providers.Result {
+		close(started)
+		<-release
+		return providers.Result{Outcome: providers.Sent}
+	}}
+	sentNew := make(chan string, 1)
+	nu := &closingProvider{name: "new", send: func(m *providers.Message) providers.Result {
+		sentNew <- m.RecipientID
+		return providers.Result{Outcome: providers.Sent}
+	}}
+	r := setupRelay(t, Options{Routes: Routes{"email": {old}}})
+	ended := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(ended) // before the relay's Close, even on a failure
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first := acceptOne(t, r, "evt_1", "ada")
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old provider was never called")
+	}
+	if err := r.SetRoutes(Routes{"email": {nu}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r.Provider("new") != nu || r.Provider("old") != nil {
+		t.Fatalf("Provider after SetRoutes: new=%v old=%v", r.Provider("new"), r.Provider("old"))
+	}
+	second := acceptOne(t, r, "evt_2", "ben")
+	select {
+	case who := <-sentNew:
+		if who != "ben" {
+			t.Fatalf("the new provider sent to %s", who)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new route was not used while the old call ran")
+	}
+	if old.closed.Load() {
+		t.Fatal("the old provider was closed while its call ran")
+	}
+	ended()
+	waitFor(t, 10*time.Second, "the first notification recorded", func() bool { return statusOf(t, r, first) == store.StatusSent })
+	if n := notification(t, r, first); n.Provider != "old" {
+		t.Errorf("the call in flight was recorded as %q's, want old's", n.Provider)
+	}
+	if n := notification(t, r, second); n.Status != store.StatusSent || n.Provider != "new" {
+		t.Errorf("second: %s by %q", n.Status, n.Provider)
+	}
+	waitFor(t, 10*time.Second, "the old provider closed", old.closed.Load)
+	old.check(t)
+	if nu.closed.Load() {
+		t.Error("the provider in use was closed")
+	}
+}
+
+// SetRoutes refuses what Open refuses, and then changes nothing.
+func TestSetRoutesRefusesAndKeepsTheOld(t *testing.T) {
+	t.Parallel()
+	a := &closingProvider{name: "a"}
+	r := setupRelay(t, Options{Routes: Routes{"email": {a}}})
+	for _, tc := range []struct {
+		routes Routes
+		want   string
+	}{
+		{Routes{"email": {}}, `route "email" lists no provider`},
+		{Routes{"email": {&closingProvider{name: "x"}}, "sms": {&closingProvider{name: "x"}}}, `two providers are named "x"`},
+	} {
+		if err := r.SetRoutes(tc.routes, nil, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SetRoutes(%v): %v, want %q", tc.routes, err, tc.want)
+		}
+	}
+	if r.Provider("a") != a || r.Provider("x") != nil {
+		t.Fatal("a refused SetRoutes changed the routes")
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id := acceptOne(t, r, "evt_1", "ada")
+	waitFor(t, 10*time.Second, "sent through the old route", func() bool { return statusOf(t, r, id) == store.StatusSent })
+	if p := notification(t, r, id).Provider; p != "a" {
+		t.Fatalf("sent by %q", p)
+	}
+}
+
+// A provider that replaces one of the same name keeps its pause and, with
+// the same limit, its slots: the old provider's call still counts. A new
+// limit starts afresh (the pause still carries); a new name starts afresh.
+func TestSetRoutesCarriesGateState(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	one := map[string]Limit{"a": {Concurrency: 1}}
+	a := &closingProvider{name: "a"}
+	rt, err := newRouter(Routes{"email": {a}}, nil, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rt.gates[a]
+	if _, ok := g1.tryEnter(now); !ok {
+		t.Fatal("the first call could not enter")
+	}
+	a2 := &closingProvider{name: "a"}
+	if err := rt.publish(Routes{"email": {a2}}, nil, one); err != nil {
+		t.Fatal(err)
+	}
+	rt.plan(now, 8) // adopts the new table
+	g2 := rt.gates[a2]
+	if g2 == nil || g2 == g1 {
+		t.Fatal("the new provider has no gate of its own")
+	}
+	if _, ok := g2.tryEnter(now); ok {
+		t.Fatal("same limit: the new provider entered while the old one's call held the only slot")
+	}
+	g1.leave(time.Millisecond) // the old call ends
+	if _, ok := g2.tryEnter(now); !ok {
+		t.Fatal("the slot the old call freed is not the new provider's")
+	}
+	g2.leave(time.Millisecond)
+
+	// A pause (a Retry-After) carries over to a successor with a new limit;
+	// a provider of another name is not paused.
+	g2.pause(now.Add(time.Hour))
+	a3, b := &closingProvider{name: "a"}, &closingProvider{name: "b"}
+	if err := rt.publish(Routes{"email": {a3}, "sms": {b}}, nil, map[string]Limit{"a": {Concurrency: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	rt.plan(now, 8)
+	if !rt.gates[a3].paused(now) {
+		t.Error("the pause did not carry over to the provider of the same name")
+	}
+	if cap(rt.gates[a3].sem) != 2 {
+		t.Errorf("new limit: %d slots, want 2", cap(rt.gates[a3].sem))
+	}
+	if rt.gates[b].paused(now) {
+		t.Error("a provider of another name inherited the pause")
+	}
+	// The dropped providers are closed once their calls are over.
+	rt.retiring.Wait()
+	for _, p := range []*closingProvider{a, a2} {
+		if !p.closed.Load() {
+			t.Errorf("dropped provider %p not closed", p)
+		}
+		p.check(t)
+	}
+	if a3.closed.Load() || b.closed.Load() {
+		t.Error("a provider in use was closed")
+	}
+}
+
+// Routes swapped again and again while notifications are dispatched: each
+// is sent once, by a provider of the routes of its claim, and every
+// dropped provider is closed once, after its calls, never called after.
+// Run it under -race: SetRoutes, the dispatcher and Provider run at once.
+func TestSetRoutesUnderLoad(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	sent := map[string]int{}
+	mk := func(i int) *closingProvider {
+		return &closingProvider{name: fmt.Sprintf("p%d", i%3), send: func(m *providers.Message) providers.Result {
+			mu.Lock()
+			sent[m.Key]++
+			mu.Unlock()
+			return providers.Result{Outcome: providers.Sent}
+		}}
+	}
+	var all []*closingProvider
+	first := mk(0)
+	all = append(all, first)
+	r := setupRelay(t, Options{Routes: Routes{"email": {first}}, Workers: 8})
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	ev := Event{ID: "evt_load", Type: "notice", Channels: []string{"email"}, Subject: "s", Body: "b"}
+	for i := range n {
+		ev.Recipients = append(ev.Recipients, Recipient{ID: fmt.Sprintf("u%d", i), Email: fmt.Sprintf("u%d@example.com", i)})
+	}
+	if _, err := r.Accept(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(sent)
+	}
+	// Swap while the notifications go out (each swap wakes the dispatcher).
+	swaps := 0
+	for i := 1; count() < n && i <= 100; i++ {
+		p := mk(i)
+		all = append(all, p)
+		if err := r.SetRoutes(Routes{"email": {p}}, nil, map[string]Limit{p.name: {Concurrency: 1 + i%3}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Provider(p.name); got != p {
+			t.Fatalf("Provider(%s) is not the latest", p.name)
+		}
+		swaps++
+	}
+	waitFor(t, 30*time.Second, "every notification sent", func() bool { return count() == n })
+	last := all[len(all)-1]
+	waitFor(t, 10*time.Second, "every dropped provider closed", func() bool {
+		for _, p := range all {
+			if p != last && !p.closed.Load() {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d swaps while %d notifications went out", swaps, n)
+	mu.Lock()
+	for k, c := range sent {
+		if c != 1 {
+			t.Errorf("%s sent %d times", k, c)
+		}
+	}
+	mu.Unlock()
+	for _, p := range all {
+		p.check(t)
+	}
+	if last.closed.Load() {
+		t.Error("the provider in use was closed")
+	}
+}
