@@ -28,14 +28,14 @@ var migrated = pgtest.NewPool(func(url string) error {
 	return s.Close()
 }, "schema_version")
 
-// opener opens a store on an empty schema for each test of the suite.
+// opener opens a store on an empty schema for each test of the suite (the
+// suite closes it).
 func opener(opts postgres.Options) func(t *testing.T) store.Store {
 	return func(t *testing.T) store.Store {
 		s, err := postgres.Open(t.Context(), migrated.Get(t), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close() })
 		return s
 	}
 }
@@ -51,8 +51,7 @@ func TestConformance(t *testing.T) {
 	}{{"prepared", postgres.Options{}}, {"simple", postgres.Options{SimpleProtocol: true}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			t.Run("Dispatch", func(t *testing.T) { t.Parallel(); storetest.Dispatch(t, opener(mode.opts)) })
-			t.Run("Quarantine", func(t *testing.T) { t.Parallel(); storetest.Quarantine(t, opener(mode.opts)) })
+			storetest.Run(t, opener(mode.opts))
 		})
 	}
 }

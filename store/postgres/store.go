@@ -433,13 +433,14 @@ func redact(conn string, cfg *pgxpool.Config) string {
 		if u.User != nil {
 			u.User = url.User(u.User.Username())
 		}
-		q := u.Query()
-		for k := range q {
-			if strings.Contains(strings.ToLower(k), "password") {
-				q.Del(k)
+		var keep []string
+		for _, kv := range strings.Split(u.RawQuery, "&") {
+			k, _, _ := strings.Cut(kv, "=")
+			if k, err := url.QueryUnescape(k); err == nil && !strings.Contains(strings.ToLower(k), "password") && kv != "" {
+				keep = append(keep, kv)
 			}
 		}
-		u.RawQuery = q.Encode()
+		u.RawQuery = strings.Join(keep, "&")
 		return u.String()
 	}
 	c := cfg.ConnConfig
@@ -529,8 +530,12 @@ func tooNew(have, know int) error {
 // schemaVersion reads the version, 0 for a schema without edgerelay's
 // tables.
 func schemaVersion(ctx context.Context, q querier) (int, error) {
+	// pg_class is read with the statement's snapshot: to_regclass would
+	// consult the session's catalog cache, which may still remember that
+	// the table was missing before another node's migration committed.
 	var exists bool
-	if err := q.QueryRow(ctx, `SELECT to_regclass(quote_ident(current_schema()) || '.schema_version') IS NOT NULL`).Scan(&exists); err != nil {
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = current_schema() AND c.relname = 'schema_version')`).Scan(&exists); err != nil {
 		return 0, err
 	}
 	if !exists {
