@@ -12,7 +12,7 @@ import (
 )
 
 // invalidMark is the tenant's live mark on a notification's address (n) at
-// time $1, in words, or ''.
+// time $1, in words, or the empty string.
 const invalidMark = `coalesce((SELECT i.reason || ' (marked by ' || i.provider || ' until ' ||
 		to_char(to_timestamp(i.expires_at / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
 	FROM invalid_addresses i
