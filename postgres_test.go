@@ -249,3 +249,67 @@ func TestPostgresServe(t *testing.T) {
 		t.Fatalf("serve's output shows the password, or does not name the database:\n%s", out)
 	}
 }
+
+// tail relays an outbox into PostgreSQL, and cron runs a batch job into
+// it, keyed by the run: repeating the run adds nothing.
+func TestPostgresTailAndCron(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and signals a real process")
+	}
+	t.Parallel()
+	db := pgtest.Start(t)
+	events := func() int64 {
+		t.Helper()
+		r := runCLI(t, "", "--db", db, "status", "--json")
+		var st struct{ Counts map[string]int64 }
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatalf("status: %v\n%s%s", err, r.stdout, r.stderr)
+		}
+		return st.Counts["pending"]
+	}
+
+	dir := t.TempDir()
+	abs, _ := filepath.Abs("testdata/batch_example.jsonl")
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("jobs:\n  nightly:\n    schedule: \"0 2 * * *\"\n    batch:\n      file: "+abs+"\n"), 0o644)
+	for range 2 {
+		if r := runCLI(t, "", "cron", "run", "--config", cfg, "--db", db, "--at", "2026-11-30T02:00:00Z", "--log-level", "warn", "nightly"); r.code != 0 {
+			t.Fatalf("cron run: exit %d %s", r.code, r.stderr)
+		}
+	}
+	batch := events()
+	if batch == 0 {
+		t.Fatal("the batch job accepted nothing")
+	}
+	if r := runCLI(t, "", "cron", "run", "--config", cfg, "--db", db, "--at", "2026-11-30T02:00:00Z", "--log-level", "warn", "nightly"); r.code != 0 || events() != batch {
+		t.Fatalf("repeating the run: exit %d, %d pending, want %d", r.code, events(), batch)
+	}
+
+	app := tailApp(t, filepath.Join(dir, "app.db"))
+	for i := 1; i <= 3; i++ {
+		if _, err := placeOrder(app, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(binary(t), "tail", "--db", db, "--source", "sqlite:"+filepath.Join(dir, "app.db"), "--poll", "5ms", "--json", "--log-level", "warn")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); events() < batch+3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the outbox was not relayed within 30s:\n%s", &stderr)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("tail after SIGTERM: %v\n%s", err, &stderr)
+	}
+	u, _ := url.Parse(db)
+	if password, _ := u.User.Password(); strings.Contains(stderr.String(), password) || !strings.Contains(stderr.String(), "into postgres://") {
+		t.Fatalf("tail's output shows the password or does not name the database:\n%s", &stderr)
+	}
+}
