@@ -371,8 +371,10 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 	if err := <-started; err != nil {
 		return fail(fmt.Errorf("start postgres: %w", err))
 	}
+	// sslmode=disable: the server has no TLS, and pgx's default (prefer)
+	// would first ask for it, a round trip on every connection.
 	s.base = &url.URL{Scheme: "postgres", User: url.UserPassword("postgres", password),
-		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Path: "/postgres"}
+		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Path: "/postgres", RawQuery: "sslmode=disable"}
 	conn, err := s.waitReady(ctx)
 	if err != nil {
 		return fail(err)

@@ -69,19 +69,18 @@ func (s *Store) LastJobRun(ctx context.Context, job string) (time.Time, bool, er
 }
 
 // Prune deletes what finished before cutoff: final notifications with their
-// attempts and receipts, events left with nothing, feed items, receipts
-// that match no notification, expired request keys and address marks, and
-// old job runs. It works in writes of at most batch rows, so no write holds
-// locks for long, and skips rows another transaction holds (a node
-// settling or retrying them) rather than waiting: the next prune gets them.
-//
-// Two differences from store/sqlite's Prune, both what the conformance
-// suite states and SQLite does not yet do: an event whose fan-out is not
-// finished (expanded < targets, or quarantined) is kept, so its other
-// recipients can still be notified; and a receipt about no notification is
-// pruned once older than the cutoff.
+// attempts and receipts, receipts that match no notification, feed items,
+// events left with nothing (never one whose fan-out is unfinished or
+// quarantined: its other recipients are still to come), expired request
+// keys and address marks, and old job runs. It works in writes of at most
+// batch rows, so no write holds locks for long, and skips rows another
+// transaction holds (a node settling or retrying them) rather than
+// waiting: the next prune gets them.
 func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (store.PruneResult, error) {
 	var res store.PruneResult
+	if batch <= 0 {
+		batch = 500 // a step ends when it deletes fewer than batch rows: 0 would never end
+	}
 	c := ms(cutoff)
 	step := func(count *int64, fn func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error)) error {
 		for {

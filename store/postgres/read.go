@@ -262,24 +262,34 @@ func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]st
 	q, args := listQuery(f)
 	out := []store.Notification{}
 	err := s.read(ctx, func(querier) error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.listLock); err != nil {
-				return fmt.Errorf("list notifications: lock: %w", err)
-			}
-			rows, err := tx.Query(ctx, q, args...)
+		// One round trip: a batch runs as one implicit transaction (until
+		// its Sync), so the lock holds through the query, and the query's
+		// snapshot is taken after the lock is granted.
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.listLock)
+		b.Queue(q, args...)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("list notifications: lock: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("list notifications: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			n, err := scanNotification(rows)
 			if err != nil {
 				return fmt.Errorf("list notifications: %w", err)
 			}
-			defer rows.Close()
-			for rows.Next() {
-				n, err := scanNotification(rows)
-				if err != nil {
-					return fmt.Errorf("list notifications: %w", err)
-				}
-				out = append(out, n)
-			}
-			return rows.Err()
-		})
+			out = append(out, n)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("list notifications: %w", err)
+		}
+		rows.Close()
+		return br.Close()
 	})
 	if err != nil {
 		return nil, err
