@@ -24,7 +24,7 @@ import (
 func BenchmarkAcceptEvents(b *testing.B) {
 	for _, callers := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			s, err := postgres.Open(context.Background(), pgtest.Start(b), postgres.Options{MaxConns: int32(min(callers, 32))})
+			s, err := postgres.Open(context.Background(), pgtest.Start(b), postgres.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -41,8 +41,11 @@ type Options struct {
 	// The URL parameter default_query_exec_mode=simple_protocol does the
 	// same.
 	SimpleProtocol bool
-	// MaxConns bounds the pool. Default: pgxpool's (4, or the number of
-	// CPUs if more).
+	// MaxConns bounds the pool. Default: pool_max_conns in the URL, else
+	// 16. Concurrent transactions share PostgreSQL's WAL flushes, so more
+	// connections accept more (256 callers here: 760 events/s with 4, about
+	// 2,250 with 16, 2,600 with 32); three nodes of 16 stay well inside
+	// max_connections' default of 100.
 	MaxConns int32
 	// WriteTimeout bounds one write transaction once it has started (a
 	// caller's context bounds only the wait for a connection: a write that
@@ -51,6 +54,8 @@ type Options struct {
 	WriteTimeout time.Duration
 	Logger       *slog.Logger
 }
+
+const defaultMaxConns = 16
 
 // IsURL reports whether s names a PostgreSQL database (a postgres:// or
 // postgresql:// URL) rather than a file.
@@ -101,8 +106,11 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 	if opts.SimpleProtocol {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	}
-	if opts.MaxConns > 0 {
+	switch {
+	case opts.MaxConns > 0:
 		cfg.MaxConns = opts.MaxConns
+	case !strings.Contains(connURL, "pool_max_conns"):
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
