@@ -132,10 +132,21 @@ func (s *Store) openError(err error, secrets []string) error {
 	}
 	err = s.failure(err)
 	if msg := err.Error(); scrub(msg, secrets) != msg {
-		return fmt.Errorf("open store %s: %s", s.where, scrub(msg, secrets))
+		err = &scrubbed{msg: scrub(msg, secrets), err: err}
 	}
 	return fmt.Errorf("open store %s: %w", s.where, err)
 }
+
+// scrubbed is an error whose message repeated the password: it says the
+// same without it, and still unwraps to what callers test for
+// (store.ErrUnavailable).
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
 
 var errNotDurable = errors.New("synchronous_commit is off: a commit would be acknowledged before it is on disk, and an accepted event " +
 	"could be lost in a crash; set synchronous_commit to on for this database or role")
