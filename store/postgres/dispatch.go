@@ -4,7 +4,6 @@ import (
 	"context"
 	"edgerelay/store"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -117,109 +116,175 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 	return out, err
 }
 
-// Settle ends claims in one transaction, in order of notification id (so
-// two nodes settling overlapping sets lock rows in the same order).
+// Settle ends claims in one transaction: one fenced UPDATE for all of
+// them, one INSERT for their attempts, and a probe for receipts that came
+// before their sends. The state changes only where the notification is
+// still in sending under this very claim (its token): of two nodes
+// settling one expired lease, the second's update waits for the first's
+// row lock, then finds the row no longer in sending and changes nothing.
+// The attempt row of a call that really happened is written regardless
+// (it is what happened); one presumed by lease recovery only by the
+// settlement that applies.
 func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
-	order := make([]int, len(ss))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmpInt64(ss[a].ID, ss[b].ID) })
 	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		clear(applied)
-		for _, i := range order {
-			ok, err := settle(ctx, tx, ss[i])
-			if err != nil {
-				return err
-			}
-			applied[i] = ok
-		}
-		return nil
+		return settle(ctx, tx, ss, applied)
 	})
 	return applied, err
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {
+	if len(ss) == 0 {
+		return nil
 	}
-	return 0
+	type claim struct{ id, token int64 }
+	at := make(map[claim][]int, len(ss))
+	var (
+		ids, tokens, nexts, ats    = make([]int64, len(ss)), make([]int64, len(ss)), make([]int64, len(ss)), make([]int64, len(ss))
+		statuses                   = make([]string, len(ss))
+		reasons, providers, msgIDs = make([]*string, len(ss)), make([]*string, len(ss)), make([]*string, len(ss))
+		responses                  = make([]*string, len(ss))
+		routePos, counted          = make([]int32, len(ss)), make([]int32, len(ss))
+		pinned                     = make([]bool, len(ss))
+	)
+	for i, st := range ss {
+		k := claim{st.ID, st.Token}
+		at[k] = append(at[k], i)
+		d := st.Decision
+		ids[i], tokens[i], statuses[i], nexts[i], reasons[i], ats[i] = st.ID, st.Token, d.Status, ms(d.NextAttemptAt), strPtr(d.Reason), ms(st.At)
+		routePos[i], pinned[i] = int32(d.RoutePos), d.Pinned
+		if a := st.Attempt; a != nil {
+			counted[i], providers[i], msgIDs[i], responses[i] = 1, &a.Provider, strPtr(a.MessageID), strPtr(a.Response)
+		}
+	}
+	rows, err := tx.Query(ctx, `UPDATE notifications n SET status = v.status, next_attempt_at = v.next, lease_until = NULL, claimed_at = NULL,
+			reason = v.reason, updated_at = v.at, route_pos = v.route_pos, pinned = v.pinned,
+			attempts = n.attempts + v.counted, cycle_attempts = n.cycle_attempts + v.counted,
+			provider = CASE WHEN v.counted = 1 THEN v.provider ELSE n.provider END,
+			provider_message_id = coalesce(v.msg_id, n.provider_message_id),
+			last_response = CASE WHEN v.counted = 1 THEN v.resp ELSE n.last_response END
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::integer[], $8::boolean[],
+				$9::integer[], $10::text[], $11::text[], $12::text[])
+			AS v (id, token, status, next, reason, at, route_pos, pinned, counted, provider, msg_id, resp)
+		WHERE n.id = v.id AND n.status = 'sending' AND n.claims = v.token
+		RETURNING n.id, n.claims`, ids, tokens, statuses, nexts, reasons, ats, routePos, pinned, counted, providers, msgIDs, responses)
+	if err != nil {
+		return fmt.Errorf("settle %d notifications: %w", len(ss), err)
+	}
+	for rows.Next() {
+		var k claim
+		if err := rows.Scan(&k.id, &k.token); err != nil {
+			rows.Close()
+			return fmt.Errorf("settle: %w", err)
+		}
+		for _, i := range at[k] {
+			applied[i] = true
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("settle %d notifications: %w", len(ss), err)
+	}
+	if err := recordAttempts(ctx, tx, ss, applied); err != nil {
+		return err
+	}
+	type msg struct{ provider, id string }
+	var sentProviders, sentIDs []string
+	sentAt := map[msg]time.Time{}
+	for i, st := range ss {
+		if !applied[i] {
+			continue
+		}
+		d, a := st.Decision, st.Attempt
+		if d.InvalidAddress != "" {
+			provider := ""
+			if a != nil {
+				provider = a.Provider
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
+					SELECT tenant, channel, address, $2::text, $3::text, $4::bigint, $5::bigint FROM notifications WHERE id = $1
+					ON CONFLICT (tenant, channel, address) DO UPDATE SET provider = excluded.provider, reason = excluded.reason,
+						created_at = excluded.created_at, expires_at = excluded.expires_at`,
+				st.ID, provider, d.InvalidAddress, ms(st.At), ms(d.InvalidUntil)); err != nil {
+				return fmt.Errorf("mark address invalid: %w", err)
+			}
+		}
+		if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
+			sentProviders, sentIDs = append(sentProviders, a.Provider), append(sentIDs, a.MessageID)
+			sentAt[msg{a.Provider, a.MessageID}] = a.EndedAt
+		}
+	}
+	if len(sentIDs) == 0 {
+		return nil
+	}
+	// Receipts may have come in before these sends were recorded: one
+	// probe finds the messages that have some, and those are applied.
+	rows, err = tx.Query(ctx, `SELECT DISTINCT provider, message_id FROM receipts
+		WHERE (provider, message_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, sentProviders, sentIDs)
+	if err != nil {
+		return fmt.Errorf("look for early receipts: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (msg, error) {
+		var m msg
+		return m, r.Scan(&m.provider, &m.id)
+	})
+	if err != nil {
+		return fmt.Errorf("look for early receipts: %w", err)
+	}
+	for _, m := range found {
+		if err := applyReceipts(ctx, tx, m.provider, m.id, sentAt[m]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// settle writes one settlement in tx. The state changes only if the
-// notification is still in sending under this very claim (its token): of
-// two nodes settling one expired lease, the second's update waits for the
-// first's row lock, then finds the row no longer in sending and changes
-// nothing. The attempt row of a call that really happened is written
-// regardless; one presumed by lease recovery only by the settlement that
-// applies.
-func settle(ctx context.Context, tx pgx.Tx, st store.Settlement) (bool, error) {
-	d, a := st.Decision, st.Attempt
-	var n int64
-	if a != nil {
-		tag, err := tx.Exec(ctx, `UPDATE notifications SET status = $1, next_attempt_at = $2, lease_until = NULL, claimed_at = NULL,
-				attempts = attempts + 1, cycle_attempts = cycle_attempts + 1,
-				provider = $3, provider_message_id = coalesce($4, provider_message_id), last_response = $5, reason = $6, updated_at = $7,
-				route_pos = $8, pinned = $9
-			WHERE id = $10 AND status = 'sending' AND claims = $11`,
-			d.Status, ms(d.NextAttemptAt), a.Provider, nullStr(a.MessageID), nullStr(a.Response), nullStr(d.Reason), ms(st.At),
-			d.RoutePos, d.Pinned, st.ID, st.Token)
-		if err != nil {
-			return false, fmt.Errorf("settle notification %d: %w", st.ID, err)
+// recordAttempts writes, in one INSERT, the audit trail of settlements:
+// every call made, applied or not, and a presumed one only where it
+// settled the claim.
+func recordAttempts(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {
+	var (
+		ids, starts, ends              []int64
+		ns, statuses                   []int32
+		providers, outcomes, decisions []string
+		permanent                      []bool
+		msgIDs, responses, details     []*string
+	)
+	for i, st := range ss {
+		a := st.Attempt
+		if a == nil || !applied[i] && st.Recovered {
+			continue
 		}
-		n = tag.RowsAffected()
-	} else {
-		// No call was made: nothing counts against the retry budget.
-		tag, err := tx.Exec(ctx, `UPDATE notifications SET status = $1, next_attempt_at = $2, lease_until = NULL, claimed_at = NULL,
-				reason = $3, updated_at = $4, route_pos = $5, pinned = $6
-			WHERE id = $7 AND status = 'sending' AND claims = $8`,
-			d.Status, ms(d.NextAttemptAt), nullStr(d.Reason), ms(st.At), d.RoutePos, d.Pinned, st.ID, st.Token)
-		if err != nil {
-			return false, fmt.Errorf("settle notification %d: %w", st.ID, err)
-		}
-		n = tag.RowsAffected()
-	}
-	applied := n == 1
-	if a != nil && (applied || !st.Recovered) {
-		decision := d.Describe()
-		if !applied {
+		decision := st.Decision.Describe()
+		if !applied[i] {
 			decision = "not applied: the claim had been settled meanwhile (its lease expired); this call's outcome is kept for the record only"
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent,
-				http_status, provider_message_id, response, detail, decision)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			st.ID, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
-			nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), decision); err != nil {
-			return false, fmt.Errorf("record attempt %d of notification %d: %w", a.N, st.ID, err)
-		}
+		ids, ns, providers, starts, ends = append(ids, st.ID), append(ns, int32(a.N)), append(providers, a.Provider), append(starts, ms(a.StartedAt)), append(ends, ms(a.EndedAt))
+		outcomes, permanent, statuses = append(outcomes, a.Outcome), append(permanent, a.Permanent), append(statuses, int32(a.HTTPStatus))
+		msgIDs, responses, details, decisions = append(msgIDs, strPtr(a.MessageID)), append(responses, strPtr(a.Response)), append(details, strPtr(a.Detail)), append(decisions, decision)
 	}
-	if !applied {
-		return false, nil
+	if len(ids) == 0 {
+		return nil
 	}
-	if d.InvalidAddress != "" {
-		provider := ""
-		if a != nil {
-			provider = a.Provider
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
-				SELECT tenant, channel, address, $2::text, $3::text, $4::bigint, $5::bigint FROM notifications WHERE id = $1
-				ON CONFLICT (tenant, channel, address) DO UPDATE SET provider = excluded.provider, reason = excluded.reason,
-					created_at = excluded.created_at, expires_at = excluded.expires_at`,
-			st.ID, provider, d.InvalidAddress, ms(st.At), ms(d.InvalidUntil)); err != nil {
-			return false, fmt.Errorf("mark address invalid: %w", err)
-		}
+	if _, err := tx.Exec(ctx, `INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent,
+			http_status, provider_message_id, response, detail, decision)
+		SELECT notification, n, provider, started_at, ended_at, outcome, permanent, nullif(http_status, 0), msg_id, response, detail, decision
+		FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], $7::boolean[], $8::integer[],
+				$9::text[], $10::text[], $11::text[], $12::text[])
+			AS a (notification, n, provider, started_at, ended_at, outcome, permanent, http_status, msg_id, response, detail, decision)`,
+		ids, ns, providers, starts, ends, outcomes, permanent, statuses, msgIDs, responses, details, decisions); err != nil {
+		return fmt.Errorf("record %d attempts: %w", len(ids), err)
 	}
-	if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
-		// Receipts may have come in before this send was recorded.
-		if err := applyReceipts(ctx, tx, a.Provider, a.MessageID, a.EndedAt); err != nil {
-			return false, err
-		}
+	return nil
+}
+
+// strPtr is s, or nil (NULL) when s is empty.
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
 	}
-	return true, nil
+	return &s
 }
 
 // Retry puts a failed, dead or unknown notification back to pending, due
