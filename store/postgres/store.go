@@ -215,8 +215,9 @@ const maxTries = 4
 // scratch each time.
 //
 // A commit whose answer is lost (the connection breaks during COMMIT) is
-// reported as store.ErrUnavailable although it may have committed; every
-// write of the relay is safe to repeat (dedupe, fence tokens).
+// reported as store.ErrUnavailable although it may have committed: an
+// accept repeated is a duplicate and a settlement repeated is fenced off,
+// but a claim lost so is left to lease recovery (an unknown attempt).
 func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	done, err := s.enter()
 	if err != nil {
