@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 6: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 7: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -61,6 +61,13 @@ CREATE TABLE events (
 CREATE INDEX events_quarantined ON events USING btree (tenant, id) WHERE (quarantined_at IS NOT NULL);
 CREATE INDEX events_unexpanded ON events USING btree (id) WHERE ((expanded < targets) AND (quarantined_at IS NULL));
 
+CREATE TABLE feed_counters (
+    tenant text NOT NULL,
+    seq bigint NOT NULL,
+    legacy_seq bigint NOT NULL DEFAULT 0,
+    CONSTRAINT feed_counters_pkey PRIMARY KEY (tenant)
+);
+
 CREATE TABLE feed_item_marks (
     tenant text NOT NULL,
     "user" text NOT NULL,
@@ -72,18 +79,20 @@ CREATE TABLE feed_item_marks (
 );
 
 CREATE TABLE feed_items (
-    seq bigint NOT NULL,
     tenant text NOT NULL,
+    seq bigint NOT NULL,
     feed text NOT NULL,
     pos bigint NOT NULL,
     event bigint NOT NULL,
+    copies integer NOT NULL DEFAULT 1,
     created_at bigint NOT NULL,
-    CONSTRAINT feed_items_pkey PRIMARY KEY (seq),
-    CONSTRAINT feed_items_event_feed_key UNIQUE (event, feed),
-    CONSTRAINT feed_items_tenant_feed_pos_key UNIQUE (tenant, feed, pos),
+    CONSTRAINT feed_items_pkey PRIMARY KEY (tenant, seq),
     CONSTRAINT feed_items_event_fkey FOREIGN KEY (event) REFERENCES events(id)
 );
-CREATE INDEX feed_items_page ON feed_items USING btree (tenant, feed, seq);
+CREATE UNIQUE INDEX feed_items_event ON feed_items USING btree (event, feed);
+CREATE INDEX feed_items_page ON feed_items USING btree (tenant, feed, seq, event);
+CREATE UNIQUE INDEX feed_items_pos ON feed_items USING btree (tenant, feed, pos);
+CREATE INDEX feed_items_shared ON feed_items USING btree (tenant, feed, seq, event, copies) WHERE (copies > 1);
 
 CREATE TABLE feed_marks (
     tenant text NOT NULL,
@@ -102,13 +111,6 @@ CREATE TABLE feed_members (
     CONSTRAINT feed_members_pkey PRIMARY KEY (tenant, "user", feed)
 );
 CREATE INDEX feed_members_feed ON feed_members USING btree (tenant, feed, "user");
-
-CREATE TABLE feed_seq (
-    one boolean NOT NULL DEFAULT true,
-    seq bigint NOT NULL,
-    CONSTRAINT feed_seq_pkey PRIMARY KEY (one),
-    CONSTRAINT feed_seq_one_check CHECK (one)
-);
 
 CREATE TABLE invalid_addresses (
     tenant text COLLATE "C" NOT NULL,
@@ -130,6 +132,7 @@ CREATE TABLE job_runs (
     finished_at bigint,
     status text NOT NULL DEFAULT 'running'::text,
     detail text,
+    tenant text,
     CONSTRAINT job_runs_pkey PRIMARY KEY (job, scheduled_at),
     CONSTRAINT job_runs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'done'::text, 'failed'::text])))
 );

@@ -25,7 +25,7 @@ import (
 // are written whatever it was. err is a failure of the write itself: then
 // nothing was written.
 func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
-	err = s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.write(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
 		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
 		if slices.ContainsFunc(in, func(a store.AcceptInput) bool { return len(a.First) > 0 }) {
 			if err := s.drawingIDs(ctx, tx); err != nil {
@@ -103,7 +103,7 @@ func acceptEvent(ctx context.Context, tx pgx.Tx, ev store.NewEvent, first []stor
 // twice adds no notification.
 func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []store.Target, now time.Time) (int, error) {
 	var expanded int
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
 		if err := s.drawingIDs(ctx, tx); err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]store.Unexpa
 
 // QuarantineEvent takes an event's fan-out off the work list.
 func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason string, now time.Time) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE events SET quarantined_at = $1, quarantine_reason = $2 WHERE id = $3 AND quarantined_at IS NULL`,
 			ms(now), reason, eventRow); err != nil {
 			return fmt.Errorf("quarantine event %d: %w", eventRow, err)
@@ -236,7 +236,7 @@ func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int
 
 // ReleaseEvent lifts a quarantine: the expander tries the fan-out again.
 func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE events SET quarantined_at = NULL, quarantine_reason = NULL
 			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND quarantined_at IS NOT NULL`, eventRow, tenant)
 		if err != nil {
@@ -255,7 +255,7 @@ func (s *Store) DropEvent(ctx context.Context, tenant string, eventRow int64, no
 	var dropped int
 	// The same words as store/sqlite's, to the second.
 	stamp := "dropped by an operator at " + now.UTC().Format("2006-01-02T15:04:05Z") + ": "
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `UPDATE events SET dropped = dropped + targets - expanded, targets = expanded,
 				quarantined_at = NULL, quarantine_reason = $3::text || quarantine_reason
 			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND quarantined_at IS NOT NULL

@@ -22,7 +22,7 @@ func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []
 	for i, m := range members {
 		docs[i], seqs[i] = string(m), int64(i)
 	}
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO audiences (tenant, name, members, updated_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (tenant, name) DO UPDATE SET members = excluded.members, updated_at = excluded.updated_at`,
 			tenant, name, len(members), ms(now)); err != nil {
@@ -89,7 +89,7 @@ func (s *Store) Audience(ctx context.Context, tenant, name string) ([][]byte, er
 // DeleteAudience deletes the audience and its members (ON DELETE CASCADE).
 // ErrNotFound if there is no such audience.
 func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM audiences WHERE tenant = $1 AND name = $2`, tenant, name)
 		if err != nil {
 			return fmt.Errorf("delete audience %q: %w", name, err)

@@ -53,7 +53,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		where += " AND channel <> ALL($" + strconv.Itoa(len(args)) + "::text[])"
 	}
 	var out []store.Claimed
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteClaim, func(ctx context.Context, tx pgx.Tx) error {
 		out = out[:0]
 		rows, err := tx.Query(ctx, `WITH due AS MATERIALIZED (
 				SELECT id FROM notifications
@@ -127,7 +127,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // settlement that applies.
 func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
 		clear(applied)
 		return settle(ctx, tx, ss, applied)
 	})
@@ -292,7 +292,7 @@ func strPtr(s string) *string {
 // address. A sent notification cannot be retried: that would be a second
 // message, not a retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, now time.Time) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		var status, t, channel, address string
 		err := tx.QueryRow(ctx, `UPDATE notifications SET status = 'pending', next_attempt_at = $1, cycle_attempts = 0,
 				cycle_started_at = $1, reason = NULL, updated_at = $1
@@ -347,7 +347,7 @@ func (s *Store) InvalidAddresses(ctx context.Context, tenant string, now time.Ti
 // ClearInvalidAddress removes the tenant's mark on an address.
 func (s *Store) ClearInvalidAddress(ctx context.Context, tenant, channel, address string) (bool, error) {
 	var cleared bool
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM invalid_addresses WHERE tenant = $1 AND channel = $2 AND address = $3`, tenant, channel, address)
 		if err != nil {
 			return fmt.Errorf("clear invalid address: %w", err)

@@ -5,8 +5,8 @@
 // Where store/sqlite relies on its one writer goroutine, this store relies
 // on PostgreSQL: unique constraints with ON CONFLICT for every dedupe, row
 // locks with FOR UPDATE SKIP LOCKED for claims, the claim's fence token in
-// every settlement, a counter row for the feed item sequence (so items
-// commit in sequence order), and an advisory lock that lets a reader page
+// every settlement, a counter row per tenant for its feed item sequence (so
+// items commit in sequence order), and an advisory lock that lets a reader page
 // notifications by id without skipping one still being committed. Each
 // write is one transaction, answered only after its commit.
 //

@@ -13,31 +13,52 @@ import (
 // BeginJobRun records the start of a run, or finds it: a run repeated
 // after a restart, or started by another node at the same moment, is the
 // same row (the second insert waits for the first's commit, then does
-// nothing).
-func (s *Store) BeginJobRun(ctx context.Context, job string, at, now time.Time) (store.JobRun, error) {
+// nothing). The run fixes, at its first start, the newest item of tenant's
+// feed sequence (a digest covers the items after the previous run's and up
+// to its own); a repeat asked for another tenant is an error, as its range
+// would be in another sequence.
+func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (store.JobRun, error) {
 	var run store.JobRun
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		run = store.JobRun{Job: job, ScheduledAt: at}
-		upper, err := newestSeq(ctx, tx)
-		if err != nil {
+		var upper, legacy int64
+		err := tx.QueryRow(ctx, `SELECT seq, legacy_seq FROM feed_counters WHERE tenant = $1`, tenant).Scan(&upper, &legacy)
+		if err != nil && !isNoRows(err) {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO job_runs (job, scheduled_at, upper_seq, started_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT DO NOTHING`, job, ms(at), upper, ms(now))
+		tag, err := tx.Exec(ctx, `INSERT INTO job_runs (job, scheduled_at, tenant, upper_seq, started_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT DO NOTHING`, job, ms(at), tenant, upper, ms(now))
 		if err != nil {
 			return fmt.Errorf("begin run of %s: %w", job, err)
 		}
 		run.Repeat = tag.RowsAffected() == 0
-		if err := tx.QueryRow(ctx, `SELECT upper_seq, status FROM job_runs WHERE job = $1 AND scheduled_at = $2`, job, ms(at)).
-			Scan(&run.UpperSeq, &run.Status); err != nil {
+		var runTenant *string
+		if err := tx.QueryRow(ctx, `SELECT tenant, upper_seq, status FROM job_runs WHERE job = $1 AND scheduled_at = $2`, job, ms(at)).
+			Scan(&runTenant, &run.UpperSeq, &run.Status); err != nil {
 			return err
 		}
-		err = tx.QueryRow(ctx, `SELECT upper_seq FROM job_runs WHERE job = $1 AND scheduled_at < $2 ORDER BY scheduled_at DESC LIMIT 1`,
-			job, ms(at)).Scan(&run.PrevUpperSeq)
+		if runTenant != nil && *runTenant != tenant {
+			return fmt.Errorf("run of %s scheduled for %s began for tenant %q, not %q", job, at.UTC().Format(time.RFC3339), *runTenant, tenant)
+		}
+		// A run from before feed sequences were per tenant (migration 0007)
+		// fixed a global seq: of this tenant's items it covered those up to
+		// the tenant's counter then.
+		if runTenant == nil {
+			run.UpperSeq = min(run.UpperSeq, legacy)
+		}
+		var prevTenant *string
+		err = tx.QueryRow(ctx, `SELECT tenant, upper_seq FROM job_runs WHERE job = $1 AND scheduled_at < $2 AND (tenant = $3 OR tenant IS NULL)
+			ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &run.PrevUpperSeq)
 		if isNoRows(err) {
 			return nil
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		if prevTenant == nil {
+			run.PrevUpperSeq = min(run.PrevUpperSeq, legacy)
+		}
+		return nil
 	})
 	return run, err
 }
@@ -48,7 +69,7 @@ func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runE
 	if runErr != nil {
 		status, detail = "failed", runErr.Error()
 	}
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE job_runs SET status = $1, detail = $2, finished_at = $3 WHERE job = $4 AND scheduled_at = $5`,
 			status, nullStr(detail), ms(now), job, ms(at))
 		return err
@@ -85,7 +106,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 	step := func(count *int64, fn func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error)) error {
 		for {
 			var n int64
-			err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 				tag, err := fn(ctx, tx)
 				n = tag.RowsAffected()
 				return err
@@ -139,9 +160,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		})
 	}
 	if err == nil {
-		err = step(&res.FeedItems, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
-			return tx.Exec(ctx, `DELETE FROM feed_items WHERE seq IN (SELECT seq FROM feed_items WHERE created_at < $1 ORDER BY seq LIMIT $2)`, c, batch)
-		})
+		res.FeedItems, err = s.pruneFeedItems(ctx, c, batch)
 	}
 	var itemMarks int64
 	if err == nil {
@@ -150,7 +169,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		err = step(&itemMarks, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
 			return tx.Exec(ctx, `DELETE FROM feed_item_marks WHERE (tenant, "user", kind, seq) IN
 				(SELECT m.tenant, m."user", m.kind, m.seq FROM feed_item_marks m
-				 WHERE NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.seq = m.seq) LIMIT $1)`, batch)
+				 WHERE NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.tenant = m.tenant AND i.seq = m.seq) LIMIT $1)`, batch)
 		})
 	}
 	if err == nil {
@@ -185,4 +204,76 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		})
 	}
 	return res, err
+}
+
+// pruneFeedItems deletes each tenant's oldest feed items, up to its first
+// item created at or after cutoff, in writes of at most batch rows, as
+// store/sqlite's does: a prefix of the tenant's sequence, not every old
+// item, so a feed's surviving positions have no holes (unread counts are
+// differences of positions). An item created before cutoff but after a
+// younger one (a clock that stepped back) waits for the next prune.
+func (s *Store) pruneFeedItems(ctx context.Context, cutoff int64, batch int) (int64, error) {
+	type cut struct {
+		tenant string
+		below  int64 // delete the tenant's items with seq < below
+	}
+	var cuts []cut
+	// Read first: new items take seqs above the counter read here, so a
+	// cut stays right while the writes below run.
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT c.tenant,
+				(SELECT seq FROM feed_items i WHERE i.tenant = c.tenant ORDER BY seq LIMIT 1),
+				coalesce((SELECT seq FROM feed_items i WHERE i.tenant = c.tenant AND i.created_at >= $1 ORDER BY seq LIMIT 1), c.seq + 1)
+			FROM feed_counters c`, cutoff)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ct cut
+			var oldest *int64
+			if err := rows.Scan(&ct.tenant, &oldest, &ct.below); err != nil {
+				return err
+			}
+			if oldest != nil && *oldest < ct.below {
+				cuts = append(cuts, ct)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for len(cuts) > 0 {
+		var deleted int64
+		var done int
+		err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+			deleted, done = 0, 0
+			for _, ct := range cuts {
+				left := int64(batch) - deleted
+				if left <= 0 {
+					break
+				}
+				tag, err := tx.Exec(ctx, `DELETE FROM feed_items WHERE tenant = $1 AND seq IN
+					(SELECT seq FROM feed_items WHERE tenant = $1 AND seq < $2 ORDER BY seq LIMIT $3)`, ct.tenant, ct.below, left)
+				if err != nil {
+					return err
+				}
+				n := tag.RowsAffected()
+				deleted += n
+				if n == left {
+					break // maybe more of this tenant's
+				}
+				done++
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += deleted
+		cuts = cuts[done:]
+	}
+	return total, nil
 }

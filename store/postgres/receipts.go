@@ -20,7 +20,7 @@ import (
 // complained), which outranks sent.
 func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Time) (int, error) {
 	added := 0
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		added = 0
 		for _, r := range rs {
 			var at any

@@ -56,7 +56,7 @@ func (s *Store) SaveResponse(ctx context.Context, k store.RequestKey, resp store
 	if body == nil {
 		body = []byte{} // an empty body, not a missing one
 	}
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, status, content_type, body, created_at, expires_at)
 			VALUES ($1, $2, $3, 'done', $4, $5, $6, $7, $4, $8)
 			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'done',
@@ -78,7 +78,7 @@ func (s *Store) PruneRequests(ctx context.Context, now time.Time, limit int) (in
 		return 0, nil
 	}
 	var n int64
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM request_keys WHERE (tenant, key) IN (
 				SELECT tenant, key FROM request_keys
 				WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(now), limit)

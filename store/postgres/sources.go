@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"edgerelay/store"
 	"fmt"
 	"time"
 
@@ -29,7 +30,7 @@ func (s *Store) SourcePosition(ctx context.Context, name string) (int64, error) 
 // only moves forward: a smaller pos (a second tailer behind the first, a
 // retried batch) leaves the saved one, and its updated_at, as they were.
 func (s *Store) SaveSourcePosition(ctx context.Context, name string, pos int64, now time.Time) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO source_positions (source, position, updated_at) VALUES ($1, $2, $3)
 			ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
 			WHERE excluded.position > source_positions.position`, name, pos, ms(now))

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"sort"
@@ -218,7 +219,7 @@ const maxTries = 4
 // reported as store.ErrUnavailable although it may have committed: an
 // accept repeated is a duplicate and a settlement repeated is fenced off,
 // but a claim lost so is left to lease recovery (an unknown attempt).
-func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (s *Store) write(ctx context.Context, class store.WriteClass, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	done, err := s.enter()
 	if err != nil {
 		return err
@@ -245,7 +246,7 @@ func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx pgx.T
 		start := time.Now()
 		committing, err := s.runTx(wctx, conn, fn)
 		if err == nil {
-			s.committed(time.Since(start))
+			s.committed(class, time.Since(start))
 			return nil
 		}
 		again := try < maxTries && wctx.Err() == nil && (retryable(err) || !committing && brokenConn(err))
@@ -285,12 +286,19 @@ func (s *Store) runTx(ctx context.Context, conn *pgxpool.Conn, fn func(ctx conte
 	return true, tx.Commit(ctx)
 }
 
-func (s *Store) committed(d time.Duration) {
+func (s *Store) committed(class store.WriteClass, d time.Duration) {
 	s.smu.Lock()
 	s.stats.Commits++
 	s.stats.Writes++
 	s.stats.CommitTime += d
 	s.stats.MaxBatch = max(s.stats.MaxBatch, 1)
+	if s.stats.Classes == nil {
+		s.stats.Classes = map[store.WriteClass]store.ClassStats{}
+	}
+	c := s.stats.Classes[class]
+	c.Writes++
+	c.Busy += d // the transaction's time, waits for locks included
+	s.stats.Classes[class] = c
 	s.smu.Unlock()
 	if fn := s.onCommit.Load(); fn != nil {
 		(*fn)(1, d)
@@ -302,7 +310,9 @@ func (s *Store) committed(d time.Duration) {
 func (s *Store) Stats() store.WriterStats {
 	s.smu.Lock()
 	defer s.smu.Unlock()
-	return s.stats
+	st := s.stats
+	st.Classes = maps.Clone(st.Classes)
+	return st
 }
 
 // OnCommit sets a function called after every commit with the number of
@@ -316,7 +326,7 @@ func (s *Store) OnCommit(fn func(writes int, took time.Duration)) {
 // into the schema's version row. (An empty transaction would commit on a
 // read-only server too.)
 func (s *Store) Ping(ctx context.Context) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE schema_version SET pinged_at = $1`, ms(time.Now()))
 		return err
 	})

@@ -236,7 +236,8 @@ func TestRefusesNewerSchema(t *testing.T) {
 
 // A schema of an older version is brought forward with its rows: 0006
 // (fence tokens) starts every claim count at 0 and gives back the attempt
-// an older binary counted at claim time, as SQLite's 0006 does.
+// an older binary counted at claim time, and 0007 numbers feed items per
+// tenant from each tenant's highest, as SQLite's 0006 and 0007 do.
 func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 	t.Parallel()
 	u := pgtest.Start(t)
@@ -262,7 +263,14 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 			cycle_started_at, next_attempt_at, lease_until, claimed_at, created_at, updated_at)
 			VALUES (11, 'k', 7, 0, 'acme', 't', 'r', 'email', 'a@example.com', 'sending', 1, 1, 1000, 1000, 61000, 1000, 1000, 1000);
 		INSERT INTO invalid_addresses (channel, address, provider, reason, created_at) VALUES ('email', 'a@example.com', 'p', '550', 1000);
-		INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent) VALUES (11, 1, 'p', 1000, 1000, 'refused', true)`); err != nil {
+		INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent) VALUES (11, 1, 'p', 1000, 1000, 'refused', true);
+		INSERT INTO events (id, tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at) VALUES
+			(8, 'acme', 'f1', 'p', 't', '\x7b7d', '\x7b7d', 'fp', 0, 1000), (9, 'beta', 'f2', 'p', 't', '\x7b7d', '\x7b7d', 'fp', 0, 1000),
+			(10, 'acme', 'f3', 'p', 't', '\x7b7d', '\x7b7d', 'fp', 0, 1000);
+		INSERT INTO feed_seq (seq) VALUES (3);
+		INSERT INTO feed_items (seq, tenant, feed, pos, event, created_at) VALUES (1, 'acme', '*', 1, 8, 1000), (2, 'beta', '*', 1, 9, 1000),
+			(3, 'acme', '*', 2, 10, 1000);
+		INSERT INTO feed_marks (tenant, "user", kind, mark) VALUES ('acme', 'ada', 'read', 3)`); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, u)
@@ -273,6 +281,19 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 	exp, err := s.ExpiredLeases(t.Context(), time.UnixMilli(62000), 10)
 	if err != nil || len(exp) != 1 || exp[0].Token != 0 || exp[0].Attempt != 1 {
 		t.Fatalf("expired leases %+v, %v; want the row, token 0, attempt 1", exp, err)
+	}
+	// 0007: each tenant's items keep their seqs, and new ones number above
+	// the tenant's own highest (acme's watermark included), not the old
+	// sequence's.
+	for tenant, want := range map[string]int64{"acme": 4, "beta": 3} {
+		accept(t, s, event(tenant, "new-"+tenant, 0, store.TenantFeed))
+		items, _, err := s.FeedPage(t.Context(), tenant, "ada", 0, 10)
+		if err != nil || len(items) == 0 || items[0].Seq != want {
+			t.Fatalf("%s's feed after migrating: %+v, %v; want the new item at seq %d", tenant, items, err, want)
+		}
+	}
+	if n, err := s.UnreadCount(t.Context(), "acme", "ada"); err != nil || n != 1 {
+		t.Fatalf("acme/ada unread %d, %v; want 1 (the watermark kept at 3)", n, err)
 	}
 	marks, err := s.InvalidAddresses(t.Context(), "acme", time.UnixMilli(2000), store.InvalidAddress{}, 10)
 	if err != nil || len(marks) != 1 || !marks[0].ExpiresAt.Equal(time.UnixMilli(1000+30*86400000)) {

@@ -18,7 +18,7 @@ func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now 
 		return store.Token{}, errors.New("create token: empty hash")
 	}
 	tok := store.Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO tokens (tenant, name, hash, created_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (hash) DO NOTHING RETURNING id`, tenant, name, hash, ms(now)).Scan(&tok.ID)
 		if isNoRows(err) {
@@ -85,7 +85,7 @@ func (s *Store) Tokens(ctx context.Context) ([]store.Token, error) {
 // DeleteToken deletes a token: it stops working with the next lookup.
 // ErrNotFound when there is no such token.
 func (s *Store) DeleteToken(ctx context.Context, id int64) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM tokens WHERE id = $1`, id)
 		if err != nil {
 			return fmt.Errorf("delete token %d: %w", id, err)
