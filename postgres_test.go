@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +20,8 @@ import (
 
 	"edgerelay/internal/pgtest"
 	"edgerelay/sim"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The acceptance case of the core issue (edgerelay demo: lost answers, a
@@ -311,5 +315,63 @@ func TestPostgresTailAndCron(t *testing.T) {
 	u, _ := url.Parse(db)
 	if password, _ := u.User.Password(); strings.Contains(stderr.String(), password) || !strings.Contains(stderr.String(), "into postgres://") {
 		t.Fatalf("tail's output shows the password or does not name the database:\n%s", &stderr)
+	}
+}
+
+// A digest job covers its tenant's feed items on PostgreSQL too: consecutive
+// runs cover adjacent ranges of the tenant's own sequence (as
+// TestCronDigestCoversItsTenant on SQLite).
+func TestPostgresCronDigest(t *testing.T) {
+	t.Parallel()
+	db, dir := pgtest.Start(t), t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("jobs:\n  weekly:\n    schedule: \"0 9 * * 1\"\n    digest:\n      tenant: acme\n      audience: team\n"+
+		"      channel: email\n      template: \"{{range .Items}}{{.Subject}} {{end}}\"\n"), 0o644)
+	members := filepath.Join(dir, "team.json")
+	os.WriteFile(members, []byte(`{"members": [{"id": "ada", "email": "ada@example.com"}]}`), 0o644)
+	if r := runCLI(t, "", "audience", "set", "--db", db, "--tenant", "acme", "team", members); r.code != 0 {
+		t.Fatalf("audience set: exit %d %s", r.code, r.stderr)
+	}
+	send := func(tenant, id string) {
+		t.Helper()
+		ev := `{"id": "` + id + `", "type": "note", "tenant": "` + tenant + `", "feeds": ["*"], "subject": "` + id + `"}`
+		if r := runCLI(t, ev, "send", "--db", db, "--log-level", "warn"); r.code != 0 {
+			t.Fatalf("send %s: exit %d %s", id, r.code, r.stderr)
+		}
+	}
+	run := func(at time.Time) {
+		t.Helper()
+		if r := runCLI(t, "", "cron", "run", "--config", cfg, "--db", db, "--route", "email=log:///dev/null",
+			"--at", at.Format(time.RFC3339), "--log-level", "warn", "weekly"); r.code != 0 {
+			t.Fatalf("cron run: exit %d %s", r.code, r.stderr)
+		}
+	}
+	last := time.Now().UTC().Truncate(time.Hour)
+	for last.Weekday() != time.Monday || last.Hour() != 9 {
+		last = last.Add(-time.Hour)
+	}
+	send("acme", "a1")
+	send("acme", "a2")
+	send("default", "d1")
+	run(last.AddDate(0, 0, -7))
+	for i := range 4 {
+		send("default", fmt.Sprint("d", i+2))
+	}
+	send("acme", "a3")
+	run(last)
+	run(last) // the same run again: nothing new
+	c, err := pgx.Connect(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	rows, err := c.Query(t.Context(), `SELECT btrim(convert_from(payload, 'UTF8')::json->>'body') FROM events
+		WHERE event_id LIKE 'digest:weekly:%' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || !slices.Equal(got, []string{"a2 a1", "a3"}) {
+		t.Fatalf("acme's digests %q, %v; want [a2 a1] then [a3]", got, err)
 	}
 }
