@@ -133,7 +133,7 @@ func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, l
 func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error) {
 	var st store.Status
 	err := s.snapshot(ctx, func(q querier) error {
-		st = store.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}, Unknown: []int64{}, QuarantinedIDs: []int64{}}
+		st = store.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}, QuarantinedIDs: []int64{}}
 		for _, s := range store.Statuses {
 			st.Counts[s] = 0
 		}
@@ -165,8 +165,15 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 			t := fromMS(*next)
 			st.NextDue = &t
 		}
-		if st.Unknown, err = ids(ctx, q, `SELECT id FROM notifications WHERE status = 'unknown' ORDER BY id DESC LIMIT 20`); err != nil {
-			return fmt.Errorf("status: %w", err)
+		// The newest unknown, failed and dead ones: the status index read
+		// backwards.
+		for _, l := range []struct {
+			status string
+			ids    *[]int64
+		}{{store.StatusUnknown, &st.Unknown}, {store.StatusFailed, &st.Failed}, {store.StatusDead, &st.Dead}} {
+			if *l.ids, err = ids(ctx, q, `SELECT id FROM notifications WHERE status = $1 ORDER BY id DESC LIMIT 20`, l.status); err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
 		}
 		if err := q.QueryRow(ctx, `SELECT count(*) FROM events WHERE quarantined_at IS NOT NULL`).Scan(&st.Quarantined); err != nil {
 			return fmt.Errorf("status: %w", err)
@@ -326,6 +333,17 @@ func listQuery(f store.ListFilter) (string, []any) {
 	}
 	if f.EventRow != 0 {
 		cond("n.event", f.EventRow)
+	}
+	// The times are checked on the rows the conditions above select, in id
+	// order (as store/sqlite does): no index is ordered by both a time and
+	// id.
+	if !f.CreatedSince.IsZero() {
+		args = append(args, ms(f.CreatedSince))
+		b.WriteString(" AND n.created_at >= $" + strconv.Itoa(len(args)))
+	}
+	if !f.UpdatedSince.IsZero() {
+		args = append(args, ms(f.UpdatedSince))
+		b.WriteString(" AND n.updated_at >= $" + strconv.Itoa(len(args)))
 	}
 	args = append(args, limit)
 	b.WriteString(` ORDER BY n.id LIMIT $` + strconv.Itoa(len(args)))
