@@ -26,6 +26,30 @@ func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now tim
 		if err != nil && !isNoRows(err) {
 			return err
 		}
+		// A run begun after a later run of the job (caught up by hand)
+		// covers nothing: the later run already covered everything after
+		// the run before this one. Its range is empty, so no item is in two
+		// digests.
+		var later bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM job_runs WHERE job = $1 AND scheduled_at > $2 AND (tenant = $3 OR tenant IS NULL))`,
+			job, ms(at), tenant).Scan(&later); err != nil {
+			return err
+		}
+		if later {
+			var prevUpper int64
+			var prevTenant *string
+			err := tx.QueryRow(ctx, `SELECT tenant, upper_seq FROM job_runs WHERE job = $1 AND scheduled_at < $2 AND (tenant = $3 OR tenant IS NULL)
+				ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &prevUpper)
+			switch {
+			case isNoRows(err):
+				prevUpper = 0
+			case err != nil:
+				return err
+			case prevTenant == nil:
+				prevUpper = min(prevUpper, legacy)
+			}
+			upper = prevUpper
+		}
 		tag, err := tx.Exec(ctx, `INSERT INTO job_runs (job, scheduled_at, tenant, upper_seq, started_at) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT DO NOTHING`, job, ms(at), tenant, upper, ms(now))
 		if err != nil {
