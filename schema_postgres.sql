@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 7: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 8: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -135,6 +135,13 @@ CREATE TABLE job_runs (
     tenant text,
     CONSTRAINT job_runs_pkey PRIMARY KEY (job, scheduled_at),
     CONSTRAINT job_runs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'done'::text, 'failed'::text])))
+);
+
+CREATE TABLE leases (
+    name text NOT NULL,
+    holder text NOT NULL,
+    until bigint NOT NULL,
+    CONSTRAINT leases_pkey PRIMARY KEY (name)
 );
 
 CREATE TABLE notifications (

@@ -75,12 +75,17 @@ func acceptEvent(ctx context.Context, tx pgx.Tx, ev store.NewEvent, first []stor
 			return store.Accepted{Targets: ev.Targets}, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
 		}
 		res.Duplicate = true
+		if len(ev.Feeds) > 0 { // the same content: the same feeds
+			if res.FeedItems, err = eventFeedItems(ctx, tx, ev.Tenant, res.EventRow); err != nil {
+				return res, err
+			}
+		}
 		return res, nil
 	}
 	if err != nil {
 		return res, fmt.Errorf("insert event: %w", err)
 	}
-	if err := insertFeedItems(ctx, tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
+	if res.FeedItems, err = insertFeedItems(ctx, tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
 		return res, err
 	}
 	res.Expanded = len(first)

@@ -100,3 +100,32 @@ func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
 		return nil
 	})
 }
+
+// ListAudiences lists a tenant's audiences in name order (bytewise:
+// COLLATE "C", whatever the database's collation), a page at a time; the
+// member count is kept on the audience's row.
+func (s *Store) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]store.AudienceInfo, error) {
+	out := []store.AudienceInfo{}
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT name, members, updated_at FROM audiences
+			WHERE tenant = $1 AND name COLLATE "C" > $2 ORDER BY name COLLATE "C" LIMIT $3`, tenant, after, limit)
+		if err != nil {
+			return fmt.Errorf("list audiences: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var a store.AudienceInfo
+			var at int64
+			if err := rows.Scan(&a.Name, &a.Members, &at); err != nil {
+				return fmt.Errorf("list audiences: %w", err)
+			}
+			a.UpdatedAt = fromMS(at)
+			out = append(out, a)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -34,7 +34,9 @@ import (
 // item n has seen every item below it (a sequence would not do: its
 // numbers are drawn before commit, so "read all up to 12" could swallow an
 // 11 committed later). pos, max + 1 per feed, is safe under the same lock.
-func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64, feeds []string, now time.Time) error {
+//
+// It returns the items in seq order (the feeds' order, each feed once).
+func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]store.FeedPost, error) {
 	var uniq []string
 	for _, f := range feeds {
 		if !slices.Contains(uniq, f) {
@@ -42,22 +44,69 @@ func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int
 		}
 	}
 	if len(uniq) == 0 {
-		return nil
+		return nil, nil
 	}
 	var last int64
 	if err := tx.QueryRow(ctx, `INSERT INTO feed_counters (tenant, seq) VALUES ($1, $2)
 		ON CONFLICT (tenant) DO UPDATE SET seq = feed_counters.seq + excluded.seq RETURNING seq`, tenant, len(uniq)).Scan(&last); err != nil {
-		return fmt.Errorf("number feed items: %w", err)
+		return nil, fmt.Errorf("number feed items: %w", err)
 	}
 	first := last - int64(len(uniq)) + 1
+	posts := make([]store.FeedPost, len(uniq))
 	for i, f := range uniq {
+		posts[i] = store.FeedPost{Feed: f, Seq: first + int64(i)}
 		if _, err := tx.Exec(ctx, `INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at)
 			VALUES ($1, $2, $3, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = $1 AND feed = $3), 0) + 1, $4, $5, $6)`,
-			tenant, first+int64(i), f, eventRow, len(uniq), ms(now)); err != nil {
-			return fmt.Errorf("post to feed %q: %w", f, err)
+			tenant, posts[i].Seq, f, eventRow, len(uniq), ms(now)); err != nil {
+			return nil, fmt.Errorf("post to feed %q: %w", f, err)
 		}
 	}
-	return nil
+	return posts, nil
+}
+
+// eventFeedItems reads back the items an accepted event posted (a
+// duplicate's answer), in seq order, from the event index.
+func eventFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64) ([]store.FeedPost, error) {
+	rows, err := tx.Query(ctx, `SELECT feed, seq FROM feed_items WHERE event = $1 AND tenant = $2 ORDER BY seq`, eventRow, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
+	}
+	defer rows.Close()
+	var out []store.FeedPost
+	for rows.Next() {
+		var p store.FeedPost
+		if err := rows.Scan(&p.Feed, &p.Seq); err != nil {
+			return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// FeedMembers lists a feed's members in user order (bytewise: COLLATE "C",
+// whatever the database's collation), a page at a time.
+func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]store.FeedMember, error) {
+	out := []store.FeedMember{}
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT "user", joined_seq FROM feed_members
+			WHERE tenant = $1 AND feed = $2 AND "user" COLLATE "C" > $3 ORDER BY "user" COLLATE "C" LIMIT $4`, tenant, feed, after, limit)
+		if err != nil {
+			return fmt.Errorf("members of feed %q: %w", feed, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var m store.FeedMember
+			if err := rows.Scan(&m.User, &m.JoinedSeq); err != nil {
+				return fmt.Errorf("members of feed %q: %w", feed, err)
+			}
+			out = append(out, m)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // The feed reads, one index lookup or range each.

@@ -367,3 +367,28 @@ func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 	})
 	return id, err
 }
+
+// EventRows lists every event tenant accepted under eventID (one per
+// purpose), in row order.
+func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]store.EventRef, error) {
+	out := []store.EventRef{}
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT id, purpose FROM events WHERE tenant = $1 AND event_id = $2 ORDER BY id`, tenant, eventID)
+		if err != nil {
+			return fmt.Errorf("read events %q: %w", eventID, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e store.EventRef
+			if err := rows.Scan(&e.Row, &e.Purpose); err != nil {
+				return fmt.Errorf("read events %q: %w", eventID, err)
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

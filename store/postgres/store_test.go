@@ -616,3 +616,144 @@ func TestNodesSettleAnExpiredLeaseOnce(t *testing.T) {
 		}
 	}
 }
+
+// race runs f on every node at once and returns their answers.
+func race[T any](t *testing.T, ns []*postgres.Store, f func(i int, s *postgres.Store) (T, error)) []T {
+	t.Helper()
+	out := make([]T, len(ns))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, s := range ns {
+		wg.Go(func() {
+			<-start
+			v, err := f(i, s)
+			if err != nil {
+				t.Error(err)
+			}
+			out[i] = v
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+func trues(bs []bool) (n int, first int) {
+	first = -1
+	for i, b := range bs {
+		if b {
+			n++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	return n, first
+}
+
+// A lease goes to one node at a time: of nodes taking a free or lapsed
+// lease at once exactly one gets it; its holder renews it while the others
+// are refused; once it lapses one other takes it over, and the old holder
+// is refused from then on; a drop by its holder frees it at once.
+func TestLeaseOneNodeAtATime(t *testing.T) {
+	t.Parallel()
+	ns := nodes(t, migrated.Get(t), 4)
+	ttl := 10 * time.Second
+	hold := func(at time.Time) []bool {
+		return race(t, ns, func(i int, s *postgres.Store) (bool, error) {
+			return s.HoldLease(t.Context(), "schedules", fmt.Sprint("node", i), at, ttl)
+		})
+	}
+	n, holder := trues(hold(t0))
+	if n != 1 {
+		t.Fatalf("%d nodes took a free lease at once, want 1", n)
+	}
+	name := func(i int) string { return fmt.Sprint("node", i) }
+	if ok, err := ns[holder].HoldLease(t.Context(), "schedules", name(holder), t0.Add(5*time.Second), ttl); err != nil || !ok {
+		t.Fatalf("the holder's renewal: %v, %v", ok, err)
+	}
+	other := (holder + 1) % len(ns)
+	if ok, _ := ns[other].HoldLease(t.Context(), "schedules", name(other), t0.Add(14*time.Second), ttl); ok {
+		t.Fatal("another node took a live (renewed) lease")
+	}
+	// Lapsed at t0+15s: the others race for it.
+	lapsed := t0.Add(16 * time.Second)
+	got := race(t, ns, func(i int, s *postgres.Store) (bool, error) {
+		if i == holder {
+			return false, nil
+		}
+		return s.HoldLease(t.Context(), "schedules", name(i), lapsed, ttl)
+	})
+	n, next := trues(got)
+	if n != 1 {
+		t.Fatalf("%d nodes took over the lapsed lease, want 1", n)
+	}
+	if ok, _ := ns[holder].HoldLease(t.Context(), "schedules", name(holder), lapsed, ttl); ok {
+		t.Fatal("the old holder still holds the lease after another took it over")
+	}
+	if err := ns[holder].DropLease(t.Context(), "schedules", name(holder)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := ns[holder].HoldLease(t.Context(), "schedules", name(holder), lapsed, ttl); ok {
+		t.Fatal("a drop by a node that does not hold the lease freed it")
+	}
+	if err := ns[next].DropLease(t.Context(), "schedules", name(next)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ns[holder].HoldLease(t.Context(), "schedules", name(holder), lapsed, ttl); err != nil || !ok {
+		t.Fatalf("after its holder dropped it: %v, %v; want free", ok, err)
+	}
+}
+
+// One request under an Idempotency-Key runs at a time across nodes: of
+// nodes claiming one key at once exactly one holds it and the others are
+// told until when; another request under the key is refused; a claim
+// whose process died lapses; a saved response is what later claims get; a
+// released claim frees the key at once.
+func TestRequestClaimAcrossNodes(t *testing.T) {
+	t.Parallel()
+	ns := nodes(t, migrated.Get(t), 4)
+	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	hold := 30 * time.Second
+	claims := race(t, ns, func(i int, s *postgres.Store) (store.RequestClaim, error) {
+		return s.ClaimRequest(t.Context(), k, t0, hold)
+	})
+	held := 0
+	for _, c := range claims {
+		switch {
+		case c.Held():
+			held++
+		case !c.Busy.Equal(t0.Add(hold)):
+			t.Fatalf("a refused claim says %+v, want busy until %s", c, t0.Add(hold))
+		}
+	}
+	if held != 1 {
+		t.Fatalf("%d nodes hold one key, want 1: %+v", held, claims)
+	}
+	if _, err := ns[0].ClaimRequest(t.Context(), store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "other"}, t0, hold); !errors.Is(err, store.ErrKeyReused) {
+		t.Fatalf("another request under the key: %v, want ErrKeyReused", err)
+	}
+	// The holder's process died: at the claim's end another takes it.
+	c, err := ns[1].ClaimRequest(t.Context(), k, t0.Add(hold), hold)
+	if err != nil || !c.Held() {
+		t.Fatalf("after the claim lapsed: %+v, %v; want held", c, err)
+	}
+	resp := store.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	if err := ns[1].SaveResponse(t.Context(), k, resp, t0.Add(hold), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, err = ns[2].ClaimRequest(t.Context(), k, t0.Add(hold+time.Second), hold)
+	if err != nil || c.Stored == nil || c.Stored.Status != 202 || string(c.Stored.Body) != `{"ok":true}` {
+		t.Fatalf("after the response was saved: %+v, %v; want it replayed", c, err)
+	}
+	k2 := store.RequestKey{Tenant: "acme", Key: "k2", Fingerprint: "fp"}
+	if c, err := ns[0].ClaimRequest(t.Context(), k2, t0, hold); err != nil || !c.Held() {
+		t.Fatalf("claim k2: %+v, %v", c, err)
+	}
+	if err := ns[0].ReleaseRequest(t.Context(), k2); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := ns[3].ClaimRequest(t.Context(), k2, t0.Add(time.Second), hold); err != nil || !c.Held() {
+		t.Fatalf("after a release: %+v, %v; want held at once", c, err)
+	}
+}
