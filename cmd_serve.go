@@ -273,8 +273,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 					})
 				})
 			}
-			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", s.opts.Path, "routes", len(s.opts.Routes))
-			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), s.opts.Path)
+			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", r.Where(), "routes", len(s.opts.Routes))
+			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), r.Where())
 			errc := make(chan error, len(servers))
 			for i, srv := range servers {
 				go func() { errc <- srv.Serve(listeners[i]) }()

@@ -115,7 +115,7 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 					return err
 				}
 			}
-			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), s.opts.Path, c.Bool("dispatch"))
+			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), r.Where(), c.Bool("dispatch"))
 
 			var lastLog time.Time
 			t := sources.NewTailer(r, src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"),

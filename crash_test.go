@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/pgtest"
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/store/sqlite"
@@ -50,6 +51,7 @@ func binary(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	pgtest.Stop()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}

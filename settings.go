@@ -23,7 +23,7 @@ import (
 // into the flag structs, so shared ones would race between apps (tests).
 func flagDB() cli.Flag {
 	return &cli.StringFlag{Name: "db", Value: "./edgerelay.db", EnvVars: []string{"EDGERELAY_DB"},
-		Usage: "the SQLite database `FILE` (commands that accept or deliver create it; the others refuse a missing one)"}
+		Usage: "the SQLite database `FILE` (commands that accept or deliver create it; the others refuse a missing one), or a postgres:// URL"}
 }
 
 func flagConfig() cli.Flag {

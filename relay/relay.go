@@ -10,6 +10,7 @@ import (
 
 	"edgerelay/providers"
 	"edgerelay/store"
+	"edgerelay/store/postgres"
 	"edgerelay/store/sqlite"
 )
 
@@ -79,7 +80,8 @@ const DefaultInvalidAddressTTL = 30 * 24 * time.Hour
 
 // Options configure a Relay. Path (or Store) is required.
 type Options struct {
-	// Path of the SQLite database file; created if missing.
+	// Path of the SQLite database file, created if missing; or a
+	// postgres:// (postgresql://) URL, for the PostgreSQL store.
 	Path string
 	// Store, if set, is the storage to use instead of opening Path; the
 	// relay closes it on Close.
@@ -235,7 +237,13 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	}
 	router.log = opts.Logger
 	st := opts.Store
-	if st == nil {
+	switch {
+	case st != nil:
+	case postgres.IsURL(opts.Path): // postgres:// or postgresql://: the PostgreSQL store
+		if st, err = postgres.Open(ctx, opts.Path, postgres.Options{Logger: opts.Logger}); err != nil {
+			return nil, err
+		}
+	default:
 		if st, err = sqlite.Open(ctx, opts.Path, sqlite.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout, RequireWritable: !opts.ReadOnly}); err != nil {
 			return nil, err
 		}

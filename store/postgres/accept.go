@@ -1,0 +1,277 @@
+package postgres
+
+import (
+	"context"
+	"edgerelay/store"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AcceptEvents writes events in the order given, each with the first chunk
+// of its fan-out, in one transaction: one commit for them all, durable
+// (synchronous_commit is on, Open checks) before this returns. A resend of
+// an accepted event (same tenant, id and purpose) writes nothing and is
+// reported Duplicate; with other content it is ErrEventConflict in errs.
+// The unique constraint decides, not a prior lookup: of two nodes
+// accepting one event at once, the second's insert waits for the first's
+// commit and then does nothing.
+//
+// A duplicate or conflicting event's insert does nothing, and nothing else
+// of it is written, so it needs no savepoint: the other events of the call
+// are written whatever it was. err is a failure of the write itself: then
+// nothing was written.
+func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
+	err = s.write(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
+		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
+		if slices.ContainsFunc(in, func(a store.AcceptInput) bool { return len(a.First) > 0 }) {
+			if err := s.drawingIDs(ctx, tx); err != nil {
+				return err
+			}
+		}
+		for i, a := range in {
+			res, err := acceptEvent(ctx, tx, a.Event, a.First, now)
+			if err != nil && !errors.Is(err, store.ErrEventConflict) {
+				return err
+			}
+			out[i], errs[i] = res, err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, errs, nil
+}
+
+// drawingIDs takes, for the rest of tx, the shared side of the lock that
+// ListNotifications takes exclusively: a transaction that will draw
+// notification ids holds it from before its first id until its commit.
+func (s *Store) drawingIDs(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.listLock); err != nil {
+		return fmt.Errorf("lock notification ids: %w", err)
+	}
+	return nil
+}
+
+func acceptEvent(ctx context.Context, tx pgx.Tx, ev store.NewEvent, first []store.Target, now time.Time) (store.Accepted, error) {
+	res := store.Accepted{Targets: ev.Targets}
+	// The event row records the first chunk as expanded: it is written in
+	// this same transaction.
+	err := tx.QueryRow(ctx, `INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (tenant, event_id, purpose) DO NOTHING RETURNING id`,
+		ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, len(first), ms(now)).Scan(&res.EventRow)
+	if isNoRows(err) {
+		var fp string
+		if err := tx.QueryRow(ctx, `SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = $1 AND event_id = $2 AND purpose = $3`,
+			ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
+			return res, fmt.Errorf("read duplicate event: %w", err)
+		}
+		if fp != ev.Fingerprint {
+			return store.Accepted{Targets: ev.Targets}, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+		}
+		res.Duplicate = true
+		if len(ev.Feeds) > 0 { // the same content: the same feeds
+			if res.FeedItems, err = eventFeedItems(ctx, tx, ev.Tenant, res.EventRow); err != nil {
+				return res, err
+			}
+		}
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("insert event: %w", err)
+	}
+	if res.FeedItems, err = insertFeedItems(ctx, tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
+		return res, err
+	}
+	res.Expanded = len(first)
+	ids, err := insertTargets(ctx, tx, res.EventRow, ev.Tenant, ev.Type, 0, first, now)
+	if err != nil {
+		return res, err
+	}
+	res.Notifications = make([]store.EventNotification, len(first))
+	for i, tg := range first {
+		res.Notifications[i] = store.EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: store.StatusPending}
+	}
+	return res, nil
+}
+
+// ExpandEvent writes the next chunk of an event's fan-out. The event row is
+// locked first, so two nodes finishing one fan-out take turns: from is how
+// many targets the caller believes are written, and if the row disagrees
+// (the other got there first) nothing is written and the real count is
+// returned. Inserts are ON CONFLICT DO NOTHING, so even a chunk written
+// twice adds no notification.
+func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []store.Target, now time.Time) (int, error) {
+	var expanded int
+	err := s.write(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
+		if err := s.drawingIDs(ctx, tx); err != nil {
+			return err
+		}
+		var tenant, typ string
+		if err := tx.QueryRow(ctx, `SELECT expanded, tenant, type FROM events WHERE id = $1 FOR UPDATE`, eventRow).Scan(&expanded, &tenant, &typ); err != nil {
+			return fmt.Errorf("expand event %d: %w", eventRow, err)
+		}
+		if expanded != from {
+			return nil
+		}
+		if _, err := insertTargets(ctx, tx, eventRow, tenant, typ, from, chunk, now); err != nil {
+			return err
+		}
+		expanded = from + len(chunk)
+		if _, err := tx.Exec(ctx, `UPDATE events SET expanded = $1 WHERE id = $2`, expanded, eventRow); err != nil {
+			return fmt.Errorf("advance fan-out of event %d: %w", eventRow, err)
+		}
+		return nil
+	})
+	return expanded, err
+}
+
+// insertTargets writes notifications from position from on, in one
+// statement, and returns the ids it wrote by position (a notification that
+// was already there, or whose key another has, is not in the map). Ids are
+// drawn in fan-out order.
+func insertTargets(ctx context.Context, tx pgx.Tx, eventRow int64, tenant, typ string, from int, chunk []store.Target, now time.Time) (map[int]int64, error) {
+	ids := make(map[int]int64, len(chunk))
+	if len(chunk) == 0 {
+		return ids, nil
+	}
+	keys, seqs, rcpts, chans, addrs := make([]string, len(chunk)), make([]int64, len(chunk)), make([]string, len(chunk)),
+		make([]string, len(chunk)), make([]string, len(chunk))
+	for i, tg := range chunk {
+		keys[i], seqs[i], rcpts[i], chans[i], addrs[i] = tg.Key, int64(from+i), tg.Recipient, tg.Channel, tg.Address
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address,
+			next_attempt_at, cycle_started_at, created_at, updated_at)
+		SELECT t.key, $1, t.seq, $2, $3, t.recipient, t.channel, t.address, $4, $4, $4, $4
+		FROM unnest($5::text[], $6::bigint[], $7::text[], $8::text[], $9::text[]) AS t (key, seq, recipient, channel, address)
+		ORDER BY t.seq
+		ON CONFLICT DO NOTHING
+		RETURNING id, seq`, eventRow, tenant, typ, ms(now), keys, seqs, rcpts, chans, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("insert notifications of event %d: %w", eventRow, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var seq int
+		if err := rows.Scan(&id, &seq); err != nil {
+			return nil, err
+		}
+		ids[seq] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert notifications of event %d: %w", eventRow, err)
+	}
+	return ids, nil
+}
+
+// UnexpandedEvents lists events whose fan-out stopped part way and is not
+// quarantined, oldest first, from the partial index of such events.
+func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]store.Unexpanded, error) {
+	var out []store.Unexpanded
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT id, tenant, event_id, payload, expanded, targets FROM events
+			WHERE expanded < targets AND quarantined_at IS NULL ORDER BY id LIMIT $1`, limit)
+		if err != nil {
+			return fmt.Errorf("unexpanded events: %w", err)
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Unexpanded, error) {
+			var u store.Unexpanded
+			err := r.Scan(&u.EventRow, &u.Tenant, &u.EventID, &u.Payload, &u.Expanded, &u.Targets)
+			return u, err
+		})
+		if err != nil {
+			return fmt.Errorf("unexpanded events: %w", err)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// QuarantineEvent takes an event's fan-out off the work list.
+func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason string, now time.Time) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE events SET quarantined_at = $1, quarantine_reason = $2 WHERE id = $3 AND quarantined_at IS NULL`,
+			ms(now), reason, eventRow); err != nil {
+			return fmt.Errorf("quarantine event %d: %w", eventRow, err)
+		}
+		return nil
+	})
+}
+
+const quarantinedCols = `id, tenant, event_id, purpose, type, expanded, targets, coalesce(quarantine_reason, ''), quarantined_at`
+
+func scanQuarantined(row pgx.Row) (store.QuarantinedEvent, error) {
+	var q store.QuarantinedEvent
+	var at int64
+	err := row.Scan(&q.EventRow, &q.Tenant, &q.EventID, &q.Purpose, &q.Type, &q.Expanded, &q.Targets, &q.Reason, &at)
+	q.At = fromMS(at)
+	return q, err
+}
+
+// QuarantinedEvents lists quarantined events, newest first.
+func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]store.QuarantinedEvent, error) {
+	if before <= 0 {
+		before = 1<<63 - 1
+	}
+	out := []store.QuarantinedEvent{}
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT `+quarantinedCols+` FROM events
+			WHERE quarantined_at IS NOT NULL AND ($1 = '' OR tenant = $1) AND id < $2 ORDER BY id DESC LIMIT $3`, tenant, before, limit)
+		if err != nil {
+			return fmt.Errorf("quarantined events: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			qe, err := scanQuarantined(rows)
+			if err != nil {
+				return fmt.Errorf("quarantined events: %w", err)
+			}
+			out = append(out, qe)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// ReleaseEvent lifts a quarantine: the expander tries the fan-out again.
+func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error {
+	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE events SET quarantined_at = NULL, quarantine_reason = NULL
+			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND quarantined_at IS NOT NULL`, eventRow, tenant)
+		if err != nil {
+			return fmt.Errorf("release event %d: %w", eventRow, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+		}
+		return nil
+	})
+}
+
+// DropEvent ends a quarantined fan-out where it stopped: targets becomes
+// what was expanded, and dropped keeps the difference.
+func (s *Store) DropEvent(ctx context.Context, tenant string, eventRow int64, now time.Time) (int, error) {
+	var dropped int
+	// The same words as store/sqlite's, to the second.
+	stamp := "dropped by an operator at " + now.UTC().Format("2006-01-02T15:04:05Z") + ": "
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `UPDATE events SET dropped = dropped + targets - expanded, targets = expanded,
+				quarantined_at = NULL, quarantine_reason = $3::text || quarantine_reason
+			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND quarantined_at IS NOT NULL
+			RETURNING dropped`, eventRow, tenant, stamp).Scan(&dropped)
+		if isNoRows(err) {
+			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("drop event %d: %w", eventRow, err)
+		}
+		return nil
+	})
+	return dropped, err
+}

@@ -1,0 +1,57 @@
+package postgres_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"edgerelay/internal/pgtest"
+	"edgerelay/store"
+	"edgerelay/store/postgres"
+	"edgerelay/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Stop()
+	os.Exit(code)
+}
+
+// migrated is the pool of migrated, empty schemas the suite's stores open:
+// migrating a new schema for each of its tests would cost most of the
+// suite's time. The migrations have their own tests, on new schemas.
+var migrated = pgtest.NewPool(func(url string) error {
+	s, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}, "schema_version")
+
+// opener opens a store on an empty schema for each test of the suite (the
+// suite closes it).
+func opener(opts postgres.Options) func(t *testing.T) store.Store {
+	return func(t *testing.T) store.Store {
+		s, err := postgres.Open(t.Context(), migrated.Get(t), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
+// The PostgreSQL store passes the conformance suite every store passes, in
+// pgx's default mode (statements prepared and cached) and in the simple
+// protocol that PgBouncer's transaction pooling needs.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []struct {
+		name string
+		opts postgres.Options
+	}{{"prepared", postgres.Options{}}, {"simple", postgres.Options{SimpleProtocol: true}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, opener(mode.opts))
+		})
+	}
+}

@@ -1,0 +1,394 @@
+package postgres
+
+import (
+	"context"
+	"edgerelay/store"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const notificationCols = `n.id, n.key, n.tenant, e.event_id, e.purpose, n.type, n.recipient, n.channel, n.address, n.status,
+	n.attempts, n.next_attempt_at, n.lease_until, n.provider, n.provider_message_id, n.last_response, n.reason,
+	n.created_at, n.updated_at`
+
+func scanNotification(row pgx.Row) (store.Notification, error) {
+	var n store.Notification
+	var next, created, updated int64
+	var lease *int64
+	var provider, msgID, resp, reason *string
+	err := row.Scan(&n.ID, &n.Key, &n.Tenant, &n.EventID, &n.Purpose, &n.Type, &n.Recipient, &n.Channel, &n.Address,
+		&n.Status, &n.Attempts, &next, &lease, &provider, &msgID, &resp, &reason, &created, &updated)
+	if err != nil {
+		return n, err
+	}
+	if n.Status == store.StatusPending {
+		t := fromMS(next)
+		n.NextAttemptAt = &t
+	}
+	if lease != nil && n.Status == store.StatusSending {
+		t := fromMS(*lease)
+		n.LeaseUntil = &t
+	}
+	n.Provider, n.ProviderMessageID, n.LastResponse, n.Reason = deref(provider), deref(msgID), deref(resp), deref(reason)
+	n.CreatedAt, n.UpdatedAt = fromMS(created), fromMS(updated)
+	return n, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Notification returns one notification, by id or by idempotency key, with
+// every attempt, in one snapshot. tenant "" means any tenant.
+func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (store.Notification, error) {
+	var n store.Notification
+	err := s.snapshot(ctx, func(q querier) error {
+		var err error
+		n, err = scanNotification(q.QueryRow(ctx, `SELECT `+notificationCols+`
+			FROM notifications n JOIN events e ON e.id = n.event
+			WHERE (n.id = $1 OR n.key = $2) AND ($3 = '' OR n.tenant = $3)`, id, key, tenant))
+		if isNoRows(err) {
+			if key != "" {
+				return fmt.Errorf("notification with key %q: %w", key, store.ErrNotFound)
+			}
+			return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read notification: %w", err)
+		}
+		if n.AttemptLog, err = attempts(ctx, q, n.ID); err != nil {
+			return err
+		}
+		qe, err := scanQuarantined(q.QueryRow(ctx, `SELECT `+quarantinedCols+` FROM events
+			WHERE id = (SELECT event FROM notifications WHERE id = $1) AND quarantined_at IS NOT NULL`, n.ID))
+		switch {
+		case err == nil:
+			n.Quarantine = &qe
+		case !isNoRows(err):
+			return fmt.Errorf("read notification: %w", err)
+		}
+		if n.ProviderMessageID != "" {
+			n.Receipts, err = receiptsFor(ctx, q, n.Provider, n.ProviderMessageID)
+			return err
+		}
+		return nil
+	})
+	return n, err
+}
+
+func attempts(ctx context.Context, q querier, id int64) ([]store.Attempt, error) {
+	rows, err := q.Query(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
+			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
+			coalesce(decision, '')
+		FROM attempts WHERE notification = $1 ORDER BY n, id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read attempts: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Attempt{}
+	for rows.Next() {
+		var a store.Attempt
+		var start, end int64
+		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
+			return nil, err
+		}
+		a.StartedAt, a.EndedAt = fromMS(start), fromMS(end)
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// EventNotifications lists an event's notifications in fan-out order,
+// after position after (-1 for the start), at most limit.
+func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]store.EventNotification, error) {
+	var out []store.EventNotification
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT id, key, recipient, channel, status FROM notifications
+			WHERE event = $1 AND seq > $2 ORDER BY seq LIMIT $3`, eventRow, after, limit)
+		if err != nil {
+			return fmt.Errorf("list notifications of event %d: %w", eventRow, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n store.EventNotification
+			if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
+				return err
+			}
+			out = append(out, n)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// Status counts notifications by status and attempts by provider and
+// outcome, in one snapshot.
+func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error) {
+	var st store.Status
+	err := s.snapshot(ctx, func(q querier) error {
+		st = store.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}, QuarantinedIDs: []int64{}}
+		for _, s := range store.Statuses {
+			st.Counts[s] = 0
+		}
+		rows, err := q.Query(ctx, `SELECT status, count(*) FROM notifications GROUP BY status`)
+		if err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		for rows.Next() {
+			var k string
+			var n int64
+			if err := rows.Scan(&k, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			st.Counts[k] = n
+		}
+		rows.Close()
+		// The oldest due and the next not yet due: two ends of the
+		// partial index of pending rows.
+		var oldest, next *int64
+		if err := q.QueryRow(ctx, `SELECT (SELECT min(next_attempt_at) FROM notifications WHERE status = 'pending' AND next_attempt_at <= $1),
+				(SELECT min(next_attempt_at) FROM notifications WHERE status = 'pending' AND next_attempt_at > $1)`, ms(now)).Scan(&oldest, &next); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		if oldest != nil {
+			st.OldestDue = now.Sub(fromMS(*oldest))
+		}
+		if next != nil {
+			t := fromMS(*next)
+			st.NextDue = &t
+		}
+		// The newest unknown, failed and dead ones: the status index read
+		// backwards.
+		for _, l := range []struct {
+			status string
+			ids    *[]int64
+		}{{store.StatusUnknown, &st.Unknown}, {store.StatusFailed, &st.Failed}, {store.StatusDead, &st.Dead}} {
+			if *l.ids, err = ids(ctx, q, `SELECT id FROM notifications WHERE status = $1 ORDER BY id DESC LIMIT 20`, l.status); err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+		}
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM events WHERE quarantined_at IS NOT NULL`).Scan(&st.Quarantined); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		if st.QuarantinedIDs, err = ids(ctx, q, `SELECT id FROM events WHERE quarantined_at IS NOT NULL ORDER BY id DESC LIMIT 20`); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM invalid_addresses WHERE expires_at > $1`, ms(now)).Scan(&st.InvalidAddresses); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		rows, err = q.Query(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
+		if err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p, o string
+			var n int64
+			if err := rows.Scan(&p, &o, &n); err != nil {
+				return err
+			}
+			if st.Providers[p] == nil {
+				st.Providers[p] = map[string]int64{"sent": 0, "refused": 0, "unknown": 0}
+			}
+			st.Providers[p][o] = n
+		}
+		return rows.Err()
+	})
+	return st, err
+}
+
+func ids(ctx context.Context, q querier, query string, args ...any) ([]int64, error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if out == nil {
+		out = []int64{}
+	}
+	return out, err
+}
+
+// Live counts notifications not yet final: pending ones due by horizon,
+// pending ones due later, and those being sent.
+func (s *Store) Live(ctx context.Context, horizon time.Time) (dueSoon, later, sending int64, err error) {
+	err = s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, `SELECT
+				count(*) FILTER (WHERE status = 'pending' AND next_attempt_at <= $1),
+				count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > $1),
+				count(*) FILTER (WHERE status = 'sending')
+			FROM notifications WHERE status IN ('pending', 'sending')`, ms(horizon)).Scan(&dueSoon, &later, &sending)
+	})
+	if err != nil {
+		err = fmt.Errorf("count live notifications: %w", err)
+	}
+	return
+}
+
+// NextDue returns when the earliest pending notification is due, and
+// false when none is pending: the first entry of the partial index.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var t *int64
+	err := s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, `SELECT min(next_attempt_at) FROM notifications WHERE status = 'pending'`).Scan(&t)
+	})
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next due: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return fromMS(*t), true, nil
+}
+
+// defaultListLimit applies when ListFilter.Limit is zero or less.
+const defaultListLimit = 100
+
+// ListNotifications returns notifications matching f in id order, without
+// their attempt logs. To page, pass the last id returned as After.
+//
+// Pages neither skip nor repeat a row while notifications are written, on
+// any number of nodes. Ids come from a sequence, drawn before commit: a
+// page could see id 12 committed while 11 is not yet, and its cursor would
+// then pass 11 for good. So every transaction that draws notification ids
+// holds a shared advisory lock from before its first id to its commit
+// (AcceptEvents, ExpandEvent), and a page is read under the exclusive
+// lock: when it is granted no id is in flight, so every row below any id
+// the page sees is committed already, and later ones get higher ids. The
+// page waits for the transactions in flight, and holds new ones back for
+// as long as its query runs.
+func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
+	q, args := listQuery(f)
+	out := []store.Notification{}
+	err := s.read(ctx, func(querier) error {
+		// One round trip: a batch runs as one implicit transaction (until
+		// its Sync), so the lock holds through the query, and the query's
+		// snapshot is taken after the lock is granted.
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.listLock)
+		b.Queue(q, args...)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("list notifications: lock: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("list notifications: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			n, err := scanNotification(rows)
+			if err != nil {
+				return fmt.Errorf("list notifications: %w", err)
+			}
+			out = append(out, n)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("list notifications: %w", err)
+		}
+		rows.Close()
+		return br.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// listQuery writes only the conditions f sets, so each combination uses its
+// index ending in id (0002_api.sql): a page is a range read in id order
+// that stops after the limit.
+func listQuery(f store.ListFilter) (string, []any) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, store.MaxListLimit)
+	var b strings.Builder
+	args := []any{f.After}
+	cond := func(c string, v any) {
+		args = append(args, v)
+		b.WriteString(" AND " + c + " = $" + strconv.Itoa(len(args)))
+	}
+	b.WriteString(`SELECT ` + notificationCols + `
+		FROM notifications n JOIN events e ON e.id = n.event
+		WHERE n.id > $1`)
+	if f.Tenant != "" {
+		cond("n.tenant", f.Tenant)
+	}
+	if f.Status != "" {
+		cond("n.status", f.Status)
+	}
+	if f.Recipient != "" {
+		cond("n.recipient", f.Recipient)
+	}
+	if f.EventRow != 0 {
+		cond("n.event", f.EventRow)
+	}
+	// The times are checked on the rows the conditions above select, in id
+	// order (as store/sqlite does): no index is ordered by both a time and
+	// id.
+	if !f.CreatedSince.IsZero() {
+		args = append(args, ms(f.CreatedSince))
+		b.WriteString(" AND n.created_at >= $" + strconv.Itoa(len(args)))
+	}
+	if !f.UpdatedSince.IsZero() {
+		args = append(args, ms(f.UpdatedSince))
+		b.WriteString(" AND n.updated_at >= $" + strconv.Itoa(len(args)))
+	}
+	args = append(args, limit)
+	b.WriteString(` ORDER BY n.id LIMIT $` + strconv.Itoa(len(args)))
+	return b.String(), args
+}
+
+// EventRow returns the row id of the event tenant accepted under eventID
+// and purpose (its identity). ErrNotFound when there is none.
+func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (int64, error) {
+	var id int64
+	err := s.read(ctx, func(q querier) error {
+		err := q.QueryRow(ctx, `SELECT id FROM events WHERE tenant = $1 AND event_id = $2 AND purpose = $3`,
+			tenant, eventID, purpose).Scan(&id)
+		if isNoRows(err) {
+			return fmt.Errorf("event %q (purpose %q): %w", eventID, purpose, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read event %q: %w", eventID, err)
+		}
+		return nil
+	})
+	return id, err
+}
+
+// EventRows lists every event tenant accepted under eventID (one per
+// purpose), in row order.
+func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]store.EventRef, error) {
+	out := []store.EventRef{}
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT id, purpose FROM events WHERE tenant = $1 AND event_id = $2 ORDER BY id`, tenant, eventID)
+		if err != nil {
+			return fmt.Errorf("read events %q: %w", eventID, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e store.EventRef
+			if err := rows.Scan(&e.Row, &e.Purpose); err != nil {
+				return fmt.Errorf("read events %q: %w", eventID, err)
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
