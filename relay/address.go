@@ -99,12 +99,14 @@ func urlProblem(a string) string {
 // an event was accepted is not this check's concern: the dispatcher makes
 // that notification wait.
 func (r *Relay) checkRoutes(ev *Event) error {
+	// Not the dispatcher's goroutine: the latest published routes.
+	t := r.router.published()
 	for i, rc := range ev.Recipients {
 		f := fmt.Sprintf("recipients[%d]", i)
 		for _, c := range rc.channels(ev.Channels) {
-			route := r.router.route(ev.Tenant, c)
+			route := t.route(ev.Tenant, c)
 			if len(route) == 0 {
-				return invalid(f, "channel %q has no route (routes: %s)", c, strings.Join(r.router.channels(ev.Tenant), ", "))
+				return invalid(f, "channel %q has no route (routes: %s)", c, strings.Join(t.channels(ev.Tenant), ", "))
 			}
 			ac, ok := route[0].(providers.AddressChecker)
 			if !ok {

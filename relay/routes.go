@@ -337,9 +337,16 @@ outer:
 // dispatcher's.
 func (rt *router) published() *table { return rt.next.Load() }
 
+// route returns the route of a tenant's channel in the dispatcher's table.
+// Only the dispatcher's goroutine may call it; others use published().route.
+func (rt *router) route(tenant, channel string) Route { return rt.cur.route(tenant, channel) }
+
+// channels lists the channels of the dispatcher's table (see table.channels).
+func (rt *router) channels(tenant string) []string { return rt.cur.channels(tenant) }
+
 // route returns the route of a tenant's channel: the tenant's own, else the
 // default, else the "*" routes in the same order.
-func (rt *router) route(tenant, channel string) Route {
+func (rt *table) route(tenant, channel string) Route {
 	if rs, ok := rt.tenant[tenant]; ok {
 		if r, ok := rs[channel]; ok {
 			return r
@@ -358,7 +365,7 @@ func (rt *router) route(tenant, channel string) Route {
 
 // channels lists the channels a tenant's notifications have a route for
 // (its own routes and the defaults), sorted, "*" last: for errors.
-func (rt *router) channels(tenant string) []string {
+func (rt *table) channels(tenant string) []string {
 	seen := map[string]bool{}
 	var out []string
 	star := false
