@@ -530,7 +530,10 @@ func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
 	r := d.r
 	now := r.now()
 	route := r.router.route(c.Tenant, c.Channel)
-	p := route.at(c.RoutePos)
+	p, pos := route.providerFor(c)
+	if pos >= 0 {
+		c.RoutePos = pos
+	}
 	s := d.situation(c, route, p, now)
 	var msg message
 	if err := json.Unmarshal(c.Message, &msg); err != nil {
@@ -568,8 +571,12 @@ func (d *dispatcher) situation(c store.Claimed, route Route, p providers.Provide
 	r := d.r
 	s := situation{c: c, mode: r.mode(c), pol: r.policy(c), routeLen: len(route), provider: "none",
 		now: now, invalidTTL: r.opts.InvalidAddressTTL}
-	if p != nil {
+	switch {
+	case p != nil:
 		s.provider, s.honours = p.Name(), p.HonoursKeys()
+	case c.Pinned && c.LastProvider != "" && len(route) > 0:
+		// Pinned to a provider the route no longer lists.
+		s.provider, s.pinnedGone = c.LastProvider, true
 	}
 	return s
 }
@@ -635,6 +642,25 @@ func (d *dispatcher) recordLoop() {
 			d.calls.Done()
 		}
 	}
+}
+
+// providerFor returns the provider a claimed notification's attempt goes
+// to, and its position in the route. Once pinned (an earlier outcome was
+// unknown), that is the provider it is pinned to, found by name wherever
+// the route lists it now (a reload or a restart may have reordered the
+// route); nil and -1 if the route no longer lists it: no other provider
+// may be given the call in its place. Unpinned, it is the provider at its
+// route position.
+func (rt Route) providerFor(c store.Claimed) (providers.Provider, int) {
+	if c.Pinned && c.LastProvider != "" {
+		for i, p := range rt {
+			if p.Name() == c.LastProvider {
+				return p, i
+			}
+		}
+		return nil, -1
+	}
+	return rt.at(c.RoutePos), c.RoutePos
 }
 
 // at returns the provider at a route position; a position past the end
@@ -785,7 +811,11 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 		for i, c := range cs {
 			route := r.router.route(c.Tenant, c.Channel)
 			r.log.Warn("recovering an attempt interrupted by a crash", "notification", c.ID, "key", c.Key, "attempt", c.Attempt)
-			ps[i] = d.decided(c, route.at(c.RoutePos), len(route), c.ClaimedAt, providers.Result{
+			p, pos := route.providerFor(c)
+			if pos >= 0 {
+				c.RoutePos = pos
+			}
+			ps[i] = d.decided(c, p, len(route), c.ClaimedAt, providers.Result{
 				Outcome: providers.Unknown,
 				Detail:  fmt.Sprintf("lease expired at %s: the process stopped during this attempt (crash or kill); the call may have reached the provider", c.LeaseUntil.Format(time.RFC3339)),
 			}, true)

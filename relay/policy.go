@@ -17,6 +17,9 @@ import (
 //	                 its address marked dead for this tenant: failed, not called
 //	                 its stored message unreadable: failed, not called
 //	                 no route serves its channel: waits (not an attempt)
+//	                 pinned to a provider no longer routed: at-most-once
+//	                 ends unknown; at-least-once goes back to the route's
+//	                 first provider (not an attempt; a duplicate is possible)
 //	                 its provider's gate is closed (rate, concurrency, a
 //	                 Retry-After pause): waits until it opens (not an attempt)
 //	                 too little of its lease left to call: back to the queue
@@ -39,11 +42,13 @@ type situation struct {
 	mode Mode
 	pol  Policy
 	// routeLen is how many providers its route lists (0: no route serves
-	// its channel); provider is the one at its route position, honours
-	// whether that one honours idempotency keys.
-	routeLen int
-	provider string
-	honours  bool
+	// its channel); provider is the one at its route position (or the one
+	// it is pinned to), honours whether that one honours idempotency keys.
+	// pinnedGone says it is pinned to a provider its route no longer lists.
+	routeLen   int
+	provider   string
+	honours    bool
+	pinnedGone bool
 	// unreadable, if set, is why its stored message cannot be read.
 	unreadable string
 	// gateUntil, if after now, is the earliest time its provider's gate
@@ -171,6 +176,21 @@ func beforeCall(s situation, keep store.Decision) verdict {
 	}
 	if s.routeLen == 0 {
 		return wait(s.now.Add(noRouteWait), fmt.Sprintf("no route serves channel %q (configure one with --route %s=URL)", c.Channel, c.Channel))
+	}
+	if s.pinnedGone {
+		// Only the provider that may have sent it could tell a retry from
+		// a second copy, and it is no longer routed.
+		if s.mode == AtMostOnce {
+			keep.Status, keep.Reason = store.StatusUnknown, fmt.Sprintf(
+				"not resent: its last outcome at provider %s was unknown, the route of channel %q no longer lists %s, and type %q is at-most-once: another provider could deliver a second copy; it may or may not have arrived",
+				s.provider, c.Channel, s.provider, c.Type)
+			return verdict{Decision: keep}
+		}
+		keep.Status, keep.Pinned, keep.RoutePos = store.StatusPending, false, 0
+		keep.Reason = fmt.Sprintf(
+			"waiting, not an attempt: its last outcome at provider %s was unknown and the route of channel %q no longer lists %s; type %q is at-least-once, so it goes to the route's first provider (a duplicate is possible)",
+			s.provider, c.Channel, s.provider, c.Type)
+		return verdict{Decision: keep}
 	}
 	if s.gateUntil.After(s.now) {
 		return wait(s.gateUntil, fmt.Sprintf("provider %s cannot take a call before %s (its limit or a pause it asked for)",

@@ -70,6 +70,17 @@ func TestPolicy(t *testing.T) {
 				s.gateUntil = now.Add(time.Hour)
 			}),
 			want{status: store.StatusPending, in: time.Second + time.Millisecond, reason: "not an attempt"}},
+		{"pinned to a provider no longer routed, an at-most-once type is not resent elsewhere: it ends unknown",
+			with(func(s *situation) {
+				s.c.Pinned, s.pinnedGone, s.provider, s.mode = true, true, "gone", AtMostOnce
+			}),
+			want{status: store.StatusUnknown, pinned: true, reason: "no longer lists gone"}},
+		{"pinned to a provider no longer routed, an at-least-once type starts the route over, unpinned, without an attempt",
+			with(func(s *situation) {
+				s.c.Pinned, s.c.RoutePos, s.pinnedGone, s.provider, s.routeLen = true, 1, true, "gone", 2
+				s.c.CycleAttempts = pol.MaxAttempts
+			}),
+			want{status: store.StatusPending, in: 0, reason: "not an attempt: its last outcome at provider gone was unknown"}},
 		{"a claim whose lease ran short goes back to the queue uncalled",
 			with(func(s *situation) { s.leaseLeft = 0 }),
 			want{status: store.StatusPending, in: minGateWait, reason: "lease ran short"}},

@@ -293,3 +293,77 @@ func TestSetRoutesUnderLoad(t *testing.T) {
 		t.Error("the provider in use was closed")
 	}
 }
+
+// A notification whose outcome was unknown is pinned to the provider that
+// may have sent it, by name: after a reload reorders the route it goes to
+// that provider again (with the same key), not to whichever provider took
+// its old position; after a reload drops that provider, an at-most-once
+// type ends unknown without a call, and an at-least-once type goes to the
+// new route, unpinned.
+func TestSetRoutesKeepsAPinnedNotificationOnItsProvider(t *testing.T) {
+	t.Parallel()
+	unknownOnce := func(name string, keys chan<- string) *closingProvider {
+		var calls atomic.Int32
+		return &closingProvider{name: name, send: func(m *providers.Message) providers.Result {
+			keys <- name + " " + m.Key
+			if calls.Add(1) == 1 {
+				return providers.Result{Outcome: providers.Unknown, Detail: "timeout"}
+			}
+			return providers.Result{Outcome: providers.Sent}
+		}}
+	}
+	slow := Policy{MaxAttempts: 5, MaxAge: time.Hour, BaseDelay: time.Second, MaxDelay: time.Second} // the retry comes at least 500 ms after the unknown: time to reload
+	for _, tc := range []struct {
+		name, mode string
+		reroute    func(a, b providers.Provider) Routes
+		want       []string // provider of each call, in order
+		status     string
+	}{
+		{"reordered: the pinned provider again", "at-least-once",
+			func(a, b providers.Provider) Routes { return Routes{"email": {b, a}} }, []string{"a", "a"}, store.StatusSent},
+		{"dropped, at-most-once: no call, unknown", "at-most-once",
+			func(a, b providers.Provider) Routes { return Routes{"email": {b}} }, []string{"a"}, store.StatusUnknown},
+		{"dropped, at-least-once: the new route", "at-least-once",
+			func(a, b providers.Provider) Routes { return Routes{"email": {b}} }, []string{"a", "b"}, store.StatusSent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			calls := make(chan string, 10)
+			a, b := unknownOnce("a", calls), &closingProvider{name: "b", send: func(m *providers.Message) providers.Result {
+				calls <- "b " + m.Key
+				return providers.Result{Outcome: providers.Sent}
+			}}
+			mode := AtLeastOnce
+			if tc.mode == "at-most-once" {
+				mode = AtMostOnce
+			}
+			r := setupRelay(t, Options{Routes: Routes{"email": {a}}, Retry: slow, Delivery: map[string]Mode{"notice": mode}})
+			id := acceptOne(t, r, "evt_pin", "ada")
+			if err := r.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			first := <-calls
+			waitFor(t, 10*time.Second, "the unknown recorded", func() bool {
+				n := notification(t, r, id)
+				return n.Status == store.StatusPending || n.Status == store.StatusUnknown
+			})
+			if err := r.SetRoutes(tc.reroute(a, b), nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, "the notification settled", func() bool { return statusOf(t, r, id) == tc.status })
+			got := []string{first}
+			for len(calls) > 0 {
+				got = append(got, <-calls)
+			}
+			key := strings.Fields(first)[1]
+			for i, c := range got {
+				if i >= len(tc.want) || c != tc.want[i]+" "+key {
+					t.Fatalf("calls %q, want %v each with key %s", got, tc.want, key)
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("calls %q, want %v", got, tc.want)
+			}
+		})
+	}
+}

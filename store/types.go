@@ -115,9 +115,12 @@ type Claimed struct {
 	Message   []byte
 	// RoutePos is which provider of the channel's route this attempt uses;
 	// Pinned says an earlier outcome was unknown, so only that provider may
-	// be tried again.
-	RoutePos int
-	Pinned   bool
+	// be tried again: LastProvider, the provider of its last recorded
+	// attempt, by name (a reload or restart may have moved it in the route,
+	// or dropped it).
+	RoutePos     int
+	Pinned       bool
+	LastProvider string
 	// Invalid, if not empty, says a provider declared the address dead for
 	// good on this channel for this tenant (and why, and until when): it is
 	// not tried again while the mark lasts.

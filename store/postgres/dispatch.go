@@ -21,13 +21,13 @@ const invalidMark = `coalesce((SELECT i.reason || ' (marked by ' || i.provider |
 // attempts and cycle_attempts count calls recorded, so this attempt is the
 // next one.
 const claimedCols = `n.id, n.key, n.event, n.tenant, n.type, n.claims, n.recipient, n.channel, n.address, n.attempts + 1, n.cycle_attempts + 1,
-	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, ` + invalidMark + `, e.event_id, e.purpose`
+	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), ` + invalidMark + `, e.event_id, e.purpose`
 
 func scanClaimed(row pgx.Row, extra ...any) (store.Claimed, error) {
 	var c store.Claimed
 	var cycle, claimed, lease, created int64
 	dest := append([]any{&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.Invalid, &c.EventID, &c.Purpose}, extra...)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Invalid, &c.EventID, &c.Purpose}, extra...)
 	err := row.Scan(dest...)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
 	return c, err

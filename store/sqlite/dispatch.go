@@ -17,7 +17,7 @@ import (
 // attempts and cycle_attempts count calls recorded, so this attempt is the
 // next one.
 const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, address, attempts + 1, cycle_attempts + 1,
-	cycle_started_at, claimed_at, lease_until, created_at, route_pos, pinned,
+	cycle_started_at, claimed_at, lease_until, created_at, route_pos, pinned, coalesce(provider, ''),
 	coalesce((SELECT i.reason || ' (marked by ' || i.provider || ' until ' || strftime('%Y-%m-%dT%H:%M:%SZ', i.expires_at / 1000, 'unixepoch') || ')'
 		FROM invalid_addresses i
 		WHERE i.tenant = notifications.tenant AND i.channel = notifications.channel AND i.address = notifications.address
@@ -27,7 +27,7 @@ func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 	var c store.Claimed
 	var cycle, claimed, lease, created int64
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.Invalid)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Invalid)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
 	return c, err
 }

@@ -147,6 +147,10 @@ func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Fatal("the same expired lease was settled twice")
 		}
 		now := claim(t, s, store.ClaimRequest{Limit: 1, Now: t0.Add(2 * time.Second), Lease: time.Minute})[0]
+		// Pinned after an unknown, to the provider of that attempt, by name.
+		if !now.Pinned || now.LastProvider != "p" {
+			t.Fatalf("claimed after an unknown: pinned %v to %q, want pinned to p", now.Pinned, now.LastProvider)
+		}
 		// The first process's late answer: kept in the audit trail, applied
 		// to nothing.
 		late := store.Attempt{N: old.Attempt, Provider: "p", StartedAt: t0, EndedAt: t0.Add(3 * time.Second), Outcome: "sent"}
