@@ -461,6 +461,22 @@ func TestDBURLIsNotAFile(t *testing.T) {
 	}
 }
 
+// A URL of a database edgerelay has no store for is refused, its scheme
+// named and its password not shown; nothing is created (it was taken for
+// a SQLite file name).
+func TestDBURLWithoutAStoreIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"status"}, {"send"}} {
+		cmd := runCLI(t, adaEvent, append(args, "--db", "mysql://app:s3cret@127.0.0.1:3306/relay")...)
+		if cmd.code != exitError || !strings.Contains(cmd.stderr, "no store for mysql:// URLs") || strings.Contains(cmd.stderr, "s3cret") {
+			t.Errorf("%v --db mysql://…: exit %d, stderr %q; want exit 1 naming the scheme, no password", args, cmd.code, cmd.stderr)
+		}
+	}
+	if m, _ := filepath.Glob("mysql*"); len(m) > 0 {
+		t.Fatalf("created %v", m)
+	}
+}
+
 // serve --listen bogus says the address is malformed before it opens
 // anything: no database is created.
 func TestServeRefusesAMalformedListenAddress(t *testing.T) {

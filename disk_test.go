@@ -394,14 +394,15 @@ func diskReadOnlyDrill(t *testing.T, bin string, dirWritable bool) {
 		if err := os.Chmod(base, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(bin)
-		if err != nil {
-			t.Fatal(err)
+		// A hard link, not a copy: a file this process has open for
+		// writing makes every exec of it racy (a child forked by another
+		// parallel test holds the descriptor until its own exec, and the
+		// kernel answers "text file busy").
+		linked := filepath.Join(base, "edgerelay")
+		if err := os.Link(bin, linked); err != nil {
+			t.Fatalf("linking the binary where nobody can reach it: %v", err)
 		}
-		bin = filepath.Join(base, "edgerelay")
-		if err := os.WriteFile(bin, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		bin = linked
 		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
 	}
 	if code, _, stderr := diskRun(t, diskCmd{argv: []string{bin, "send", "--db", db}, stdin: adaEvent}); code != 0 {

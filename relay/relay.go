@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,6 +244,9 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		if st, err = postgres.Open(ctx, opts.Path, postgres.Options{Logger: opts.Logger}); err != nil {
 			return nil, err
 		}
+	case urlScheme(opts.Path) != "" && urlScheme(opts.Path) != "file":
+		return nil, fmt.Errorf("database %s: no store for %s:// URLs (a SQLite file path, or postgres://user@host/db)",
+			urlScheme(opts.Path)+"://…", urlScheme(opts.Path))
 	default:
 		if st, err = sqlite.Open(ctx, opts.Path, sqlite.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout, RequireWritable: !opts.ReadOnly}); err != nil {
 			return nil, err
@@ -252,6 +256,16 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		opts: opts, store: st, hooks: opts.Hooks, holder: holderID(), log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
 	}, nil
+}
+
+// urlScheme is the scheme of a database URL (mysql in mysql://…), or ""
+// for a file path.
+func urlScheme(path string) string {
+	scheme, _, ok := strings.Cut(path, "://")
+	if !ok || scheme == "" || strings.ContainsAny(scheme, `/\.`) {
+		return ""
+	}
+	return strings.ToLower(scheme)
 }
 
 // checkRoutes refuses an empty route; no routes at all print every
