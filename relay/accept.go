@@ -186,6 +186,9 @@ func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []
 		}
 		end := min(len(targets), from+r.opts.Chunk)
 		next, err := r.store.ExpandEvent(ctx, eventRow, from, targets[from:end], r.now())
+		if errors.Is(err, store.ErrFanOutEnded) {
+			return nil // an operator dropped the rest while this chunk was on its way
+		}
 		if err != nil {
 			return err
 		}

@@ -44,7 +44,9 @@ type Events interface {
 	AcceptEvents(ctx context.Context, in []AcceptInput, now time.Time) (out []Accepted, errs []error, err error)
 	// ExpandEvent writes the next chunk of an event's fan-out, if the event
 	// has expanded exactly from targets so far, and returns how far it has
-	// expanded now. A chunk written twice adds no notification.
+	// expanded now. A chunk written twice adds no notification. A chunk at
+	// or past the event's end (a fan-out an operator dropped while this
+	// chunk was on its way) writes nothing: ErrFanOutEnded.
 	ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []Target, now time.Time) (int, error)
 	// UnexpandedEvents lists events whose fan-out stopped part way and is
 	// not quarantined, oldest first.

@@ -450,6 +450,10 @@ var (
 	// be reached), not of the request: nothing was written, and the same
 	// write may succeed later. Stores wrap it; test with IsUnavailable.
 	ErrUnavailable = errors.New("storage unavailable")
+	// ErrFanOutEnded: ExpandEvent was given a chunk past the event's end,
+	// as when DropEvent commits while the chunk is on its way. Nothing was
+	// written: the fan-out is over.
+	ErrFanOutEnded = errors.New("the event's fan-out has ended")
 )
 
 // Token is an API token as stored: its hash is kept, the token never is.

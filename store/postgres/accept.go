@@ -113,11 +113,17 @@ func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk
 			return err
 		}
 		var tenant, typ string
-		if err := tx.QueryRow(ctx, `SELECT expanded, tenant, type FROM events WHERE id = $1 FOR UPDATE`, eventRow).Scan(&expanded, &tenant, &typ); err != nil {
+		var targets int
+		// FOR UPDATE orders this chunk with a DropEvent (an UPDATE of the
+		// same row): whichever commits second sees the other's change.
+		if err := tx.QueryRow(ctx, `SELECT expanded, targets, tenant, type FROM events WHERE id = $1 FOR UPDATE`, eventRow).Scan(&expanded, &targets, &tenant, &typ); err != nil {
 			return fmt.Errorf("expand event %d: %w", eventRow, err)
 		}
 		if expanded != from {
 			return nil
+		}
+		if from >= targets { // dropped meanwhile (DropEvent sets targets = expanded)
+			return fmt.Errorf("expand event %d from %d of %d: %w", eventRow, from, targets, store.ErrFanOutEnded)
 		}
 		if _, err := insertTargets(ctx, tx, eventRow, tenant, typ, from, chunk, now); err != nil {
 			return err

@@ -112,11 +112,15 @@ func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk
 	var expanded int
 	err := s.w.doAs(ctx, store.WriteAccept, func(tx *Tx) error {
 		var tenant, typ string
-		if err := tx.queryRow(`SELECT expanded, tenant, type FROM events WHERE id = ?`, eventRow).Scan(&expanded, &tenant, &typ); err != nil {
+		var targets int
+		if err := tx.queryRow(`SELECT expanded, targets, tenant, type FROM events WHERE id = ?`, eventRow).Scan(&expanded, &targets, &tenant, &typ); err != nil {
 			return fmt.Errorf("expand event %d: %w", eventRow, err)
 		}
 		if expanded != from {
 			return nil
+		}
+		if from >= targets { // dropped meanwhile (DropEvent sets targets = expanded)
+			return fmt.Errorf("expand event %d from %d of %d: %w", eventRow, from, targets, store.ErrFanOutEnded)
 		}
 		if _, err := insertTargets(tx, eventRow, tenant, typ, from, chunk, now); err != nil {
 			return err

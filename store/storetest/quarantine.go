@@ -81,5 +81,15 @@ func Quarantine(t *testing.T, open func(t *testing.T) store.Store) {
 		if _, err := s.DropEvent(ctx, "acme", row, t0); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("dropped twice: %v", err)
 		}
+		// A chunk that was on its way when the drop committed (an accept's
+		// own fan-out, say) writes nothing: the dropped stay uncreated.
+		before, _ := s.EventNotifications(ctx, row, -1, 10)
+		late := []store.Target{{Key: "late-1", Recipient: "r1", Channel: "email", Address: "r1@example.com"}}
+		if _, err := s.ExpandEvent(ctx, row, 1, late, t0); !errors.Is(err, store.ErrFanOutEnded) {
+			t.Errorf("a chunk after the drop: %v; want ErrFanOutEnded", err)
+		}
+		if after, _ := s.EventNotifications(ctx, row, -1, 10); len(after) != len(before) {
+			t.Errorf("a chunk after the drop wrote %d notifications", len(after)-len(before))
+		}
 	})
 }
