@@ -163,7 +163,12 @@ func concurrently(ctx context.Context, n, callers int, call func(ctx context.Con
 // AcceptGo accepts n one-recipient events through relay.Accept from
 // callers goroutines; each call returns once its event is durable.
 func AcceptGo(ctx context.Context, dir string, callers, n int) (Rate, error) {
-	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, fmt.Sprintf("accept-go-%d.db", callers)), Logger: quiet})
+	return acceptGoAt(ctx, filepath.Join(dir, fmt.Sprintf("accept-go-%d.db", callers)), callers, n)
+}
+
+// acceptGoAt is AcceptGo on the database at path (a file or a URL).
+func acceptGoAt(ctx context.Context, path string, callers, n int) (Rate, error) {
+	r, err := relay.Open(ctx, relay.Options{Path: path, Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}
@@ -178,7 +183,12 @@ func AcceptGo(ctx context.Context, dir string, callers, n int) (Rate, error) {
 // server from callers goroutines, each over its own kept-alive connection;
 // a call ends with its 202.
 func AcceptHTTP(ctx context.Context, dir string, callers, n int) (Rate, error) {
-	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, fmt.Sprintf("accept-http-%d.db", callers)), Logger: quiet})
+	return acceptHTTPAt(ctx, filepath.Join(dir, fmt.Sprintf("accept-http-%d.db", callers)), callers, n)
+}
+
+// acceptHTTPAt is AcceptHTTP on the database at path (a file or a URL).
+func acceptHTTPAt(ctx context.Context, path string, callers, n int) (Rate, error) {
+	r, err := relay.Open(ctx, relay.Options{Path: path, Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}
@@ -219,8 +229,12 @@ func postEvents(ctx context.Context, base string, callers, n, from int) (Rate, e
 // FanOut times accepting one event with the given number of recipients on
 // a fresh database, until the event and every notification are durable.
 func FanOut(ctx context.Context, dir string, recipients int) (time.Duration, error) {
-	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, fmt.Sprintf("fanout-%d.db", recipients)),
-		Logger: quiet, MaxRecipients: recipients})
+	return fanOutAt(ctx, filepath.Join(dir, fmt.Sprintf("fanout-%d.db", recipients)), recipients)
+}
+
+// fanOutAt is FanOut on the database at path (a file or a URL).
+func fanOutAt(ctx context.Context, path string, recipients int) (time.Duration, error) {
+	r, err := relay.Open(ctx, relay.Options{Path: path, Logger: quiet, MaxRecipients: recipients})
 	if err != nil {
 		return 0, err
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"edgerelay/internal/pgtest"
 )
 
 // The whole table as Go benchmarks, each sub-benchmark one row, in one run:
@@ -47,6 +49,7 @@ func edgerelay(tb testing.TB) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	pgtest.Stop()
 	if exePath != "" {
 		os.RemoveAll(filepath.Dir(exePath))
 	}

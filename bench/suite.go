@@ -16,6 +16,9 @@ type Config struct {
 	Exe    string // an edgerelay binary: the simulator and the footprint run it
 	Dir    string // where the databases go (the disk is part of what is measured)
 	Events int    // events per ingest and dispatch row
+	// FanOut is the recipients of the fan-out row's one event (0: 10,000,
+	// the target's size).
+	FanOut int
 	// Progress, if set, gets a line as each measurement starts.
 	Progress io.Writer
 }
