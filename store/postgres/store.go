@@ -83,6 +83,10 @@ type Store struct {
 	smu      sync.Mutex
 	stats    store.WriterStats
 	onCommit atomic.Pointer[func(writes int, took time.Duration)]
+
+	// loseCommitAnswer, set by tests (export_test.go), makes a committed
+	// transaction look as if its connection broke before the answer came.
+	loseCommitAnswer func() bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -242,9 +246,23 @@ func (s *Store) write(ctx context.Context, class store.WriteClass, fn func(ctx c
 			conn.Release()
 		}
 	}()
+	resolve := class == store.WriteClaim || class == store.WriteRecord
 	for try := 1; ; try++ {
 		start := time.Now()
-		committing, err := s.runTx(wctx, conn, fn)
+		xid, committing, err := s.runTx(wctx, conn, fn, resolve)
+		if err != nil && committing && xid != "" && brokenConn(err) {
+			// The COMMIT went out and its answer was lost with the
+			// connection: ask the server what became of the transaction.
+			switch st := s.commitOutcome(wctx, xid); st {
+			case "committed":
+				s.committed(class, time.Since(start))
+				return nil
+			case "aborted":
+				committing = false // nothing was committed: running it again is safe
+			default:
+				err = fmt.Errorf("%w (transaction %s: %s)", err, xid, st)
+			}
+		}
 		if err == nil {
 			s.committed(class, time.Since(start))
 			return nil
@@ -273,17 +291,63 @@ func (s *Store) write(ctx context.Context, class store.WriteClass, fn func(ctx c
 }
 
 // runTx runs fn in a transaction on conn; committing reports that the
-// error (if any) came from COMMIT, whose outcome may be unknown.
-func (s *Store) runTx(ctx context.Context, conn *pgxpool.Conn, fn func(ctx context.Context, tx pgx.Tx) error) (committing bool, err error) {
+// error (if any) came from COMMIT, whose outcome may be unknown. With
+// withXid, the transaction's id is read before the COMMIT, so that a lost
+// answer can be resolved (commitOutcome).
+func (s *Store) runTx(ctx context.Context, conn *pgxpool.Conn, fn func(ctx context.Context, tx pgx.Tx) error, withXid bool) (xid string, committing bool, err error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	if err := fn(ctx, tx); err != nil {
 		tx.Rollback(ctx)
-		return false, err
+		return "", false, err
 	}
-	return true, tx.Commit(ctx)
+	if withXid {
+		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+			tx.Rollback(ctx)
+			return "", false, err
+		}
+	}
+	err = tx.Commit(ctx)
+	if err == nil && s.loseCommitAnswer != nil && s.loseCommitAnswer() {
+		conn.Conn().Close(ctx) // the fault a test injects: committed, but the answer is lost
+		err = fmt.Errorf("commit: %w", io.ErrUnexpectedEOF)
+	}
+	return xid, true, err
+}
+
+// commitOutcome asks, on another connection, what became of the
+// transaction xid whose COMMIT answer was lost: "committed" or "aborted"
+// (pg_xact_status), or why it cannot tell. A COMMIT that the server has
+// not finished is waited for, briefly: the backend whose client went away
+// still commits or aborts it.
+//
+// Claims and settlements are resolved this way: a claim reported failed
+// although it committed would leave its notifications to lease recovery,
+// which would record an attempt that never happened (and end an
+// at-most-once one unknown), and a settlement run again would add its
+// attempt row twice.
+func (s *Store) commitOutcome(ctx context.Context, xid string) string {
+	for wait := 10 * time.Millisecond; ; wait *= 2 {
+		var st *string
+		err := s.pool.QueryRow(ctx, `SELECT pg_xact_status($1::xid8)`, xid).Scan(&st)
+		switch {
+		case err != nil:
+			return "outcome unknown: " + err.Error()
+		case st == nil:
+			return "outcome unknown: too old for pg_xact_status"
+		case *st != "in progress":
+			return *st
+		case wait > time.Second:
+			return "still in progress after its connection was lost"
+		}
+		select {
+		case <-ctx.Done():
+			return "outcome unknown: " + ctx.Err().Error()
+		case <-time.After(wait):
+		}
+	}
 }
 
 func (s *Store) committed(class store.WriteClass, d time.Duration) {
