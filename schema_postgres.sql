@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 8: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 9: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -222,6 +222,13 @@ CREATE TABLE schema_version (
     pinged_at bigint,
     CONSTRAINT schema_version_pkey PRIMARY KEY (one),
     CONSTRAINT schema_version_one_check CHECK (one)
+);
+
+CREATE TABLE settings (
+    name text NOT NULL,
+    value bytea NOT NULL,
+    created_at bigint NOT NULL,
+    CONSTRAINT settings_pkey PRIMARY KEY (name)
 );
 
 CREATE TABLE source_positions (

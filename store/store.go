@@ -30,6 +30,7 @@ type Store interface {
 	Requests
 	Leases
 	Tokens
+	Secrets
 	Maintenance
 }
 
@@ -209,6 +210,17 @@ type Tokens interface {
 	Tokens(ctx context.Context) ([]Token, error)
 	DeleteToken(ctx context.Context, id int64) error
 	HasTokens(ctx context.Context) (bool, error)
+}
+
+// Secrets are values made once per database and kept in it, so that every
+// process sharing the store (every node, every restart) uses the same one:
+// the key of the opaque ids the API shows.
+type Secrets interface {
+	// Secret returns the value kept under name, keeping fresh under it
+	// first if there is none: of processes racing to make it, every one
+	// gets the value kept first. A value once kept never changes. A store
+	// that cannot be written still returns a value kept before.
+	Secret(ctx context.Context, name string, fresh []byte) ([]byte, error)
 }
 
 // Maintenance is what keeps the store healthy and observable.

@@ -757,3 +757,40 @@ func TestRequestClaimAcrossNodes(t *testing.T) {
 		t.Fatalf("after a release: %+v, %v; want held at once", c, err)
 	}
 }
+
+// Nodes that start together on a new database race to make a secret (the
+// key of the API's ids): on 4 nodes, 4 connections each at once, every
+// caller gets the one value kept, which is one of the values they brought,
+// and it stays that value.
+func TestSecretOneValueAcrossNodes(t *testing.T) {
+	t.Parallel()
+	ns := nodes(t, migrated.Get(t), 4)
+	const each = 4
+	got := make([][]byte, len(ns)*each)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, s := range ns {
+		for j := range each {
+			wg.Go(func() {
+				<-start
+				v, err := s.Secret(t.Context(), "id-key", fmt.Appendf(nil, "node%d-conn%d", i, j))
+				if err != nil {
+					t.Error(err)
+				}
+				got[i*each+j] = v
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	for i, v := range got {
+		if string(v) != string(got[0]) || !strings.HasPrefix(string(v), "node") {
+			t.Fatalf("caller %d got %q, caller 0 %q: want one of the values brought, the same for all", i, v, got[0])
+		}
+	}
+	for i, s := range ns {
+		if v, err := s.Secret(t.Context(), "id-key", []byte("later")); err != nil || string(v) != string(got[0]) {
+			t.Fatalf("node %d later: %q, %v; want %q", i, v, err, got[0])
+		}
+	}
+}

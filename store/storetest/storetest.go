@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Claims", claims},
 		{"Leases", leases},
 		{"Tokens", tokens},
+		{"Secrets", secrets},
 		{"Maintenance", maintenance},
 	}
 	for _, g := range groups {
