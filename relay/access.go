@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -24,13 +23,82 @@ import (
 // never hold the store itself. Each method is the relay's word for one
 // thing a person or a client can see or change.
 
-// Notification returns one notification with its audit trail, by numeric
-// id or by idempotency key.
+// Notification returns one notification with its audit trail, by what a
+// person pasted: its row id (as the commands print it), the id the API
+// showed (n_…), or its idempotency key.
 func (r *Relay) Notification(ctx context.Context, idOrKey string) (store.Notification, error) {
-	if id, err := strconv.ParseInt(idOrKey, 10, 64); err == nil {
-		return r.store.Notification(ctx, "", id, "")
+	if _, isRow := ParseRow(idOrKey); isRow || strings.HasPrefix(idOrKey, NotificationIDPrefix) {
+		row, err := r.NotificationRow(ctx, idOrKey)
+		if err != nil {
+			return store.Notification{}, err
+		}
+		n, err := r.store.Notification(ctx, "", row, "")
+		if errors.Is(err, store.ErrNotFound) && !isRow {
+			err = fmt.Errorf("notification %s: %w", idOrKey, store.ErrNotFound) // not the row it decodes to
+		}
+		return n, err
 	}
 	return r.store.Notification(ctx, "", 0, idOrKey)
+}
+
+// IDs is the codec of the opaque ids the API shows, with this database's
+// key: made once, by the first process that needs it, and kept in the
+// store, so every process on the database shows the same ids.
+func (r *Relay) IDs(ctx context.Context) (*IDs, error) {
+	if x := r.ids.Load(); x != nil {
+		return x, nil
+	}
+	r.idsMu.Lock()
+	defer r.idsMu.Unlock()
+	if x := r.ids.Load(); x != nil {
+		return x, nil
+	}
+	fresh := make([]byte, 32)
+	rand.Read(fresh)
+	key, err := r.store.Secret(ctx, IDKeyName, fresh)
+	if err != nil {
+		return nil, fmt.Errorf("the key of the API's ids: %w", err)
+	}
+	x, err := NewIDs(key)
+	if err != nil {
+		return nil, fmt.Errorf("the key of the API's ids: %w", err)
+	}
+	r.ids.Store(x)
+	return x, nil
+}
+
+// ErrNotAnID: what was given is neither a row id nor an id the API gave.
+var ErrNotAnID = errors.New("not an id")
+
+// NotificationRow is the row of a notification named by its row id (as
+// the commands print it) or by the id the API showed (n_…); ErrNotAnID for
+// anything else. Whether the row exists is not checked.
+func (r *Relay) NotificationRow(ctx context.Context, id string) (int64, error) {
+	return r.row(ctx, id, NotificationIDPrefix, (*IDs).NotificationRow)
+}
+
+// EventRowOf is the row of an event named by its row id or by the id the
+// API showed (ev_…), as NotificationRow.
+func (r *Relay) EventRowOf(ctx context.Context, id string) (int64, error) {
+	return r.row(ctx, id, EventIDPrefix, (*IDs).EventRow)
+}
+
+func (r *Relay) row(ctx context.Context, id, prefix string, decode func(*IDs, string) (int64, bool)) (int64, error) {
+	if row, ok := ParseRow(id); ok {
+		return row, nil
+	}
+	if !strings.HasPrefix(id, prefix) {
+		return 0, fmt.Errorf("%q: %w: want a row id (a number) or an id the API gave (%s and 13 characters)", id, ErrNotAnID, prefix)
+	}
+	x, err := r.IDs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	row, ok := decode(x, id)
+	if !ok {
+		return 0, fmt.Errorf("%q: %w the API gives: %s and 13 characters of 0-9 and a-z without i, l, o, u", id, ErrNotAnID, prefix)
+	}
+	return row, nil
 }
 
 // TenantNotification is one notification of a tenant ("" for any), by id

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"edgerelay/providers"
@@ -176,6 +177,10 @@ type Relay struct {
 
 	mu sync.Mutex
 	d  *dispatcher // while started
+
+	// ids is the codec of the API's opaque ids, once its key is read.
+	idsMu sync.Mutex
+	ids   atomic.Pointer[IDs]
 }
 
 // Open opens the database (migrating it if needed) and returns a Relay
