@@ -197,6 +197,17 @@ func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []
 	return nil
 }
 
+// innermost is the last error of err's chain.
+func innermost(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
 // errNoProgress: a fan-out whose chunks do not advance it.
 var errNoProgress = errors.New("the fan-out does not advance")
 
@@ -265,7 +276,10 @@ func (r *Relay) finishEvent(ctx context.Context, u store.Unexpanded) error {
 			if n.(*atomic.Int32).Add(1) < maxExpandFailures {
 				return err
 			}
-			why = fmt.Sprintf("writing its fan-out failed %d times in a row: %v", maxExpandFailures, err)
+			// The reason is shown to the event's tenant (the API): the
+			// store's innermost error, without its context, which names the
+			// event's row (a count of every tenant's events; the log has it).
+			why = fmt.Sprintf("writing its fan-out failed %d times in a row: %v", maxExpandFailures, innermost(err))
 		}
 	}
 	r.expandFailures.Delete(u.EventRow)
