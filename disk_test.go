@@ -736,14 +736,14 @@ func TestDiskFullServe(t *testing.T) {
 		t.Fatalf("after the space came back: POST %d %s, readyz %d %s\n%s", after.status, after.body, ready.status, ready.body, p.output())
 	}
 	acked["after-1"] = true
-	var acc struct{ Notifications []struct{ ID int64 } }
+	var acc struct{ Notifications []struct{ ID string } }
 	json.Unmarshal([]byte(after.body), &acc)
 
 	t.Run("dispatcher resumes once the space is back", func(t *testing.T) {
 		if len(acc.Notifications) != 1 {
 			t.Fatalf("accept response %s", after.body)
 		}
-		url := fmt.Sprintf("%s/v1/notifications/%d", base, acc.Notifications[0].ID)
+		url := base + "/v1/notifications/" + acc.Notifications[0].ID
 		deadline := time.Now().Add(5 * time.Second)
 		var n struct{ Status string }
 		for {

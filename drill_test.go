@@ -69,9 +69,15 @@ const (
 type drillEvent struct {
 	ev    relay.Event
 	body  []byte
-	posts int                       // POSTs sent for it
-	acked bool                      // answered 2xx
-	notes []store.EventNotification // from the 2xx answer
+	posts int       // POSTs sent for it
+	acked bool      // answered 2xx
+	notes []apiNote // from the 2xx answer
+}
+
+// apiNote is a line of an accept's answer: the API shows opaque ids.
+type apiNote struct {
+	ID string `json:"id"`
+	store.EventNotification
 }
 
 type drill struct {
@@ -430,10 +436,10 @@ func (ps *poster) post(e *drillEvent) bool {
 		switch {
 		case resp.StatusCode == http.StatusAccepted:
 			var acc struct {
-				EventID       string                    `json:"event_id"`
-				Duplicate     bool                      `json:"duplicate"`
-				Count         int                       `json:"count"`
-				Notifications []store.EventNotification `json:"notifications"`
+				EventID       string    `json:"event_id"`
+				Duplicate     bool      `json:"duplicate"`
+				Count         int       `json:"count"`
+				Notifications []apiNote `json:"notifications"`
 			}
 			if err := json.Unmarshal(body, &acc); err != nil || acc.EventID != e.ev.ID ||
 				acc.Count != len(e.ev.Recipients) || len(acc.Notifications) != acc.Count {
@@ -463,8 +469,8 @@ func (ps *poster) post(e *drillEvent) bool {
 	return false
 }
 
-func sameNotes(a, b []store.EventNotification) bool {
-	return slices.EqualFunc(a, b, func(x, y store.EventNotification) bool { return x.ID == y.ID && x.Key == y.Key })
+func sameNotes(a, b []apiNote) bool {
+	return slices.EqualFunc(a, b, func(x, y apiNote) bool { return x.ID == y.ID && x.Key == y.Key })
 }
 
 // serveAndKill runs one serve process until it is killed: by the crash
@@ -596,6 +602,14 @@ func (d *drill) verify(server *sim.Server, took time.Duration) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	key, err := st.Secret(ctx, relay.IDKeyName, nil) // made by the first serve
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := relay.NewIDs(key)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	perKey := map[string]int{}
 	deliveries := server.Deliveries()
@@ -613,9 +627,13 @@ func (d *drill) verify(server *sim.Server, took time.Duration) {
 		for _, an := range e.notes {
 			notes++
 			known[an.Key] = true
-			n, err := st.Notification(ctx, "", an.ID, "")
+			row, ok := ids.NotificationRow(an.ID)
+			if !ok {
+				t.Errorf("event %s: the answer's id %q is not an id", e.ev.ID, an.ID)
+			}
+			n, err := st.Notification(ctx, "", row, "")
 			if err != nil || n.Key != an.Key {
-				t.Errorf("event %s: notification %d (%s) acknowledged but not found: %v", e.ev.ID, an.ID, an.Key, err)
+				t.Errorf("event %s: notification %s (%s) acknowledged but not found: %v", e.ev.ID, an.ID, an.Key, err)
 				lost++
 				continue
 			}

@@ -71,7 +71,7 @@ func TestServeProcessAcceptsDeliversAndStops(t *testing.T) {
 	}
 	var acc struct {
 		Duplicate     bool
-		Notifications []struct{ ID int64 }
+		Notifications []struct{ ID string }
 	}
 	json.NewDecoder(resp.Body).Decode(&acc)
 	resp.Body.Close()

@@ -236,21 +236,39 @@ func (b *bundle) do(tb testing.TB, method, path, body string, hdr ...string) rep
 
 // acceptBody is the 202 body of POST /v1/events.
 type acceptBody struct {
-	Tenant        string                    `json:"tenant"`
-	EventID       string                    `json:"event_id"`
-	Purpose       string                    `json:"purpose"`
-	Duplicate     bool                      `json:"duplicate"`
-	Count         int                       `json:"count"`
-	Notifications []store.EventNotification `json:"notifications"`
-	Next          string                    `json:"next"`
-	FeedItems     []store.FeedPost          `json:"feed_items"`
+	Tenant        string              `json:"tenant"`
+	EventID       string              `json:"event_id"`
+	Purpose       string              `json:"purpose"`
+	Duplicate     bool                `json:"duplicate"`
+	Count         int                 `json:"count"`
+	Notifications []eventNotification `json:"notifications"`
+	Next          string              `json:"next"`
+	FeedItems     []store.FeedPost    `json:"feed_items"`
 }
+
+// The API shows opaque ids (n_…, ev_…), never row ids: its bodies are the
+// store's values with the id fields replaced (the outer field wins).
+type (
+	eventNotification struct {
+		ID string `json:"id"`
+		store.EventNotification
+	}
+	notification struct {
+		ID string `json:"id"`
+		store.Notification
+		Quarantine *quarantined `json:"event_quarantined,omitempty"`
+	}
+	quarantined struct {
+		ID string `json:"id"`
+		store.QuarantinedEvent
+	}
+)
 
 // pageBody is the body of GET /v1/notifications.
 type pageBody struct {
-	Notifications []store.Notification `json:"notifications"`
-	NextCursor    string               `json:"next_cursor"`
-	Next          string               `json:"next"`
+	Notifications []notification `json:"notifications"`
+	NextCursor    string         `json:"next_cursor"`
+	Next          string         `json:"next"`
 }
 
 // decode unmarshals a JSON body strictly: a field the test does not know
@@ -329,8 +347,8 @@ func jsonOf(tb testing.TB, v any) string {
 	return string(b)
 }
 
-func ids(ns []store.EventNotification) []int64 {
-	out := make([]int64, len(ns))
+func ids(ns []eventNotification) []string {
+	out := make([]string, len(ns))
 	for i, n := range ns {
 		out[i] = n.ID
 	}
@@ -338,7 +356,7 @@ func ids(ns []store.EventNotification) []int64 {
 }
 
 // listAll returns every notification the caller can see, by id.
-func (b *bundle) listAll(tb testing.TB, hdr ...string) map[int64]store.Notification {
+func (b *bundle) listAll(tb testing.TB, hdr ...string) map[string]notification {
 	tb.Helper()
 	rep := b.do(tb, "GET", "/v1/notifications?limit=1000", "", hdr...)
 	if rep.status != http.StatusOK {
@@ -348,11 +366,21 @@ func (b *bundle) listAll(tb testing.TB, hdr ...string) map[int64]store.Notificat
 	if p.NextCursor != "" {
 		tb.Fatalf("list: more than 1000 notifications")
 	}
-	out := map[int64]store.Notification{}
+	out := map[string]notification{}
 	for _, n := range p.Notifications {
 		out[n.ID] = n
 	}
 	return out
+}
+
+// row is the row of an id the API showed (the relay reads both).
+func (b *bundle) row(tb testing.TB, id string) int64 {
+	tb.Helper()
+	row, err := b.r.NotificationRow(context.Background(), id)
+	if err != nil {
+		tb.Fatalf("row of %q: %v", id, err)
+	}
+	return row
 }
 
 func fixture(tb testing.TB, name string) string {
@@ -384,7 +412,7 @@ func TestPostEvent(t *testing.T) {
 	}
 	for i, n := range res.Notifications {
 		k := relay.Key("default", "evt_api_1", "receipt", want[i].recipient, want[i].channel)
-		if n.ID <= 0 || n.Key != k || n.Recipient != want[i].recipient || n.Channel != want[i].channel || n.Status != store.StatusPending {
+		if !strings.HasPrefix(n.ID, "n_") || len(n.ID) != 15 || n.Key != k || n.Recipient != want[i].recipient || n.Channel != want[i].channel || n.Status != store.StatusPending {
 			t.Errorf("notification %d: %+v, want %s/%s key %s pending", i, n, want[i].recipient, want[i].channel, k)
 		}
 	}
@@ -425,13 +453,13 @@ func TestPostEvent(t *testing.T) {
 
 	// Each notification is readable by id and by key.
 	n0 := res.Notifications[0]
-	got := decode[store.Notification](t, b.do(t, "GET", "/v1/notifications/"+strconv.FormatInt(n0.ID, 10), ""))
+	got := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+n0.ID, ""))
 	if got.ID != n0.ID || got.Key != n0.Key || got.EventID != "evt_api_1" || got.Address != "ada@example.com" || got.AttemptLog == nil {
 		t.Errorf("GET by id: %+v", got)
 	}
-	byKey := decode[store.Notification](t, b.do(t, "GET", "/v1/notifications?key="+n0.Key, ""))
+	byKey := decode[notification](t, b.do(t, "GET", "/v1/notifications?key="+n0.Key, ""))
 	if byKey.ID != n0.ID {
-		t.Errorf("GET by key: id %d, want %d", byKey.ID, n0.ID)
+		t.Errorf("GET by key: id %s, want %s", byKey.ID, n0.ID)
 	}
 }
 
@@ -611,7 +639,7 @@ func TestConcurrentIdenticalPosts(t *testing.T) {
 			close(start)
 			wg.Wait()
 
-			var firstIDs []int64
+			var firstIDs []string
 			ran, inFlight := 0, 0
 			for i, rep := range replies {
 				if errs[i] != nil {
@@ -684,7 +712,7 @@ func TestConcurrentKeysSameEvent(t *testing.T) {
 	close(start)
 	wg.Wait()
 	fresh := 0
-	var want []int64
+	var want []string
 	for i, rep := range replies {
 		if errs[i] != nil {
 			t.Fatalf("caller %d: %v", i, errs[i])
@@ -731,8 +759,8 @@ func TestTenantIsolation(t *testing.T) {
 	if n.Key != relay.Key("acme", "evt_1", "receipt", n.Recipient, "email") {
 		t.Errorf("key %s is not acme's", n.Key)
 	}
-	own := b.do(t, "GET", "/v1/notifications/"+strconv.FormatInt(n.ID, 10), "", acme...)
-	if got := decode[store.Notification](t, own); got.Tenant != "acme" {
+	own := b.do(t, "GET", "/v1/notifications/"+n.ID, "", acme...)
+	if got := decode[notification](t, own); got.Tenant != "acme" {
 		t.Errorf("acme reads its own: %+v", got)
 	}
 	// The same event id from beta is beta's own event.
@@ -742,7 +770,7 @@ func TestTenantIsolation(t *testing.T) {
 	}
 
 	// Another tenant's notification does not exist, rather than being forbidden.
-	id := strconv.FormatInt(n.ID, 10)
+	id := n.ID
 	wantProblem(t, b.do(t, "GET", "/v1/notifications/"+id, "", beta...), http.StatusNotFound, "not-found")
 	wantProblem(t, b.do(t, "GET", "/v1/notifications?key="+n.Key, "", beta...), http.StatusNotFound, "not-found")
 	wantProblem(t, b.do(t, "POST", "/v1/notifications/"+id+"/retry", "", beta...), http.StatusNotFound, "not-found")
@@ -815,8 +843,8 @@ func TestListPaging(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_0", 5))))
-	seen := map[int64]bool{}
-	var order []int64
+	seen := map[string]bool{}
+	var order []int64 // rows: the ids are opaque, the order is the rows'
 	next := "/v1/notifications?status=pending&limit=2"
 	for page := 0; next != ""; page++ {
 		if page > 50 {
@@ -832,16 +860,17 @@ func TestListPaging(t *testing.T) {
 		}
 		for _, n := range p.Notifications {
 			if seen[n.ID] {
-				t.Fatalf("page %d repeats notification %d", page, n.ID)
+				t.Fatalf("page %d repeats notification %s", page, n.ID)
 			}
-			if len(order) > 0 && n.ID < order[len(order)-1] {
-				t.Fatalf("page %d: id %d after %d", page, n.ID, order[len(order)-1])
+			row := b.row(t, n.ID)
+			if len(order) > 0 && row < order[len(order)-1] {
+				t.Fatalf("page %d: row %d after %d", page, row, order[len(order)-1])
 			}
 			if n.Status != store.StatusPending {
 				t.Errorf("status filter: %+v", n)
 			}
 			seen[n.ID] = true
-			order = append(order, n.ID)
+			order = append(order, row)
 		}
 		switch {
 		case len(p.Notifications) == 2 && (p.NextCursor == "" || p.Next == ""):
@@ -863,7 +892,7 @@ func TestListPaging(t *testing.T) {
 	}
 	for id := range all {
 		if !seen[id] {
-			t.Errorf("paging skipped notification %d", id)
+			t.Errorf("paging skipped notification %s", id)
 		}
 	}
 	// The recipient filter.
@@ -877,10 +906,16 @@ func TestListInvalidQuery(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	for _, q := range []string{"status=bogus", "status=PENDING", "limit=0", "limit=-1", "limit=1001", "limit=ten",
-		"cursor=-1", "cursor=abc", "cursor=1.5"} {
-		wantProblem(t, b.do(t, "GET", "/v1/notifications?"+q, ""), http.StatusBadRequest, "invalid-query")
+		"cursor=-1", "cursor=abc", "cursor=1.5", "cursor=0", "cursor=99", "cursor=n_", "cursor=n_0123456789abc0", "cursor=N_0123456789ABC",
+		"cursor=ev_0123456789abc"} {
+		p := wantProblem(t, b.do(t, "GET", "/v1/notifications?"+q, ""), http.StatusBadRequest, "invalid-query")
+		if strings.HasPrefix(q, "cursor=") && !strings.HasPrefix(p.Detail, "cursor: "+strconv.Quote(strings.TrimPrefix(q, "cursor="))) {
+			t.Errorf("%s: detail %q does not name the cursor", q, p.Detail)
+		}
 	}
-	for _, q := range []string{"status=pending", "status=dead", "limit=1", "limit=1000", "cursor=0", "cursor=99"} {
+	// A cursor is an id the API gave (any spelling of one pages from where
+	// it falls; none reaches another tenant's rows).
+	for _, q := range []string{"status=pending", "status=dead", "limit=1", "limit=1000", "cursor=n_0123456789abc", "cursor=n_7zzzzzzzzzzzz"} {
 		if rep := b.do(t, "GET", "/v1/notifications?"+q, ""); rep.status != http.StatusOK {
 			t.Errorf("%s: %s", q, rep)
 		} else if p := decode[pageBody](t, rep); p.Notifications == nil {
@@ -905,7 +940,7 @@ func TestRetry(t *testing.T) {
 	}
 	b := setup(t, options{Relay: relay.Options{Routes: relay.Routes{"*": {p}}}})
 	res := accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_1", 1))))
-	id := strconv.FormatInt(res.Notifications[0].ID, 10)
+	id := res.Notifications[0].ID
 
 	wantProblem(t, b.do(t, "POST", "/v1/notifications/"+id+"/retry", ""), http.StatusConflict, "not-retryable")
 
@@ -914,7 +949,7 @@ func TestRetry(t *testing.T) {
 	if _, err := b.r.RunUntilIdle(ctx, time.Second); err != nil {
 		t.Fatalf("dispatch: %v", err)
 	}
-	n := decode[store.Notification](t, b.do(t, "GET", "/v1/notifications/"+id, ""))
+	n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+id, ""))
 	if n.Status != store.StatusFailed || len(n.AttemptLog) != 1 {
 		t.Fatalf("after a 422: %+v, want failed after one attempt", n)
 	}
@@ -924,13 +959,13 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("retry: %s", rep)
 	}
 	got := decode[struct {
-		ID     int64  `json:"id"`
+		ID     string `json:"id"`
 		Status string `json:"status"`
 	}](t, rep)
-	if strconv.FormatInt(got.ID, 10) != id || got.Status != store.StatusPending {
+	if got.ID != id || got.Status != store.StatusPending {
 		t.Errorf("retry answered %+v", got)
 	}
-	if n := decode[store.Notification](t, b.do(t, "GET", "/v1/notifications/"+id, "")); n.Status != store.StatusPending || n.Key != res.Notifications[0].Key {
+	if n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+id, "")); n.Status != store.StatusPending || n.Key != res.Notifications[0].Key {
 		t.Errorf("after retry: %+v, want pending with the same key", n)
 	}
 	// The same retry again is the same answer, not a 409.
@@ -950,7 +985,7 @@ func TestFanOut10k(t *testing.T) {
 	if res.Count != n || len(res.Notifications) != 100 || res.Next == "" {
 		t.Fatalf("count %d, %d inline, next %q: want 10000, 100 and a link", res.Count, len(res.Notifications), res.Next)
 	}
-	seen := map[int64]bool{}
+	seen := map[string]bool{}
 	for _, x := range res.Notifications {
 		seen[x.ID] = true
 	}
@@ -966,7 +1001,7 @@ func TestFanOut10k(t *testing.T) {
 		p := decode[pageBody](t, rep)
 		for _, x := range p.Notifications {
 			if seen[x.ID] {
-				t.Fatalf("notification %d twice", x.ID)
+				t.Fatalf("notification %s twice", x.ID)
 			}
 			if x.EventID != "evt_big" {
 				t.Fatalf("next page lists another event's notification: %+v", x)

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
@@ -27,68 +28,71 @@ func (s *Server) listQuarantine(w http.ResponseWriter, r *http.Request, c caller
 	if perr != nil {
 		return *perr
 	}
+	x, perr := s.codec(r.Context())
+	if perr != nil {
+		return *perr
+	}
 	var before int64
 	if v := q.Get("before"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid cursor", "before: the id of the last event of the previous page")
+		// The last event's id, as on the previous page: the next page is
+		// the caller's events with lower rows.
+		row, ok := x.EventRow(v)
+		if !ok || row < 1 {
+			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid cursor",
+				"before: "+strconv.Quote(v)+": "+notAnID(v, relay.EventIDPrefix)+"; pass the id of the last event of the previous page")
 		}
-		before = n
+		before = row
 	}
 	qs, err := s.r.Quarantined(r.Context(), c.tenant, before, limit)
 	if err != nil {
 		return s.internal(err)
 	}
-	out := map[string]any{"events": qs}
+	events := make([]quarantinedJSON, len(qs))
+	for i, e := range qs {
+		events[i] = quarantinedView(x, e)
+	}
+	out := map[string]any{"events": events}
 	if len(qs) == limit {
-		q.Set("before", strconv.FormatInt(qs[len(qs)-1].EventRow, 10))
+		q.Set("before", events[len(events)-1].ID)
 		out["next"] = r.URL.Path + "?" + q.Encode()
 	}
 	return jsonResponse(http.StatusOK, out)
 }
 
-// quarantineID reads the {id} of a quarantine route.
-func quarantineID(r *http.Request) (int64, *response) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		p := problem(http.StatusNotFound, probNotFound, "Not found", "no quarantined event "+strconv.Quote(r.PathValue("id")))
-		return 0, &p
-	}
-	return id, nil
-}
-
 func (s *Server) retryQuarantine(w http.ResponseWriter, r *http.Request, c caller) response {
-	id, perr := quarantineID(r)
+	_, row, perr := s.eventPath(r)
 	if perr != nil {
 		return *perr
 	}
-	err := s.r.RetryQuarantined(r.Context(), c.tenant, id)
+	id := r.PathValue("id")
+	err := s.r.RetryQuarantined(r.Context(), c.tenant, row)
 	if errors.Is(err, store.ErrNotFound) {
-		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+		return noQuarantined(id)
 	}
 	if err != nil {
 		return s.internal(err)
 	}
 	// The fan-out was tried at once: it finished, or the event is back in
 	// quarantine with the new reason.
-	qs, err := s.r.Quarantined(r.Context(), c.tenant, id+1, 1)
+	qs, err := s.r.Quarantined(r.Context(), c.tenant, row+1, 1)
 	if err != nil {
 		return s.internal(err)
 	}
-	if len(qs) == 1 && qs[0].EventRow == id {
+	if len(qs) == 1 && qs[0].EventRow == row {
 		return jsonResponse(http.StatusConflict, map[string]any{"id": id, "quarantined": true, "reason": qs[0].Reason})
 	}
 	return jsonResponse(http.StatusOK, map[string]any{"id": id, "quarantined": false})
 }
 
 func (s *Server) dropQuarantine(w http.ResponseWriter, r *http.Request, c caller) response {
-	id, perr := quarantineID(r)
+	_, row, perr := s.eventPath(r)
 	if perr != nil {
 		return *perr
 	}
-	n, err := s.r.DropQuarantined(r.Context(), c.tenant, id)
+	id := r.PathValue("id")
+	n, err := s.r.DropQuarantined(r.Context(), c.tenant, row)
 	if errors.Is(err, store.ErrNotFound) {
-		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+		return noQuarantined(id)
 	}
 	if err != nil {
 		return s.internal(err)

@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -77,8 +76,8 @@ func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 	}
 
 	type qpage struct {
-		Events []store.QuarantinedEvent `json:"events"`
-		Next   string                   `json:"next"`
+		Events []quarantined `json:"events"`
+		Next   string        `json:"next"`
 	}
 	if p := decode[qpage](t, b.do(t, "GET", "/v1/quarantine", "", beta...)); len(p.Events) != 0 {
 		t.Errorf("beta sees acme's quarantine: %+v", p.Events)
@@ -87,21 +86,27 @@ func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 	if len(p.Events) != 1 || p.Events[0].EventID != "evt_q" || p.Events[0].Tenant != "acme" || !strings.Contains(p.Events[0].Reason, "no longer decodes") {
 		t.Fatalf("acme's quarantine: %+v", p.Events)
 	}
-	id := p.Events[0].EventRow
-	// The notification's audit trail names the quarantine too.
-	var n store.Notification
-	if n = decode[store.Notification](t, b.do(t, "GET", "/v1/notifications/1", "", acme...)); n.Quarantine == nil || n.Quarantine.EventRow != id {
-		t.Errorf("GET /v1/notifications/1: quarantine %+v", n.Quarantine)
+	id := p.Events[0].ID
+	// The notification's audit trail names the quarantine too, by the
+	// event's id.
+	n1 := b.listAll(t, acme...)
+	for _, n := range n1 {
+		if n.EventID != "evt_q" {
+			continue
+		}
+		if n = decode[notification](t, b.do(t, "GET", "/v1/notifications/"+n.ID, "", acme...)); n.Quarantine == nil || n.Quarantine.ID != id {
+			t.Errorf("GET /v1/notifications/%s: quarantine %+v, want %s", n.ID, n.Quarantine, id)
+		}
 	}
-	wantProblem(t, b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/retry", id), "", beta...), http.StatusNotFound, "not-found")
-	if rep := b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/retry", id), "", acme...); rep.status != http.StatusConflict || !strings.Contains(string(rep.body), "no longer decodes") {
+	wantProblem(t, b.do(t, "POST", "/v1/quarantine/"+id+"/retry", "", beta...), http.StatusNotFound, "not-found")
+	if rep := b.do(t, "POST", "/v1/quarantine/"+id+"/retry", "", acme...); rep.status != http.StatusConflict || !strings.Contains(string(rep.body), "no longer decodes") {
 		t.Errorf("retry while the payload is still bad: %s, want 409 naming why", rep)
 	}
-	wantProblem(t, b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/drop", id), "", beta...), http.StatusNotFound, "not-found")
-	if rep := b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/drop", id), "", acme...); rep.status != http.StatusOK || !strings.Contains(string(rep.body), `"dropped":2`) {
+	wantProblem(t, b.do(t, "POST", "/v1/quarantine/"+id+"/drop", "", beta...), http.StatusNotFound, "not-found")
+	if rep := b.do(t, "POST", "/v1/quarantine/"+id+"/drop", "", acme...); rep.status != http.StatusOK || !strings.Contains(string(rep.body), `"dropped":2`) {
 		t.Errorf("drop: %s", rep)
 	}
-	wantProblem(t, b.do(t, "POST", fmt.Sprintf("/v1/quarantine/%d/drop", id), "", acme...), http.StatusNotFound, "not-found")
+	wantProblem(t, b.do(t, "POST", "/v1/quarantine/"+id+"/drop", "", acme...), http.StatusNotFound, "not-found")
 
 	type apage struct {
 		Addresses []store.InvalidAddress `json:"addresses"`

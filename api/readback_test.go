@@ -297,16 +297,16 @@ func TestListByEventIDAndTenant(t *testing.T) {
 	other := receipt("evt_2", 1)
 	acme := receipt("evt_1", 1)
 	acme.Tenant = "acme"
-	var want []int64
+	var want []string
 	for _, ev := range []relay.Event{receiptEv, other, reminder, acme} {
 		res := accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, ev)))
 		if ev.Tenant == "" && ev.ID == "evt_1" {
 			want = append(want, ids(res.Notifications)...)
 		}
 	}
-	listIDs := func(path string) []int64 {
+	listIDs := func(path string) []string {
 		t.Helper()
-		var got []int64
+		var got []string
 		for pages := 0; path != ""; pages++ {
 			rep := b.do(t, "GET", path, "")
 			if rep.status != http.StatusOK {

@@ -155,7 +155,7 @@ func sms(id, phone string) relay.Event {
 
 // acceptOne accepts ev, which must fan out to one notification, and
 // returns that notification's id.
-func (b *bundle) acceptOne(tb testing.TB, ev relay.Event) int64 {
+func (b *bundle) acceptOne(tb testing.TB, ev relay.Event) string {
 	tb.Helper()
 	res := accepted(tb, b.do(tb, "POST", "/v1/events", jsonOf(tb, ev)))
 	if res.Count != 1 || len(res.Notifications) != 1 {
@@ -175,13 +175,13 @@ func (b *bundle) deliver(tb testing.TB) {
 }
 
 // notification reads one notification through the API.
-func (b *bundle) notification(tb testing.TB, id int64) store.Notification {
+func (b *bundle) notification(tb testing.TB, id string) store.Notification {
 	tb.Helper()
-	rep := b.do(tb, "GET", "/v1/notifications/"+strconv.FormatInt(id, 10), "")
+	rep := b.do(tb, "GET", "/v1/notifications/"+id, "")
 	if rep.status != http.StatusOK {
-		tb.Fatalf("GET notification %d: %s", id, rep)
+		tb.Fatalf("GET notification %s: %s", id, rep)
 	}
-	return decode[store.Notification](tb, rep)
+	return decode[notification](tb, rep).Notification
 }
 
 // receiptStatuses lists a notification's receipts as provider/message/status.
@@ -194,11 +194,11 @@ func receiptStatuses(n store.Notification) []string {
 }
 
 // wantState checks a notification's status and receipts.
-func (b *bundle) wantState(tb testing.TB, id int64, status string, receipts ...string) store.Notification {
+func (b *bundle) wantState(tb testing.TB, id string, status string, receipts ...string) store.Notification {
 	tb.Helper()
 	n := b.notification(tb, id)
 	if got := receiptStatuses(n); n.Status != status || !slices.Equal(got, append([]string{}, receipts...)) {
-		tb.Errorf("notification %d: %s with receipts %q, want %s with %q", id, n.Status, got, status, receipts)
+		tb.Errorf("notification %s: %s with receipts %q, want %s with %q", id, n.Status, got, status, receipts)
 	}
 	return n
 }

@@ -556,8 +556,10 @@ func (s *Server) internal(err error) response {
 		// The database file refused the write (full, read-only, corrupt):
 		// nothing was committed, and a retry later may succeed.
 		s.log.Error("storage unavailable", "err", err)
+		// The error stays in the log: it names rows and files, which are
+		// not the client's to see (row ids count every tenant's).
 		p := problem(http.StatusServiceUnavailable, probUnavailable, "Storage unavailable",
-			"the database could not be written, so nothing was stored; retry later (with the same Idempotency-Key, if any): "+err.Error())
+			"the database could not be written (full, read-only or unreachable), so nothing was stored; retry later (with the same Idempotency-Key, if any)")
 		p.retryAfter = "30"
 		return p
 	}
@@ -573,9 +575,9 @@ type acceptResponse struct {
 	Duplicate bool   `json:"duplicate"`
 	// Count is the event's notifications; at most PageSize are listed
 	// here, Next pages through the rest.
-	Count         int                       `json:"count"`
-	Notifications []store.EventNotification `json:"notifications"`
-	Next          string                    `json:"next,omitempty"`
+	Count         int                     `json:"count"`
+	Notifications []eventNotificationJSON `json:"notifications"`
+	Next          string                  `json:"next,omitempty"`
 	// FeedItems are the items the event posted, one per feed, with their
 	// seqs ([] for an event posted to no feed); a duplicate has those of
 	// the first accept.
@@ -595,15 +597,21 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 	if perr != nil {
 		return *perr
 	}
+	// The codec is read before the accept: an answer that cannot be
+	// written must not follow an event that was.
+	x, perr := s.codec(r.Context())
+	if perr != nil {
+		return *perr
+	}
 	if key == "" {
 		// Without a key the event's identity is the idempotency record: the
 		// unique constraint on (tenant, id, purpose) makes a resend a
 		// duplicate (202, "duplicate": true, the same notifications) and the
 		// same id with other content a 409 event-conflict. One commit, not
 		// three: no request key to claim and then fill in.
-		return s.acceptTenant(r.Context(), ev, c)
+		return s.acceptTenant(r.Context(), x, ev, c)
 	}
-	return s.idempotent(w, r, requestKey(r, ev.Tenant, key, canon), func() response { return s.acceptTenant(r.Context(), ev, c) })
+	return s.idempotent(w, r, requestKey(r, ev.Tenant, key, canon), func() response { return s.acceptTenant(r.Context(), x, ev, c) })
 }
 
 // decodeEvent decodes one event of a request and resolves its tenant. canon
@@ -635,28 +643,25 @@ func (s *Server) decodeEvent(raw []byte, c caller) (ev relay.Event, canon []byte
 
 // acceptTenant accepts an event whose tenant is resolved, answering with at
 // most PageSize notifications and a link to page through the rest.
-func (s *Server) acceptTenant(ctx context.Context, ev relay.Event, c caller) response {
+func (s *Server) acceptTenant(ctx context.Context, x *relay.IDs, ev relay.Event, c caller) response {
 	rs, errs := s.r.AcceptAll(ctx, []relay.Event{ev}, s.opts.PageSize)
-	return s.acceptAnswer(rs[0], errs[0], c)
+	return s.acceptAnswer(x, rs[0], errs[0], c)
 }
 
 // acceptAnswer is the answer for one event's accept.
-func (s *Server) acceptAnswer(res relay.AcceptResult, err error, c caller) response {
+func (s *Server) acceptAnswer(x *relay.IDs, res relay.AcceptResult, err error, c caller) response {
 	if err != nil {
 		return s.eventError(err)
 	}
-	out := acceptResponse{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose, Duplicate: res.Duplicate,
-		Count: res.Count, Notifications: res.Notifications, FeedItems: res.FeedItems}
 	// Lists are [] when empty, never null (a duplicate's are read back).
-	if out.Notifications == nil {
-		out.Notifications = []store.EventNotification{}
-	}
+	out := acceptResponse{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose, Duplicate: res.Duplicate,
+		Count: res.Count, Notifications: eventNotificationViews(x, res.Notifications), FeedItems: res.FeedItems}
 	if out.FeedItems == nil {
 		out.FeedItems = []store.FeedPost{}
 	}
 	if res.Count > len(out.Notifications) && len(out.Notifications) > 0 {
 		q := url.Values{"event_id": {res.EventID}, "purpose": {res.Purpose},
-			"cursor": {strconv.FormatInt(out.Notifications[len(out.Notifications)-1].ID, 10)}}
+			"cursor": {out.Notifications[len(out.Notifications)-1].ID}}
 		if c.any {
 			q.Set("tenant", res.Tenant) // an open API has no token to say whose event it is
 		}
@@ -752,10 +757,14 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 		fmt.Fprintf(&fp, "%d\n", len(canon))
 		fp.Write(canon)
 	}
+	x, perr := s.codec(r.Context())
+	if perr != nil {
+		return *perr
+	}
 	results := make([]batchResult, len(evs))
 	have := make([]bool, len(evs)) // results[i] is final, from a stored record
 	if key == "" {
-		s.runBatch(r.Context(), evs, results, have, c)
+		s.runBatch(r.Context(), x, evs, results, have, c)
 		return jsonResponse(http.StatusOK, map[string]any{"results": results})
 	}
 	// Under a key, each event is treated as a request of its own would be:
@@ -775,7 +784,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 		w.Header().Set("Idempotent-Replayed", "true")
 		return jsonResponse(http.StatusOK, map[string]any{"results": results})
 	}
-	fresh := s.runBatch(r.Context(), evs, results, have, c)
+	fresh := s.runBatch(r.Context(), x, evs, results, have, c)
 	if len(fresh) > 0 {
 		if runs == 0 {
 			rec = batchRecord{Chain: rand.Text()[:16], Results: fresh}
@@ -824,7 +833,7 @@ func (s *Server) batchRecords(ctx context.Context, k store.RequestKey, results [
 // (!have[i]), with one AcceptAll (one commit for them all, a result per
 // event: each event all-or-nothing), and fills their results. It returns
 // the results that are final.
-func (s *Server) runBatch(ctx context.Context, evs []batchEvent, results []batchResult, have []bool, c caller) []batchResult {
+func (s *Server) runBatch(ctx context.Context, x *relay.IDs, evs []batchEvent, results []batchResult, have []bool, c caller) []batchResult {
 	var (
 		in []relay.Event
 		at []int
@@ -844,7 +853,7 @@ func (s *Server) runBatch(ctx context.Context, evs []batchEvent, results []batch
 	if len(in) > 0 {
 		rs, errs := s.r.AcceptAll(ctx, in, s.opts.PageSize)
 		for j, i := range at {
-			set(i, s.acceptAnswer(rs[j], errs[j], c))
+			set(i, s.acceptAnswer(x, rs[j], errs[j], c))
 		}
 	}
 	var fresh []batchResult
@@ -867,28 +876,40 @@ func (s *Server) saveRecord(k store.RequestKey, rec batchRecord) {
 }
 
 func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, c caller) response {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification "+strconv.Quote(r.PathValue("id")))
+	x, row, perr := s.notificationPath(r)
+	if perr != nil {
+		return *perr
 	}
-	return s.notification(r.Context(), c, id, "")
-}
-
-// notification answers one audit trail, 404 for another tenant's.
-func (s *Server) notification(ctx context.Context, c caller, id int64, key string) response {
-	n, err := s.r.TenantNotification(ctx, c.tenant, id, key)
+	n, err := s.r.TenantNotification(r.Context(), c.tenant, row, "")
 	if errors.Is(err, store.ErrNotFound) {
-		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+		return noNotification(r.PathValue("id"))
 	}
 	if err != nil {
 		return s.internal(err)
 	}
-	return jsonResponse(http.StatusOK, n)
+	return jsonResponse(http.StatusOK, notificationView(x, n))
+}
+
+// notificationByKey answers one audit trail by idempotency key, 404 for
+// another tenant's.
+func (s *Server) notificationByKey(ctx context.Context, c caller, key string) response {
+	x, perr := s.codec(ctx)
+	if perr != nil {
+		return *perr
+	}
+	n, err := s.r.TenantNotification(ctx, c.tenant, 0, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification with key "+strconv.Quote(key))
+	}
+	if err != nil {
+		return s.internal(err)
+	}
+	return jsonResponse(http.StatusOK, notificationView(x, n))
 }
 
 // page is the body of GET /v1/notifications.
 type page struct {
-	Notifications []store.Notification `json:"notifications"`
+	Notifications []notificationJSON `json:"notifications"`
 	// NextCursor continues the listing; absent on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
 	Next       string `json:"next,omitempty"`
@@ -897,7 +918,11 @@ type page struct {
 func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c caller) response {
 	q := r.URL.Query()
 	if key := q.Get("key"); key != "" {
-		return s.notification(r.Context(), c, 0, key)
+		return s.notificationByKey(r.Context(), c, key)
+	}
+	x, perr := s.codec(r.Context())
+	if perr != nil {
+		return *perr
 	}
 	f := store.ListFilter{Tenant: c.tenant, Status: q.Get("status"), Recipient: q.Get("recipient"), Limit: s.opts.PageSize}
 	if f.Status != "" && !validStatus(f.Status) {
@@ -912,11 +937,15 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 		f.Limit = n
 	}
 	if v := q.Get("cursor"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid cursor", "cursor: the next_cursor of the previous page")
+		// The cursor is the last notification's id: its row is where the
+		// page starts, and a tenant's filter applies as on the first page,
+		// so no cursor reaches another tenant's notifications.
+		row, ok := x.NotificationRow(v)
+		if !ok {
+			return problem(http.StatusBadRequest, probInvalidQuery, "Invalid cursor",
+				"cursor: "+strconv.Quote(v)+": "+notAnID(v, relay.NotificationIDPrefix)+"; pass the next_cursor of the previous page")
 		}
-		f.After = n
+		f.After = row
 	}
 	if v, named := q["tenant"]; named {
 		// On an open API ?tenant= picks the tenant listed; a token lists
@@ -963,12 +992,9 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 	if err != nil {
 		return s.internal(err)
 	}
-	out := page{Notifications: ns}
-	if out.Notifications == nil {
-		out.Notifications = []store.Notification{}
-	}
+	out := page{Notifications: notificationViews(x, ns)}
 	if len(ns) == f.Limit {
-		cur := strconv.FormatInt(ns[len(ns)-1].ID, 10)
+		cur := x.Notification(ns[len(ns)-1].ID)
 		out.NextCursor = cur
 		q.Set("cursor", cur)
 		out.Next = "/v1/notifications?" + q.Encode()
@@ -1002,22 +1028,24 @@ func validStatus(s string) bool {
 }
 
 func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c caller) response {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification "+strconv.Quote(r.PathValue("id")))
-	}
 	key, perr := idempotencyKey(r)
 	if perr != nil {
 		return *perr
 	}
+	_, row, perr := s.notificationPath(r)
+	if perr != nil {
+		return *perr
+	}
+	id := r.PathValue("id")
 	return s.idempotent(w, r, requestKey(r, c.tenant, key, nil), func() response {
-		err := s.r.RetryTenant(r.Context(), c.tenant, id)
+		err := s.r.RetryTenant(r.Context(), c.tenant, row)
 		var se *store.StateError
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
+			return noNotification(id)
 		case errors.As(err, &se):
-			return problem(http.StatusConflict, probNotRetryable, "Not retryable", err.Error())
+			return problem(http.StatusConflict, probNotRetryable, "Not retryable",
+				fmt.Sprintf("notification %s is %s; only %s notifications can be retried", id, se.Status, se.Want))
 		case err != nil:
 			return s.internal(err)
 		}

@@ -257,10 +257,20 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 			return nil, err
 		}
 	}
-	return &Relay{
+	r := &Relay{
 		opts: opts, store: st, hooks: opts.Hooks, holder: holderID(), log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
-	}, nil
+	}
+	if !opts.ReadOnly {
+		// The key of the API's ids is made now, on a new database, rather
+		// than by the first request, whose one commit it would double. A
+		// failure (a full disk) is not the open's: the first id asked for
+		// tries again.
+		if _, err := r.IDs(ctx); err != nil {
+			r.log.Warn("the key of the API's ids is not made yet", "err", err)
+		}
+	}
+	return r, nil
 }
 
 // urlScheme is the scheme of a database URL (mysql in mysql://…), or ""
