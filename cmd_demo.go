@@ -181,7 +181,7 @@ func runDemo(ctx context.Context, path string, v demoVariant, w io.Writer) (demo
 		res.Status[ids[id]] = n.Status
 		if v.ShowAda && n.Recipient == "ada" {
 			fmt.Fprintln(w, "   edgerelay show", id)
-			printNotification(indent{w}, n)
+			printNotification(indent{w}, n, "")
 		}
 	}
 	res.Received = server.Counts()

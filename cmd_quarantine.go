@@ -4,21 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
 func quarantineCommand() *cli.Command {
-	eventArg := func(c *cli.Context, verb string) (int64, error) {
-		id, err := strconv.ParseInt(c.Args().First(), 10, 64)
-		if c.NArg() != 1 || err != nil || id <= 0 {
-			return 0, cli.Exit(fmt.Sprintf("quarantine %s takes one quarantined event's ID (see edgerelay quarantine list)", verb), exitUsage)
-		}
-		return id, nil
+	eventArg := func(c *cli.Context, verb string) (string, error) {
+		return idArg(c, fmt.Sprintf("quarantine %s takes one quarantined event's ID (a number as edgerelay quarantine list prints it, or the ev_… id the API showed)", verb),
+			relay.EventIDPrefix)
 	}
 	return &cli.Command{
 		Name:  "quarantine",
@@ -66,7 +63,7 @@ for good (the notifications never created are counted, not sent).`,
 				Flags:        commonFlags(),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					id, err := eventArg(c, "retry")
+					arg, err := eventArg(c, "retry")
 					if err != nil {
 						return err
 					}
@@ -75,6 +72,10 @@ for good (the notifications never created are counted, not sent).`,
 						return err
 					}
 					defer r.Close()
+					id, err := rowOf(c.Context, arg, r.EventRowOf)
+					if err != nil {
+						return err
+					}
 					if err := r.RetryQuarantined(c.Context, "", id); errors.Is(err, store.ErrNotFound) {
 						return cli.Exit(err.Error(), exitError)
 					} else if err != nil {
@@ -85,9 +86,9 @@ for good (the notifications never created are counted, not sent).`,
 						return err
 					}
 					if len(qs) == 1 && qs[0].EventRow == id {
-						return cli.Exit(fmt.Sprintf("event %d is quarantined again: %s", id, qs[0].Reason), exitError)
+						return cli.Exit(fmt.Sprintf("event %s is quarantined again: %s", arg, qs[0].Reason), exitError)
 					}
-					fmt.Fprintf(c.App.Writer, "event %d: fan-out finished; its notifications are pending (edgerelay dispatch delivers them)\n", id)
+					fmt.Fprintf(c.App.Writer, "event %s: fan-out finished; its notifications are pending (edgerelay dispatch delivers them)\n", arg)
 					return nil
 				},
 			},
@@ -98,7 +99,7 @@ for good (the notifications never created are counted, not sent).`,
 				Flags:        commonFlags(),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					id, err := eventArg(c, "drop")
+					arg, err := eventArg(c, "drop")
 					if err != nil {
 						return err
 					}
@@ -107,6 +108,10 @@ for good (the notifications never created are counted, not sent).`,
 						return err
 					}
 					defer r.Close()
+					id, err := rowOf(c.Context, arg, r.EventRowOf)
+					if err != nil {
+						return err
+					}
 					n, err := r.DropQuarantined(c.Context, "", id)
 					if errors.Is(err, store.ErrNotFound) {
 						return cli.Exit(err.Error(), exitError)
@@ -114,7 +119,7 @@ for good (the notifications never created are counted, not sent).`,
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "event %d: %d notifications dropped, never to be created; those written before stay\n", id, n)
+					fmt.Fprintf(c.App.Writer, "event %s: %d notifications dropped, never to be created; those written before stay\n", arg, n)
 					return nil
 				},
 			},

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
@@ -51,22 +51,26 @@ was listed); then it exits 1.`,
 				}
 				return retryMatching(c)
 			}
-			id, err := strconv.ParseInt(c.Args().First(), 10, 64)
-			if c.NArg() != 1 || err != nil {
-				return cli.Exit("retry takes one notification id (a number; see edgerelay show), or --status failed|dead|unknown to retry every one it selects", exitUsage)
+			arg, err := idArg(c, "retry takes one notification id (a number, or the n_… id the API showed; see edgerelay show), or --status failed|dead|unknown to retry every one it selects", relay.NotificationIDPrefix)
+			if err != nil {
+				return err
 			}
 			r, err := openExisting(c)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
+			id, err := rowOf(c.Context, arg, r.NotificationRow)
+			if err != nil {
+				return err
+			}
 			var se *store.StateError
 			if err := r.Retry(c.Context, id); errors.As(err, &se) || errors.Is(err, store.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
 			} else if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "notification %d is pending again; run edgerelay dispatch to deliver it\n", id)
+			fmt.Fprintf(c.App.Writer, "notification %s is pending again; run edgerelay dispatch to deliver it\n", arg)
 			return nil
 		},
 	}

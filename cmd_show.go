@@ -10,13 +10,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
 func showCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "show",
-		Usage:     "print the audit trail of one notification, by id or idempotency key",
+		Usage:     "print the audit trail of one notification, by id (a number, or the n_… id the API showed) or idempotency key",
 		ArgsUsage: "ID|KEY",
 		Description: `Prints the notification (key, event, recipient, channel, provider, status and
 why) and every attempt: its start and end, outcome (sent, refused, unknown),
@@ -37,6 +38,9 @@ the answer to "did my OTP go out?".`,
 			if errors.Is(err, store.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
 			}
+			if errors.Is(err, relay.ErrNotAnID) {
+				return cli.Exit(err.Error(), exitUsage)
+			}
 			if err != nil {
 				return err
 			}
@@ -45,14 +49,25 @@ the answer to "did my OTP go out?".`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(n)
 			}
-			printNotification(c.App.Writer, n)
+			// The id the API shows for it (what a client holds), when the
+			// database has the key of those ids (a read-only open cannot
+			// make one).
+			apiID := ""
+			if x, err := r.IDs(c.Context); err == nil {
+				apiID = x.Notification(n.ID)
+			}
+			printNotification(c.App.Writer, n, apiID)
 			return nil
 		},
 	}
 }
 
-func printNotification(w io.Writer, n store.Notification) {
+// printNotification prints n; apiID, when known, is the id the API shows.
+func printNotification(w io.Writer, n store.Notification, apiID string) {
 	fmt.Fprintf(w, "notification %d  %s\n", n.ID, n.Key)
+	if apiID != "" {
+		fmt.Fprintf(w, "  api id     %s\n", apiID)
+	}
 	fmt.Fprintf(w, "  event      %s  (tenant %s, type %s, purpose %s)\n", n.EventID, n.Tenant, n.Type, n.Purpose)
 	fmt.Fprintf(w, "  recipient  %s via %s to %s\n", n.Recipient, n.Channel, n.Address)
 	fmt.Fprintf(w, "  status     %s after %d attempt%s\n", n.Status, n.Attempts, plural(n.Attempts))

@@ -25,9 +25,11 @@ import (
 
 // Notification returns one notification with its audit trail, by what a
 // person pasted: its row id (as the commands print it), the id the API
-// showed (n_…), or its idempotency key.
+// showed (n_…), or its idempotency key. An event's id (ev_…) is
+// ErrNotAnID, not a key that is missing.
 func (r *Relay) Notification(ctx context.Context, idOrKey string) (store.Notification, error) {
-	if _, isRow := ParseRow(idOrKey); isRow || strings.HasPrefix(idOrKey, NotificationIDPrefix) {
+	_, isRow := ParseRow(idOrKey)
+	if isRow || strings.HasPrefix(idOrKey, NotificationIDPrefix) || strings.HasPrefix(idOrKey, EventIDPrefix) {
 		row, err := r.NotificationRow(ctx, idOrKey)
 		if err != nil {
 			return store.Notification{}, err
