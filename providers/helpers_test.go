@@ -52,7 +52,7 @@ func kindURL(scheme, params, hostport, path, extra string) string {
 
 func testMessage(key string) *Message {
 	return &Message{
-		Key: key, NotificationID: 42, Tenant: "acme", EventID: "evt-1", Type: "invoice.paid",
+		Key: key, NotificationID: "n_0000000000042", Tenant: "acme", EventID: "evt-1", Type: "invoice.paid",
 		Purpose: "transactional", Channel: "email", RecipientID: "user-7", Address: "ada@example.com",
 		Subject: "Paid", Body: "Thanks.", Attempt: 1,
 	}

@@ -139,7 +139,7 @@ func TestWebhookRequest(t *testing.T) {
 		t.Errorf("basic auth = %v %q %q", c.basic, c.user, c.pass)
 	}
 	want := map[string]any{
-		"key": "notif-43", "notification_id": 42.0, "tenant": "acme", "event_id": "evt-1",
+		"key": "notif-43", "notification_id": "n_0000000000042", "tenant": "acme", "event_id": "evt-1",
 		"type": "invoice.paid", "purpose": "transactional", "channel": "email",
 		"recipient": map[string]any{"id": "user-7", "address": "ada@example.com"},
 		"subject":   "Paid", "body": "Thanks.", "data": map[string]any{"amount": 12.0},

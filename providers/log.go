@@ -54,17 +54,16 @@ func (l *Log) Close() error {
 }
 
 type logLine struct {
-	Key            string `json:"key"`
-	NotificationID int64  `json:"notification_id"`
-	Tenant         string `json:"tenant"`
-	EventID        string `json:"event_id"`
-	Type           string `json:"type"`
-	Channel        string `json:"channel"`
-	RecipientID    string `json:"recipient_id"`
-	Address        string `json:"address"`
-	Subject        string `json:"subject"`
-	Body           string `json:"body"`
-	Attempt        int    `json:"attempt"`
+	Key         string `json:"key"` // the handle for `edgerelay show KEY`
+	Tenant      string `json:"tenant"`
+	EventID     string `json:"event_id"`
+	Type        string `json:"type"`
+	Channel     string `json:"channel"`
+	RecipientID string `json:"recipient_id"`
+	Address     string `json:"address"`
+	Subject     string `json:"subject"`
+	Body        string `json:"body"`
+	Attempt     int    `json:"attempt"`
 }
 
 // Send writes m as one line. It is Sent once the line is written; a write
@@ -75,7 +74,7 @@ func (l *Log) Send(ctx context.Context, m *Message) Result {
 		return Result{Outcome: Refused, Response: err.Error(), Detail: "cancelled before the line was written"}
 	}
 	line, err := json.Marshal(logLine{
-		Key: m.Key, NotificationID: m.NotificationID, Tenant: m.Tenant, EventID: m.EventID,
+		Key: m.Key, Tenant: m.Tenant, EventID: m.EventID,
 		Type: m.Type, Channel: m.Channel, RecipientID: m.RecipientID, Address: m.Address,
 		Subject: m.Subject, Body: m.Body, Attempt: m.Attempt,
 	})

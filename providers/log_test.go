@@ -59,7 +59,7 @@ func TestLogFile(t *testing.T) {
 		var i int
 		fmt.Sscanf(key, "key-%d", &i)
 		want := map[string]any{
-			"key": key, "notification_id": 42.0, "tenant": "acme", "event_id": "evt-1",
+			"key": key, "tenant": "acme", "event_id": "evt-1",
 			"type": "invoice.paid", "channel": "email", "recipient_id": "user-7",
 			"address": "ada@example.com", "subject": "Paid", "body": "Thanks.", "attempt": float64(i),
 		}

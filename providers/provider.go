@@ -27,8 +27,9 @@ const (
 type Message struct {
 	// Key is the notification's idempotency key. HTTP providers send it as
 	// the Idempotency-Key header; it is the same on every attempt.
-	Key            string
-	NotificationID int64
+	Key string
+	// NotificationID is the notification's id as the API shows it (n_…).
+	NotificationID string
 	Tenant         string
 	EventID        string
 	Type           string

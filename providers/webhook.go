@@ -63,7 +63,7 @@ type webhookRecipient struct {
 
 type webhookBody struct {
 	Key            string           `json:"key"`
-	NotificationID int64            `json:"notification_id"`
+	NotificationID string           `json:"notification_id"`
 	Tenant         string           `json:"tenant"`
 	EventID        string           `json:"event_id"`
 	Type           string           `json:"type"`

@@ -558,9 +558,15 @@ func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
 	if !v.call {
 		return nil, pending{c: c, provider: s.provider, s: store.Settlement{ID: c.ID, Token: c.Token, At: now, Decision: v.Decision}}
 	}
+	// The provider sees the id the API shows (a webhook may be the
+	// tenant's own server): a row id would count every tenant's traffic.
+	var nid string
+	if x := r.ids.Load(); x != nil {
+		nid = x.Notification(c.ID)
+	}
 	return &callPlan{c: c, p: p, gate: g, routeLen: len(route), deadline: time.Now().Add(s.leaseLeft),
 		msg: &providers.Message{
-			Key: c.Key, NotificationID: c.ID, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
+			Key: c.Key, NotificationID: nid, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
 			Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
 			Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt, Created: c.CreatedAt,
 		}}, pending{}

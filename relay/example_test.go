@@ -63,7 +63,7 @@ func Example() {
 
 	// Output:
 	// accepted: er1_7c3d720c16561f8c8e3a8757745d8cf29a5275af email duplicate: false
-	// {"key":"er1_7c3d720c16561f8c8e3a8757745d8cf29a5275af","notification_id":1,"tenant":"default","event_id":"evt_501","type":"payment.succeeded","channel":"email","recipient_id":"ada","address":"ada@example.com","subject":"Your receipt","body":"We received your payment. Thank you.","attempt":1}
+	// {"key":"er1_7c3d720c16561f8c8e3a8757745d8cf29a5275af","tenant":"default","event_id":"evt_501","type":"payment.succeeded","channel":"email","recipient_id":"ada","address":"ada@example.com","subject":"Your receipt","body":"We received your payment. Thank you.","attempt":1}
 	// sent 1, failed 0, dead 0, unknown 0, waiting 0
 	// accepted again: duplicate: true status: sent
 	// second run sent: 0

@@ -288,9 +288,10 @@ type webhookRecorder struct {
 type webhookReq struct {
 	Key  string // the Idempotency-Key header
 	Body struct {
-		Key       string `json:"key"`
-		Channel   string `json:"channel"`
-		Recipient struct {
+		Key            string `json:"key"`
+		NotificationID any    `json:"notification_id"`
+		Channel        string `json:"channel"`
+		Recipient      struct {
 			ID      string `json:"id"`
 			Address string `json:"address"`
 		} `json:"recipient"`
@@ -588,5 +589,39 @@ func TestAcceptAll(t *testing.T) {
 	_, errs = r2.AcceptAll(context.Background(), []Event{aud, ev("e6", "b")}, 0)
 	if errs[0] == nil || errors.As(errs[0], &inv) || errs[1] == nil {
 		t.Errorf("after a failed read: %v, %v; want both failed, not as invalid events", errs[0], errs[1])
+	}
+}
+
+// A webhook's payload names the notification by the id the API shows, not
+// by its row id: the receiver may be the tenant's own server, and row ids,
+// drawn from one sequence for every tenant, would count the others'
+// traffic.
+func TestWebhookPayloadCarriesTheAPIsID(t *testing.T) {
+	t.Parallel()
+	hook := &webhookRecorder{}
+	hs := httptest.NewServer(hook)
+	t.Cleanup(hs.Close)
+	p, err := providers.New("webhook+" + hs.URL + "/hook?idempotency=honoured")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := setupRelay(t, Options{Routes: Routes{"sms": {p}}})
+	res := accept(t, r, Event{ID: "evt_w", Type: "order.shipped", Body: "On its way",
+		Recipients: []Recipient{{ID: "ada", Phone: "+4420000001"}}})
+	if sum := runIdle(t, r, time.Second); sum.Sent != 1 {
+		t.Fatalf("summary %+v, want 1 sent", sum)
+	}
+	ids, err := r.IDs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ids.Notification(res.Notifications[0].ID)
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if len(hook.reqs) != 1 {
+		t.Fatalf("%d webhook requests, want 1", len(hook.reqs))
+	}
+	if got := hook.reqs[0].Body.NotificationID; got != want {
+		t.Errorf("the payload's notification_id is %v, want %s (the API's id of row %d)", got, want, res.Notifications[0].ID)
 	}
 }
