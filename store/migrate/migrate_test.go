@@ -351,3 +351,94 @@ func TestSequencesPastPrunedIDs(t *testing.T) {
 		t.Fatal("a lease was moved")
 	}
 }
+
+// A run that stops part-way (here: cancelled after the first batch of
+// notifications) leaves whole batches, and running it again finishes the
+// copy: every row once, the sequences past the source's.
+func TestInterruptedRunIsFinishedByTheNext(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	for i := range 5 {
+		addEvent(t, db, "e"+string(rune('1'+i)), "pending", nil)
+	}
+	url := pgtest.Start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err := migrate.Run(ctx, path, url, migrate.Options{Batch: 2, Progress: func(p migrate.Progress) {
+		if p.Table == "notifications" && p.Copied == 2 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want the cancellation", err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var events, notes int
+	conn.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM notifications)").Scan(&events, &notes)
+	if events != 5 || notes != 2 {
+		t.Fatalf("after the interrupted run: %d events, %d notifications; want 5 and a whole batch of 2", events, notes)
+	}
+	res, err := migrate.Run(t.Context(), path, url, migrate.Options{Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Tables {
+		switch c.Table {
+		case "events":
+			if c.Copied != 0 || c.Present != 5 {
+				t.Errorf("events on the second run: %+v", c)
+			}
+		case "notifications":
+			if c.Copied != 3 || c.Present != 2 {
+				t.Errorf("notifications on the second run: %+v", c)
+			}
+		}
+	}
+	conn.QueryRow(t.Context(), "SELECT count(*) FROM notifications").Scan(&notes)
+	if notes != 5 || res.NextID["notifications"] != 6 {
+		t.Fatalf("%d notifications, next id %d; want 5 and 6", notes, res.NextID["notifications"])
+	}
+}
+
+// On a second run a watermark keeps the larger of the source's and the
+// target's: a read mark, a feed counter or a source position the source
+// raised since is raised, one the target holds higher is not moved back.
+func TestWatermarksNeverMoveBack(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	exec(t, db, "INSERT INTO feed_marks VALUES ('acme', 'ada', 'read', 5), ('acme', 'ben', 'read', 5)")
+	exec(t, db, "INSERT INTO feed_counters (tenant, seq) VALUES ('acme', 10), ('beta', 10)")
+	exec(t, db, "INSERT INTO source_positions VALUES ('outbox', 100, 0), ('other', 100, 0)")
+	url := pgtest.Start(t)
+	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// The source moves ada, acme and outbox on; the target bob, beta, other.
+	exec(t, db, "UPDATE feed_marks SET mark = 7 WHERE user = 'ada'")
+	exec(t, db, "UPDATE feed_counters SET seq = 12 WHERE tenant = 'acme'")
+	exec(t, db, "UPDATE source_positions SET position = 120 WHERE source = 'outbox'")
+	for _, q := range []string{`UPDATE feed_marks SET mark = 9 WHERE "user" = 'ben'`, "UPDATE feed_counters SET seq = 15 WHERE tenant = 'beta'",
+		"UPDATE source_positions SET position = 150 WHERE source = 'other'"} {
+		if _, err := conn.Exec(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	conn.QueryRow(t.Context(), `SELECT (SELECT string_agg("user" || '=' || mark, ' ' ORDER BY "user") FROM feed_marks) || ' ' ||
+		(SELECT string_agg(tenant || '=' || seq, ' ' ORDER BY tenant) FROM feed_counters) || ' ' ||
+		(SELECT string_agg(source || '=' || position, ' ' ORDER BY source) FROM source_positions)`).Scan(&got)
+	if want := "ada=7 ben=9 acme=12 beta=15 other=150 outbox=120"; got != want {
+		t.Fatalf("watermarks %q, want %q", got, want)
+	}
+}
