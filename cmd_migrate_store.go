@@ -38,8 +38,8 @@ refused.
 
 Then: edgerelay serve --db postgres://…`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "from", Usage: "the SQLite `FILE` to move", EnvVars: []string{"EDGERELAY_MIGRATE_FROM"}, Required: true},
-			&cli.StringFlag{Name: "to", Usage: "the PostgreSQL `URL` to move to (postgres://user:pass@host/db?sslmode=…)", EnvVars: []string{"EDGERELAY_MIGRATE_TO"}, Required: true},
+			&cli.StringFlag{Name: "from", Usage: "the SQLite `FILE` to move", EnvVars: []string{"EDGERELAY_MIGRATE_FROM"}},
+			&cli.StringFlag{Name: "to", Usage: "the PostgreSQL `URL` to move to (postgres://user:pass@host/db?sslmode=…)", EnvVars: []string{"EDGERELAY_MIGRATE_TO"}},
 			&cli.IntFlag{Name: "batch", Value: 1000, Usage: "`ROWS` per target transaction", EnvVars: []string{"EDGERELAY_MIGRATE_BATCH"}},
 			&cli.BoolFlag{Name: "json", Usage: "print the counts as JSON"},
 		},
@@ -49,6 +49,9 @@ Then: edgerelay serve --db postgres://…`,
 				return cli.Exit("migrate-store takes no arguments: --from FILE --to URL", exitUsage)
 			}
 			to := c.String("to")
+			if c.String("from") == "" || to == "" {
+				return cli.Exit("migrate-store needs --from FILE (the SQLite file) and --to URL (postgres://…) (see --help)", exitUsage)
+			}
 			if !postgres.IsURL(to) {
 				return cli.Exit("--to: want a postgres:// URL (migrate-store moves a SQLite file to PostgreSQL)", exitUsage)
 			}

@@ -252,6 +252,10 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 			t.Errorf("rerun: %+v", tc)
 		}
 	}
+	human := cli("", "migrate-store", "--from", src, "--to", pg).stdout
+	if !strings.Contains(human, "already there") || !strings.Contains(human, "next ids: events ") || !strings.Contains(human, "postgres://") {
+		t.Errorf("the counts as text:\n%s", human)
+	}
 	if dumpPG(t, pgc, srcCount) != fp {
 		t.Fatal("a rerun changed the target")
 	}
@@ -379,4 +383,27 @@ func dumpPG(t *testing.T, c *pgx.Conn, tables map[string]int64) string {
 	var seqs string
 	c.QueryRow(t.Context(), `SELECT string_agg(sequencename || ':' || coalesce(last_value, 0), ',' ORDER BY sequencename) FROM pg_sequences WHERE schemaname = current_schema()`).Scan(&seqs)
 	return all.String() + seqs
+}
+
+// Usage errors exit 2 before anything is opened.
+func TestMigrateStoreUsage(t *testing.T) {
+	t.Parallel()
+	src := filepath.Join(t.TempDir(), "box.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--to", "postgres://x@127.0.0.1/db"}, "needs --from FILE"},
+		{[]string{"--from", src}, "needs --from FILE"},
+		{[]string{"--from", src, "--to", "other.db"}, "want a postgres:// URL"},
+		{[]string{"--from", src, "--to", "postgres://x@127.0.0.1/db", "--batch", "0"}, "--batch"},
+	} {
+		r := runCLI(t, "", append([]string{"migrate-store"}, tc.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d %s", tc.args, r.code, r.stderr)
+		}
+	}
+	if _, err := os.Stat(src); err == nil {
+		t.Error("a usage error created the source")
+	}
 }

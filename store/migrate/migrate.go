@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"slices"
@@ -132,7 +133,9 @@ type source struct {
 // created, migrated or written) and checks its schema is this binary's.
 func openSource(ctx context.Context, path string) (*source, error) {
 	fi, err := os.Stat(path)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w %s: no such file (name the file serve ran with as --db)", ErrSource, path)
+	} else if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrSource, path, err)
 	}
 	if !fi.Mode().IsRegular() {
