@@ -250,7 +250,9 @@ func (m *mover) checkTables(ctx context.Context) error {
 // key claimed in flight (an API request being accepted). What such a
 // process does after the snapshot would stay behind. Leases that have
 // lapsed are what a killed process leaves: they are moved as they are, and
-// the target settles each claim as unknown once, as after any crash.
+// the target settles each claim as unknown once, as after any crash. An
+// idle serve holds no lease and cannot be seen from the file: the README
+// says to stop it first.
 func (m *mover) checkIdle(ctx context.Context) error {
 	now := m.opts.Now().UnixMilli()
 	var name, holder string
