@@ -78,7 +78,7 @@ type Result struct {
 
 // Run copies the SQLite database at from into the PostgreSQL database at
 // to (migrated to this binary's schema first; one newer is refused
-// untouched). See the package comment and README "Moving from one box".
+// untouched). See the package comment and README "From one box to PostgreSQL".
 //
 // The source is read in one snapshot, read-only; it is refused while any
 // lease on it is live. The target is written one batch per transaction: a

@@ -442,3 +442,28 @@ func TestWatermarksNeverMoveBack(t *testing.T) {
 		t.Fatalf("watermarks %q, want %q", got, want)
 	}
 }
+
+// The copy works in pgx's simple protocol too (the URL parameter PgBouncer
+// in transaction pooling needs): booleans, bytes and text arrive as they
+// were.
+func TestSimpleProtocol(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	addEvent(t, db, "e1", "pending", nil)
+	exec(t, db, `INSERT INTO request_keys VALUES ('acme', 'req-1', 'fp', 'done', 0, 202, 'application/json', x'00ff7b7d', 0, ?)`, time.Now().Add(time.Hour).UnixMilli())
+	url := pgtest.Start(t) + "&default_query_exec_mode=simple_protocol"
+	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var pinned bool
+	var payload, body []byte
+	err = conn.QueryRow(t.Context(), `SELECT n.pinned, e.payload, (SELECT body FROM request_keys) FROM notifications n JOIN events e ON e.id = n.event`).Scan(&pinned, &payload, &body)
+	if err != nil || !pinned || string(payload) != "{}" || string(body) != "\x00\xff{}" {
+		t.Fatalf("pinned %v, payload %q, body %q (%v)", pinned, payload, body, err)
+	}
+}
