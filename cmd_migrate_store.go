@@ -23,7 +23,8 @@ func migrateStoreCommand() *cli.Command {
 		ArgsUsage: " ",
 		Description: `Copies every event, notification (key, status, pinned provider, retry
 budget), attempt, receipt, feed item and watermark, feed counter, token, request
-key, job run, source position, audience and invalid address from the SQLite file
+key, job run, source position, audience, invalid address and the key of the API's
+ids from the SQLite file
 --from into the PostgreSQL database --to, keeping ids and keys, then sets the
 target's id sequences past every id the source gave.
 

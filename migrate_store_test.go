@@ -136,6 +136,10 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if err := r.SaveResponse(ctx, k, store.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	srcIDs, err := r.IDs(ctx) // the key of the API's ids, as serve makes it
+	if err != nil {
+		t.Fatal(err)
+	}
 	unread := map[string]int64{}
 	for _, user := range []string{"ada", "ben"} {
 		if unread[user], err = r.UnreadCount(ctx, "acme", user); err != nil {
@@ -205,6 +209,16 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	}
 	quarantined := cli("", "quarantine", "list", "--db", src, "--tenant", "acme", "--json").stdout
 
+	// A command run on the target first makes it a key of its own.
+	pr, err := relay.Open(ctx, relay.Options{Path: pg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own, err := pr.IDs(ctx); err != nil || own.Notification(ids[0]) == srcIDs.Notification(ids[0]) {
+		t.Fatalf("the target's own id key: %v", err)
+	}
+	pr.Close()
+
 	// The move, in batches of 2.
 	var first, again migrateOut
 	res := cli("", "migrate-store", "--from", src, "--to", pg, "--batch", "2", "--json")
@@ -272,6 +286,12 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	r, err = relay.Open(ctx, relay.Options{Path: pg})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if pgIDs, err := r.IDs(ctx); err != nil || pgIDs.Notification(ids[0]) != srcIDs.Notification(ids[0]) {
+		t.Errorf("the API's ids differ after the move (%v): a client's n_… would name nothing", err)
+	}
+	if got := cli("", "show", "--db", pg, "--json", srcIDs.Notification(ids[0])).stdout; got != shows[ids[0]] {
+		t.Errorf("show %s (the API's id) on PostgreSQL:\n%s", srcIDs.Notification(ids[0]), got)
 	}
 	for user, want := range unread {
 		if got, err := r.UnreadCount(ctx, "acme", user); err != nil || got != want {

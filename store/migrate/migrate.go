@@ -520,9 +520,12 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 		q.WriteString(" WHERE " + t.filter)
 	}
 	fmt.Fprintf(&q, " ON CONFLICT (%s) DO ", strings.Join(keys, ", "))
-	if len(t.raise) == 0 {
+	switch {
+	case t.conflict != "":
+		q.WriteString(t.conflict)
+	case len(t.raise) == 0:
 		q.WriteString("NOTHING")
-	} else {
+	default:
 		var set, when []string
 		for _, r := range t.raise {
 			r = pgIdent(r)

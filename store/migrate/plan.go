@@ -20,6 +20,9 @@ type table struct {
 	raise []string
 	// filter limits the rows inserted (SQL over the batch, aliased i).
 	filter string
+	// conflict, when set, is the ON CONFLICT action instead of DO NOTHING
+	// (or raise's DO UPDATE).
+	conflict string
 	// skip, when set, is why the table is not moved.
 	skip string
 	why  string
@@ -64,6 +67,14 @@ var plan = []table{
 		why: "addresses a provider said are invalid, until they expire: not tried again on the nodes"},
 	{name: "request_keys", key: []string{"tenant", "key"},
 		why: "Idempotency-Key claims and stored responses: a client retrying a request made before the move gets the same answer. One in flight would mean a live serve, which is refused; an abandoned one lapses by itself"},
+	{name: "settings", key: []string{"name"},
+		// Written once per database and never changed, except here: a
+		// key the target made before any row was moved (a command such as
+		// status or show run on it first) is replaced by the source's,
+		// which the ids clients hold were made with. A target with rows
+		// of its own is refused before this (checkTarget).
+		conflict: "UPDATE SET value = excluded.value, created_at = excluded.created_at WHERE settings.value <> excluded.value",
+		why:      "values made once per database: the key of the opaque ids the API shows (n_…, ev_…), so every id a client holds names the same notification or event on the nodes"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }
 
