@@ -124,6 +124,7 @@ Typical use:
 			cronCommand(),
 			pruneCommand(),
 			backupCommand(),
+			migrateStoreCommand(),
 			simCommand(),
 			benchCommand(),
 			demoCommand(),

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"edgerelay/store/migrate"
+	"edgerelay/store/postgres"
+)
+
+// migrate-store works below the relay, on the two stores' tables (package
+// store/migrate): it copies rows and decides nothing, so it is the one
+// command that does not go through *relay.Relay. The relay's guarantees
+// are the target's to keep once serve runs on it.
+func migrateStoreCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "migrate-store",
+		Usage:     "move an installation from its SQLite file to PostgreSQL",
+		ArgsUsage: " ",
+		Description: `Copies every event, notification (key, status, pinned provider, retry
+budget), attempt, receipt, feed item and watermark, feed counter, token, request
+key, job run, source position, audience, invalid address and the key of the API's
+ids from the SQLite file
+--from into the PostgreSQL database --to, keeping ids and keys, then sets the
+target's id sequences past every id the source gave.
+
+Stop serve (and cron, tail, dispatch) on the box first: the source is read in one
+read-only snapshot, and a source with a live lease is refused. Notifications left
+sending by a killed process are moved as they are and settled as unknown once by
+the target. The target is migrated to this binary's schema (a newer one is
+refused) and written one batch per transaction; running the command again is
+harmless: it finishes an interrupted copy and otherwise changes nothing. A
+target with other rows, or one that has taken work since it was moved to, is
+refused.
+
+Then: edgerelay serve --db postgres://…`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "from", Usage: "the SQLite `FILE` to move", EnvVars: []string{"EDGERELAY_MIGRATE_FROM"}},
+			&cli.StringFlag{Name: "to", Usage: "the PostgreSQL `URL` to move to (postgres://user:pass@host/db?sslmode=…)", EnvVars: []string{"EDGERELAY_MIGRATE_TO"}},
+			&cli.IntFlag{Name: "batch", Value: 1000, Usage: "`ROWS` per target transaction", EnvVars: []string{"EDGERELAY_MIGRATE_BATCH"}},
+			&cli.BoolFlag{Name: "json", Usage: "print the counts as JSON"},
+		},
+		OnUsageError: usageErr,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit("migrate-store takes no arguments: --from FILE --to URL", exitUsage)
+			}
+			to := c.String("to")
+			if c.String("from") == "" || to == "" {
+				return cli.Exit("migrate-store needs --from FILE (the SQLite file) and --to URL (postgres://…) (see --help)", exitUsage)
+			}
+			if !postgres.IsURL(to) {
+				return cli.Exit("--to: want a postgres:// URL (migrate-store moves a SQLite file to PostgreSQL)", exitUsage)
+			}
+			if c.Int("batch") <= 0 {
+				return cli.Exit("--batch: want a positive number of rows", exitUsage)
+			}
+			errw := c.App.ErrWriter
+			last := time.Now()
+			res, err := migrate.Run(c.Context, c.String("from"), to, migrate.Options{
+				Batch: c.Int("batch"),
+				Progress: func(p migrate.Progress) {
+					// Progress on stderr: each table's end, and a line a
+					// second on a long one.
+					if p.Done || time.Since(last) >= time.Second {
+						last = time.Now()
+						state := "…"
+						if p.Done {
+							state = "done"
+						}
+						fmt.Fprintf(errw, "migrate-store: %s: %d/%d read, %d copied %s\n", p.Table, p.Read, p.Total, p.Copied, state)
+					}
+				},
+			})
+			if err != nil {
+				return fmt.Errorf("migrate-store: %w", err)
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			fmt.Fprintf(c.App.Writer, "moved %s to %s\n", res.Source, res.Target)
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "table\tsource\tcopied\talready there\t")
+			for _, t := range res.Tables {
+				if t.Skipped != "" {
+					fmt.Fprintf(tw, "%s\t%d\t-\t-\t\n", t.Table, t.Source)
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", t.Table, t.Source, t.Copied, t.Present)
+			}
+			tw.Flush()
+			fmt.Fprintf(c.App.Writer, "next ids: events %d, notifications %d, attempts %d, receipts %d, tokens %d\n",
+				res.NextID["events"], res.NextID["notifications"], res.NextID["attempts"], res.NextID["receipts"], res.NextID["tokens"])
+			return nil
+		},
+	}
+}

@@ -1,0 +1,469 @@
+package migrate_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"edgerelay/internal/pgtest"
+	"edgerelay/store"
+	"edgerelay/store/migrate"
+	"edgerelay/store/postgres"
+	"edgerelay/store/sqlite"
+
+	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Stop()
+	os.Exit(code)
+}
+
+// newSource is a migrated, empty SQLite store file, and a raw handle on it
+// to write the rows a test needs.
+func newSource(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "box.db")
+	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return path, db
+}
+
+func exec(t *testing.T, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// addEvent writes an event with one notification, as an accept leaves it.
+func addEvent(t *testing.T, db *sql.DB, eventID string, status string, leaseUntil any) {
+	t.Helper()
+	now := time.Now().UnixMilli()
+	res, err := db.Exec(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+		VALUES ('default', ?, 'p', 't', '{}', '{}', 'fp-'||?, 1, 1, ?)`, eventID, eventID, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := res.LastInsertId()
+	exec(t, db, `INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address, status, cycle_started_at,
+		next_attempt_at, lease_until, created_at, updated_at, pinned) VALUES (?, ?, 0, 'default', 't', 'ada', 'email', 'ada@example.com', ?, ?, ?, ?, ?, ?, 1)`,
+		"k-"+eventID, id, status, now, now, leaseUntil, now, now)
+}
+
+func tables(t *testing.T, q func(string) ([]string, error)) []string {
+	t.Helper()
+	names, err := q("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Every table of both schemas is in the plan (moved, or not and why): a
+// migration that adds a table fails here until migrate-store knows it.
+func TestPlanCoversSchema(t *testing.T) {
+	t.Parallel()
+	_, db := newSource(t)
+	lite := tables(t, func(string) ([]string, error) {
+		rows, err := db.Query("SELECT name FROM sqlite_master WHERE type = 'table'")
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var n string
+			rows.Scan(&n)
+			out = append(out, n)
+		}
+		return out, rows.Err()
+	})
+	planned := migrate.Tables()
+	for _, n := range lite {
+		if _, ok := planned[n]; !ok {
+			t.Errorf("SQLite table %s is not in the plan (store/migrate/plan.go): say whether it is moved and why", n)
+		}
+	}
+	for n, why := range planned {
+		if why == "" {
+			t.Errorf("plan: table %s does not say why", n)
+		}
+		if !slices.Contains(lite, n) {
+			t.Errorf("plan: table %s is not in the SQLite schema", n)
+		}
+	}
+	url := pgtest.Start(t)
+	st, err := postgres.Open(t.Context(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, _ := conn.Query(t.Context(), "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+	pg, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range pg {
+		if _, ok := planned[n]; !ok && n != "schema_version" {
+			t.Errorf("PostgreSQL table %s is not in the plan", n)
+		}
+	}
+}
+
+func fileSum(t *testing.T, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// What cannot be moved is refused with an error naming what is wrong, the
+// target's password never in it, and nothing written to the source.
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	target := pgtest.Start(t)
+
+	t.Run("missing source", func(t *testing.T) {
+		t.Parallel()
+		missing := filepath.Join(t.TempDir(), "nope.db")
+		_, err := migrate.Run(ctx, missing, target, migrate.Options{})
+		if !errors.Is(err, migrate.ErrSource) || !strings.Contains(err.Error(), missing) {
+			t.Fatalf("err %v", err)
+		}
+		if _, serr := os.Stat(missing); serr == nil {
+			t.Fatal("the missing source was created")
+		}
+	})
+	t.Run("not edgerelay", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "other.db")
+		os.WriteFile(path, nil, 0o644)
+		_, err := migrate.Run(ctx, path, target, migrate.Options{})
+		if !errors.Is(err, migrate.ErrSource) || !strings.Contains(err.Error(), "not an edgerelay database") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("older source", func(t *testing.T) {
+		t.Parallel()
+		path, db := newSource(t)
+		exec(t, db, "PRAGMA user_version = 1")
+		sum := fileSum(t, path)
+		_, err := migrate.Run(ctx, path, target, migrate.Options{})
+		if !errors.Is(err, migrate.ErrSource) || !strings.Contains(err.Error(), "migrate the file first") {
+			t.Fatalf("err %v", err)
+		}
+		if fileSum(t, path) != sum {
+			t.Fatal("the source changed")
+		}
+	})
+	t.Run("target unreachable", func(t *testing.T) {
+		t.Parallel()
+		path, _ := newSource(t)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, err = migrate.Run(ctx, path, "postgres://relay:s3cr3t-pw@"+addr+"/relay?connect_timeout=5", migrate.Options{})
+		if err == nil || strings.Contains(err.Error(), "s3cr3t-pw") || !strings.Contains(err.Error(), addr) {
+			t.Fatalf("err %v: want the address named, without the password", err)
+		}
+	})
+	t.Run("target newer", func(t *testing.T) {
+		t.Parallel()
+		path, _ := newSource(t)
+		url := pgtest.Start(t)
+		st, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "UPDATE schema_version SET version = version + 1"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = migrate.Run(ctx, path, url, migrate.Options{})
+		if !errors.Is(err, store.ErrTooNew) {
+			t.Fatalf("err %v, want ErrTooNew", err)
+		}
+		var n int
+		conn.QueryRow(ctx, "SELECT count(*) FROM events").Scan(&n)
+		if n != 0 {
+			t.Fatal("the newer target was written")
+		}
+	})
+	t.Run("live lease", func(t *testing.T) {
+		t.Parallel()
+		path, db := newSource(t)
+		addEvent(t, db, "e1", "sending", time.Now().Add(time.Minute).UnixMilli())
+		_, err := migrate.Run(ctx, path, pgtest.Start(t), migrate.Options{})
+		if !errors.Is(err, migrate.ErrLive) || !strings.Contains(err.Error(), "claimed by a running dispatcher") {
+			t.Fatalf("err %v", err)
+		}
+		path, db = newSource(t)
+		exec(t, db, "INSERT INTO leases (name, holder, until) VALUES ('schedules', 'box/42/ab', ?)", time.Now().Add(time.Minute).UnixMilli())
+		_, err = migrate.Run(ctx, path, pgtest.Start(t), migrate.Options{})
+		if !errors.Is(err, migrate.ErrLive) || !strings.Contains(err.Error(), `"schedules"`) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("foreign target", func(t *testing.T) {
+		t.Parallel()
+		path, db := newSource(t)
+		addEvent(t, db, "e1", "pending", nil)
+		other, odb := newSource(t)
+		addEvent(t, odb, "other-1", "pending", nil)
+		url := pgtest.Start(t)
+		if _, err := migrate.Run(ctx, other, url, migrate.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := migrate.Run(ctx, path, url, migrate.Options{})
+		if !errors.Is(err, migrate.ErrForeign) || !strings.Contains(err.Error(), "events id 1") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("in service", func(t *testing.T) {
+		t.Parallel()
+		path, db := newSource(t)
+		addEvent(t, db, "e1", "pending", nil)
+		url := pgtest.Start(t)
+		if _, err := migrate.Run(ctx, path, url, migrate.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		// The target takes an event of its own: its id comes after the source's.
+		var id int64
+		if err := conn.QueryRow(ctx, `INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at)
+			VALUES ('default', 'new', 'p', 't', '{}', '{}', 'x', 0, 0) RETURNING id`).Scan(&id); err != nil || id != 2 {
+			t.Fatalf("the target's own event got id %d (%v), want 2", id, err)
+		}
+		_, err = migrate.Run(ctx, path, url, migrate.Options{})
+		if !errors.Is(err, migrate.ErrInService) {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+// Ids the source gave to rows it pruned since are not given again: the
+// target's sequences start past SQLite's sqlite_sequence, not past the
+// largest id left. A lapsed lease is neither refused nor moved, and a
+// notification it left sending is moved as it is.
+func TestSequencesPastPrunedIDs(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	addEvent(t, db, "e1", "sent", nil)
+	addEvent(t, db, "e2", "sent", nil)
+	addEvent(t, db, "e3", "sending", time.Now().Add(-time.Minute).UnixMilli())
+	addEvent(t, db, "e4", "sent", nil)
+	exec(t, db, "INSERT INTO leases (name, holder, until) VALUES ('schedules', 'box/42/ab', ?)", time.Now().Add(-time.Minute).UnixMilli())
+	exec(t, db, "DELETE FROM notifications WHERE event = 4") // pruned: the largest ids are gone
+	exec(t, db, "DELETE FROM events WHERE id = 4")
+	sum := fileSum(t, path)
+	url := pgtest.Start(t)
+	var progress []migrate.Progress
+	res, err := migrate.Run(t.Context(), path, url, migrate.Options{Batch: 2, Progress: func(p migrate.Progress) { progress = append(progress, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fileSum(t, path) != sum {
+		t.Fatal("the source file changed")
+	}
+	if res.NextID["events"] != 5 || res.NextID["notifications"] != 5 {
+		t.Fatalf("next ids %v, want events and notifications from 5", res.NextID)
+	}
+	var events migrate.Count
+	for _, c := range res.Tables {
+		if c.Table == "events" {
+			events = c
+		}
+		if c.Table == "leases" && c.Skipped == "" {
+			t.Error("leases were moved")
+		}
+	}
+	if events.Source != 3 || events.Copied != 3 {
+		t.Fatalf("events %+v", events)
+	}
+	// Two batches of events (2 + 1), then its end.
+	var ev []migrate.Progress
+	for _, p := range progress {
+		if p.Table == "events" {
+			ev = append(ev, p)
+		}
+	}
+	if len(ev) != 3 || ev[0].Read != 2 || !ev[2].Done || ev[2].Copied != 3 {
+		t.Fatalf("progress of events %+v", ev)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var id int64
+	var status string
+	var pinned bool
+	if err := conn.QueryRow(t.Context(), "SELECT id, status, pinned FROM notifications WHERE key = 'k-e3'").Scan(&id, &status, &pinned); err != nil || status != "sending" || !pinned {
+		t.Fatalf("the lapsed claim moved as %d %s pinned=%v (%v)", id, status, pinned, err)
+	}
+	if err := conn.QueryRow(t.Context(), `INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at)
+		VALUES ('default', 'new', 'p', 't', '{}', '{}', 'x', 0, 0) RETURNING id`).Scan(&id); err != nil || id != 5 {
+		t.Fatalf("a new event got id %d (%v), want 5 (4 was the pruned event's)", id, err)
+	}
+	var leases int
+	conn.QueryRow(t.Context(), "SELECT count(*) FROM leases").Scan(&leases)
+	if leases != 0 {
+		t.Fatal("a lease was moved")
+	}
+}
+
+// A run that stops part-way (here: cancelled after the first batch of
+// notifications) leaves whole batches, and running it again finishes the
+// copy: every row once, the sequences past the source's.
+func TestInterruptedRunIsFinishedByTheNext(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	for i := range 5 {
+		addEvent(t, db, "e"+string(rune('1'+i)), "pending", nil)
+	}
+	url := pgtest.Start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err := migrate.Run(ctx, path, url, migrate.Options{Batch: 2, Progress: func(p migrate.Progress) {
+		if p.Table == "notifications" && p.Copied == 2 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want the cancellation", err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var events, notes int
+	conn.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM notifications)").Scan(&events, &notes)
+	if events != 5 || notes != 2 {
+		t.Fatalf("after the interrupted run: %d events, %d notifications; want 5 and a whole batch of 2", events, notes)
+	}
+	res, err := migrate.Run(t.Context(), path, url, migrate.Options{Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Tables {
+		switch c.Table {
+		case "events":
+			if c.Copied != 0 || c.Present != 5 {
+				t.Errorf("events on the second run: %+v", c)
+			}
+		case "notifications":
+			if c.Copied != 3 || c.Present != 2 {
+				t.Errorf("notifications on the second run: %+v", c)
+			}
+		}
+	}
+	conn.QueryRow(t.Context(), "SELECT count(*) FROM notifications").Scan(&notes)
+	if notes != 5 || res.NextID["notifications"] != 6 {
+		t.Fatalf("%d notifications, next id %d; want 5 and 6", notes, res.NextID["notifications"])
+	}
+}
+
+// On a second run a watermark keeps the larger of the source's and the
+// target's: a read mark, a feed counter or a source position the source
+// raised since is raised, one the target holds higher is not moved back.
+func TestWatermarksNeverMoveBack(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	exec(t, db, "INSERT INTO feed_marks VALUES ('acme', 'ada', 'read', 5), ('acme', 'ben', 'read', 5)")
+	exec(t, db, "INSERT INTO feed_counters (tenant, seq) VALUES ('acme', 10), ('beta', 10)")
+	exec(t, db, "INSERT INTO source_positions VALUES ('outbox', 100, 0), ('other', 100, 0)")
+	url := pgtest.Start(t)
+	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// The source moves ada, acme and outbox on; the target bob, beta, other.
+	exec(t, db, "UPDATE feed_marks SET mark = 7 WHERE user = 'ada'")
+	exec(t, db, "UPDATE feed_counters SET seq = 12 WHERE tenant = 'acme'")
+	exec(t, db, "UPDATE source_positions SET position = 120 WHERE source = 'outbox'")
+	for _, q := range []string{`UPDATE feed_marks SET mark = 9 WHERE "user" = 'ben'`, "UPDATE feed_counters SET seq = 15 WHERE tenant = 'beta'",
+		"UPDATE source_positions SET position = 150 WHERE source = 'other'"} {
+		if _, err := conn.Exec(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	conn.QueryRow(t.Context(), `SELECT (SELECT string_agg("user" || '=' || mark, ' ' ORDER BY "user") FROM feed_marks) || ' ' ||
+		(SELECT string_agg(tenant || '=' || seq, ' ' ORDER BY tenant) FROM feed_counters) || ' ' ||
+		(SELECT string_agg(source || '=' || position, ' ' ORDER BY source) FROM source_positions)`).Scan(&got)
+	if want := "ada=7 ben=9 acme=12 beta=15 other=150 outbox=120"; got != want {
+		t.Fatalf("watermarks %q, want %q", got, want)
+	}
+}
+
+// The copy works in pgx's simple protocol too (the URL parameter PgBouncer
+// in transaction pooling needs): booleans, bytes and text arrive as they
+// were.
+func TestSimpleProtocol(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	addEvent(t, db, "e1", "pending", nil)
+	exec(t, db, `INSERT INTO request_keys VALUES ('acme', 'req-1', 'fp', 'done', 0, 202, 'application/json', x'00ff7b7d', 0, ?)`, time.Now().Add(time.Hour).UnixMilli())
+	url := pgtest.Start(t) + "&default_query_exec_mode=simple_protocol"
+	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var pinned bool
+	var payload, body []byte
+	err = conn.QueryRow(t.Context(), `SELECT n.pinned, e.payload, (SELECT body FROM request_keys) FROM notifications n JOIN events e ON e.id = n.event`).Scan(&pinned, &payload, &body)
+	if err != nil || !pinned || string(payload) != "{}" || string(body) != "\x00\xff{}" {
+		t.Fatalf("pinned %v, payload %q, body %q (%v)", pinned, payload, body, err)
+	}
+}

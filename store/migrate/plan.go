@@ -1,0 +1,96 @@
+package migrate
+
+// table is how one table of schema.sql is moved.
+type table struct {
+	name string
+	// key is the conflict target: the primary key, or the natural key a
+	// row is known by. A row whose key is in the target already is left
+	// as the target has it (ON CONFLICT … DO NOTHING), so a second run
+	// adds nothing; any other unique constraint the row violates is an
+	// error (the target holds another installation's rows).
+	key []string
+	// id: the table has an identity column id, copied as it is; the
+	// target's sequence is set past the source's so no id is given twice.
+	id bool
+	// same are the columns that make a row under an existing id the same
+	// row (a previous run of this source), not another installation's.
+	same []string
+	// raise are watermarks: on a key already there the larger value is
+	// kept, so none moves back.
+	raise []string
+	// filter limits the rows inserted (SQL over the batch, aliased i).
+	filter string
+	// conflict, when set, is the ON CONFLICT action instead of DO NOTHING
+	// (or raise's DO UPDATE).
+	conflict string
+	// skip, when set, is why the table is not moved.
+	skip string
+	why  string
+}
+
+// plan is every table of schema.sql, in an order that satisfies the
+// foreign keys (events before what refers to them). TestPlanCoversSchema
+// fails when a migration adds a table that is not here.
+var plan = []table{
+	{name: "events", key: []string{"id"}, id: true, same: []string{"tenant", "event_id", "purpose", "fingerprint"},
+		why: "every accepted event with its payload, message, fan-out progress (expanded) and quarantine (quarantined_at, reason, dropped): ids kept so notifications, feed items and `show` still point at them"},
+	{name: "notifications", key: []string{"id"}, id: true, same: []string{"key", "event", "seq"},
+		why: "each notification with its provider key, status, retry budget, next attempt, pinned provider (provider, route_pos, pinned) and claim count; one still sending with an expired lease is moved as it is and settled as unknown once by the target's lease recovery"},
+	{name: "attempts", key: []string{"id"}, id: true, same: []string{"notification", "n"},
+		why: "the audit of every provider call: `show` reads the same history on the target"},
+	{name: "receipts", key: []string{"id"}, id: true, same: []string{"provider", "dedupe"},
+		why: "provider receipts, including early ones not yet matched to a notification; (provider, dedupe) keeps a resent webhook a duplicate"},
+	{name: "tokens", key: []string{"id"}, id: true, same: []string{"hash"},
+		why: "API tokens (hashes only): clients keep working against the new nodes"},
+	{name: "feed_counters", key: []string{"tenant"}, raise: []string{"seq", "legacy_seq"},
+		why: "each tenant's last feed sequence: new items continue after the moved ones, never reusing a seq a reader has seen"},
+	{name: "feed_items", key: []string{"tenant", "seq"},
+		why: "feed items with their seq and per-feed pos, so read watermarks keep meaning the same items"},
+	{name: "feed_members", key: []string{"tenant", "user", "feed"},
+		why: "who sees which feed, from which seq on"},
+	{name: "feed_marks", key: []string{"tenant", "user", "kind"}, raise: []string{"mark"},
+		why: "read and dismissed watermarks: unread counts stay equal; on a second run the larger mark wins, so none moves back"},
+	{name: "feed_item_marks", key: []string{"tenant", "user", "kind", "seq"},
+		why: "single items marked read or dismissed above the watermark"},
+	{name: "audiences", key: []string{"tenant", "name"},
+		why: "named recipient lists that events and digests fan out to"},
+	{name: "audience_members", key: []string{"tenant", "audience", "seq"},
+		// An audience the target replaced since (audience set) is not
+		// topped up with the source's older members past its new size.
+		filter: "EXISTS (SELECT 1 FROM audiences a WHERE a.tenant = i.tenant AND a.name = i.audience AND i.seq < a.members)",
+		why:    "the members of each audience, in order"},
+	{name: "job_runs", key: []string{"job", "scheduled_at"},
+		why: "every scheduled run by job and time, with the feed seq a digest covered: a run done on the box is not run again on the nodes"},
+	{name: "source_positions", key: []string{"source"}, raise: []string{"position"},
+		why: "how far each tailed outbox was relayed: the nodes resume there (the larger on a second run), not from the start"},
+	{name: "invalid_addresses", key: []string{"tenant", "channel", "address"},
+		why: "addresses a provider said are invalid, until they expire: not tried again on the nodes"},
+	{name: "request_keys", key: []string{"tenant", "key"},
+		why: "Idempotency-Key claims and stored responses: a client retrying a request made before the move gets the same answer. One in flight would mean a live serve, which is refused; an abandoned one lapses by itself"},
+	{name: "settings", key: []string{"name"},
+		// Written once per database and never changed, except here: a
+		// key the target made before any row was moved (a command such as
+		// status or show run on it first) is replaced by the source's,
+		// which the ids clients hold were made with. A target with rows
+		// of its own is refused before this (checkTarget).
+		conflict: "UPDATE SET value = excluded.value, created_at = excluded.created_at WHERE settings.value <> excluded.value",
+		why:      "values made once per database: the key of the opaque ids the API shows (n_…, ev_…), so every id a client holds names the same notification or event on the nodes"},
+	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
+}
+
+// notMoved are the tables of the source that are bookkeeping, not state.
+var notMoved = map[string]string{
+	"sqlite_sequence": "SQLite's record of the largest id each table gave: read to set the target's sequences past it, not copied",
+}
+
+// Tables names every table the plan knows, with why it is moved or not.
+func Tables() map[string]string {
+	out := map[string]string{}
+	for _, t := range plan {
+		out[t.name] = t.why + t.skip
+	}
+	for n, why := range notMoved {
+		out[n] = why
+	}
+	return out
+}
