@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 9: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 10: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -229,6 +229,15 @@ CREATE TABLE settings (
     value bytea NOT NULL,
     created_at bigint NOT NULL,
     CONSTRAINT settings_pkey PRIMARY KEY (name)
+);
+
+CREATE TABLE source_gaps (
+    source text NOT NULL,
+    first bigint NOT NULL,
+    last bigint NOT NULL,
+    since bigint NOT NULL,
+    mark bigint NOT NULL DEFAULT 0,
+    CONSTRAINT source_gaps_pkey PRIMARY KEY (source, first)
 );
 
 CREATE TABLE source_positions (

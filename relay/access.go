@@ -406,14 +406,15 @@ func (r *Relay) FinishJobRun(ctx context.Context, job string, at time.Time, runE
 	return r.store.FinishJobRun(ctx, job, at, runErr, r.now())
 }
 
-// SourcePosition is how far a tailed source has been relayed.
-func (r *Relay) SourcePosition(ctx context.Context, name string) (int64, error) {
-	return r.store.SourcePosition(ctx, name)
+// SourceState is how far a tailed source has been relayed, and the ids
+// below that it still awaits.
+func (r *Relay) SourceState(ctx context.Context, name string) (store.SourceState, error) {
+	return r.store.SourceState(ctx, name)
 }
 
-// SaveSourcePosition moves a source's saved position forward to pos.
-func (r *Relay) SaveSourcePosition(ctx context.Context, name string, pos int64) error {
-	return r.store.SaveSourcePosition(ctx, name, pos, r.now())
+// SaveSourceState saves a source's state; its position only moves forward.
+func (r *Relay) SaveSourceState(ctx context.Context, name string, st store.SourceState) error {
+	return r.store.SaveSourceState(ctx, name, st, r.now())
 }
 
 // Now is the relay's clock.

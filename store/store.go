@@ -166,10 +166,16 @@ type Jobs interface {
 	LastJobRun(ctx context.Context, job string) (time.Time, bool, error)
 }
 
-// Sources are tailed outboxes' positions, which only move forward.
+// Sources are tailed outboxes' states (store/sources.go).
 type Sources interface {
-	SourcePosition(ctx context.Context, name string) (int64, error)
-	SaveSourcePosition(ctx context.Context, name string, pos int64, now time.Time) error
+	// SourceState returns a source's position and gaps (in id order), the
+	// zero state for a source never saved.
+	SourceState(ctx context.Context, name string) (SourceState, error)
+	// SaveSourceState saves st in one transaction, unless st.Position is
+	// below the saved position (a second tailer behind the first): the
+	// position only moves forward. When it is saved, st.Gaps replace the
+	// saved gaps.
+	SaveSourceState(ctx context.Context, name string, st SourceState, now time.Time) error
 }
 
 // Requests are completed API requests kept under their Idempotency-Key.

@@ -4,32 +4,63 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"edgerelay/store"
 )
 
-// SourcePosition returns how far a tailed source has been relayed: the id
-// of the last row handled, 0 if none yet.
-func (s *Store) SourcePosition(ctx context.Context, name string) (int64, error) {
-	var pos int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT position FROM source_positions WHERE source = ?`, name).Scan(&pos)
+// SourceState returns a source's position and its gaps in id order, the
+// zero state for a source never saved.
+func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState, error) {
+	var st store.SourceState
+	err := s.rdb.QueryRowContext(ctx, `SELECT position FROM source_positions WHERE source = ?`, name).Scan(&st.Position)
 	if isNoRows(err) {
-		return 0, nil
+		return st, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read position of source %q: %w", name, err)
+		return st, fmt.Errorf("read position of source %q: %w", name, err)
 	}
-	return pos, nil
+	rows, err := s.rdb.QueryContext(ctx, `SELECT first, last, since, mark FROM source_gaps WHERE source = ? ORDER BY first`, name)
+	if err != nil {
+		return st, fmt.Errorf("read gaps of source %q: %w", name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g store.SourceGap
+		var since int64
+		if err := rows.Scan(&g.First, &g.Last, &since, &g.Mark); err != nil {
+			return st, fmt.Errorf("read gaps of source %q: %w", name, err)
+		}
+		g.Since = fromMS(since)
+		st.Gaps = append(st.Gaps, g)
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("read gaps of source %q: %w", name, err)
+	}
+	return st, nil
 }
 
-// SaveSourcePosition records that a source has been relayed up to pos. It
-// only moves forward: a smaller pos (a second tailer behind the first, a
-// retried batch) leaves the saved one, and its updated_at, as they were.
-func (s *Store) SaveSourcePosition(ctx context.Context, name string, pos int64, now time.Time) error {
+// SaveSourceState saves a source's position and gaps in one transaction,
+// unless the position would move back.
+func (s *Store) SaveSourceState(ctx context.Context, name string, st store.SourceState, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
-		_, err := tx.exec(`INSERT INTO source_positions (source, position, updated_at) VALUES (?, ?, ?)
+		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
+		res, err := tx.exec(`INSERT INTO source_positions (source, position, updated_at) VALUES (?, ?, ?)
 			ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
-			WHERE excluded.position > source_positions.position`, name, pos, ms(now))
+			WHERE excluded.position >= source_positions.position`, name, st.Position, ms(now))
 		if err != nil {
-			return fmt.Errorf("save position of source %q: %w", name, err)
+			return fail(err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err // behind the saved position: left as it was
+		}
+		if _, err := tx.exec(`DELETE FROM source_gaps WHERE source = ?`, name); err != nil {
+			return fail(err)
+		}
+		for _, g := range st.Gaps {
+			if _, err := tx.exec(`INSERT INTO source_gaps (source, first, last, since, mark) VALUES (?, ?, ?, ?, ?)`,
+				name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
+				return fail(err)
+			}
 		}
 		return nil
 	})
