@@ -50,7 +50,7 @@ jobs:
     prune: {older_than: 30d}
     batch: {file: testdata/batch_example.jsonl}
 tail:
-  - source: mysql://db.example.com/app
+  - source: oracle://db.example.com/app
 `
 
 // everyProblemWant is what config check says of everyProblem, in order.
@@ -67,7 +67,7 @@ var everyProblemWant = []string{
 	`line 27 (jobs.weekly.digest.template): template: `,
 	"line 31 (jobs.nightly.batch.file): open /nonexistent/edgerelay-test/batch.jsonl: no such file or directory",
 	"line 32 (jobs.both): a job does exactly one of digest, prune or batch; this one has prune and batch",
-	`line 37 (tail[0].source): bad source URL: mysql://db.example.com/app: unknown scheme "mysql" (supported: sqlite)`,
+	`line 37 (tail[0].source): bad source URL: oracle://db.example.com/app: unknown scheme "oracle" (supported: mariadb, mysql, postgres, postgresql, sqlite)`,
 }
 
 // problemLines returns the problems of a config error as printed: the
@@ -288,8 +288,8 @@ func TestConfigProblemsOneByOne(t *testing.T) {
 			"line 4 (jobs.j.batch.file): $DIR/d.csv is not a file"},
 		{"batch file with a bad header", "jobs:\n  j:\n    schedule: '@daily'\n    batch: {file: $DIR/bad.csv}\n",
 			"line 4 (jobs.j.batch.file): $DIR/bad.csv: "},
-		{"tail source scheme", "tail:\n  - source: mysql://db.example.com/app\n",
-			`line 2 (tail[0].source): bad source URL: mysql://db.example.com/app: unknown scheme "mysql" (supported: sqlite)`},
+		{"tail source scheme", "tail:\n  - source: oracle://db.example.com/app\n",
+			`line 2 (tail[0].source): bad source URL: oracle://db.example.com/app: unknown scheme "oracle" (supported: mariadb, mysql, postgres, postgresql, sqlite)`},
 		{"tail source parameter", "tail:\n  - source: sqlite:///x.db?tabel=outbox\n",
 			`line 2 (tail[0].source): bad source URL: sqlite:///x.db?tabel=outbox: unknown parameter "tabel"`},
 		{"tail source missing", "tail:\n  - source: sqlite:///nonexistent/edgerelay-test/app.db\n",

@@ -28,7 +28,10 @@ require (
 
 require github.com/jackc/pgx/v5 v5.13.0 // the PostgreSQL store: the maintained pure-Go driver (pool, batches, the simple protocol PgBouncer needs); the newest the proxy served
 
+require github.com/go-sql-driver/mysql v1.10.1 // tail of MySQL/MariaDB outboxes (sources/mysql.go): the maintained pure-Go database/sql driver, no cgo
+
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect

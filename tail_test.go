@@ -299,7 +299,7 @@ func TestTailUsageErrors(t *testing.T) {
 	}{
 		{"no source", nil, exitUsage, "--source is required"},
 		{"bad URL", []string{"--source", "sqlite://app.db"}, exitUsage, "three slashes"},
-		{"unknown scheme", []string{"--source", "mysql://u:pw@h/db"}, exitUsage, `unknown scheme "mysql"`},
+		{"unknown scheme", []string{"--source", "oracle://u:pw@h/db"}, exitUsage, `unknown scheme "oracle"`},
 		{"bad poll", []string{"--source", "sqlite:" + appPath, "--poll", "0s"}, exitUsage, "--poll"},
 		{"bad batch", []string{"--source", "sqlite:" + appPath, "--batch", "0"}, exitUsage, "--batch"},
 		{"missing table", []string{"--source", "sqlite:" + appPath + "?table=outbox"}, exitError, `no table "outbox"`},

@@ -5,8 +5,8 @@
 //
 // A Source reads rows in id order after a position and, if configured, marks
 // them processed. The Tailer (tail.go) runs a source: it accepts each batch
-// of rows through relay.AcceptAll and keeps its position through the relay
-// (SourcePosition, SaveSourcePosition).
+// of rows through relay.AcceptAll and keeps its state (position and gaps)
+// through the relay (SourceState, SaveSourceState).
 //
 // It never touches edgerelay's own database or holds a store (the relay
 // keeps the position), never judges an event (the relay decodes,
@@ -15,7 +15,7 @@
 // (mark_processed=true).
 //
 // This is the one package besides the stores that speaks SQL, and only to
-// the application's database. One file per kind of database: sqlite.go
-// now; a PostgreSQL or MySQL source is one more file and one line in
+// the application's database. One file per kind of database: sqlite.go,
+// postgres.go and mysql.go (the last two share sqldb.go), each one line in
 // openers.
 package sources

@@ -8,6 +8,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
+
+	"edgerelay/store"
 )
 
 // Row is one outbox row.
@@ -34,6 +37,36 @@ type Source interface {
 	Close() error
 }
 
+// GapSource is a source whose ids can become visible out of id order:
+// the database hands out an id when a transaction inserts and shows the
+// row when it commits, and with concurrent transactions the one holding id
+// 11 may commit after the one holding 12 has been read. The tailer then
+// keeps 11 as a gap (saved with the position), reads it again each round,
+// and drops it only when the source can tell that every transaction that
+// could still commit it has ended (ended by the time Horizon was read), or
+// after GapTimeout.
+type GapSource interface {
+	Source
+	// ReadGaps returns at most limit committed rows whose ids fall in
+	// gaps, in id order.
+	ReadGaps(ctx context.Context, gaps []store.SourceGap, limit int) ([]Row, error)
+	// Clock is the database's clock now, in microseconds since the epoch:
+	// a gap's Mark, read after the read that found it.
+	Clock(ctx context.Context) (int64, error)
+	// Horizon is the start, on Clock's scale, of the oldest transaction
+	// open now (math.MaxInt64 if none): a gap whose Mark is below it has
+	// no transaction left that could commit a row in it. ErrNoHorizon if
+	// the source cannot tell (it lacks the privilege to see the others'
+	// transactions); gaps then close only by GapTimeout.
+	Horizon(ctx context.Context) (int64, error)
+	// GapTimeout is how long a gap is waited for at most: then its ids
+	// are given up (logged, counted).
+	GapTimeout() time.Duration
+}
+
+// ErrNoHorizon: the source cannot see the database's open transactions.
+var ErrNoHorizon = errors.New("cannot see the open transactions")
+
 // ErrBadURL: the source URL is malformed or names something unsupported.
 // Errors about the database itself (a missing table) are not ErrBadURL.
 var ErrBadURL = errors.New("bad source URL")
@@ -41,7 +74,11 @@ var ErrBadURL = errors.New("bad source URL")
 // openers maps a URL scheme to its source. Adding a database is one file
 // and one line here.
 var openers = map[string]func(u *url.URL) (Source, error){
-	"sqlite": openSQLite,
+	"sqlite":     openSQLite,
+	"postgres":   openPostgres,
+	"postgresql": openPostgres,
+	"mysql":      openMySQL,
+	"mariadb":    openMySQL,
 }
 
 // Open opens the source a URL names, e.g.

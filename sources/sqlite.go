@@ -38,9 +38,8 @@ import (
 // would skip it. SQLite cannot do this: it has one writer at a time, and
 // the transaction that takes an id commits (or rolls back, and with
 // AUTOINCREMENT its id is never handed out) before the next writer begins,
-// so rows become visible in id order. A PostgreSQL source would need
-// another position scheme (for instance, reading only below the oldest
-// transaction still in flight, from pg_snapshot_xmin).
+// so rows become visible in id order. PostgreSQL and MySQL sources are
+// GapSources instead (sqldb.go).
 type SQLite struct {
 	db     *sql.DB
 	name   string

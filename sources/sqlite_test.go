@@ -145,7 +145,7 @@ func TestSQLiteOpenErrors(t *testing.T) {
 		{"bad busy", "sqlite://" + path + "?busy_timeout=5", "want a duration", true},
 		{"host", "sqlite://relative/app.db", "three slashes", true},
 		{"no path", "sqlite://", "no database path", true},
-		{"scheme", "postgres://u:secret@db/app", `unknown scheme "postgres" (supported: sqlite)`, true},
+		{"scheme", "oracle://u:secret@db/app", `unknown scheme "oracle" (supported: mariadb, mysql, postgres, postgresql, sqlite)`, true},
 	} {
 		s, err := Open(tc.url)
 		if err == nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 // row in one transaction of its own database; the tailer reads the event
 // rows in id order and accepts each, like POST /v1/events.
 //
-//	read      src.Read: rows after the saved position
+//	read      src.Read: rows after the saved position (and, for a
+//	          GapSource, the rows of its gaps, and its horizon)
 //	accept    relay.AcceptAll: the batch's events in order, one commit;
 //	          an invalid one is logged and skipped
 //	mark      src.MarkProcessed: the rows relayed (if the source marks)
-//	save      relay.SaveSourcePosition: the last row of the batch
+//	save      relay.SaveSourceState: the last row of the batch, and the
+//	          gaps: ids skipped below it, minus those read or closed
 //
 // Accept dedupes on the event's identity (tenant, id, purpose), so a crash
 // anywhere before the position is saved makes the next run read those rows
@@ -65,6 +68,17 @@ type TailStats struct {
 	// Errors counts failures that were retried: the source or the
 	// database could not be read or written.
 	Errors int64 `json:"errors"`
+	// Gaps counts the ranges of ids below Position not read yet (their
+	// transactions may still commit), GapIDs the ids in them.
+	Gaps   int   `json:"gaps"`
+	GapIDs int64 `json:"gap_ids"`
+	// Late counts rows read from a gap: committed after a row with a
+	// larger id had been read. GapsEnded counts gap ids dropped because
+	// every transaction that could have committed them had ended (rolled
+	// back); GaveUp those dropped after the gap timeout.
+	Late      int64 `json:"late"`
+	GapsEnded int64 `json:"gaps_ended"`
+	GaveUp    int64 `json:"gave_up"`
 	// Rejections are the latest rejected rows, at most maxRejections.
 	Rejections []Rejection `json:"rejections,omitempty"`
 }
@@ -92,6 +106,8 @@ type Tailer struct {
 	r    *relay.Relay
 	src  Source
 	opts TailOptions
+
+	warnedHorizon bool // on Run's goroutine
 
 	mu    sync.Mutex
 	stats TailStats
@@ -141,11 +157,11 @@ func (t *Tailer) Run(ctx context.Context) error {
 		return ok
 	}
 
-	var pos int64
+	var st store.SourceState
 	for {
-		p, err := t.r.SourcePosition(ctx, name)
+		s, err := t.r.SourceState(ctx, name)
 		if err == nil {
-			pos = p
+			st = s
 			break
 		}
 		if ctx.Err() != nil {
@@ -158,11 +174,11 @@ func (t *Tailer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	t.count(func(s *TailStats) { s.Position = pos })
-	log.Info("tail: reading rows after the saved position", "position", pos)
+	t.count(func(s *TailStats) { s.Position = st.Position; s.setGaps(st.Gaps) })
+	log.Info("tail: reading rows after the saved position", "position", st.Position, "gaps", len(st.Gaps))
 
 	for {
-		rows, err := t.src.Read(ctx, pos, t.opts.Batch)
+		r, err := t.read(ctx, st)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -172,16 +188,9 @@ func (t *Tailer) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if len(rows) == 0 {
-			wait = t.opts.Poll
-			if !sleepCtx(ctx, t.opts.Poll) {
-				return nil
-			}
-			continue
-		}
-		next, err := t.relay(ctx, pos, rows)
-		if next > pos {
-			pos = next
+		next, err := t.relay(ctx, st, r)
+		if moved := !sameState(next, st); moved {
+			st = next
 			if t.opts.OnBatch != nil {
 				t.opts.OnBatch(t.Stats())
 			}
@@ -189,6 +198,11 @@ func (t *Tailer) Run(ctx context.Context) error {
 		switch {
 		case err == nil:
 			wait = t.opts.Poll
+			if len(r.rows) == 0 && len(r.late) == 0 {
+				if !sleepCtx(ctx, t.opts.Poll) {
+					return nil
+				}
+			}
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, store.ErrClosed):
@@ -201,14 +215,65 @@ func (t *Tailer) Run(ctx context.Context) error {
 	}
 }
 
-// relay accepts rows (read after pos) in order, with one commit for all of
-// them (AcceptAll), until one fails; then settles the ones handled:
-// marks those relayed and saves the position to the last one handled. It
-// returns the new position and the failure, if any; rows after a failure
-// are read again.
-func (t *Tailer) relay(ctx context.Context, pos int64, rows []Row) (int64, error) {
+// round is what one read returned.
+type round struct {
+	rows []Row // after the position, in id order
+	late []Row // in the gaps, in id order
+	// mark is the source's clock after rows were read (0 if not a
+	// GapSource); horizon the start of its oldest open transaction, read
+	// before late (0: unknown); lateAll that late holds every committed
+	// row of the gaps (it was not cut at the batch size).
+	mark, horizon int64
+	lateAll       bool
+}
+
+// read reads one round: the gaps' rows first (after the horizon, so that
+// a gap the horizon has passed and the read did not find is known to be
+// empty for good), then the rows after the position.
+func (t *Tailer) read(ctx context.Context, st store.SourceState) (round, error) {
+	var r round
+	gs, isGap := t.src.(GapSource)
+	if isGap && len(st.Gaps) > 0 {
+		h, err := gs.Horizon(ctx)
+		switch {
+		case errors.Is(err, ErrNoHorizon):
+			if !t.warnedHorizon {
+				t.warnedHorizon = true
+				t.r.Log().Warn("tail: the source cannot see the database's open transactions, so an id missing below the position is waited for until the gap timeout; grant the privilege (see the README) for gaps to close as soon as their transactions end",
+					"source", t.src.Name(), "gap_timeout", gs.GapTimeout(), "error", err)
+			}
+		case err != nil:
+			return r, err
+		default:
+			r.horizon = h
+		}
+		if r.late, err = gs.ReadGaps(ctx, st.Gaps, t.opts.Batch); err != nil {
+			return r, err
+		}
+		r.lateAll = len(r.late) < t.opts.Batch
+	}
+	rows, err := t.src.Read(ctx, st.Position, t.opts.Batch)
+	if err != nil {
+		return r, err
+	}
+	r.rows = rows
+	if isGap && len(rows) > 0 {
+		if r.mark, err = gs.Clock(ctx); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// relay accepts a round's rows (the late ones, then the new ones) in order,
+// with one commit for all of them (AcceptAll), until one fails; then
+// settles the ones handled: marks those relayed and saves the state they
+// lead to. It returns that state and the failure, if any; rows after a
+// failure are read again.
+func (t *Tailer) relay(ctx context.Context, st store.SourceState, r round) (store.SourceState, error) {
 	var failed error
-	prev := pos
+	rows := r.rows
+	prev := st.Position
 	for i, row := range rows {
 		if row.ID <= prev {
 			// A source bug; going on would move the position backwards.
@@ -218,14 +283,23 @@ func (t *Tailer) relay(ctx context.Context, pos int64, rows []Row) (int64, error
 		}
 		prev = row.ID
 	}
+	late := r.late
+	for i, row := range late {
+		if !inGaps(st.Gaps, row.ID) || (i > 0 && row.ID <= late[i-1].ID) {
+			failed = errors.Join(failed, fmt.Errorf("source %s returned row %d, not in order in its gaps", t.src.Name(), row.ID))
+			late, r.lateAll = late[:i], false
+			break
+		}
+	}
+	all := append(append(make([]Row, 0, len(late)+len(rows)), late...), rows...)
 	if err := ctx.Err(); err != nil {
-		return pos, err
+		return st, err
 	}
 	// Decode every row; the decodable ones are accepted together, in order.
-	events := make([]relay.Event, 0, len(rows))
-	decodeErrs := make([]error, len(rows))
-	at := make([]int, len(rows)) // row → its index in events, or -1
-	for i, row := range rows {
+	events := make([]relay.Event, 0, len(all))
+	decodeErrs := make([]error, len(all))
+	at := make([]int, len(all)) // row → its index in events, or -1
+	for i, row := range all {
 		ev, err := relay.DecodeEvent(bytes.NewReader(row.Event))
 		if err != nil {
 			decodeErrs[i], at[i] = err, -1
@@ -234,13 +308,18 @@ func (t *Tailer) relay(ctx context.Context, pos int64, rows []Row) (int64, error
 		at[i] = len(events)
 		events = append(events, ev)
 	}
-	// The batch in flight is finished even if ctx ends meanwhile (the store
-	// bounds it); the loop stops after it.
-	results, errs := t.r.AcceptAll(context.WithoutCancel(ctx), events, 0)
-	t.count(func(s *TailStats) { s.Read += int64(len(rows)) })
-	done := pos
+	var results []relay.AcceptResult
+	var errs []error
+	if len(events) > 0 {
+		// The batch in flight is finished even if ctx ends meanwhile (the
+		// store bounds it); the loop stops after it.
+		results, errs = t.r.AcceptAll(context.WithoutCancel(ctx), events, 0)
+	}
+	t.count(func(s *TailStats) { s.Read += int64(len(all)) })
+	handled := 0
 	var relayed []int64
-	for i, row := range rows {
+rows:
+	for i, row := range all {
 		err, eventID := decodeErrs[i], ""
 		if at[i] >= 0 {
 			err, eventID = errs[at[i]], events[at[i]].ID
@@ -264,19 +343,69 @@ func (t *Tailer) relay(ctx context.Context, pos int64, rows []Row) (int64, error
 		default:
 			// The relay could not read or write: this row and the ones
 			// after it are read again.
-			return t.settle(ctx, pos, done, relayed, errors.Join(err, failed))
+			failed = errors.Join(err, failed)
+			break rows
 		}
-		done = row.ID
+		handled = i + 1
 	}
-	return t.settle(ctx, pos, done, relayed, failed)
+	next := t.advance(st, r, late[:min(handled, len(late))], rows[:max(0, handled-len(late))], handled == len(all) && failed == nil)
+	if len(relayed) == 0 && sameState(next, st) {
+		return st, failed
+	}
+	return t.settle(ctx, st, next, relayed, failed)
 }
 
-// settle marks the rows relayed and saves the position done (if it moved
-// past pos), and returns the position and failed.
-func (t *Tailer) settle(ctx context.Context, pos, done int64, relayed []int64, failed error) (int64, error) {
-	if done == pos {
-		return pos, failed
+// advance returns the state after a round: late rows handled leave their
+// gaps, the ids skipped between the new rows handled become gaps, and a gap
+// closes when the horizon shows that no transaction that could commit in
+// it is left (complete: the whole round was handled, so every committed
+// row of the gap was seen) or when it has been waited for past the gap
+// timeout.
+func (t *Tailer) advance(st store.SourceState, r round, late, rows []Row, complete bool) store.SourceState {
+	now := t.r.Now()
+	gaps := st.Gaps
+	for _, row := range late {
+		gaps = removeID(gaps, row.ID)
 	}
+	var lateN int64 = int64(len(late))
+	gs, isGap := t.src.(GapSource)
+	var kept []store.SourceGap
+	var ended, gaveUp int64
+	for _, g := range gaps {
+		switch {
+		case complete && r.lateAll && r.horizon > 0 && g.Mark > 0 && g.Mark < r.horizon:
+			// Rolled back (or never inserted): every transaction that began
+			// before the gap was seen has ended, and the read after that
+			// found none of its ids.
+			ended += g.Last - g.First + 1
+		case isGap && now.Sub(g.Since) > gs.GapTimeout():
+			gaveUp += g.Last - g.First + 1
+			t.r.Log().Warn("tail: gave up waiting for outbox ids: their transaction may still be open and commit them later, and those rows would not be relayed (see gap_timeout in the README)",
+				"source", t.src.Name(), "first", g.First, "last", g.Last, "missing_since", g.Since, "gap_timeout", gs.GapTimeout())
+		default:
+			kept = append(kept, g)
+		}
+	}
+	pos := st.Position
+	for _, row := range rows {
+		if isGap && row.ID > pos+1 {
+			kept = append(kept, store.SourceGap{First: pos + 1, Last: row.ID - 1, Since: now, Mark: r.mark})
+		}
+		pos = row.ID
+	}
+	sortGaps(kept)
+	t.count(func(s *TailStats) {
+		s.Late += lateN
+		s.GapsEnded += ended
+		s.GaveUp += gaveUp
+		s.setGaps(kept)
+	})
+	return store.SourceState{Position: pos, Gaps: kept}
+}
+
+// settle marks the rows relayed and saves the state next, and returns the
+// state saved (st if saving failed) and failed.
+func (t *Tailer) settle(ctx context.Context, st, next store.SourceState, relayed []int64, failed error) (store.SourceState, error) {
 	// Settle what was accepted even if ctx has ended, so a clean stop does
 	// not leave it to be read again.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
@@ -285,14 +414,19 @@ func (t *Tailer) settle(ctx context.Context, pos, done int64, relayed []int64, f
 	// duplicates) and marks them again (a no-op), whereas the other order
 	// could leave relayed rows unmarked for good.
 	if err := t.src.MarkProcessed(sctx, relayed); err != nil {
-		return pos, errors.Join(failed, err)
+		t.count(func(s *TailStats) { s.setGaps(st.Gaps) })
+		return st, errors.Join(failed, err)
 	}
-	if err := t.r.SaveSourcePosition(sctx, t.src.Name(), done); err != nil {
-		return pos, errors.Join(failed, err)
+	if sameState(next, st) {
+		return st, failed
 	}
-	t.count(func(s *TailStats) { s.Position = done })
-	t.r.Log().Debug("tail: batch relayed", "source", t.src.Name(), "position", done)
-	return done, failed
+	if err := t.r.SaveSourceState(sctx, t.src.Name(), next); err != nil {
+		t.count(func(s *TailStats) { s.setGaps(st.Gaps) })
+		return st, errors.Join(failed, err)
+	}
+	t.count(func(s *TailStats) { s.Position = next.Position })
+	t.r.Log().Debug("tail: batch relayed", "source", t.src.Name(), "position", next.Position, "gaps", len(next.Gaps))
+	return next, failed
 }
 
 // reject logs and counts a row whose event was rejected.
@@ -312,6 +446,61 @@ func (t *Tailer) count(f func(*TailStats)) {
 	t.mu.Lock()
 	f(&t.stats)
 	t.mu.Unlock()
+}
+
+func (s *TailStats) setGaps(gaps []store.SourceGap) {
+	s.Gaps, s.GapIDs = len(gaps), 0
+	for _, g := range gaps {
+		s.GapIDs += g.Last - g.First + 1
+	}
+}
+
+// sameState reports whether two states are the same position and gaps.
+func sameState(a, b store.SourceState) bool {
+	if a.Position != b.Position || len(a.Gaps) != len(b.Gaps) {
+		return false
+	}
+	for i := range a.Gaps {
+		if a.Gaps[i] != b.Gaps[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func inGaps(gaps []store.SourceGap, id int64) bool {
+	for _, g := range gaps {
+		if id >= g.First && id <= g.Last {
+			return true
+		}
+	}
+	return false
+}
+
+// removeID returns gaps without id, splitting the range that holds it.
+func removeID(gaps []store.SourceGap, id int64) []store.SourceGap {
+	out := make([]store.SourceGap, 0, len(gaps)+1)
+	for _, g := range gaps {
+		if id < g.First || id > g.Last {
+			out = append(out, g)
+			continue
+		}
+		if id > g.First {
+			h := g
+			h.Last = id - 1
+			out = append(out, h)
+		}
+		if id < g.Last {
+			h := g
+			h.First = id + 1
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func sortGaps(gaps []store.SourceGap) {
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i].First < gaps[j].First })
 }
 
 // sleepCtx waits d, or until ctx ends (false).

@@ -473,8 +473,8 @@ func TestTailRereadRepeatsNothing(t *testing.T) {
 	}
 	// Both positions are saved; the original's was not moved back.
 	for _, name := range []string{src.Name(), "renamed"} {
-		if p, err := r.SourcePosition(context.Background(), name); err != nil || p != last {
-			t.Fatalf("position of %s: %d, %v; want %d", name, p, err, last)
+		if st, err := r.SourceState(context.Background(), name); err != nil || st.Position != last {
+			t.Fatalf("position of %s: %+v, %v; want %d", name, st, err, last)
 		}
 	}
 }

@@ -1,0 +1,379 @@
+// Package mysqltest gives tests a real MariaDB (or MySQL): Start returns
+// the URL of a new, empty database for one test, on a server that is
+// either the one EDGERELAY_TEST_MYSQL names or a throwaway one this test
+// process starts from the installed binaries (Debian's mariadb-server
+// package: mariadb-install-db and mariadbd). Without either, tests skip
+// with one line saying how to enable them; under CI (CI set) they fail
+// instead, so a missing install step cannot pass as green.
+//
+// The throwaway server is started once per test process and shared by its
+// tests, each in its own database. It runs as an unprivileged user (the
+// mysql user when the tests run as root) in a temporary directory, on a
+// free loopback port, with a password user over TCP so that tests see
+// credentials in their URLs and can check they never leak. It dies with
+// the test process (a parent-death signal), and its directory is removed
+// by Stop (from TestMain) or, after a killed run, by the next process that
+// starts a server.
+package mysqltest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// EnvURL names an existing server to test against instead of starting one:
+// mysql://USER:PASS@HOST:PORT/ for a user that may create databases and
+// users.
+const EnvURL = "EDGERELAY_TEST_MYSQL"
+
+// dirPrefix names the throwaway servers' directories under os.TempDir(),
+// followed by the owning process's pid.
+const dirPrefix = "edgerelay-my-"
+
+type server struct {
+	base     *url.URL // the admin user's URL, no database
+	db       *sql.DB  // as that user
+	external bool
+
+	mu   sync.Mutex
+	made []string // databases made on an external server, dropped by Stop
+
+	dir    string
+	proc   chan *os.Process
+	exited chan struct{}
+	exit   error
+	logf   string
+}
+
+var (
+	once    sync.Once
+	srv     *server
+	srvErr  error
+	skipMsg string
+	dbs     atomic.Int64
+)
+
+// Start returns the URL (mysql://USER:PASS@127.0.0.1:PORT/DB) of a new,
+// empty database for this test, as a user with every privilege. With
+// EDGERELAY_TEST_MYSQL the database is dropped when the test ends; on a
+// throwaway server it goes with the server.
+func Start(t testing.TB) string {
+	t.Helper()
+	s := get(t)
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbs.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("mysqltest: create database: %v", err)
+	}
+	if s.external {
+		s.mu.Lock()
+		s.made = append(s.made, name)
+		s.mu.Unlock()
+	}
+	u := *s.base
+	u.Path = "/" + name
+	return u.String()
+}
+
+// User creates a user with a random password and the given grants
+// (statements with %s standing for the user, e.g. "GRANT SELECT ON db.* TO
+// %s"), and returns db's URL as that user: for tests of what a tailer does
+// without some privilege.
+func User(t testing.TB, dbURL string, grants ...string) string {
+	t.Helper()
+	s := get(t)
+	name := fmt.Sprintf("u%d_%d", os.Getpid(), dbs.Add(1))
+	pw := randHex()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	who := "'" + name + "'@'%'"
+	if _, err := s.db.ExecContext(ctx, "CREATE USER "+who+" IDENTIFIED BY '"+pw+"'"); err != nil {
+		t.Fatalf("mysqltest: create user: %v", err)
+	}
+	t.Cleanup(func() { s.db.Exec("DROP USER " + who) })
+	for _, g := range grants {
+		if _, err := s.db.ExecContext(ctx, fmt.Sprintf(g, who)); err != nil {
+			t.Fatalf("mysqltest: %s: %v", g, err)
+		}
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(name, pw)
+	return u.String()
+}
+
+// Admin returns the server's admin URL (no database).
+func Admin(t testing.TB) string {
+	t.Helper()
+	return get(t).base.String()
+}
+
+func get(t testing.TB) *server {
+	t.Helper()
+	once.Do(func() { srv, skipMsg, srvErr = setup() })
+	switch {
+	case skipMsg != "" && os.Getenv("CI") != "":
+		t.Fatalf("mysqltest: CI is set, and %s", skipMsg)
+	case skipMsg != "":
+		t.Skip(skipMsg)
+	case srvErr != nil:
+		t.Fatalf("mysqltest: %v", srvErr)
+	}
+	return srv
+}
+
+func setup() (*server, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if env := os.Getenv(EnvURL); env != "" {
+		u, err := url.Parse(env)
+		if err != nil || u.Scheme != "mysql" {
+			return nil, "", fmt.Errorf("%s is not a mysql:// URL", EnvURL) // it may hold a password: not repeated
+		}
+		s := &server{base: u, external: true}
+		if s.db, err = openAdmin(u); err == nil {
+			err = s.db.PingContext(ctx)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", EnvURL, err)
+		}
+		return s, "", nil
+	}
+	installDB, err1 := exec.LookPath("mariadb-install-db")
+	mariadbd, err2 := lookServer()
+	if err1 != nil || err2 != nil {
+		return nil, "MariaDB tests skipped: set " + EnvURL + "=mysql://USER:PASS@HOST:PORT/, or install MariaDB's server " +
+			"(Debian: apt-get install mariadb-server) so the tests start their own", nil
+	}
+	s, err := startServer(ctx, installDB, mariadbd)
+	return s, "", err
+}
+
+// lookServer finds mariadbd: Debian puts it in /usr/sbin, which a test's
+// PATH may lack.
+func lookServer() (string, error) {
+	if p, err := exec.LookPath("mariadbd"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/mariadbd", "/usr/libexec/mariadbd"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New("no mariadbd")
+}
+
+func openAdmin(u *url.URL) (*sql.DB, error) {
+	cfg := mysql.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net, cfg.Addr = "tcp", u.Host
+	cfg.Timeout = 10 * time.Second
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+func randHex() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func startServer(ctx context.Context, installDB, mariadbd string) (*server, error) {
+	sweep()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	s := &server{dir: dir, proc: make(chan *os.Process, 1), exited: make(chan struct{}), logf: filepath.Join(dir, "server.log")}
+	fail := func(err error) (*server, error) {
+		s.stop()
+		return nil, err
+	}
+	// As root (CI), mariadbd refuses to run: it runs as the mysql user, in
+	// a directory it owns.
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("mysql")
+		if err != nil {
+			return fail(fmt.Errorf("running as root, mariadbd needs the mysql user: %w", err))
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return fail(err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	// Small files: a test server holds a few rows.
+	small := []string{"--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M"}
+	install := exec.CommandContext(ctx, installDB, append([]string{"--no-defaults", "--datadir=" + data,
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"}, small...)...)
+	install.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := install.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("mariadb-install-db: %v\n%s", err, out))
+	}
+	port, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	sock := filepath.Join(dir, "s")
+	cmd := exec.Command(mariadbd, append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + sock,
+		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
+		"--log-error=" + s.logf, "--pid-file=" + filepath.Join(dir, "pid")}, small...)...)
+	cmd.SysProcAttr = sysProcAttr(cred)
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal fires when the thread that started the
+		// child exits: this goroutine keeps its thread until the server
+		// has exited.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(s.exited)
+			return
+		}
+		s.proc <- cmd.Process
+		started <- nil
+		s.exit = cmd.Wait()
+		close(s.exited)
+	}()
+	if err := <-started; err != nil {
+		return fail(fmt.Errorf("start mariadbd: %w", err))
+	}
+	// root has no password over the socket; tests connect over TCP as a
+	// user with one.
+	rootCfg := mysql.NewConfig()
+	rootCfg.User, rootCfg.Net, rootCfg.Addr = "root", "unix", sock
+	c, err := mysql.NewConnector(rootCfg)
+	if err != nil {
+		return fail(err)
+	}
+	root := sql.OpenDB(c)
+	defer root.Close()
+	if err := s.waitReady(ctx, root); err != nil {
+		return fail(err)
+	}
+	pw := randHex()
+	for _, q := range []string{
+		"CREATE USER 'edgerelay'@'127.0.0.1' IDENTIFIED BY '" + pw + "'",
+		"GRANT ALL ON *.* TO 'edgerelay'@'127.0.0.1' WITH GRANT OPTION",
+	} {
+		if _, err := root.ExecContext(ctx, q); err != nil {
+			return fail(fmt.Errorf("set up user: %w", err))
+		}
+	}
+	s.base = &url.URL{Scheme: "mysql", User: url.UserPassword("edgerelay", pw),
+		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Path: "/"}
+	if s.db, err = openAdmin(s.base); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// waitReady polls until the server takes connections, for at most 30s.
+func (s *server) waitReady(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := db.PingContext(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			log, _ := os.ReadFile(s.logf)
+			return fmt.Errorf("mariadbd exited (%v):\n%s", s.exit, log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(s.logf)
+			return fmt.Errorf("mariadbd not ready after 30s: %v\n%s", err, log)
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Stop shuts down the server this process started, if any, and removes its
+// directory (on an external server: drops the databases made). Call it
+// from TestMain after m.Run.
+func Stop() {
+	if srv == nil {
+		return
+	}
+	if srv.external {
+		for _, name := range srv.made {
+			srv.db.Exec("DROP DATABASE " + name)
+		}
+		srv.db.Close()
+		return
+	}
+	srv.stop()
+}
+
+func (s *server) stop() {
+	if s.db != nil {
+		s.db.Close()
+	}
+	select {
+	case p := <-s.proc:
+		p.Kill() // a throwaway: nothing to keep
+		<-s.exited
+	default:
+	}
+	os.RemoveAll(s.dir)
+}
+
+// sweep removes the directories of throwaway servers whose test process is
+// gone; their servers died with it.
+func sweep() {
+	entries, _ := os.ReadDir(os.TempDir())
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), dirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(filepath.Join(os.TempDir(), e.Name()))
+		}
+	}
+}
