@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,11 +26,13 @@ import (
 //
 // Ids are AUTO_INCREMENT values, taken when a transaction inserts and
 // visible when it commits, so rows appear out of id order (see GapSource).
-// The horizon is the oldest trx_started in information_schema.INNODB_TRX,
-// which needs the PROCESS privilege; without it gaps close only after
-// gap_timeout. The session runs in UTC so that trx_started and the clock
-// agree. trx_started counts whole seconds: a gap closes once every
-// transaction open began in a later second than the gap was seen.
+// The horizon comes from SHOW ENGINE INNODB STATUS, which lists every open
+// transaction with its age in whole seconds and needs the PROCESS
+// privilege; without it gaps close only after gap_timeout.
+// (information_schema.INNODB_TRX would be simpler, but InnoDB serves it
+// from a cache refreshed only when nobody has read it for 0.1 s: a tailer
+// polling it, or a monitor, can keep it frozen from before a transaction
+// began, and a gap would close under that transaction.)
 func openMySQL(u *url.URL) (Source, error) {
 	s := &sqlDB{}
 	q, err := s.serverURL(u, "tls")
@@ -78,7 +82,7 @@ func openMySQL(u *url.URL) (Source, error) {
 		return fmt.Sprintf("SELECT id, %s FROM %s WHERE %s ORDER BY id LIMIT ?", c, t, betweens(n, func(int) string { return "?" }))
 	}
 	s.clockQ = "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
-	s.horizonQ = "SELECT CAST(COALESCE(UNIX_TIMESTAMP(MIN(trx_started)) * 1000000, -1) AS SIGNED) FROM information_schema.INNODB_TRX"
+	s.horizon = s.innodbHorizon
 	s.horizonErr = func(err error) error {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && (me.Number == 1227 || me.Number == 1142) { // access denied: PROCESS needed
@@ -119,4 +123,38 @@ func (s *sqlDB) checkMySQL(ctx context.Context) error {
 		return err
 	}
 	return s.checkColumns(cols, "tinyint", "smallint", "mediumint", "int", "bigint")
+}
+
+// activeRE matches a transaction of SHOW ENGINE INNODB STATUS that has
+// started: "---TRANSACTION 19, ACTIVE 3 sec" (or "ACTIVE (PREPARED) 3
+// sec"); one not started says "not started".
+var activeRE = regexp.MustCompile(`(?m)^---TRANSACTION [^,\n]+, ACTIVE (?:\(PREPARED\) )?(\d+) sec`)
+
+// innodbHorizon is a lower bound of the oldest open transaction's start:
+// the clock read before the status, less the oldest age plus a second
+// (ages are whole seconds, rounded down); -1 if none is open.
+func (s *sqlDB) innodbHorizon(ctx context.Context) (int64, error) {
+	now, err := s.Clock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var typ, name, status string
+	if err := s.db.QueryRowContext(ctx, "SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {
+		return 0, err
+	}
+	// The status is cut in its transaction list when it is too long: then
+	// the oldest may be missing, so nothing closes.
+	if !strings.Contains(status, "END OF INNODB MONITOR OUTPUT") || strings.Contains(status, "... truncated...") {
+		return 0, nil
+	}
+	oldest := int64(-1)
+	for _, m := range activeRE.FindAllStringSubmatch(status, -1) {
+		if age, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			oldest = max(oldest, age)
+		}
+	}
+	if oldest < 0 {
+		return -1, nil
+	}
+	return now - (oldest+1)*1_000_000, nil
 }

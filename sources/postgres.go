@@ -38,6 +38,10 @@ func openPostgres(u *url.URL) (Source, error) {
 	if u.Hostname() == "" {
 		return nil, bad("no host: postgres://USER:PASS@HOST:5432/DATABASE?table=edgerelay_outbox")
 	}
+	if sp := rest.Get("search_path"); sp != "" && !u.Query().Has("name") {
+		// Two schemas' outboxes are two sources.
+		s.name += "&search_path=" + url.QueryEscape(sp)
+	}
 	du := *u
 	du.RawQuery = rest.Encode()
 	cfg, err := pgx.ParseConfig(du.String())

@@ -30,12 +30,14 @@ type sqlDB struct {
 	gapQ     func(ranges int) string
 	clockQ   string // the server's clock in µs since the epoch
 	horizonQ string // the start of its oldest open transaction (µs), or -1
-	// canSeeTxns reports whether horizonQ sees every session's
+	// horizon, if set, replaces horizonQ.
+	horizon func(ctx context.Context) (int64, error)
+	// canSeeTxns reports whether the horizon sees every session's
 	// transactions; noHorizon is why not.
 	canSeeTxns bool
 	noHorizon  string
-	// horizonErr maps an error of horizonQ to ErrNoHorizon when it says
-	// the privilege is missing.
+	// horizonErr maps an error of the horizon to ErrNoHorizon when it
+	// says the privilege is missing.
 	horizonErr func(error) error
 }
 
@@ -187,7 +189,13 @@ func (s *sqlDB) Horizon(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("%w: %s", ErrNoHorizon, s.noHorizon)
 	}
 	var us int64
-	if err := s.db.QueryRowContext(ctx, s.horizonQ).Scan(&us); err != nil {
+	var err error
+	if s.horizon != nil {
+		us, err = s.horizon(ctx)
+	} else {
+		err = s.db.QueryRowContext(ctx, s.horizonQ).Scan(&us)
+	}
+	if err != nil {
 		if s.horizonErr != nil {
 			if err := s.horizonErr(err); errors.Is(err, ErrNoHorizon) {
 				return 0, err
