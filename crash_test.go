@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/relay"
 	"edgerelay/sim"
@@ -52,6 +53,7 @@ func binary(t *testing.T) string {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.Stop()
+	mysqltest.Stop()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
