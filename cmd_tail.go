@@ -41,6 +41,16 @@ Set up (outbox.sql holds the table, commented, and an example transaction):
      name=NAME                the name the position is saved under (default:
                               path and table; set it to keep the position if
                               the file moves)
+   postgres://USER:PASS@HOST:5432/DB or mysql://USER:PASS@HOST:3306/DB (MariaDB
+   too), tables in outbox_postgres.sql and outbox_mysql.sql, with parameters
+     table=, column=, name=   as above (name defaults to host, database and table)
+     gap_timeout=10m          how long an id skipped below the position (its
+                              transaction not committed yet) is waited for
+     sslmode=… (PostgreSQL), tls=true (MySQL)
+   Their ids commit out of order: ids skipped are kept as gaps with the position
+   and read again until their rows commit, or until the oldest open transaction
+   began after they were skipped (needs pg_read_all_stats / PROCESS; see the
+   README), or for gap_timeout (then logged as given up).
 
 Guarantees: the position (the last row id relayed) is saved in edgerelay's
 database after each batch (--batch rows). A crash before that reads the batch
@@ -59,7 +69,7 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 		Flags: commonFlags(
 			flagRoute(), flagDelivery(),
 			&cli.StringFlag{Name: "source", EnvVars: []string{"EDGERELAY_SOURCE"},
-				Usage: "the outbox to read: `URL` such as sqlite:///srv/app/app.db?table=edgerelay_outbox (see above)"},
+				Usage: "the outbox to read: `URL` such as sqlite:///srv/app/app.db?table=edgerelay_outbox, postgres://… or mysql://… (see above)"},
 			&cli.DurationFlag{Name: "poll", Value: time.Second, EnvVars: []string{"EDGERELAY_TAIL_POLL"},
 				Usage: "how long to wait before reading again when the outbox had nothing new"},
 			&cli.IntFlag{Name: "batch", Value: 100, EnvVars: []string{"EDGERELAY_TAIL_BATCH"},
@@ -125,7 +135,8 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 					}
 					lastLog = time.Now()
 					log.Info("tail: progress", "position", st.Position, "accepted", st.Accepted,
-						"duplicates", st.Duplicates, "rejected", st.Rejected, "errors", st.Errors)
+						"duplicates", st.Duplicates, "rejected", st.Rejected, "errors", st.Errors,
+						"gaps", st.Gaps, "late", st.Late, "gave_up", st.GaveUp)
 				}})
 			runErr := t.Run(c.Context)
 
@@ -139,6 +150,9 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 			st := t.Stats()
 			fmt.Fprintf(c.App.ErrWriter, "tail: stopped at row %d: %d accepted, %d duplicates, %d rejected, %d errors retried\n",
 				st.Position, st.Accepted, st.Duplicates, st.Rejected, st.Errors)
+			if st.Gaps > 0 || st.Late > 0 || st.GaveUp > 0 {
+				fmt.Fprintf(c.App.ErrWriter, "tail: %d rows committed late, %d ids still awaited (saved), %d given up\n", st.Late, st.GapIDs, st.GaveUp)
+			}
 			if c.Bool("json") {
 				json.NewEncoder(c.App.Writer).Encode(st)
 			}
