@@ -246,12 +246,22 @@ func TestServerSourceOutOfOrderCommits(t *testing.T) {
 		if st.Accepted != writers*each || st.Position <= max(heldID, rolledID) {
 			t.Fatalf("before the late commit: %+v, want %d accepted past rows %d and %d", st, writers*each, heldID, rolledID)
 		}
+		// The rollback ends one gap's transaction, but the held one began
+		// earlier and is still open: the horizon is before both gaps, so
+		// neither closes, however many rounds go by (a row committed after
+		// the rollback is read, and the gaps are still there).
 		if err := rolled.Rollback(); err != nil {
 			t.Fatal(err)
 		}
+		tx, after := app.insert(t, add(writers*each+1))
+		commit(t, tx)
+		st = rn.waitStats(t, "the row after the rollback", func(s sources.TailStats) bool { return s.Position >= after })
+		if st.GapIDs < 2 || st.GapsEnded != 0 {
+			t.Fatalf("with an older transaction open: %+v; want both gaps kept", st)
+		}
 		commit(t, held)
 		st = rn.waitStats(t, "the late row and the rolled-back id's gap", func(s sources.TailStats) bool {
-			return s.Accepted == writers*each+1 && s.Gaps == 0
+			return s.Accepted == writers*each+2 && s.Gaps == 0
 		})
 		st = rn.stop()
 		// Late: the held row, and any the concurrent writers committed out
