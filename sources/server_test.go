@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -446,4 +448,78 @@ func pgUser(t *testing.T, app *legacyApp) string {
 	})
 	u.User = url.UserPassword(role, "pw_"+role)
 	return u.String()
+}
+
+// syncBuffer is a log sink safe for the tailer's goroutine and the test's.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// The application's database restarts under the tailer: it logs the
+// failed reads and retries with backoff, the driver reconnects, and the
+// rows written after the restart are relayed; each row once, and the
+// password in no log line.
+func TestServerSourceSurvivesDatabaseRestart(t *testing.T) {
+	t.Parallel()
+	sv := mysqltest.Own(t)
+	app := &legacyApp{kind: "mariadb", url: sv.Start(t)}
+	app.db = openMySQL(t, app.url)
+	t.Cleanup(func() { app.db.Close() })
+	ddl, err := os.ReadFile("../outbox_mysql.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.db.Exec(string(ddl)); err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := mustParse(t, app.url).User.Password()
+
+	var logs syncBuffer
+	r, err := relay.Open(context.Background(), relay.Options{Path: t.TempDir() + "/relay.db",
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	rn := startTailer(t, r, app.source(t, ""), sources.TailOptions{Poll: 5 * time.Millisecond})
+	write := func(from, to int) {
+		for i := from; i <= to; i++ {
+			tx, _ := app.insert(t, orderEvent(i))
+			commit(t, tx)
+		}
+	}
+	write(1, 10)
+	rn.waitStats(t, "the first rows", func(s sources.TailStats) bool { return s.Accepted == 10 })
+	sv.Stop(t)
+	rn.waitStats(t, "a failed read", func(s sources.TailStats) bool { return s.Errors >= 1 })
+	sv.Resume(t)
+	write(11, 20)
+	st := rn.waitStats(t, "the rows after the restart", func(s sources.TailStats) bool { return s.Accepted == 20 && s.Gaps == 0 })
+	if st.Duplicates != 0 || st.Rejected != 0 {
+		t.Errorf("stats %+v: want 20 accepted, nothing else", st)
+	}
+	got, _ := relayCounts(t, r)
+	if len(got) != 20 {
+		t.Errorf("%d events, want 20: %v", len(got), got)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "tail: reading the source failed; retrying") {
+		t.Errorf("no log line for the outage:\n%s", out)
+	}
+	if strings.Contains(out, pw) {
+		t.Errorf("the log holds the password:\n%s", out)
+	}
 }

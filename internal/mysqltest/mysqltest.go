@@ -63,6 +63,10 @@ type server struct {
 	exited chan struct{}
 	exit   error
 	logf   string
+	// How to start it again (Restart).
+	bin, sock string
+	args      []string
+	cred      *syscall.Credential
 }
 
 var (
@@ -79,7 +83,11 @@ var (
 // throwaway server it goes with the server.
 func Start(t testing.TB) string {
 	t.Helper()
-	s := get(t)
+	return get(t).newDatabase(t)
+}
+
+func (s *server) newDatabase(t testing.TB) string {
+	t.Helper()
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbs.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -244,43 +252,19 @@ func startServer(ctx context.Context, installDB, mariadbd string) (*server, erro
 	if err != nil {
 		return fail(err)
 	}
-	sock := filepath.Join(dir, "s")
-	cmd := exec.Command(mariadbd, append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + sock,
+	s.sock = filepath.Join(dir, "s")
+	s.bin, s.cred = mariadbd, cred
+	s.args = append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + s.sock,
 		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
-		"--log-error=" + s.logf, "--pid-file=" + filepath.Join(dir, "pid")}, small...)...)
-	cmd.SysProcAttr = sysProcAttr(cred)
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal fires when the thread that started the
-		// child exits: this goroutine keeps its thread until the server
-		// has exited.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(s.exited)
-			return
-		}
-		s.proc <- cmd.Process
-		started <- nil
-		s.exit = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := <-started; err != nil {
-		return fail(fmt.Errorf("start mariadbd: %w", err))
+		"--log-error=" + s.logf, "--pid-file=" + filepath.Join(dir, "pid")}, small...)
+	if err := s.launch(ctx); err != nil {
+		return fail(err)
 	}
-	// root has no password over the socket; tests connect over TCP as a
-	// user with one.
-	rootCfg := mysql.NewConfig()
-	rootCfg.User, rootCfg.Net, rootCfg.Addr = "root", "unix", sock
-	c, err := mysql.NewConnector(rootCfg)
+	root, err := s.root()
 	if err != nil {
 		return fail(err)
 	}
-	root := sql.OpenDB(c)
 	defer root.Close()
-	if err := s.waitReady(ctx, root); err != nil {
-		return fail(err)
-	}
 	pw := randHex()
 	for _, q := range []string{
 		"CREATE USER 'edgerelay'@'127.0.0.1' IDENTIFIED BY '" + pw + "'",
@@ -296,6 +280,119 @@ func startServer(ctx context.Context, installDB, mariadbd string) (*server, erro
 		return fail(err)
 	}
 	return s, nil
+}
+
+// launch starts mariadbd and waits until it takes connections.
+func (s *server) launch(ctx context.Context) error {
+	s.proc, s.exited, s.exit = make(chan *os.Process, 1), make(chan struct{}), nil
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.SysProcAttr = sysProcAttr(s.cred)
+	started := make(chan error, 1)
+	exited := s.exited
+	go func() {
+		// The parent-death signal fires when the thread that started the
+		// child exits: this goroutine keeps its thread until the server
+		// has exited.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(exited)
+			return
+		}
+		s.proc <- cmd.Process
+		started <- nil
+		s.exit = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start mariadbd: %w", err)
+	}
+	root, err := s.root()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return s.waitReady(ctx, root)
+}
+
+// root connects as root over the socket, where root has no password; tests
+// connect over TCP as a user with one.
+func (s *server) root() (*sql.DB, error) {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr = "root", "unix", s.sock
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+// A Server is a throwaway server of one test's own (Own), which it may
+// restart.
+type Server struct{ s *server }
+
+// Own starts a server for this test alone, on its own port and directory,
+// stopped when the test ends: for tests that restart it (a few seconds:
+// prefer Start). It needs the installed binaries, even with
+// EDGERELAY_TEST_MYSQL set.
+func Own(t testing.TB) *Server {
+	t.Helper()
+	installDB, err1 := exec.LookPath("mariadb-install-db")
+	mariadbd, err2 := lookServer()
+	if err1 != nil || err2 != nil {
+		msg := "MariaDB restart tests skipped: install MariaDB's server (Debian: apt-get install mariadb-server)"
+		if os.Getenv("CI") != "" {
+			t.Fatalf("mysqltest: CI is set, and %s", msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := startServer(ctx, installDB, mariadbd)
+	if err != nil {
+		t.Fatalf("mysqltest: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return &Server{s: s}
+}
+
+// Start returns the URL of a new, empty database on the server.
+func (sv *Server) Start(t testing.TB) string {
+	t.Helper()
+	return sv.s.newDatabase(t)
+}
+
+// Restart stops the server cleanly and starts it again on the same port
+// and data.
+func (sv *Server) Restart(t testing.TB) {
+	t.Helper()
+	sv.Stop(t)
+	sv.Resume(t)
+}
+
+// Stop stops the server cleanly (SIGTERM), waiting until it has exited.
+func (sv *Server) Stop(t testing.TB) {
+	t.Helper()
+	s := sv.s
+	p := <-s.proc
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		p.Kill()
+		<-s.exited
+		t.Fatalf("mysqltest: mariadbd did not stop within 30s")
+	}
+}
+
+// Resume starts a stopped server again.
+func (sv *Server) Resume(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := sv.s.launch(ctx); err != nil {
+		t.Fatalf("mysqltest: restart: %v", err)
+	}
 }
 
 // waitReady polls until the server takes connections, for at most 30s.
