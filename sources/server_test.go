@@ -49,7 +49,7 @@ func servers(t *testing.T, f func(t *testing.T, app *legacyApp)) {
 	}
 }
 
-func setupLegacy(t *testing.T, kind string) *legacyApp {
+func setupLegacy(t testing.TB, kind string) *legacyApp {
 	t.Helper()
 	app := &legacyApp{kind: kind}
 	var ddl string
@@ -76,7 +76,7 @@ func setupLegacy(t *testing.T, kind string) *legacyApp {
 	return app
 }
 
-func openMySQL(t *testing.T, rawURL string) *sql.DB {
+func openMySQL(t testing.TB, rawURL string) *sql.DB {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
