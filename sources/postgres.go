@@ -62,13 +62,15 @@ func openPostgres(u *url.URL) (Source, error) {
 			betweens(n, func(i int) string { return "$" + strconv.Itoa(i+1) }), 2*n+1)
 	}
 	s.clockQ = `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
-	// Every session that can write: autovacuum's long transactions write
-	// no outbox rows. A prepared transaction's start is not kept: while
+	// Every session of this database that can write: autovacuum's long
+	// transactions write no outbox rows, and other databases' none of
+	// this table's. A prepared transaction's start is not kept: while
 	// one exists, no gap closes but by gap_timeout.
 	s.horizonQ = `SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_prepared_xacts) THEN 0
 		ELSE coalesce((extract(epoch FROM min(xact_start)) * 1000000)::bigint, -1) END
 		FROM pg_stat_activity
 		WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()
+			AND datname = current_database()
 			AND backend_type NOT IN ('autovacuum worker', 'autovacuum launcher', 'walsender')`
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
