@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for the application's side
 
 	"edgerelay/internal/mysqltest"
+	"edgerelay/internal/pgtest"
 	"edgerelay/relay"
 	"edgerelay/sources"
 )
@@ -51,9 +53,30 @@ func mariadbApp(t *testing.T) (string, *sql.DB) {
 	return raw, db
 }
 
-// mariadbOrder inserts order i's outbox row in a new transaction of the
-// application, left open for the caller to commit.
-func mariadbOrder(t *testing.T, db *sql.DB, i int) *sql.Tx {
+// postgresApp creates the outbox from outbox_postgres.sql in a new
+// PostgreSQL schema and returns its URL and the application's connection.
+func postgresApp(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	raw := pgtest.Start(t)
+	db, err := sql.Open("pgx", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ddl, err := os.ReadFile("outbox_postgres.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(string(ddl)); err != nil {
+		t.Fatal(err)
+	}
+	return raw, db
+}
+
+// appOrder inserts order i's outbox row in a new transaction of the
+// application (ph: the database's placeholder), left open for the caller
+// to commit.
+func appOrder(t *testing.T, db *sql.DB, ph string, i int) *sql.Tx {
 	t.Helper()
 	ev, _ := json.Marshal(relay.Event{ID: fmt.Sprintf("ord_%d", i), Type: "order.created", Purpose: "receipt",
 		Recipients: []relay.Recipient{{ID: fmt.Sprintf("cus_%d", i), Email: fmt.Sprintf("c%d@example.com", i)}},
@@ -62,26 +85,39 @@ func mariadbOrder(t *testing.T, db *sql.DB, i int) *sql.Tx {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(`INSERT INTO edgerelay_outbox (event) VALUES (?)`, string(ev)); err != nil {
+	if _, err := tx.Exec(`INSERT INTO edgerelay_outbox (event) VALUES (`+ph+`)`, string(ev)); err != nil {
 		tx.Rollback()
 		t.Fatal(err)
 	}
 	return tx
 }
 
-// Through the binary, on MariaDB: a tailer is SIGKILLed while an
+// Through the binary, on PostgreSQL and MariaDB: a tailer is SIGKILLed while an
 // application transaction holds an id below its position, and again while
 // four writers commit out of id order; the held transaction commits while
 // no tailer runs. The runs after each kill resume from the saved position
 // and gaps: every order's event is accepted once, none lost, and the
 // password is in no output.
-func TestTailMariaDBSIGKILLKeepsGaps(t *testing.T) {
+func TestTailServerSIGKILLKeepsGaps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills real processes")
 	}
 	t.Parallel()
+	for _, kind := range []string{"postgres", "mariadb"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srcURL, app := mariadbApp, func(t *testing.T, db *sql.DB, i int) *sql.Tx { return appOrder(t, db, "?", i) }
+			if kind == "postgres" {
+				srcURL, app = postgresApp, func(t *testing.T, db *sql.DB, i int) *sql.Tx { return appOrder(t, db, "$1", i) }
+			}
+			testTailSIGKILLKeepsGaps(t, srcURL, app)
+		})
+	}
+}
+
+func testTailSIGKILLKeepsGaps(t *testing.T, open func(*testing.T) (string, *sql.DB), order func(*testing.T, *sql.DB, int) *sql.Tx) {
 	bin := binary(t)
-	srcURL, app := mariadbApp(t)
+	srcURL, app := open(t)
 	pw, _ := mustURL(t, srcURL).User.Password()
 	relayPath := filepath.Join(t.TempDir(), "relay.db")
 	rr := &relayReader{path: relayPath}
@@ -92,7 +128,11 @@ func TestTailMariaDBSIGKILLKeepsGaps(t *testing.T) {
 		}
 		return n
 	}
-	args := []string{"tail", "--db", relayPath, "--source", srcURL + "?table=edgerelay_outbox",
+	sep := "?"
+	if strings.Contains(srcURL, "?") {
+		sep = "&"
+	}
+	args := []string{"tail", "--db", relayPath, "--source", srcURL + sep + "table=edgerelay_outbox",
 		"--poll", "10ms", "--batch", "8", "--log-level", "info", "--json"}
 	var outputs []string
 	start := func() (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
@@ -122,9 +162,9 @@ func TestTailMariaDBSIGKILLKeepsGaps(t *testing.T) {
 	}
 
 	// Order 1 takes the first id and stays open; orders 2..21 commit.
-	held := mariadbOrder(t, app, 1)
+	held := order(t, app, 1)
 	for i := 2; i <= 21; i++ {
-		if err := mariadbOrder(t, app, i).Commit(); err != nil {
+		if err := order(t, app, i).Commit(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,7 +185,7 @@ func TestTailMariaDBSIGKILLKeepsGaps(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for i := 22 + w; i <= n; i += 4 {
-				if err := mariadbOrder(t, app, i).Commit(); err != nil {
+				if err := order(t, app, i).Commit(); err != nil {
 					t.Error(err)
 				}
 			}
