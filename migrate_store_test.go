@@ -123,7 +123,8 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if err := r.MarkItem(ctx, "acme", "ada", "read", items[0].Seq); err != nil { // and the newest
 		t.Fatal(err)
 	}
-	if err := r.SaveSourcePosition(ctx, "sqlite:/srv/app/app.db", 42); err != nil {
+	if err := r.SaveSourceState(ctx, "sqlite:/srv/app/app.db", store.SourceState{Position: 42,
+		Gaps: []store.SourceGap{{First: 40, Last: 41, Since: time.UnixMilli(1_700_000_000_000).UTC(), Mark: 7}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.AddReceipts(ctx, "email", []providers.Receipt{{ID: "rcpt-1", MessageID: "msg-unknown", Status: providers.ReceiptDelivered, At: time.Now()}}); err != nil {
@@ -298,8 +299,8 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 			t.Errorf("%s's unread count on PostgreSQL %d (%v), on SQLite %d", user, got, err, want)
 		}
 	}
-	if pos, err := r.SourcePosition(ctx, "sqlite:/srv/app/app.db"); err != nil || pos != 42 {
-		t.Errorf("tail position %d (%v), want 42", pos, err)
+	if st, err := r.SourceState(ctx, "sqlite:/srv/app/app.db"); err != nil || st.Position != 42 || len(st.Gaps) != 1 || st.Gaps[0].First != 40 || st.Gaps[0].Last != 41 || st.Gaps[0].Mark != 7 {
+		t.Errorf("tail state %+v (%v), want position 42 and the gap 40..41", st, err)
 	}
 	if c, err := r.ClaimRequest(ctx, k); err != nil || c.Stored == nil || string(c.Stored.Body) != `{"ok":true}` {
 		t.Errorf("the stored response of req-1: %+v %v", c, err)

@@ -63,6 +63,8 @@ var plan = []table{
 		why: "every scheduled run by job and time, with the feed seq a digest covered: a run done on the box is not run again on the nodes"},
 	{name: "source_positions", key: []string{"source"}, raise: []string{"position"},
 		why: "how far each tailed outbox was relayed: the nodes resume there (the larger on a second run), not from the start"},
+	{name: "source_gaps", key: []string{"source", "first"},
+		why: "the ids below each tailed outbox's position still awaited (their transactions had not committed): the nodes read them again; one the nodes have since passed is read again and deduped"},
 	{name: "invalid_addresses", key: []string{"tenant", "channel", "address"},
 		why: "addresses a provider said are invalid, until they expire: not tried again on the nodes"},
 	{name: "request_keys", key: []string{"tenant", "key"},
