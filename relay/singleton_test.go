@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,11 +33,16 @@ func TestSinglyOneAtATime(t *testing.T) {
 	}
 	actx, astop := context.WithCancel(context.Background())
 	bctx, bstop := context.WithCancel(context.Background())
-	defer bstop()
 	adone, bdone := make(chan struct{}), make(chan struct{})
-	go func() { a.Singly(actx, "schedules", work("a")); close(adone) }()
+	var loops sync.WaitGroup
+	// Both loops end before the test does, even when it fails: a loop
+	// that logged after the end would panic and hide the failure.
+	t.Cleanup(func() { astop(); bstop(); loops.Wait() })
+	loops.Add(1)
+	go func() { defer loops.Done(); a.Singly(actx, "schedules", work("a")); close(adone) }()
 	waitFor(t, 5*time.Second, "a holds the lease", func() bool { return ran["a"].Load() == 1 })
-	go func() { b.Singly(bctx, "schedules", work("b")); close(bdone) }()
+	loops.Add(1)
+	go func() { defer loops.Done(); b.Singly(bctx, "schedules", work("b")); close(bdone) }()
 	time.Sleep(2 * ttl) // b tries several times meanwhile
 	if ran["b"].Load() != 0 {
 		t.Fatal("b ran while a held the lease")
