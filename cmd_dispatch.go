@@ -68,6 +68,9 @@ is further off than --max-wait. Exit status:
 					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d attempts; sent %d, failed %d, dead %d, unknown %d; %d waiting for a retry\n",
 						sum.Attempts, sum.Sent, sum.Failed, sum.Dead, sum.Unknown, sum.Waiting)
 				}
+				if sum.Suppressed > 0 && !c.Bool("json") {
+					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d not sent: the address is on its tenant's suppression list (edgerelay suppressions list)\n", sum.Suppressed)
+				}
 				if sum.Quarantined > 0 {
 					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d events quarantined: the rest of their fan-out could not be written (edgerelay quarantine list)\n", sum.Quarantined)
 				}

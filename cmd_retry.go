@@ -13,17 +13,21 @@ import (
 )
 
 // retryable are the statuses retry can put back.
-var retryable = []string{store.StatusFailed, store.StatusDead, store.StatusUnknown}
+var retryable = []string{store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed}
 
 func retryCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "retry",
-		Usage:     "put a failed, dead or unknown notification back in the queue, or every one the flags select",
-		ArgsUsage: "ID | --status failed|dead|unknown [--since WHEN] [--dry-run]",
+		Usage:     "put a failed, dead, unknown or suppressed notification back in the queue, or every one the flags select",
+		ArgsUsage: "ID [--lift] | --status failed|dead|unknown|suppressed [--since WHEN] [--dry-run]",
 		Description: `Sets the notification to pending, due now, with a fresh retry budget. It keeps
 its idempotency key, so a provider that honours keys and still remembers it
 will not send twice. Retrying an unknown notification through a provider
 without keys may deliver a second copy: that is the operator's call.
+
+A notification whose address is on its tenant's suppression list is not
+retried: retry says why (the entry's reason, source, provider and time) and
+exits 1. --lift removes that entry too, in the same transaction.
 
 In bulk: --status (failed, dead or unknown) with the selection flags of
 edgerelay list retries every notification they select, oldest first.
@@ -38,11 +42,13 @@ was listed); then it exits 1.`,
 		Flags: commonFlags(append(listFlags("retry every notification in this `STATUS`: failed, dead or unknown"),
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be retried, and how many; change nothing"},
 			&cli.IntFlag{Name: "limit", Usage: "retry at most `N`, the oldest first (0: all that match)"},
+			&cli.BoolFlag{Name: "lift", Usage: "also take its address off its tenant's suppression list"},
 		)...),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
 			bulk := false
 			for _, name := range []string{"status", "since", "created-since", "tenant", "recipient", "dry-run", "limit"} {
+				// --lift goes with either form
 				bulk = bulk || c.IsSet(name)
 			}
 			if bulk {
@@ -51,7 +57,7 @@ was listed); then it exits 1.`,
 				}
 				return retryMatching(c)
 			}
-			arg, err := idArg(c, "retry takes one notification id (a number, or the n_… id the API showed; see edgerelay show), or --status failed|dead|unknown to retry every one it selects", relay.NotificationIDPrefix)
+			arg, err := idArg(c, "retry takes one notification id (a number, or the n_… id the API showed; see edgerelay show), or --status failed|dead|unknown|suppressed to retry every one it selects", relay.NotificationIDPrefix)
 			if err != nil {
 				return err
 			}
@@ -65,7 +71,10 @@ was listed); then it exits 1.`,
 				return err
 			}
 			var se *store.StateError
-			if err := r.Retry(c.Context, id); errors.As(err, &se) || errors.Is(err, store.ErrNotFound) {
+			var sup *store.SuppressedError
+			if err := r.RetryLifting(c.Context, "", id, c.Bool("lift")); errors.As(err, &sup) {
+				return cli.Exit(err.Error()+"\n(edgerelay retry "+arg+" --lift removes the entry and retries it)", exitError)
+			} else if errors.As(err, &se) || errors.Is(err, store.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
 			} else if err != nil {
 				return err
@@ -84,7 +93,7 @@ func retryMatching(c *cli.Context) error {
 		return err
 	}
 	if !slices.Contains(retryable, f.Status) {
-		return cli.Exit(fmt.Sprintf("retry in bulk needs --status failed, dead or unknown (got %q): only those can be retried", f.Status), exitUsage)
+		return cli.Exit(fmt.Sprintf("retry in bulk needs --status failed, dead, unknown or suppressed (got %q): only those can be retried", f.Status), exitUsage)
 	}
 	limit := c.Int("limit")
 	if limit < 0 {
@@ -108,10 +117,11 @@ func retryMatching(c *cli.Context) error {
 		}
 		for _, n := range ns {
 			var se *store.StateError
-			switch err := r.RetryTenant(c.Context, n.Tenant, n.ID); {
+			var sup *store.SuppressedError
+			switch err := r.RetryLifting(c.Context, n.Tenant, n.ID, c.Bool("lift")); {
 			case err == nil:
 				retried++
-			case errors.As(err, &se), errors.Is(err, store.ErrNotFound):
+			case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, store.ErrNotFound):
 				failed++
 				fmt.Fprintf(c.App.ErrWriter, "edgerelay: not retried: %v\n", err)
 			default:

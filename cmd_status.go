@@ -88,8 +88,8 @@ func printStatus(w io.Writer, st store.Status) {
 		fmt.Fprintf(tw, "quarantined events\t%d\tnewest %s (their fan-out could not go on: edgerelay quarantine list, then retry or drop)\n",
 			st.Quarantined, joinIDs(st.QuarantinedIDs))
 	}
-	if st.InvalidAddresses > 0 {
-		fmt.Fprintf(tw, "addresses marked dead\t%d\t(edgerelay addresses list)\n", st.InvalidAddresses)
+	if st.Suppressions > 0 {
+		fmt.Fprintf(tw, "addresses suppressed\t%d\t(edgerelay suppressions list)\n", st.Suppressions)
 	}
 	tw.Flush()
 	names := slices.Sorted(maps.Keys(st.Providers))

@@ -40,10 +40,17 @@ type Config struct {
 	Dispatch struct {
 		Workers int      `yaml:"workers"`
 		Lease   Duration `yaml:"lease"`
-		// InvalidAddressTTL is how long an address a provider declared
-		// dead stays marked (per tenant and channel). Default 30 days.
+		// InvalidAddressTTL is read as suppression.hard_bounce_ttl, which
+		// replaced it (issue 17).
 		InvalidAddressTTL Duration `yaml:"invalid_address_ttl"`
 	} `yaml:"dispatch"`
+	// Suppression: how long entries of the tenants' suppression lists
+	// last. HardBounceTTL (hard bounces, complaints): 0, until removed;
+	// SoftBounceTTL: default 72h.
+	Suppression struct {
+		HardBounceTTL Duration `yaml:"hard_bounce_ttl"`
+		SoftBounceTTL Duration `yaml:"soft_bounce_ttl"`
+	} `yaml:"suppression"`
 	Limits struct {
 		MaxRecipients int `yaml:"max_recipients"`
 	} `yaml:"limits"`

@@ -116,7 +116,7 @@ Typical use:
 			listCommand(),
 			retryCommand(),
 			quarantineCommand(),
-			addressesCommand(),
+			suppressionsCommand(),
 			audienceCommand(),
 			feedCommand(),
 			tokenCommand(),

@@ -175,8 +175,9 @@ func twilioLike(t *testing.T, code int) (*httptest.Server, func() int) {
 }
 
 // Hole 6: one tenant's provider declaring an address dead blocked it for
-// every tenant, for ever. Now the mark is the tenant's, says who made it and
-// when, expires, is listed and cleared, and a retry clears it.
+// every tenant, for ever. Now the address goes on that tenant's suppression
+// list, which says who put it there and when, is listed and removed; a
+// retry says why it will not send and lifts the entry when told to.
 func TestDeadAddressMarkIsTheTenantsOwn(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -206,37 +207,42 @@ tenants:
 	if r := dispatch(); r.code != 0 || goodCalls() != 1 {
 		t.Fatalf("the other tenant's message to the number mallory's provider refused: exit %d, %d calls; %s", r.code, goodCalls(), r.stderr)
 	}
-	// Mallory's next message to it fails without a call.
+	// Mallory's next message to it ends suppressed without a call.
 	runCLI(t, sms("mallory", "m2"), "--db", db, "send")
 	dispatch()
 	if deadCalls() != 1 {
-		t.Fatalf("mallory's provider was called %d times, want once (the mark stops the second)", deadCalls())
+		t.Fatalf("mallory's provider was called %d times, want once (the suppression stops the second)", deadCalls())
 	}
-	if sh := runCLI(t, "", "show", "--db", db, "3"); !strings.Contains(sh.stdout, "marked invalid") || !strings.Contains(sh.stdout, "after 0 attempts") {
+	if sh := runCLI(t, "", "show", "--db", db, "3"); !strings.Contains(sh.stdout, "suppressed") || !strings.Contains(sh.stdout, "suppression list: hard_bounce") ||
+		!strings.Contains(sh.stdout, "after 0 attempts") {
 		t.Errorf("show 3:\n%s", sh.stdout)
 	}
-	var marks []store.InvalidAddress
-	json.Unmarshal([]byte(runCLI(t, "", "addresses", "list", "--db", db, "--json").stdout), &marks)
+	var marks []store.Suppression
+	json.Unmarshal([]byte(runCLI(t, "", "suppressions", "list", "--db", db, "--json").stdout), &marks)
 	if len(marks) != 1 || marks[0].Tenant != "mallory" || marks[0].Channel != "sms" || marks[0].Address != "+15550123" ||
-		!strings.HasPrefix(marks[0].Provider, "twilio://") || !strings.Contains(marks[0].Reason, "21211") || marks[0].ExpiresAt.Sub(marks[0].CreatedAt) != 30*24*60*60e9 {
-		t.Fatalf("marks %+v", marks)
+		marks[0].Reason != store.ReasonHardBounce || marks[0].Source != store.SourceProvider || marks[0].Notification != 1 ||
+		!strings.HasPrefix(marks[0].Provider, "twilio://") || !strings.Contains(marks[0].Detail, "21211") || marks[0].ExpiresAt != nil {
+		t.Fatalf("suppressions %+v", marks)
 	}
-	// retry of the notification clears the mark (and tries again).
-	if r := runCLI(t, "", "retry", "--db", db, "3"); r.code != 0 {
+	// retry says why it will not send, and lifts the entry with --lift.
+	if r := runCLI(t, "", "retry", "--db", db, "3"); r.code != exitError || !strings.Contains(r.stderr, "suppression list (hard_bounce") || !strings.Contains(r.stderr, "--lift") {
+		t.Fatalf("retry without --lift: exit %d, %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "retry", "--db", db, "3", "--lift"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
-	if n := queryInt(t, db, `SELECT count(*) FROM invalid_addresses`); n != 0 {
-		t.Errorf("%d marks after retry, want 0", n)
+	if n := queryInt(t, db, `SELECT count(*) FROM suppressions`); n != 0 {
+		t.Errorf("%d entries after retry --lift, want 0", n)
 	}
 	dispatch()
 	if deadCalls() != 2 {
 		t.Errorf("after retry, mallory's provider was called %d times in all, want 2", deadCalls())
 	}
-	// The new refusal marks it again; addresses clear lifts it.
-	if r := runCLI(t, "", "addresses", "clear", "--db", db, "--tenant", "mallory", "sms", "+15550123"); r.code != 0 {
-		t.Fatalf("clear: %d %s", r.code, r.stderr)
+	// The new refusal lists it again; suppressions remove takes it off.
+	if r := runCLI(t, "", "suppressions", "remove", "--db", db, "--tenant", "mallory", "sms", "+15550123"); r.code != 0 {
+		t.Fatalf("remove: %d %s", r.code, r.stderr)
 	}
-	if r := runCLI(t, "", "addresses", "clear", "--db", db, "--tenant", "mallory", "sms", "+15550123"); r.code != exitError || !strings.Contains(r.stderr, "no mark") {
-		t.Errorf("clear again: %d %q", r.code, r.stderr)
+	if r := runCLI(t, "", "suppressions", "remove", "--db", db, "--tenant", "mallory", "sms", "+15550123"); r.code != exitError || !strings.Contains(r.stderr, "not on tenant") {
+		t.Errorf("remove again: %d %q", r.code, r.stderr)
 	}
 }

@@ -95,17 +95,6 @@ CREATE TABLE feed_members (
     PRIMARY KEY (tenant, user, feed)
 ) WITHOUT ROWID;
 
-CREATE TABLE "invalid_addresses" (
-    tenant     TEXT    NOT NULL,
-    channel    TEXT    NOT NULL,
-    address    TEXT    NOT NULL,
-    provider   TEXT    NOT NULL,
-    reason     TEXT    NOT NULL,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL,
-    PRIMARY KEY (tenant, channel, address)
-) WITHOUT ROWID;
-
 CREATE TABLE job_runs (
     job          TEXT    NOT NULL,
     scheduled_at INTEGER NOT NULL,
@@ -134,7 +123,7 @@ CREATE TABLE notifications (
     channel             TEXT    NOT NULL,
     address             TEXT    NOT NULL,
     status              TEXT    NOT NULL DEFAULT 'pending'
-                        CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'dead', 'unknown', 'delivered', 'bounced')),
+                        CHECK (status IN ('suppressed', 'pending', 'sending', 'sent', 'failed', 'dead', 'unknown', 'delivered', 'bounced')),
     attempts            INTEGER NOT NULL DEFAULT 0,
     -- The retry budget (max attempts, max age) counts from the start of the
     -- current cycle: creation, or the last manual retry.
@@ -148,7 +137,7 @@ CREATE TABLE notifications (
     last_response       TEXT,
     reason              TEXT,                  -- why it is failed, dead or unknown
     created_at          INTEGER NOT NULL,
-    updated_at          INTEGER NOT NULL, route_pos INTEGER NOT NULL DEFAULT 0, pinned INTEGER NOT NULL DEFAULT 0, claims INTEGER NOT NULL DEFAULT 0,
+    updated_at          INTEGER NOT NULL, route_pos INTEGER NOT NULL DEFAULT 0, pinned INTEGER NOT NULL DEFAULT 0, claims INTEGER NOT NULL DEFAULT 0, address_key TEXT,
     UNIQUE (event, seq)
 );
 
@@ -160,7 +149,7 @@ CREATE TABLE receipts (
     status       TEXT    NOT NULL CHECK (status IN ('sent', 'delivered', 'bounced', 'complained', 'failed')),
     detail       TEXT,
     at           INTEGER,          -- when the provider says it happened
-    received_at  INTEGER NOT NULL,
+    received_at  INTEGER NOT NULL, source TEXT, suppress TEXT, suppress_until INTEGER,
     UNIQUE (provider, dedupe)
 );
 
@@ -202,6 +191,20 @@ CREATE TABLE source_positions (
     updated_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+CREATE TABLE suppressions (
+    tenant       TEXT    NOT NULL,
+    channel      TEXT    NOT NULL,
+    address      TEXT    NOT NULL,
+    reason       TEXT    NOT NULL CHECK (reason IN ('hard_bounce', 'soft_bounce', 'complaint', 'manual')),
+    source       TEXT    NOT NULL CHECK (source IN ('provider', 'receipt', 'dsn', 'arf', 'import', 'api', 'cli')),
+    provider     TEXT    NOT NULL DEFAULT '',
+    notification INTEGER,
+    detail       TEXT    NOT NULL DEFAULT '',
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER,
+    PRIMARY KEY (tenant, channel, address)
+) WITHOUT ROWID;
+
 CREATE TABLE tokens (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant     TEXT    NOT NULL,
@@ -228,8 +231,6 @@ CREATE INDEX feed_items_shared ON feed_items (tenant, feed, seq, event, copies) 
 
 CREATE INDEX feed_members_feed ON feed_members (tenant, feed, user);
 
-CREATE INDEX invalid_addresses_expires ON invalid_addresses (expires_at);
-
 CREATE INDEX notifications_due ON notifications (next_attempt_at) WHERE status = 'pending';
 
 CREATE INDEX notifications_event ON notifications (event, id);
@@ -250,5 +251,7 @@ CREATE INDEX notifications_tenant_status ON notifications (tenant, status, id);
 CREATE INDEX receipts_message ON receipts (provider, message_id);
 
 CREATE INDEX request_keys_expires ON request_keys (expires_at);
+
+CREATE INDEX suppressions_expires ON suppressions (expires_at) WHERE expires_at IS NOT NULL;
 
 CREATE INDEX tokens_tenant ON tokens (tenant);

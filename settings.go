@@ -145,7 +145,10 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		Path: db, Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{}, Hooks: crashHooks(),
 		Delivery: map[string]relay.Mode{},
 		Workers:  cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
-		InvalidAddressTTL: time.Duration(cfg.Dispatch.InvalidAddressTTL),
+		HardBounceTTL: time.Duration(cfg.Suppression.HardBounceTTL), SoftBounceTTL: time.Duration(cfg.Suppression.SoftBounceTTL),
+	}
+	if opts.HardBounceTTL == 0 {
+		opts.HardBounceTTL = time.Duration(cfg.Dispatch.InvalidAddressTTL) // its old name
 	}
 	for ch, p := range cfg.Channels {
 		opts.ChannelRetry[ch] = p.policy()

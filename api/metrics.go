@@ -153,7 +153,7 @@ var (
 	depthDesc  = prometheus.NewDesc("edgerelay_notifications", "Notifications by status, now.", []string{"status"}, nil)
 	oldestDesc = prometheus.NewDesc("edgerelay_oldest_due_seconds", "Age of the oldest due notification (dispatch lag).", nil, nil)
 	quarDesc   = prometheus.NewDesc("edgerelay_events_quarantined", "Events whose fan-out is quarantined now, waiting for an operator.", nil, nil)
-	marksDesc  = prometheus.NewDesc("edgerelay_invalid_addresses", "Addresses marked dead (per tenant and channel) now.", nil, nil)
+	marksDesc  = prometheus.NewDesc("edgerelay_suppressions", "Live entries of every tenant's suppression list now.", nil, nil)
 )
 
 func (q queueCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -176,7 +176,7 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestDue.Seconds())
 	ch <- prometheus.MustNewConstMetric(quarDesc, prometheus.GaugeValue, float64(st.Quarantined))
-	ch <- prometheus.MustNewConstMetric(marksDesc, prometheus.GaugeValue, float64(st.InvalidAddresses))
+	ch <- prometheus.MustNewConstMetric(marksDesc, prometheus.GaugeValue, float64(st.Suppressions))
 }
 
 // Metrics cover every tenant (queue depth, attempts, request counts), so

@@ -11,15 +11,13 @@ import (
 )
 
 // What an operator (or a tenant's support staff) looks at and acts on over
-// HTTP: quarantined fan-outs and addresses marked dead. Each is scoped to
+// HTTP: quarantined fan-outs (and suppression lists, suppressions.go). Each is scoped to
 // the caller's tenant; an open API sees every tenant.
 
 func (s *Server) operatorRoutes() {
 	s.handle("GET /v1/quarantine", s.auth(s.listQuarantine))
 	s.handle("POST /v1/quarantine/{id}/retry", s.auth(s.retryQuarantine))
 	s.handle("POST /v1/quarantine/{id}/drop", s.auth(s.dropQuarantine))
-	s.handle("GET /v1/invalid-addresses", s.auth(s.listInvalidAddresses))
-	s.handle("DELETE /v1/invalid-addresses", s.auth(s.clearInvalidAddress))
 }
 
 func (s *Server) listQuarantine(w http.ResponseWriter, r *http.Request, c caller) response {
@@ -98,46 +96,6 @@ func (s *Server) dropQuarantine(w http.ResponseWriter, r *http.Request, c caller
 		return s.internal(err)
 	}
 	return jsonResponse(http.StatusOK, map[string]any{"id": id, "dropped": n})
-}
-
-func (s *Server) listInvalidAddresses(w http.ResponseWriter, r *http.Request, c caller) response {
-	q := r.URL.Query()
-	limit, perr := pageLimit(q, s.opts.PageSize)
-	if perr != nil {
-		return *perr
-	}
-	after := store.InvalidAddress{Tenant: q.Get("after_tenant"), Channel: q.Get("after_channel"), Address: q.Get("after_address")}
-	ms, err := s.r.InvalidAddresses(r.Context(), c.tenant, after, limit)
-	if err != nil {
-		return s.internal(err)
-	}
-	out := map[string]any{"addresses": ms}
-	if len(ms) == limit {
-		last := ms[len(ms)-1]
-		next := url.Values{"after_tenant": {last.Tenant}, "after_channel": {last.Channel}, "after_address": {last.Address}, "limit": {strconv.Itoa(limit)}}
-		out["next"] = r.URL.Path + "?" + next.Encode()
-	}
-	return jsonResponse(http.StatusOK, out)
-}
-
-func (s *Server) clearInvalidAddress(w http.ResponseWriter, r *http.Request, c caller) response {
-	q := r.URL.Query()
-	tenant, ok := c.tenantFor(q.Get("tenant"))
-	if !ok {
-		return problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch", "this token cannot clear another tenant's marks")
-	}
-	channel, address := q.Get("channel"), q.Get("address")
-	if channel == "" || address == "" {
-		return problem(http.StatusBadRequest, probInvalidQuery, "Missing address", "give channel= and address= of the mark to clear")
-	}
-	err := s.r.ClearInvalidAddress(r.Context(), tenant, channel, address)
-	if errors.Is(err, store.ErrNotFound) {
-		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
-	}
-	if err != nil {
-		return s.internal(err)
-	}
-	return jsonResponse(http.StatusOK, map[string]any{"tenant": tenant, "channel": channel, "address": address, "cleared": true})
 }
 
 // pageLimit reads ?limit= (1 to 1000), def when absent.

@@ -56,7 +56,7 @@ func runIdle(t *testing.T, r *relay.Relay) relay.Summary {
 	return sum
 }
 
-// Quarantined fan-outs and dead-address marks over HTTP: each tenant sees
+// Quarantined fan-outs and suppression lists over HTTP: each tenant sees
 // and acts on its own only.
 func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 	t.Parallel()
@@ -109,29 +109,29 @@ func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 	wantProblem(t, b.do(t, "POST", "/v1/quarantine/"+id+"/drop", "", acme...), http.StatusNotFound, "not-found")
 
 	type apage struct {
-		Addresses []store.InvalidAddress `json:"addresses"`
-		Next      string                 `json:"next"`
+		Suppressions []store.Suppression `json:"suppressions"`
+		Next         string              `json:"next"`
 	}
-	if a := decode[apage](t, b.do(t, "GET", "/v1/invalid-addresses", "", beta...)); len(a.Addresses) != 0 {
-		t.Errorf("beta sees acme's marks: %+v", a.Addresses)
+	if a := decode[apage](t, b.do(t, "GET", "/v1/suppressions", "", beta...)); len(a.Suppressions) != 0 {
+		t.Errorf("beta sees acme's entries: %+v", a.Suppressions)
 	}
-	a := decode[apage](t, b.do(t, "GET", "/v1/invalid-addresses", "", acme...))
-	if len(a.Addresses) != 1 || a.Addresses[0].Address != "tok-1" || a.Addresses[0].Provider != "dead-push" ||
-		a.Addresses[0].ExpiresAt.Sub(a.Addresses[0].CreatedAt) != relay.DefaultInvalidAddressTTL {
-		t.Fatalf("acme's marks: %+v", a.Addresses)
+	a := decode[apage](t, b.do(t, "GET", "/v1/suppressions", "", acme...))
+	if len(a.Suppressions) != 1 || a.Suppressions[0].Address != "tok-1" || a.Suppressions[0].Provider != "dead-push" ||
+		a.Suppressions[0].Reason != store.ReasonHardBounce || a.Suppressions[0].ExpiresAt != nil {
+		t.Fatalf("acme's entries: %+v", a.Suppressions)
 	}
-	wantProblem(t, b.do(t, "DELETE", "/v1/invalid-addresses?channel=push&address=tok-1", "", beta...), http.StatusNotFound, "not-found")
-	wantProblem(t, b.do(t, "DELETE", "/v1/invalid-addresses?channel=push&address=tok-1&tenant=beta", "", acme...), http.StatusForbidden, "tenant-mismatch")
-	if rep := b.do(t, "DELETE", "/v1/invalid-addresses?channel=push&address=tok-1", "", acme...); rep.status != http.StatusOK {
-		t.Errorf("clear: %s", rep)
+	wantProblem(t, b.do(t, "DELETE", "/v1/suppressions?channel=push&address=tok-1", "", beta...), http.StatusNotFound, "not-found")
+	wantProblem(t, b.do(t, "DELETE", "/v1/suppressions?channel=push&address=tok-1&tenant=beta", "", acme...), http.StatusForbidden, "tenant-mismatch")
+	if rep := b.do(t, "DELETE", "/v1/suppressions?channel=push&address=tok-1", "", acme...); rep.status != http.StatusOK {
+		t.Errorf("remove: %s", rep)
 	}
-	if a := decode[apage](t, b.do(t, "GET", "/v1/invalid-addresses", "", acme...)); len(a.Addresses) != 0 {
-		t.Errorf("marks after clearing: %+v", a.Addresses)
+	if a := decode[apage](t, b.do(t, "GET", "/v1/suppressions", "", acme...)); len(a.Suppressions) != 0 {
+		t.Errorf("entries after removing: %+v", a.Suppressions)
 	}
 }
 
 // The metrics say how many fan-outs are quarantined and how many addresses
-// are marked.
+// are suppressed.
 func TestQuarantineMetrics(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
@@ -142,7 +142,7 @@ func TestQuarantineMetrics(t *testing.T) {
 	breakFanOut(t, db, "evt_q")
 	runIdle(t, b.r)
 	text := string(b.do(t, "GET", "/metrics", "").body)
-	for _, want := range []string{"edgerelay_events_quarantined 1", "edgerelay_events_quarantined_total 1", "edgerelay_invalid_addresses 1"} {
+	for _, want := range []string{"edgerelay_events_quarantined 1", "edgerelay_events_quarantined_total 1", "edgerelay_suppressions 1"} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -133,6 +133,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	s.handle("POST /v1/receipts/{provider}", s.postReceipts)
 	s.feedRoutes()
 	s.operatorRoutes()
+	s.suppressionRoutes()
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) response {
 		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -1037,12 +1038,23 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 		return *perr
 	}
 	id := r.PathValue("id")
+	lift := false
+	switch v := r.URL.Query().Get("lift"); v {
+	case "", "false":
+	case "true":
+		lift = true // remove the address's suppression entry too (issue 17)
+	default:
+		return problemField(http.StatusBadRequest, probInvalidQuery, "Invalid lift", "lift: true or false, not "+strconv.Quote(v), "lift")
+	}
 	return s.idempotent(w, r, requestKey(r, c.tenant, key, nil), func() response {
-		err := s.r.RetryTenant(r.Context(), c.tenant, row)
+		err := s.r.RetryLifting(r.Context(), c.tenant, row, lift)
 		var se *store.StateError
+		var sup *store.SuppressedError
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return noNotification(id)
+		case errors.As(err, &sup):
+			return s.suppressedProblem(r, sup, id)
 		case errors.As(err, &se):
 			return problem(http.StatusConflict, probNotRetryable, "Not retryable",
 				fmt.Sprintf("notification %s is %s; only %s notifications can be retried", id, se.Status, se.Want))

@@ -29,7 +29,22 @@ type Receipt struct {
 	Status    ReceiptStatus
 	At        time.Time // when the provider says it happened; zero if it does not say
 	Detail    string    // the provider's own status words ("undelivered 30003")
+	// Bounce says what the receipt means for the address (the relay's
+	// suppression list); BounceDefault leaves it to Status.
+	Bounce Bounce
 }
+
+// Bounce is what a receipt says about the address itself.
+type Bounce uint8
+
+const (
+	// BounceDefault: bounced is a hard bounce, complained a complaint,
+	// anything else says nothing about the address.
+	BounceDefault Bounce = iota
+	BounceNone           // nothing about the address (a handset switched off)
+	BounceHard           // the address is bad for good
+	BounceSoft           // refused for now: the address is suppressed for a while
+)
 
 // ErrBadSignature: a receipt request's signature is missing or wrong.
 var ErrBadSignature = errors.New("receipt signature missing or invalid")

@@ -179,6 +179,7 @@ type webhookReceipt struct {
 	Status    string `json:"status"`
 	At        string `json:"at"`
 	Detail    string `json:"detail"`
+	Bounce    string `json:"bounce"`
 }
 
 // ParseReceipts reads status reports for messages this webhook sent: one
@@ -188,7 +189,9 @@ type webhookReceipt struct {
 //
 // where message_id is the id the receiver answered the send with, status
 // one of delivered, bounced, complained, failed or sent, and id, at and
-// detail are optional. The request must carry a Standard Webhooks
+// detail are optional. bounce, also optional, says what a bounce means for
+// the address: "hard" (the default for bounced), "soft" (suppressed for a
+// while) or "none". The request must carry a Standard Webhooks
 // signature under the URL's secret, at most StandardWebhookTolerance
 // old. Without a secret every receipt is refused: anyone who can reach
 // edgerelay could forge one.
@@ -237,6 +240,17 @@ func (wr webhookReceipt) receipt() (Receipt, error) {
 	case ReceiptDelivered, ReceiptBounced, ReceiptComplained, ReceiptFailed, ReceiptSent:
 	default:
 		return Receipt{}, fmt.Errorf(`"status": %q is not one of delivered, bounced, complained, failed, sent`, wr.Status)
+	}
+	switch wr.Bounce {
+	case "":
+	case "hard":
+		rc.Bounce = BounceHard
+	case "soft":
+		rc.Bounce = BounceSoft
+	case "none":
+		rc.Bounce = BounceNone
+	default:
+		return Receipt{}, fmt.Errorf(`"bounce": %q is not one of hard, soft, none`, wr.Bounce)
 	}
 	if wr.At != "" {
 		t, err := time.Parse(time.RFC3339, wr.At)

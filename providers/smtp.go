@@ -640,6 +640,43 @@ func msgIDLeft(key string) string {
 	return b.String()
 }
 
+// KeyFromMessageID is the idempotency key a Message-ID of this provider
+// names (<KEY@domain>, as msgIDLeft encoded it), or false: not one of
+// ours, or a key too long that was replaced by its hash. A bounce report
+// returns the Message-ID, and so names the notification.
+func KeyFromMessageID(id string) (string, bool) {
+	id = strings.TrimSpace(id)
+	if !strings.HasPrefix(id, "<") || !strings.HasSuffix(id, ">") {
+		return "", false
+	}
+	left, _, ok := strings.Cut(id[1:len(id)-1], "@")
+	if !ok || left == "" || strings.HasPrefix(left, "sha256.") {
+		return "", false
+	}
+	return unescapeKey(left)
+}
+
+// unescapeKey undoes msgIDLeft's percent-encoding.
+func unescapeKey(s string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), true
+}
+
 // isAtext reports whether c is an RFC 5322 atext character.
 func isAtext(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||

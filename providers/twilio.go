@@ -213,11 +213,26 @@ func (p *Twilio) ParseReceipts(r *http.Request, body []byte, rawURL string) ([]R
 		return nil, errors.New("twilio receipt: no MessageSid or MessageStatus")
 	}
 	detail := status
-	if code := form.Get("ErrorCode"); code != "" {
+	code := form.Get("ErrorCode")
+	if code != "" {
 		detail += " " + code
 	}
-	return []Receipt{{MessageID: sid, Status: twilioStatus(status), Detail: detail}}, nil
+	rc := Receipt{MessageID: sid, Status: twilioStatus(status), Detail: detail}
+	if rc.Status == ReceiptBounced || rc.Status == ReceiptFailed {
+		// Only the codes that say the number itself is dead suppress it;
+		// most undelivered ones (30003, a handset switched off) do not.
+		rc.Bounce = BounceNone
+		if n, err := strconv.Atoi(code); err == nil && (twilioDeadReceipts[n] || twilioDeadNumbers[n] != "") {
+			rc.Bounce = BounceHard
+		}
+	}
+	return []Receipt{rc}, nil
 }
+
+// twilioDeadReceipts are the status-callback error codes that say the To
+// number cannot take messages: 30005 unknown destination handset, 30006
+// landline or unreachable carrier.
+var twilioDeadReceipts = map[int]bool{30005: true, 30006: true}
 
 // twilioStatus maps a MessageStatus onto a receipt status. Statuses this
 // code does not know count as progress: recorded, but they move nothing.

@@ -388,17 +388,20 @@ func TestTwilioReceipts(t *testing.T) {
 		status, errorCode string
 		want              ReceiptStatus
 		detail            string
+		bounce            Bounce // what it says about the number: only dead-number codes suppress it
 	}{
-		{"queued", "", ReceiptSent, "queued"},
-		{"accepted", "", ReceiptSent, "accepted"},
-		{"sending", "", ReceiptSent, "sending"},
-		{"sent", "", ReceiptSent, "sent"},
-		{"delivered", "", ReceiptDelivered, "delivered"},
-		{"read", "", ReceiptDelivered, "read"},
-		{"undelivered", "30003", ReceiptBounced, "undelivered 30003"},
-		{"undelivered", "30005", ReceiptBounced, "undelivered 30005"},
-		{"failed", "30008", ReceiptFailed, "failed 30008"},
-		{"some_new_status", "", ReceiptSent, "some_new_status"},
+		{"queued", "", ReceiptSent, "queued", BounceDefault},
+		{"accepted", "", ReceiptSent, "accepted", BounceDefault},
+		{"sending", "", ReceiptSent, "sending", BounceDefault},
+		{"sent", "", ReceiptSent, "sent", BounceDefault},
+		{"delivered", "", ReceiptDelivered, "delivered", BounceDefault},
+		{"read", "", ReceiptDelivered, "read", BounceDefault},
+		{"undelivered", "30003", ReceiptBounced, "undelivered 30003", BounceNone},
+		{"undelivered", "30005", ReceiptBounced, "undelivered 30005", BounceHard},
+		{"undelivered", "30006", ReceiptBounced, "undelivered 30006", BounceHard},
+		{"failed", "30008", ReceiptFailed, "failed 30008", BounceNone},
+		{"failed", "21211", ReceiptFailed, "failed 21211", BounceHard},
+		{"some_new_status", "", ReceiptSent, "some_new_status", BounceDefault},
 	}
 	for _, c := range cases {
 		form := url.Values{"MessageSid": {"SM9"}, "MessageStatus": {c.status}, "AccountSid": {twilioSID}}
@@ -411,7 +414,7 @@ func TestTwilioReceipts(t *testing.T) {
 			t.Errorf("%s: %v", c.status, err)
 			continue
 		}
-		want := Receipt{MessageID: "SM9", Status: c.want, Detail: c.detail}
+		want := Receipt{MessageID: "SM9", Status: c.want, Detail: c.detail, Bounce: c.bounce}
 		if len(got) != 1 || got[0] != want {
 			t.Errorf("%s %s: got %+v, want [%+v]", c.status, c.errorCode, got, want)
 		}

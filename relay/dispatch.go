@@ -65,6 +65,9 @@ type Summary struct {
 	Failed   int `json:"failed"`
 	Dead     int `json:"dead"`
 	Unknown  int `json:"unknown"`
+	// Suppressed counts notifications not sent because their address is
+	// on their tenant's suppression list: not a failure of the run.
+	Suppressed int `json:"suppressed"`
 	// Waiting counts notifications still pending at the end: their next
 	// attempt is further off than the run was willing to wait.
 	Waiting int64 `json:"waiting"`
@@ -247,6 +250,8 @@ func (d *dispatcher) summary() Summary {
 			s.Dead++
 		case store.StatusUnknown:
 			s.Unknown++
+		case store.StatusSuppressed:
+			s.Suppressed++
 		}
 	}
 	return s
@@ -576,7 +581,7 @@ func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
 func (d *dispatcher) situation(c store.Claimed, route Route, p providers.Provider, now time.Time) situation {
 	r := d.r
 	s := situation{c: c, mode: r.mode(c), pol: r.policy(c), routeLen: len(route), provider: "none",
-		now: now, invalidTTL: r.opts.InvalidAddressTTL}
+		now: now, hardBounceTTL: r.opts.HardBounceTTL}
 	switch {
 	case p != nil:
 		s.provider, s.honours = p.Name(), p.HonoursKeys()

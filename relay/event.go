@@ -353,12 +353,17 @@ func (ev *Event) targets() []store.Target {
 	out := make([]store.Target, 0, len(ev.Recipients))
 	for _, r := range ev.Recipients {
 		for _, c := range r.channels(ev.Channels) {
-			out = append(out, store.Target{
+			a := r.Address(c)
+			tg := store.Target{
 				Key:       Key(ev.Tenant, ev.ID, ev.Purpose, r.ID, c),
 				Recipient: r.ID,
 				Channel:   c,
-				Address:   r.Address(c),
-			})
+				Address:   a,
+			}
+			if k := SuppressionKey(c, a); k != a {
+				tg.AddressKey = k // the suppression list's key for it (issue 17)
+			}
+			out = append(out, tg)
 		}
 	}
 	return out

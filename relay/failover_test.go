@@ -104,8 +104,9 @@ func TestUnknownPinsToProvider(t *testing.T) {
 	}
 }
 
-// A provider that declares an address dead fails the notification; later
-// notifications to that address fail without a call.
+// A provider that declares an address dead fails the notification and puts
+// the address on the tenant's suppression list; later notifications to it
+// end suppressed without a call.
 func TestInvalidAddressIsNotTriedAgain(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
@@ -121,7 +122,7 @@ func TestInvalidAddressIsNotTriedAgain(t *testing.T) {
 	acc := accept(t, r, ev)
 	sum := runIdle(t, r, time.Second)
 	n := notification(t, r, acc.Notifications[0].ID)
-	if calls.Load() != 1 || n.Status != store.StatusFailed || len(n.AttemptLog) != 0 || n.Attempts != 0 || sum.Failed != 1 {
+	if calls.Load() != 1 || n.Status != store.StatusSuppressed || len(n.AttemptLog) != 0 || n.Attempts != 0 || sum.Suppressed != 1 || sum.Failed != 0 {
 		t.Fatalf("calls %d, second notification %+v", calls.Load(), n)
 	}
 }

@@ -774,7 +774,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if n.Status != want.status {
 		t.Errorf("notification %s (%s), want %s", n.Status, n.Reason, want.status)
 	}
-	marks, err := r.InvalidAddresses(ctx, n.Tenant, store.InvalidAddress{}, 10)
+	marks, err := r.Suppressions(ctx, store.SuppressionFilter{Tenant: n.Tenant})
 	if err != nil {
 		t.Fatal(err)
 	}

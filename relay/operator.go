@@ -7,8 +7,8 @@ import (
 	"edgerelay/store"
 )
 
-// What an operator looks at and decides on: quarantined fan-outs and
-// addresses marked dead. tenant "" is every tenant (the CLI on the host);
+// What an operator looks at and decides on: quarantined fan-outs (and
+// suppression lists, suppress.go). tenant "" is every tenant (the CLI on the host);
 // the API passes the caller's.
 
 // Quarantined lists events whose fan-out is quarantined, newest first, with
@@ -36,23 +36,4 @@ func (r *Relay) RetryQuarantined(ctx context.Context, tenant string, eventRow in
 // many notifications were given up.
 func (r *Relay) DropQuarantined(ctx context.Context, tenant string, eventRow int64) (int, error) {
 	return r.store.DropEvent(ctx, tenant, eventRow, r.now())
-}
-
-// InvalidAddresses lists live dead-address marks after the cursor (the
-// last one of the previous page; the zero value for the first).
-func (r *Relay) InvalidAddresses(ctx context.Context, tenant string, after store.InvalidAddress, limit int) ([]store.InvalidAddress, error) {
-	return r.store.InvalidAddresses(ctx, tenant, r.now(), after, limit)
-}
-
-// ClearInvalidAddress lifts a tenant's mark on an address, so the next
-// notification to it is tried again; store.ErrNotFound if there was none.
-func (r *Relay) ClearInvalidAddress(ctx context.Context, tenant, channel, address string) error {
-	ok, err := r.store.ClearInvalidAddress(ctx, tenant, channel, address)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("no mark on %s address %q for tenant %q: %w", channel, address, tenant, store.ErrNotFound)
-	}
-	return nil
 }

@@ -13,8 +13,9 @@ import (
 // jitter come in with them). The dispatcher gathers the inputs and applies
 // the verdict; it decides nothing on the side.
 //
-//	before the call  too old for the key to be remembered: dead, not called
-//	                 its address marked dead for this tenant: failed, not called
+//	before the call  its address on its tenant's suppression list:
+//	                 suppressed, not called (the entry says why)
+//	                 too old for the key to be remembered: dead, not called
 //	                 its stored message unreadable: failed, not called
 //	                 no route serves its channel: waits (not an attempt)
 //	                 pinned to a provider no longer routed: at-most-once
@@ -24,7 +25,8 @@ import (
 //	                 Retry-After pause): waits until it opens (not an attempt)
 //	                 too little of its lease left to call: back to the queue
 //	after the answer sent: sent
-//	                 refused for good, address dead: failed, address marked
+//	                 refused for good, address dead: failed, the address
+//	                 put on its tenant's suppression list (a hard bounce)
 //	                 refused, another provider on the route: fail over now
 //	                 refused for good: failed
 //	                 refused: retried with backoff (Retry-After honoured)
@@ -38,7 +40,7 @@ import (
 
 // situation is everything the policy looks at for one claimed notification.
 type situation struct {
-	c    store.Claimed // its attempt counts, cycle start, route position, pin, address mark
+	c    store.Claimed // its attempt counts, cycle start, route position, pin, suppression entry
 	mode Mode
 	pol  Policy
 	// routeLen is how many providers its route lists (0: no route serves
@@ -60,8 +62,9 @@ type situation struct {
 	// result is the provider's answer; nil before the call.
 	result *providers.Result
 	now    time.Time
-	// invalidTTL is how long a dead-address mark lasts.
-	invalidTTL time.Duration
+	// hardBounceTTL is how long a hard bounce keeps the address on the
+	// suppression list (0: until removed).
+	hardBounceTTL time.Duration
 }
 
 // verdict is what the policy says: make the call now, or the
@@ -98,10 +101,10 @@ func decide(s situation, j jitter) verdict {
 		return verdict{Decision: keep}
 	case providers.Refused:
 		if res.Permanent && res.InvalidAddress {
-			// The address is dead, whichever provider is asked: for this
-			// tenant, for a while.
-			keep.Status, keep.Reason = store.StatusFailed, "refused for good, address invalid: "+res.Detail
-			keep.InvalidAddress, keep.InvalidUntil = res.Detail, s.now.Add(s.invalidTTL)
+			// The address is dead, whichever provider is asked: it goes on
+			// this tenant's suppression list.
+			keep.Status, keep.Reason = store.StatusFailed, "refused for good, address invalid: "+res.Detail+" (address suppressed: hard_bounce)"
+			keep.Suppress = &store.Suppress{Reason: store.ReasonHardBounce, Detail: res.Detail, ExpiresAt: after(s.now, s.hardBounceTTL)}
 			return verdict{Decision: keep}
 		}
 		// A refusal means this provider did not send: the next provider of
@@ -147,6 +150,12 @@ func decide(s situation, j jitter) verdict {
 // beforeCall decides whether a claimed notification is called now.
 func beforeCall(s situation, keep store.Decision) verdict {
 	c := s.c
+	// The recipient's side refused the address (or an operator did): no
+	// call, whatever else holds.
+	if c.Suppression != nil {
+		keep.Status, keep.Reason = store.StatusSuppressed, "not sent: the address is on the tenant's suppression list: "+c.Suppression.Describe()
+		return verdict{Decision: keep}
+	}
 	// A retry that became due while no dispatcher ran may be past its max
 	// age: the provider may have forgotten the key, so sending now could
 	// deliver a second copy.
@@ -154,10 +163,6 @@ func beforeCall(s situation, keep store.Decision) verdict {
 		keep.Status, keep.Reason = store.StatusDead, fmt.Sprintf(
 			"gave up before attempt %d: %s after the first, past the max age of %s (the provider may have forgotten the key)",
 			c.Attempt, age.Round(time.Second), s.pol.MaxAge)
-		return verdict{Decision: keep}
-	}
-	if c.Invalid != "" {
-		keep.Status, keep.Reason = store.StatusFailed, "not sent: the address is marked invalid: "+c.Invalid
 		return verdict{Decision: keep}
 	}
 	if s.unreadable != "" {
@@ -235,6 +240,15 @@ func backoff(pol Policy, n int, j jitter) time.Duration {
 	d = min(d, pol.MaxDelay)
 	half := d / 2
 	return half + j(d-half)
+}
+
+// after is now+ttl, or nil (never) for a ttl of 0.
+func after(now time.Time, ttl time.Duration) *time.Time {
+	if ttl <= 0 {
+		return nil
+	}
+	t := now.Add(ttl)
+	return &t
 }
 
 func maxTime(a, b time.Time) time.Time {

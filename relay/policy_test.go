@@ -16,20 +16,22 @@ func TestPolicy(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	pol := Policy{MaxAttempts: 3, MaxAge: time.Hour, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
 	fresh := store.Claimed{ID: 1, Type: "payment.succeeded", Attempt: 1, CycleAttempts: 1, CycleStartedAt: now, Channel: "email"}
-	base := situation{c: fresh, mode: AtLeastOnce, pol: pol, routeLen: 1, provider: "p", leaseLeft: time.Minute, now: now, invalidTTL: 24 * time.Hour}
+	base := situation{c: fresh, mode: AtLeastOnce, pol: pol, routeLen: 1, provider: "p", leaseLeft: time.Minute, now: now}
 	result := func(o providers.Outcome, permanent bool) *providers.Result {
 		return &providers.Result{Outcome: o, Permanent: permanent, Detail: "the detail"}
 	}
 	with := func(f func(*situation)) situation { s := base; f(&s); return s }
 
 	type want struct {
-		call    bool
-		status  string
-		in      time.Duration // next attempt in (when pending); -1: any time within the backoff
-		reason  string        // a part of the reason
-		pinned  bool
-		pos     int
-		invalid bool
+		call   bool
+		status string
+		in     time.Duration // next attempt in (when pending); -1: any time within the backoff
+		reason string        // a part of the reason
+		pinned bool
+		pos    int
+		// suppress is the reason of the suppression entry the decision
+		// makes ("": none); its expiry is the situation's hardBounceTTL.
+		suppress string
 	}
 	backoff := time.Duration(-1)
 	rows := []struct {
@@ -42,9 +44,19 @@ func TestPolicy(t *testing.T) {
 		{"a retry past its max age is not called: the provider may have forgotten the key",
 			with(func(s *situation) { s.c.CycleStartedAt = now.Add(-pol.MaxAge - time.Second) }),
 			want{status: store.StatusDead, reason: "past the max age"}},
-		{"an address marked dead for this tenant is not tried",
-			with(func(s *situation) { s.c.Invalid = "UNREGISTERED (marked by fcm)" }),
-			want{status: store.StatusFailed, reason: "marked invalid: UNREGISTERED"}},
+		{"an address on its tenant's suppression list ends suppressed, not called, and the reason says why",
+			with(func(s *situation) {
+				s.c.Suppression = &store.Suppression{Tenant: "acme", Channel: "push", Address: "tok", Reason: store.ReasonHardBounce,
+					Source: store.SourceProvider, Provider: "fcm", Notification: 7, Detail: "UNREGISTERED", CreatedAt: now.Add(-time.Hour)}
+			}),
+			want{status: store.StatusSuppressed, reason: "suppression list: hard_bounce (from fcm's answer, 2026-03-01T11:00:00Z, never expires): UNREGISTERED"}},
+		{"a suppressed address is not called even on a notification's last allowed attempt or past its max age",
+			with(func(s *situation) {
+				s.c.CycleStartedAt = now.Add(-pol.MaxAge - time.Second)
+				until := now.Add(time.Hour)
+				s.c.Suppression = &store.Suppression{Reason: store.ReasonSoftBounce, Source: store.SourceDSN, CreatedAt: now, ExpiresAt: &until}
+			}),
+			want{status: store.StatusSuppressed, reason: "soft_bounce (from a delivery status notification"}},
 		{"a stored message that cannot be read fails without a call",
 			with(func(s *situation) { s.unreadable = "unexpected end of JSON input" }),
 			want{status: store.StatusFailed, reason: "cannot be read"}},
@@ -92,12 +104,19 @@ func TestPolicy(t *testing.T) {
 			want{status: store.StatusPending, in: backoff, reason: "refused: the detail"}},
 		{"refused for good fails", with(func(s *situation) { s.result = result(providers.Refused, true) }),
 			want{status: store.StatusFailed, reason: "refused for good: the detail"}},
-		{"refused for good with a dead address fails and marks it for the tenant, for a while",
+		{"refused for good with a dead address fails and puts it on the tenant's list, a hard bounce, for good by default",
 			with(func(s *situation) {
 				s.result = result(providers.Refused, true)
 				s.result.InvalidAddress = true
 			}),
-			want{status: store.StatusFailed, reason: "address invalid", invalid: true}},
+			want{status: store.StatusFailed, reason: "address invalid", suppress: store.ReasonHardBounce}},
+		{"a hard bounce lasts the configured TTL when there is one",
+			with(func(s *situation) {
+				s.result = result(providers.Refused, true)
+				s.result.InvalidAddress = true
+				s.hardBounceTTL = 24 * time.Hour
+			}),
+			want{status: store.StatusFailed, reason: "address invalid", suppress: store.ReasonHardBounce}},
 		{"refused with another provider on the route fails over at once",
 			with(func(s *situation) { s.result = result(providers.Refused, false); s.routeLen = 2 }),
 			want{status: store.StatusPending, in: 0, pos: 1, reason: "failing over to provider 2 of 2"}},
@@ -177,8 +196,15 @@ func TestPolicy(t *testing.T) {
 				t.Errorf("%s: %s (%q) pinned=%v pos=%d, want %s (reason with %q) pinned=%v pos=%d",
 					row.guarantee, v.Status, v.Reason, v.Pinned, v.RoutePos, w.status, w.reason, w.pinned, w.pos)
 			}
-			if (v.InvalidAddress != "") != w.invalid || (w.invalid && !v.InvalidUntil.Equal(now.Add(row.s.invalidTTL))) {
-				t.Errorf("%s: address mark %q until %s, want a mark: %v, for the TTL", row.guarantee, v.InvalidAddress, v.InvalidUntil, w.invalid)
+			switch e := v.Suppress; {
+			case (e != nil) != (w.suppress != ""):
+				t.Errorf("%s: suppression entry %+v, want one: %v", row.guarantee, e, w.suppress != "")
+			case e != nil && (e.Reason != w.suppress || e.Detail != "the detail"):
+				t.Errorf("%s: suppression entry %+v, want %s with the provider's detail", row.guarantee, e, w.suppress)
+			case e != nil && row.s.hardBounceTTL == 0 && e.ExpiresAt != nil:
+				t.Errorf("%s: entry expires at %s, want never (no TTL)", row.guarantee, e.ExpiresAt)
+			case e != nil && row.s.hardBounceTTL > 0 && (e.ExpiresAt == nil || !e.ExpiresAt.Equal(now.Add(row.s.hardBounceTTL))):
+				t.Errorf("%s: entry expires at %v, want now+%s", row.guarantee, e.ExpiresAt, row.s.hardBounceTTL)
 			}
 			in := v.NextAttemptAt.Sub(now)
 			switch {

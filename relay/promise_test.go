@@ -154,8 +154,9 @@ func TestFanOutThatDoesNotAdvanceIsQuarantined(t *testing.T) {
 	}
 }
 
-// Hole 6, expiry: a dead-address mark lasts InvalidAddressTTL; afterwards
-// the address is tried again.
+// Hole 6, expiry: a dead-address answer keeps the address on the
+// suppression list for HardBounceTTL when one is set; afterwards the
+// address is tried again.
 func TestAddressMarkExpires(t *testing.T) {
 	t.Parallel()
 	var clk clock
@@ -164,7 +165,7 @@ func TestAddressMarkExpires(t *testing.T) {
 		calls++
 		return providers.Result{Outcome: providers.Refused, Permanent: true, InvalidAddress: true, Detail: "UNREGISTERED"}
 	}}
-	r := setupRelay(t, Options{Now: clk.now, InvalidAddressTTL: time.Hour, Routes: Routes{"push": {p}}})
+	r := setupRelay(t, Options{Now: clk.now, HardBounceTTL: time.Hour, Routes: Routes{"push": {p}}})
 	push := func(id string) {
 		accept(t, r, Event{ID: id, Type: "t", Channels: []string{"push"}, Recipients: []Recipient{{ID: "u", DeviceToken: "tok"}}})
 		runIdle(t, r, 0)
@@ -175,12 +176,12 @@ func TestAddressMarkExpires(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("%d calls within the mark's hour, want 1", calls)
 	}
-	marks, _ := r.InvalidAddresses(context.Background(), "", store.InvalidAddress{}, 10)
-	if len(marks) != 1 || !marks[0].ExpiresAt.Equal(marks[0].CreatedAt.Add(time.Hour)) {
+	marks, _ := r.Suppressions(context.Background(), store.SuppressionFilter{})
+	if len(marks) != 1 || marks[0].ExpiresAt == nil || !marks[0].ExpiresAt.Equal(marks[0].CreatedAt.Add(time.Hour)) {
 		t.Fatalf("marks %+v", marks)
 	}
 	clk.advance(2 * time.Minute)
-	if marks, _ := r.InvalidAddresses(context.Background(), "", store.InvalidAddress{}, 10); len(marks) != 0 {
+	if marks, _ := r.Suppressions(context.Background(), store.SuppressionFilter{}); len(marks) != 0 {
 		t.Errorf("an expired mark is still listed: %+v", marks)
 	}
 	push("e3")

@@ -74,11 +74,11 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
-// DefaultInvalidAddressTTL is how long a dead-address mark lasts unless
-// configured: long enough that a dead push token or mailbox is not tried
-// again and again, short enough that an address that comes back to life
-// (or a provider's mistake) does not stay blocked for good.
-const DefaultInvalidAddressTTL = 30 * 24 * time.Hour
+// DefaultSoftBounceTTL is how long a soft bounce (a full mailbox, a
+// temporary refusal reported in a DSN) keeps its address on the
+// suppression list unless configured: long enough not to hammer a mailbox
+// that refuses, short enough that it comes back by itself.
+const DefaultSoftBounceTTL = 72 * time.Hour
 
 // Options configure a Relay. Path (or Store) is required.
 type Options struct {
@@ -136,9 +136,10 @@ type Options struct {
 	// Jitter draws the randomness of retry backoff: a duration in [0, n].
 	// Default: math/rand. Tests may make it fixed.
 	Jitter func(n time.Duration) time.Duration
-	// InvalidAddressTTL is how long an address a provider declared dead
-	// stays marked for its tenant and channel. Default 30 days.
-	InvalidAddressTTL time.Duration
+	// HardBounceTTL is how long a hard bounce or complaint keeps its
+	// address on its tenant's suppression list; 0: until removed.
+	// SoftBounceTTL is how long a soft bounce does; default 72 h.
+	HardBounceTTL, SoftBounceTTL time.Duration
 	// SingletonTTL is how long a lease on work one process at a time must
 	// do (the schedules, a tailed source) lasts unrenewed: a process that
 	// dies hands its work over within about this long. Default 15 s.
@@ -213,8 +214,8 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	if opts.Jitter == nil {
 		opts.Jitter = realJitter
 	}
-	if opts.InvalidAddressTTL <= 0 {
-		opts.InvalidAddressTTL = DefaultInvalidAddressTTL
+	if opts.SoftBounceTTL <= 0 {
+		opts.SoftBounceTTL = DefaultSoftBounceTTL
 	}
 	if opts.RequestHold <= 0 {
 		opts.RequestHold = time.Minute
@@ -337,8 +338,9 @@ func (r *Relay) notify() {
 	}
 }
 
-// Retry puts a failed, dead or unknown notification back to pending with a
-// fresh retry budget and the same key.
+// Retry puts a failed, dead, unknown or suppressed notification back to
+// pending with a fresh retry budget and the same key. One whose address is
+// suppressed is a *store.SuppressedError (RetryLifting lifts the entry).
 func (r *Relay) Retry(ctx context.Context, id int64) error {
 	return r.RetryTenant(ctx, "", id)
 }
@@ -346,7 +348,15 @@ func (r *Relay) Retry(ctx context.Context, id int64) error {
 // RetryTenant is Retry for a notification of one tenant ("" for any): a
 // notification of another tenant is store.ErrNotFound.
 func (r *Relay) RetryTenant(ctx context.Context, tenant string, id int64) error {
-	if err := r.store.Retry(ctx, tenant, id, r.now()); err != nil {
+	return r.RetryLifting(ctx, tenant, id, false)
+}
+
+// RetryLifting is RetryTenant that, if lift, first removes the tenant's
+// suppression entry for the notification's address (in the same
+// transaction); without lift such a notification is a
+// *store.SuppressedError and nothing changes.
+func (r *Relay) RetryLifting(ctx context.Context, tenant string, id int64, lift bool) error {
+	if err := r.store.Retry(ctx, tenant, id, lift, r.now()); err != nil {
 		return err
 	}
 	r.notify()
@@ -374,7 +384,8 @@ func (r *Relay) AddReceipts(ctx context.Context, provider string, rs []providers
 		if x.ID == "" {
 			dedupe = "msg:" + x.MessageID + "/" + string(x.Status)
 		}
-		in[i] = store.Receipt{Provider: provider, Dedupe: dedupe, MessageID: x.MessageID, Status: string(x.Status), Detail: x.Detail}
+		in[i] = store.Receipt{Provider: provider, Dedupe: dedupe, MessageID: x.MessageID, Status: string(x.Status), Detail: x.Detail,
+			Suppress: r.receiptSuppress(x)}
 		if !x.At.IsZero() {
 			at := x.At
 			in[i].At = &at

@@ -20,7 +20,7 @@ import (
 type Store interface {
 	Events
 	Dispatch
-	Addresses
+	Suppressions
 	Reads
 	Receipts
 	Audiences
@@ -91,26 +91,17 @@ type Dispatch interface {
 	// ExpiredLeases lists claims whose lease ended before now: their
 	// process stopped between claim and record.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]Claimed, error)
-	// Retry puts a failed, dead or unknown notification back to pending
-	// with a fresh retry budget, and clears the tenant's mark on its
-	// address; tenant "" is any tenant.
-	Retry(ctx context.Context, tenant string, id int64, now time.Time) error
+	// Retry puts a failed, dead, unknown or suppressed notification back
+	// to pending with a fresh retry budget; tenant "" is any tenant. If its
+	// address is on its tenant's suppression list, it is a
+	// *SuppressedError and nothing changes, unless lift: then the entry is
+	// removed in the same transaction.
+	Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error
 	// Live counts notifications not final: pending and due by horizon,
 	// pending and due later, and in sending.
 	Live(ctx context.Context, horizon time.Time) (dueSoon, later, sending int64, err error)
 	// NextDue is when the earliest pending notification is due.
 	NextDue(ctx context.Context) (time.Time, bool, error)
-}
-
-// Addresses are the marks providers put on dead addresses, per tenant and
-// channel, until they expire.
-type Addresses interface {
-	// InvalidAddresses lists a tenant's ("" for any) live marks, ordered by
-	// tenant, channel and address, after the one named by after (its
-	// Tenant, Channel and Address; the zero value starts at the first).
-	InvalidAddresses(ctx context.Context, tenant string, now time.Time, after InvalidAddress, limit int) ([]InvalidAddress, error)
-	// ClearInvalidAddress removes a mark; false if there was none.
-	ClearInvalidAddress(ctx context.Context, tenant, channel, address string) (bool, error)
 }
 
 // Reads answer "did my OTP go out?".
@@ -243,6 +234,26 @@ type Maintenance interface {
 	// credentials).
 	Where() string
 	Close() error
+}
+
+// --- Suppression (issue 17) ---
+
+// Suppressions are each tenant's suppression list: addresses (normalised by
+// the relay for their channel) that nothing is sent to while their entry
+// lasts. Claim reads a notification's live entry (Claimed.Suppression);
+// Settle and AddReceipts add entries (Decision.Suppress, Receipt.Suppress).
+type Suppressions interface {
+	// Suppress puts entries on their tenants' lists in one transaction:
+	// all of them or, on error, none. An address already listed keeps its
+	// entry unless the new one lasts longer (no expiry outlasts any) or
+	// the old one has lapsed. It returns how many entries were written.
+	Suppress(ctx context.Context, entries []Suppression, now time.Time) (int, error)
+	// Suppressions lists live entries (not lapsed at now) in (tenant,
+	// channel, address) order, as f selects.
+	Suppressions(ctx context.Context, f SuppressionFilter, now time.Time) ([]Suppression, error)
+	// Unsuppress removes a tenant's entry for an address; false if there
+	// was none.
+	Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error)
 }
 
 // Backuper is a store that can write a consistent copy of itself while the

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -24,6 +25,9 @@ type Target struct {
 	Recipient string
 	Channel   string
 	Address   string
+	// AddressKey is the address as the suppression list keys it
+	// (normalised for its channel), when that is not Address itself.
+	AddressKey string
 }
 
 // Accepted says what AcceptEvent did.
@@ -85,7 +89,7 @@ const (
 )
 
 // Statuses lists every status in lifecycle order.
-var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown, StatusDelivered, StatusBounced}
+var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown, StatusDelivered, StatusBounced, StatusSuppressed}
 
 // Claimed is a notification claimed for one attempt.
 type Claimed struct {
@@ -121,10 +125,9 @@ type Claimed struct {
 	RoutePos     int
 	Pinned       bool
 	LastProvider string
-	// Invalid, if not empty, says a provider declared the address dead for
-	// good on this channel for this tenant (and why, and until when): it is
-	// not tried again while the mark lasts.
-	Invalid string
+	// Suppression, if set, is the live entry of the tenant's suppression
+	// list for this notification's channel and address, read in the claim.
+	Suppression *Suppression
 }
 
 // ClaimRequest asks for up to Limit due notifications, leased until
@@ -191,24 +194,10 @@ type Decision struct {
 	Reason        string    // why, when failed, dead, unknown, retrying or waiting
 	RoutePos      int       // the route position the next attempt uses
 	Pinned        bool      // only this provider may be tried from now on
-	// InvalidAddress, when set, marks the notification's address dead on
-	// its channel for its tenant (in the same transaction), with this
-	// reason, until InvalidUntil.
-	InvalidAddress string
-	InvalidUntil   time.Time
-}
-
-// InvalidAddress is an address a provider declared dead for good, for one
-// tenant and channel: nothing more is sent to it there until the mark
-// expires or is cleared.
-type InvalidAddress struct {
-	Tenant    string    `json:"tenant"`
-	Channel   string    `json:"channel"`
-	Address   string    `json:"address"`
-	Provider  string    `json:"provider"`
-	Reason    string    `json:"reason"`
-	CreatedAt time.Time `json:"created_at"`
-	ExpiresAt time.Time `json:"expires_at"`
+	// Suppress, when set, puts the notification's address on its tenant's
+	// suppression list (in the same transaction): the provider's answer
+	// said the address is dead.
+	Suppress *Suppress
 }
 
 // QuarantinedEvent is an event whose fan-out cannot go on (its stored
@@ -305,7 +294,7 @@ type JobRun struct {
 
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
-	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, AddressMarks int64
+	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, Suppressions int64
 }
 
 // MaxListLimit caps how many notifications one ListNotifications returns.
@@ -386,8 +375,9 @@ type Status struct {
 	// newest of them (at most 20) by row id: each needs a person.
 	Quarantined    int64   `json:"quarantined_events"`
 	QuarantinedIDs []int64 `json:"quarantined_event_ids"`
-	// InvalidAddresses counts live address marks.
-	InvalidAddresses int64 `json:"invalid_addresses"`
+	// Suppressions counts the live entries of every tenant's suppression
+	// list.
+	Suppressions int64 `json:"suppressions"`
 }
 
 // Statuses a receipt can move a sent notification to.
@@ -405,6 +395,13 @@ type Receipt struct {
 	Detail     string     `json:"detail,omitempty"`
 	At         *time.Time `json:"at,omitempty"`
 	ReceivedAt time.Time  `json:"received_at"`
+	// Source is what carried it when not the provider's callback: a
+	// delivery status notification ("dsn") or a complaint ("arf").
+	Source string `json:"source,omitempty"`
+	// Suppress, when set, puts the address of the notification the receipt
+	// is about on its tenant's suppression list, whenever that
+	// notification is found (now, or when its send is recorded).
+	Suppress *Suppress `json:"suppress,omitempty"`
 }
 
 // RequestKey identifies a request under an idempotency key. Fingerprint is
@@ -501,3 +498,117 @@ type ClassStats struct {
 // IsUnavailable reports whether err is the storage refusing a write for a
 // reason of its own (ErrUnavailable): retry later.
 func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// --- Suppression (issue 17): the per-tenant list of addresses nothing is
+// sent to. The relay decides what goes on it and normalises addresses; the
+// store keeps the list and reads it in the claim.
+
+// StatusSuppressed is final: the notification was not sent, because its
+// address was on its tenant's suppression list when it was claimed.
+const StatusSuppressed = "suppressed"
+
+// Why an address is on a suppression list.
+const (
+	ReasonHardBounce = "hard_bounce" // the address does not exist or takes nothing (550 5.1.1, UNREGISTERED, 21211)
+	ReasonSoftBounce = "soft_bounce" // refused for now (a full mailbox, a block): the entry expires
+	ReasonComplaint  = "complaint"   // the recipient marked a message as spam
+	ReasonManual     = "manual"      // an operator put it there
+)
+
+// SuppressionReasons lists the reasons in the order the docs give them.
+var SuppressionReasons = []string{ReasonHardBounce, ReasonSoftBounce, ReasonComplaint, ReasonManual}
+
+// What put an address on a suppression list.
+const (
+	SourceProvider = "provider" // a provider's answer to a send
+	SourceReceipt  = "receipt"  // a provider's status callback
+	SourceDSN      = "dsn"      // a delivery status notification (RFC 3464)
+	SourceARF      = "arf"      // a complaint feedback report (RFC 5965)
+	SourceImport   = "import"   // a CSV import
+	SourceAPI      = "api"
+	SourceCLI      = "cli"
+)
+
+// SuppressionSources lists the sources in the order the docs give them.
+var SuppressionSources = []string{SourceProvider, SourceReceipt, SourceDSN, SourceARF, SourceImport, SourceAPI, SourceCLI}
+
+// Suppression is one entry of a tenant's suppression list: nothing is sent
+// to Address on Channel for Tenant while it lasts.
+type Suppression struct {
+	Tenant  string `json:"tenant"`
+	Channel string `json:"channel"`
+	// Address is normalised for its channel, as the relay keys it.
+	Address  string `json:"address"`
+	Reason   string `json:"reason"`
+	Source   string `json:"source"`
+	Provider string `json:"provider,omitempty"`
+	// Notification is the notification whose send or receipt put the
+	// address here (0: none, as for an import). It may have been pruned.
+	Notification int64     `json:"notification,omitempty"`
+	Detail       string    `json:"detail,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	// ExpiresAt is when the entry lapses; nil: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Suppress is an entry to make for a notification's own address (its
+// tenant, channel and address key come from the notification): the reason,
+// the provider's words, and when it lapses (nil: never).
+type Suppress struct {
+	Reason    string     `json:"reason"`
+	Detail    string     `json:"-"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// SuppressionFilter selects a page of live entries in (tenant, channel,
+// address) order. Empty fields match anything.
+type SuppressionFilter struct {
+	Tenant, Channel, Address string
+	// After is the cursor: entries after this one (its Tenant, Channel
+	// and Address; the zero value starts at the first).
+	After Suppression
+	Limit int
+}
+
+// SuppressedError: retry of a notification whose address is on its
+// tenant's suppression list, without lifting the entry. Nothing changed.
+type SuppressedError struct {
+	ID    int64
+	Entry Suppression
+}
+
+func (e *SuppressedError) Error() string {
+	return fmt.Sprintf("notification %d: %s %q is on tenant %q's suppression list (%s); lift the entry to send it",
+		e.ID, e.Entry.Channel, e.Entry.Address, e.Entry.Tenant, e.Entry.Describe())
+}
+
+// Describe is the entry in words, as reasons and errors show it:
+// "hard_bounce (from twilio's receipt, 2026-03-01T12:00:00Z, never expires): undelivered 30005".
+// It names no notification: the API shows reasons, and a row id there
+// would count every tenant's rows.
+func (e Suppression) Describe() string {
+	from := map[string]string{SourceProvider: "answer", SourceReceipt: "receipt",
+		SourceDSN: "delivery status notification", SourceARF: "complaint report"}[e.Source]
+	var b strings.Builder
+	b.WriteString(e.Reason + " (")
+	switch {
+	case from != "" && e.Provider != "":
+		b.WriteString("from " + e.Provider + "'s " + from)
+	case from != "":
+		b.WriteString("from a " + from)
+	case e.Source == SourceImport:
+		b.WriteString("imported")
+	default:
+		b.WriteString("added by " + e.Source)
+	}
+	b.WriteString(", " + e.CreatedAt.UTC().Format(time.RFC3339))
+	if e.ExpiresAt == nil {
+		b.WriteString(", never expires)")
+	} else {
+		b.WriteString(", until " + e.ExpiresAt.UTC().Format(time.RFC3339) + ")")
+	}
+	if e.Detail != "" {
+		b.WriteString(": " + e.Detail)
+	}
+	return b.String()
+}

@@ -10,26 +10,24 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// invalidMark is the tenant's live mark on a notification's address (n) at
-// time $1, in words, or the empty string.
-const invalidMark = `coalesce((SELECT i.reason || ' (marked by ' || i.provider || ' until ' ||
-		to_char(to_timestamp(i.expires_at / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
-	FROM invalid_addresses i
-	WHERE i.tenant = n.tenant AND i.channel = n.channel AND i.address = n.address AND i.expires_at > $1), '')`
-
-// claimedCols are read with each claimed row (n) and its event (e).
-// attempts and cycle_attempts count calls recorded, so this attempt is the
-// next one.
+// claimedCols are read with each claimed row (n) and its event (e), with
+// the tenant's live suppression entry for its address at $1 (a primary-key
+// probe). attempts and cycle_attempts count calls recorded, so this attempt
+// is the next one.
 const claimedCols = `n.id, n.key, n.event, n.tenant, n.type, n.claims, n.recipient, n.channel, n.address, n.attempts + 1, n.cycle_attempts + 1,
-	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), ` + invalidMark + `, e.event_id, e.purpose`
+	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), ` + suppressionEntry + `, e.event_id, e.purpose`
 
 func scanClaimed(row pgx.Row, extra ...any) (store.Claimed, error) {
 	var c store.Claimed
 	var cycle, claimed, lease, created int64
+	var entry *string
 	dest := append([]any{&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Invalid, &c.EventID, &c.Purpose}, extra...)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &entry, &c.EventID, &c.Purpose}, extra...)
 	err := row.Scan(dest...)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
+	if err == nil {
+		c.Suppression, err = decodeSuppression(entry, c.Tenant, c.Channel)
+	}
 	return c, err
 }
 
@@ -197,17 +195,14 @@ func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []boo
 			continue
 		}
 		d, a := st.Decision, st.Attempt
-		if d.InvalidAddress != "" {
+		if d.Suppress != nil {
 			provider := ""
 			if a != nil {
 				provider = a.Provider
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
-					SELECT tenant, channel, address, $2::text, $3::text, $4::bigint, $5::bigint FROM notifications WHERE id = $1
-					ON CONFLICT (tenant, channel, address) DO UPDATE SET provider = excluded.provider, reason = excluded.reason,
-						created_at = excluded.created_at, expires_at = excluded.expires_at`,
-				st.ID, provider, d.InvalidAddress, ms(st.At), ms(d.InvalidUntil)); err != nil {
-				return fmt.Errorf("mark address invalid: %w", err)
+			if _, err := tx.Exec(ctx, suppressNotification, st.ID, d.Suppress.Reason, store.SourceProvider, provider,
+				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
+				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
 			}
 		}
 		if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
@@ -287,73 +282,45 @@ func strPtr(s string) *string {
 	return &s
 }
 
-// Retry puts a failed, dead or unknown notification back to pending, due
-// now, with a fresh retry budget, and lifts the tenant's mark on its
-// address. A sent notification cannot be retried: that would be a second
-// message, not a retry.
-func (s *Store) Retry(ctx context.Context, tenant string, id int64, now time.Time) error {
+// Retry puts a failed, dead, unknown or suppressed notification back to
+// pending, due now, with a fresh retry budget. If its address is on its
+// tenant's suppression list, the operator must say to lift the entry (the
+// reason comes back in a *SuppressedError); lifting removes it in the same
+// transaction. A sent notification cannot be retried: that would be a
+// second message, not a retry.
+func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
 	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		var status, t, channel, address string
-		err := tx.QueryRow(ctx, `UPDATE notifications SET status = 'pending', next_attempt_at = $1, cycle_attempts = 0,
-				cycle_started_at = $1, reason = NULL, updated_at = $1
-			WHERE id = $2 AND ($3 = '' OR tenant = $3) AND status IN ('failed', 'dead', 'unknown')
-			RETURNING status, tenant, channel, address`, ms(now), id, tenant).Scan(&status, &t, &channel, &address)
-		if err == nil {
-			if _, err := tx.Exec(ctx, `DELETE FROM invalid_addresses WHERE tenant = $1 AND channel = $2 AND address = $3`, t, channel, address); err != nil {
-				return fmt.Errorf("retry notification %d: clear address mark: %w", id, err)
-			}
-			return nil
+		err := tx.QueryRow(ctx, `SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
+			WHERE id = $1 AND ($2 = '' OR tenant = $2) FOR UPDATE`, id, tenant).Scan(&status, &t, &channel, &address)
+		if isNoRows(err) {
+			return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
 		}
-		if !isNoRows(err) {
+		if err != nil {
 			return fmt.Errorf("retry notification %d: %w", id, err)
 		}
-		if err := tx.QueryRow(ctx, `SELECT status FROM notifications WHERE id = $2 AND ($1 = '' OR tenant = $1)`, tenant, id).Scan(&status); err != nil {
-			if isNoRows(err) {
-				return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
-			}
-			return err
+		switch status {
+		case store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed:
+		default:
+			return &store.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
 		}
-		return &store.StateError{ID: id, Status: status, Want: "failed, dead or unknown"}
-	})
-}
-
-// InvalidAddresses lists live marks in (tenant, channel, address) order.
-func (s *Store) InvalidAddresses(ctx context.Context, tenant string, now time.Time, after store.InvalidAddress, limit int) ([]store.InvalidAddress, error) {
-	out := []store.InvalidAddress{}
-	err := s.read(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, `SELECT tenant, channel, address, provider, reason, created_at, expires_at
-			FROM invalid_addresses
-			WHERE ($1 = '' OR tenant = $1) AND expires_at > $2 AND (tenant, channel, address) > ($3, $4, $5)
-			ORDER BY tenant, channel, address LIMIT $6`,
-			tenant, ms(now), after.Tenant, after.Channel, after.Address, limit)
+		entry, err := liveSuppression(ctx, tx, t, channel, address, now)
 		if err != nil {
-			return fmt.Errorf("list invalid addresses: %w", err)
+			return fmt.Errorf("retry notification %d: %w", id, err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var m store.InvalidAddress
-			var created, expires int64
-			if err := rows.Scan(&m.Tenant, &m.Channel, &m.Address, &m.Provider, &m.Reason, &created, &expires); err != nil {
-				return fmt.Errorf("list invalid addresses: %w", err)
+		if entry != nil && !lift {
+			return &store.SuppressedError{ID: id, Entry: *entry}
+		}
+		if entry != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM suppressions WHERE tenant = $1 AND channel = $2 AND address = $3`, t, channel, address); err != nil {
+				return fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
 			}
-			m.CreatedAt, m.ExpiresAt = fromMS(created), fromMS(expires)
-			out = append(out, m)
 		}
-		return rows.Err()
-	})
-	return out, err
-}
-
-// ClearInvalidAddress removes the tenant's mark on an address.
-func (s *Store) ClearInvalidAddress(ctx context.Context, tenant, channel, address string) (bool, error) {
-	var cleared bool
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM invalid_addresses WHERE tenant = $1 AND channel = $2 AND address = $3`, tenant, channel, address)
-		if err != nil {
-			return fmt.Errorf("clear invalid address: %w", err)
+		if _, err := tx.Exec(ctx, `UPDATE notifications SET status = 'pending', next_attempt_at = $1, cycle_attempts = 0,
+				cycle_started_at = $1, reason = NULL, updated_at = $1
+			WHERE id = $2`, ms(now), id); err != nil {
+			return fmt.Errorf("retry notification %d: %w", id, err)
 		}
-		cleared = tag.RowsAffected() == 1
 		return nil
 	})
-	return cleared, err
 }

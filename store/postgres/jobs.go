@@ -214,10 +214,10 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		}
 	}
 	if err == nil {
-		// Address marks end at their expiry; a lapsed one is only clutter.
-		err = step(&res.AddressMarks, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
-			return tx.Exec(ctx, `DELETE FROM invalid_addresses WHERE (tenant, channel, address) IN
-				(SELECT tenant, channel, address FROM invalid_addresses WHERE expires_at <= $1 LIMIT $2)`, ms(now), batch)
+		// Suppressions end at their expiry; a lapsed one is only clutter.
+		err = step(&res.Suppressions, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
+			return tx.Exec(ctx, `DELETE FROM suppressions WHERE (tenant, channel, address) IN
+				(SELECT tenant, channel, address FROM suppressions WHERE expires_at <= $1 LIMIT $2)`, ms(now), batch)
 		})
 	}
 	if err == nil {

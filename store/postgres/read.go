@@ -181,7 +181,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 		if st.QuarantinedIDs, err = ids(ctx, q, `SELECT id FROM events WHERE quarantined_at IS NOT NULL ORDER BY id DESC LIMIT 20`); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
-		if err := q.QueryRow(ctx, `SELECT count(*) FROM invalid_addresses WHERE expires_at > $1`, ms(now)).Scan(&st.InvalidAddresses); err != nil {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM suppressions WHERE expires_at IS NULL OR expires_at > $1`, ms(now)).Scan(&st.Suppressions); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
 		rows, err = q.Query(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)

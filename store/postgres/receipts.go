@@ -23,14 +23,16 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		added = 0
 		for _, r := range rs {
-			var at any
-			if r.At != nil {
-				at = ms(*r.At)
+			var suppress, until any
+			if r.Suppress != nil {
+				suppress, until = r.Suppress.Reason, nullTime(r.Suppress.ExpiresAt)
 			}
 			var id int64
-			err := tx.QueryRow(ctx, `INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING id`,
-				r.Provider, r.Dedupe, r.MessageID, r.Status, nullStr(r.Detail), at, ms(now)).Scan(&id)
+			err := tx.QueryRow(ctx, `INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at,
+					source, suppress, suppress_until)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING id`,
+				r.Provider, r.Dedupe, r.MessageID, r.Status, nullStr(r.Detail), nullTime(r.At), ms(now),
+				nullStr(r.Source), suppress, until).Scan(&id)
 			if isNoRows(err) {
 				continue // a replay
 			}
@@ -48,8 +50,13 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 }
 
 // applyReceipts moves the sent notification with this provider message id
-// to the status its receipts add up to.
+// to the status its receipts add up to, and puts its address on its
+// tenant's suppression list if a receipt asks for that (a hard bounce, a
+// complaint), whatever its status: the address is dead either way.
 func applyReceipts(ctx context.Context, tx pgx.Tx, provider, messageID string, now time.Time) error {
+	if _, err := tx.Exec(ctx, suppressFromReceipts, provider, messageID); err != nil {
+		return fmt.Errorf("suppress from receipts: %w", err)
+	}
 	var rank *int64
 	if err := tx.QueryRow(ctx, `SELECT max(CASE status WHEN 'bounced' THEN 3 WHEN 'failed' THEN 3
 			WHEN 'delivered' THEN 2 WHEN 'complained' THEN 2 ELSE 1 END)
@@ -76,7 +83,8 @@ func applyReceipts(ctx context.Context, tx pgx.Tx, provider, messageID string, n
 
 // receiptsFor lists the receipts about one sent message, oldest first.
 func receiptsFor(ctx context.Context, q querier, provider, messageID string) ([]store.Receipt, error) {
-	rows, err := q.Query(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at
+	rows, err := q.Query(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at,
+			coalesce(source, ''), suppress, suppress_until
 		FROM receipts WHERE provider = $1 AND message_id = $2 ORDER BY id`, provider, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("read receipts: %w", err)
@@ -85,10 +93,18 @@ func receiptsFor(ctx context.Context, q querier, provider, messageID string) ([]
 	var out []store.Receipt
 	for rows.Next() {
 		var r store.Receipt
-		var at *int64
+		var at, until *int64
 		var recv int64
-		if err := rows.Scan(&r.Provider, &r.MessageID, &r.Status, &r.Detail, &at, &recv); err != nil {
+		var suppress *string
+		if err := rows.Scan(&r.Provider, &r.MessageID, &r.Status, &r.Detail, &at, &recv, &r.Source, &suppress, &until); err != nil {
 			return nil, err
+		}
+		if suppress != nil {
+			r.Suppress = &store.Suppress{Reason: *suppress}
+			if until != nil {
+				t := fromMS(*until)
+				r.Suppress.ExpiresAt = &t
+			}
 		}
 		if at != nil {
 			t := fromMS(*at)

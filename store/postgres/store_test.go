@@ -261,8 +261,8 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 			VALUES (7, 'acme', 'e', 'p', 't', '\x7b7d', '\x7b7d', 'fp', 1, 1, 1000);
 		INSERT INTO notifications (id, key, event, seq, tenant, type, recipient, channel, address, status, attempts, cycle_attempts,
 			cycle_started_at, next_attempt_at, lease_until, claimed_at, created_at, updated_at)
-			VALUES (11, 'k', 7, 0, 'acme', 't', 'r', 'email', 'a@example.com', 'sending', 1, 1, 1000, 1000, 61000, 1000, 1000, 1000);
-		INSERT INTO invalid_addresses (channel, address, provider, reason, created_at) VALUES ('email', 'a@example.com', 'p', '550', 1000);
+			VALUES (11, 'k', 7, 0, 'acme', 't', 'r', 'email', 'A@Example.com', 'sending', 1, 1, 1000, 1000, 61000, 1000, 1000, 1000);
+		INSERT INTO invalid_addresses (channel, address, provider, reason, created_at) VALUES ('email', 'A@Example.com', 'p', '550', 1000);
 		INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, permanent) VALUES (11, 1, 'p', 1000, 1000, 'refused', true);
 		INSERT INTO events (id, tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at) VALUES
 			(8, 'acme', 'f1', 'p', 't', '\x7b7d', '\x7b7d', 'fp', 0, 1000), (9, 'beta', 'f2', 'p', 't', '\x7b7d', '\x7b7d', 'fp', 0, 1000),
@@ -295,9 +295,12 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 	if n, err := s.UnreadCount(t.Context(), "acme", "ada"); err != nil || n != 1 {
 		t.Fatalf("acme/ada unread %d, %v; want 1 (the watermark kept at 3)", n, err)
 	}
-	marks, err := s.InvalidAddresses(t.Context(), "acme", time.UnixMilli(2000), store.InvalidAddress{}, 10)
-	if err != nil || len(marks) != 1 || !marks[0].ExpiresAt.Equal(time.UnixMilli(1000+30*86400000)) {
-		t.Fatalf("marks %+v, %v; want acme's mark, expiring 30 days after it was made", marks, err)
+	// 0010: the mark is on acme's suppression list, a hard bounce under
+	// the address folded to lower case, keeping its expiry.
+	marks, err := s.Suppressions(t.Context(), store.SuppressionFilter{Tenant: "acme"}, time.UnixMilli(2000))
+	if err != nil || len(marks) != 1 || marks[0].Address != "a@example.com" || marks[0].Reason != store.ReasonHardBounce ||
+		marks[0].Detail != "550" || marks[0].ExpiresAt == nil || !marks[0].ExpiresAt.Equal(time.UnixMilli(1000+30*86400000)) {
+		t.Fatalf("suppressions %+v, %v; want acme's mark, a hard bounce of a@example.com expiring 30 days after it was made", marks, err)
 	}
 }
 

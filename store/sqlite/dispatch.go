@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,23 +13,32 @@ import (
 )
 
 // claimedCols are read with each claimed row, in the claim's RETURNING
-// (?1 is now): whether the tenant's mark on its address is live comes along
-// in the same statement (a primary-key probe), instead of a read per call.
-// attempts and cycle_attempts count calls recorded, so this attempt is the
-// next one.
+// (?1 is now): the tenant's live suppression entry for its address comes
+// along in the same statement (a primary-key probe), as one JSON object,
+// instead of a read per call. attempts and cycle_attempts count calls
+// recorded, so this attempt is the next one.
 const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, address, attempts + 1, cycle_attempts + 1,
 	cycle_started_at, claimed_at, lease_until, created_at, route_pos, pinned, coalesce(provider, ''),
-	coalesce((SELECT i.reason || ' (marked by ' || i.provider || ' until ' || strftime('%Y-%m-%dT%H:%M:%SZ', i.expires_at / 1000, 'unixepoch') || ')'
-		FROM invalid_addresses i
-		WHERE i.tenant = notifications.tenant AND i.channel = notifications.channel AND i.address = notifications.address
-		  AND i.expires_at > ?1), '')`
+	(SELECT json_object('address', s.address, 'reason', s.reason, 'source', s.source, 'provider', s.provider, 'notification', s.notification,
+			'detail', s.detail, 'created_at', s.created_at, 'expires_at', s.expires_at)
+		FROM suppressions s
+		WHERE s.tenant = notifications.tenant AND s.channel = notifications.channel
+		  AND s.address = coalesce(notifications.address_key, notifications.address)
+		  AND (s.expires_at IS NULL OR s.expires_at > ?1))`
 
 func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 	var c store.Claimed
 	var cycle, claimed, lease, created int64
+	var entry sql.NullString
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Invalid)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &entry)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
+	if err == nil && entry.Valid {
+		var e suppressionJSON
+		if err = json.Unmarshal([]byte(entry.String), &e); err == nil {
+			c.Suppression = e.entry(c.Tenant, c.Channel)
+		}
+	}
 	return c, err
 }
 
@@ -328,17 +338,14 @@ func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
 			continue
 		}
 		d, a := st.Decision, st.Attempt
-		if d.InvalidAddress != "" {
+		if d.Suppress != nil {
 			provider := ""
 			if a != nil {
 				provider = a.Provider
 			}
-			if _, err := tx.exec(`INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
-					SELECT tenant, channel, address, ?2, ?3, ?4, ?5 FROM notifications WHERE id = ?1
-					ON CONFLICT (tenant, channel, address) DO UPDATE SET provider = excluded.provider, reason = excluded.reason,
-						created_at = excluded.created_at, expires_at = excluded.expires_at`,
-				st.ID, provider, d.InvalidAddress, ms(st.At), ms(d.InvalidUntil)); err != nil {
-				return fmt.Errorf("mark address invalid: %w", err)
+			if _, err := tx.exec(suppressNotification, st.ID, d.Suppress.Reason, store.SourceProvider, provider,
+				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
+				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
 			}
 		}
 		if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
@@ -379,73 +386,47 @@ func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
 	})
 }
 
-// Retry puts a failed, dead or unknown notification back to pending, due
-// now, with a fresh retry budget, and lifts the tenant's mark on its
-// address (the operator says it is worth trying again). A sent
-// notification cannot be retried: that would be a second message, not a
-// retry.
-func (s *Store) Retry(ctx context.Context, tenant string, id int64, now time.Time) error {
+// Retry puts a failed, dead, unknown or suppressed notification back to
+// pending, due now, with a fresh retry budget. If its address is on its
+// tenant's suppression list, the operator must say to lift the entry (the
+// reason comes back in a *SuppressedError); lifting removes it in the same
+// transaction. A sent notification cannot be retried: that would be a
+// second message, not a retry.
+func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
 		var status, t, channel, address string
-		err := tx.queryRow(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
-				cycle_started_at = ?1, reason = NULL, updated_at = ?1
-			WHERE id = ?2 AND (?3 = '' OR tenant = ?3) AND status IN ('failed', 'dead', 'unknown')
-			RETURNING status, tenant, channel, address`, ms(now), id, tenant).Scan(&status, &t, &channel, &address)
-		if err == nil {
-			if _, err := tx.exec(`DELETE FROM invalid_addresses WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
-				return fmt.Errorf("retry notification %d: clear address mark: %w", id, err)
-			}
-			return nil
+		err := tx.queryRow(`SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
+			WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant).Scan(&status, &t, &channel, &address)
+		if isNoRows(err) {
+			return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
 		}
-		if !isNoRows(err) {
+		if err != nil {
 			return fmt.Errorf("retry notification %d: %w", id, err)
 		}
-		if err := tx.queryRow(`SELECT status FROM notifications WHERE id = ?2 AND (?1 = '' OR tenant = ?1)`, tenant, id).Scan(&status); err != nil {
-			if isNoRows(err) {
-				return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
-			}
-			return err
+		switch status {
+		case store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed:
+		default:
+			return &store.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
 		}
-		return &store.StateError{ID: id, Status: status, Want: "failed, dead or unknown"}
-	})
-}
-
-// InvalidAddresses lists live marks in (tenant, channel, address) order.
-func (s *Store) InvalidAddresses(ctx context.Context, tenant string, now time.Time, after store.InvalidAddress, limit int) ([]store.InvalidAddress, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT tenant, channel, address, provider, reason, created_at, expires_at
-		FROM invalid_addresses
-		WHERE (?1 = '' OR tenant = ?1) AND expires_at > ?2 AND (tenant, channel, address) > (?3, ?4, ?5)
-		ORDER BY tenant, channel, address LIMIT ?6`, tenant, ms(now), after.Tenant, after.Channel, after.Address, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list invalid addresses: %w", err)
-	}
-	defer rows.Close()
-	out := []store.InvalidAddress{}
-	for rows.Next() {
-		var m store.InvalidAddress
-		var created, expires int64
-		if err := rows.Scan(&m.Tenant, &m.Channel, &m.Address, &m.Provider, &m.Reason, &created, &expires); err != nil {
-			return nil, fmt.Errorf("list invalid addresses: %w", err)
-		}
-		m.CreatedAt, m.ExpiresAt = fromMS(created), fromMS(expires)
-		out = append(out, m)
-	}
-	return out, rows.Err()
-}
-
-// ClearInvalidAddress removes the tenant's mark on an address.
-func (s *Store) ClearInvalidAddress(ctx context.Context, tenant, channel, address string) (bool, error) {
-	var cleared bool
-	err := s.w.do(ctx, func(tx *Tx) error {
-		res, err := tx.exec(`DELETE FROM invalid_addresses WHERE tenant = ? AND channel = ? AND address = ?`, tenant, channel, address)
+		entry, err := liveSuppression(tx, t, channel, address, now)
 		if err != nil {
-			return fmt.Errorf("clear invalid address: %w", err)
+			return fmt.Errorf("retry notification %d: %w", id, err)
 		}
-		n, _ := res.RowsAffected()
-		cleared = n == 1
+		if entry != nil && !lift {
+			return &store.SuppressedError{ID: id, Entry: *entry}
+		}
+		if entry != nil {
+			if _, err := tx.exec(`DELETE FROM suppressions WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
+				return fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
+			}
+		}
+		if _, err := tx.exec(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
+				cycle_started_at = ?1, reason = NULL, updated_at = ?1
+			WHERE id = ?2 AND status = ?3`, ms(now), id, status); err != nil {
+			return fmt.Errorf("retry notification %d: %w", id, err)
+		}
 		return nil
 	})
-	return cleared, err
 }
 
 func nullStr(s string) any {

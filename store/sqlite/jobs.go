@@ -208,10 +208,10 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		}
 	}
 	if err == nil {
-		// Address marks end at their expiry; a lapsed one is only clutter.
-		err = step(&res.AddressMarks, func(tx *Tx) (sql.Result, error) {
-			return tx.exec(`DELETE FROM invalid_addresses WHERE (tenant, channel, address) IN
-				(SELECT tenant, channel, address FROM invalid_addresses WHERE expires_at <= ? LIMIT ?)`, ms(now), batch)
+		// Suppressions end at their expiry; a lapsed one is only clutter.
+		err = step(&res.Suppressions, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(`DELETE FROM suppressions WHERE (tenant, channel, address) IN
+				(SELECT tenant, channel, address FROM suppressions WHERE expires_at <= ? LIMIT ?)`, ms(now), batch)
 		})
 	}
 	if err == nil {

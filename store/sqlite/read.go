@@ -181,7 +181,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 		}
 	}
 	rows.Close()
-	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM invalid_addresses WHERE expires_at > ?`, ms(now)).Scan(&st.InvalidAddresses); err != nil {
+	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM suppressions WHERE expires_at IS NULL OR expires_at > ?`, ms(now)).Scan(&st.Suppressions); err != nil {
 		return st, fmt.Errorf("status: %w", err)
 	}
 	rows, err = s.rdb.QueryContext(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)

@@ -23,13 +23,15 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 		added = 0
 		for _, r := range rs {
 			var id int64
-			var at any
-			if r.At != nil {
-				at = ms(*r.At)
+			var suppress, until any
+			if r.Suppress != nil {
+				suppress, until = r.Suppress.Reason, nullTime(r.Suppress.ExpiresAt)
 			}
-			err := tx.queryRow(`INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
-				r.Provider, r.Dedupe, r.MessageID, r.Status, nullStr(r.Detail), at, ms(now)).Scan(&id)
+			err := tx.queryRow(`INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at,
+					source, suppress, suppress_until)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+				r.Provider, r.Dedupe, r.MessageID, r.Status, nullStr(r.Detail), nullTime(r.At), ms(now),
+				nullStr(r.Source), suppress, until).Scan(&id)
 			if isNoRows(err) {
 				continue // a replay
 			}
@@ -47,8 +49,13 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 }
 
 // applyReceipts moves the sent notification with this provider message id
-// to the status its receipts add up to.
+// to the status its receipts add up to, and puts its address on its
+// tenant's suppression list if a receipt asks for that (a hard bounce, a
+// complaint), whatever its status: the address is dead either way.
 func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
+	if _, err := tx.exec(suppressFromReceipts, provider, messageID); err != nil {
+		return fmt.Errorf("suppress from receipts: %w", err)
+	}
 	var rank sql.NullInt64
 	if err := tx.queryRow(`SELECT max(CASE status WHEN 'bounced' THEN 3 WHEN 'failed' THEN 3
 			WHEN 'delivered' THEN 2 WHEN 'complained' THEN 2 ELSE 1 END)
@@ -75,7 +82,8 @@ func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
 
 // receiptsFor lists the receipts about one sent message, oldest first.
 func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]store.Receipt, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at
+	rows, err := s.rdb.QueryContext(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at,
+			coalesce(source, ''), suppress, suppress_until
 		FROM receipts WHERE provider = ? AND message_id = ? ORDER BY id`, provider, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("read receipts: %w", err)
@@ -84,10 +92,18 @@ func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]
 	var out []store.Receipt
 	for rows.Next() {
 		var r store.Receipt
-		var at sql.NullInt64
+		var at, until sql.NullInt64
 		var recv int64
-		if err := rows.Scan(&r.Provider, &r.MessageID, &r.Status, &r.Detail, &at, &recv); err != nil {
+		var suppress sql.NullString
+		if err := rows.Scan(&r.Provider, &r.MessageID, &r.Status, &r.Detail, &at, &recv, &r.Source, &suppress, &until); err != nil {
 			return nil, err
+		}
+		if suppress.Valid {
+			r.Suppress = &store.Suppress{Reason: suppress.String}
+			if until.Valid {
+				t := fromMS(until.Int64)
+				r.Suppress.ExpiresAt = &t
+			}
 		}
 		if at.Valid {
 			t := fromMS(at.Int64)

@@ -205,81 +205,22 @@ func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 		record(t, s, cs[0], "sent", store.StatusSent)
 		record(t, s, cs[1], "refused", store.StatusFailed)
 		var se *store.StateError
-		if err := s.Retry(ctx, "", ids[0], t0); !errors.As(err, &se) || se.Status != store.StatusSent {
+		if err := s.Retry(ctx, "", ids[0], false, t0); !errors.As(err, &se) || se.Status != store.StatusSent {
 			t.Errorf("retry of a sent notification: %v, want a StateError", err)
 		}
-		if err := s.Retry(ctx, "", 99999, t0); !errors.Is(err, store.ErrNotFound) {
+		if err := s.Retry(ctx, "", 99999, false, t0); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("retry of a missing notification: %v", err)
 		}
-		if err := s.Retry(ctx, "other", ids[1], t0); !errors.Is(err, store.ErrNotFound) {
+		if err := s.Retry(ctx, "other", ids[1], false, t0); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("retry across tenants: %v, want ErrNotFound", err)
 		}
 		later := t0.Add(time.Hour)
-		if err := s.Retry(ctx, "default", ids[1], later); err != nil {
+		if err := s.Retry(ctx, "default", ids[1], false, later); err != nil {
 			t.Fatal(err)
 		}
 		re := claim(t, s, store.ClaimRequest{Limit: 10, Now: later, Lease: time.Minute})
 		if len(re) != 1 || re[0].Attempt != 2 || re[0].CycleAttempts != 1 || !re[0].CycleStartedAt.Equal(later) {
 			t.Fatalf("after retry claimed %+v", re)
-		}
-	})
-
-	t.Run("a dead-address mark is the tenant's, expires, and retry lifts it", func(t *testing.T) {
-		s, ctx := open(t), context.Background()
-		mine := dispatchEventFor(t, s, "acme", "e1", "+15550100")
-		theirs := dispatchEventFor(t, s, "beta", "e2", "+15550100")
-		cs := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
-		var c store.Claimed
-		for _, x := range cs {
-			if x.ID == mine {
-				c = x
-			}
-		}
-		a := store.Attempt{N: 1, Provider: "twilio-acme", StartedAt: t0, EndedAt: t0, Outcome: "refused", Permanent: true, Detail: "21211"}
-		settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Attempt: &a, Decision: store.Decision{
-			Status: store.StatusFailed, NextAttemptAt: t0, Reason: "refused for good, address invalid: 21211",
-			InvalidAddress: "21211", InvalidUntil: t0.Add(time.Hour)}})
-		marks, err := s.InvalidAddresses(ctx, "", t0, store.InvalidAddress{}, 10)
-		if err != nil || len(marks) != 1 {
-			t.Fatalf("marks %+v, %v", marks, err)
-		}
-		if m := marks[0]; m.Tenant != "acme" || m.Channel != "sms" || m.Address != "+15550100" || m.Provider != "twilio-acme" ||
-			m.Reason != "21211" || !m.CreatedAt.Equal(t0) || !m.ExpiresAt.Equal(t0.Add(time.Hour)) {
-			t.Errorf("mark %+v", m)
-		}
-		if other, _ := s.InvalidAddresses(ctx, "beta", t0, store.InvalidAddress{}, 10); len(other) != 0 {
-			t.Errorf("beta sees acme's mark: %+v", other)
-		}
-		// A new claim of acme's sees the mark; beta's does not.
-		acme2 := dispatchEventFor(t, s, "acme", "e3", "+15550100")
-		for _, x := range cs {
-			if x.ID == theirs && x.Invalid != "" {
-				t.Errorf("beta's claim carries acme's mark: %q", x.Invalid)
-			}
-		}
-		got := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0.Add(time.Minute), Lease: time.Minute})
-		if len(got) != 1 || got[0].ID != acme2 || !strings.Contains(got[0].Invalid, "21211") || !strings.Contains(got[0].Invalid, "twilio-acme") {
-			t.Fatalf("acme's next claim %+v, want it marked", got)
-		}
-		release(t, s, got[0], t0.Add(2*time.Hour))
-		// Past its expiry the mark is gone from claims and listings.
-		if marks, _ := s.InvalidAddresses(ctx, "", t0.Add(2*time.Hour), store.InvalidAddress{}, 10); len(marks) != 0 {
-			t.Errorf("an expired mark is listed: %+v", marks)
-		}
-		if got := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0.Add(2 * time.Hour), Lease: time.Minute}); len(got) != 1 || got[0].Invalid != "" {
-			t.Errorf("claim after expiry %+v, want no mark", got)
-		}
-		// Retry lifts a live mark.
-		settle(t, s, store.Settlement{ID: c.ID, Token: 0, At: t0}) // no-op: wrong token
-		if err := s.Retry(ctx, "acme", c.ID, t0.Add(time.Minute)); err != nil {
-			t.Fatal(err)
-		}
-		if marks, _ := s.InvalidAddresses(ctx, "", t0, store.InvalidAddress{}, 10); len(marks) != 0 {
-			t.Errorf("retry left the mark: %+v", marks)
-		}
-		// And ClearInvalidAddress lifts one, once.
-		if ok, err := s.ClearInvalidAddress(ctx, "acme", "sms", "+15550100"); err != nil || ok {
-			t.Errorf("clear of a lifted mark: %v %v", ok, err)
 		}
 	})
 

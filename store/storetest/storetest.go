@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Dispatch", Dispatch},
 		{"Reads", reads},
 		{"Receipts", receipts},
+		{"Suppressions", suppressions},
 		{"Audiences", audiences},
 		{"Feeds", feeds},
 		{"Jobs", jobs},
