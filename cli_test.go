@@ -176,7 +176,7 @@ func TestDispatchShowStatusAndExitCodes(t *testing.T) {
 	if st.Providers["log://"+logFile]["sent"] != 3 {
 		t.Fatalf("provider counts %v", st.Providers)
 	}
-	if r := runCLI(t, "", "status", "--db", db); r.code != 0 || !strings.Contains(r.stdout, "  sent       3\n") {
+	if r := runCLI(t, "", "status", "--db", db); r.code != 0 || !strings.Contains(r.stdout, "  sent        3\n") {
 		t.Fatalf("status: %q", r.stdout)
 	}
 

@@ -76,8 +76,10 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    GET    /v1/quarantine                      fan-outs stopped part way
    POST   /v1/quarantine/{id}/retry           try the fan-out again
    POST   /v1/quarantine/{id}/drop            give up its rest
-   GET    /v1/invalid-addresses               addresses marked dead
-   DELETE /v1/invalid-addresses               clear a mark
+   GET    /v1/suppressions                    the tenant's suppression list (JSON; CSV with ?format=csv)
+   POST   /v1/suppressions                    add entries (JSON), or import a text/csv body
+   DELETE /v1/suppressions                    take an address off (?channel=&address=)
+   POST   /v1/bounces                         a DSN or ARF complaint (the whole message)
    POST   /v1/receipts/{provider}             a provider's callbacks
    GET    /healthz                            the process is up
    GET    /readyz                             the database takes writes

@@ -89,7 +89,7 @@ imported entry's source is import). An export reads back as it was.`,
 					if c.NArg() != 1 {
 						return cli.Exit("suppressions import takes one FILE (- for stdin)", exitUsage)
 					}
-					var in io.Reader = os.Stdin
+					var in io.Reader = c.App.Reader
 					if name := c.Args().First(); name != "-" {
 						f, err := os.Open(name)
 						if err != nil {

@@ -91,7 +91,7 @@ func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
 	d := cfg.Dispatch
 	c.positive(keyPath{"dispatch", "workers"}, d.Workers <= 0, d.Workers, defaultWorkers)
 	c.positive(keyPath{"dispatch", "lease"}, d.Lease <= 0, time.Duration(d.Lease), defaultLease)
-	c.positive(keyPath{"dispatch", "invalid_address_ttl"}, d.InvalidAddressTTL <= 0, time.Duration(d.InvalidAddressTTL), "none: read as suppression.hard_bounce_ttl now")
+	c.positive(keyPath{"dispatch", "invalid_address_ttl"}, d.InvalidAddressTTL <= 0, time.Duration(d.InvalidAddressTTL), "suppression.hard_bounce_ttl's")
 	if sp := cfg.Suppression; sp.HardBounceTTL < 0 {
 		c.add(keyPath{"suppression", "hard_bounce_ttl"}, "%s: want 0 (until removed) or a positive duration", time.Duration(sp.HardBounceTTL))
 	}

@@ -482,7 +482,7 @@ func diskReadOnlyDrill(t *testing.T, bin string, dirWritable bool) {
 		code, stdout, stderr := diskRun(t, as("status", "--db", db))
 		code2, stdout2, stderr2 := diskRun(t, as("show", "--db", db, "1"))
 		t.Logf("status: exit %d %q; show 1: exit %d %q", code, strings.TrimSpace(stderr), code2, strings.TrimSpace(stderr2))
-		if code != 0 || !strings.Contains(stdout, "  pending    3\n") || code2 != 0 || !strings.Contains(stdout2, "notification 1") {
+		if code != 0 || !strings.Contains(stdout, "  pending     3\n") || code2 != 0 || !strings.Contains(stdout2, "notification 1") {
 			// A documented limitation: SQLite must be able to create the
 			// -wal and -shm files beside a WAL database to read it. Then
 			// the refusal must say so, in one line naming the directory.

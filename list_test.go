@@ -272,8 +272,8 @@ func TestRetryInBulk(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"retry", "--status", "pending"}, "failed, dead or unknown"},
-		{[]string{"retry", "--dry-run"}, "failed, dead or unknown"},
+		{[]string{"retry", "--status", "pending"}, "failed, dead, unknown or suppressed"},
+		{[]string{"retry", "--dry-run"}, "failed, dead, unknown or suppressed"},
 		{[]string{"retry", "--status", "dead", "12"}, "not both"},
 		{[]string{"retry"}, "one notification id"},
 	} {
