@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
 
@@ -361,5 +362,54 @@ func TestSuppressionsListExportImportRemove(t *testing.T) {
 	}
 	if es := b.suppressions(t, asAcme); len(es) != 1 || es[0].Channel != "sms" {
 		t.Errorf("after remove: %+v", es)
+	}
+}
+
+// An ARF complaint and a DSN matched by its VERP address (no Message-ID
+// returned), both from testdata with this run's keys written in: the
+// complaint lists the address for good, the soft bounce (552 5.2.2) for
+// SoftBounceTTL.
+func TestARFAndVERPBounces(t *testing.T) {
+	t.Parallel()
+	sink := startSink(t)
+	smtp, err := providers.New(fmt.Sprintf("smtp://%s?from=news%%40example.com&starttls=none&timeout=5s&name=smtp", sink.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{Relay: relay.Options{Routes: relay.Routes{"email": {smtp}}, SoftBounceTTL: time.Hour}})
+	email := func(id, rcpt, addr string) int64 {
+		return b.acceptOne(t, relay.Event{ID: id, Type: "news", Channels: []string{"email"}, Subject: "News", Body: "Hello.",
+			Recipients: []relay.Recipient{{ID: rcpt, Email: addr}}})
+	}
+	bob, cy := email("n1", "bob", "bob@example.org"), email("n2", "cy", "cy@example.net")
+	b.deliver(t)
+	nb, nc := b.notification(t, bob), b.notification(t, cy)
+	read := func(name string) string {
+		raw, err := os.ReadFile("../bounce/testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	arf := strings.ReplaceAll(read("arf-abuse.eml"), "<k%2Fnews%20001@example.com>", nb.ProviderMessageID)
+	got := decode[relay.Bounced](t, b.do(t, "POST", "/v1/bounces", arf))
+	if got.Kind != "arf" || got.Notification != bob || got.Status != "complained" || got.Suppressed != store.ReasonComplaint || got.MatchedBy != "message-id" {
+		t.Errorf("ARF: %+v", got)
+	}
+	verp := strings.ReplaceAll(read("dsn-soft-verp.eml"), "k%2Fverp-1", nc.Key)
+	got = decode[relay.Bounced](t, b.do(t, "POST", "/v1/bounces", verp))
+	if got.Kind != "dsn" || got.Notification != cy || got.Status != "bounced" || got.Suppressed != store.ReasonSoftBounce || got.MatchedBy != "verp" {
+		t.Errorf("VERP DSN: %+v", got)
+	}
+	es := b.suppressions(t, nil)
+	if len(es) != 2 || es[0].Address != "bob@example.org" || es[0].Reason != store.ReasonComplaint || es[0].Source != store.SourceARF || es[0].ExpiresAt != nil ||
+		es[1].Address != "cy@example.net" || es[1].Reason != store.ReasonSoftBounce || es[1].ExpiresAt == nil {
+		t.Fatalf("entries %+v", es)
+	}
+	if ttl := es[1].ExpiresAt.Sub(es[1].CreatedAt); ttl < 59*time.Minute || ttl > time.Hour {
+		t.Errorf("the soft bounce lasts %s, want the configured hour", ttl)
+	}
+	if n := b.notification(t, bob); n.Status != store.StatusDelivered && n.Status != store.StatusSent {
+		t.Errorf("after a complaint: %s (a complaint is not a bounce)", n.Status)
 	}
 }

@@ -289,6 +289,13 @@ func TestWebhookParseReceipts(t *testing.T) {
 		t.Errorf("array: got %+v", got)
 	}
 
+	// bounce says what a bounce means for the address (issue 17).
+	soft := `[{"message_id":"wh_3","status":"bounced","bounce":"soft"},{"message_id":"wh_4","status":"bounced","bounce":"none"},{"message_id":"wh_5","status":"failed","bounce":"hard"}]`
+	got, err = w.ParseReceipts(signedReceipt(t, vectorSecret, "msg_11", now, soft), []byte(soft), "")
+	if err != nil || len(got) != 3 || got[0].Bounce != BounceSoft || got[1].Bounce != BounceNone || got[2].Bounce != BounceHard {
+		t.Errorf("bounce: got %+v, %v", got, err)
+	}
+
 	otherSecret := "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
 	refused := []struct {
 		name string
@@ -308,6 +315,8 @@ func TestWebhookParseReceipts(t *testing.T) {
 			`[{"message_id":"a","status":"sent"},{"message_id":"b","status":"opened"}]`, false, `receipt 1: "status": "opened" is not one of`},
 		{"bad time", signedReceipt(t, vectorSecret, "msg_10", now, `{"message_id":"a","status":"failed","at":"yesterday"}`),
 			`{"message_id":"a","status":"failed","at":"yesterday"}`, false, `"at": "yesterday" is not an RFC 3339 time`},
+		{"bad bounce", signedReceipt(t, vectorSecret, "msg_12", now, `{"message_id":"a","status":"bounced","bounce":"maybe"}`),
+			`{"message_id":"a","status":"bounced","bounce":"maybe"}`, false, `"bounce": "maybe" is not one of hard, soft, none`},
 	}
 	for _, c := range refused {
 		_, err := w.ParseReceipts(c.req, []byte(c.body), "")
