@@ -300,3 +300,67 @@ func TestOpenWaitsForTheLockToSwitchToWAL(t *testing.T) {
 	}
 	s.Close()
 }
+
+// A database of version 8 with a dead-address mark is brought forward by
+// 0009 with its rows: the mark is the tenant's suppression entry, a hard
+// bounce under the address in lower case, keeping its expiry; an old
+// notification to the address (capitals and all) finds it; the status
+// check takes 'suppressed' and still refuses what no status is.
+func TestMigrationMovesAddressMarksIntoSuppressions(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "relay.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(files) < 9 {
+		t.Fatalf("migrations %v, %v", files, err)
+	}
+	for _, f := range files[:8] {
+		b, _ := os.ReadFile(f)
+		if _, err := db.Exec(string(b)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	expires := t0.Add(24 * time.Hour).UnixMilli()
+	if _, err := db.Exec(`PRAGMA user_version = 8;
+		INSERT INTO events (id, tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+			VALUES (7, 'acme', 'e', 'p', 't', '{}', '{}', 'fp', 1, 1, 1000);
+		INSERT INTO notifications (id, key, event, seq, tenant, type, recipient, channel, address, status, next_attempt_at, cycle_started_at, created_at, updated_at)
+			VALUES (11, 'k', 7, 0, 'acme', 't', 'r', 'email', 'A@Example.com', 'failed', 1000, 1000, 1000, 1000);
+		INSERT INTO invalid_addresses (tenant, channel, address, provider, reason, created_at, expires_at)
+			VALUES ('acme', 'email', 'A@Example.com', 'p', '550 5.1.1', 1000, ?)`, expires); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	es, err := s.Suppressions(context.Background(), store.SuppressionFilter{Tenant: "acme"}, t0)
+	if err != nil || len(es) != 1 || es[0].Address != "a@example.com" || es[0].Reason != store.ReasonHardBounce || es[0].Provider != "p" ||
+		es[0].Detail != "550 5.1.1" || es[0].ExpiresAt == nil || es[0].ExpiresAt.UnixMilli() != expires {
+		t.Fatalf("suppressions %+v, %v", es, err)
+	}
+	var se *store.SuppressedError
+	if err := s.Retry(context.Background(), "acme", 11, false, t0); !errors.As(err, &se) {
+		t.Fatalf("retry of the old notification: %v, want a SuppressedError (its address key found the entry)", err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM sqlite_schema WHERE name = 'invalid_addresses'`); n != 0 {
+		t.Errorf("invalid_addresses is still there")
+	}
+	err = s.w.do(context.Background(), func(tx *Tx) error {
+		if _, err := tx.exec(`UPDATE notifications SET status = 'suppressed' WHERE id = 11`); err != nil {
+			return fmt.Errorf("suppressed refused: %w", err)
+		}
+		if _, err := tx.exec(`UPDATE notifications SET status = 'bogus' WHERE id = 11`); err == nil {
+			return errors.New("the status check took 'bogus'")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
