@@ -36,6 +36,8 @@ var smtpKind = &Kind{
 		Param{"list_unsubscribe", "`https://…{key}…` or `mailto:…{key}…`: the `List-Unsubscribe` of mail of " +
 			"the types the config marks `commercial: true`, `{key}` replaced by the notification's key; " +
 			"an https URL adds `List-Unsubscribe-Post: List-Unsubscribe=One-Click` (RFC 8058)"},
+		Param{"return_path", "`bounces@example.com`: VERP: each message's envelope sender is `bounces+KEY@example.com`, " +
+			"so a bounce report names its notification even without the original's Message-ID (`POST /v1/bounces`)"},
 		paramName, paramTimeout),
 	Keys: "no: SMTP has none; `Message-ID: <KEY@sender-domain>` and `X-Edgerelay-Key` are the same on every attempt, " +
 		"and so is the whole message (Date, MIME boundary, DKIM signature) when the notification's creation time is known, " +
@@ -87,6 +89,9 @@ type SMTP struct {
 	timeout     time.Duration
 	dkim        *dkimConfig // nil: no signature
 	unsubscribe string      // the list_unsubscribe template, "" for none
+	// returnLocal and returnDomain are return_path's parts ("": the
+	// envelope sender is from): a VERP envelope sender per message.
+	returnLocal, returnDomain string
 	// commercial holds the types and purposes whose mail carries
 	// List-Unsubscribe (SetCommercial).
 	commercial atomic.Pointer[map[string]bool]
@@ -171,6 +176,17 @@ func newSMTPURL(u *url.URL, q url.Values) (Provider, string) {
 	var problem string
 	if p.dkim, problem = parseDKIM(q, addr.Address[strings.LastIndexByte(addr.Address, '@')+1:]); problem != "" {
 		return nil, problem
+	}
+	if v := q.Get("return_path"); q.Has("return_path") {
+		var local, domain string
+		a, err := mail.ParseAddress(v)
+		if err == nil {
+			local, domain, _ = strings.Cut(a.Address, "@")
+		}
+		if err != nil || a.Name != "" || strings.Contains(local, "+") || !isDotAtom(local) || domain == "" {
+			return nil, fmt.Sprintf(`parameter "return_path": %q: want a bare address without "+" (bounces@example.com), to which the key is added as bounces+KEY@example.com`, v)
+		}
+		p.returnLocal, p.returnDomain = local, domain
 	}
 	if q.Has("list_unsubscribe") {
 		p.unsubscribe = q.Get("list_unsubscribe")
@@ -334,6 +350,11 @@ func (p *SMTP) compose(m *Message) (*gomail.Msg, string, *Result) {
 	id := msgIDLeft(m.Key) + "@" + p.idDomain
 	msg.SetMessageIDWithValue(id)
 	msg.SetGenHeader("X-Edgerelay-Key", m.Key)
+	if from := p.verp(m.Key); from != "" {
+		if err := msg.EnvelopeFrom(from); err != nil {
+			return nil, "", &Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "invalid return path " + from}
+		}
+	}
 	// Every message is made by the relay from an event, not written by a
 	// person as a reply: RFC 3834's auto-generated, which also keeps
 	// vacation auto-replies from answering it.
@@ -638,6 +659,21 @@ func msgIDLeft(key string) string {
 		return "sha256." + hex.EncodeToString(sum[:])
 	}
 	return b.String()
+}
+
+// verp is the envelope sender for the message with this key under
+// return_path (LOCAL+KEY@domain, KEY encoded as in a Message-ID), or "":
+// none set, or a key that would make the local part longer than SMTP's
+// 64 octets (that message's envelope sender is return_path itself).
+func (p *SMTP) verp(key string) string {
+	if p.returnLocal == "" {
+		return ""
+	}
+	local := p.returnLocal + "+" + msgIDLeft(key)
+	if len(local) > 64 {
+		local = p.returnLocal
+	}
+	return local + "@" + p.returnDomain
 }
 
 // KeyFromMessageID is the idempotency key a Message-ID of this provider

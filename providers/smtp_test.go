@@ -608,6 +608,43 @@ func TestSMTPNoConnection(t *testing.T) {
 	s.none(t)
 }
 
+// return_path makes each message's envelope sender name its key (VERP),
+// as a bounce report is addressed to it; KeyFromMessageID reads the key
+// back from either, whatever bytes it holds.
+func TestSMTPReturnPathVERP(t *testing.T) {
+	t.Parallel()
+	s := startSMTP(t, smtpServerOpts{})
+	p := newSMTP(t, smtpURL("smtp", "", s.addr, "starttls=none&return_path=bounces%40example.com"), nil)
+	key := "k/1 +%é"
+	res := send(p, testMessage(key))
+	if res.Outcome != Sent {
+		t.Fatalf("Send = %+v", res)
+	}
+	got := s.one(t)
+	local, domain, _ := strings.Cut(got.from, "@")
+	if domain != "example.com" || !strings.HasPrefix(local, "bounces+") {
+		t.Fatalf("envelope sender %q, want bounces+KEY@example.com", got.from)
+	}
+	for _, id := range []string{res.MessageID, "<" + strings.TrimPrefix(local, "bounces+") + "@x>"} {
+		if k, ok := KeyFromMessageID(id); !ok || k != key {
+			t.Errorf("KeyFromMessageID(%q) = %q, %v; want %q", id, k, ok, key)
+		}
+	}
+	if _, ok := KeyFromMessageID("<sha256.abc@example.com>"); ok {
+		t.Error("a hashed key was read back")
+	}
+	// A key too long for the local part: the envelope sender is return_path.
+	long := strings.Repeat("k", 80)
+	if res := send(p, testMessage(long)); res.Outcome != Sent || s.one(t).from != "bounces@example.com" {
+		t.Errorf("long key: %+v", res)
+	}
+	for _, bad := range []string{"nobody", "a+b%40example.com", "Bounces+%3Cb%40example.com%3E"} {
+		if _, err := New("smtp://mail.example.com?from=a%40example.com&return_path=" + bad); err == nil || !strings.Contains(err.Error(), `parameter "return_path"`) {
+			t.Errorf("return_path=%s: %v", bad, err)
+		}
+	}
+}
+
 func TestSMTPURL(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ url, name string }{
@@ -634,7 +671,7 @@ func TestSMTPURL(t *testing.T) {
 		{"smtp://u:hunter2@mail.example.com", `missing parameter "from"`},
 		{"smtp://u:hunter2@mail.example.com?from=nobody", `parameter "from": "nobody" is not an email address`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&starttls=maybe", `parameter "starttls": "maybe" is not required, opportunistic or none`},
-		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&pasword=hunter2", `unknown parameter "pasword" (supported: dkim_domain, dkim_key, dkim_selector, from, list_unsubscribe, name, starttls, timeout)`},
+		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&pasword=hunter2", `unknown parameter "pasword" (supported: dkim_domain, dkim_key, dkim_selector, from, list_unsubscribe, name, return_path, starttls, timeout)`},
 		{"smtps://u:hunter2@mail.example.com?from=a%40b.c&starttls=required", `parameter "starttls" applies to smtp:// only`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&timeout=soon", `parameter "timeout": "soon" is not a positive Go duration`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&starttls=none", `clear text`},
