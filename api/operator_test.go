@@ -109,8 +109,8 @@ func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 	wantProblem(t, b.do(t, "POST", "/v1/quarantine/"+id+"/drop", "", acme...), http.StatusNotFound, "not-found")
 
 	type apage struct {
-		Suppressions []store.Suppression `json:"suppressions"`
-		Next         string              `json:"next"`
+		Suppressions []shownSuppression `json:"suppressions"`
+		Next         string             `json:"next"`
 	}
 	if a := decode[apage](t, b.do(t, "GET", "/v1/suppressions", "", beta...)); len(a.Suppressions) != 0 {
 		t.Errorf("beta sees acme's entries: %+v", a.Suppressions)
