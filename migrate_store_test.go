@@ -37,7 +37,7 @@ type migrateOut struct {
 // A box on SQLite with every kind of row (delivered, pending and
 // left-sending notifications, attempts, a receipt, feeds read in part,
 // feed members, a token, an audience, a cron run, a tail position, a
-// stored request key, a quarantined event, an invalid address, a lapsed
+// stored request key, a quarantined event, a suppressed address, a lapsed
 // lease) is moved to PostgreSQL by the command: every moved table has the
 // source's rows; show and the feeds' unread counts read the same; a
 // rerun changes nothing; dispatch on PostgreSQL delivers the pending and
@@ -162,7 +162,8 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	now := time.Now().UnixMilli()
 	for _, q := range []string{
 		`UPDATE events SET quarantined_at = ` + jsonInt(now) + `, quarantine_reason = 'by hand' WHERE event_id = 'a4'`,
-		`INSERT INTO invalid_addresses VALUES ('default', 'email', 'gone@example.com', 'email', '550 5.1.1', ` + jsonInt(now) + `, ` + jsonInt(now+86400000) + `)`,
+		`INSERT INTO suppressions (tenant, channel, address, reason, source, provider, detail, created_at) VALUES ('default', 'email', 'gone@example.com', 'hard_bounce', 'provider', 'email', '550 5.1.1', ` + jsonInt(now) + `)`,
+		`INSERT INTO suppressions (tenant, channel, address, reason, source, notification, created_at, expires_at) VALUES ('default', 'sms', '+15550100', 'soft_bounce', 'dsn', 1, ` + jsonInt(now) + `, ` + jsonInt(now+86400000) + `)`,
 		`INSERT INTO leases VALUES ('schedules', 'box/1/ab', ` + jsonInt(now-60000) + `)`,
 	} {
 		if _, err := lite.Exec(q); err != nil {
