@@ -46,9 +46,8 @@ was listed); then it exits 1.`,
 		)...),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			bulk := false
+			bulk := false // --lift goes with either form, so it does not make one bulk
 			for _, name := range []string{"status", "since", "created-since", "tenant", "recipient", "dry-run", "limit"} {
-				// --lift goes with either form
 				bulk = bulk || c.IsSet(name)
 			}
 			if bulk {

@@ -106,4 +106,15 @@ func TestSuppressionsCommands(t *testing.T) {
 		!regexp.MustCompile(`(?m)^  suppressed +1$`).MatchString(st.stdout) {
 		t.Errorf("status:\n%s", st.stdout)
 	}
+	// In bulk: without --lift each suppressed one is named and kept; with
+	// it, acme's entry goes and the notification is pending again.
+	if r := runCLI(t, "", "retry", "--db", db, "--status", "suppressed"); r.code != exitError || !strings.Contains(r.stderr, "suppression list") {
+		t.Errorf("retry --status suppressed: %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "retry", "--db", db, "--status", "suppressed", "--lift"); r.code != 0 || !strings.Contains(r.stdout, "retried 1 notification") {
+		t.Errorf("retry --status suppressed --lift: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "", "suppressions", "list", "--db", db, "--tenant", "acme"); strings.Contains(r.stdout, "ada@example.com") {
+		t.Errorf("acme's entry after retry --lift:\n%s", r.stdout)
+	}
 }
