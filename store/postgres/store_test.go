@@ -295,7 +295,7 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 	if n, err := s.UnreadCount(t.Context(), "acme", "ada"); err != nil || n != 1 {
 		t.Fatalf("acme/ada unread %d, %v; want 1 (the watermark kept at 3)", n, err)
 	}
-	// 0010: the mark is on acme's suppression list, a hard bounce under
+	// 0011: the mark is on acme's suppression list, a hard bounce under
 	// the address folded to lower case, keeping its expiry.
 	marks, err := s.Suppressions(t.Context(), store.SuppressionFilter{Tenant: "acme"}, time.UnixMilli(2000))
 	if err != nil || len(marks) != 1 || marks[0].Address != "a@example.com" || marks[0].Reason != store.ReasonHardBounce ||

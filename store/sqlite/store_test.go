@@ -301,8 +301,8 @@ func TestOpenWaitsForTheLockToSwitchToWAL(t *testing.T) {
 	s.Close()
 }
 
-// A database of the version before 0010 with a dead-address mark is
-// brought forward by 0010 with its rows: the mark is the tenant's suppression entry, a hard
+// A database of the version before the suppressions migration, with a dead-address mark is
+// brought forward by its suppressions migration with its rows: the mark is the tenant's suppression entry, a hard
 // bounce under the address in lower case, keeping its expiry; an old
 // notification to the address (capitals and all) finds it; the status
 // check takes 'suppressed' and still refuses what no status is.

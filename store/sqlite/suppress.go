@@ -10,7 +10,7 @@ import (
 )
 
 // Suppression lists (issue 17): one row per tenant, channel and address
-// (normalised by the relay), in suppressions (migration 0010).
+// (normalised by the relay), in suppressions (migration 0011).
 
 const suppressionCols = `tenant, channel, address, reason, source, provider, notification, detail, created_at, expires_at`
 

@@ -1,5 +1,5 @@
--- 0010: a suppression list per tenant, in place of 0006's dead-address
--- marks (issue 17), as store/sqlite's 0010.
+-- 0011: a suppression list per tenant, in place of 0006's dead-address
+-- marks (issue 17), as store/sqlite's 0011.
 
 -- A notification whose address is on its tenant's list when it is claimed
 -- ends 'suppressed', never called. The status check is widened from its

@@ -1,4 +1,4 @@
--- 0010: a suppression list per tenant, in place of 0006's dead-address
+-- 0011: a suppression list per tenant, in place of 0006's dead-address
 -- marks (issue 17).
 
 -- A notification whose address is on its tenant's list when it is claimed
