@@ -154,7 +154,7 @@ func get(t testing.TB) *server {
 }
 
 func setup() (*server, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if env := os.Getenv(EnvURL); env != "" {
 		u, err := url.Parse(env)
@@ -346,7 +346,7 @@ func Own(t testing.TB) *Server {
 		}
 		t.Skip(msg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, err := startServer(ctx, installDB, mariadbd)
 	if err != nil {
