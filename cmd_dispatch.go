@@ -65,8 +65,8 @@ is further off than --max-wait. Exit status:
 				if c.Bool("json") {
 					json.NewEncoder(c.App.Writer).Encode(sum)
 				} else {
-					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d attempts; sent %d, failed %d, dead %d, unknown %d; %d waiting for a retry\n",
-						sum.Attempts, sum.Sent, sum.Failed, sum.Dead, sum.Unknown, sum.Waiting)
+					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d attempts; sent %d, failed %d, dead %d, unknown %d, skipped %d; %d waiting for a retry\n",
+						sum.Attempts, sum.Sent, sum.Failed, sum.Dead, sum.Unknown, sum.Skipped, sum.Waiting)
 				}
 				if sum.Suppressed > 0 && !c.Bool("json") {
 					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d not sent: the address is on its tenant's suppression list (edgerelay suppressions list)\n", sum.Suppressed)

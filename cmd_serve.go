@@ -65,6 +65,13 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    GET    /v1/audiences/{name}                its members
    PUT    /v1/audiences/{name}                replace its members
    DELETE /v1/audiences/{name}                delete it
+   GET    /v1/recipients/{id}/preferences     a recipient's categories on or off, quiet hours
+   PUT    /v1/recipients/{id}/preferences     replace them (what is left out: the default)
+   POST   /v1/recipients/{id}/links           signed links: preferences page, one-click unsubscribe
+   GET    /u/{token}                          unsubscribe confirmation page (changes nothing)
+   POST   /u/{token}                          one-click unsubscribe (RFC 8058), no token needed
+   GET    /p/{token}                          the recipient's preferences page, no token needed
+   POST   /p/{token}                          save it (its form)
    GET    /v1/feeds/{feed}/members            members, seq each joined at
    PUT    /v1/feeds/{feed}/members            replace them
    GET    /v1/users/{user}/feed               the user's merged feed
@@ -151,7 +158,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				s.opts.MaxRecipients = c.Int("max-recipients")
 			}
 			opts := api.Options{MaxBody: c.Int64("max-body"), MaxBatch: c.Int("max-batch"), KeyTTL: c.Duration("key-ttl"),
-				Logger: s.opts.Logger, TokenHashes: map[string]string{}}
+				Logger: s.opts.Logger, TokenHashes: map[string]string{}, PublicURL: s.cfg.API.PublicURL}
 			if !c.IsSet("max-body") && s.cfg.API.MaxBody > 0 {
 				opts.MaxBody = s.cfg.API.MaxBody
 			}

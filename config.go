@@ -34,6 +34,9 @@ type Config struct {
 	Routes map[string]StringList `yaml:"routes"`
 	// Types sets per-type delivery semantics.
 	Types map[string]TypeConfig `yaml:"types"`
+	// Categories and TenantCategories: see config_categories.go (issue 17).
+	Categories       map[string]CategoryConfig            `yaml:"categories"`
+	TenantCategories map[string]map[string]CategoryConfig `yaml:"tenant_categories"`
 	// Retry is the default retry policy; Channels overrides it per channel.
 	Retry    PolicyConfig            `yaml:"retry"`
 	Channels map[string]PolicyConfig `yaml:"channels"`
@@ -62,10 +65,14 @@ type Config struct {
 	// Tail lists outbox tables that serve relays (edgerelay tail does one).
 	Tail []TailConfig `yaml:"tail"`
 	API  struct {
-		Listen   string   `yaml:"listen"`
-		MaxBody  int64    `yaml:"max_body"`
-		MaxBatch int      `yaml:"max_batch"`
-		KeyTTL   Duration `yaml:"key_ttl"`
+		Listen string `yaml:"listen"`
+		// PublicURL is where providers and recipients reach the API
+		// (https://relay.example.com): receipt signatures cover it, and
+		// recipients' links (unsubscribe, preferences) point under it.
+		PublicURL string   `yaml:"public_url"`
+		MaxBody   int64    `yaml:"max_body"`
+		MaxBatch  int      `yaml:"max_batch"`
+		KeyTTL    Duration `yaml:"key_ttl"`
 		// BodyTimeout bounds how long a request body may take to arrive.
 		BodyTimeout Duration `yaml:"body_timeout"`
 		// MaxConns bounds the connections open at once.
@@ -162,6 +169,9 @@ type TypeConfig struct {
 	// List-Unsubscribe-Post (their list_unsubscribe=). Until notifications
 	// have categories of their own, this is where commercial mail is named.
 	Commercial bool `yaml:"commercial"`
+	// Category names the type's category (categories:), which decides
+	// whether recipients may turn it off (issue 17).
+	Category string `yaml:"category"`
 }
 
 // PolicyConfig is a retry policy as written in the file.

@@ -62,6 +62,7 @@ func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
 	c.routes(cfg.Routes, keyPath{"routes"})
 	c.tenants()
 	c.commercial()
+	c.categories()
 	for _, t := range sortedKeys(cfg.Types) {
 		at := keyPath{"types", t}
 		tc := cfg.Types[t]

@@ -30,10 +30,13 @@ require github.com/jackc/pgx/v5 v5.13.0 // the PostgreSQL store: the maintained 
 
 require github.com/go-sql-driver/mysql v1.10.1 // tail of MySQL/MariaDB outboxes (sources/mysql.go): the maintained pure-Go database/sql driver, no cgo
 
+require github.com/chromedp/chromedp v0.23.1 // tests only: drives Debian's headless chromium through the recipients' preferences page (STYLE: pages are tested in a real browser); the newest the proxy served
+
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect

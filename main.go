@@ -117,6 +117,7 @@ Typical use:
 			retryCommand(),
 			quarantineCommand(),
 			suppressionsCommand(),
+			preferencesCommand(),
 			audienceCommand(),
 			feedCommand(),
 			tokenCommand(),

@@ -38,7 +38,8 @@ type migrateOut struct {
 // left-sending notifications, attempts, a receipt, feeds read in part,
 // feed members, a token, an audience, a cron run, a tail position, a
 // stored request key, a quarantined event, a suppressed address, a lapsed
-// lease) is moved to PostgreSQL by the command: every moved table has the
+// lease, a recipient's preferences, a tenant's link key, a throttle slot)
+// is moved to PostgreSQL by the command: every moved table has the
 // source's rows; show and the feeds' unread counts read the same; a
 // rerun changes nothing; dispatch on PostgreSQL delivers the pending and
 // the abandoned claim, each email key once; a new event gets ids past the
@@ -106,8 +107,18 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	cli("", "cron", "run", "--config", cfg, "--db", src, "--at", "2026-11-30T02:00:00Z", "--log-level", "warn", "nightly")
 
 	// What the API and the tail write, through the relay's Go API.
-	r, err := relay.Open(ctx, relay.Options{Path: src})
+	r, err := relay.Open(ctx, relay.Options{Path: src, Categories: map[string]relay.Category{"marketing": {}}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// A recipient's preferences and the tenant's link key (issue 17).
+	off := false
+	if _, err := r.PutPreferences(ctx, "acme", "ada", relay.PreferencesInput{TimeZone: "Europe/Berlin",
+		Switches:   []relay.SwitchInput{{Category: "marketing", Enabled: &off}},
+		QuietHours: []relay.QuietPreference{{Window: "21:00-08:00"}}}, store.SetByAPI); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.UnsubscribeToken(ctx, relay.UnsubscribeLink{Tenant: "acme", Recipient: "ada", Category: "marketing", Channel: "email"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.SetFeedMembers(ctx, "acme", "team", []string{"ada", "ben"}, true); err != nil {
@@ -165,6 +176,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO suppressions (tenant, channel, address, reason, source, provider, detail, created_at) VALUES ('default', 'email', 'gone@example.com', 'hard_bounce', 'provider', 'email', '550 5.1.1', ` + jsonInt(now) + `)`,
 		`INSERT INTO suppressions (tenant, channel, address, reason, source, notification, created_at, expires_at) VALUES ('default', 'sms', '+15550100', 'soft_bounce', 'dsn', 1, ` + jsonInt(now) + `, ` + jsonInt(now+86400000) + `)`,
 		`INSERT INTO leases VALUES ('schedules', 'box/1/ab', ` + jsonInt(now-60000) + `)`,
+		`INSERT INTO throttle_slots VALUES (1, 'default', 'ada', 'marketing', ` + jsonInt(now) + `)`,
 	} {
 		if _, err := lite.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)

@@ -153,6 +153,8 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 	for ch, p := range cfg.Channels {
 		opts.ChannelRetry[ch] = p.policy()
 	}
+	cfg.categoryOptions(&opts)
+	opts.PublicURL = cfg.API.PublicURL
 	opts.TypeRetry = map[string]relay.Policy{}
 	for t, tc := range cfg.Types {
 		if tc.Delivery != "" {

@@ -128,6 +128,8 @@ func New(r *relay.Relay, opts Options) *Server {
 	s.handle("GET /v1/notifications", s.auth(s.listNotifications))
 	s.handle("POST /v1/notifications/{id}/retry", s.auth(s.retryNotification))
 	s.audienceRoutes()
+	s.preferenceRoutes()
+	s.linkRoutes()
 	// Receipts come from providers, not tenants: the provider's signature
 	// is their authentication.
 	s.handle("POST /v1/receipts/{provider}", s.postReceipts)

@@ -49,6 +49,10 @@ type Message struct {
 	// attempt; zero when the caller does not know it. The smtp provider
 	// dates the message with it, so that a retry sends the same bytes.
 	Created time.Time
+	// Unsubscribe, if set, is the relay's one-click unsubscribe link for
+	// this recipient, category and channel (RFC 8058; issue 17): the smtp
+	// provider gives it as List-Unsubscribe. The same on every attempt.
+	Unsubscribe string
 }
 
 // Result is what one call produced. Providers never return a Go error:

@@ -359,7 +359,14 @@ func (p *SMTP) compose(m *Message) (*gomail.Msg, string, *Result) {
 	// person as a reply: RFC 3834's auto-generated, which also keeps
 	// vacation auto-replies from answering it.
 	msg.SetGenHeader("Auto-Submitted", "auto-generated")
-	if p.isCommercial(m) {
+	if m.Unsubscribe != "" {
+		// The relay's own link (the category is optional): a POST of
+		// List-Unsubscribe=One-Click to it turns the category off.
+		msg.SetGenHeader("List-Unsubscribe", "<"+m.Unsubscribe+">")
+		if strings.HasPrefix(m.Unsubscribe, "https://") {
+			msg.SetGenHeader("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+		}
+	} else if p.isCommercial(m) {
 		// Through SetGenHeader (written sorted), not go-mail's
 		// SetListUnsubscribe*, whose preformatted headers come out in map
 		// order.

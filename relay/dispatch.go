@@ -68,6 +68,7 @@ type Summary struct {
 	// Suppressed counts notifications not sent because their address is
 	// on their tenant's suppression list: not a failure of the run.
 	Suppressed int `json:"suppressed"`
+	Skipped    int `json:"skipped"` // a preference or a throttle forbade it (issue 17)
 	// Waiting counts notifications still pending at the end: their next
 	// attempt is further off than the run was willing to wait.
 	Waiting int64 `json:"waiting"`
@@ -252,6 +253,8 @@ func (d *dispatcher) summary() Summary {
 			s.Unknown++
 		case store.StatusSuppressed:
 			s.Suppressed++
+		case store.StatusSkipped:
+			s.Skipped++
 		}
 	}
 	return s
@@ -467,9 +470,10 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 		cs = append(cs, got...)
 	}
 	d.giveSlots(free - len(cs))
+	prefs, prefErrs := d.gatherPreferences(ctx, cs)
 	var settle []pending
 	for _, c := range cs {
-		call, s := d.prepare(c)
+		call, s := d.prepare(ctx, c, r.prefsFor(c, prefs, prefErrs))
 		if call == nil {
 			d.giveSlots(1)
 			settle = append(settle, s)
@@ -531,7 +535,7 @@ type pending struct {
 // notification before its call and asks it: either a call to make now
 // (with the provider's gate entered), or the settlement that ends the claim
 // without one.
-func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
+func (d *dispatcher) prepare(ctx context.Context, c store.Claimed, pref prefInputs) (*callPlan, pending) {
 	r := d.r
 	now := r.now()
 	route := r.router.route(c.Tenant, c.Channel)
@@ -549,7 +553,14 @@ func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
 	// this call is still live. The lease is on the relay's clock; the
 	// deadline is on the real one.
 	s.leaseLeft = c.LeaseUntil.Sub(now) - leaseMargin(r.opts.Lease)
+	s.pref = pref
 	v := decide(s, d.jitter)
+	if v.call && needsSlot(s) {
+		// The throttle's slot once everything else cleared the call: a
+		// notification the policy stops otherwise takes none.
+		d.takeSlot(ctx, &s)
+		v = decide(s, d.jitter)
+	}
 	var g *gate
 	if v.call {
 		// The gate last, so that a notification the policy stops spends no
@@ -574,6 +585,7 @@ func (d *dispatcher) prepare(c store.Claimed) (*callPlan, pending) {
 			Key: c.Key, NotificationID: nid, Tenant: c.Tenant, EventID: c.EventID, Type: c.Type,
 			Purpose: c.Purpose, Channel: c.Channel, RecipientID: c.Recipient, Address: c.Address,
 			Subject: msg.Subject, Body: msg.Body, HTML: msg.HTML, Data: msg.Data, Attempt: c.Attempt, Created: c.CreatedAt,
+			Unsubscribe: r.unsubscribeURL(ctx, c),
 		}}, pending{}
 }
 

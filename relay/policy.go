@@ -17,6 +17,11 @@ import (
 //	                 suppressed, not called (the entry says why)
 //	                 too old for the key to be remembered: dead, not called
 //	                 its stored message unreadable: failed, not called
+//	                 its category optional and turned off for this recipient
+//	                 and channel (or off by default): skipped, not called
+//	                 in the recipient's quiet hours, never called yet: waits
+//	                 until they end, its retry budget counted from then
+//	                 over its category's throttle: skipped (throttled)
 //	                 no route serves its channel: waits (not an attempt)
 //	                 pinned to a provider no longer routed: at-most-once
 //	                 ends unknown; at-least-once goes back to the route's
@@ -65,6 +70,8 @@ type situation struct {
 	// hardBounceTTL is how long a hard bounce keeps the address on the
 	// suppression list (0: until removed).
 	hardBounceTTL time.Duration
+	// pref is its category and its recipient's preferences (issue 17).
+	pref prefInputs
 }
 
 // verdict is what the policy says: make the call now, or the
@@ -169,6 +176,9 @@ func beforeCall(s situation, keep store.Decision) verdict {
 		keep.Status, keep.Reason = store.StatusFailed, "not sent: its stored message cannot be read: "+s.unreadable
 		return verdict{Decision: keep}
 	}
+	if v, ok := preference(s, keep); ok {
+		return v
+	}
 	// Waiting is not an attempt: the notification goes back to the queue
 	// with its budget untouched, no later than its max age allows.
 	wait := func(until time.Time, why string) verdict {
@@ -256,4 +266,124 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// ---- Preferences, quiet hours and throttles (issue 17) ----
+
+// preference applies the recipient's preferences, if the notification's
+// category is optional: ok says it decided. It runs at every claim, so a
+// change the recipient made at any time before the claim applies (an
+// opt-out stops a retry too); one made while a call is in flight cannot
+// reach that call.
+func preference(s situation, keep store.Decision) (verdict, bool) {
+	c, p := s.c, s.pref
+	if p.category == "" || p.cat.Required {
+		return verdict{}, false
+	}
+	if p.err != "" {
+		// Sending could reach someone who opted out: wait instead.
+		keep.Status, keep.Reason = store.StatusPending, "waiting, not an attempt: the recipient's preferences cannot be applied: "+p.err
+		keep.NextAttemptAt = s.now.Add(time.Second)
+		return verdict{Decision: keep}, true
+	}
+	if on, why := switchFor(p, c); !on {
+		keep.Status, keep.Reason = store.StatusSkipped, "skipped, not sent: "+why
+		if c.Attempt > 1 {
+			keep.Reason += fmt.Sprintf(" (after %d earlier attempts", c.Attempt-1)
+			if c.Pinned {
+				keep.Reason += "; the last one's outcome was unknown: it may have arrived"
+			}
+			keep.Reason += ")"
+		}
+		return verdict{Decision: keep}, true
+	}
+	// Quiet hours hold only a notification never called: a retry is
+	// already under way and its provider may hold the key only so long.
+	if w, why, ok := quietFor(p); ok && c.Attempt == 1 {
+		if end, in := quietEnd(s.now, p.loc, w); in {
+			keep.Status, keep.NextAttemptAt, keep.CycleStartsAt = store.StatusPending, end, end
+			keep.Reason = fmt.Sprintf("waiting, not an attempt: quiet hours %s in %s (%s) until %s; the retry budget counts from then",
+				w, p.loc, why, end.In(p.loc).Format("2006-01-02 15:04 MST"))
+			return verdict{Decision: keep}, true
+		}
+	}
+	if p.throttled {
+		keep.Status, keep.Reason = store.StatusSkipped, fmt.Sprintf(
+			"skipped (throttled), not sent: recipient %s already got %d of category %q in the last %s",
+			c.Recipient, p.cat.Throttle.Max, p.category, p.cat.Throttle.Per)
+		return verdict{Decision: keep}, true
+	}
+	return verdict{}, false
+}
+
+// switchFor is whether the category reaches the recipient on c's channel,
+// and which switch says so: the channel's own, else the category's on
+// every channel, else the default.
+func switchFor(p prefInputs, c store.Claimed) (bool, string) {
+	var all, one *store.Switch
+	for i, sw := range p.stored.Switches {
+		if sw.Category != p.category {
+			continue
+		}
+		switch sw.Channel {
+		case "":
+			all = &p.stored.Switches[i]
+		case c.Channel:
+			one = &p.stored.Switches[i]
+		}
+	}
+	set := func(sw *store.Switch, where string) (bool, string) {
+		return sw.Enabled, fmt.Sprintf("recipient %s turned category %q off %s (set %s by %s)",
+			c.Recipient, p.category, where, sw.SetAt.UTC().Format(time.RFC3339), sw.SetBy)
+	}
+	switch {
+	case one != nil:
+		return set(one, "on channel "+c.Channel)
+	case all != nil:
+		return set(all, "on every channel")
+	case p.cat.Off:
+		return false, fmt.Sprintf("category %q is off unless the recipient turns it on, and recipient %s has not", p.category, c.Recipient)
+	}
+	return true, ""
+}
+
+// quietFor is the recipient's quiet hours for the category: their own for
+// it, else their own for every category, else the category's default.
+func quietFor(p prefInputs) (QuietWindow, string, bool) {
+	var all *store.QuietHours
+	for i, q := range p.stored.Quiet {
+		switch q.Category {
+		case p.category:
+			return QuietWindow{q.Start, q.End}, fmt.Sprintf("set %s by %s", q.SetAt.UTC().Format(time.RFC3339), q.SetBy), true
+		case "":
+			all = &p.stored.Quiet[i]
+		}
+	}
+	if all != nil {
+		return QuietWindow{all.Start, all.End}, fmt.Sprintf("set for every category %s by %s", all.SetAt.UTC().Format(time.RFC3339), all.SetBy), true
+	}
+	if p.cat.Quiet != nil {
+		return *p.cat.Quiet, fmt.Sprintf("category %q's default", p.category), true
+	}
+	return QuietWindow{}, "", false
+}
+
+// quietEnd says whether now falls in the window, read on the wall clock of
+// loc, and when it ends: the next local time End after now (time.Date
+// normalises a time a DST change skips).
+func quietEnd(now time.Time, loc *time.Location, w QuietWindow) (time.Time, bool) {
+	l := now.In(loc)
+	m := l.Hour()*60 + l.Minute()
+	in := m >= w.Start && m < w.End
+	if w.End < w.Start { // across midnight
+		in = m >= w.Start || m < w.End
+	}
+	if !in {
+		return time.Time{}, false
+	}
+	end := time.Date(l.Year(), l.Month(), l.Day(), w.End/60, w.End%60, 0, 0, loc)
+	if !end.After(now) {
+		end = time.Date(l.Year(), l.Month(), l.Day()+1, w.End/60, w.End%60, 0, 0, loc)
+	}
+	return end, true
 }

@@ -100,6 +100,16 @@ type Options struct {
 	// Delivery maps a notification type (or purpose) to its mode; those
 	// not listed are at-least-once.
 	Delivery map[string]Mode
+	// Categories are every tenant's categories by name, TenantCategories
+	// replace them for some tenants, and TypeCategory names the category
+	// of a notification type (or purpose). See Category (issue 17).
+	Categories       map[string]Category
+	TenantCategories map[string]map[string]Category
+	TypeCategory     map[string]string
+	// PublicURL, if set, is where recipients reach this relay
+	// (https://relay.example.com): mail of an optional category then
+	// carries a one-click unsubscribe link to PublicURL/u/TOKEN.
+	PublicURL string
 	// Retry is the default retry policy; ChannelRetry overrides it per channel.
 	Retry        Policy
 	ChannelRetry map[string]Policy
@@ -182,6 +192,10 @@ type Relay struct {
 	// ids is the codec of the API's opaque ids, once its key is read.
 	idsMu sync.Mutex
 	ids   atomic.Pointer[IDs]
+
+	// keys caches tenants' link keys (links.go): one never changes once
+	// stored.
+	keys sync.Map
 }
 
 // Open opens the database (migrating it if needed) and returns a Relay

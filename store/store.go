@@ -32,6 +32,7 @@ type Store interface {
 	Tokens
 	Secrets
 	Maintenance
+	Preferences
 }
 
 // Events are accepted once and fanned out in chunks.
@@ -218,6 +219,40 @@ type Secrets interface {
 	// gets the value kept first. A value once kept never changes. A store
 	// that cannot be written still returns a value kept before.
 	Secret(ctx context.Context, name string, fresh []byte) ([]byte, error)
+}
+
+// ---- Preferences, quiet hours and throttles (issue 17) ----
+
+// Preferences are what recipients decided about what reaches them (on or
+// off per category and channel, quiet hours, a time zone), the tenants'
+// keys that sign the links recipients change them through, and the slots
+// throttles count.
+type Preferences interface {
+	// RecipientPreferences reads what recipients of a tenant set, by
+	// recipient id; one who set nothing is not in the map.
+	RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]RecipientPreferences, error)
+	// PutPreferences makes p (its Tenant and Recipient name whose) what the
+	// recipient set, in one write, and returns what is stored then. An
+	// entry whose value is unchanged keeps its SetAt and SetBy; a new or
+	// changed one is set at now by by; one p leaves out is removed (back
+	// to the default).
+	PutPreferences(ctx context.Context, p RecipientPreferences, by string, now time.Time) (RecipientPreferences, error)
+	// SetSwitch sets one switch of a recipient (sw.Category, sw.Channel,
+	// sw.Enabled, sw.SetBy) and leaves the rest. Setting the value it has
+	// changes nothing, its SetAt and SetBy included: a repeat is
+	// idempotent. It returns the switch as stored and whether it changed.
+	SetSwitch(ctx context.Context, tenant, recipient string, sw Switch, now time.Time) (Switch, bool, error)
+	// TenantKey returns the tenant's signing key. A tenant without one gets
+	// fresh, stored once for good: of processes racing to store theirs,
+	// every one gets the first stored. With fresh nil, a tenant without a
+	// key is ErrNotFound (verifying a link never creates one).
+	TenantKey(ctx context.Context, tenant string, fresh []byte, now time.Time) ([]byte, error)
+	// TakeThrottleSlots decides each take in order, in one write: granted
+	// if its notification holds a slot already, or if fewer than Max slots
+	// of its tenant, recipient and category were taken after Since (then
+	// it takes one, at now). The count is the store's, so dispatchers
+	// taking slots at once never grant more than Max.
+	TakeThrottleSlots(ctx context.Context, takes []ThrottleTake, now time.Time) ([]bool, error)
 }
 
 // Maintenance is what keeps the store healthy and observable.

@@ -89,7 +89,7 @@ const (
 )
 
 // Statuses lists every status in lifecycle order.
-var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown, StatusDelivered, StatusBounced, StatusSuppressed}
+var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed, StatusDead, StatusUnknown, StatusSkipped, StatusDelivered, StatusBounced, StatusSuppressed}
 
 // Claimed is a notification claimed for one attempt.
 type Claimed struct {
@@ -198,6 +198,10 @@ type Decision struct {
 	// suppression list (in the same transaction): the provider's answer
 	// said the address is dead.
 	Suppress *Suppress
+	// CycleStartsAt, when set, restarts the retry budget's cycle then
+	// (issue 17): quiet hours that hold a notification before its first
+	// call move its start, so the max age counts from when it may go.
+	CycleStartsAt time.Time
 }
 
 // QuarantinedEvent is an event whose fan-out cannot go on (its stored
@@ -295,6 +299,8 @@ type JobRun struct {
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
 	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, Suppressions int64
+	// ThrottleSlots are throttle slots taken before the cutoff (issue 17).
+	ThrottleSlots int64
 }
 
 // MaxListLimit caps how many notifications one ListNotifications returns.
@@ -611,4 +617,75 @@ func (e Suppression) Describe() string {
 		b.WriteString(": " + e.Detail)
 	}
 	return b.String()
+}
+
+// ---- Preferences, quiet hours and throttles (issue 17) ----
+//
+// What a recipient decided about what reaches them, as the store keeps it.
+// The relay interprets it (categories and their defaults are config, not
+// stored): the store records and answers.
+
+// StatusSkipped is a final status: a preference of the recipient (or a
+// throttle) forbade the notification, so no attempt was made and no
+// provider was called. Its reason names the rule, and when and by what it
+// was set.
+const StatusSkipped = "skipped"
+
+// Who set a preference.
+const (
+	SetByAPI         = "api"         // PUT /v1/recipients/{id}/preferences
+	SetByPage        = "page"        // the recipient, on their preferences page
+	SetByUnsubscribe = "unsubscribe" // the recipient, through a one-click unsubscribe link
+	SetByCLI         = "cli"         // edgerelay prefs set
+)
+
+// SetBys lists who may set a preference.
+var SetBys = []string{SetByAPI, SetByPage, SetByUnsubscribe, SetByCLI}
+
+// Switch turns a category on or off for a recipient: on every channel
+// (Channel "") or on one.
+type Switch struct {
+	Category string    `json:"category"`
+	Channel  string    `json:"channel,omitempty"`
+	Enabled  bool      `json:"enabled"`
+	SetAt    time.Time `json:"set_at"`
+	SetBy    string    `json:"set_by"`
+}
+
+// QuietHours is a recipient's window of the day, in their time zone,
+// during which a category's notifications (Category "": every optional
+// category's) wait. Start and End are minutes after local midnight; End
+// before Start crosses midnight (21:00-08:00).
+type QuietHours struct {
+	Category string    `json:"category,omitempty"`
+	Start    int       `json:"start"`
+	End      int       `json:"end"`
+	SetAt    time.Time `json:"set_at"`
+	SetBy    string    `json:"set_by"`
+}
+
+// RecipientPreferences is everything one recipient of a tenant set.
+// Switches are ordered by category and channel, Quiet by category.
+type RecipientPreferences struct {
+	Tenant    string `json:"tenant"`
+	Recipient string `json:"recipient"`
+	// TimeZone is the recipient's IANA zone ("" if none was set), in which
+	// quiet hours are read; ZoneSetAt and ZoneSetBy say when and by what.
+	TimeZone  string       `json:"timezone,omitempty"`
+	ZoneSetAt time.Time    `json:"timezone_set_at,omitzero"`
+	ZoneSetBy string       `json:"timezone_set_by,omitempty"`
+	Switches  []Switch     `json:"switches"`
+	Quiet     []QuietHours `json:"quiet_hours"`
+}
+
+// ThrottleTake asks for one of a throttle's slots for a notification: at
+// most Max notifications of the category per recipient hold a slot taken
+// after Since (the window's start).
+type ThrottleTake struct {
+	Notification int64
+	Tenant       string
+	Recipient    string
+	Category     string
+	Max          int
+	Since        time.Time
 }

@@ -77,6 +77,20 @@ var plan = []table{
 		// of its own is refused before this (checkTarget).
 		conflict: "UPDATE SET value = excluded.value, created_at = excluded.created_at WHERE settings.value <> excluded.value",
 		why:      "values made once per database: the key of the opaque ids the API shows (n_…, ev_…), so every id a client holds names the same notification or event on the nodes"},
+	// Issue 17: what recipients decided, and what signs their links.
+	{name: "pref_switches", key: []string{"tenant", "recipient", "category", "channel"},
+		why: "recipients' categories on or off, per channel, with when and through what: an opt-out holds on the nodes"},
+	{name: "pref_quiet_hours", key: []string{"tenant", "recipient", "category"},
+		why: "recipients' quiet hours"},
+	{name: "pref_zones", key: []string{"tenant", "recipient"},
+		why: "recipients' time zones, in which quiet hours are read"},
+	{name: "tenant_keys", key: []string{"tenant"},
+		// As settings: links already in recipients' mailboxes were signed
+		// with the source's key, so it replaces one the target made first.
+		conflict: "UPDATE SET key = excluded.key, created_at = excluded.created_at WHERE tenant_keys.key <> excluded.key",
+		why:      "each tenant's key for recipients' links (one-click unsubscribe, the preferences page): links already sent keep working on the nodes"},
+	{name: "throttle_slots", key: []string{"notification"},
+		why: "the slots throttles counted in their window: a throttle does not start over on the nodes"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }
 

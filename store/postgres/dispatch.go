@@ -145,6 +145,7 @@ func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []boo
 		responses                  = make([]*string, len(ss))
 		routePos, counted          = make([]int32, len(ss)), make([]int32, len(ss))
 		pinned                     = make([]bool, len(ss))
+		cycles                     = make([]*int64, len(ss))
 	)
 	for i, st := range ss {
 		k := claim{st.ID, st.Token}
@@ -152,6 +153,10 @@ func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []boo
 		d := st.Decision
 		ids[i], tokens[i], statuses[i], nexts[i], reasons[i], ats[i] = st.ID, st.Token, d.Status, ms(d.NextAttemptAt), strPtr(d.Reason), ms(st.At)
 		routePos[i], pinned[i] = int32(d.RoutePos), d.Pinned
+		if !d.CycleStartsAt.IsZero() {
+			c := ms(d.CycleStartsAt)
+			cycles[i] = &c
+		}
 		if a := st.Attempt; a != nil {
 			counted[i], providers[i], msgIDs[i], responses[i] = 1, &a.Provider, strPtr(a.MessageID), strPtr(a.Response)
 		}
@@ -161,12 +166,13 @@ func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []boo
 			attempts = n.attempts + v.counted, cycle_attempts = n.cycle_attempts + v.counted,
 			provider = CASE WHEN v.counted = 1 THEN v.provider ELSE n.provider END,
 			provider_message_id = coalesce(v.msg_id, n.provider_message_id),
-			last_response = CASE WHEN v.counted = 1 THEN v.resp ELSE n.last_response END
+			last_response = CASE WHEN v.counted = 1 THEN v.resp ELSE n.last_response END,
+			cycle_started_at = coalesce(v.cycle, n.cycle_started_at)
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::integer[], $8::boolean[],
-				$9::integer[], $10::text[], $11::text[], $12::text[])
-			AS v (id, token, status, next, reason, at, route_pos, pinned, counted, provider, msg_id, resp)
+				$9::integer[], $10::text[], $11::text[], $12::text[], $13::bigint[])
+			AS v (id, token, status, next, reason, at, route_pos, pinned, counted, provider, msg_id, resp, cycle)
 		WHERE n.id = v.id AND n.status = 'sending' AND n.claims = v.token
-		RETURNING n.id, n.claims`, ids, tokens, statuses, nexts, reasons, ats, routePos, pinned, counted, providers, msgIDs, responses)
+		RETURNING n.id, n.claims`, ids, tokens, statuses, nexts, reasons, ats, routePos, pinned, counted, providers, msgIDs, responses, cycles)
 	if err != nil {
 		return fmt.Errorf("settle %d notifications: %w", len(ss), err)
 	}

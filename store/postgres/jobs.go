@@ -148,7 +148,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		// The rows are locked, so none changes (a retry) between being
 		// chosen and being deleted; attempts and receipts go with them, in
 		// the same write.
-		rows, err := tx.Query(ctx, `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown')
+		rows, err := tx.Query(ctx, `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown', 'skipped')
 			AND updated_at < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, c, batch)
 		if err != nil {
 			return pgconn.CommandTag{}, err
@@ -225,6 +225,14 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 			// Keep each job's latest run: it anchors the next digest's range.
 			return tx.Exec(ctx, `DELETE FROM job_runs WHERE (job, scheduled_at) IN (SELECT job, scheduled_at FROM job_runs r
 				WHERE scheduled_at < $1 AND scheduled_at < (SELECT max(scheduled_at) FROM job_runs WHERE job = r.job) LIMIT $2)`, c, batch)
+		})
+	}
+	if err == nil {
+		// Throttle slots count within their window; one older than the
+		// cutoff no longer counts for any throttle the prune age allows.
+		err = step(&res.ThrottleSlots, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
+			return tx.Exec(ctx, `DELETE FROM throttle_slots WHERE notification IN
+				(SELECT notification FROM throttle_slots WHERE taken_at < $1 ORDER BY taken_at LIMIT $2)`, c, batch)
 		})
 	}
 	return res, err

@@ -225,7 +225,7 @@ const maxSlice = 128
 // settleUpdateSQL is the fenced state change of size settlements. Columns
 // of v: 1 id, 2 token, 3 status, 4 next_attempt_at, 5 reason, 6 at,
 // 7 route_pos, 8 pinned, 9 counted (a call was made), 10 provider,
-// 11 provider_message_id, 12 last_response.
+// 11 provider_message_id, 12 last_response, 13 a new cycle start (or NULL).
 func settleUpdate(size int) string { return settleUpdateSQL[size] }
 
 func attemptsInsert(size int) string { return attemptsInsertSQL[size] }
@@ -255,8 +255,9 @@ func buildSettleUpdate(size int) string {
 			attempts = attempts + v.column9, cycle_attempts = cycle_attempts + v.column9,
 			provider = CASE WHEN v.column9 THEN v.column10 ELSE provider END,
 			provider_message_id = coalesce(v.column11, provider_message_id),
-			last_response = CASE WHEN v.column9 THEN v.column12 ELSE last_response END
-		FROM (VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", size), ", ") + `) AS v
+			last_response = CASE WHEN v.column9 THEN v.column12 ELSE last_response END,
+			cycle_started_at = coalesce(v.column13, cycle_started_at)
+		FROM (VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", size), ", ") + `) AS v
 		WHERE notifications.id = v.column1 AND notifications.status = 'sending' AND notifications.claims = v.column2
 		RETURNING notifications.id, notifications.claims`
 }
@@ -273,7 +274,7 @@ func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
 		k := claim{st.ID, st.Token}
 		at[k] = append(at[k], i)
 	}
-	args := make([]any, 0, 12*min(len(ss), maxSlice))
+	args := make([]any, 0, 13*min(len(ss), maxSlice))
 	err := inSlices(len(ss), func(lo, hi int) error {
 		args = args[:0]
 		for _, st := range ss[lo:hi] {
@@ -283,8 +284,12 @@ func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
 			if a != nil {
 				counted, provider, msgID, resp = 1, a.Provider, nullStr(a.MessageID), nullStr(a.Response)
 			}
+			var cycle any
+			if !d.CycleStartsAt.IsZero() {
+				cycle = ms(d.CycleStartsAt)
+			}
 			args = append(args, st.ID, st.Token, d.Status, ms(d.NextAttemptAt), nullStr(d.Reason), ms(st.At),
-				d.RoutePos, d.Pinned, counted, provider, msgID, resp)
+				d.RoutePos, d.Pinned, counted, provider, msgID, resp, cycle)
 		}
 		rows, err := tx.query(settleUpdate(hi-lo), args...)
 		if err != nil {

@@ -152,7 +152,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 	after = func() { res.Attempts += attempts; res.Receipts += receipts }
 	err := step(&res.Notifications, func(tx *Tx) (sql.Result, error) {
 		// Attempts and receipts go with their notification, in the same write.
-		ids := `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown')
+		ids := `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown', 'skipped')
 			AND updated_at < ?1 ORDER BY id LIMIT ?2`
 		r, err := tx.exec(`DELETE FROM attempts WHERE notification IN (`+ids+`)`, c, batch)
 		if err != nil {
@@ -219,6 +219,14 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 			// Keep each job's latest run: it anchors the next digest's range.
 			return tx.exec(`DELETE FROM job_runs WHERE (job, scheduled_at) IN (SELECT job, scheduled_at FROM job_runs r
 				WHERE scheduled_at < ? AND scheduled_at < (SELECT max(scheduled_at) FROM job_runs WHERE job = r.job) LIMIT ?)`, c, batch)
+		})
+	}
+	if err == nil {
+		// Throttle slots count within their window; one older than the
+		// cutoff no longer counts for any throttle the prune age allows.
+		err = step(&res.ThrottleSlots, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(`DELETE FROM throttle_slots WHERE notification IN
+				(SELECT notification FROM throttle_slots WHERE taken_at < ? ORDER BY taken_at LIMIT ?)`, c, batch)
 		})
 	}
 	return res, err

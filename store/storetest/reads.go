@@ -334,9 +334,10 @@ func testStatusCounts(t *testing.T, s store.Store) {
 		t.Fatalf("an empty store's status %+v", st)
 	}
 
-	a := accept(t, s, t0, newEvent("acme", "e", 8))[0]
+	a := accept(t, s, t0, newEvent("acme", "e", 9))[0]
 	n := ids(a)
 	settleAll(t, s, t0, map[int64]outcome{
+		n[8]: {status: store.StatusSkipped},
 		n[0]: {status: store.StatusSent, provider: "p1", messageID: "m0"},
 		n[1]: {status: store.StatusSent, provider: "p1", messageID: "m1"},                 // delivered, below
 		n[2]: {status: store.StatusSent, provider: "p2", messageID: "m2"},                 // bounced, below
@@ -360,7 +361,7 @@ func testStatusCounts(t *testing.T, s store.Store) {
 	}
 	wantCounts := map[string]int64{
 		store.StatusPending: 2, store.StatusSending: 1, store.StatusSent: 1, store.StatusDelivered: 1, store.StatusBounced: 1,
-		store.StatusFailed: 1, store.StatusDead: 1, store.StatusUnknown: 1,
+		store.StatusFailed: 1, store.StatusDead: 1, store.StatusUnknown: 1, store.StatusSkipped: 1,
 	}
 	for _, status := range store.Statuses { // every status is counted, 0 included
 		if _, ok := wantCounts[status]; !ok {

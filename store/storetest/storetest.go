@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Tokens", tokens},
 		{"Secrets", secrets},
 		{"Maintenance", maintenance},
+		{"Preferences", preferences},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -220,7 +221,7 @@ func wantErr(t *testing.T, what string, err, target error) {
 
 // outcome is what settleAll makes of a claimed notification.
 type outcome struct {
-	status    string    // sent, failed, dead, unknown; pending (a retry at retryAt); sending (claimed, not settled)
+	status    string    // sent, failed, dead, unknown, skipped (without a call); pending (a retry at retryAt); sending (claimed, not settled)
 	provider  string    // who was called; "" is "p"
 	messageID string    // the provider's message id, which receipts name
 	retryAt   time.Time // when a pending one is due again
@@ -266,6 +267,9 @@ func settleAll(t *testing.T, s store.Store, now time.Time, want map[int64]outcom
 		case store.StatusPending:
 			d.NextAttemptAt = o.retryAt
 		case store.StatusDead:
+		case store.StatusSkipped: // a preference forbade it: no call
+			ss = append(ss, store.Settlement{ID: c.ID, Token: c.Token, At: now, Decision: d})
+			continue
 		default:
 			t.Fatalf("setup: no outcome %q", o.status)
 		}

@@ -1,0 +1,239 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"edgerelay/store"
+)
+
+// Preferences, quiet hours, tenant keys and throttle slots (issue 17), as
+// store/sqlite's.
+
+// RecipientPreferences reads what recipients of a tenant set.
+func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]store.RecipientPreferences, error) {
+	out := map[string]store.RecipientPreferences{}
+	seen := map[string]bool{}
+	err := s.read(ctx, func(q querier) error {
+		for _, r := range recipients {
+			if seen[r] {
+				continue
+			}
+			seen[r] = true
+			p, err := readPreferences(ctx, q, tenant, r)
+			if err != nil {
+				return err
+			}
+			if p.TimeZone != "" || len(p.Switches) > 0 || len(p.Quiet) > 0 {
+				out[r] = p
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read preferences: %w", err)
+	}
+	return out, nil
+}
+
+func readPreferences(ctx context.Context, q querier, tenant, recipient string) (store.RecipientPreferences, error) {
+	p := store.RecipientPreferences{Tenant: tenant, Recipient: recipient, Switches: []store.Switch{}, Quiet: []store.QuietHours{}}
+	var at int64
+	err := q.QueryRow(ctx, `SELECT timezone, set_at, set_by FROM pref_zones WHERE tenant = $1 AND recipient = $2`, tenant, recipient).
+		Scan(&p.TimeZone, &at, &p.ZoneSetBy)
+	switch {
+	case isNoRows(err):
+	case err != nil:
+		return p, err
+	default:
+		p.ZoneSetAt = fromMS(at)
+	}
+	rows, err := q.Query(ctx, `SELECT category, channel, enabled, set_at, set_by FROM pref_switches
+		WHERE tenant = $1 AND recipient = $2 ORDER BY category, channel`, tenant, recipient)
+	if err != nil {
+		return p, err
+	}
+	p.Switches, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Switch, error) {
+		var sw store.Switch
+		var at int64
+		err := r.Scan(&sw.Category, &sw.Channel, &sw.Enabled, &at, &sw.SetBy)
+		sw.SetAt = fromMS(at)
+		return sw, err
+	})
+	if err != nil {
+		return p, err
+	}
+	rows, err = q.Query(ctx, `SELECT category, start_minute, end_minute, set_at, set_by FROM pref_quiet_hours
+		WHERE tenant = $1 AND recipient = $2 ORDER BY category`, tenant, recipient)
+	if err != nil {
+		return p, err
+	}
+	p.Quiet, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.QuietHours, error) {
+		var qh store.QuietHours
+		var at int64
+		err := r.Scan(&qh.Category, &qh.Start, &qh.End, &at, &qh.SetBy)
+		qh.SetAt = fromMS(at)
+		return qh, err
+	})
+	return p, err
+}
+
+// PutPreferences replaces what the recipient set, in one transaction: an
+// entry's set_at and set_by change only where its value does.
+func (s *Store) PutPreferences(ctx context.Context, p store.RecipientPreferences, by string, now time.Time) (store.RecipientPreferences, error) {
+	var out store.RecipientPreferences
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		t, r, at := p.Tenant, p.Recipient, ms(now)
+		if p.TimeZone == "" {
+			if _, err := tx.Exec(ctx, `DELETE FROM pref_zones WHERE tenant = $1 AND recipient = $2`, t, r); err != nil {
+				return err
+			}
+		} else if _, err := tx.Exec(ctx, `INSERT INTO pref_zones AS z (tenant, recipient, timezone, set_at, set_by) VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (tenant, recipient) DO UPDATE SET timezone = excluded.timezone, set_at = excluded.set_at, set_by = excluded.set_by
+				WHERE z.timezone <> excluded.timezone`, t, r, p.TimeZone, at, by); err != nil {
+			return err
+		}
+		cats, chans := []string{}, []string{}
+		for _, sw := range p.Switches {
+			cats, chans = append(cats, sw.Category), append(chans, sw.Channel)
+			if _, err := tx.Exec(ctx, `INSERT INTO pref_switches AS p (tenant, recipient, category, channel, enabled, set_at, set_by)
+					VALUES ($1, $2, $3, $4, $5, $6, $7)
+					ON CONFLICT (tenant, recipient, category, channel) DO UPDATE
+						SET enabled = excluded.enabled, set_at = excluded.set_at, set_by = excluded.set_by
+					WHERE p.enabled <> excluded.enabled`, t, r, sw.Category, sw.Channel, sw.Enabled, at, by); err != nil {
+				return fmt.Errorf("switch %s/%s: %w", sw.Category, sw.Channel, err)
+			}
+		}
+		quiet := []string{}
+		for _, q := range p.Quiet {
+			quiet = append(quiet, q.Category)
+			if _, err := tx.Exec(ctx, `INSERT INTO pref_quiet_hours AS q (tenant, recipient, category, start_minute, end_minute, set_at, set_by)
+					VALUES ($1, $2, $3, $4, $5, $6, $7)
+					ON CONFLICT (tenant, recipient, category) DO UPDATE
+						SET start_minute = excluded.start_minute, end_minute = excluded.end_minute, set_at = excluded.set_at, set_by = excluded.set_by
+					WHERE q.start_minute <> excluded.start_minute OR q.end_minute <> excluded.end_minute`,
+				t, r, q.Category, q.Start, q.End, at, by); err != nil {
+				return fmt.Errorf("quiet hours %q: %w", q.Category, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM pref_switches WHERE tenant = $1 AND recipient = $2
+				AND (category, channel) NOT IN (SELECT * FROM unnest($3::text[], $4::text[]))`, t, r, cats, chans); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM pref_quiet_hours WHERE tenant = $1 AND recipient = $2
+				AND category <> ALL ($3::text[])`, t, r, quiet); err != nil {
+			return err
+		}
+		var err error
+		out, err = readPreferences(ctx, tx, t, r)
+		return err
+	})
+	if err != nil {
+		return store.RecipientPreferences{}, fmt.Errorf("put preferences: %w", err)
+	}
+	return out, nil
+}
+
+// SetSwitch upserts one switch; the same value again changes nothing.
+func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw store.Switch, now time.Time) (store.Switch, bool, error) {
+	var out store.Switch
+	var changed bool
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO pref_switches AS p (tenant, recipient, category, channel, enabled, set_at, set_by)
+				VALUES ($1, $2, $3, $4, $5, $6, $7)
+				ON CONFLICT (tenant, recipient, category, channel) DO UPDATE
+					SET enabled = excluded.enabled, set_at = excluded.set_at, set_by = excluded.set_by
+				WHERE p.enabled <> excluded.enabled`, tenant, recipient, sw.Category, sw.Channel, sw.Enabled, ms(now), sw.SetBy)
+		if err != nil {
+			return err
+		}
+		changed = tag.RowsAffected() > 0
+		var at int64
+		out = store.Switch{Category: sw.Category, Channel: sw.Channel}
+		if err := tx.QueryRow(ctx, `SELECT enabled, set_at, set_by FROM pref_switches
+				WHERE tenant = $1 AND recipient = $2 AND category = $3 AND channel = $4`,
+			tenant, recipient, sw.Category, sw.Channel).Scan(&out.Enabled, &at, &out.SetBy); err != nil {
+			return err
+		}
+		out.SetAt = fromMS(at)
+		return nil
+	})
+	if err != nil {
+		return store.Switch{}, false, fmt.Errorf("set preference %s/%s: %w", sw.Category, sw.Channel, err)
+	}
+	return out, changed, nil
+}
+
+// TenantKey reads the tenant's key, storing fresh first if there is none
+// (ON CONFLICT DO NOTHING: the first stored stays).
+func (s *Store) TenantKey(ctx context.Context, tenant string, fresh []byte, now time.Time) ([]byte, error) {
+	var key []byte
+	err := s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, `SELECT key FROM tenant_keys WHERE tenant = $1`, tenant).Scan(&key)
+	})
+	switch {
+	case err == nil:
+		return key, nil
+	case !isNoRows(err):
+		return nil, fmt.Errorf("read tenant key: %w", err)
+	case fresh == nil:
+		return nil, fmt.Errorf("tenant %q has no key: %w", tenant, store.ErrNotFound)
+	}
+	err = s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO tenant_keys (tenant, key, created_at) VALUES ($1, $2, $3) ON CONFLICT (tenant) DO NOTHING`,
+			tenant, fresh, ms(now)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT key FROM tenant_keys WHERE tenant = $1`, tenant).Scan(&key)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store tenant key: %w", err)
+	}
+	return key, nil
+}
+
+// TakeThrottleSlots decides the takes in order in one transaction. Each
+// window's takes hold a transaction-scoped advisory lock on it, so
+// processes taking slots at once count one after another.
+func (s *Store) TakeThrottleSlots(ctx context.Context, takes []store.ThrottleTake, now time.Time) ([]bool, error) {
+	granted := make([]bool, len(takes))
+	err := s.write(ctx, store.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
+		clear(granted)
+		// The locks in one order (sorted), so two takers never wait on
+		// each other in a cycle.
+		windows := map[string]bool{}
+		for _, tk := range takes {
+			windows[strconv.Quote(tk.Tenant)+" "+strconv.Quote(tk.Recipient)+" "+strconv.Quote(tk.Category)] = true
+		}
+		for _, w := range slices.Sorted(maps.Keys(windows)) {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 17))`, w); err != nil {
+				return err
+			}
+		}
+		for i, tk := range takes {
+			if _, err := tx.Exec(ctx, `INSERT INTO throttle_slots (notification, tenant, recipient, category, taken_at)
+					SELECT $1, $2, $3, $4, $5
+					WHERE (SELECT count(*) FROM throttle_slots
+					       WHERE tenant = $2 AND recipient = $3 AND category = $4 AND taken_at > $6) < $7
+					ON CONFLICT (notification) DO NOTHING`,
+				tk.Notification, tk.Tenant, tk.Recipient, tk.Category, ms(now), ms(tk.Since), tk.Max); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM throttle_slots WHERE notification = $1)`, tk.Notification).
+				Scan(&granted[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take throttle slots: %w", err)
+	}
+	return granted, nil
+}

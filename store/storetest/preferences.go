@@ -1,0 +1,211 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"edgerelay/store"
+)
+
+// Preferences: what recipients set, tenant keys, throttle slots and the
+// skipped status (issue 17).
+func preferences(t *testing.T, open opener) {
+	runAll(t, open, []test{
+		{"PutPreferencesKeepsSetAtOfWhatDidNotChange", testPutPreferences, false},
+		{"PreferencesArePerTenant", testPreferencesPerTenant, false},
+		{"SetSwitchIsIdempotent", testSetSwitchIdempotent, false},
+		{"TenantKeyIsMadeOnceAndNeverOnVerify", testTenantKey, false},
+		{"ThrottleGrantsAtMostMaxPerWindowAndKeepsASlot", testThrottleSlots, false},
+		{"ThrottleCountsExactlyUnderConcurrentTakes", testThrottleConcurrent, false},
+		{"SkippedIsFinalAndCycleStartMoves", testSkippedAndCycleStart, false},
+	})
+}
+
+func testPutPreferences(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	p := store.RecipientPreferences{Tenant: "acme", Recipient: "u1", TimeZone: "Europe/Berlin",
+		Switches: []store.Switch{{Category: "marketing", Channel: "", Enabled: false}, {Category: "billing", Channel: "sms", Enabled: true}},
+		Quiet:    []store.QuietHours{{Category: "", Start: 21 * 60, End: 8 * 60}}}
+	got, err := s.PutPreferences(ctx, p, store.SetByAPI, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.TimeZone != "Europe/Berlin" || len(got.Switches) != 2 || len(got.Quiet) != 1 ||
+		got.Switches[0].Category != "billing" || !got.Switches[0].SetAt.Equal(t0) || got.Switches[0].SetBy != store.SetByAPI {
+		t.Fatalf("put: %+v", got)
+	}
+	// Again an hour later, one switch flipped and the quiet hours gone:
+	// only the flipped one is set anew; what is left out is removed.
+	later := t0.Add(time.Hour)
+	p.Switches[0].Enabled = true
+	p.Quiet = nil
+	got, err = s.PutPreferences(ctx, p, store.SetByPage, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCat := map[string]store.Switch{}
+	for _, sw := range got.Switches {
+		byCat[sw.Category] = sw
+	}
+	if m := byCat["marketing"]; !m.Enabled || !m.SetAt.Equal(later) || m.SetBy != store.SetByPage {
+		t.Fatalf("flipped switch %+v, want on, set at %s by page", m, later)
+	}
+	if b := byCat["billing"]; !b.SetAt.Equal(t0) || b.SetBy != store.SetByAPI {
+		t.Fatalf("unchanged switch %+v kept no set_at %s", b, t0)
+	}
+	if len(got.Quiet) != 0 || !got.ZoneSetAt.Equal(t0) {
+		t.Fatalf("quiet %+v zone set %s", got.Quiet, got.ZoneSetAt)
+	}
+	read, err := s.RecipientPreferences(ctx, "acme", []string{"u1", "u2", "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := read["u2"]; ok || len(read) != 1 || len(read["u1"].Switches) != 2 {
+		t.Fatalf("read %+v", read)
+	}
+	// Everything left out: back to the defaults, nothing stored.
+	if _, err := s.PutPreferences(ctx, store.RecipientPreferences{Tenant: "acme", Recipient: "u1"}, store.SetByAPI, later); err != nil {
+		t.Fatal(err)
+	}
+	if read, _ := s.RecipientPreferences(ctx, "acme", []string{"u1"}); len(read) != 0 {
+		t.Fatalf("after clearing: %+v", read)
+	}
+}
+
+func testPreferencesPerTenant(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if _, err := s.PutPreferences(ctx, store.RecipientPreferences{Tenant: "acme", Recipient: "u1",
+		Switches: []store.Switch{{Category: "marketing", Enabled: false}}}, store.SetByAPI, t0); err != nil {
+		t.Fatal(err)
+	}
+	if read, err := s.RecipientPreferences(ctx, "globex", []string{"u1"}); err != nil || len(read) != 0 {
+		t.Fatalf("globex's u1 read %+v, %v: acme's preferences leaked", read, err)
+	}
+}
+
+func testSetSwitchIdempotent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	sw := store.Switch{Category: "marketing", Channel: "email", Enabled: false, SetBy: store.SetByUnsubscribe}
+	got, changed, err := s.SetSwitch(ctx, "acme", "u1", sw, t0)
+	if err != nil || !changed || got.Enabled || !got.SetAt.Equal(t0) {
+		t.Fatalf("first: %+v changed %v, %v", got, changed, err)
+	}
+	got, changed, err = s.SetSwitch(ctx, "acme", "u1", sw, t0.Add(time.Hour))
+	if err != nil || changed || !got.SetAt.Equal(t0) {
+		t.Fatalf("repeat: %+v changed %v, %v; want unchanged, set at %s", got, changed, err, t0)
+	}
+}
+
+func testTenantKey(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if _, err := s.TenantKey(ctx, "acme", nil, t0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("no key, nil fresh: %v, want ErrNotFound", err)
+	}
+	k1 := bytes.Repeat([]byte{1}, 32)
+	k2 := bytes.Repeat([]byte{2}, 32)
+	got, err := s.TenantKey(ctx, "acme", k1, t0)
+	if err != nil || !bytes.Equal(got, k1) {
+		t.Fatalf("first key %x, %v", got, err)
+	}
+	if got, err := s.TenantKey(ctx, "acme", k2, t0); err != nil || !bytes.Equal(got, k1) {
+		t.Fatalf("second fresh key replaced the first: %x, %v", got, err)
+	}
+	if got, err := s.TenantKey(ctx, "globex", k2, t0); err != nil || !bytes.Equal(got, k2) {
+		t.Fatalf("globex's key %x, %v", got, err)
+	}
+}
+
+func testThrottleSlots(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	take := func(n int64, now time.Time) bool {
+		t.Helper()
+		g, err := s.TakeThrottleSlots(ctx, []store.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
+			Max: 2, Since: now.Add(-time.Hour)}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g[0]
+	}
+	if !take(1, t0) || !take(2, t0) {
+		t.Fatal("the first two of a window of 2 were not granted")
+	}
+	if take(3, t0) {
+		t.Fatal("a third in the window was granted")
+	}
+	if !take(1, t0.Add(time.Minute)) {
+		t.Fatal("a notification holding a slot was refused it again (a retry)")
+	}
+	// Another recipient, another window.
+	g, err := s.TakeThrottleSlots(ctx, []store.ThrottleTake{{Notification: 4, Tenant: "acme", Recipient: "u2", Category: "marketing",
+		Max: 2, Since: t0.Add(-time.Hour)}}, t0)
+	if err != nil || !g[0] {
+		t.Fatalf("u2's first: %v, %v", g, err)
+	}
+	if !take(5, t0.Add(time.Hour+time.Second)) {
+		t.Fatal("a take after the window moved on was refused")
+	}
+}
+
+func testThrottleConcurrent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := 0
+	for i := range 20 {
+		wg.Go(func() {
+			g, err := s.TakeThrottleSlots(ctx, []store.ThrottleTake{{Notification: int64(100 + i), Tenant: "acme", Recipient: "u1",
+				Category: "marketing", Max: 3, Since: t0.Add(-time.Hour)}}, t0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if g[0] {
+				mu.Lock()
+				granted++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if granted != 3 {
+		t.Fatalf("%d of 20 concurrent takes granted, want exactly 3", granted)
+	}
+}
+
+func testSkippedAndCycleStart(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	n := ids(accept(t, s, t0, newEvent("acme", "e", 2))[0])
+	cs := claim(t, s, store.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
+	if len(cs) != 2 {
+		t.Fatalf("claimed %d", len(cs))
+	}
+	open := t0.Add(9 * time.Hour)
+	var ss []store.Settlement
+	for _, c := range cs {
+		d := store.Decision{Status: store.StatusSkipped, Reason: "recipient turned marketing off", NextAttemptAt: t0}
+		if c.ID == n[1] {
+			d = store.Decision{Status: store.StatusPending, Reason: "waiting, not an attempt: quiet hours", NextAttemptAt: open, CycleStartsAt: open}
+		}
+		ss = append(ss, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Decision: d})
+	}
+	if applied, err := s.Settle(ctx, ss); err != nil || !applied[0] || !applied[1] {
+		t.Fatalf("settle %v, %v", applied, err)
+	}
+	st, err := s.Status(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Counts[store.StatusSkipped] != 1 {
+		t.Fatalf("status counts %v, want 1 skipped", st.Counts)
+	}
+	if got := claim(t, s, store.ClaimRequest{Limit: 2, Now: open.Add(-time.Second), Lease: time.Minute}); len(got) != 0 {
+		t.Fatalf("claimed %d before the quiet hours end", len(got))
+	}
+	got := claim(t, s, store.ClaimRequest{Limit: 2, Now: open, Lease: time.Minute})
+	if len(got) != 1 || got[0].ID != n[1] || !got[0].CycleStartedAt.Equal(open) || got[0].Attempt != 1 {
+		t.Fatalf("claimed %+v at %s, want %d with its cycle started then, attempt 1", got, open, n[1])
+	}
+}
