@@ -425,6 +425,9 @@ func freePort() (int, error) {
 // directory. Call it from TestMain after m.Run; without it the server still
 // dies with the process, and the next server started removes the directory.
 func Stop() {
+	if bouncer != nil {
+		bouncer.stop()
+	}
 	if srv == nil {
 		return
 	}
