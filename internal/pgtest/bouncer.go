@@ -17,14 +17,19 @@ import (
 	"time"
 )
 
-// The PgBouncer, one per test process like the server, started by the
-// first Bouncer call.
+// The PgBouncers, one per test process and ignore list, started by the
+// first Bouncer call that asks for it.
 var (
-	bouncerOnce sync.Once
-	bouncer     *pgbouncer
-	bouncerErr  error
-	bouncerSkip string
+	bouncersMu sync.Mutex
+	bouncers   = map[string]*bouncerStart{}
 )
+
+type bouncerStart struct {
+	once sync.Once
+	b    *pgbouncer
+	skip string
+	err  error
+}
 
 type pgbouncer struct {
 	addr   string // host:port it listens on
@@ -43,27 +48,41 @@ type pgbouncer struct {
 // Callers add default_query_exec_mode=simple_protocol, as PgBouncer users
 // must. The bouncer runs with PgBouncer's defaults otherwise: it passes
 // only the startup parameters it tracks, and refuses a connection that
-// sends another (search_path among them: no ignore_startup_parameters).
+// sends another (search_path among them), unless ignore names it: its
+// ignore_startup_parameters, which PgBouncer then drops unseen.
 //
 // Without a pgbouncer binary (Debian: apt-get install pgbouncer) the test
 // skips; under CI it fails.
-func Bouncer(t testing.TB, dbURL string) string {
+func Bouncer(t testing.TB, dbURL string, ignore ...string) string {
 	t.Helper()
 	s := get(t)
-	bouncerOnce.Do(func() { bouncer, bouncerSkip, bouncerErr = startBouncer(s) })
+	key := strings.Join(ignore, ",")
+	bouncersMu.Lock()
+	bs := bouncers[key]
+	if bs == nil {
+		bs = &bouncerStart{}
+		bouncers[key] = bs
+	}
+	bouncersMu.Unlock()
+	bs.once.Do(func() {
+		b, skip, err := startBouncer(s, key)
+		bouncersMu.Lock() // BouncerLog reads b
+		bs.b, bs.skip, bs.err = b, skip, err
+		bouncersMu.Unlock()
+	})
 	switch {
-	case bouncerSkip != "" && os.Getenv("CI") != "":
-		t.Fatalf("pgtest: CI is set, and %s", bouncerSkip)
-	case bouncerSkip != "":
-		t.Skip(bouncerSkip)
-	case bouncerErr != nil:
-		t.Fatalf("pgtest: %v", bouncerErr)
+	case bs.skip != "" && os.Getenv("CI") != "":
+		t.Fatalf("pgtest: CI is set, and %s", bs.skip)
+	case bs.skip != "":
+		t.Skip(bs.skip)
+	case bs.err != nil:
+		t.Fatalf("pgtest: %v", bs.err)
 	}
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatalf("pgtest: Bouncer: not a URL") // it holds a password: not repeated
 	}
-	u.Host = bouncer.addr
+	u.Host = bs.b.addr
 	return u.String()
 }
 
@@ -77,7 +96,7 @@ func bouncerBin() string {
 	return ""
 }
 
-func startBouncer(s *server) (*pgbouncer, string, error) {
+func startBouncer(s *server, ignore string) (*pgbouncer, string, error) {
 	bin := bouncerBin()
 	if bin == "" {
 		return nil, "PgBouncer tests skipped: install pgbouncer (Debian: apt-get install pgbouncer)", nil
@@ -138,7 +157,8 @@ server_tls_sslmode = disable
 logfile = %s
 ; its console (database pgbouncer), for tests that read its settings
 admin_users = %s
-`, srvHost, srvPort, port, filepath.Join(dir, "userlist.txt"), b.logf, user)
+ignore_startup_parameters = %s
+`, srvHost, srvPort, port, filepath.Join(dir, "userlist.txt"), b.logf, user, ignore)
 	for name, text := range map[string]string{"userlist.txt": auth, "pgbouncer.ini": ini} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
 			return fail(err)
@@ -188,14 +208,30 @@ admin_users = %s
 	}
 }
 
-// BouncerLog is what the bouncer has logged so far, for a test's failure
-// message.
+// BouncerLog is what the bouncers have logged so far, for a test's
+// failure message.
 func BouncerLog() string {
-	if bouncer == nil {
-		return ""
+	bouncersMu.Lock()
+	defer bouncersMu.Unlock()
+	var out []string
+	for _, bs := range bouncers {
+		if bs.b != nil {
+			log, _ := os.ReadFile(bs.b.logf)
+			out = append(out, strings.TrimSpace(string(log)))
+		}
 	}
-	log, _ := os.ReadFile(bouncer.logf)
-	return strings.TrimSpace(string(log))
+	return strings.Join(out, "\n")
+}
+
+// stopBouncers stops every bouncer started (from Stop).
+func stopBouncers() {
+	bouncersMu.Lock()
+	defer bouncersMu.Unlock()
+	for _, bs := range bouncers {
+		if bs.b != nil {
+			bs.b.stop()
+		}
+	}
 }
 
 func (b *pgbouncer) stop() {

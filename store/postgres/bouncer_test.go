@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"net/url"
 	"testing"
 
@@ -8,6 +9,8 @@ import (
 	"edgerelay/store"
 	"edgerelay/store/postgres"
 	"edgerelay/store/storetest"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // throughBouncer is dbURL through pgtest's PgBouncer (transaction
@@ -40,4 +43,38 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// A PgBouncer told to ignore search_path (ignore_startup_parameters =
+// extra_float_digits,search_path, a common setting) drops it unseen: the
+// store must still migrate, write and read the URL's schema, not the
+// role's default one.
+func TestSearchPathThroughIgnoringPgBouncer(t *testing.T) {
+	t.Parallel()
+	direct := pgtest.Start(t)
+	u, err := url.Parse(pgtest.Bouncer(t, direct, "extra_float_digits", "search_path"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", "simple_protocol")
+	u.RawQuery = q.Encode()
+	s, err := postgres.Open(t.Context(), u.String(), postgres.Options{})
+	if err != nil {
+		t.Fatalf("%v\npgbouncer log:\n%s", err, pgtest.BouncerLog())
+	}
+	defer s.Close()
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(t.Context(), direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var version int
+	var pinged *int64
+	if err := c.QueryRow(t.Context(), `SELECT version, pinged_at FROM schema_version`).Scan(&version, &pinged); err != nil || version != postgres.SchemaVersion() || pinged == nil {
+		t.Fatalf("the URL's schema: version %d, pinged_at %v, %v (want version %d, pinged)", version, pinged, err, postgres.SchemaVersion())
+	}
 }
