@@ -425,6 +425,7 @@ func freePort() (int, error) {
 // directory. Call it from TestMain after m.Run; without it the server still
 // dies with the process, and the next server started removes the directory.
 func Stop() {
+	stopBouncers()
 	if srv == nil {
 		return
 	}

@@ -8,3 +8,9 @@ import "syscall"
 func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
 }
+
+// bouncerProcAttr runs PgBouncer as cred and has the kernel send it SIGTERM
+// (immediate shutdown) when the thread that started it exits.
+func bouncerProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGTERM}
+}

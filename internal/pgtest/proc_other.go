@@ -9,3 +9,7 @@ import "syscall"
 func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: cred}
 }
+
+func bouncerProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: cred}
+}

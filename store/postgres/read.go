@@ -268,14 +268,14 @@ const defaultListLimit = 100
 func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
 	q, args := listQuery(f)
 	out := []store.Notification{}
-	err := s.read(ctx, func(querier) error {
+	err := s.read(ctx, func(db querier) error {
 		// One round trip: a batch runs as one implicit transaction (until
-		// its Sync), so the lock holds through the query, and the query's
-		// snapshot is taken after the lock is granted.
+		// its Sync) or in read's, so the lock holds through the query, and
+		// the query's snapshot is taken after the lock is granted.
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.listLock)
 		b.Queue(q, args...)
-		br := s.pool.SendBatch(ctx, b)
+		br := db.SendBatch(ctx, b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("list notifications: lock: %w", err)

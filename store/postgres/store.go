@@ -75,6 +75,9 @@ type Store struct {
 	// listLock is the advisory lock that orders notification ids with
 	// paging (see ListNotifications), keyed by the schema.
 	listLock int64
+	// pin ends every BEGIN: it sets the URL's search_path for that
+	// transaction alone ("" without one). See Open.
+	pin string
 
 	gate   sync.RWMutex // held for reading while entering an operation, for writing by Close
 	closed bool
@@ -108,6 +111,16 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store: cannot parse the database URL: %s", scrub(err.Error(), secrets))
 	}
 	where := redact(connURL, cfg)
+	// The URL's search_path is not sent as a startup parameter (a session
+	// setting): PgBouncer refuses one it does not track, or drops it when
+	// told to ignore it, and in transaction pooling a session's settings
+	// do not follow the client from one transaction to the next. Every
+	// transaction of the store sets it instead, as it begins.
+	pin := ""
+	if path, ok := cfg.ConnConfig.RuntimeParams["search_path"]; ok {
+		delete(cfg.ConnConfig.RuntimeParams, "search_path")
+		pin = "; SELECT set_config('search_path', '" + strings.ReplaceAll(path, "'", "''") + "', true)"
+	}
 	if opts.SimpleProtocol {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	}
@@ -121,7 +134,7 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %s", where, scrub(err.Error(), secrets))
 	}
-	s := &Store{pool: pool, where: where, log: opts.Logger, writeTimeout: opts.WriteTimeout}
+	s := &Store{pool: pool, where: where, log: opts.Logger, writeTimeout: opts.WriteTimeout, pin: pin}
 	if err := s.init(ctx); err != nil {
 		pool.Close()
 		return nil, s.openError(err, secrets)
@@ -163,8 +176,10 @@ func (s *Store) init(ctx context.Context) error {
 		return err
 	}
 	var sync, fsync string
-	err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync'),
+	err := s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync'),
 			hashtextextended(coalesce(current_schema(), '') || ':edgerelay:notification ids', 0)`).Scan(&sync, &fsync, &s.listLock)
+	})
 	if err != nil {
 		return err
 	}
@@ -295,7 +310,7 @@ func (s *Store) write(ctx context.Context, class store.WriteClass, fn func(ctx c
 // withXid, the transaction's id is read before the COMMIT, so that a lost
 // answer can be resolved (commitOutcome).
 func (s *Store) runTx(ctx context.Context, conn *pgxpool.Conn, fn func(ctx context.Context, tx pgx.Tx) error, withXid bool) (xid string, committing bool, err error) {
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, s.begin(""))
 	if err != nil {
 		return "", false, err
 	}
@@ -396,8 +411,21 @@ func (s *Store) Ping(ctx context.Context) error {
 	})
 }
 
-// read runs a read on the pool, refused once the store is closing.
+// begin is how the store's transactions begin: BEGIN with mode, then the
+// search_path pinned for the transaction (in the same round trip: a
+// statement without arguments goes as a simple query, which may hold
+// several).
+func (s *Store) begin(mode string) pgx.TxOptions {
+	return pgx.TxOptions{BeginQuery: strings.TrimSpace("BEGIN "+mode) + s.pin}
+}
+
+// read runs a read on the pool, refused once the store is closing. With a
+// search_path to pin, it runs in a transaction that pins it (two more
+// round trips); without, each statement is its own.
 func (s *Store) read(ctx context.Context, fn func(q querier) error) error {
+	if s.pin != "" {
+		return s.readTx(ctx, "READ ONLY", fn)
+	}
 	done, err := s.enter()
 	if err != nil {
 		return err
@@ -412,10 +440,19 @@ func (s *Store) read(ctx context.Context, fn func(q querier) error) error {
 // snapshot runs a read in one read-only REPEATABLE READ transaction: every
 // query sees the same committed state.
 func (s *Store) snapshot(ctx context.Context, fn func(q querier) error) error {
-	return s.read(ctx, func(querier) error {
-		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
-			func(tx pgx.Tx) error { return fn(tx) })
-	})
+	return s.readTx(ctx, "ISOLATION LEVEL REPEATABLE READ READ ONLY", fn)
+}
+
+func (s *Store) readTx(ctx context.Context, mode string, fn func(q querier) error) error {
+	done, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := pgx.BeginTxFunc(ctx, s.pool, s.begin(mode), func(tx pgx.Tx) error { return fn(tx) }); err != nil {
+		return s.failure(err)
+	}
+	return nil
 }
 
 // querier is the pool or a transaction.
@@ -423,6 +460,7 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // unavailableError is PostgreSQL refusing or failing a write for a reason
@@ -602,7 +640,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	have, err := schemaVersion(ctx, s.pool)
+	var have int
+	err = s.read(ctx, func(q querier) (err error) {
+		have, err = schemaVersion(ctx, q)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
@@ -644,7 +686,7 @@ func schemaVersion(ctx context.Context, q querier) (int, error) {
 // lock is held, and returns the version then.
 func (s *Store) migrateStep(ctx context.Context, ms []migration) (int, error) {
 	var have int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, s.begin(""), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), '') || ':edgerelay:migrate', 0))`); err != nil {
 			return fmt.Errorf("lock for migration: %w", err)
 		}
