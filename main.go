@@ -121,6 +121,7 @@ Typical use:
 			feedCommand(),
 			tokenCommand(),
 			configCommand(),
+			templateCommand(),
 			cronCommand(),
 			pruneCommand(),
 			backupCommand(),

@@ -133,3 +133,25 @@ func renderIfTemplated(set *templates.Set, name string, ev *Event, ts []store.Ta
 	}
 	return renderTargets(set, name, ev, ts)
 }
+
+// Preview renders what an event would send one recipient on one channel,
+// as accept renders it, without writing anything: the message as it
+// would be stored. ev needs Type (or Purpose), Data and one recipient.
+func Preview(set *templates.Set, ev Event, channel string) ([]byte, error) {
+	if ev.ID == "" {
+		ev.ID = "preview"
+	}
+	ev.Channels = []string{channel}
+	if err := ev.Normalize(1); err != nil {
+		return nil, err
+	}
+	name := templateName(set, &ev)
+	if name == "" {
+		return nil, invalid("type", "no template named %q or %q", ev.Purpose, ev.Type)
+	}
+	ts := ev.targets()
+	if _, err := renderTargets(set, name, &ev, ts); err != nil {
+		return nil, err
+	}
+	return ts[0].Message, nil
+}
