@@ -204,6 +204,12 @@ templates:
 		t.Errorf("show: message %+v", m)
 	}
 
+	r = runCLI(t, "", "--db", db, "show", sent[1].Key)
+	if !strings.Contains(r.stdout, "template   receipt version "+shown.Message.Template.Version+" (de), rendered at accept") ||
+		!strings.Contains(r.stdout, "subject    Ihre Quittung, Ben") {
+		t.Errorf("show:\n%s", r.stdout)
+	}
+
 	// template render shows the edited template now, for ada, without
 	// sending.
 	rcpt := filepath.Join(dir, "ada.json")
