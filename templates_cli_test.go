@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/mail"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,6 +97,54 @@ func mailText(t *testing.T, data []byte) (subject string, parts map[string]strin
 	return subject, parts
 }
 
+type dkimpyCheck struct {
+	name string
+	msg  []byte
+	want bool
+}
+
+// runDKIMPy verifies each message with dkimpy against record (handed to it
+// through its dnsfunc hook: the tests reach no DNS), as providers'
+// dkimpyVerify does; it skips without dkimverify.
+func runDKIMPy(t *testing.T, record string, checks []dkimpyCheck) []bool {
+	t.Helper()
+	bin, err := exec.LookPath("dkimverify")
+	if err != nil {
+		t.Skip("dkimverify not found: apt-get install python3-dkim to verify with dkimpy")
+	}
+	python := "python3"
+	if b, err := os.ReadFile(bin); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if interp, ok := strings.CutPrefix(strings.TrimSpace(line), "#!"); ok && !strings.Contains(interp, " ") {
+			python = interp
+		}
+	}
+	in := make([][2]string, len(checks))
+	for i, c := range checks {
+		in[i] = [2]string{record, base64.StdEncoding.EncodeToString(c.msg)}
+	}
+	stdin, _ := json.Marshal(in)
+	cmd := exec.CommandContext(t.Context(), python, "-c", `
+import base64, json, sys, dkim
+def verify(record, msg):
+    def dns(name, timeout=5):
+        return record.encode() if name.rstrip(b".") == b"sel._domainkey.example.com" else None
+    return bool(dkim.verify(base64.b64decode(msg), dnsfunc=dns))
+print(json.dumps([verify(r, m) for r, m in json.load(sys.stdin)]))
+`)
+	cmd.Stdin = bytes.NewReader(stdin)
+	cmd.Stderr = t.Output()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dkimpy: %v", err)
+	}
+	var ok []bool
+	if err := json.Unmarshal(out, &ok); err != nil || len(ok) != len(checks) {
+		t.Fatalf("dkimpy printed %q (%v)", out, err)
+	}
+	return ok
+}
+
 // Through the CLI, the config and a real SMTP server: ada (English, in
 // London), ben (German, de-AT falling back to de, in Vienna) and cy (no
 // locale: the default, English) get their receipts rendered from
@@ -158,6 +208,7 @@ templates:
 		{"ben@example.com", "Ihre Quittung, Ben", "wir haben €\u00a01.234,50 am 2. März 2026 um 00:30 erhalten.", "<p>Liebe(r) Ben,</p>"},
 		{"cy@example.com", "Your receipt, Cy", "we received €12.00 on March 1, 2026", "<p>Dear Cy,</p>"},
 	}
+	var dkimpy []dkimpyCheck
 	for _, w := range want {
 		msgs := got.raw[w.to]
 		if len(msgs) == 0 {
@@ -182,7 +233,17 @@ templates:
 		if err := verifyDKIM(tampered, key.record); err == nil {
 			t.Errorf("%s: a changed Subject still verifies", w.to)
 		}
+		dkimpy = append(dkimpy, dkimpyCheck{w.to, data, true}, dkimpyCheck{w.to + " (Subject changed)", tampered, false})
 	}
+	// And with a verifier of another codebase: dkimpy, Debian's
+	// python3-dkim (.ci/run installs it).
+	t.Run("dkimpy", func(t *testing.T) {
+		for i, ok := range runDKIMPy(t, key.record, dkimpy) {
+			if ok != dkimpy[i].want {
+				t.Errorf("dkimpy: %s verifies %v, want %v", dkimpy[i].name, ok, dkimpy[i].want)
+			}
+		}
+	})
 	if n := len(got.raw["ada@example.com"]); n != 2 {
 		t.Errorf("ada received %d copies, want 2 (the first's answer lost, one retry)", n)
 	}
