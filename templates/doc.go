@@ -13,3 +13,5 @@
 // template and data give the same bytes, which is what lets the relay
 // render once at accept and send those bytes on every attempt.
 package templates
+
+//go:generate go run gen_locales.go
