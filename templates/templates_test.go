@@ -97,3 +97,22 @@ func TestLoadDirParseError(t *testing.T) {
 		t.Fatalf("err %v, want the file and line 2", err)
 	}
 }
+
+// BenchmarkRenderEmail is one recipient's email (subject and HTML, two
+// helpers), as an accept renders it.
+func BenchmarkRenderEmail(b *testing.B) {
+	tpl, err := Compile(Source{Name: "receipt", Channel: "email", Locale: "de", Parts: map[string]string{
+		"subject": "Ihre Quittung, {{.data.name}}",
+		"html":    "<p>{{currency .data.amount .data.currency}} am {{date .data.paid_at \"long\"}}</p>",
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := Input{Data: json.RawMessage(`{"name":"Ben","amount":"1234.5","currency":"EUR","paid_at":"2026-03-01T23:30:00Z"}`),
+		Locale: "de-AT", TimeZone: "Europe/Vienna"}
+	for b.Loop() {
+		if _, err := tpl.Render(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
