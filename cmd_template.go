@@ -19,7 +19,7 @@ func templateCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:         "list",
-				Usage:        "list the templates of the config's templates.dir: name, channel, locale, version",
+				Usage:        "list the templates of the config's templates.dir: tenant (* for every tenant), name, channel, locale, version",
 				Flags:        commonFlags(),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
@@ -29,7 +29,11 @@ func templateCommand() *cli.Command {
 					}
 					for _, t := range set.All() {
 						src := t.Source()
-						fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\n", src.Name, src.Channel, src.Locale, t.Version())
+						tenant := src.Tenant
+						if tenant == "" {
+							tenant = "*"
+						}
+						fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\t%s\n", tenant, src.Name, src.Channel, src.Locale, t.Version())
 					}
 					return nil
 				},

@@ -20,6 +20,8 @@ import (
 // TemplateUsed is recorded in a rendered message: which template, which
 // version and which translation made it.
 type TemplateUsed struct {
+	// Tenant is set when the template was the tenant's own.
+	Tenant  string `json:"tenant,omitempty"`
 	Name    string `json:"name"`
 	Version string `json:"version"`
 	Locale  string `json:"locale"`
@@ -39,9 +41,9 @@ func templateName(s *templates.Set, ev *Event) string {
 	switch {
 	case s == nil || ev.Subject != "" || ev.Body != "" || ev.HTML != "":
 		return ""
-	case s.Has(ev.Purpose):
+	case s.Has(ev.Tenant, ev.Purpose):
 		return ev.Purpose
-	case s.Has(ev.Type):
+	case s.Has(ev.Tenant, ev.Type):
 		return ev.Type
 	}
 	return ""
@@ -70,10 +72,10 @@ func renderTargets(s *templates.Set, name string, ev *Event, ts []store.Target) 
 		i := byID[ts[k].Recipient]
 		rc := ev.Recipients[i]
 		field := fmt.Sprintf("recipients[%d]", i)
-		t, ok := s.Lookup(name, ts[k].Channel, rc.Locale)
+		t, ok := s.Lookup(ev.Tenant, name, ts[k].Channel, rc.Locale)
 		if !ok {
 			return nil, invalid(field, "no template %q for channel %q (it has templates for: %v; or give the event a subject or body)",
-				name, ts[k].Channel, s.Channels(name))
+				name, ts[k].Channel, s.Channels(ev.Tenant, name))
 		}
 		out, err := t.Render(templates.Input{
 			Data:      ev.Data,
@@ -87,12 +89,12 @@ func renderTargets(s *templates.Set, name string, ev *Event, ts []store.Target) 
 		}
 		src := t.Source()
 		msg, err := json.Marshal(message{Subject: out.Subject, Body: out.Body, HTML: out.HTML, Data: out.Data,
-			Template: &TemplateUsed{Name: name, Version: t.Version(), Locale: src.Locale}})
+			Template: &TemplateUsed{Tenant: src.Tenant, Name: name, Version: t.Version(), Locale: src.Locale}})
 		if err != nil {
 			return nil, err
 		}
 		ts[k].Message = msg
-		used[src.Channel+"/"+src.Locale] = src
+		used[src.Tenant+"/"+src.Channel+"/"+src.Locale] = src
 	}
 	keys := make([]string, 0, len(used))
 	for k := range used {

@@ -13,8 +13,12 @@ import (
 // or purpose), channel and locale.
 type Set struct {
 	defaultLocale string
-	byName        map[string]map[string]map[string]*Template // name → channel → locale
+	byName        map[string]map[string]map[string]*Template // setKey(tenant, name) → channel → locale
 }
+
+// setKey is a template's place in the set: tenant "" is every tenant's.
+// Names hold no '/'.
+func setKey(tenant, name string) string { return tenant + "/" + name }
 
 // NewSet gathers compiled templates; two for the same name, channel and
 // locale are an error.
@@ -28,10 +32,10 @@ func NewSet(defaultLocale string, ts []*Template) (*Set, error) {
 	s := &Set{defaultLocale: Fallback(defaultLocale)[0], byName: map[string]map[string]map[string]*Template{}}
 	for _, t := range ts {
 		src := t.src
-		chans := s.byName[src.Name]
+		chans := s.byName[setKey(src.Tenant, src.Name)]
 		if chans == nil {
 			chans = map[string]map[string]*Template{}
-			s.byName[src.Name] = chans
+			s.byName[setKey(src.Tenant, src.Name)] = chans
 		}
 		locs := chans[src.Channel]
 		if locs == nil {
@@ -40,7 +44,7 @@ func NewSet(defaultLocale string, ts []*Template) (*Set, error) {
 		}
 		l := Fallback(src.Locale)[0]
 		if _, dup := locs[l]; dup {
-			return nil, fmt.Errorf("template %s/%s/%s given twice", src.Name, l, src.Channel)
+			return nil, fmt.Errorf("template %s given twice", (&Template{src: Source{Tenant: src.Tenant, Name: src.Name, Locale: l, Channel: src.Channel}}).file("*"))
 		}
 		locs[l] = t
 	}
@@ -51,8 +55,11 @@ func NewSet(defaultLocale string, ts []*Template) (*Set, error) {
 // is sent.
 func (s *Set) DefaultLocale() string { return s.defaultLocale }
 
-// Has reports whether any template is named name.
-func (s *Set) Has(name string) bool { return s != nil && len(s.byName[name]) > 0 }
+// Has reports whether tenant has a template named name, its own or every
+// tenant's.
+func (s *Set) Has(tenant, name string) bool {
+	return s != nil && (len(s.byName[setKey("", name)]) > 0 || tenant != "" && len(s.byName[setKey(tenant, name)]) > 0)
+}
 
 // Len is how many templates the set holds.
 func (s *Set) Len() int {
@@ -65,11 +72,17 @@ func (s *Set) Len() int {
 	return n
 }
 
-// Channels lists the channels name has templates for.
-func (s *Set) Channels(name string) []string {
+// Channels lists the channels name has templates for in tenant.
+func (s *Set) Channels(tenant, name string) []string {
+	seen := map[string]bool{}
 	var out []string
-	for c := range s.byName[name] {
-		out = append(out, c)
+	for _, k := range []string{setKey(tenant, name), setKey("", name)} {
+		for c := range s.byName[k] {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -87,6 +100,9 @@ func (s *Set) All() []*Template {
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].src, out[j].src
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
 		if a.Name != b.Name {
 			return a.Name < b.Name
 		}
@@ -99,10 +115,16 @@ func (s *Set) All() []*Template {
 }
 
 // Lookup finds name's template for channel in locale, by fallback: de-AT,
-// then de, then the set's default locale. ok is false when there is none.
-func (s *Set) Lookup(name, channel, locale string) (t *Template, ok bool) {
-	locs := s.byName[name][channel]
-	if len(locs) == 0 {
+// then de, then the set's default locale; at each, the tenant's own
+// template before every tenant's (the language first, then the tenant).
+// ok is false when there is none.
+func (s *Set) Lookup(tenant, name, channel, locale string) (t *Template, ok bool) {
+	own := map[string]*Template(nil)
+	if tenant != "" {
+		own = s.byName[setKey(tenant, name)][channel]
+	}
+	shared := s.byName[setKey("", name)][channel]
+	if len(own) == 0 && len(shared) == 0 {
 		return nil, false
 	}
 	var tries []string
@@ -111,7 +133,10 @@ func (s *Set) Lookup(name, channel, locale string) (t *Template, ok bool) {
 	}
 	tries = append(tries, Fallback(s.defaultLocale)...)
 	for _, l := range tries {
-		if t, ok := locs[l]; ok {
+		if t, ok := own[l]; ok {
+			return t, true
+		}
+		if t, ok := shared[l]; ok {
 			return t, true
 		}
 	}
@@ -122,18 +147,24 @@ func (s *Set) Lookup(name, channel, locale string) (t *Template, ok bool) {
 const Ext = ".tmpl"
 
 // LoadDir reads templates laid out as DIR/NAME/LOCALE/CHANNEL.PART.tmpl
-// (receipt/de/email.subject.tmpl). Any other file, a bad name or a part
-// that does not parse is an error naming the file (and line).
+// (receipt/de/email.subject.tmpl), every tenant's, and
+// DIR/@TENANT/NAME/LOCALE/CHANNEL.PART.tmpl, one tenant's own. Any other
+// file, a bad name or a part that does not parse is an error naming the
+// file (and line).
 func LoadDir(dir, defaultLocale string) (*Set, error) {
-	srcs := map[[3]string]*Source{}
-	var order [][3]string
+	srcs := map[[4]string]*Source{}
+	var order [][4]string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
 		if d.IsDir() {
-			if depth := len(strings.Split(rel, string(filepath.Separator))); rel != "." && depth > 2 {
+			depth := len(strings.Split(rel, string(filepath.Separator)))
+			if strings.HasPrefix(rel, "@") {
+				depth--
+			}
+			if rel != "." && depth > 2 {
 				return fmt.Errorf("%s: a directory where a template file belongs (DIR/NAME/LOCALE/CHANNEL.PART%s)", path, Ext)
 			}
 			return nil
@@ -142,19 +173,23 @@ func LoadDir(dir, defaultLocale string) (*Set, error) {
 			return nil // editors' and git's files
 		}
 		segs := strings.Split(rel, string(filepath.Separator))
+		tenant := ""
+		if t, ok := strings.CutPrefix(segs[0], "@"); ok {
+			tenant, segs = t, segs[1:]
+		}
 		base, isTmpl := strings.CutSuffix(d.Name(), Ext)
 		channel, part, dot := strings.Cut(base, ".")
 		if len(segs) != 3 || !isTmpl || !dot {
-			return fmt.Errorf("%s: not a template file: templates are DIR/NAME/LOCALE/CHANNEL.PART%s (receipt/de/email.subject%s)", path, Ext, Ext)
+			return fmt.Errorf("%s: not a template file: templates are DIR/[@TENANT/]NAME/LOCALE/CHANNEL.PART%s (receipt/de/email.subject%s)", path, Ext, Ext)
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		k := [3]string{segs[0], segs[1], channel}
+		k := [4]string{tenant, segs[0], segs[1], channel}
 		src := srcs[k]
 		if src == nil {
-			src = &Source{Name: segs[0], Locale: segs[1], Channel: channel, Parts: map[string]string{}, Files: map[string]string{}}
+			src = &Source{Tenant: tenant, Name: segs[0], Locale: segs[1], Channel: channel, Parts: map[string]string{}, Files: map[string]string{}}
 			srcs[k] = src
 			order = append(order, k)
 		}

@@ -59,6 +59,9 @@ func required(channel string) [][]string {
 // Source is one template as written: a notification type's (or purpose's)
 // message on one channel in one locale.
 type Source struct {
+	// Tenant is the tenant whose own template this is; "" for every
+	// tenant's.
+	Tenant  string            `json:"tenant,omitempty"`
 	Name    string            `json:"name"`
 	Channel string            `json:"channel"`
 	Locale  string            `json:"locale"`
@@ -80,6 +83,7 @@ var (
 	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$`)
 	channelRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	localeRE  = regexp.MustCompile(`^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$`)
+	tenantRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 )
 
 // ValidLocale reports whether s has the shape of a BCP 47 tag (de, de-AT,
@@ -90,6 +94,8 @@ func ValidLocale(s string) bool { return len(s) <= 35 && localeRE.MatchString(s)
 // and line.
 func Compile(src Source) (*Template, error) {
 	switch {
+	case src.Tenant != "" && !tenantRE.MatchString(src.Tenant):
+		return nil, fmt.Errorf("template %s: tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", src.Name, src.Tenant)
 	case !nameRE.MatchString(src.Name):
 		return nil, fmt.Errorf("template name %q: use letters, digits, '.', '_', ':' or '-' (a notification type or purpose)", src.Name)
 	case !channelRE.MatchString(src.Channel):
@@ -117,7 +123,7 @@ func Compile(src Source) (*Template, error) {
 		}
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s%d:%s%d:%s", len(src.Name), src.Name, len(src.Channel), src.Channel, len(src.Locale), src.Locale)
+	fmt.Fprintf(h, "%d:%s%d:%s%d:%s%d:%s", len(src.Tenant), src.Tenant, len(src.Name), src.Name, len(src.Channel), src.Channel, len(src.Locale), src.Locale)
 	for _, p := range names {
 		body := src.Parts[p]
 		fmt.Fprintf(h, "%d:%s%d:%s", len(p), p, len(body), body)
@@ -144,6 +150,9 @@ func parseError(err error) error {
 func (t *Template) file(part string) string {
 	if f := t.src.Files[part]; f != "" {
 		return f
+	}
+	if t.src.Tenant != "" {
+		return "@" + t.src.Tenant + "/" + t.src.Name + "/" + t.src.Locale + "/" + t.src.Channel + "." + part
 	}
 	return t.src.Name + "/" + t.src.Locale + "/" + t.src.Channel + "." + part
 }

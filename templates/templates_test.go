@@ -43,7 +43,7 @@ func TestRenderLocalised(t *testing.T) {
 	t.Parallel()
 	s := receiptSet(t)
 	data := json.RawMessage(`{"name":"Ada","amount":"1234.5","currency":"EUR","paid_at":"2026-03-01T23:30:00Z","items":12345,"note":"<script>x</script>"}`)
-	de, ok := s.Lookup("receipt", "email", "de-AT")
+	de, ok := s.Lookup("", "receipt", "email", "de-AT")
 	if !ok || de.Source().Locale != "de" {
 		t.Fatalf("de-AT chose %v %v, want de", de, ok)
 	}
@@ -55,7 +55,7 @@ func TestRenderLocalised(t *testing.T) {
 	if want := "Bezahlt: €\u00a01.234,50 am 2. März 2026 um 00:30, 12\u00a0345 Posten"; out.Body != want {
 		t.Errorf("de body %q, want %q", out.Body, want)
 	}
-	en, ok := s.Lookup("receipt", "email", "fr")
+	en, ok := s.Lookup("", "receipt", "email", "fr")
 	if !ok || en.Source().Locale != "en" {
 		t.Fatalf("fr fell back to %v, want en", en)
 	}
@@ -75,7 +75,7 @@ func TestRenderLocalised(t *testing.T) {
 func TestRenderMissingField(t *testing.T) {
 	t.Parallel()
 	s := receiptSet(t)
-	tpl, _ := s.Lookup("receipt", "email", "de")
+	tpl, _ := s.Lookup("", "receipt", "email", "de")
 	_, err := tpl.Render(Input{Data: json.RawMessage(`{"amount":"1","currency":"EUR","paid_at":"2026-03-01T10:00:00Z","items":1}`)})
 	var re *RenderError
 	if !errors.As(err, &re) {
@@ -114,5 +114,49 @@ func BenchmarkRenderEmail(b *testing.B) {
 		if _, err := tpl.Render(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A tenant's own template (DIR/@TENANT/…) wins over every tenant's in the
+// same locale; the language comes first: a tenant with only English still
+// sends German to a German recipient when every tenant's has German.
+func TestTenantTemplates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, dir, map[string]string{
+		"receipt/en/email.subject.tmpl":       "shared en",
+		"receipt/en/email.text.tmpl":          "x",
+		"receipt/de/email.subject.tmpl":       "shared de",
+		"receipt/de/email.text.tmpl":          "x",
+		"@acme/receipt/en/email.subject.tmpl": "acme en",
+		"@acme/receipt/en/email.text.tmpl":    "x",
+		"@acme/welcome/en/sms.text.tmpl":      "acme welcome",
+	})
+	s, err := LoadDir(dir, "en")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ tenant, name, locale, want string }{
+		{"acme", "receipt", "en-GB", "acme en"},
+		{"acme", "receipt", "", "acme en"},
+		{"acme", "receipt", "de-AT", "shared de"},
+		{"other", "receipt", "en", "shared en"},
+		{"acme", "welcome", "fr", "acme welcome"},
+	} {
+		ch := "email"
+		if c.name == "welcome" {
+			ch = "sms"
+		}
+		tpl, ok := s.Lookup(c.tenant, c.name, ch, c.locale)
+		if !ok {
+			t.Errorf("%+v: none", c)
+			continue
+		}
+		if src := tpl.Source(); src.Parts[Parts(ch)[0]] != c.want {
+			t.Errorf("%+v: chose %s/%s/%s", c, src.Tenant, src.Name, src.Locale)
+		}
+	}
+	if s.Has("other", "welcome") || !s.Has("acme", "welcome") {
+		t.Error("a tenant's own template is seen by another tenant")
 	}
 }
