@@ -1,4 +1,4 @@
--- 0011: a notification's own message, rendered from a template for its
+-- 0012: a notification's own message, rendered from a template for its
 -- recipient at accept; NULL: the event's message, as before. Every attempt
 -- sends it as stored.
 ALTER TABLE notifications ADD COLUMN message BLOB;
