@@ -64,6 +64,8 @@ Formats, by extension (.jsonl or .ndjson, .csv) or --format:
                  email, phone, device_token, url
                                                its addresses (channels email,
                                                sms, push, webhook)
+                 locale, timezone              its language (de-AT) and zone
+                                               (Europe/Vienna), for templates
                  channels                      space-separated: "email sms"
                  subject, body, html           the message
                  data                          a JSON object: {"amount": "20.00"}

@@ -87,6 +87,7 @@ func printNotification(w io.Writer, n store.Notification, apiID string) {
 		fmt.Fprintf(w, "  message id %s\n", n.ProviderMessageID)
 	}
 	fmt.Fprintf(w, "  created    %s\n", n.CreatedAt.Format(time.RFC3339Nano))
+	printMessage(w, n.Message)
 	if q := n.Quarantine; q != nil {
 		fmt.Fprintf(w, "  event      fan-out quarantined since %s at %d of %d notifications: %s (edgerelay quarantine retry|drop %d)\n",
 			q.At.Format(time.RFC3339), q.Expanded, q.Targets, q.Reason, q.EventRow)
@@ -132,4 +133,26 @@ func oneLine(s string, max int) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// printMessage shows what the notification sends, as stored at accept:
+// the template that rendered it, if any, and its subject and text.
+func printMessage(w io.Writer, raw []byte) {
+	var m struct {
+		Subject  string              `json:"subject"`
+		Body     string              `json:"body"`
+		Template *relay.TemplateUsed `json:"template"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return
+	}
+	if t := m.Template; t != nil {
+		fmt.Fprintf(w, "  template   %s version %s (%s), rendered at accept\n", t.Name, t.Version, t.Locale)
+	}
+	if m.Subject != "" {
+		fmt.Fprintf(w, "  subject    %s\n", oneLine(m.Subject, 300))
+	}
+	if m.Body != "" {
+		fmt.Fprintf(w, "  text       %s\n", oneLine(m.Body, 300))
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"edgerelay/relay"
 	"edgerelay/schedule"
 	"edgerelay/store"
+	"edgerelay/templates"
 )
 
 // Config is the optional config file (YAML; testdata/edgerelay.yaml is a
@@ -88,9 +89,23 @@ type Config struct {
 		ShedAbove *int64 `yaml:"shed_above"`
 	} `yaml:"api"`
 
-	path  string
-	shape *shape                        // where each key is, for the line numbers of problems
-	made  map[string]providers.Provider // by reference (a provider name, or a URL in a route): built once
+	// Templates render the messages of events that bring no subject or
+	// body (the templates package; README "Templates").
+	Templates TemplatesConfig `yaml:"templates"`
+
+	path      string
+	templates *templates.Set                // loaded and compiled by validate
+	shape     *shape                        // where each key is, for the line numbers of problems
+	made      map[string]providers.Provider // by reference (a provider name, or a URL in a route): built once
+}
+
+// TemplatesConfig names the directory of message templates
+// (DIR/NAME/LOCALE/CHANNEL.PART.tmpl) and the locale of recipients that
+// have no translation of their own.
+type TemplatesConfig struct {
+	// Dir is relative to the config file's directory.
+	Dir           string `yaml:"dir"`
+	DefaultLocale string `yaml:"default_locale"`
 }
 
 // ProviderConfig is one named provider.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"edgerelay/relay"
 	"edgerelay/schedule"
 	"edgerelay/sources"
+	"edgerelay/templates"
 )
 
 // Defaults of the keys that are refused at zero: the message says what
@@ -101,7 +103,35 @@ func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
 	c.jobs()
 	c.tail()
 	c.api()
+	c.templates()
 	return c.problems
+}
+
+// templates loads and compiles every message template: a file that does
+// not parse is named with its line.
+func (c *checker) templates() {
+	tc := c.cfg.Templates
+	at := keyPath{"templates"}
+	if tc.Dir == "" {
+		if tc.DefaultLocale != "" {
+			c.add(at.with("default_locale"), "default_locale needs templates.dir (the directory of the templates)")
+		}
+		return
+	}
+	dir := tc.Dir
+	if !filepath.IsAbs(dir) && c.cfg.path != "" {
+		dir = filepath.Join(filepath.Dir(c.cfg.path), dir)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		c.add(at.with("dir"), "%s is not a directory (relative to the config file's)", dir)
+		return
+	}
+	set, err := templates.LoadDir(dir, tc.DefaultLocale)
+	if err != nil {
+		c.add(at.with("dir"), "%v", err)
+		return
+	}
+	c.cfg.templates = set
 }
 
 // add records a problem at a place; the line is the key's, or its

@@ -166,7 +166,7 @@ func TestConfigProblemsOneByOne(t *testing.T) {
 		{"unknown top-level key", "db: ./x.db\nrotues:\n  email: log://stdout\n",
 			"line 2: unknown key `rotues` (did you mean `routes`?)"},
 		{"unknown key, nothing close", "colour: blue\n",
-			"line 1: unknown key `colour` (known here: api, categories, channels, db, dispatch, jobs, limits, providers, retry, routes, suppression, tail, tenant_categories, tenants, types)"},
+			"line 1: unknown key `colour` (known here: api, categories, channels, db, dispatch, jobs, limits, providers, retry, routes, suppression, tail, templates, tenant_categories, tenants, types)"},
 		{"unknown nested key", "providers:\n  p:\n    url: log://stderr\n    concurency: 2\n",
 			"line 4 (providers.p): unknown key `concurency` (did you mean `concurrency`?)"},
 		{"unknown key in a job's digest", "jobs:\n  d:\n    schedule: '@daily'\n    digest: {audience: all, channel: email, max_item: 5}\n",

@@ -26,6 +26,12 @@ require (
 	golang.org/x/net v0.59.0 // serve --max-conns: netutil.LimitListener caps open connections (the version prometheus already selects); the smtp provider: html, to write a text part from HTML
 )
 
+// templates: the recipient's locale in messages
+require (
+	github.com/bojanz/currency v1.4.2 // amounts formatted exactly (decimal strings, not floats) with CLDR's currency patterns per locale
+	github.com/go-playground/locales v0.14.1 // CLDR's date, time and number formats per locale (templates/locales_gen.go lists them all)
+)
+
 require github.com/jackc/pgx/v5 v5.13.0 // the PostgreSQL store: the maintained pure-Go driver (pool, batches, the simple protocol PgBouncer needs); the newest the proxy served
 
 require github.com/go-sql-driver/mysql v1.10.1 // tail of MySQL/MariaDB outboxes (sources/mysql.go): the maintained pure-Go database/sql driver, no cgo
@@ -37,6 +43,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/cockroachdb/apd/v3 v3.2.1 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect

@@ -122,6 +122,7 @@ Typical use:
 			feedCommand(),
 			tokenCommand(),
 			configCommand(),
+			templateCommand(),
 			cronCommand(),
 			pruneCommand(),
 			backupCommand(),

@@ -79,6 +79,9 @@ func (rl *reloader) reload() {
 	}
 	oldTokens, newTokens := configTokenHashes(rl.cur.cfg), configTokenHashes(next.cfg)
 	rl.api.SetTokenHashes(newTokens)
+	// Events accepted from now on render with the new templates; those
+	// accepted already keep the messages rendered then.
+	rl.r.SetTemplates(next.opts.Templates)
 
 	added, removed, changed := diffRoutes(rl.cur, next)
 	attrs := []any{"config", path,
@@ -216,7 +219,7 @@ func diffLimits(old, nu map[string]relay.Limit) []string {
 
 // reloaded are the config keys a reload applies; every other key that
 // changed needs a restart.
-var reloaded = map[string]bool{"providers": true, "routes": true, "tenants": true}
+var reloaded = map[string]bool{"providers": true, "routes": true, "tenants": true, "templates": true}
 
 // needsRestart lists the config keys that changed and that a reload does
 // not apply, one level deep ("api.listen", "jobs").

@@ -146,6 +146,7 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		Delivery: map[string]relay.Mode{},
 		Workers:  cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
 		HardBounceTTL: time.Duration(cfg.Suppression.HardBounceTTL), SoftBounceTTL: time.Duration(cfg.Suppression.SoftBounceTTL),
+		Templates: cfg.templates,
 	}
 	if opts.HardBounceTTL == 0 {
 		opts.HardBounceTTL = time.Duration(cfg.Dispatch.InvalidAddressTTL) // its old name

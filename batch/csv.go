@@ -359,6 +359,10 @@ func (b *Reader) csvEvent(rec []string) (relay.Event, error) {
 			to.DeviceToken = v
 		case "url":
 			to.URL = v
+		case "locale":
+			to.Locale = v
+		case "timezone":
+			to.Timezone = v
 		case "channels":
 			ev.Channels = strings.Fields(v)
 		case "subject":

@@ -34,7 +34,7 @@ const (
 // empty cell is an absent field. channels is space-separated ("email sms");
 // data is a JSON object.
 var CSVColumns = []string{"id", "type", "purpose", "tenant", "recipient_id", "email", "phone",
-	"device_token", "url", "channels", "subject", "body", "html", "data"}
+	"device_token", "url", "locale", "timezone", "channels", "subject", "body", "html", "data"}
 
 var requiredCSVColumns = []string{"id", "type", "recipient_id"}
 

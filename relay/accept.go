@@ -151,7 +151,23 @@ func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store
 	if err := r.checkRoutes(ev); err != nil {
 		return store.NewEvent{}, nil, err
 	}
-	return ev.record()
+	rec, targets, err := ev.record()
+	if err != nil {
+		return rec, targets, err
+	}
+	set := r.templates.Load()
+	if name := templateName(set, ev); name != "" {
+		srcs, err := renderTargets(set, name, ev, targets)
+		if err != nil {
+			return store.NewEvent{}, nil, err
+		}
+		// The fingerprint stays that of the event as submitted: a resend
+		// after a template changed is still a duplicate.
+		if rec.Payload, err = json.Marshal(payloadWithTemplates{Event: *ev, Templates: srcs, DefaultLocale: set.DefaultLocale()}); err != nil {
+			return store.NewEvent{}, nil, err
+		}
+	}
+	return rec, targets, nil
 }
 
 // accepted finishes an accept once its first chunk is durable: the rest of
@@ -260,6 +276,10 @@ func (r *Relay) finishEvent(ctx context.Context, u store.Unexpanded) error {
 		why = "its stored payload no longer decodes: " + err.Error()
 	} else if ts := ev.targets(); len(ts) != u.Targets {
 		why = fmt.Sprintf("its stored payload gives %d notifications, but it was accepted with %d", len(ts), u.Targets)
+	} else if set, name, err := storedTemplates(u.Payload); err != nil {
+		why = "its stored templates no longer compile: " + err.Error()
+	} else if _, err := renderIfTemplated(set, name, &ev, ts[min(u.Expanded, len(ts)):]); err != nil {
+		why = "rendering the rest from its stored templates failed: " + err.Error()
 	} else {
 		r.log.Info("finishing fan-out", "event", u.EventID, "tenant", u.Tenant, "done", u.Expanded, "of", u.Targets)
 		err := r.expand(ctx, u.EventRow, u.Expanded, ts)

@@ -12,10 +12,12 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"edgerelay/store"
+	"edgerelay/templates"
 )
 
 // Event is the unit of input: something happened in a source system, and
@@ -60,6 +62,11 @@ type Recipient struct {
 	// Addresses holds addresses for any other channel ("chat": "#ops"),
 	// and overrides the fields above.
 	Addresses map[string]string `json:"addresses,omitempty"`
+	// Locale (BCP 47: de-AT) chooses the translation of a template (de-AT,
+	// then de, then the default) and formats its dates and numbers;
+	// Timezone (IANA: Europe/Vienna) its dates and times.
+	Locale   string `json:"locale,omitempty"`
+	Timezone string `json:"timezone,omitempty"`
 }
 
 // standardChannels are the channels with an address field of their own, in
@@ -282,6 +289,14 @@ func (ev *Event) Normalize(maxRecipients int) error {
 			return invalid(f+".id", "%q appears twice (also recipients[%d])", r.ID, j)
 		}
 		seen[r.ID] = i
+		if r.Locale != "" && !templates.ValidLocale(r.Locale) {
+			return invalid(f+".locale", "%q is not a BCP 47 language tag (en, de-AT)", r.Locale)
+		}
+		if r.Timezone != "" {
+			if _, err := time.LoadLocation(r.Timezone); err != nil || r.Timezone == "Local" {
+				return invalid(f+".timezone", "%q is not an IANA time zone (Europe/Vienna, UTC)", r.Timezone)
+			}
+		}
 		for c := range r.Addresses {
 			if !channelRE.MatchString(c) {
 				return invalid(f+".addresses", "%q is not a channel name", c)
@@ -375,6 +390,8 @@ type message struct {
 	Body    string          `json:"body,omitempty"`
 	HTML    string          `json:"html,omitempty"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Template is set on a message rendered from a template.
+	Template *TemplateUsed `json:"template,omitempty"`
 }
 
 // Rows returns what Accept would write for ev, an event with its

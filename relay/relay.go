@@ -14,6 +14,7 @@ import (
 	"edgerelay/store"
 	"edgerelay/store/postgres"
 	"edgerelay/store/sqlite"
+	"edgerelay/templates"
 )
 
 // Mode is what a notification type does after an unknown outcome from a
@@ -158,6 +159,9 @@ type Options struct {
 	// Idempotency-Key holds the key (a repeat meanwhile is told it is in
 	// progress); a crashed process's hold lapses then. Default 60 s.
 	RequestHold time.Duration
+	// Templates render the messages of events that carry no subject or
+	// body of their own (SetTemplates replaces them).
+	Templates *templates.Set
 }
 
 // Observer is told what the relay does, for metrics. Calls must be cheap
@@ -185,6 +189,9 @@ type Relay struct {
 	// expandFailures counts, per event row, sweeps in a row that failed to
 	// write its fan-out.
 	expandFailures sync.Map
+
+	// templates render messages at accept (nil: none).
+	templates atomic.Pointer[templates.Set]
 
 	mu sync.Mutex
 	d  *dispatcher // while started
@@ -276,6 +283,7 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		opts: opts, store: st, hooks: opts.Hooks, holder: holderID(), log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
 	}
+	r.templates.Store(opts.Templates)
 	if !opts.ReadOnly {
 		// The key of the API's ids is made now, on a new database, rather
 		// than by the first request, whose one commit it would double. A

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,6 +29,9 @@ type Target struct {
 	// AddressKey is the address as the suppression list keys it
 	// (normalised for its channel), when that is not Address itself.
 	AddressKey string
+	// Message, if set, is this notification's own message (rendered from
+	// a template for its recipient), sent instead of the event's.
+	Message []byte
 }
 
 // Accepted says what AcceptEvent did.
@@ -344,8 +348,12 @@ type Notification struct {
 	Reason            string     `json:"reason,omitempty"`
 	CreatedAt         time.Time  `json:"created_at"`
 	UpdatedAt         time.Time  `json:"updated_at"`
-	AttemptLog        []Attempt  `json:"attempt_log"`
-	Receipts          []Receipt  `json:"receipts,omitempty"`
+	// Message is what the notification sends, as stored at accept: its own
+	// (rendered from a template, with the template's name, version and
+	// locale) or its event's.
+	Message    json.RawMessage `json:"message,omitempty"`
+	AttemptLog []Attempt       `json:"attempt_log"`
+	Receipts   []Receipt       `json:"receipts,omitempty"`
 	// Quarantine, when set, says the fan-out of this notification's event
 	// is quarantined: why, and since when.
 	Quarantine *QuarantinedEvent `json:"event_quarantined,omitempty"`

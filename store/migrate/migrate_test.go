@@ -293,6 +293,9 @@ func TestSequencesPastPrunedIDs(t *testing.T) {
 	addEvent(t, db, "e3", "sending", time.Now().Add(-time.Minute).UnixMilli())
 	addEvent(t, db, "e4", "sent", nil)
 	exec(t, db, "INSERT INTO leases (name, holder, until) VALUES ('schedules', 'box/42/ab', ?)", time.Now().Add(-time.Minute).UnixMilli())
+	// A notification's own message (rendered from a template at accept)
+	// moves with it, byte for byte; one without stays without.
+	exec(t, db, "UPDATE notifications SET message = ? WHERE key = 'k-e2'", []byte(`{"subject":"Ihre Quittung","template":{"name":"receipt","version":"ab12","locale":"de"}}`))
 	exec(t, db, "DELETE FROM notifications WHERE event = 4") // pruned: the largest ids are gone
 	exec(t, db, "DELETE FROM events WHERE id = 4")
 	sum := fileSum(t, path)
@@ -344,6 +347,11 @@ func TestSequencesPastPrunedIDs(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), `INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, created_at)
 		VALUES ('default', 'new', 'p', 't', '{}', '{}', 'x', 0, 0) RETURNING id`).Scan(&id); err != nil || id != 5 {
 		t.Fatalf("a new event got id %d (%v), want 5 (4 was the pruned event's)", id, err)
+	}
+	var own, none []byte
+	if err := conn.QueryRow(t.Context(), "SELECT (SELECT message FROM notifications WHERE key = 'k-e2'), (SELECT message FROM notifications WHERE key = 'k-e1')").Scan(&own, &none); err != nil ||
+		string(own) != `{"subject":"Ihre Quittung","template":{"name":"receipt","version":"ab12","locale":"de"}}` || none != nil {
+		t.Fatalf("notification messages moved as %q and %q (%v)", own, none, err)
 	}
 	var leases int
 	conn.QueryRow(t.Context(), "SELECT count(*) FROM leases").Scan(&leases)

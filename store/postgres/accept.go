@@ -149,17 +149,19 @@ func insertTargets(ctx context.Context, tx pgx.Tx, eventRow int64, tenant, typ s
 	keys, seqs, rcpts, chans, addrs := make([]string, len(chunk)), make([]int64, len(chunk)), make([]string, len(chunk)),
 		make([]string, len(chunk)), make([]string, len(chunk))
 	addrKeys := make([]*string, len(chunk)) // NULL where the address is its own key
+	msgs := make([][]byte, len(chunk))      // nil: NULL, the event's message
 	for i, tg := range chunk {
 		keys[i], seqs[i], rcpts[i], chans[i], addrs[i] = tg.Key, int64(from+i), tg.Recipient, tg.Channel, tg.Address
 		addrKeys[i] = strPtr(tg.AddressKey)
+		msgs[i] = tg.Message
 	}
 	rows, err := tx.Query(ctx, `INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address, address_key,
-			next_attempt_at, cycle_started_at, created_at, updated_at)
-		SELECT t.key, $1, t.seq, $2, $3, t.recipient, t.channel, t.address, t.address_key, $4, $4, $4, $4
-		FROM unnest($5::text[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[]) AS t (key, seq, recipient, channel, address, address_key)
+			next_attempt_at, cycle_started_at, created_at, updated_at, message)
+		SELECT t.key, $1, t.seq, $2, $3, t.recipient, t.channel, t.address, t.address_key, $4, $4, $4, $4, t.message
+		FROM unnest($5::text[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[]) AS t (key, seq, recipient, channel, address, address_key, message)
 		ORDER BY t.seq
 		ON CONFLICT DO NOTHING
-		RETURNING id, seq`, eventRow, tenant, typ, ms(now), keys, seqs, rcpts, chans, addrs, addrKeys)
+		RETURNING id, seq`, eventRow, tenant, typ, ms(now), keys, seqs, rcpts, chans, addrs, addrKeys, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("insert notifications of event %d: %w", eventRow, err)
 	}

@@ -63,7 +63,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 				FROM due WHERE n.id = due.id
 				RETURNING n.*
 			)
-			SELECT `+claimedCols+`, e.message FROM claimed n JOIN events e ON e.id = n.event
+			SELECT `+claimedCols+`, coalesce(n.message, e.message) FROM claimed n JOIN events e ON e.id = n.event
 			ORDER BY n.next_attempt_at, n.id`, args...)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"edgerelay/store"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -65,6 +66,14 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 		}
 		if n.AttemptLog, err = attempts(ctx, q, n.ID); err != nil {
 			return err
+		}
+		var msg []byte
+		if err := q.QueryRow(ctx, `SELECT coalesce(n.message, e.message) FROM notifications n JOIN events e ON e.id = n.event
+			WHERE n.id = $1`, n.ID).Scan(&msg); err != nil {
+			return fmt.Errorf("read notification message: %w", err)
+		}
+		if json.Valid(msg) {
+			n.Message = msg
 		}
 		qe, err := scanQuarantined(q.QueryRow(ctx, `SELECT `+quarantinedCols+` FROM events
 			WHERE id = (SELECT event FROM notifications WHERE id = $1) AND quarantined_at IS NOT NULL`, n.ID))

@@ -144,12 +144,12 @@ const insertRows = 100
 func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk []store.Target, now time.Time) (map[int]int64, error) {
 	t := ms(now)
 	ids := make(map[int]int64, len(chunk))
-	args := make([]any, 0, min(len(chunk), insertRows)*13)
+	args := make([]any, 0, min(len(chunk), insertRows)*14)
 	for i := 0; i < len(chunk); i += insertRows {
 		rows := chunk[i:min(i+insertRows, len(chunk))]
 		args = args[:0]
 		for j, tg := range rows {
-			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, nullStr(tg.AddressKey), t, t, t, t)
+			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, nullStr(tg.AddressKey), t, t, t, t, tg.Message)
 		}
 		if len(rows) == 1 {
 			// One row (the usual event): last_insert_rowid() names it, and
@@ -196,8 +196,8 @@ var insertOneNotification = insertNotifications(1)
 // NOTHING makes a chunk written twice (after a crash) add nothing.
 func insertNotifications(n int) string {
 	return `INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address, address_key,
-			next_attempt_at, cycle_started_at, created_at, updated_at)
-		VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ") + `
+			next_attempt_at, cycle_started_at, created_at, updated_at, message)
+		VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ") + `
 		ON CONFLICT DO NOTHING`
 }
 

@@ -24,14 +24,14 @@ const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, a
 		FROM suppressions s
 		WHERE s.tenant = notifications.tenant AND s.channel = notifications.channel
 		  AND s.address = coalesce(notifications.address_key, notifications.address)
-		  AND (s.expires_at IS NULL OR s.expires_at > ?1))`
+		  AND (s.expires_at IS NULL OR s.expires_at > ?1)), message`
 
 func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 	var c store.Claimed
 	var cycle, claimed, lease, created int64
 	var entry sql.NullString
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &entry)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &entry, &c.Message)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
 	if err == nil && entry.Valid {
 		var e suppressionJSON
@@ -151,7 +151,10 @@ func attachMessages(tx *Tx, cs []store.Claimed) error {
 		if e.id == "" {
 			return fmt.Errorf("read event %d: %w", cs[i].EventRow, sql.ErrNoRows)
 		}
-		cs[i].EventID, cs[i].Purpose, cs[i].Message = e.id, e.purpose, e.msg
+		cs[i].EventID, cs[i].Purpose = e.id, e.purpose
+		if cs[i].Message == nil { // a message of its own (rendered at accept) wins
+			cs[i].Message = e.msg
+		}
 	}
 	return nil
 }

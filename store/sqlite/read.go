@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/store"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -54,6 +55,14 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	}
 	if n.AttemptLog, err = s.attempts(ctx, n.ID); err != nil {
 		return n, err
+	}
+	var msg []byte
+	if err := s.rdb.QueryRowContext(ctx, `SELECT coalesce(n.message, e.message) FROM notifications n JOIN events e ON e.id = n.event
+		WHERE n.id = ?`, n.ID).Scan(&msg); err != nil {
+		return n, fmt.Errorf("read notification message: %w", err)
+	}
+	if json.Valid(msg) {
+		n.Message = msg
 	}
 	q, err := scanQuarantined(s.rdb.QueryRowContext(ctx, `SELECT `+quarantinedCols+` FROM events
 		WHERE id = (SELECT event FROM notifications WHERE id = ?) AND quarantined_at IS NOT NULL`, n.ID))

@@ -28,6 +28,7 @@ func events(t *testing.T, open opener) {
 		{name: "EventRowByIdentity", run: testEventRow},
 		{name: "EventRowsOfAnID", run: testEventRows},
 		{name: "KeysAreUnique", run: testKeysUnique},
+		{name: "OwnMessageIsClaimedAndReadAsStored", run: testOwnMessage},
 	})
 }
 

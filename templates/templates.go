@@ -1,0 +1,339 @@
+package templates
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	htmltemplate "html/template"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+	texttemplate "text/template"
+	"time"
+)
+
+// Limits on one rendering. A part longer than MaxPartBytes, or a rendering
+// that runs past MaxRenderTime (checked at every write and helper call),
+// is an error, not a truncated message.
+const (
+	MaxPartBytes  = 64 << 10
+	MaxRenderTime = 2 * time.Second
+)
+
+// channelParts are the parts each channel's template has, in the order
+// they are rendered. A channel not listed has a text part.
+var channelParts = map[string][]string{
+	"email":   {"subject", "text", "html"},
+	"sms":     {"text"},
+	"push":    {"title", "body", "data"},
+	"chat":    {"text"},
+	"webhook": {"body"},
+}
+
+// Parts returns the parts a template for channel may have.
+func Parts(channel string) []string {
+	if p, ok := channelParts[channel]; ok {
+		return p
+	}
+	return []string{"text"}
+}
+
+// required says which part a channel's template must have (any one of a
+// group).
+func required(channel string) [][]string {
+	switch channel {
+	case "email":
+		return [][]string{{"subject"}, {"text", "html"}}
+	case "push":
+		return [][]string{{"title", "body"}}
+	case "webhook":
+		return [][]string{{"body"}}
+	}
+	return [][]string{{"text"}}
+}
+
+// Source is one template as written: a notification type's (or purpose's)
+// message on one channel in one locale.
+type Source struct {
+	// Tenant is the tenant whose own template this is; "" for every
+	// tenant's.
+	Tenant  string            `json:"tenant,omitempty"`
+	Name    string            `json:"name"`
+	Channel string            `json:"channel"`
+	Locale  string            `json:"locale"`
+	Parts   map[string]string `json:"parts"`
+	// Files names each part's file, for errors; parts without one are
+	// called NAME/LOCALE/CHANNEL.PART.
+	Files map[string]string `json:"-"`
+}
+
+// Template is a compiled Source.
+type Template struct {
+	src     Source
+	version string
+	text    map[string]*texttemplate.Template
+	html    *htmltemplate.Template
+}
+
+var (
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$`)
+	channelRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	localeRE  = regexp.MustCompile(`^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$`)
+	tenantRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+)
+
+// ValidLocale reports whether s has the shape of a BCP 47 tag (de, de-AT,
+// zh-Hant-TW).
+func ValidLocale(s string) bool { return len(s) <= 35 && localeRE.MatchString(s) }
+
+// Compile parses every part of src. A parse error names the part's file
+// and line.
+func Compile(src Source) (*Template, error) {
+	switch {
+	case src.Tenant != "" && !tenantRE.MatchString(src.Tenant):
+		return nil, fmt.Errorf("template %s: tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", src.Name, src.Tenant)
+	case !nameRE.MatchString(src.Name):
+		return nil, fmt.Errorf("template name %q: use letters, digits, '.', '_', ':' or '-' (a notification type or purpose)", src.Name)
+	case !channelRE.MatchString(src.Channel):
+		return nil, fmt.Errorf("template %s: channel %q is not a channel name", src.Name, src.Channel)
+	case !ValidLocale(src.Locale):
+		return nil, fmt.Errorf("template %s: locale %q is not a BCP 47 tag (en, de-AT)", src.Name, src.Locale)
+	}
+	t := &Template{src: src, text: map[string]*texttemplate.Template{}}
+	allowed := Parts(src.Channel)
+	names := make([]string, 0, len(src.Parts))
+	for p := range src.Parts {
+		if !contains(allowed, p) {
+			return nil, fmt.Errorf("%s: a %s template has no part %q (its parts: %s)", t.file(p), src.Channel, p, strings.Join(allowed, ", "))
+		}
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, group := range required(src.Channel) {
+		ok := false
+		for _, p := range group {
+			ok = ok || src.Parts[p] != ""
+		}
+		if !ok {
+			return nil, fmt.Errorf("template %s/%s/%s: needs a %s part", src.Name, src.Locale, src.Channel, strings.Join(group, " or "))
+		}
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s%d:%s%d:%s", len(src.Tenant), src.Tenant, len(src.Name), src.Name, len(src.Channel), src.Channel, len(src.Locale), src.Locale)
+	for _, p := range names {
+		body := src.Parts[p]
+		fmt.Fprintf(h, "%d:%s%d:%s", len(p), p, len(body), body)
+		var err error
+		if p == "html" {
+			t.html, err = htmltemplate.New(t.file(p)).Option("missingkey=error").Funcs(htmltemplate.FuncMap(placeholderFuncs)).Parse(body)
+		} else {
+			t.text[p], err = texttemplate.New(t.file(p)).Option("missingkey=error").Funcs(placeholderFuncs).Parse(body)
+		}
+		if err != nil {
+			return nil, parseError(err)
+		}
+	}
+	t.version = hex.EncodeToString(h.Sum(nil)[:6])
+	return t, nil
+}
+
+// parseError drops text/template's "template: " prefix: the message
+// starts with the file and line.
+func parseError(err error) error {
+	return errors.New(strings.TrimPrefix(err.Error(), "template: "))
+}
+
+func (t *Template) file(part string) string {
+	if f := t.src.Files[part]; f != "" {
+		return f
+	}
+	if t.src.Tenant != "" {
+		return "@" + t.src.Tenant + "/" + t.src.Name + "/" + t.src.Locale + "/" + t.src.Channel + "." + part
+	}
+	return t.src.Name + "/" + t.src.Locale + "/" + t.src.Channel + "." + part
+}
+
+// Version names the template's content: any change to any part makes a
+// new version.
+func (t *Template) Version() string { return t.version }
+
+// Source returns what the template was compiled from.
+func (t *Template) Source() Source { return t.src }
+
+// Input is what one rendering sees: the event's data and identity, and the
+// recipient with its locale and time zone.
+type Input struct {
+	Data      json.RawMessage
+	Event     map[string]string // id, type, purpose, tenant
+	Recipient map[string]any    // id, address, locale, timezone
+	// Locale and TimeZone format dates, numbers and amounts; "" is the
+	// template's locale and UTC.
+	Locale, TimeZone string
+}
+
+// Output is a rendered message, in the fields a provider sends.
+type Output struct {
+	Subject string          `json:"subject,omitempty"` // email subject, push title
+	Body    string          `json:"body,omitempty"`    // email and SMS text, push body, chat text
+	HTML    string          `json:"html,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"` // push data, webhook body
+}
+
+// RenderError is a rendering that failed: it names the template, and
+// text/template's message names the file, line and field.
+type RenderError struct {
+	Name, Channel, Locale, Version string
+	Err                            error
+}
+
+func (e *RenderError) Error() string {
+	return fmt.Sprintf("template %q (%s, %s, version %s): %s", e.Name, e.Channel, e.Locale, e.Version,
+		strings.TrimPrefix(e.Err.Error(), "template: "))
+}
+
+func (e *RenderError) Unwrap() error { return e.Err }
+
+// ErrTooLong and ErrTooSlow are the limits of one rendering.
+var (
+	ErrTooLong = fmt.Errorf("output longer than %d bytes", MaxPartBytes)
+	ErrTooSlow = fmt.Errorf("rendering took longer than %s", MaxRenderTime)
+)
+
+// Render renders every part of t for in. The same t and in give the same
+// bytes.
+func (t *Template) Render(in Input) (Output, error) {
+	fail := func(err error) (Output, error) {
+		return Output{}, &RenderError{Name: t.src.Name, Channel: t.src.Channel, Locale: t.src.Locale, Version: t.version, Err: err}
+	}
+	data, err := decodeData(in.Data)
+	if err != nil {
+		return fail(fmt.Errorf("data: %v", err))
+	}
+	rec := map[string]any{}
+	for k, v := range in.Recipient {
+		rec[k] = v
+	}
+	ev := map[string]any{}
+	for k, v := range in.Event {
+		ev[k] = v
+	}
+	locale := in.Locale
+	if locale == "" {
+		locale = t.src.Locale
+	}
+	loc := time.UTC
+	if in.TimeZone != "" {
+		if loc, err = time.LoadLocation(in.TimeZone); err != nil {
+			return fail(fmt.Errorf("time zone %q: %v", in.TimeZone, err))
+		}
+	}
+	root := map[string]any{"data": data, "recipient": rec, "event": ev, "locale": locale}
+	deadline := time.Now().Add(MaxRenderTime)
+	fm := helpers(locale, loc, deadline)
+	var out Output
+	for _, p := range Parts(t.src.Channel) {
+		if _, ok := t.src.Parts[p]; !ok {
+			continue
+		}
+		w := &limitWriter{deadline: deadline}
+		if p == "html" {
+			c, err := t.html.Clone()
+			if err != nil {
+				return fail(err)
+			}
+			err = c.Funcs(htmltemplate.FuncMap(fm)).Execute(w, root)
+			if err != nil {
+				return fail(err)
+			}
+		} else {
+			c, err := t.text[p].Clone()
+			if err != nil {
+				return fail(err)
+			}
+			if err := c.Funcs(fm).Execute(w, root); err != nil {
+				return fail(err)
+			}
+		}
+		s := w.buf.String()
+		switch {
+		case p == "subject" || p == "title":
+			// A header or a title is one line: the line breaks a template's
+			// layout leaves become spaces.
+			out.Subject = strings.Join(strings.Fields(s), " ")
+		case p == "html":
+			out.HTML = s
+		case p == "data" || (p == "body" && t.src.Channel == "webhook"):
+			var v any
+			if err := json.Unmarshal([]byte(s), &v); err != nil {
+				return fail(fmt.Errorf("%s: the %s part is not JSON: %v", t.file(p), p, err))
+			}
+			out.Data = json.RawMessage(bytes.TrimSpace([]byte(s)))
+		default:
+			out.Body = s
+		}
+	}
+	return out, nil
+}
+
+// decodeData decodes an event's data with numbers as written (json.Number)
+// and every null as "": a field that is there but null prints as nothing
+// rather than "<no value>"; a field that is not there is still an error.
+func decodeData(raw json.RawMessage) (any, error) {
+	if len(raw) == 0 {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return nullsToEmpty(v), nil
+}
+
+func nullsToEmpty(v any) any {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case map[string]any:
+		for k, e := range x {
+			x[k] = nullsToEmpty(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = nullsToEmpty(e)
+		}
+	}
+	return v
+}
+
+// limitWriter bounds a part's output and the rendering's time.
+type limitWriter struct {
+	buf      bytes.Buffer
+	deadline time.Time
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	if w.buf.Len()+len(p) > MaxPartBytes {
+		return 0, ErrTooLong
+	}
+	if time.Now().After(w.deadline) {
+		return 0, ErrTooSlow
+	}
+	return w.buf.Write(p)
+}
+
+var _ io.Writer = (*limitWriter)(nil)
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,162 @@
+package templates
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func receiptSet(t *testing.T) *Set {
+	t.Helper()
+	dir := t.TempDir()
+	write(t, dir, map[string]string{
+		"receipt/en/email.subject.tmpl": "Your receipt, {{.data.name}}",
+		"receipt/en/email.html.tmpl":    "<p>Paid {{currency .data.amount .data.currency}} on {{date .data.paid_at \"long\"}}</p>\n<p>{{.data.note}}</p>",
+		"receipt/de/email.subject.tmpl": "Ihre Quittung, {{.data.name}}",
+		"receipt/de/email.text.tmpl":    "Bezahlt: {{currency .data.amount .data.currency}} am {{date .data.paid_at \"long\"}} um {{time .data.paid_at}}, {{number .data.items}} Posten",
+		"receipt/en/sms.text.tmpl":      "Paid {{.data.amount}}",
+	})
+	s, err := LoadDir(dir, "en")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRenderLocalised(t *testing.T) {
+	t.Parallel()
+	s := receiptSet(t)
+	data := json.RawMessage(`{"name":"Ada","amount":"1234.5","currency":"EUR","paid_at":"2026-03-01T23:30:00Z","items":12345,"note":"<script>x</script>"}`)
+	de, ok := s.Lookup("", "receipt", "email", "de-AT")
+	if !ok || de.Source().Locale != "de" {
+		t.Fatalf("de-AT chose %v %v, want de", de, ok)
+	}
+	out, err := de.Render(Input{Data: data, Locale: "de-AT", TimeZone: "Europe/Vienna"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 23:30 UTC is 00:30 the next day in Vienna.
+	if want := "Bezahlt: €\u00a01.234,50 am 2. März 2026 um 00:30, 12\u00a0345 Posten"; out.Body != want {
+		t.Errorf("de body %q, want %q", out.Body, want)
+	}
+	en, ok := s.Lookup("", "receipt", "email", "fr")
+	if !ok || en.Source().Locale != "en" {
+		t.Fatalf("fr fell back to %v, want en", en)
+	}
+	out, err = en.Render(Input{Data: data, Locale: "en-US"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Subject != "Your receipt, Ada" || !strings.Contains(out.HTML, "€1,234.50 on March 1, 2026") || !strings.Contains(out.HTML, "&lt;script&gt;") {
+		t.Errorf("en: %+v", out)
+	}
+	again, _ := en.Render(Input{Data: data, Locale: "en-US"})
+	if again.Subject != out.Subject || again.HTML != out.HTML || again.Body != out.Body {
+		t.Error("two renderings differ")
+	}
+}
+
+func TestRenderMissingField(t *testing.T) {
+	t.Parallel()
+	s := receiptSet(t)
+	tpl, _ := s.Lookup("", "receipt", "email", "de")
+	_, err := tpl.Render(Input{Data: json.RawMessage(`{"amount":"1","currency":"EUR","paid_at":"2026-03-01T10:00:00Z","items":1}`)})
+	var re *RenderError
+	if !errors.As(err, &re) {
+		t.Fatalf("err %v, want a RenderError", err)
+	}
+	for _, want := range []string{`"receipt"`, "email.subject.tmpl:1:", `"name"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %s", err, want)
+		}
+	}
+}
+
+func TestLoadDirParseError(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"receipt/en/email.subject.tmpl": "ok", "receipt/en/email.text.tmpl": "line one\n{{.data.x"})
+	_, err := LoadDir(dir, "en")
+	if err == nil || !strings.Contains(err.Error(), "email.text.tmpl:2:") {
+		t.Fatalf("err %v, want the file and line 2", err)
+	}
+}
+
+// BenchmarkRenderEmail is one recipient's email (subject and HTML, two
+// helpers), as an accept renders it.
+func BenchmarkRenderEmail(b *testing.B) {
+	tpl, err := Compile(Source{Name: "receipt", Channel: "email", Locale: "de", Parts: map[string]string{
+		"subject": "Ihre Quittung, {{.data.name}}",
+		"html":    "<p>{{currency .data.amount .data.currency}} am {{date .data.paid_at \"long\"}}</p>",
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := Input{Data: json.RawMessage(`{"name":"Ben","amount":"1234.5","currency":"EUR","paid_at":"2026-03-01T23:30:00Z"}`),
+		Locale: "de-AT", TimeZone: "Europe/Vienna"}
+	for b.Loop() {
+		if _, err := tpl.Render(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A tenant's own template (DIR/@TENANT/…) wins over every tenant's in the
+// same locale; the language comes first: a tenant with only English still
+// sends German to a German recipient when every tenant's has German.
+func TestTenantTemplates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, dir, map[string]string{
+		"receipt/en/email.subject.tmpl":       "shared en",
+		"receipt/en/email.text.tmpl":          "x",
+		"receipt/de/email.subject.tmpl":       "shared de",
+		"receipt/de/email.text.tmpl":          "x",
+		"@acme/receipt/en/email.subject.tmpl": "acme en",
+		"@acme/receipt/en/email.text.tmpl":    "x",
+		"@acme/welcome/en/sms.text.tmpl":      "acme welcome",
+	})
+	s, err := LoadDir(dir, "en")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ tenant, name, locale, want string }{
+		{"acme", "receipt", "en-GB", "acme en"},
+		{"acme", "receipt", "", "acme en"},
+		{"acme", "receipt", "de-AT", "shared de"},
+		{"other", "receipt", "en", "shared en"},
+		{"acme", "welcome", "fr", "acme welcome"},
+	} {
+		ch := "email"
+		if c.name == "welcome" {
+			ch = "sms"
+		}
+		tpl, ok := s.Lookup(c.tenant, c.name, ch, c.locale)
+		if !ok {
+			t.Errorf("%+v: none", c)
+			continue
+		}
+		if src := tpl.Source(); src.Parts[Parts(ch)[0]] != c.want {
+			t.Errorf("%+v: chose %s/%s/%s", c, src.Tenant, src.Name, src.Locale)
+		}
+	}
+	if s.Has("other", "welcome") || !s.Has("acme", "welcome") {
+		t.Error("a tenant's own template is seen by another tenant")
+	}
+}
