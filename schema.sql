@@ -141,6 +141,11 @@ CREATE TABLE notifications (
     UNIQUE (event, seq)
 );
 
+CREATE TABLE provider_pauses (
+    provider TEXT    PRIMARY KEY,
+    until    INTEGER NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE receipts (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     provider     TEXT    NOT NULL,
