@@ -132,8 +132,9 @@ func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
 		if _, err := RunJob(ctx, r, j, last, RunOptions{Unfinished: true}); err != nil {
 			r.Log().Error("job run failed", "job", j.Name, "scheduled", last, "err", err)
 		}
-		// The runs that fell due while the lease moved.
-		for _, at := range handedOver(j.Schedule, last, r.Now(), r.FailoverBound()) {
+		// The runs that fell due while the lease moved (twice the bound: the
+		// takeover itself may come late in it).
+		for _, at := range handedOver(j.Schedule, last, r.Now(), 2*r.FailoverBound()) {
 			if _, err := RunJob(ctx, r, j, at, RunOptions{}); err != nil {
 				r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
 			}
