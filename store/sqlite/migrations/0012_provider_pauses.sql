@@ -1,4 +1,4 @@
--- 0009: the pauses providers asked for (Retry-After), for every process
+-- 0012: the pauses providers asked for (Retry-After), for every process
 -- that shares the database: one row per provider, the latest end kept.
 CREATE TABLE provider_pauses (
     provider TEXT    PRIMARY KEY,

@@ -1,7 +1,0 @@
--- 0009: the pauses providers asked for (Retry-After), for every node that
--- shares the database, as store/sqlite's 0009: one row per provider, the
--- latest end kept.
-CREATE TABLE provider_pauses (
-    provider text   PRIMARY KEY,
-    until    bigint NOT NULL
-);
