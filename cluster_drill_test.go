@@ -6,7 +6,9 @@ package main
 // provider while the driver SIGKILLs a random node (half the time the one
 // holding the schedules' lease) every second or two and restarts it on a
 // fresh port. A batch job runs @every 1s on whichever node holds the
-// schedules, so kills land on leaders with scheduled runs in flight. A
+// schedules, so kills land on leaders with scheduled runs in flight, and
+// the application commits an order with its outbox row every 50 ms, which
+// whichever node holds that tail's lease relays. A
 // client's event not answered 2xx is posted again to another live node,
 // same event id. After the load, the nodes stop (SIGTERM) and a final
 // `dispatch --until-idle` settles what the kills left.
@@ -18,8 +20,9 @@ package main
 // interrupted attempt; at-least-once notice: every extra delivery matched
 // by an attempt a kill interrupted). On top of those: every scheduled run
 // from the first to the last ran, once (its event exists once and was
-// delivered as its type says), and every lease a killed node held (the
-// schedules, the pruning of request keys) moved to a live node within the
+// delivered as its type says), every order's event was accepted once from
+// the outbox and delivered, and every lease a killed node held (the
+// schedules, the pruning of request keys, the tail) moved to a live node within the
 // failover bound (--leader-ttl × 4/3), as the driver saw it polling the
 // leases table.
 //
@@ -31,6 +34,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -114,8 +118,11 @@ type leaseChange struct {
 type cluster struct {
 	d    *drill
 	pg   *pgxpool.Pool // the driver's own: the leases and job_runs tables
+	app  *sql.DB       // the application with the tailed outbox
 	rng  *rand.Rand
 	load time.Duration
+
+	orders int // placed in the outbox so far
 
 	mu      sync.Mutex
 	nodes   [clusterNodes]*serveProc // nil while the node is down
@@ -139,6 +146,9 @@ func runClusterDrill(t *testing.T, bin string, honour bool, n int, load time.Dur
 	if honour {
 		idem = "honoured"
 	}
+	// The application whose outbox the nodes tail, one at a time.
+	outbox := filepath.Join(dir, "app.db")
+	app := tailApp(t, outbox)
 	ticks := filepath.Join(dir, "tick.jsonl")
 	if err := os.WriteFile(ticks, []byte(`{"id":"t","type":"`+drillNotice+`","channels":["email"],"recipients":[{"id":"tick","email":"tick@example.com"}],"subject":"tick","body":"b"}`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -163,7 +173,10 @@ jobs:
     schedule: "@every 1s"
     batch:
       file: %s
-`, hs.URL, idem, drillOTP, drillNotice, ticks)
+tail:
+  - source: "sqlite:%s"
+    poll: 20ms
+`, hs.URL, idem, drillOTP, drillNotice, ticks, outbox)
 	d := &drill{
 		t: t, bin: bin, dir: dir, db: db, config: filepath.Join(dir, "edgerelay.yaml"),
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), honour: honour, kills: map[string]int{},
@@ -200,7 +213,7 @@ jobs:
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	c := &cluster{d: d, pg: pg, rng: rand.New(rand.NewPCG(seed^1, seed^2)), load: load, posters: map[*serveProc]*poster{}}
+	c := &cluster{d: d, pg: pg, app: app, rng: rand.New(rand.NewPCG(seed^1, seed^2)), load: load, posters: map[*serveProc]*poster{}}
 
 	for i := range clusterNodes {
 		c.up(i)
@@ -213,6 +226,7 @@ jobs:
 	for range clusterWorkers {
 		loaders.Go(func() { c.post(interval, start.Add(load+60*time.Second)) })
 	}
+	loaders.Go(func() { c.placeOrders(start.Add(load)) })
 	c.killLoop(start.Add(load))
 	loaders.Wait()
 	if t.Failed() {
@@ -224,6 +238,7 @@ jobs:
 	// since the last kill are caught up, then a clean stop of every node.
 	lastKill := c.lastKill()
 	c.waitRun(lastKill.Add(2 * 2 * clusterTTL))
+	c.waitOrders()
 	stopWatch()
 	bg.Wait()
 	for i := range clusterNodes {
@@ -238,8 +253,9 @@ jobs:
 		t.Fatal(err)
 	}
 	defer st.Close()
-	runs, missed, tickKeys := c.verifyRuns(st, server)
-	d.verifyStore(st, server, time.Since(start), tickKeys)
+	runs, missed, others := c.verifyRuns(st, server)
+	c.verifyOrders(st, server, others)
+	d.verifyStore(st, server, time.Since(start), others)
 	c.verifyFailovers(runs, missed)
 }
 
@@ -349,6 +365,76 @@ func (c *cluster) post(interval time.Duration, deadline time.Time) {
 	d.mu.Unlock()
 	if left > 0 && !d.t.Failed() {
 		d.t.Errorf("%d events not acknowledged by a live node before the deadline", left)
+	}
+}
+
+// placeOrders commits an order with its outbox row every 50 ms until end.
+func (c *cluster) placeOrders(end time.Time) {
+	for time.Now().Before(end) && !c.d.t.Failed() {
+		if _, err := placeOrder(c.app, c.orders+1); err != nil {
+			c.d.t.Errorf("place order: %v", err)
+			return
+		}
+		c.orders++
+		time.Sleep(50 * time.Millisecond) // pacing: the application's own rate
+	}
+}
+
+// ordersIn counts the orders' events the nodes accepted from the outbox.
+func (c *cluster) ordersIn() int {
+	var n int
+	if err := c.pg.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE event_id LIKE 'ord\_%'`).Scan(&n); err != nil {
+		c.d.t.Fatal(err)
+	}
+	return n
+}
+
+// waitOrders waits until every order's event is in.
+func (c *cluster) waitOrders() {
+	deadline := time.Now().Add(30 * time.Second)
+	for c.ordersIn() < c.orders {
+		if time.Now().After(deadline) {
+			c.d.t.Fatalf("%d of %d orders relayed from the outbox within 30s", c.ordersIn(), c.orders)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the table
+	}
+}
+
+// verifyOrders checks that every order's event was accepted once, from the
+// outbox, and its notification delivered (exactly once with keys); it adds
+// their keys to keys.
+func (c *cluster) verifyOrders(st store.Store, server *sim.Server, keys map[string]bool) {
+	t := c.d.t
+	ctx := context.Background()
+	perKey := map[string]int{}
+	for _, dl := range server.Deliveries() {
+		perKey[dl.Key]++
+	}
+	if in := c.ordersIn(); in != c.orders {
+		t.Errorf("%d order events, want the %d orders placed, once each", in, c.orders)
+	}
+	for i := 1; i <= c.orders; i++ {
+		refs, err := st.EventRows(ctx, "default", fmt.Sprintf("ord_%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refs) != 1 {
+			t.Errorf("order %d: %d events, want 1", i, len(refs))
+			continue
+		}
+		notes, err := st.EventNotifications(ctx, refs[0].Row, -1, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range notes {
+			keys[n.Key] = true
+			switch got := perKey[n.Key]; {
+			case got == 0:
+				t.Errorf("order %d: notification %s never delivered", i, n.Key)
+			case got > 1 && c.d.honour:
+				t.Errorf("order %d: notification %s delivered %d times with keys honoured", i, n.Key, got)
+			}
+		}
 	}
 }
 
@@ -601,6 +687,6 @@ func (c *cluster) verifyFailovers(runs, missed int) {
 		t.Errorf("no kill hit the schedules' holder: the drill proves no failover")
 	}
 	t.Logf("cluster ledger: %d nodes, %d kills (%d of the schedules' holder); %d lease failovers, slowest %s (bound %s: --leader-ttl %s × 4/3); "+
-		"tick runs %d (one a second from the first to the last, each its one event), missed %d",
-		clusterNodes, len(c.kills), leaderKills, failovers, worst.Round(time.Millisecond), bound, clusterTTL, runs, missed)
+		"tick runs %d (one a second from the first to the last, each its one event), missed %d; orders tailed from the outbox %d, each one event",
+		clusterNodes, len(c.kills), leaderKills, failovers, worst.Round(time.Millisecond), bound, clusterTTL, runs, missed, c.orders)
 }
