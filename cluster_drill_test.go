@@ -690,3 +690,17 @@ func (c *cluster) verifyFailovers(runs, missed int) {
 		"tick runs %d (one a second from the first to the last, each its one event), missed %d; orders tailed from the outbox %d, each one event",
 		clusterNodes, len(c.kills), leaderKills, failovers, worst.Round(time.Millisecond), bound, clusterTTL, runs, missed, c.orders)
 }
+
+// A leader TTL too short to renew (every third of it) is a usage error,
+// said before anything opens.
+func TestServeLeaderTTLBelowASecondIsRefused(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "r.db")
+	r := runCLI(t, "", "serve", "--db", db, "--listen", "127.0.0.1:0", "--leader-ttl", "300ms")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--leader-ttl 300ms: want at least 1s") {
+		t.Fatalf("exit %d, stderr %q; want a usage error naming --leader-ttl", r.code, r.stderr)
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatalf("the database was opened (%v) before the flag was refused", err)
+	}
+}
