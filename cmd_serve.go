@@ -101,6 +101,12 @@ the running one stays. What a reload cannot change (listen addresses, the
 database, dispatch, retry and api settings, jobs, tails) is logged as
 needing a restart.
 
+Several serve on one database (PostgreSQL, or one file): every process serves
+the API and dispatches; the schedules, the pruning of request keys and each
+tail run on one process at a time, under a lease that another process takes
+over within --leader-ttl and a third of its holder's death. Provider limits
+(concurrency, rate) are per process; a Retry-After pause reaches them all.
+
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
 		Flags: commonFlags(
