@@ -122,6 +122,9 @@ func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
 	// This process has just taken the schedules over (at start, or from a
 	// process that died): it finishes what the last holder left, whatever
 	// the Missed policy, since a handover is not time nobody ran them.
+	// from is the last scheduled time handled: the schedule goes on from
+	// it, so a run that falls due while earlier ones run is run next.
+	from := r.Now()
 	last, ran, err := r.LastJobRun(ctx, j.Name)
 	if err != nil {
 		r.Log().Error("job: could not read its last run", "job", j.Name, "err", err)
@@ -134,7 +137,7 @@ func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
 		}
 		// The runs that fell due while the lease moved (twice the bound: the
 		// takeover itself may come late in it).
-		for _, at := range handedOver(j.Schedule, last, r.Now(), 2*r.FailoverBound()) {
+		for _, at := range handedOver(j.Schedule, last, from, 2*r.FailoverBound()) {
 			if _, err := RunJob(ctx, r, j, at, RunOptions{}); err != nil {
 				r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
 			}
@@ -145,13 +148,22 @@ func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
 			if _, err := RunJob(ctx, r, j, missed, RunOptions{}); err != nil {
 				r.Log().Error("job run failed", "job", j.Name, "scheduled", missed, "err", err)
 			}
+			if missed.After(from) {
+				from = missed
+			}
 		}
 	}
 	for {
-		next := j.Schedule.Next(r.Now())
+		next := j.Schedule.Next(from)
 		if next.IsZero() {
 			return
 		}
+		// More than one run behind (runs that take longer than the
+		// period): the latest due runs, the ones between are skipped.
+		if due, ok := j.Schedule.Prev(r.Now()); ok && due.After(next) {
+			next = due
+		}
+		from = next
 		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():

@@ -279,3 +279,50 @@ func TestTakeoverFinishesTheLastRunAndRunsTheHandedOverOnes(t *testing.T) {
 		t.Errorf("last run %s, want at least %s", last, time.Unix(until, 0))
 	}
 }
+
+// A run that falls due while the one before it still runs is run next,
+// late, not skipped (a takeover's catch-up runs, or one slow run, would
+// otherwise make the schedule lose the run due meanwhile).
+func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, relay.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var ran []int64
+	j := &Job{Name: "slow", Schedule: mustParse(t, "@every 1s", ""),
+		Run: func(_ context.Context, run store.JobRun) (Outcome, error) {
+			mu.Lock()
+			first := len(ran) == 0
+			ran = append(ran, run.ScheduledAt.Unix())
+			mu.Unlock()
+			if first {
+				time.Sleep(1500 * time.Millisecond) // the slow run: the next second falls due meanwhile
+			}
+			return Outcome{}, nil
+		}}
+	done := make(chan struct{})
+	go func() { RunSchedules(ctx, r, []*Job{j}); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(ran)
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs %v: want 3 within 10s", ran)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(ran); i++ {
+		if ran[i] != ran[i-1]+1 {
+			t.Fatalf("runs %v: want consecutive seconds (the one due during the slow run run next)", ran)
+		}
+	}
+}
