@@ -165,6 +165,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO suppressions (tenant, channel, address, reason, source, provider, detail, created_at) VALUES ('default', 'email', 'gone@example.com', 'hard_bounce', 'provider', 'email', '550 5.1.1', ` + jsonInt(now) + `)`,
 		`INSERT INTO suppressions (tenant, channel, address, reason, source, notification, created_at, expires_at) VALUES ('default', 'sms', '+15550100', 'soft_bounce', 'dsn', 1, ` + jsonInt(now) + `, ` + jsonInt(now+86400000) + `)`,
 		`INSERT INTO leases VALUES ('schedules', 'box/1/ab', ` + jsonInt(now-60000) + `)`,
+		`INSERT INTO provider_pauses VALUES ('resend', ` + jsonInt(now+3600000) + `)`,
 	} {
 		if _, err := lite.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)

@@ -77,6 +77,8 @@ var plan = []table{
 		// of its own is refused before this (checkTarget).
 		conflict: "UPDATE SET value = excluded.value, created_at = excluded.created_at WHERE settings.value <> excluded.value",
 		why:      "values made once per database: the key of the opaque ids the API shows (n_…, ev_…), so every id a client holds names the same notification or event on the nodes"},
+	{name: "provider_pauses", key: []string{"provider"}, raise: []string{"until"},
+		why: "a provider's Retry-After still in force: the nodes do not call it before it ends (the later end kept on a second run)"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }
 
