@@ -108,6 +108,12 @@ the running one stays. What a reload cannot change (listen addresses, the
 database, dispatch, retry and api settings, jobs, tails) is logged as
 needing a restart.
 
+Several serve on one database (PostgreSQL, or one file): every process serves
+the API and dispatches; the schedules, the pruning of request keys and each
+tail run on one process at a time, under a lease that another process takes
+over within --leader-ttl and a third of its holder's death. Provider limits
+(concurrency, rate) are per process; a Retry-After pause reaches them all.
+
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
 		Flags: commonFlags(
@@ -122,6 +128,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			&cli.IntFlag{Name: "max-conns", Value: 1024, EnvVars: []string{"EDGERELAY_MAX_CONNS"}, Usage: "most connections open at once; more wait in the kernel's accept queue"},
 			&cli.Int64Flag{Name: "shed-above", Value: defaultShedAbove, EnvVars: []string{"EDGERELAY_SHED_ABOVE"}, Usage: "refuse new events (503 overloaded, Retry-After) while more than this many notifications are due and unclaimed; 0: never"},
 			&cli.StringFlag{Name: "metrics-listen", EnvVars: []string{"EDGERELAY_METRICS_LISTEN"}, Usage: "serve GET /metrics without a token on this `ADDRESS` of its own (a private interface)"},
+			&cli.DurationFlag{Name: "leader-ttl", Value: 15 * time.Second, EnvVars: []string{"EDGERELAY_LEADER_TTL"},
+				Usage: "how long a process's hold on the schedules, the key pruning and each tail lasts unrenewed: another process takes over a dead one's within this and a third"},
 			&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
 		),
 		OnUsageError: usageErr,
@@ -195,6 +203,9 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return cli.Exit("--metrics-token: shorter than 16 characters", exitUsage)
 			}
 			opts.TokenHashes = configTokenHashes(s.cfg)
+			if s.opts.SingletonTTL = c.Duration("leader-ttl"); s.opts.SingletonTTL < time.Second {
+				return cli.Exit(fmt.Sprintf("--leader-ttl %s: want at least 1s (renewed every third of it), e.g. 15s", s.opts.SingletonTTL), exitUsage)
+			}
 
 			// Metrics observe the relay, so they exist before it opens.
 			metrics := api.NewMetrics()
@@ -248,19 +259,22 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			if err := r.Start(c.Context); err != nil {
 				return err
 			}
-			go handler.PruneLoop(c.Context, time.Minute)
 			go handler.ShedLoop(c.Context, time.Second)
 			jobs, err := s.cfg.serveJobs(r)
 			if err != nil {
 				return err
 			}
-			// Schedules and each tailed source run on one process at a time
-			// among those sharing the database (several serve on one
-			// PostgreSQL, or on one file): each under a lease that moves to a
-			// live process within about relay.Options.SingletonTTL (15 s) of
-			// its holder's death. A run or a row repeated by a takeover is
-			// the same run or event: nothing goes out twice.
+			// Schedules (the prune job among them), the pruning of request
+			// keys and each tailed source run on one process at a time among
+			// those sharing the database (several serve on one PostgreSQL, or
+			// on one file): each under a lease that moves to a live process
+			// within r.FailoverBound() (--leader-ttl and a third) of its
+			// holder's death. A run or a row repeated by a takeover is the
+			// same run or event: nothing goes out twice.
 			var background sync.WaitGroup
+			background.Go(func() {
+				r.Singly(c.Context, "prune-requests", func(ctx context.Context) { handler.PruneLoop(ctx, time.Minute) })
+			})
 			background.Go(func() {
 				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, jobs) })
 			})

@@ -177,6 +177,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO suppressions (tenant, channel, address, reason, source, notification, created_at, expires_at) VALUES ('default', 'sms', '+15550100', 'soft_bounce', 'dsn', 1, ` + jsonInt(now) + `, ` + jsonInt(now+86400000) + `)`,
 		`INSERT INTO leases VALUES ('schedules', 'box/1/ab', ` + jsonInt(now-60000) + `)`,
 		`INSERT INTO throttle_slots VALUES (1, 'default', 'ada', 'marketing', ` + jsonInt(now) + `)`,
+		`INSERT INTO provider_pauses VALUES ('resend', ` + jsonInt(now+3600000) + `)`,
 	} {
 		if _, err := lite.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)

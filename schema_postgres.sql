@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 13: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 14: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -209,6 +209,12 @@ CREATE TABLE pref_zones (
     set_by text NOT NULL,
     CONSTRAINT pref_zones_pkey PRIMARY KEY (tenant, recipient),
     CONSTRAINT pref_zones_set_by_check CHECK ((set_by = ANY (ARRAY['api'::text, 'page'::text, 'unsubscribe'::text, 'cli'::text])))
+);
+
+CREATE TABLE provider_pauses (
+    provider text NOT NULL,
+    until bigint NOT NULL,
+    CONSTRAINT provider_pauses_pkey PRIMARY KEY (provider)
 );
 
 CREATE TABLE receipts (

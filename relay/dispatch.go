@@ -101,6 +101,8 @@ type dispatcher struct {
 	active atomic.Int64
 	// stopLoop cancels the loop's context: no more claims.
 	stopLoop context.CancelFunc
+	// pausesRead is when the loop last read the shared pauses (pauses.go).
+	pausesRead time.Time
 
 	mu    sync.Mutex
 	final map[int64]string // notification → its last decided status in this run
@@ -455,6 +457,8 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 	now := r.now()
 	var cs []store.Claimed
 	var claimErr error
+	r.router.adopt()       // the gates of the latest routes take the shared pauses
+	d.readPauses(ctx, now) // pauses other processes heard close these gates too
 	for _, p := range r.router.plan(now, free) {
 		limit := min(p.limit, free-len(cs))
 		if limit <= 0 {
@@ -623,7 +627,11 @@ func (d *dispatcher) call(cp *callPlan) {
 	took := r.now().Sub(start)
 	cp.gate.leave(took)
 	if res.Outcome == providers.Refused && res.RetryAfter > 0 {
-		cp.gate.pause(r.now().Add(res.RetryAfter)) // the provider asked for a pause: claim nothing for it until then
+		// The provider asked for a pause: claim nothing for it until then,
+		// here and in every process on the store.
+		until := r.now().Add(res.RetryAfter)
+		cp.gate.pause(until)
+		d.sharePause(d.callCtx, cp.p.Name(), until)
 	}
 	r.hooks.at(PhaseCalled)
 	d.records <- d.decided(cp.c, cp.p, cp.routeLen, start, res, false)

@@ -113,3 +113,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// FailoverBound is how long after its holder dies a singleton lease can
+// take to move to a live process: the lease lapses at most SingletonTTL
+// after its last renewal, and a waiting process tries every third of it.
+// (Add the difference between the processes' clocks: lease ends are
+// written by one process's clock and read by another's.)
+func (r *Relay) FailoverBound() time.Duration {
+	return r.opts.SingletonTTL + r.opts.SingletonTTL/3
+}

@@ -76,6 +76,9 @@ type RunOptions struct {
 	// without it, a finished run is Skipped (the scheduler, a second
 	// instance).
 	Again bool
+	// Unfinished runs the run only if it began and never finished (its
+	// process died, or lost the schedules' lease, part way).
+	Unfinished bool
 }
 
 // RunJob runs one run of a job, scheduled for at. A run that started and
@@ -90,8 +93,8 @@ func RunJob(ctx context.Context, r *relay.Relay, j *Job, at time.Time, opts RunO
 		return res, err
 	}
 	res.Repeat = run.Repeat
-	if run.Status == "done" && !opts.Again {
-		r.Log().Info("job run already done", "job", j.Name, "scheduled", at)
+	if run.Status == "done" && !opts.Again || opts.Unfinished && run.Status != "running" {
+		r.Log().Debug("job run not run again", "job", j.Name, "scheduled", at, "status", run.Status)
 		res.Skipped = true
 		return res, nil
 	}
@@ -116,18 +119,51 @@ func RunSchedules(ctx context.Context, r *relay.Relay, jobs []*Job) {
 }
 
 func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
+	// This process has just taken the schedules over (at start, or from a
+	// process that died): it finishes what the last holder left, whatever
+	// the Missed policy, since a handover is not time nobody ran them.
+	// from is the last scheduled time handled: the schedule goes on from
+	// it, so a run that falls due while earlier ones run is run next.
+	from := r.Now()
+	last, ran, err := r.LastJobRun(ctx, j.Name)
+	if err != nil {
+		r.Log().Error("job: could not read its last run", "job", j.Name, "err", err)
+	}
+	if ran {
+		// Its last run, if it began and never finished (keyed by the run,
+		// a repeat creates only what the first attempt did not).
+		if _, err := RunJob(ctx, r, j, last, RunOptions{Unfinished: true}); err != nil {
+			r.Log().Error("job run failed", "job", j.Name, "scheduled", last, "err", err)
+		}
+		// The runs that fell due while the lease moved (twice the bound: the
+		// takeover itself may come late in it).
+		for _, at := range handedOver(j.Schedule, last, from, 2*r.FailoverBound()) {
+			if _, err := RunJob(ctx, r, j, at, RunOptions{}); err != nil {
+				r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
+			}
+		}
+	}
 	if j.Missed == MissedRunOnce {
 		if missed, ok := lastMissed(ctx, r, j, r.Now()); ok {
 			if _, err := RunJob(ctx, r, j, missed, RunOptions{}); err != nil {
 				r.Log().Error("job run failed", "job", j.Name, "scheduled", missed, "err", err)
 			}
+			if missed.After(from) {
+				from = missed
+			}
 		}
 	}
 	for {
-		next := j.Schedule.Next(r.Now())
+		next := j.Schedule.Next(from)
 		if next.IsZero() {
 			return
 		}
+		// More than one run behind (runs that take longer than the
+		// period): the latest due runs, the ones between are skipped.
+		if due, ok := j.Schedule.Prev(r.Now()); ok && due.After(next) {
+			next = due
+		}
+		from = next
 		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
@@ -139,6 +175,22 @@ func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
 			r.Log().Error("job run failed", "job", j.Name, "scheduled", next, "err", err)
 		}
 	}
+}
+
+// handedOver lists the scheduled times after last, up to now, that fell
+// within bound of now: the runs due while the schedules' lease moved from a
+// process that died to this one (relay.Relay.FailoverBound). Older missed
+// runs are the Missed policy's.
+func handedOver(s *Schedule, last, now time.Time, bound time.Duration) []time.Time {
+	var out []time.Time
+	from := last
+	if cut := now.Add(-bound); cut.After(from) {
+		from = cut
+	}
+	for t := s.Next(from); !t.IsZero() && !t.After(now); t = s.Next(t) {
+		out = append(out, t)
+	}
+	return out
 }
 
 // lastMissed returns the latest scheduled time at or before now, if it is

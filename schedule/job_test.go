@@ -225,3 +225,104 @@ func TestMissedRunOnce(t *testing.T) {
 		t.Fatal("a job that never ran reports a missed run")
 	}
 }
+
+// A process that takes the schedules over from one that died finishes the
+// run the dead one began, and runs those that fell due while the lease
+// moved (within the failover bound), whatever the Missed policy: every
+// scheduled time runs, and none twice.
+func TestTakeoverFinishesTheLastRunAndRunsTheHandedOverOnes(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, relay.Options{SingletonTTL: 6 * time.Second}) // a failover bound of 8s
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	ran := map[int64]int{}
+	j := &Job{Name: "tick", Schedule: mustParse(t, "@every 1s", ""), Missed: MissedSkip,
+		Run: func(_ context.Context, run store.JobRun) (Outcome, error) {
+			mu.Lock()
+			ran[run.ScheduledAt.Unix()]++
+			mu.Unlock()
+			return Outcome{}, nil
+		}}
+	// The dead holder began the run of 3 s ago and never finished it.
+	dead := time.Now().Truncate(time.Second).Add(-3 * time.Second)
+	if _, err := r.BeginJobRun(ctx, j.Name, "default", dead); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	go func() { RunSchedules(ctx, r, []*Job{j}); close(done) }()
+	until := start.Truncate(time.Second).Add(time.Second).Unix() // the first run after the takeover
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := ran[until]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run of %s did not run", time.Unix(until, 0))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for at := dead.Unix(); at <= until; at++ {
+		if ran[at] != 1 {
+			t.Errorf("the run of %s ran %d times, want once (runs: %v)", time.Unix(at, 0).UTC().Format(time.TimeOnly), ran[at], ran)
+		}
+	}
+	if last, _, _ := r.LastJobRun(context.Background(), j.Name); last.Unix() < until {
+		t.Errorf("last run %s, want at least %s", last, time.Unix(until, 0))
+	}
+}
+
+// A run that falls due while the one before it still runs is run next,
+// late, not skipped (a takeover's catch-up runs, or one slow run, would
+// otherwise make the schedule lose the run due meanwhile).
+func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, relay.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var ran []int64
+	j := &Job{Name: "slow", Schedule: mustParse(t, "@every 1s", ""),
+		Run: func(_ context.Context, run store.JobRun) (Outcome, error) {
+			mu.Lock()
+			first := len(ran) == 0
+			ran = append(ran, run.ScheduledAt.Unix())
+			mu.Unlock()
+			if first {
+				time.Sleep(1500 * time.Millisecond) // the slow run: the next second falls due meanwhile
+			}
+			return Outcome{}, nil
+		}}
+	done := make(chan struct{})
+	go func() { RunSchedules(ctx, r, []*Job{j}); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(ran)
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs %v: want 3 within 10s", ran)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(ran); i++ {
+		if ran[i] != ran[i-1]+1 {
+			t.Fatalf("runs %v: want consecutive seconds (the one due during the slow run run next)", ran)
+		}
+	}
+}

@@ -29,6 +29,7 @@ type Store interface {
 	Sources
 	Requests
 	Leases
+	Pauses
 	Tokens
 	Secrets
 	Maintenance
@@ -199,6 +200,17 @@ type Leases interface {
 	HoldLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error)
 	// DropLease gives the lease up, if holder holds it.
 	DropLease(ctx context.Context, name, holder string) error
+}
+
+// Pauses are the pauses providers asked for (a 429 or 503 with
+// Retry-After), kept for every process that shares the store: a pause one
+// process hears holds the provider's calls in all of them.
+type Pauses interface {
+	// PauseProvider holds calls to the provider named until until; a later
+	// pause already kept stays.
+	PauseProvider(ctx context.Context, provider string, until time.Time) error
+	// ProviderPauses lists the pauses that end after now, by provider name.
+	ProviderPauses(ctx context.Context, now time.Time) (map[string]time.Time, error)
 }
 
 // Tokens are API tokens, kept as hashes.

@@ -91,6 +91,8 @@ var plan = []table{
 		why:      "each tenant's key for recipients' links (one-click unsubscribe, the preferences page): links already sent keep working on the nodes"},
 	{name: "throttle_slots", key: []string{"notification"},
 		why: "the slots throttles counted in their window: a throttle does not start over on the nodes"},
+	{name: "provider_pauses", key: []string{"provider"}, raise: []string{"until"},
+		why: "a provider's Retry-After still in force: the nodes do not call it before it ends (the later end kept on a second run)"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }
 

@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Requests", requests},
 		{"Claims", claims},
 		{"Leases", leases},
+		{"Pauses", pauses},
 		{"Tokens", tokens},
 		{"Secrets", secrets},
 		{"Maintenance", maintenance},
