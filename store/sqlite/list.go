@@ -55,11 +55,28 @@ func listQuery(f store.ListFilter) (string, []any) {
 		FROM notifications n JOIN events e ON e.id = n.event
 		WHERE n.id > ?`)
 	args := []any{f.After}
-	if f.Tenant != "" {
+	if f.Tenant != "" && f.EventID != "" {
+		// The event's rows are few: keep SQLite on them (notifications_event),
+		// not on the tenant's index.
+		b.WriteString(` AND +n.tenant = ?`)
+		args = append(args, f.Tenant)
+	} else if f.Tenant != "" {
 		b.WriteString(` AND n.tenant = ?`)
 		args = append(args, f.Tenant)
 	}
-	if f.Status != "" && f.Recipient != "" {
+	if f.EventID != "" {
+		// Every purpose of the event id, by the identity index (tenant,
+		// event_id, purpose) when the tenant is known.
+		b.WriteString(` AND n.event IN (SELECT id FROM events WHERE event_id = ?`)
+		args = append(args, f.EventID)
+		if f.Tenant != "" {
+			b.WriteString(` AND tenant = ?`)
+			args = append(args, f.Tenant)
+		}
+		b.WriteString(`)`)
+	}
+	few := f.Recipient != "" || f.Address != "" || f.EventID != "" || f.EventRow != 0
+	if f.Status != "" && few {
 		// The unary + keeps SQLite off the status index: a recipient's
 		// notifications are few, a status's may be millions, and without
 		// statistics the planner cannot tell.
@@ -69,9 +86,22 @@ func listQuery(f store.ListFilter) (string, []any) {
 		b.WriteString(` AND n.status = ?`)
 		args = append(args, f.Status)
 	}
-	if f.Recipient != "" {
+	if f.Recipient != "" && f.Address != "" {
+		b.WriteString(` AND +n.recipient = ?`) // the address index, which holds fewer rows
+		args = append(args, f.Recipient)
+	} else if f.Recipient != "" {
 		b.WriteString(` AND n.recipient = ?`)
 		args = append(args, f.Recipient)
+	}
+	if f.Address != "" {
+		b.WriteString(` AND n.address = ?`)
+		args = append(args, f.Address)
+	}
+	if f.Type != "" {
+		// Checked on the rows the other conditions select: a tenant's
+		// types are few and common, so a page fills quickly.
+		b.WriteString(` AND n.type = ?`)
+		args = append(args, f.Type)
 	}
 	if f.EventRow != 0 {
 		b.WriteString(` AND n.event = ?`)
@@ -86,6 +116,10 @@ func listQuery(f store.ListFilter) (string, []any) {
 	if !f.CreatedSince.IsZero() {
 		b.WriteString(` AND n.created_at >= ?`)
 		args = append(args, ms(f.CreatedSince))
+	}
+	if !f.CreatedBefore.IsZero() {
+		b.WriteString(` AND n.created_at < ?`)
+		args = append(args, ms(f.CreatedBefore))
 	}
 	if !f.UpdatedSince.IsZero() {
 		b.WriteString(` AND n.updated_at >= ?`)

@@ -51,6 +51,18 @@ func TestListUsesIndexes(t *testing.T) {
 		// sorted: a recipient's rows, still no scan.
 		{store.ListFilter{Recipient: "r1"}, "notifications_recipient", false},
 		{store.ListFilter{Status: store.StatusPending, Recipient: "r1"}, "notifications_recipient", false},
+		// The console's filters: an address has its index; an event id is
+		// read through its event rows (any purpose), sorted across them;
+		// a type and a time range's upper end ride on the others.
+		{store.ListFilter{Tenant: "a", Address: "r1@example.com"}, "notifications_address", true},
+		{store.ListFilter{Tenant: "a", Status: store.StatusDead, Address: "r1@example.com"}, "notifications_address", true},
+		{store.ListFilter{Tenant: "a", Recipient: "r1", Address: "r1@example.com"}, "notifications_address", true},
+		{store.ListFilter{Address: "r1@example.com"}, "notifications_address", false},
+		{store.ListFilter{Tenant: "a", EventID: "e"}, "notifications_event", false},
+		{store.ListFilter{Tenant: "a", EventID: "e", Status: store.StatusDead}, "notifications_event", false},
+		{store.ListFilter{Tenant: "a", Type: "payment"}, "notifications_tenant", true},
+		{store.ListFilter{Tenant: "a", Type: "payment", Status: store.StatusDead}, "notifications_tenant_status", true},
+		{store.ListFilter{Tenant: "a", CreatedBefore: time.UnixMilli(1)}, "notifications_tenant", true},
 	}
 	// A time filter is checked on the rows the others select: each keeps
 	// its index and order. Alone, it reads the table in id order from the
@@ -59,6 +71,7 @@ func TestListUsesIndexes(t *testing.T) {
 	for _, c := range cases {
 		for _, f := range []store.ListFilter{{UpdatedSince: since}, {CreatedSince: since}, {UpdatedSince: since, CreatedSince: since}} {
 			f.Tenant, f.Status, f.Recipient, f.EventRow = c.f.Tenant, c.f.Status, c.f.Recipient, c.f.EventRow
+			f.Address, f.EventID, f.Type, f.CreatedBefore = c.f.Address, c.f.EventID, c.f.Type, c.f.CreatedBefore
 			cases = append(cases, listCase{f, c.index, c.sorted}) // range read cases once: these are not ranged over here
 		}
 	}
