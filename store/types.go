@@ -330,7 +330,7 @@ type ListFilter struct {
 	Type    string
 	EventID string
 	After   int64 // the cursor: only ids greater than this
-	Limit        int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
+	Limit   int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
 }
 
 // Notification is one notification with its audit trail.

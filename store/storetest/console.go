@@ -187,7 +187,7 @@ func testPruneAudit(t *testing.T, s store.Store) {
 // window and attempts per provider; another tenant's rows count for
 // nothing.
 func testOverview(t *testing.T, s store.Store) {
-	a := ids(accept(t, s, t0, newEvent("acme", "old", 4))[0])       // before the window
+	a := ids(accept(t, s, t0, newEvent("acme", "old", 4))[0]) // before the window
 	b := ids(accept(t, s, t0.Add(2*time.Hour), newEvent("acme", "new", 3))[0])
 	other := ids(accept(t, s, t0.Add(2*time.Hour), newEvent("other", "new", 5))[0])
 	since, bucket := t0.Add(2*time.Hour), 10*time.Minute
@@ -196,7 +196,7 @@ func testOverview(t *testing.T, s store.Store) {
 		a[0]: {status: store.StatusDead, provider: "p1"}, a[1]: {status: store.StatusUnknown, provider: "p1"},
 		a[2]: {status: store.StatusSent, provider: "p2"}, a[3]: {status: store.StatusFailed, provider: "p2"},
 		b[0]: {status: store.StatusSent, provider: "p1"}, b[1]: {status: store.StatusPending, provider: "p1", retryAt: in(15)},
-		b[2]: {status: store.StatusSending},
+		b[2]:     {status: store.StatusSending},
 		other[0]: {status: store.StatusDead, provider: "p1"}, other[1]: {status: store.StatusSent, provider: "p3"},
 		other[2]: {status: store.StatusPending, retryAt: in(100)}, other[3]: {status: store.StatusPending, retryAt: in(100)},
 		other[4]: {status: store.StatusPending, retryAt: in(100)},
