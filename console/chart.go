@@ -92,7 +92,7 @@ func newChart(o store.Overview) chart {
 	for _, v := range []int64{0, max / 2, max} {
 		c.Ticks = append(c.Ticks, tick{X: chartLeft - 6, Y: y(v) + 4, Text: fmt.Sprint(v)})
 	}
-	c.Summary = fmt.Sprintf("In the last %s: %d notifications accepted; %d attempts sent, %d refused, %d unknown; at most %d in one minute.",
+	c.Summary = fmt.Sprintf("In the last %s: %d notifications accepted; attempts: %d sent, %d refused, %d unknown; at most %d in one minute.",
 		time.Duration(n)*o.Bucket, acc, sent, refused, unknown, max)
 	return c
 }
@@ -133,9 +133,8 @@ func (c *Console) funcs() template.FuncMap {
 			}
 			return s
 		},
-		"rate":      func(v float64) string { return fmt.Sprintf("%.1f", v) },
+		"rate":      func(v float64) string { return fmt.Sprintf("%.2f", v) },
 		"retryable": retryable,
-		"f":         func(v float64) string { return fmt.Sprintf("%.1f", v) },
 		"json":      func(b []byte) string { return string(b) },
 	}
 }

@@ -21,6 +21,8 @@ type overviewData struct {
 	Statuses   []statusCount
 	Total      int64
 	Chart      chart
+	Accepted   int64   // notifications accepted in the window
+	Sent       int64   // attempts sent in it
 	AcceptRate float64 // per minute over the window
 	SentRate   float64
 	Providers  []providerRow
@@ -76,6 +78,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		sent += o.Attempted["sent"][i]
 	}
 	mins := overviewWindow.Minutes()
+	d.Accepted, d.Sent = accepted, sent
 	d.AcceptRate, d.SentRate = float64(accepted)/mins, float64(sent)/mins
 	d.Chart = newChart(o)
 	for name, oc := range o.Providers {
