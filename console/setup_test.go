@@ -93,7 +93,7 @@ func setup(t *testing.T, open bool) *fixture {
 	waitStatus(t, r, f.dan, store.StatusDead)
 	waitStatus(t, r, f.eve, store.StatusSent)
 
-	apiOpts := api.Options{Open: open, TokenHashes: map[string]string{}}
+	apiOpts := api.Options{Open: open, TokenHashes: map[string]string{}, TokenCheck: 10 * time.Millisecond}
 	if !open {
 		apiOpts.TokenHashes[api.HashToken(betaConfigToken)] = "beta"
 	}
