@@ -110,6 +110,11 @@ the running one stays. What a reload cannot change (listen addresses, the
 database, dispatch, retry and api settings, jobs, tails) is logged as
 needing a restart.
 
+The console (pages for people: overview, search, a notification's audit
+trail, retries) is at /console on --listen, and on --console-listen too if
+set. It signs in with the API's tokens (a session cookie; a restart signs
+everyone out); without tokens it is open on loopback only, as the API.
+
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
 		Flags: commonFlags(
