@@ -43,11 +43,11 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 	}
 	nonEmpty := 0
 	for _, tenant := range []string{"", "a", "b"} {
-		for _, addr := range []string{"", "r1@example.com", "nobody@example.com"} {
+		for _, addr := range []string{"", "r1@example.com"} {
 			for _, typ := range []string{"", "login", "payment"} {
 				for _, ev := range []string{"", "e1", "e3"} {
-					for _, before := range []time.Time{{}, t0.Add(time.Minute), t0.Add(3 * time.Minute), t0.Add(time.Hour)} {
-						for _, rcpt := range []string{"", "r1", "r2"} {
+					for _, before := range []time.Time{{}, t0.Add(3 * time.Minute)} {
+						for _, rcpt := range []string{"", "r1"} {
 							f := store.ListFilter{Tenant: tenant, Address: addr, Type: typ, EventID: ev, CreatedBefore: before, Recipient: rcpt,
 								CreatedSince: t0.Add(time.Minute)}
 							if before.IsZero() {
@@ -88,7 +88,7 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 			}
 		}
 	}
-	if nonEmpty < 60 {
+	if nonEmpty < 40 {
 		t.Fatalf("only %d filters matched anything: the fixture is too thin", nonEmpty)
 	}
 	// Spot checks that do not go through the model: tenant a's event e1 has
@@ -96,6 +96,9 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 	got := everything(t, s, store.ListFilter{Tenant: "a", EventID: "e1"})
 	if len(got) != 6 || got[0].Purpose != "receipt" || got[5].Purpose != "reminder" {
 		t.Fatalf("tenant a, event e1: %d rows (%+v), want 6 of two purposes", len(got), got)
+	}
+	if got := everything(t, s, store.ListFilter{Address: "nobody@example.com"}); len(got) != 0 {
+		t.Fatalf("an address no one has: %+v", got)
 	}
 	got = everything(t, s, store.ListFilter{Tenant: "b", Address: "r1@example.com", Type: "login"})
 	if len(got) != 1 || got[0].EventID != "e3" || got[0].Tenant != "b" {
