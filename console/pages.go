@@ -466,8 +466,7 @@ type memberRow struct {
 }
 
 func (c *Console) audiences(w http.ResponseWriter, r *http.Request, s *session) {
-	after := store.AudienceInfo{Tenant: s.Tenant, Name: r.URL.Query().Get("after")}
-	as, err := c.r.AudienceList(r.Context(), s.Tenant, after, searchPage)
+	as, err := c.r.ListAudiences(r.Context(), s.Tenant, r.URL.Query().Get("after"), searchPage)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return
@@ -509,14 +508,14 @@ func (c *Console) audience(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 type feedData struct {
-	Members []store.FeedMember
+	Members []store.FeedMembership
 	Next    string
 }
 
 func (c *Console) feeds(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
-	after := store.FeedMember{Tenant: s.Tenant, Feed: q.Get("after_feed"), User: q.Get("after_user")}
-	ms, err := c.r.FeedMembers(r.Context(), s.Tenant, after, searchPage)
+	after := store.FeedMembership{Tenant: s.Tenant, Feed: q.Get("after_feed"), User: q.Get("after_user")}
+	ms, err := c.r.FeedMemberships(r.Context(), s.Tenant, after, searchPage)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return

@@ -9,8 +9,8 @@ import (
 )
 
 // What the console asks of the relay beyond the API's reads: an overview of
-// a tenant, a retry that records who asked, audiences and feed members
-// listed, and the guarantee that applies to one notification.
+// a tenant, a retry that records who asked, every feed membership listed,
+// and the guarantee that applies to one notification.
 
 // Overview is a tenant's state now and its activity over the window before
 // now, in buckets.
@@ -29,14 +29,10 @@ func (r *Relay) RetryAs(ctx context.Context, tenant string, id int64, actor stri
 	return nil
 }
 
-// AudienceList lists a tenant's audiences (names and sizes).
-func (r *Relay) AudienceList(ctx context.Context, tenant string, after store.AudienceInfo, limit int) ([]store.AudienceInfo, error) {
-	return r.store.AudienceList(ctx, tenant, after, limit)
-}
-
-// FeedMembers lists a tenant's topic and team feed memberships.
-func (r *Relay) FeedMembers(ctx context.Context, tenant string, after store.FeedMember, limit int) ([]store.FeedMember, error) {
-	return r.store.FeedMembers(ctx, tenant, after, limit)
+// FeedMemberships lists a tenant's topic and team feed memberships, every
+// feed's, by feed and user.
+func (r *Relay) FeedMemberships(ctx context.Context, tenant string, after store.FeedMembership, limit int) ([]store.FeedMembership, error) {
+	return r.store.FeedMemberships(ctx, tenant, after, limit)
 }
 
 // Guarantee is the promise that holds for n, in one sentence, from what

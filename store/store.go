@@ -37,8 +37,8 @@ type Store interface {
 }
 
 // Console is what a person looking at one tenant in a browser needs beyond
-// the relay's other reads: an overview, audiences and feed members, and a
-// retry that records who asked.
+// the relay's other reads: an overview, every feed membership, and a retry
+// that records who asked.
 type Console interface {
 	// Overview is a tenant's ("" for any) counts by status, oldest due
 	// age, the newest ids needing a decision, and its activity since
@@ -48,12 +48,10 @@ type Console interface {
 	// RetryAs is Retry that also records, in the same transaction, who
 	// asked (actor) in the notification's audit log (Notification.Audit).
 	RetryAs(ctx context.Context, tenant string, id int64, now time.Time, actor string) error
-	// AudienceList lists a tenant's ("" for any) audiences by tenant and
-	// name, after the one named by after (zero for the first).
-	AudienceList(ctx context.Context, tenant string, after AudienceInfo, limit int) ([]AudienceInfo, error)
-	// FeedMembers lists a tenant's ("" for any) topic and team feed
-	// memberships by tenant, feed and user, after the one named by after (zero for the first).
-	FeedMembers(ctx context.Context, tenant string, after FeedMember, limit int) ([]FeedMember, error)
+	// FeedMemberships lists a tenant's ("" for any) topic and team feed
+	// memberships by tenant, feed and user (bytewise), after the one
+	// named by after (zero for the first).
+	FeedMemberships(ctx context.Context, tenant string, after FeedMembership, limit int) ([]FeedMembership, error)
 }
 
 // Events are accepted once and fanned out in chunks.

@@ -404,16 +404,9 @@ type Overview struct {
 // reads for its activity: a console page never reads more.
 const OverviewMaxRows = 100_000
 
-// AudienceInfo describes a stored audience without its members.
-type AudienceInfo struct {
-	Tenant    string
-	Name      string
-	Members   int
-	UpdatedAt time.Time
-}
-
-// FeedMember is a user's membership of a topic or team feed.
-type FeedMember struct {
+// FeedMembership is a user's membership of a topic or team feed, as the
+// console lists them across a tenant's feeds.
+type FeedMembership struct {
 	Tenant, Feed, User string
 	// JoinedSeq is the tenant's feed sequence when the user joined: the
 	// user sees the feed's items after it (0 with history).

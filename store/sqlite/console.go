@@ -10,7 +10,7 @@ import (
 )
 
 // What the console reads and writes beyond the other parts: an overview of
-// a tenant, audiences and feed members listed, and a retry that records who
+// a tenant, every feed membership listed, and a retry that records who
 // asked.
 
 // overviewListed is how many ids of each status needing a decision an
@@ -129,21 +129,21 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 	if err != nil && !errors.Is(err, errStop) {
 		return o, fmt.Errorf("overview: accepts: %w", err)
 	}
-	q = `SELECT a.ended_at, a.provider, a.outcome FROM attempts a ORDER BY a.id DESC`
-	if tenant != "" {
-		q = `SELECT a.ended_at, a.provider, a.outcome FROM attempts a JOIN notifications n ON n.id = a.notification
-			WHERE n.tenant = ? ORDER BY a.id DESC`
-	}
-	err = walk(q, args, func(rows *sql.Rows) error {
+	// Attempts are walked whatever their tenant and the tenant checked
+	// here: a walk filtered in SQL would read every older attempt of the
+	// others to find a tenant's first one before the window.
+	q = `SELECT a.ended_at, a.provider, a.outcome, n.tenant FROM attempts a JOIN notifications n ON n.id = a.notification
+		ORDER BY a.id DESC`
+	err = walk(q, nil, func(rows *sql.Rows) error {
 		var t int64
-		var p, oc string
-		if err := rows.Scan(&t, &p, &oc); err != nil {
+		var p, oc, of string
+		if err := rows.Scan(&t, &p, &oc, &of); err != nil {
 			return err
 		}
 		if t < stop {
 			return errStop
 		}
-		if t < ms(since) {
+		if t < ms(since) || tenant != "" && of != tenant {
 			return nil
 		}
 		if i := at(t); i >= 0 && i < n && o.Attempted[oc] != nil {
@@ -254,30 +254,8 @@ func (s *Store) notificationExtras(ctx context.Context, n *store.Notification) e
 	return nil
 }
 
-// AudienceList lists a tenant's audiences by name.
-func (s *Store) AudienceList(ctx context.Context, tenant string, after store.AudienceInfo, limit int) ([]store.AudienceInfo, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT tenant, name, members, updated_at FROM audiences
-		WHERE (?1 = '' OR tenant = ?1) AND (tenant, name) > (?2, ?3)
-		ORDER BY tenant, name LIMIT ?4`, tenant, after.Tenant, after.Name, max(limit, 1))
-	if err != nil {
-		return nil, fmt.Errorf("list audiences: %w", err)
-	}
-	defer rows.Close()
-	out := []store.AudienceInfo{}
-	for rows.Next() {
-		var a store.AudienceInfo
-		var at int64
-		if err := rows.Scan(&a.Tenant, &a.Name, &a.Members, &at); err != nil {
-			return nil, fmt.Errorf("list audiences: %w", err)
-		}
-		a.UpdatedAt = fromMS(at)
-		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
-// FeedMembers lists a tenant's feed memberships by feed and user.
-func (s *Store) FeedMembers(ctx context.Context, tenant string, after store.FeedMember, limit int) ([]store.FeedMember, error) {
+// FeedMemberships lists a tenant's feed memberships by feed and user.
+func (s *Store) FeedMemberships(ctx context.Context, tenant string, after store.FeedMembership, limit int) ([]store.FeedMembership, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT tenant, feed, user, joined_seq FROM feed_members
 		WHERE (?1 = '' OR tenant = ?1) AND (tenant, feed, user) > (?2, ?3, ?4)
 		ORDER BY tenant, feed, user LIMIT ?5`, tenant, after.Tenant, after.Feed, after.User, max(limit, 1))
@@ -285,9 +263,9 @@ func (s *Store) FeedMembers(ctx context.Context, tenant string, after store.Feed
 		return nil, fmt.Errorf("list feed members: %w", err)
 	}
 	defer rows.Close()
-	out := []store.FeedMember{}
+	out := []store.FeedMembership{}
 	for rows.Next() {
-		var m store.FeedMember
+		var m store.FeedMembership
 		if err := rows.Scan(&m.Tenant, &m.Feed, &m.User, &m.JoinedSeq); err != nil {
 			return nil, fmt.Errorf("list feed members: %w", err)
 		}

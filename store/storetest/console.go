@@ -11,15 +11,16 @@ import (
 )
 
 // What the console reads and writes: the search filters it adds to
-// ListFilter, the overview, a retry that records who asked, audiences and
-// feed members listed.
+// ListFilter, the overview, a retry that records who asked, every feed
+// membership listed.
 func console(t *testing.T, open opener) {
 	runAll(t, open, []test{
 		{name: "ListByAddressTypeEventAndTimeRange", run: testListConsoleFilters},
+		{name: "ListByTimeRangeWhenIdsDoNotFollowTime", run: testListRangeOutOfOrder},
 		{name: "RetryAsRecordsWhoAsked", run: testRetryAs},
 		{name: "PruneTakesTheAuditWithIt", run: testPruneAudit},
 		{name: "OverviewOfOneTenant", run: testOverview},
-		{name: "AudiencesAndFeedMembersListed", run: testConsoleLists},
+		{name: "FeedMembershipsListed", run: testFeedMemberships},
 	})
 }
 
@@ -103,6 +104,55 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 	got = everything(t, s, store.ListFilter{Tenant: "b", Address: "r1@example.com", Type: "login"})
 	if len(got) != 1 || got[0].EventID != "e3" || got[0].Tenant != "b" {
 		t.Fatalf("tenant b, r1, login: %+v, want e3's", got)
+	}
+}
+
+// A tenant's creation range keeps exactly the rows created in it, paged in
+// id order, when ids do not follow creation times (an accept carries the
+// time its caller read, and ids are drawn at commit): the stores bound the
+// ids they read by the range, and that bound must not cut a row off.
+func testListRangeOutOfOrder(t *testing.T, s store.Store) {
+	// Accepted in this order, created at these minutes after t0.
+	minutes := []int{5, 1, 9, 3, 7, 2, 8}
+	for i, m := range minutes {
+		accept(t, s, t0.Add(time.Duration(m)*time.Minute), newEvent("acme", fmt.Sprint("e", i), 2))
+	}
+	accept(t, s, t0.Add(4*time.Minute), newEvent("other", "o", 3))
+	all := everything(t, s, store.ListFilter{Tenant: "acme"})
+	for _, r := range []struct{ since, before int }{{0, 0}, {2, 0}, {0, 6}, {2, 6}, {3, 4}, {6, 9}, {4, 5}, {10, 0}, {0, 1}, {9, 10}} {
+		f := store.ListFilter{Tenant: "acme"}
+		if r.since > 0 {
+			f.CreatedSince = t0.Add(time.Duration(r.since) * time.Minute)
+		}
+		if r.before > 0 {
+			f.CreatedBefore = t0.Add(time.Duration(r.before) * time.Minute)
+		}
+		var want []int64
+		for _, n := range all {
+			if !n.CreatedAt.Before(f.CreatedSince) && (f.CreatedBefore.IsZero() || n.CreatedAt.Before(f.CreatedBefore)) {
+				want = append(want, n.ID)
+			}
+		}
+		for _, limit := range []int{1, 3, 100} {
+			var got []int64
+			for page := f; ; {
+				page.Limit = limit
+				ns, err := s.ListNotifications(t.Context(), page)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ns) == 0 {
+					break
+				}
+				for _, n := range ns {
+					got = append(got, n.ID)
+				}
+				page.After = ns[len(ns)-1].ID
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("minutes [%d, %d) by pages of %d: got %v, want %v", r.since, r.before, limit, got, want)
+			}
+		}
 	}
 }
 
@@ -249,54 +299,42 @@ func testOverview(t *testing.T, s store.Store) {
 	}
 }
 
-// Audiences are listed by name without their members, feed memberships by
-// feed and user, each within its tenant, paged by the last one shown.
-func testConsoleLists(t *testing.T, s store.Store) {
-	for _, c := range []struct {
-		tenant, name string
-		n            int
-	}{{"acme", "vip", 2}, {"acme", "all", 3}, {"other", "vip", 1}} {
-		if err := s.PutAudience(t.Context(), c.tenant, c.name, members(c.name, c.n), t0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	as, err := s.AudienceList(t.Context(), "acme", store.AudienceInfo{}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(as) != 2 || as[0].Name != "all" || as[0].Members != 3 || as[1].Name != "vip" || as[1].Members != 2 || as[0].Tenant != "acme" ||
-		!as[0].UpdatedAt.Equal(t0) {
-		t.Fatalf("acme's audiences %+v", as)
-	}
-	if as, err = s.AudienceList(t.Context(), "acme", as[0], 10); err != nil || len(as) != 1 || as[0].Name != "vip" {
-		t.Fatalf("after all: %+v, %v", as, err)
-	}
-	if as, err = s.AudienceList(t.Context(), "", store.AudienceInfo{}, 10); err != nil || len(as) != 3 {
-		t.Fatalf("every tenant's: %+v, %v", as, err)
-	}
+// Feed memberships are listed by feed and user (bytewise: "Bo" before
+// "ada"), each within its tenant, paged by the last one shown; "" lists
+// every tenant's.
+func testFeedMemberships(t *testing.T, s store.Store) {
 	for _, c := range []struct {
 		tenant, feed string
 		users        []string
-	}{{"acme", "team:ops", []string{"cy", "ada"}}, {"acme", "news", []string{"ben"}}, {"other", "team:ops", []string{"mallory"}}} {
-		if err := s.SetFeedMembers(t.Context(), c.tenant, c.feed, c.users, false); err != nil {
+	}{{"acme", "team:ops", []string{"cy", "ada", "Bo"}}, {"acme", "news", []string{"ben"}}, {"other", "team:ops", []string{"mallory"}}} {
+		if err := s.SetFeedMembers(t.Context(), c.tenant, c.feed, c.users, c.feed == "news"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ms, err := s.FeedMembers(t.Context(), "acme", store.FeedMember{}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := func(ms []store.FeedMember) []string {
+	got := func(ms []store.FeedMembership) []string {
 		var out []string
 		for _, m := range ms {
 			out = append(out, fmt.Sprintf("%s/%s/%s", m.Tenant, m.Feed, m.User))
 		}
 		return out
 	}
-	if !slices.Equal(got(ms), []string{"acme/news/ben", "acme/team:ops/ada"}) {
+	ms, err := s.FeedMemberships(t.Context(), "acme", store.FeedMembership{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got(ms), []string{"acme/news/ben", "acme/team:ops/Bo"}) {
 		t.Fatalf("acme's first page %v", got(ms))
 	}
-	if ms, err = s.FeedMembers(t.Context(), "acme", ms[1], 2); err != nil || !slices.Equal(got(ms), []string{"acme/team:ops/cy"}) {
+	if ms[0].JoinedSeq != 0 {
+		t.Fatalf("ben joined news with its history: joined seq %d, want 0", ms[0].JoinedSeq)
+	}
+	if ms, err = s.FeedMemberships(t.Context(), "acme", ms[1], 2); err != nil || !slices.Equal(got(ms), []string{"acme/team:ops/ada", "acme/team:ops/cy"}) {
 		t.Fatalf("acme's second page %v, %v", got(ms), err)
+	}
+	if ms, err = s.FeedMemberships(t.Context(), "acme", ms[1], 2); err != nil || len(ms) != 0 {
+		t.Fatalf("acme's third page %v, %v; want none", got(ms), err)
+	}
+	if ms, err = s.FeedMemberships(t.Context(), "", store.FeedMembership{}, 10); err != nil || len(ms) != 5 || ms[4].Tenant != "other" {
+		t.Fatalf("every tenant's: %v, %v", got(ms), err)
 	}
 }
