@@ -299,6 +299,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				t := tailers.add(r, src, sources.TailOptions{Poll: time.Duration(tc.Poll)})
 				background.Go(func() {
 					r.Singly(c.Context, "tail:"+src.Name(), func(ctx context.Context) {
+						tailers.here(src.Name(), true)
+						defer tailers.here(src.Name(), false)
 						if err := t.Run(ctx); err != nil {
 							s.opts.Logger.Error("tail stopped", "source", src.Name(), "err", err)
 						}
@@ -371,9 +373,19 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 // consoleTailers are serve's tailers, for the console's overview: their
 // counters, and when each last settled a batch.
 type consoleTailers struct {
-	mu   sync.Mutex
-	list []*sources.Tailer
-	last map[string]time.Time
+	mu      sync.Mutex
+	list    []*sources.Tailer
+	last    map[string]time.Time
+	running map[string]bool // this process holds the source's lease and tails it
+}
+
+func (ts *consoleTailers) here(name string, on bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.running == nil {
+		ts.running = map[string]bool{}
+	}
+	ts.running[name] = on
 }
 
 func (ts *consoleTailers) add(r *relay.Relay, src sources.Source, opts sources.TailOptions) *sources.Tailer {
@@ -400,7 +412,7 @@ func (ts *consoleTailers) status() []console.SourceStatus {
 	for _, t := range ts.list {
 		st := t.Stats()
 		out = append(out, console.SourceStatus{Name: st.Source, Position: st.Position, Accepted: st.Accepted,
-			Rejected: st.Rejected, Errors: st.Errors, LastBatch: ts.last[st.Source]})
+			Rejected: st.Rejected, Errors: st.Errors, LastBatch: ts.last[st.Source], CaughtUp: st.CaughtUp, Here: ts.running[st.Source]})
 	}
 	return out
 }

@@ -62,6 +62,12 @@ type SourceStatus struct {
 	Accepted, Rejected, Errors int64
 	// LastBatch is when the tailer last settled a batch (zero: none yet).
 	LastBatch time.Time
+	// CaughtUp is when the tailer last found nothing new in the source
+	// (zero: not yet): its lag is at most the time since, while it runs.
+	CaughtUp time.Time
+	// Here says this process runs the tailer now; another serve sharing
+	// the database may hold its lease instead (relay.Singly).
+	Here bool
 }
 
 // Console is the console's http.Handler.

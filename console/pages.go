@@ -25,6 +25,8 @@ type overviewData struct {
 	Sent       int64   // attempts sent in it
 	AcceptRate float64 // per minute over the window
 	SentRate   float64
+	Attempted  int64 // attempts in the window, every outcome
+	SentShare  int   // percent of them that sent (the delivery rate), -1 with none
 	Providers  []providerRow
 	Decide     []decideRow
 	Jobs       []jobRow
@@ -79,6 +81,15 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	mins := overviewWindow.Minutes()
 	d.Accepted, d.Sent = accepted, sent
+	for _, per := range o.Attempted {
+		for _, n := range per {
+			d.Attempted += n
+		}
+	}
+	d.SentShare = -1
+	if d.Attempted > 0 {
+		d.SentShare = int(sent * 100 / d.Attempted)
+	}
 	d.AcceptRate, d.SentRate = float64(accepted)/mins, float64(sent)/mins
 	d.Chart = newChart(o)
 	for name, oc := range o.Providers {

@@ -38,6 +38,12 @@ const betaConfigToken = "beta-config-token-0123456789"
 
 func setup(t *testing.T, open bool) *fixture {
 	t.Helper()
+	return setupWith(t, open, console.Options{})
+}
+
+// setupWith is setup with the console's options (Auth is set here).
+func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
+	t.Helper()
 	honour := true
 	simulator := sim.New(sim.Options{Script: &sim.Script{HonourKeys: &honour, Rules: []sim.Rule{
 		{To: "ada@example.com", Attempts: []int{1, 2}, Action: sim.ActionLoseAnswer},
@@ -98,7 +104,8 @@ func setup(t *testing.T, open bool) *fixture {
 		apiOpts.TokenHashes[api.HashToken(betaConfigToken)] = "beta"
 	}
 	a := api.New(r, apiOpts)
-	con, err := console.New(r, console.Options{Auth: a})
+	opts.Auth = a
+	con, err := console.New(r, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
