@@ -341,9 +341,13 @@ func listQuery(f store.ListFilter) (string, []any) {
 			args = append(args, ms(f.CreatedBefore))
 			rng += ` AND created_at < $` + strconv.Itoa(len(args))
 		}
-		b.WriteString(` AND n.id > coalesce((SELECT min(id)` + rng + `) - 1, 9223372036854775807)`)
+		// OFFSET 0 keeps the planner on the range: min(id) alone it turns
+		// into a walk of the primary key from the first id until a row
+		// matches, the whole table for a recent range. The index holds id
+		// (INCLUDE), so the range is read from it alone.
+		b.WriteString(` AND n.id > coalesce((SELECT min(id) FROM (SELECT id` + rng + ` OFFSET 0) r) - 1, 9223372036854775807)`)
 		if !f.CreatedBefore.IsZero() {
-			b.WriteString(` AND n.id <= (SELECT max(id)` + rng + `)`)
+			b.WriteString(` AND n.id <= (SELECT max(id) FROM (SELECT id` + rng + ` OFFSET 0) r)`)
 		}
 	}
 	if f.Tenant != "" {
