@@ -112,6 +112,15 @@ CREATE TABLE leases (
     until  INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+CREATE TABLE notification_audit (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    notification INTEGER NOT NULL,       -- no REFERENCES: prune deletes both in one write
+    at           INTEGER NOT NULL,
+    actor        TEXT    NOT NULL,       -- who, as the caller names them (never a secret)
+    action       TEXT    NOT NULL,       -- retry
+    detail       TEXT
+);
+
 CREATE TABLE notifications (
     id                  INTEGER PRIMARY KEY AUTOINCREMENT,
     key                 TEXT    NOT NULL UNIQUE,
@@ -276,6 +285,12 @@ CREATE INDEX feed_items_shared ON feed_items (tenant, feed, seq, event, copies) 
 
 CREATE INDEX feed_members_feed ON feed_members (tenant, feed, user);
 
+CREATE INDEX notification_audit_notification ON notification_audit (notification, id);
+
+CREATE INDEX notifications_address ON notifications (address, tenant, id);
+
+CREATE INDEX notifications_created ON notifications (tenant, created_at);
+
 CREATE INDEX notifications_due ON notifications (next_attempt_at) WHERE status = 'pending';
 
 CREATE INDEX notifications_event ON notifications (event, id);
@@ -292,6 +307,8 @@ CREATE INDEX notifications_status ON notifications (status);
 CREATE INDEX notifications_tenant ON notifications (tenant, id);
 
 CREATE INDEX notifications_tenant_status ON notifications (tenant, status, id);
+
+CREATE INDEX notifications_type ON notifications (tenant, type, id);
 
 CREATE INDEX receipts_message ON receipts (provider, message_id);
 

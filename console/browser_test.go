@@ -311,7 +311,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	accessible(t, ctx, "dan's notification")
 	screenshot(t, ctx, dir, "console-retried")
 
-	for _, p := range []string{"quarantine", "addresses", "audiences", "feeds"} {
+	for _, p := range []string{"quarantine", "audiences", "feeds"} {
 		do(t, ctx, chromedp.Navigate(f.url+"/"+p), chromedp.WaitVisible(chromedp.CSS("h1")))
 		accessible(t, ctx, p)
 	}

@@ -329,10 +329,11 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, s *session) {
 	for _, n := range d.Notifications {
 		err := c.r.RetryAs(r.Context(), s.Tenant, n.ID, s.Who)
 		var se *store.StateError
+		var sup *store.SuppressedError
 		switch {
 		case err == nil:
 			d.Done = append(d.Done, n.ID)
-		case errors.As(err, &se), errors.Is(err, store.ErrNotFound):
+		case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, store.ErrNotFound):
 			d.Refused = append(d.Refused, fmt.Sprintf("%d: %v", n.ID, err))
 		default:
 			c.internal(w, r, s, err)
@@ -418,50 +419,6 @@ func (c *Console) quarantineAct(w http.ResponseWriter, r *http.Request, s *sessi
 	}
 	c.log.Info("console: quarantine "+action, "who", s.Who, "event_row", q.EventRow)
 	c.render(w, r, s, http.StatusOK, "quarantine-confirm", "Quarantine", d)
-}
-
-type addressData struct {
-	Marks   []store.InvalidAddress
-	Next    string
-	Mark    store.InvalidAddress
-	Cleared bool
-}
-
-func (c *Console) addresses(w http.ResponseWriter, r *http.Request, s *session) {
-	q := r.URL.Query()
-	after := store.InvalidAddress{Tenant: s.Tenant, Channel: q.Get("after_channel"), Address: q.Get("after_address")}
-	ms, err := c.r.InvalidAddresses(r.Context(), s.Tenant, after, searchPage)
-	if err != nil {
-		c.internal(w, r, s, err)
-		return
-	}
-	d := addressData{Marks: ms}
-	if len(ms) == searchPage {
-		last := ms[len(ms)-1]
-		d.Next = c.opts.Prefix + "/addresses?" + url.Values{"after_channel": {last.Channel}, "after_address": {last.Address}}.Encode()
-	}
-	c.render(w, r, s, http.StatusOK, "addresses", "Dead addresses", d)
-}
-
-func (c *Console) addressClearConfirm(w http.ResponseWriter, r *http.Request, s *session) {
-	q := r.URL.Query()
-	c.render(w, r, s, http.StatusOK, "address-clear", "Clear a mark",
-		addressData{Mark: store.InvalidAddress{Tenant: s.Tenant, Channel: q.Get("channel"), Address: q.Get("address")}})
-}
-
-func (c *Console) addressClear(w http.ResponseWriter, r *http.Request, s *session) {
-	m := store.InvalidAddress{Tenant: s.Tenant, Channel: r.PostForm.Get("channel"), Address: r.PostForm.Get("address")}
-	err := c.r.ClearInvalidAddress(r.Context(), s.Tenant, m.Channel, m.Address)
-	if errors.Is(err, store.ErrNotFound) {
-		c.fail(w, r, s, http.StatusNotFound, "Not found", err.Error())
-		return
-	}
-	if err != nil {
-		c.internal(w, r, s, err)
-		return
-	}
-	c.log.Info("console: address mark cleared", "who", s.Who, "channel", m.Channel)
-	c.render(w, r, s, http.StatusOK, "address-clear", "Clear a mark", addressData{Mark: m, Cleared: true})
 }
 
 type audienceData struct {

@@ -168,15 +168,10 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 // retry.
 func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.Time, actor string) error {
 	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		var from string
-		err := tx.QueryRow(ctx, `SELECT status FROM notifications WHERE id = $1 AND ($2 = '' OR tenant = $2) FOR UPDATE`, id, tenant).Scan(&from)
-		if isNoRows(err) {
-			return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
-		}
+		// A person's retry never lifts a suppression: the entry is named
+		// in the refusal (SuppressedError), lifted where suppressions are.
+		from, err := retryRow(ctx, tx, tenant, id, false, now)
 		if err != nil {
-			return fmt.Errorf("retry notification %d: %w", id, err)
-		}
-		if err := retryRow(ctx, tx, tenant, id, now); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES ($1, $2, $3, $4, $5)`,

@@ -183,14 +183,10 @@ func ids(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]int64, error
 // retry.
 func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.Time, actor string) error {
 	return s.w.do(ctx, func(tx *Tx) error {
-		var from string
-		if err := tx.queryRow(`SELECT status FROM notifications WHERE id = ?2 AND (?1 = '' OR tenant = ?1)`, tenant, id).Scan(&from); err != nil {
-			if isNoRows(err) {
-				return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
-			}
-			return fmt.Errorf("retry notification %d: %w", id, err)
-		}
-		if err := retryRow(tx, tenant, id, now); err != nil {
+		// A person's retry never lifts a suppression: the entry is named
+		// in the refusal (SuppressedError), lifted where suppressions are.
+		from, err := retryRow(tx, tenant, id, false, now)
+		if err != nil {
 			return err
 		}
 		if _, err := tx.exec(`INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES (?, ?, ?, ?, ?)`,
@@ -199,29 +195,6 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 		}
 		return nil
 	})
-}
-
-// retryRow is Retry's write (store/sqlite/dispatch.go), inside tx: back to
-// pending with a fresh budget, the tenant's mark on the address lifted.
-func retryRow(tx *Tx, tenant string, id int64, now time.Time) error {
-	var status, t, channel, address string
-	err := tx.queryRow(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
-			cycle_started_at = ?1, reason = NULL, updated_at = ?1
-		WHERE id = ?2 AND (?3 = '' OR tenant = ?3) AND status IN ('failed', 'dead', 'unknown')
-		RETURNING status, tenant, channel, address`, ms(now), id, tenant).Scan(&status, &t, &channel, &address)
-	if isNoRows(err) {
-		if err := tx.queryRow(`SELECT status FROM notifications WHERE id = ?`, id).Scan(&status); err != nil {
-			return fmt.Errorf("retry notification %d: %w", id, err)
-		}
-		return &store.StateError{ID: id, Status: status, Want: "failed, dead or unknown"}
-	}
-	if err != nil {
-		return fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	if _, err := tx.exec(`DELETE FROM invalid_addresses WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
-		return fmt.Errorf("retry notification %d: clear address mark: %w", id, err)
-	}
-	return nil
 }
 
 // notificationExtras reads what Notification shows beyond the row and
