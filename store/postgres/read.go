@@ -329,7 +329,7 @@ func listQuery(f store.ListFilter) (string, []any) {
 	if f.Tenant != "" && !few && (!f.CreatedSince.IsZero() || !f.CreatedBefore.IsZero()) {
 		// A tenant's creation range also bounds the ids read, as in
 		// store/sqlite: the least and the greatest id created in it, from
-		// the (tenant, created_at) index (0012); the times are still
+		// the (tenant, created_at) index (0013); the times are still
 		// checked on each row. An empty range reads nothing.
 		args = append(args, f.Tenant)
 		rng := ` FROM notifications WHERE tenant = $` + strconv.Itoa(len(args))

@@ -1,4 +1,4 @@
--- 0012: what the console needs, as store/sqlite's 0012. Who retried a
+-- 0013: what the console needs, as store/sqlite's 0013. Who retried a
 -- notification, kept with it (prune deletes a notification's rows with
 -- it); and indexes for its search: by address ("did the code go to
 -- +15550100?"), ending in id as the recipient index does, so a tenant's

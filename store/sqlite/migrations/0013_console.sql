@@ -1,4 +1,4 @@
--- 0012: what the console needs. Who retried a notification, kept with it
+-- 0013: what the console needs. Who retried a notification, kept with it
 -- (prune deletes a notification's rows with it); and indexes for its
 -- search: by address ("did the code go to +15550100?"), which a person
 -- types more often than a recipient id, ending in id as the recipient
