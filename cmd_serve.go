@@ -14,6 +14,8 @@ import (
 	"golang.org/x/net/netutil"
 
 	"edgerelay/api"
+	"edgerelay/console"
+	"edgerelay/relay"
 	"edgerelay/schedule"
 	"edgerelay/sources"
 )
@@ -114,6 +116,11 @@ tail run on one process at a time, under a lease that another process takes
 over within --leader-ttl and a third of its holder's death. Provider limits
 (concurrency, rate) are per process; a Retry-After pause reaches them all.
 
+The console (pages for people: overview, search, a notification's audit
+trail, retries) is at /console on --listen, and on --console-listen too if
+set. It signs in with the API's tokens (a session cookie; a restart signs
+everyone out); without tokens it is open on loopback only, as the API.
+
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
 		Flags: commonFlags(
@@ -130,6 +137,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			&cli.StringFlag{Name: "metrics-listen", EnvVars: []string{"EDGERELAY_METRICS_LISTEN"}, Usage: "serve GET /metrics without a token on this `ADDRESS` of its own (a private interface)"},
 			&cli.DurationFlag{Name: "leader-ttl", Value: 15 * time.Second, EnvVars: []string{"EDGERELAY_LEADER_TTL"},
 				Usage: "how long a process's hold on the schedules, the key pruning and each tail lasts unrenewed: another process takes over a dead one's within this and a third"},
+			&cli.StringFlag{Name: "console-listen", EnvVars: []string{"EDGERELAY_CONSOLE_LISTEN"}, Usage: "serve the console (also at /console on --listen) on this `ADDRESS` of its own too"},
 			&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
 		),
 		OnUsageError: usageErr,
@@ -156,6 +164,15 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			}
 			if metricsListen != "" {
 				if err := checkListen(metricsFrom, metricsListen); err != nil {
+					return err
+				}
+			}
+			consoleListen, consoleFrom := c.String("console-listen"), "--console-listen"
+			if !c.IsSet("console-listen") {
+				consoleListen, consoleFrom = s.cfg.API.ConsoleListen, "api.console_listen"
+			}
+			if consoleListen != "" {
+				if err := checkListen(consoleFrom, consoleListen); err != nil {
 					return err
 				}
 			}
@@ -227,6 +244,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 					return fmt.Errorf("refusing to serve %s without API tokens: anyone who can reach it could send as any tenant; "+
 						"create one with `edgerelay token create --tenant NAME`, or listen on 127.0.0.1", listen)
 				}
+				if consoleListen != "" && !isLoopback(consoleListen) {
+					return fmt.Errorf("refusing to serve the console on %s without API tokens: anyone who can reach it could act as any tenant; "+
+						"create one with `edgerelay token create --tenant NAME`, or give the console a loopback address", consoleListen)
+				}
 				opts.Open = true
 				s.opts.Logger.Warn("API is open: no tokens configured; serving every tenant on loopback only", "listen", listen)
 			}
@@ -278,6 +299,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			background.Go(func() {
 				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, jobs) })
 			})
+			var tailers consoleTailers
 			for _, tc := range s.cfg.Tail {
 				u, err := expandEnv(tc.Source)
 				if err != nil {
@@ -288,13 +310,41 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 					return fmt.Errorf("tail: %w", err)
 				}
 				defer src.Close()
+				t := tailers.add(r, src, sources.TailOptions{Poll: time.Duration(tc.Poll)})
 				background.Go(func() {
 					r.Singly(c.Context, "tail:"+src.Name(), func(ctx context.Context) {
-						if err := sources.Tail(ctx, r, src, sources.TailOptions{Poll: time.Duration(tc.Poll)}); err != nil {
+						tailers.here(src.Name(), true)
+						defer tailers.here(src.Name(), false)
+						if err := t.Run(ctx); err != nil {
 							s.opts.Logger.Error("tail stopped", "source", src.Name(), "err", err)
 						}
 					})
 				})
+			}
+			// The console: at /console on the API's address, and on
+			// --console-listen if set. It resolves tokens through the API's
+			// handler, so both take the same tokens and close together.
+			con, err := console.New(r, console.Options{Auth: handler, Jobs: jobs, Sources: tailers.status, Logger: s.opts.Logger})
+			if err != nil {
+				return err
+			}
+			top := http.NewServeMux()
+			top.Handle("/console", con)
+			top.Handle("/console/", con)
+			top.Handle("/", handler)
+			hs.Handler = top
+			if consoleListen != "" {
+				cln, err := net.Listen("tcp", consoleListen)
+				if err != nil {
+					return fmt.Errorf("console listen: %w", err)
+				}
+				cmux := http.NewServeMux()
+				cmux.Handle("/console", con)
+				cmux.Handle("/console/", con)
+				cmux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
+				servers = append(servers, &http.Server{Handler: cmux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
+				listeners = append(listeners, netutil.LimitListener(cln, maxConns))
+				fmt.Fprintf(c.App.ErrWriter, "edgerelay: console on http://%s/console/\n", cln.Addr())
 			}
 			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", r.Where(), "routes", len(s.opts.Routes))
 			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), r.Where())
@@ -332,6 +382,53 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			return nil
 		},
 	}
+}
+
+// consoleTailers are serve's tailers, for the console's overview: their
+// counters, and when each last settled a batch.
+type consoleTailers struct {
+	mu      sync.Mutex
+	list    []*sources.Tailer
+	last    map[string]time.Time
+	running map[string]bool // this process holds the source's lease and tails it
+}
+
+func (ts *consoleTailers) here(name string, on bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.running == nil {
+		ts.running = map[string]bool{}
+	}
+	ts.running[name] = on
+}
+
+func (ts *consoleTailers) add(r *relay.Relay, src sources.Source, opts sources.TailOptions) *sources.Tailer {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.last == nil {
+		ts.last = map[string]time.Time{}
+	}
+	name := src.Name()
+	opts.OnBatch = func(sources.TailStats) {
+		ts.mu.Lock()
+		ts.last[name] = time.Now()
+		ts.mu.Unlock()
+	}
+	t := sources.NewTailer(r, src, opts)
+	ts.list = append(ts.list, t)
+	return t
+}
+
+func (ts *consoleTailers) status() []console.SourceStatus {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var out []console.SourceStatus
+	for _, t := range ts.list {
+		st := t.Stats()
+		out = append(out, console.SourceStatus{Name: st.Source, Position: st.Position, Accepted: st.Accepted,
+			Rejected: st.Rejected, Errors: st.Errors, LastBatch: ts.last[st.Source], CaughtUp: st.CaughtUp, Here: ts.running[st.Source]})
+	}
+	return out
 }
 
 // metricsConns bounds the connections of the metrics listener: it serves

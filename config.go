@@ -81,6 +81,9 @@ type Config struct {
 		// MetricsListen serves GET /metrics, without a token, on an
 		// address of its own.
 		MetricsListen string `yaml:"metrics_listen"`
+		// ConsoleListen serves the console on an address of its own too
+		// (it is always at /console on the API's address).
+		ConsoleListen string `yaml:"console_listen"`
 		// MetricsToken opens GET /metrics on the API's address; ${VAR}
 		// reads an environment variable.
 		MetricsToken string `yaml:"metrics_token"`

@@ -505,7 +505,7 @@ func (c *checker) api() {
 	if a.ShedAbove != nil && *a.ShedAbove < 0 {
 		c.add(at.with("shed_above"), "shed_above %d: want 0 (never shed) or a number of due notifications, e.g. %d", *a.ShedAbove, defaultShedAbove)
 	}
-	for _, n := range []struct{ key, addr string }{{"listen", a.Listen}, {"metrics_listen", a.MetricsListen}} {
+	for _, n := range []struct{ key, addr string }{{"listen", a.Listen}, {"metrics_listen", a.MetricsListen}, {"console_listen", a.ConsoleListen}} {
 		if c.has("api", n.key) {
 			if msg := checkAddress(n.addr); msg != "" {
 				c.add(at.with(n.key), "%s %q: %s", n.key, n.addr, msg)
@@ -514,6 +514,12 @@ func (c *checker) api() {
 	}
 	if c.has("api", "listen") && c.has("api", "metrics_listen") && a.Listen == a.MetricsListen {
 		c.add(at.with("metrics_listen"), "metrics_listen %q is the API's address: give metrics an address of their own, or use metrics_token", a.MetricsListen)
+	}
+	if c.has("api", "listen") && c.has("api", "console_listen") && a.Listen == a.ConsoleListen {
+		c.add(at.with("console_listen"), "console_listen %q is the API's address, where the console is served at /console already: give it an address of its own, or leave it out", a.ConsoleListen)
+	}
+	if c.has("api", "metrics_listen") && c.has("api", "console_listen") && a.MetricsListen == a.ConsoleListen {
+		c.add(at.with("console_listen"), "console_listen %q is the metrics address: give each an address of its own", a.ConsoleListen)
 	}
 	if c.has("api", "metrics_token") {
 		v, err := expandEnv(a.MetricsToken)

@@ -164,7 +164,8 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	}
 
 	// Rare states, written by hand: a quarantined event, an address a
-	// provider refused, a lease its process left to lapse.
+	// provider refused, a lease its process left to lapse, a retry from the
+	// console.
 	lite, err := sql.Open("sqlite", "file:"+src+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +179,8 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO leases VALUES ('schedules', 'box/1/ab', ` + jsonInt(now-60000) + `)`,
 		`INSERT INTO throttle_slots VALUES (1, 'default', 'ada', 'marketing', ` + jsonInt(now) + `)`,
 		`INSERT INTO provider_pauses VALUES ('resend', ` + jsonInt(now+3600000) + `)`,
+		`INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES ((SELECT min(id) FROM notifications), ` +
+			jsonInt(now) + `, 'console, token 1 (support) of tenant default', 'retry', 'was dead')`,
 	} {
 		if _, err := lite.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)

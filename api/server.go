@@ -303,21 +303,16 @@ func (s *Server) auth(h authedHandler) handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay"`)
 			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "send Authorization: Bearer TOKEN")
 		}
-		sum := sha256.Sum256([]byte(token))
-		hash := hex.EncodeToString(sum[:])
-		tenant, ok := (*s.tokens.Load())[hash]
-		if !ok {
-			// Looked up on every request: a revoked token stops working at once.
-			t, err := s.r.TokenByHash(r.Context(), hash)
-			if errors.Is(err, store.ErrNotFound) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
-				return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")
-			}
-			if err != nil {
-				return s.internal(err)
-			}
-			tenant = t.Tenant
+		// Looked up on every request: a revoked token stops working at once.
+		t, err := s.TokenByHash(r.Context(), HashToken(token))
+		if errors.Is(err, store.ErrNotFound) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
+			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")
 		}
+		if err != nil {
+			return s.internal(err)
+		}
+		tenant := t.Tenant
 		w.Header().Set("X-Edgerelay-Tenant", tenant)
 		return h(w, r, caller{tenant: tenant})
 	}

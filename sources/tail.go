@@ -79,6 +79,9 @@ type TailStats struct {
 	Late      int64 `json:"late"`
 	GapsEnded int64 `json:"gaps_ended"`
 	GaveUp    int64 `json:"gave_up"`
+	// CaughtUp is when a read last found nothing after the position: the
+	// tailer was behind the source by nothing then (zero: not yet).
+	CaughtUp time.Time `json:"caught_up,omitzero"`
 	// Rejections are the latest rejected rows, at most maxRejections.
 	Rejections []Rejection `json:"rejections,omitempty"`
 }
@@ -187,6 +190,12 @@ func (t *Tailer) Run(ctx context.Context) error {
 				return nil
 			}
 			continue
+		}
+		if len(r.rows) == 0 {
+			// Nothing after the position: the tailer is behind the source
+			// by nothing now (gaps below it aside).
+			now := t.r.Now()
+			t.count(func(s *TailStats) { s.CaughtUp = now })
 		}
 		next, err := t.relay(ctx, st, r)
 		if moved := !sameState(next, st); moved {

@@ -566,3 +566,37 @@ func ExampleTail() {
 	// position 2: accepted 1, duplicates 0, rejected 1
 	// row 2 rejected: invalid event: type: required
 }
+
+// A tailer says when it last found nothing new (the console's lag): not
+// while rows wait, and once it has read them all.
+func TestTailCaughtUp(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, relay.Options{})
+	app := setupApp(t)
+	for i := 1; i <= 3; i++ {
+		if _, err := app.order(fmt.Sprintf("o%d", i), "c", mustJSON(orderEvent(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl := sources.NewTailer(r, app.source(t, ""), sources.TailOptions{Poll: time.Millisecond, Batch: 1})
+	if st := tl.Stats(); !st.CaughtUp.IsZero() {
+		t.Fatalf("caught up before running: %+v", st)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- tl.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for tl.Stats().CaughtUp.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not caught up after 10 s: %+v", tl.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := tl.Stats(); st.Position != 3 || st.Accepted != 3 {
+		t.Fatalf("caught up at %+v, want after all 3 rows", st)
+	}
+}

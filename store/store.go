@@ -34,6 +34,25 @@ type Store interface {
 	Secrets
 	Maintenance
 	Preferences
+	Console
+}
+
+// Console is what a person looking at one tenant in a browser needs beyond
+// the relay's other reads: an overview, every feed membership, and a retry
+// that records who asked.
+type Console interface {
+	// Overview is a tenant's ("" for any) counts by status, oldest due
+	// age, the newest ids needing a decision, and its activity since
+	// since (accepts and attempts per bucket, attempts per provider),
+	// reading at most OverviewMaxRows of each.
+	Overview(ctx context.Context, tenant string, now, since time.Time, bucket time.Duration) (Overview, error)
+	// RetryAs is Retry that also records, in the same transaction, who
+	// asked (actor) in the notification's audit log (Notification.Audit).
+	RetryAs(ctx context.Context, tenant string, id int64, now time.Time, actor string) error
+	// FeedMemberships lists a tenant's ("" for any) topic and team feed
+	// memberships by tenant, feed and user (bytewise), after the one
+	// named by after (zero for the first).
+	FeedMemberships(ctx context.Context, tenant string, after FeedMembership, limit int) ([]FeedMembership, error)
 }
 
 // Events are accepted once and fanned out in chunks.

@@ -323,8 +323,18 @@ type ListFilter struct {
 	// {Status: dead, UpdatedSince: t} is those that died since t.
 	CreatedSince time.Time
 	UpdatedSince time.Time
-	After        int64 // the cursor: only ids greater than this
-	Limit        int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
+	// CreatedBefore, when not zero, keeps only notifications created
+	// before that time: with CreatedSince, a time range [since, before).
+	CreatedBefore time.Time
+	// Address (exact, as stored), Type and EventID (an event's id, any
+	// purpose) narrow the list further. Address has an index of its own;
+	// Type and EventID are read through the tenant's rows (EventID: its
+	// event rows, by the event identity index), so set Tenant with them.
+	Address string
+	Type    string
+	EventID string
+	After   int64 // the cursor: only ids greater than this
+	Limit   int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
 }
 
 // Notification is one notification with its audit trail.
@@ -357,6 +367,57 @@ type Notification struct {
 	// Quarantine, when set, says the fan-out of this notification's event
 	// is quarantined: why, and since when.
 	Quarantine *QuarantinedEvent `json:"event_quarantined,omitempty"`
+	// Audit is what people did to it (retries), oldest first: read with
+	// one notification (Notification), not by lists, and not in the API's
+	// JSON.
+	Audit []AuditEntry `json:"-"`
+}
+
+// AuditEntry is one thing a person did to a notification: who (the actor
+// as the caller names it: "console: token 3 (billing) of acme"), what, and
+// when.
+type AuditEntry struct {
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"` // retry
+	Detail string    `json:"detail,omitempty"`
+}
+
+// Audit actions.
+const AuditRetry = "retry"
+
+// Overview is one tenant's state at a moment, for a person watching it:
+// what the console's first page shows.
+type Overview struct {
+	Counts    map[string]int64 // notifications by status, every status present
+	OldestDue time.Duration    // age of the oldest due pending notification (0: none due)
+	// The newest unknown, dead and failed ids (at most 10 each, newest
+	// first): each waits for a person's decision.
+	Unknown, Dead, Failed []int64
+	// Activity since Since, in buckets of Bucket from Since: notifications
+	// accepted, and attempts by outcome (sent, refused, unknown) per
+	// bucket, and attempts by provider and outcome over the whole window.
+	Since     time.Time
+	Bucket    time.Duration
+	Accepted  []int64
+	Attempted map[string][]int64
+	Providers map[string]map[string]int64
+	// Capped says the window held more rows than an overview reads
+	// (OverviewMaxRows of each kind): the activity counts only the newest.
+	Capped bool
+}
+
+// OverviewMaxRows bounds the notifications and the attempts one Overview
+// reads for its activity: a console page never reads more.
+const OverviewMaxRows = 100_000
+
+// FeedMembership is a user's membership of a topic or team feed, as the
+// console lists them across a tenant's feeds.
+type FeedMembership struct {
+	Tenant, Feed, User string
+	// JoinedSeq is the tenant's feed sequence when the user joined: the
+	// user sees the feed's items after it (0 with history).
+	JoinedSeq int64
 }
 
 // EventNotification is a line of an event's fan-out.

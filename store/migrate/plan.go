@@ -38,6 +38,8 @@ var plan = []table{
 		why: "each notification with its provider key, status, retry budget, next attempt, pinned provider (provider, route_pos, pinned), claim count and its own message if a template rendered one at accept (sent as stored); one still sending with an expired lease is moved as it is and settled as unknown once by the target's lease recovery"},
 	{name: "attempts", key: []string{"id"}, id: true, same: []string{"notification", "n"},
 		why: "the audit of every provider call: `show` reads the same history on the target"},
+	{name: "notification_audit", key: []string{"id"}, id: true, same: []string{"notification", "at", "actor"},
+		why: "who retried each notification from the console, and when: the notification's page shows the same trail on the target"},
 	{name: "receipts", key: []string{"id"}, id: true, same: []string{"provider", "dedupe"},
 		why: "provider receipts, including early ones not yet matched to a notification; (provider, dedupe) keeps a resent webhook a duplicate"},
 	{name: "tokens", key: []string{"id"}, id: true, same: []string{"hash"},

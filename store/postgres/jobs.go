@@ -162,6 +162,9 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 			return tag, err
 		}
 		attempts := tag.RowsAffected()
+		if _, err := tx.Exec(ctx, `DELETE FROM notification_audit WHERE notification = ANY($1)`, ids); err != nil {
+			return pgconn.CommandTag{}, err
+		}
 		if tag, err = tx.Exec(ctx, `DELETE FROM receipts WHERE (provider, message_id) IN
 				(SELECT provider, provider_message_id FROM notifications WHERE id = ANY($1) AND provider_message_id IS NOT NULL)`, ids); err != nil {
 			return tag, err

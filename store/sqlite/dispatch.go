@@ -402,39 +402,46 @@ func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
 // second message, not a retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
-		var status, t, channel, address string
-		err := tx.queryRow(`SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
-			WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant).Scan(&status, &t, &channel, &address)
-		if isNoRows(err) {
-			return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("retry notification %d: %w", id, err)
-		}
-		switch status {
-		case store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed:
-		default:
-			return &store.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
-		}
-		entry, err := liveSuppression(tx, t, channel, address, now)
-		if err != nil {
-			return fmt.Errorf("retry notification %d: %w", id, err)
-		}
-		if entry != nil && !lift {
-			return &store.SuppressedError{ID: id, Entry: *entry}
-		}
-		if entry != nil {
-			if _, err := tx.exec(`DELETE FROM suppressions WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
-				return fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
-			}
-		}
-		if _, err := tx.exec(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
-				cycle_started_at = ?1, reason = NULL, updated_at = ?1
-			WHERE id = ?2 AND status = ?3`, ms(now), id, status); err != nil {
-			return fmt.Errorf("retry notification %d: %w", id, err)
-		}
-		return nil
+		_, err := retryRow(tx, tenant, id, lift, now)
+		return err
 	})
+}
+
+// retryRow is Retry's write inside tx (RetryAs's too); it returns the
+// status the notification had.
+func retryRow(tx *Tx, tenant string, id int64, lift bool, now time.Time) (string, error) {
+	var status, t, channel, address string
+	err := tx.queryRow(`SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
+		WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant).Scan(&status, &t, &channel, &address)
+	if isNoRows(err) {
+		return "", fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("retry notification %d: %w", id, err)
+	}
+	switch status {
+	case store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed:
+	default:
+		return "", &store.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
+	}
+	entry, err := liveSuppression(tx, t, channel, address, now)
+	if err != nil {
+		return "", fmt.Errorf("retry notification %d: %w", id, err)
+	}
+	if entry != nil && !lift {
+		return "", &store.SuppressedError{ID: id, Entry: *entry}
+	}
+	if entry != nil {
+		if _, err := tx.exec(`DELETE FROM suppressions WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
+			return "", fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
+		}
+	}
+	if _, err := tx.exec(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
+			cycle_started_at = ?1, reason = NULL, updated_at = ?1
+		WHERE id = ?2 AND status = ?3`, ms(now), id, status); err != nil {
+		return "", fmt.Errorf("retry notification %d: %w", id, err)
+	}
+	return status, nil
 }
 
 func nullStr(s string) any {

@@ -159,6 +159,9 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 			return nil, err
 		}
 		attempts, _ = r.RowsAffected()
+		if _, err := tx.exec(`DELETE FROM notification_audit WHERE notification IN (`+ids+`)`, c, batch); err != nil {
+			return nil, err
+		}
 		if r, err = tx.exec(`DELETE FROM receipts WHERE (provider, message_id) IN
 				(SELECT provider, provider_message_id FROM notifications WHERE id IN (`+ids+`) AND provider_message_id IS NOT NULL)`, c, batch); err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"edgerelay/store"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,18 @@ func TestListUsesIndexes(t *testing.T) {
 		// sorted: a recipient's rows, still no scan.
 		{store.ListFilter{Recipient: "r1"}, "notifications_recipient", false},
 		{store.ListFilter{Status: store.StatusPending, Recipient: "r1"}, "notifications_recipient", false},
+		// The console's filters: an address has its index, a tenant's type
+		// too; an event id is read through its event rows (any purpose),
+		// sorted across them; a creation range bounds the ids (below).
+		{store.ListFilter{Tenant: "a", Address: "r1@example.com"}, "notifications_address", true},
+		{store.ListFilter{Tenant: "a", Status: store.StatusDead, Address: "r1@example.com"}, "notifications_address", true},
+		{store.ListFilter{Tenant: "a", Recipient: "r1", Address: "r1@example.com"}, "notifications_address", true},
+		{store.ListFilter{Address: "r1@example.com"}, "notifications_address", false},
+		{store.ListFilter{Tenant: "a", EventID: "e"}, "notifications_event", false},
+		{store.ListFilter{Tenant: "a", EventID: "e", Status: store.StatusDead}, "notifications_event", false},
+		{store.ListFilter{Tenant: "a", Type: "payment"}, "notifications_type", true},
+		{store.ListFilter{Tenant: "a", Type: "payment", Status: store.StatusDead}, "notifications_type", true},
+		{store.ListFilter{Tenant: "a", CreatedBefore: time.UnixMilli(1)}, "notifications_tenant", true},
 	}
 	// A time filter is checked on the rows the others select: each keeps
 	// its index and order. Alone, it reads the table in id order from the
@@ -59,7 +72,29 @@ func TestListUsesIndexes(t *testing.T) {
 	for _, c := range cases {
 		for _, f := range []store.ListFilter{{UpdatedSince: since}, {CreatedSince: since}, {UpdatedSince: since, CreatedSince: since}} {
 			f.Tenant, f.Status, f.Recipient, f.EventRow = c.f.Tenant, c.f.Status, c.f.Recipient, c.f.EventRow
+			f.Address, f.EventID, f.Type, f.CreatedBefore = c.f.Address, c.f.EventID, c.f.Type, c.f.CreatedBefore
 			cases = append(cases, listCase{f, c.index, c.sorted}) // range read cases once: these are not ranged over here
+		}
+	}
+	// A tenant's creation range, without a filter of few rows, bounds the
+	// ids the walk reads by the least and greatest id created in it, each
+	// found on the (tenant, created_at) index alone.
+	for _, f := range []store.ListFilter{
+		{Tenant: "a", CreatedSince: since}, {Tenant: "a", CreatedBefore: since}, {Tenant: "a", CreatedSince: since, CreatedBefore: since},
+		{Tenant: "a", Type: "payment", CreatedSince: since, CreatedBefore: since},
+		{Tenant: "a", Status: store.StatusDead, CreatedSince: since, CreatedBefore: since},
+	} {
+		q, args := listQuery(f)
+		text := strings.Join(queryPlan(t, s, q, args...), "\n")
+		// (With a status SQLite may read notifications_status, (status,
+		// id), within the bounds: still a range of ids.)
+		bounds := regexp.MustCompile(`SEARCH n USING INDEX \w+ \(.*id>\?\)`)
+		if !f.CreatedBefore.IsZero() {
+			bounds = regexp.MustCompile(`SEARCH n USING INDEX \w+ \(.*id>\? AND (row)?id<\?\)`)
+		}
+		if !bounds.MatchString(text) || !strings.Contains(text, "USING COVERING INDEX notifications_created (tenant=?") ||
+			strings.Contains(text, "TEMP B-TREE") || strings.Contains(text, "SCAN ") {
+			t.Errorf("%+v does not bound its ids by the creation index:\n%s", f, text)
 		}
 	}
 	for _, f := range []store.ListFilter{{UpdatedSince: since}, {CreatedSince: since}} {

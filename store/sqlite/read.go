@@ -64,6 +64,9 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if json.Valid(msg) {
 		n.Message = msg
 	}
+	if err := s.notificationExtras(ctx, &n); err != nil {
+		return n, err
+	}
 	q, err := scanQuarantined(s.rdb.QueryRowContext(ctx, `SELECT `+quarantinedCols+` FROM events
 		WHERE id = (SELECT event FROM notifications WHERE id = ?) AND quarantined_at IS NOT NULL`, n.ID))
 	switch {

@@ -1,0 +1,73 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"edgerelay/console"
+	"edgerelay/schedule"
+	"edgerelay/store"
+)
+
+// The overview, read without JavaScript: acme's counts by status, its
+// accepts and sends of the last hour with the share of attempts that sent
+// (ada's two lost answers and dan's refusal beside the two sends), the
+// decisions waiting (dan, dead), attempts per provider by outcome, the
+// chart, the writer's health, a schedule's last and next runs, and each
+// tailed source's lag (caught up how long ago, or tailed by another
+// process).
+func TestConsoleOverview(t *testing.T) {
+	t.Parallel()
+	sch, err := schedule.Parse("0 3 * * *", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &schedule.Job{Name: "nightly", Schedule: sch, Run: func(context.Context, store.JobRun) (schedule.Outcome, error) {
+		return schedule.Outcome{}, nil
+	}}
+	var caught time.Time
+	f := setupWith(t, false, console.Options{Jobs: []*schedule.Job{job}, Sources: func() []console.SourceStatus {
+		return []console.SourceStatus{
+			{Name: "orders-outbox", Position: 42, Accepted: 40, Rejected: 2, CaughtUp: caught, Here: true},
+			{Name: "billing-outbox", Position: 7},
+		}
+	}})
+	caught = f.r.Now().Add(-3 * time.Second)
+	c := newClient(t, f)
+	if resp, _ := c.signIn("token", f.acmeToken); resp.StatusCode != 303 {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	_, page := c.do("GET", "/console/", nil)
+	text := regexp.MustCompile(`<[^>]+>`).ReplaceAllString(page, " ")
+	text = strings.Join(strings.Fields(text), " ")
+	for _, want := range []string{
+		`<a href="/console/notifications?status=sent" aria-label="1 sent">1</a>`,
+		`<a href="/console/notifications?status=dead" aria-label="1 dead">1</a>`,
+		fmt.Sprintf(`<a href="/console/notifications/%d">#%d</a>`, f.dan, f.dan),
+		`<svg class="chart"`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the overview lacks %s", want)
+		}
+	}
+	for _, want := range []string{
+		"2 accepted", "1 sent", // acme's: ada's and dan's, ada sent (eve is beta's)
+		"25% of 4 attempts", // ada: unknown, unknown, sent; dan: refused
+		"resend 1 1 2",      // sent, refused, unknown
+		"writes commit",
+		`nightly &#34;0 3 * * *&#34; in UTC never`,
+		"orders-outbox caught up 3s ago 42",
+		"billing-outbox tailed by another process 7",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the overview lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the overview's text: %s", text)
+	}
+}

@@ -1,0 +1,497 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"edgerelay/store"
+)
+
+// overviewData is the first page: the tenant's state and the process's
+// health.
+type overviewData struct {
+	O          store.Overview
+	Statuses   []statusCount
+	Total      int64
+	Chart      chart
+	Accepted   int64   // notifications accepted in the window
+	Sent       int64   // attempts sent in it
+	AcceptRate float64 // per minute over the window
+	SentRate   float64
+	Attempted  int64 // attempts in the window, every outcome
+	SentShare  int   // percent of them that sent (the delivery rate), -1 with none
+	Providers  []providerRow
+	Decide     []decideRow
+	Jobs       []jobRow
+	Sources    []SourceStatus
+	Writer     store.WriterStats
+	WriterErr  string
+	Dispatch   string
+	Now        time.Time
+}
+
+type statusCount struct {
+	Status string
+	N      int64
+}
+
+type providerRow struct {
+	Name                   string
+	Sent, Refused, Unknown int64
+}
+
+type decideRow struct {
+	Status string
+	IDs    []int64
+}
+
+type jobRow struct {
+	Name, Schedule string
+	Last, Next     time.Time
+	HasLast        bool
+}
+
+const (
+	overviewWindow = time.Hour
+	overviewBucket = time.Minute
+)
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
+	o, err := c.r.Overview(r.Context(), s.Tenant, overviewWindow, overviewBucket)
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	d := overviewData{O: o, Now: c.r.Now(), Writer: c.r.WriterStats()}
+	for _, st := range store.Statuses {
+		d.Statuses = append(d.Statuses, statusCount{st, o.Counts[st]})
+		d.Total += o.Counts[st]
+	}
+	var accepted, sent int64
+	for i := range o.Accepted {
+		accepted += o.Accepted[i]
+		sent += o.Attempted["sent"][i]
+	}
+	mins := overviewWindow.Minutes()
+	d.Accepted, d.Sent = accepted, sent
+	for _, per := range o.Attempted {
+		for _, n := range per {
+			d.Attempted += n
+		}
+	}
+	d.SentShare = -1
+	if d.Attempted > 0 {
+		d.SentShare = int(sent * 100 / d.Attempted)
+	}
+	d.AcceptRate, d.SentRate = float64(accepted)/mins, float64(sent)/mins
+	d.Chart = newChart(o)
+	for name, oc := range o.Providers {
+		d.Providers = append(d.Providers, providerRow{name, oc["sent"], oc["refused"], oc["unknown"]})
+	}
+	slices.SortFunc(d.Providers, func(a, b providerRow) int { return strings.Compare(a.Name, b.Name) })
+	for _, l := range []decideRow{{store.StatusUnknown, o.Unknown}, {store.StatusDead, o.Dead}, {store.StatusFailed, o.Failed}} {
+		if len(l.IDs) > 0 {
+			d.Decide = append(d.Decide, l)
+		}
+	}
+	for _, j := range c.opts.Jobs {
+		row := jobRow{Name: j.Name, Schedule: j.Schedule.String(), Next: j.Schedule.Next(d.Now)}
+		if row.Last, row.HasLast, err = c.r.LastJobRun(r.Context(), j.Name); err != nil {
+			c.internal(w, r, s, err)
+			return
+		}
+		d.Jobs = append(d.Jobs, row)
+	}
+	if c.opts.Sources != nil {
+		d.Sources = c.opts.Sources()
+	}
+	if err := c.r.Ping(r.Context()); err != nil {
+		d.WriterErr = err.Error()
+	}
+	if err := c.r.DispatchErr(); err != nil {
+		d.Dispatch = "failing, retrying: " + err.Error()
+	}
+	c.render(w, r, s, http.StatusOK, "overview", "Overview", d)
+}
+
+// searchForm is the search page's query, as typed.
+type searchForm struct {
+	Key, EventID, Recipient, Address, Status, Type, From, To string
+}
+
+type searchData struct {
+	Q        searchForm
+	Statuses []string
+	Results  []store.Notification
+	Next     string // the next page's URL, "" on the last
+	Errors   []string
+	Searched bool
+}
+
+// timeLayouts are what the time fields take: the browser's datetime-local
+// (UTC, as the labels say), or RFC 3339.
+var timeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339}
+
+func parseTime(field, v string) (time.Time, error) {
+	for _, l := range timeLayouts {
+		if t, err := time.ParseInLocation(l, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s %q: want a time like 2026-03-01T12:00 (UTC)", field, v)
+}
+
+const searchPage = 50
+
+func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	form := searchForm{Key: strings.TrimSpace(q.Get("key")), EventID: strings.TrimSpace(q.Get("event_id")),
+		Recipient: strings.TrimSpace(q.Get("recipient")), Address: strings.TrimSpace(q.Get("address")),
+		Status: q.Get("status"), Type: strings.TrimSpace(q.Get("type")), From: q.Get("from"), To: q.Get("to")}
+	d := searchData{Q: form, Statuses: store.Statuses}
+	if form.Key != "" {
+		// A key names one notification: open it.
+		n, err := c.r.TenantNotification(r.Context(), s.Tenant, 0, form.Key)
+		if errors.Is(err, store.ErrNotFound) {
+			d.Errors = append(d.Errors, "No notification has the key "+strconv.Quote(form.Key)+".")
+			c.render(w, r, s, http.StatusNotFound, "search", "Search", d)
+			return
+		}
+		if err != nil {
+			c.internal(w, r, s, err)
+			return
+		}
+		http.Redirect(w, r, fmt.Sprintf("%s/notifications/%d", c.opts.Prefix, n.ID), http.StatusSeeOther)
+		return
+	}
+	f := store.ListFilter{Tenant: s.Tenant, Recipient: form.Recipient, Address: form.Address, Type: form.Type, EventID: form.EventID,
+		Limit: searchPage}
+	if form.Status != "" {
+		if !slices.Contains(store.Statuses, form.Status) {
+			d.Errors = append(d.Errors, fmt.Sprintf("Status %q: choose one of %s.", form.Status, strings.Join(store.Statuses, ", ")))
+		}
+		f.Status = form.Status
+	}
+	var err error
+	if form.From != "" {
+		if f.CreatedSince, err = parseTime("From", form.From); err != nil {
+			d.Errors = append(d.Errors, err.Error())
+		}
+	}
+	if form.To != "" {
+		if f.CreatedBefore, err = parseTime("To", form.To); err != nil {
+			d.Errors = append(d.Errors, err.Error())
+		}
+	}
+	if v := q.Get("after"); v != "" {
+		if f.After, err = strconv.ParseInt(v, 10, 64); err != nil || f.After < 0 {
+			d.Errors = append(d.Errors, "after: the last id of the previous page")
+		}
+	}
+	if len(d.Errors) > 0 {
+		c.render(w, r, s, http.StatusBadRequest, "search", "Search", d)
+		return
+	}
+	d.Searched = true
+	if d.Results, err = c.r.List(r.Context(), f); err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	if len(d.Results) == f.Limit {
+		next := url.Values{}
+		for k, v := range q {
+			if k != "after" && len(v) > 0 && v[0] != "" {
+				next.Set(k, v[0])
+			}
+		}
+		next.Set("after", strconv.FormatInt(d.Results[len(d.Results)-1].ID, 10))
+		d.Next = c.opts.Prefix + "/notifications?" + next.Encode()
+	}
+	c.render(w, r, s, http.StatusOK, "search", "Search", d)
+}
+
+// notificationData is one notification's page.
+type notificationData struct {
+	N         store.Notification
+	Guarantee string
+	Message   message
+	Retryable bool
+}
+
+// message is the event's message as stored (relay/event.go).
+type message struct {
+	Subject string          `json:"subject"`
+	Body    string          `json:"body"`
+	HTML    string          `json:"html"`
+	Data    json.RawMessage `json:"data"`
+	Raw     string          `json:"-"`
+}
+
+func retryable(status string) bool {
+	return status == store.StatusFailed || status == store.StatusDead || status == store.StatusUnknown
+}
+
+func (c *Console) notification(w http.ResponseWriter, r *http.Request, s *session) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		c.notFound(w, r, s, r.PathValue("id"))
+		return
+	}
+	n, err := c.r.TenantNotification(r.Context(), s.Tenant, id, "")
+	if errors.Is(err, store.ErrNotFound) {
+		c.notFound(w, r, s, r.PathValue("id"))
+		return
+	}
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	d := notificationData{N: n, Guarantee: c.r.Guarantee(n), Retryable: retryable(n.Status)}
+	if err := json.Unmarshal(n.Message, &d.Message); err != nil {
+		d.Message.Raw = string(n.Message)
+	}
+	c.render(w, r, s, http.StatusOK, "notification", fmt.Sprintf("Notification %d", n.ID), d)
+}
+
+// notFound is the answer for another tenant's notification too: the same
+// page, so a tenant learns nothing of another's ids.
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request, s *session, id string) {
+	c.fail(w, r, s, http.StatusNotFound, "Not found", "There is no notification "+strconv.Quote(id)+" in tenant "+s.Tenant+".")
+}
+
+// retryData is the confirmation before a retry, and the result after.
+type retryData struct {
+	Notifications []store.Notification // to retry
+	Skipped       []store.Notification // not failed, dead or unknown
+	Missing       []string
+	Done          []int64
+	Refused       []string
+	Back          string
+}
+
+// selected reads the ids of a retry, at most maxRetry.
+const maxRetry = 500
+
+func (c *Console) selected(w http.ResponseWriter, r *http.Request, s *session, vals []string) (d retryData, ok bool) {
+	if len(vals) > maxRetry {
+		c.fail(w, r, s, http.StatusBadRequest, "Too many", fmt.Sprintf("At most %d notifications can be retried at once; %d were selected.", maxRetry, len(vals)))
+		return d, false
+	}
+	seen := map[int64]bool{}
+	for _, v := range vals {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id <= 0 {
+			d.Missing = append(d.Missing, v)
+			continue
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		n, err := c.r.TenantNotification(r.Context(), s.Tenant, id, "")
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			d.Missing = append(d.Missing, v)
+		case err != nil:
+			c.internal(w, r, s, err)
+			return d, false
+		case retryable(n.Status):
+			d.Notifications = append(d.Notifications, n)
+		default:
+			d.Skipped = append(d.Skipped, n)
+		}
+	}
+	return d, true
+}
+
+func (c *Console) retryConfirm(w http.ResponseWriter, r *http.Request, s *session) {
+	d, ok := c.selected(w, r, s, r.URL.Query()["id"])
+	if !ok {
+		return
+	}
+	d.Back = c.safeNext(r.URL.Query().Get("back"))
+	c.render(w, r, s, http.StatusOK, "retry", "Retry", d)
+}
+
+func (c *Console) retry(w http.ResponseWriter, r *http.Request, s *session) {
+	d, ok := c.selected(w, r, s, r.PostForm["id"])
+	if !ok {
+		return
+	}
+	d.Back = c.safeNext(r.PostForm.Get("back"))
+	for _, n := range d.Notifications {
+		err := c.r.RetryAs(r.Context(), s.Tenant, n.ID, s.Who)
+		var se *store.StateError
+		var sup *store.SuppressedError
+		switch {
+		case err == nil:
+			d.Done = append(d.Done, n.ID)
+		case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, store.ErrNotFound):
+			d.Refused = append(d.Refused, fmt.Sprintf("%d: %v", n.ID, err))
+		default:
+			c.internal(w, r, s, err)
+			return
+		}
+	}
+	c.log.Info("console: retried", "who", s.Who, "ids", d.Done)
+	c.render(w, r, s, http.StatusOK, "retried", "Retried", d)
+}
+
+type quarantineData struct {
+	Events []store.QuarantinedEvent
+	Next   string
+	Event  store.QuarantinedEvent
+	Action string
+	Result string
+}
+
+func (c *Console) quarantine(w http.ResponseWriter, r *http.Request, s *session) {
+	before, _ := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
+	qs, err := c.r.Quarantined(r.Context(), s.Tenant, max(before, 0), searchPage)
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	d := quarantineData{Events: qs}
+	if len(qs) == searchPage {
+		d.Next = fmt.Sprintf("%s/quarantine?before=%d", c.opts.Prefix, qs[len(qs)-1].EventRow)
+	}
+	c.render(w, r, s, http.StatusOK, "quarantine", "Quarantine", d)
+}
+
+// quarantined finds one of the tenant's quarantined events.
+func (c *Console) quarantined(w http.ResponseWriter, r *http.Request, s *session) (store.QuarantinedEvent, string, bool) {
+	action := r.PathValue("action")
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if (action != "retry" && action != "drop") || err != nil || id <= 0 {
+		c.fail(w, r, s, http.StatusNotFound, "Not found", "No such quarantine action.")
+		return store.QuarantinedEvent{}, "", false
+	}
+	qs, err := c.r.Quarantined(r.Context(), s.Tenant, id+1, 1)
+	if err != nil {
+		c.internal(w, r, s, err)
+		return store.QuarantinedEvent{}, "", false
+	}
+	if len(qs) != 1 || qs[0].EventRow != id {
+		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("Event %d of tenant %s is not quarantined.", id, s.Tenant))
+		return store.QuarantinedEvent{}, "", false
+	}
+	return qs[0], action, true
+}
+
+func (c *Console) quarantineConfirm(w http.ResponseWriter, r *http.Request, s *session) {
+	q, action, ok := c.quarantined(w, r, s)
+	if !ok {
+		return
+	}
+	c.render(w, r, s, http.StatusOK, "quarantine-confirm", "Quarantine", quarantineData{Event: q, Action: action})
+}
+
+func (c *Console) quarantineAct(w http.ResponseWriter, r *http.Request, s *session) {
+	q, action, ok := c.quarantined(w, r, s)
+	if !ok {
+		return
+	}
+	d := quarantineData{Event: q, Action: action}
+	if action == "retry" {
+		if err := c.r.RetryQuarantined(r.Context(), s.Tenant, q.EventRow); err != nil && !errors.Is(err, store.ErrNotFound) {
+			c.internal(w, r, s, err)
+			return
+		}
+		d.Result = "Its fan-out was tried again."
+		if qs, err := c.r.Quarantined(r.Context(), s.Tenant, q.EventRow+1, 1); err == nil && len(qs) == 1 && qs[0].EventRow == q.EventRow {
+			d.Result = "It failed again and is back in quarantine: " + qs[0].Reason
+		}
+	} else {
+		n, err := c.r.DropQuarantined(r.Context(), s.Tenant, q.EventRow)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			c.internal(w, r, s, err)
+			return
+		}
+		d.Result = fmt.Sprintf("The rest of its fan-out was given up: %d notifications will not be created.", n)
+	}
+	c.log.Info("console: quarantine "+action, "who", s.Who, "event_row", q.EventRow)
+	c.render(w, r, s, http.StatusOK, "quarantine-confirm", "Quarantine", d)
+}
+
+type audienceData struct {
+	Audiences []store.AudienceInfo
+	Next      string
+	Name      string
+	Members   []memberRow
+}
+
+type memberRow struct {
+	ID        string
+	Addresses string
+}
+
+func (c *Console) audiences(w http.ResponseWriter, r *http.Request, s *session) {
+	as, err := c.r.ListAudiences(r.Context(), s.Tenant, r.URL.Query().Get("after"), searchPage)
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	d := audienceData{Audiences: as}
+	if len(as) == searchPage {
+		d.Next = c.opts.Prefix + "/audiences?after=" + url.QueryEscape(as[len(as)-1].Name)
+	}
+	c.render(w, r, s, http.StatusOK, "audiences", "Audiences", d)
+}
+
+func (c *Console) audience(w http.ResponseWriter, r *http.Request, s *session) {
+	name := r.PathValue("name")
+	ms, err := c.r.Audience(r.Context(), s.Tenant, name)
+	if errors.Is(err, store.ErrNotFound) {
+		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("Tenant %s has no audience %q.", s.Tenant, name))
+		return
+	}
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	d := audienceData{Name: name}
+	for _, m := range ms {
+		var addrs, more []string
+		for _, a := range []struct{ k, v string }{{"email", m.Email}, {"phone", m.Phone}, {"device", m.DeviceToken}, {"url", m.URL}} {
+			if a.v != "" {
+				addrs = append(addrs, a.k+" "+a.v)
+			}
+		}
+		for ch, a := range m.Addresses {
+			more = append(more, ch+" "+a)
+		}
+		slices.Sort(more)
+		addrs = append(addrs, more...)
+		d.Members = append(d.Members, memberRow{ID: m.ID, Addresses: strings.Join(addrs, ", ")})
+	}
+	c.render(w, r, s, http.StatusOK, "audience", "Audience "+name, d)
+}
+
+type feedData struct {
+	Members []store.FeedMembership
+	Next    string
+}
+
+func (c *Console) feeds(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	after := store.FeedMembership{Tenant: s.Tenant, Feed: q.Get("after_feed"), User: q.Get("after_user")}
+	ms, err := c.r.FeedMemberships(r.Context(), s.Tenant, after, searchPage)
+	if err != nil {
+		c.internal(w, r, s, err)
+		return
+	}
+	d := feedData{Members: ms}
+	if len(ms) == searchPage {
+		last := ms[len(ms)-1]
+		d.Next = c.opts.Prefix + "/feeds?" + url.Values{"after_feed": {last.Feed}, "after_user": {last.User}}.Encode()
+	}
+	c.render(w, r, s, http.StatusOK, "feeds", "Feed members", d)
+}

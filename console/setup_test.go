@@ -1,0 +1,138 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"edgerelay/api"
+	"edgerelay/console"
+	"edgerelay/providers"
+	"edgerelay/relay"
+	"edgerelay/sim"
+	"edgerelay/store"
+)
+
+// fixture is a relay on a fresh database delivering through the simulator
+// on loopback, the API and the console mounted as serve mounts them, and
+// the ada/ben case delivered: ada's first two answers lost (the provider
+// honours keys), dan refused once and dead (his type allows one attempt),
+// eve in another tenant.
+type fixture struct {
+	r         *relay.Relay
+	srv       *httptest.Server
+	url       string // the console's root
+	acmeToken string // a stored token of acme
+	betaToken string // a config token of beta
+	ada, dan  int64
+	eve       int64
+}
+
+const betaConfigToken = "beta-config-token-0123456789"
+
+func setup(t *testing.T, open bool) *fixture {
+	t.Helper()
+	return setupWith(t, open, console.Options{})
+}
+
+// setupWith is setup with the console's options (Auth is set here).
+func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
+	t.Helper()
+	honour := true
+	simulator := sim.New(sim.Options{Script: &sim.Script{HonourKeys: &honour, Rules: []sim.Rule{
+		{To: "ada@example.com", Attempts: []int{1, 2}, Action: sim.ActionLoseAnswer},
+		{To: "dan@example.com", Attempts: []int{1}, Action: sim.ActionRefuse, Status: 503},
+	}}})
+	t.Cleanup(simulator.Close)
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: simulator}
+	go hs.Serve(sln)
+	t.Cleanup(func() { hs.Close() })
+	p, err := providers.New(fmt.Sprintf("email-http+http://%s/v1/emails?from=billing@example.com&timeout=2s&idempotency=honoured&name=resend", sln.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.Open(t.Context(), relay.Options{
+		Path:      filepath.Join(t.TempDir(), "relay.db"),
+		Routes:    relay.Routes{"email": {p}},
+		Retry:     relay.Policy{BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond},
+		TypeRetry: map[string]relay.Policy{"account.alert": {MaxAttempts: 1, BaseDelay: 20 * time.Millisecond}},
+		Poll:      20 * time.Millisecond,
+		Logger:    slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	f := &fixture{r: r}
+	if !open {
+		if _, f.acmeToken, err = r.CreateToken(t.Context(), "acme", "support"); err != nil {
+			t.Fatal(err)
+		}
+		f.betaToken = betaConfigToken
+	}
+	accept := func(tenant, id, typ, who string) int64 {
+		res, err := r.Accept(t.Context(), relay.Event{ID: id, Type: typ, Purpose: "receipt", Tenant: tenant, Channels: []string{"email"},
+			Recipients: []relay.Recipient{{ID: who, Email: who + "@example.com"}},
+			Subject:    "Your receipt", Body: "We received your payment of EUR 20.00.", Data: []byte(`{"amount":"20.00"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Notifications[0].ID
+	}
+	f.ada = accept("acme", "evt_501", "payment.succeeded", "ada")
+	f.dan = accept("acme", "evt_502", "account.alert", "dan")
+	f.eve = accept("beta", "evt_701", "payment.succeeded", "eve")
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, r, f.ada, store.StatusSent)
+	waitStatus(t, r, f.dan, store.StatusDead)
+	waitStatus(t, r, f.eve, store.StatusSent)
+
+	apiOpts := api.Options{Open: open, TokenHashes: map[string]string{}, TokenCheck: 10 * time.Millisecond}
+	if !open {
+		apiOpts.TokenHashes[api.HashToken(betaConfigToken)] = "beta"
+	}
+	a := api.New(r, apiOpts)
+	opts.Auth = a
+	con, err := console.New(r, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/console/", con)
+	mux.Handle("/", a)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	f.url = f.srv.URL + "/console"
+	return f
+}
+
+// waitStatus polls until notification id has status want.
+func waitStatus(t *testing.T, r *relay.Relay, id int64, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := r.TenantNotification(context.Background(), "", id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Status == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("notification %d is %s after 10 s, want %s (reason %q)", id, n.Status, want, n.Reason)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
