@@ -474,11 +474,41 @@ func (b *syncBuffer) String() string {
 // password in no log line.
 func TestServerSourceSurvivesDatabaseRestart(t *testing.T) {
 	t.Parallel()
-	sv := mysqltest.Own(t)
-	app := &legacyApp{kind: "mariadb", url: sv.Start(t)}
-	app.db = openMySQL(t, app.url)
+	for _, kind := range []string{"postgres", "mariadb"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testSourceSurvivesDatabaseRestart(t, kind)
+		})
+	}
+}
+
+// restartable is a database server of the test's own: mysqltest's or
+// pgtest's Own.
+type restartable interface {
+	Start(testing.TB) string
+	Stop(testing.TB)
+	Resume(testing.TB)
+}
+
+func testSourceSurvivesDatabaseRestart(t *testing.T, kind string) {
+	var sv restartable
+	app := &legacyApp{kind: kind}
+	ddlFile := "../outbox_mysql.sql"
+	if kind == "postgres" {
+		sv, ddlFile = pgtest.Own(t), "../outbox_postgres.sql"
+		app.url = sv.Start(t)
+		db, err := sql.Open("pgx", app.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app.db = db
+	} else {
+		sv = mysqltest.Own(t)
+		app.url = sv.Start(t)
+		app.db = openMySQL(t, app.url)
+	}
 	t.Cleanup(func() { app.db.Close() })
-	ddl, err := os.ReadFile("../outbox_mysql.sql")
+	ddl, err := os.ReadFile(ddlFile)
 	if err != nil {
 		t.Fatal(err)
 	}
