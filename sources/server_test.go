@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +65,14 @@ func setupLegacy(t testing.TB, kind string) *legacyApp {
 	case "mariadb":
 		app.url, ddl = mysqltest.Start(t), "../outbox_mysql.sql"
 		app.db = openMySQL(t, app.url)
+	case "sqlite": // for BenchmarkTailServer's row beside the servers
+		path := filepath.Join(t.TempDir(), "app.db")
+		app.url, ddl = "sqlite://"+path, "../outbox.sql"
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		app.db = db
 	}
 	t.Cleanup(func() { app.db.Close() })
 	b, err := os.ReadFile(ddl)
