@@ -74,6 +74,7 @@ run (gap_timeout counts from when they were first seen). Exit status:
    0  caught up (with --dispatch: everything attempted was sent)
    5  some rows were rejected (logged with their row id); the others were
       relayed
+   4  stopped by SIGINT/SIGTERM before it caught up (what it read is saved)
    3, 4  --dispatch: as dispatch --until-idle
    1  could not work (the source or edgerelay's database failed): what was
       relayed before the failure is saved; run again to go on`,
@@ -182,8 +183,13 @@ run (gap_timeout counts from when they were first seen). Exit status:
 				return runErr
 			}
 			code := exitOK
-			if st.Rejected > 0 {
+			switch {
+			case st.Rejected > 0:
 				code = exitRejected
+			case c.Context.Err() != nil:
+				// Stopped by a signal: what was read is settled, but rows
+				// may be left; cron must not take it for caught up.
+				code = exitWaiting
 			}
 			sum := onceSummary{TailStats: st}
 			if c.Bool("dispatch") {

@@ -470,3 +470,66 @@ func TestTailOnceThroughTheBinary(t *testing.T) {
 		t.Fatalf("%d deliveries, want 8:\n%s", got, b)
 	}
 }
+
+// tail --once stopped by SIGTERM before it caught up exits 4, not 0 (cron
+// must not take it for caught up), with what it read saved.
+func TestTailOnceStoppedBySignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and signals a real process")
+	}
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	appPath, db := filepath.Join(dir, "app.db"), filepath.Join(dir, "relay.db")
+	app := tailApp(t, appPath)
+	const n = 20000 // in batches of one row: seconds of work, stopped within milliseconds
+	tx, err := app.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		ev := fmt.Sprintf(`{"id":"e%d","type":"t","recipients":[{"id":"u%d","email":"u%d@example.com"}],"body":"b"}`, i, i, i)
+		if _, err := tx.Exec(`INSERT INTO edgerelay_outbox (event) VALUES (?)`, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "tail", "--once", "--db", db, "--json", "--log-level", "warn", "--source", "sqlite:"+appPath, "--batch", "1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rr := &relayReader{path: db}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if rr.open(t) {
+			if ev, _ := rr.state(t); ev > 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("nothing accepted after a minute; stderr:\n%s", &stderr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	var sum onceSummary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatalf("stdout %q: %v; stderr:\n%s", &stdout, err, &stderr)
+	}
+	if sum.Position >= n {
+		t.Skipf("it caught up (%d rows) before the signal arrived: nothing to check", n)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitWaiting || sum.Position == 0 {
+		t.Fatalf("exit %d at row %d of %d; want 4, some rows relayed\n%s", code, sum.Position, n, &stderr)
+	}
+	if _, pos := rr.state(t); pos != sum.Position {
+		t.Fatalf("saved position %d, the run reported %d", pos, sum.Position)
+	}
+}
