@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/relay"
 	"edgerelay/sources"
 )
 
@@ -65,7 +66,18 @@ does not hold up the rows behind it. With mark_processed=true it keeps
 processed_at NULL, so the application can find it.
 
 SIGINT/SIGTERM: finish the row in flight, save the position, stop the
-dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
+dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.
+
+--once (cron): relay what is committed now, then exit; with --dispatch, then
+deliver as dispatch --until-idle. Ids still awaited stay saved for the next
+run (gap_timeout counts from when they were first seen). Exit status:
+   0  caught up (with --dispatch: everything attempted was sent)
+   5  some rows were rejected (logged with their row id); the others were
+      relayed
+   4  stopped by SIGINT/SIGTERM before it caught up (what it read is saved)
+   3, 4  --dispatch: as dispatch --until-idle
+   1  could not work (the source or edgerelay's database failed): what was
+      relayed before the failure is saved; run again to go on`,
 		Flags: commonFlags(
 			flagRoute(), flagDelivery(),
 			&cli.StringFlag{Name: "source", EnvVars: []string{"EDGERELAY_SOURCE"},
@@ -78,6 +90,10 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 				Usage: "also deliver, in this process (as edgerelay dispatch would; uses --route and the config)"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"},
 				Usage: "with --dispatch, on shutdown: how long to wait for calls in flight"},
+			&cli.BoolFlag{Name: "once", EnvVars: []string{"EDGERELAY_TAIL_ONCE"},
+				Usage: "relay what is committed now, then exit (cron mode; see the exit status above)"},
+			&cli.DurationFlag{Name: "max-wait", Value: time.Minute, EnvVars: []string{"EDGERELAY_MAX_WAIT"},
+				Usage: "with --once --dispatch: the longest wait for a retry before exiting"},
 			&cli.BoolFlag{Name: "json", Usage: "on exit, print the counters as JSON on stdout"},
 		),
 		OnUsageError: usageErr,
@@ -120,7 +136,8 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 				return err
 			}
 			defer r.Close()
-			if c.Bool("dispatch") {
+			once := c.Bool("once")
+			if c.Bool("dispatch") && !once {
 				if err := r.Start(c.Context); err != nil {
 					return err
 				}
@@ -128,7 +145,7 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), r.Where(), c.Bool("dispatch"))
 
 			var lastLog time.Time
-			t := sources.NewTailer(r, src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"),
+			t := sources.NewTailer(r, src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"), Once: once,
 				OnBatch: func(st sources.TailStats) {
 					if time.Since(lastLog) < 10*time.Second {
 						return
@@ -140,7 +157,7 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 				}})
 			runErr := t.Run(c.Context)
 
-			if c.Bool("dispatch") {
+			if c.Bool("dispatch") && !once {
 				ctx, cancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
 				defer cancel()
 				if err := r.Stop(ctx); err != nil {
@@ -153,10 +170,58 @@ dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.`,
 			if st.Gaps > 0 || st.Late > 0 || st.GaveUp > 0 {
 				fmt.Fprintf(c.App.ErrWriter, "tail: %d rows committed late, %d ids still awaited (saved), %d given up\n", st.Late, st.GapIDs, st.GaveUp)
 			}
-			if c.Bool("json") {
-				json.NewEncoder(c.App.Writer).Encode(st)
+			if !once {
+				if c.Bool("json") {
+					json.NewEncoder(c.App.Writer).Encode(st)
+				}
+				return runErr
 			}
-			return runErr
+			if runErr != nil {
+				if c.Bool("json") {
+					json.NewEncoder(c.App.Writer).Encode(onceSummary{TailStats: st})
+				}
+				return runErr
+			}
+			code := exitOK
+			switch {
+			case st.Rejected > 0:
+				code = exitRejected
+			case c.Context.Err() != nil:
+				// Stopped by a signal: what was read is settled, but rows
+				// may be left; cron must not take it for caught up.
+				code = exitWaiting
+			}
+			sum := onceSummary{TailStats: st}
+			if c.Bool("dispatch") {
+				ds, err := r.RunUntilIdle(c.Context, c.Duration("max-wait"))
+				if err != nil && !errors.Is(err, context.Canceled) {
+					return err
+				}
+				sum.Dispatch = &ds
+				fmt.Fprintf(c.App.ErrWriter, "dispatch: %d attempts; sent %d, failed %d, dead %d, unknown %d; %d waiting for a retry\n",
+					ds.Attempts, ds.Sent, ds.Failed, ds.Dead, ds.Unknown, ds.Waiting)
+				switch {
+				case ds.Failed+ds.Dead+ds.Unknown > 0:
+					code = exitFailed
+				case code == exitRejected:
+				case ds.Waiting > 0 || err != nil:
+					code = exitWaiting
+				}
+			}
+			if c.Bool("json") {
+				json.NewEncoder(c.App.Writer).Encode(sum)
+			}
+			if code != exitOK {
+				return cli.Exit("", code)
+			}
+			return nil
 		},
 	}
+}
+
+// onceSummary is what tail --once --json prints: the tailer's counters and,
+// with --dispatch, the dispatch summary.
+type onceSummary struct {
+	sources.TailStats
+	Dispatch *relay.Summary `json:"dispatch,omitempty"`
 }

@@ -374,3 +374,162 @@ func TestTailDispatchInOneProcess(t *testing.T) {
 		t.Fatalf("%d deliveries, want 3:\n%s", got, b)
 	}
 }
+
+// tail --once (cron): each run relays what is committed, then exits with
+// dispatch --until-idle's codes; a failure exits 1 at once (not retried
+// forever) and the next run goes on without repeating anything.
+func TestTailOnceThroughTheBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a real process")
+	}
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	appPath, db, out := filepath.Join(dir, "app.db"), filepath.Join(dir, "relay.db"), filepath.Join(dir, "sent.jsonl")
+	app := tailApp(t, appPath)
+	once := func(extra ...string) (int, onceSummary, string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"tail", "--once", "--db", db, "--json", "--log-level", "warn",
+			"--source", "sqlite:" + appPath + "?mark_processed=true&busy_timeout=20ms", "--batch", "2"}, extra...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("tail --once still running after a minute (it must exit once caught up); stderr:\n%s", &stderr)
+		}
+		var sum onceSummary
+		if stdout.Len() == 0 && cmd.ProcessState.ExitCode() == exitError {
+			return exitError, sum, stderr.String() // it could not start
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+			t.Fatalf("stdout %q: %v; stderr:\n%s", &stdout, err, &stderr)
+		}
+		return cmd.ProcessState.ExitCode(), sum, stderr.String()
+	}
+	for i := 1; i <= 5; i++ {
+		if _, err := placeOrder(app, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Five rows in batches of two: it reads until caught up, then exits 0.
+	if code, sum, e := once(); code != exitOK || sum.Accepted != 5 || sum.Position != 5 || sum.Rejected != 0 {
+		t.Fatalf("first run: exit %d, %+v; want 0, 5 accepted, position 5\n%s", code, sum.TailStats, e)
+	}
+	// Nothing new: exit 0, nothing read again.
+	if code, sum, e := once(); code != exitOK || sum.Read != 0 || sum.Position != 5 {
+		t.Fatalf("second run: exit %d, %+v; want 0, nothing read\n%s", code, sum.TailStats, e)
+	}
+	// A rejected row: exit 5, the rows around it relayed.
+	placeOrder(app, 6)
+	if _, err := app.Exec(`INSERT INTO edgerelay_outbox (event) VALUES ('{"id": "x", "type": "t"}')`); err != nil {
+		t.Fatal(err)
+	}
+	placeOrder(app, 7)
+	if code, sum, e := once(); code != exitRejected || sum.Accepted != 2 || sum.Rejected != 1 || sum.Position != 8 ||
+		!strings.Contains(e, "row=7") {
+		t.Fatalf("run with a bad row: exit %d, %+v; want 5, 2 accepted, 1 rejected (row 7 logged), position 8\n%s", code, sum.TailStats, e)
+	}
+	// The app holds its write lock, so the source cannot be opened for
+	// marking: exit 1 at once (not a wait), the position stays where it was.
+	// (A failure later in the run is returned the same way:
+	// sources.TestTailOnceReturnsAFailure.)
+	placeOrder(app, 8)
+	lock, err := app.Begin() // _txlock=immediate: takes the write lock now
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(`INSERT INTO orders (id, total_cents) VALUES ('lock', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	code, sum, e := once()
+	lock.Rollback()
+	if code != exitError || !strings.Contains(e, "locked") {
+		t.Fatalf("run against a locked app database: exit %d, %+v; want 1 naming the lock\n%s", code, sum.TailStats, e)
+	}
+	// The next run relays row 9 and delivers everything, like dispatch
+	// --until-idle.
+	code, sum, e = once("--dispatch", "--route", "*=log://"+out)
+	if code != exitOK || sum.Position != 9 || sum.Accepted+sum.Duplicates != 1 || sum.Dispatch == nil || sum.Dispatch.Sent != 8 {
+		t.Fatalf("run with --dispatch: exit %d, %+v, dispatch %+v; want 0, position 9, 8 sent\n%s", code, sum.TailStats, sum.Dispatch, e)
+	}
+	var unmarked int
+	app.QueryRow(`SELECT count(*) FROM edgerelay_outbox WHERE processed_at IS NULL`).Scan(&unmarked)
+	if unmarked != 1 {
+		t.Fatalf("%d rows unmarked, want 1 (the rejected one)", unmarked)
+	}
+	b, _ := os.ReadFile(out)
+	if got := bytes.Count(b, []byte(`"event_id":"ord_`)); got != 8 {
+		t.Fatalf("%d deliveries, want 8:\n%s", got, b)
+	}
+}
+
+// tail --once stopped by SIGTERM before it caught up exits 4, not 0 (cron
+// must not take it for caught up), with what it read saved.
+func TestTailOnceStoppedBySignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and signals a real process")
+	}
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	appPath, db := filepath.Join(dir, "app.db"), filepath.Join(dir, "relay.db")
+	app := tailApp(t, appPath)
+	const n = 20000 // in batches of one row: seconds of work, stopped within milliseconds
+	tx, err := app.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		ev := fmt.Sprintf(`{"id":"e%d","type":"t","recipients":[{"id":"u%d","email":"u%d@example.com"}],"body":"b"}`, i, i, i)
+		if _, err := tx.Exec(`INSERT INTO edgerelay_outbox (event) VALUES (?)`, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "tail", "--once", "--db", db, "--json", "--log-level", "warn", "--source", "sqlite:"+appPath, "--batch", "1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rr := &relayReader{path: db}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if rr.open(t) {
+			if ev, _ := rr.state(t); ev > 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("nothing accepted after a minute; stderr:\n%s", &stderr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	var sum onceSummary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatalf("stdout %q: %v; stderr:\n%s", &stdout, err, &stderr)
+	}
+	if sum.Position >= n {
+		t.Skipf("it caught up (%d rows) before the signal arrived: nothing to check", n)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitWaiting || sum.Position == 0 {
+		t.Fatalf("exit %d at row %d of %d; want 4, some rows relayed\n%s", code, sum.Position, n, &stderr)
+	}
+	if _, pos := rr.state(t); pos != sum.Position {
+		t.Fatalf("saved position %d, the run reported %d", pos, sum.Position)
+	}
+}

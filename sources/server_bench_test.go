@@ -10,13 +10,13 @@ import (
 	"edgerelay/sources"
 )
 
-// BenchmarkTailServer relays b.N outbox rows from each database into a
-// SQLite store, beside a plain read of the same rows in the same run
+// BenchmarkTailServer relays b.N outbox rows from each database (SQLite
+// too, for comparison) into a SQLite store, beside a plain read of the same rows in the same run
 // (select-rows/s): what the tailer costs over reading.
 //
 //	go test ./sources -run '^$' -bench TailServer -benchtime 5000x
 func BenchmarkTailServer(b *testing.B) {
-	for _, kind := range []string{"postgres", "mariadb"} {
+	for _, kind := range []string{"sqlite", "postgres", "mariadb"} {
 		b.Run(kind, func(b *testing.B) {
 			app := setupLegacy(b, kind)
 			b.StopTimer()

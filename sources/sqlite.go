@@ -189,7 +189,8 @@ func (s *SQLite) check(ctx context.Context) error {
 	// and AUTOINCREMENT, or SQLite may give the id of a deleted newest row
 	// to the next insert, below a position already saved.
 	if !strings.EqualFold(id.typ, "INTEGER") || id.pk != 1 || !strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT") {
-		return fmt.Errorf("table %q: column id must be INTEGER PRIMARY KEY AUTOINCREMENT (ids must never be reused; see outbox.sql)", s.table)
+		return fmt.Errorf("table %q: column id must be INTEGER PRIMARY KEY AUTOINCREMENT: without it SQLite gives a deleted newest row's id to the next insert, a row the saved position has passed (never relayed); "+
+			"SQLite cannot alter it: create the table anew as outbox.sql does, copy the rows with their ids (INSERT INTO new SELECT ... FROM old), drop the old one and rename the new", s.table)
 	}
 	if _, ok := cols[strings.ToLower(s.column)]; !ok {
 		return missing(s.column, "; set ?column=NAME for the event column")

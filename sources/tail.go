@@ -46,6 +46,12 @@ type TailOptions struct {
 	// is settled (its position saved), with the counters so far. It must be
 	// quick.
 	OnBatch func(TailStats)
+	// Once makes Run return when it has caught up instead of polling (the
+	// cron mode): after a round that read fewer new rows than Batch, and
+	// every committed row of the gaps. A failure is returned, not retried:
+	// what was settled before it is saved, and the next run goes on from
+	// there.
+	Once bool
 }
 
 // TailStats are a Tailer's counters since it started.
@@ -143,7 +149,7 @@ func (t *Tailer) Stats() TailStats {
 
 // Run reads the source from its saved position and accepts every row's
 // event, polling when it has caught up, until ctx ends; then it returns
-// nil. Failures of the source or the database are logged and retried with
+// nil (with Once: see TailOptions). Failures of the source or the database are logged and retried with
 // backoff; the only error returned is a closed relay (store.ErrClosed).
 // Running two tailers of one source (two processes) is safe: each accepts
 // what the other did as a duplicate, and the saved position only moves
@@ -152,8 +158,13 @@ func (t *Tailer) Run(ctx context.Context) error {
 	name := t.src.Name()
 	log := t.r.Log().With("source", name)
 	wait := t.opts.Poll
+	var onceErr error
 	backoff := func(what string, err error) bool {
 		t.count(func(s *TailStats) { s.Errors++ })
+		if t.opts.Once {
+			onceErr = fmt.Errorf("tail %s: %s: %w", name, what, err)
+			return false
+		}
 		log.Warn("tail: "+what+" failed; retrying", "in", wait, "error", err)
 		ok := sleepCtx(ctx, wait)
 		wait = min(2*wait, max(t.opts.Poll, maxTailBackoff))
@@ -174,7 +185,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 			return err
 		}
 		if !backoff("reading the saved position", err) {
-			return nil
+			return onceErr
 		}
 	}
 	t.count(func(s *TailStats) { s.Position = st.Position; s.setGaps(st.Gaps) })
@@ -187,7 +198,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 				return nil
 			}
 			if !backoff("reading the source", err) {
-				return nil
+				return onceErr
 			}
 			continue
 		}
@@ -207,6 +218,9 @@ func (t *Tailer) Run(ctx context.Context) error {
 		switch {
 		case err == nil:
 			wait = t.opts.Poll
+			if t.opts.Once && len(r.rows) < t.opts.Batch && (len(r.late) == 0 || r.lateAll) {
+				return nil
+			}
 			if len(r.rows) == 0 && len(r.late) == 0 {
 				if !sleepCtx(ctx, t.opts.Poll) {
 					return nil
@@ -218,7 +232,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 			return err
 		default:
 			if !backoff("relaying a batch", err) {
-				return nil
+				return onceErr
 			}
 		}
 	}

@@ -600,3 +600,37 @@ func TestTailCaughtUp(t *testing.T) {
 		t.Fatalf("caught up at %+v, want after all 3 rows", st)
 	}
 }
+
+func TestTailOnceReturnsAFailure(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, relay.Options{})
+	app := setupApp(t)
+	for i := 1; i <= 5; i++ {
+		if _, err := app.order(fmt.Sprintf("o%d", i), "c", mustJSON(orderEvent(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := &flaky{Source: app.source(t, "")}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tl := sources.NewTailer(r, src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
+	if err := tl.Run(ctx); err != nil || ctx.Err() != nil {
+		t.Fatalf("Run: %v (ctx: %v); want nil once caught up, long before the poll of an hour", err, ctx.Err())
+	}
+	if st := tl.Stats(); st.Accepted != 5 || st.Position != 5 {
+		t.Fatalf("%+v, want 5 accepted", st)
+	}
+	app.order("o6", "c", mustJSON(orderEvent(6)))
+	src.failRead.Store(true)
+	tl = sources.NewTailer(r, src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
+	if err := tl.Run(ctx); err == nil || !strings.Contains(err.Error(), "injected") || ctx.Err() != nil {
+		t.Fatalf("Run with a failing read: %v (ctx: %v); want the failure, returned at once", err, ctx.Err())
+	}
+	tl = sources.NewTailer(r, src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
+	if err := tl.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := tl.Stats(); st.Accepted != 1 || st.Read != 1 || st.Position != 6 {
+		t.Fatalf("run after the failure: %+v, want only row 6", st)
+	}
+}

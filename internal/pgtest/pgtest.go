@@ -67,6 +67,9 @@ type server struct {
 	exited chan struct{}    // closed when it has exited
 	exit   error
 	logf   string
+	bin    string
+	cred   *syscall.Credential
+	port   int
 }
 
 var (
@@ -216,6 +219,71 @@ func (s *server) track(name string) {
 	}
 }
 
+// A Server is a throwaway server of one test's own (Own), which the test
+// can stop and start again: a database restart under the code tested.
+type Server struct{ s *server }
+
+// Own starts a server for this test alone, removed when the test ends. It
+// needs the installed binaries (EDGERELAY_TEST_POSTGRES cannot be
+// restarted): without them the test skips, or fails under CI.
+func Own(t testing.TB) *Server {
+	t.Helper()
+	bin := binDir()
+	if bin == "" {
+		msg := "PostgreSQL restart tests skipped: install PostgreSQL's server (Debian: apt-get install postgresql)"
+		if os.Getenv("CI") != "" {
+			t.Fatalf("pgtest: CI is set, and %s", msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := startServer(ctx, bin)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return &Server{s: s}
+}
+
+// Start returns the URL of a new, empty schema on the server.
+func (sv *Server) Start(t testing.TB) string {
+	t.Helper()
+	name, err := sv.s.newSchema()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return sv.s.schemaURL(name)
+}
+
+// Stop stops the server (fast shutdown: sessions are ended), waiting until
+// it has exited.
+func (sv *Server) Stop(t testing.TB) {
+	t.Helper()
+	s := sv.s
+	p := <-s.proc
+	p.Signal(syscall.SIGINT)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		p.Kill()
+		<-s.exited
+		t.Fatalf("pgtest: postgres did not stop within 30s")
+	}
+}
+
+// Resume starts a stopped server again, on the same port and data.
+func (sv *Server) Resume(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := sv.s.launch(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: restart: %v", err)
+	}
+	conn.Close(ctx)
+}
+
 // Admin returns a superuser URL to the database that Start's schemas are
 // in (no search_path): for tests that end other sessions or read the
 // server's settings.
@@ -337,45 +405,10 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	logFile, err := os.Create(s.logf)
-	if err != nil {
-		return fail(err)
-	}
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
-		// Minimal WAL (no replication) is as crash-safe as the default;
-		// it lets a new table or index be written to the WAL at commit
-		// instead of fsynced file by file, which makes a migration about
-		// three times faster. fsync and synchronous_commit stay on.
-		"-c", "wal_level=minimal", "-c", "max_wal_senders=0")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = sysProcAttr(cred)
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal fires when the thread that started the
-		// child exits: this goroutine keeps its thread until the server
-		// has exited, so the server dies with the test process, however
-		// that ends.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(s.exited)
-			return
-		}
-		s.proc <- cmd.Process
-		started <- nil
-		s.exit = cmd.Wait()
-		logFile.Close()
-		close(s.exited)
-	}()
-	if err := <-started; err != nil {
-		return fail(fmt.Errorf("start postgres: %w", err))
-	}
-	// sslmode=disable: the server has no TLS, and pgx's default (prefer)
-	// would first ask for it, a round trip on every connection.
+	s.bin, s.cred, s.port = bin, cred, port
 	s.base = &url.URL{Scheme: "postgres", User: url.UserPassword("postgres", password),
 		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Path: "/postgres", RawQuery: "sslmode=disable"}
-	conn, err := s.waitReady(ctx)
+	conn, err := s.launch(ctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -389,6 +422,51 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 		return fail(err)
 	}
 	return s, nil
+}
+
+// launch starts the postmaster on the server's directory and port and
+// waits until it takes connections (sslmode=disable in base: the server has
+// no TLS, and pgx's default would first ask for it on every connection).
+func (s *server) launch(ctx context.Context) (*pgx.Conn, error) {
+	// This run's channels: the goroutine below closes its own, not those
+	// of a later launch.
+	proc, exited := make(chan *os.Process, 1), make(chan struct{})
+	s.proc, s.exited = proc, exited
+	logFile, err := os.OpenFile(s.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"), "-p", strconv.Itoa(s.port), "-k", s.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
+		// Minimal WAL (no replication) is as crash-safe as the default;
+		// it lets a new table or index be written to the WAL at commit
+		// instead of fsynced file by file, which makes a migration about
+		// three times faster. fsync and synchronous_commit stay on.
+		"-c", "wal_level=minimal", "-c", "max_wal_senders=0")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = sysProcAttr(s.cred)
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal fires when the thread that started the
+		// child exits: this goroutine keeps its thread until the server
+		// has exited, so the server dies with the test process, however
+		// that ends.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(exited)
+			return
+		}
+		proc <- cmd.Process
+		started <- nil
+		s.exit = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	return s.waitReady(ctx)
 }
 
 // waitReady polls until the server takes connections, for at most 30s.
