@@ -120,25 +120,30 @@ func TestConsoleAccess(t *testing.T) {
 
 	// Reads without JavaScript: the search and the notification are in the HTML.
 	_, page := c.do("GET", "/console/notifications?recipient=ada", nil)
-	if !strings.Contains(page, "ada@example.com") || !strings.Contains(page, fmt.Sprintf(`/console/notifications/%d"`, f.ada)) {
+	if !strings.Contains(page, "ada@example.com") || !strings.Contains(page, fmt.Sprintf(`/console/notifications/%s"`, f.adaID)) {
 		t.Fatalf("search without JavaScript:\n%s", page)
 	}
-	_, page = c.do("GET", fmt.Sprintf("/console/notifications/%d", f.ada), nil)
+	// Pages spell ids as the API does: a row id, from one sequence for
+	// every tenant, would let a tenant count the others' traffic.
+	if strings.Contains(page, fmt.Sprintf(`/console/notifications/%d"`, f.ada)) || strings.Contains(page, fmt.Sprintf(">#%d<", f.ada)) {
+		t.Fatalf("the search shows ada's row id %d:\n%s", f.ada, page)
+	}
+	_, page = c.do("GET", fmt.Sprintf("/console/notifications/%s", f.adaID), nil)
 	if !strings.Contains(page, "sent once: the provider honours keys") || strings.Count(page, `class="outcome unknown"`) != 2 {
 		t.Fatalf("ada's page without JavaScript:\n%s", page)
 	}
 
 	// POSTs: no CSRF token, a wrong one, another origin: refused, nothing retried.
-	_, page = c.do("GET", fmt.Sprintf("/console/retry?id=%d", f.dan), nil)
+	_, page = c.do("GET", fmt.Sprintf("/console/retry?id=%s", f.danID), nil)
 	tok := csrf(t, page)
 	for _, tc := range []struct {
 		name   string
 		form   url.Values
 		header []string
 	}{
-		{"no token", url.Values{"id": {fmt.Sprint(f.dan)}}, nil},
-		{"a wrong token", url.Values{"id": {fmt.Sprint(f.dan)}, "csrf": {tok + "x"}}, nil},
-		{"another origin", url.Values{"id": {fmt.Sprint(f.dan)}, "csrf": {tok}}, []string{"Origin", "https://evil.example"}},
+		{"no token", url.Values{"id": {f.danID}}, nil},
+		{"a wrong token", url.Values{"id": {f.danID}, "csrf": {tok + "x"}}, nil},
+		{"another origin", url.Values{"id": {f.danID}, "csrf": {tok}}, []string{"Origin", "https://evil.example"}},
 	} {
 		if resp, _ := c.do("POST", "/console/retry", tc.form, tc.header...); resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("retry with %s: %d, want 403", tc.name, resp.StatusCode)
@@ -147,7 +152,7 @@ func TestConsoleAccess(t *testing.T) {
 	if n, _ := f.r.TenantNotification(t.Context(), "", f.dan, ""); n.Status != store.StatusDead || len(n.Audit) != 0 {
 		t.Fatalf("after refused POSTs dan is %s with audit %v; want dead, untouched", n.Status, n.Audit)
 	}
-	resp, page = c.do("POST", "/console/retry", url.Values{"id": {fmt.Sprint(f.dan)}, "csrf": {tok}}, "Origin", f.srv.URL)
+	resp, page = c.do("POST", "/console/retry", url.Values{"id": {f.danID}, "csrf": {tok}}, "Origin", f.srv.URL)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "Retried 1 notification") {
 		t.Fatalf("retry: %d\n%s", resp.StatusCode, page)
 	}
@@ -174,7 +179,7 @@ func TestConsoleAccess(t *testing.T) {
 	if resp, _ := c.do("GET", "/console/", nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("after revoking the token: %d, want 303 to the login", resp.StatusCode)
 	}
-	if resp, _ := c.do("POST", "/console/retry", url.Values{"id": {fmt.Sprint(f.dan)}, "csrf": {tok}}); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := c.do("POST", "/console/retry", url.Values{"id": {f.danID}, "csrf": {tok}}); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a POST after revoking: %d, want 403", resp.StatusCode)
 	}
 }
@@ -196,10 +201,10 @@ func TestConsoleOpenMode(t *testing.T) {
 	if resp, _ := c.signIn("tenant", "beta"); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("open sign-in: %d", resp.StatusCode)
 	}
-	if resp, _ := c.do("GET", fmt.Sprintf("/console/notifications/%d", f.ada), nil); resp.StatusCode != http.StatusNotFound {
+	if resp, _ := c.do("GET", fmt.Sprintf("/console/notifications/%s", f.adaID), nil); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("open as beta, acme's ada: %d, want 404", resp.StatusCode)
 	}
-	if resp, page := c.do("GET", fmt.Sprintf("/console/notifications/%d", f.eve), nil); resp.StatusCode != http.StatusOK || !strings.Contains(page, "eve@example.com") {
+	if resp, page := c.do("GET", fmt.Sprintf("/console/notifications/%s", f.eveID), nil); resp.StatusCode != http.StatusOK || !strings.Contains(page, "eve@example.com") {
 		t.Fatalf("open as beta, beta's eve: %d", resp.StatusCode)
 	}
 	if _, _, err := f.r.CreateToken(t.Context(), "acme", "first"); err != nil {

@@ -250,8 +250,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll('svg.chart rect').length`); n == 0 {
 		t.Fatal("the chart has no bars: the attempts of the last hour are not drawn")
 	}
-	if got := text(t, ctx, "#decide-h + p"); !strings.Contains(got, fmt.Sprintf("#%d", f.dan)) {
-		t.Fatalf("needing a decision: %q, want dan's #%d", got, f.dan)
+	if got := text(t, ctx, "#decide-h + p"); !strings.Contains(got, f.danID) {
+		t.Fatalf("needing a decision: %q, want dan's %s", got, f.danID)
 	}
 	screenshot(t, ctx, dir, "console-overview")
 
@@ -268,7 +268,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("search by recipient ada: %q", rows)
 	}
 	accessible(t, ctx, "search results")
-	do(t, ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href$="/notifications/%d"]`, f.ada))), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	do(t, ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href$="/notifications/%s"]`, f.adaID))), chromedp.WaitVisible(chromedp.CSS("#attempts")))
 	accessible(t, ctx, "ada's notification")
 	outcomes := eval[[]string](t, ctx, `[...document.querySelectorAll('#attempts tbody tr td:nth-child(5) .outcome')].map(e => e.textContent)`)
 	if strings.Join(outcomes, ",") != "unknown,unknown,sent" {
@@ -287,7 +287,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Retry the dead one: select it in the search, confirm with its count.
 	do(t, ctx, chromedp.Navigate(f.url+"/notifications?status=dead"), chromedp.WaitVisible(chromedp.CSS("table.results")))
-	tabTo(t, ctx, "dead search", fmt.Sprintf("pick-%d", f.dan), 30)
+	tabTo(t, ctx, "dead search", fmt.Sprintf("pick-%s", f.danID), 30)
 	do(t, ctx, chromedp.KeyEvent(" "), chromedp.Click(chromedp.CSS("#retry-selected")), chromedp.WaitVisible(chromedp.CSS("#confirm-count")))
 	accessible(t, ctx, "retry confirmation")
 	if got := text(t, ctx, "#confirm-count"); !strings.HasPrefix(got, "Retry 1 notification?") {
@@ -301,7 +301,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("after the retry: %q", got)
 	}
 	waitStatus(t, f.r, f.dan, "sent")
-	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/notifications/%d", f.url, f.dan)), chromedp.WaitVisible(chromedp.CSS("#audit")))
+	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/notifications/%s", f.url, f.danID)), chromedp.WaitVisible(chromedp.CSS("#audit")))
 	if got := text(t, ctx, "#status"); got != "sent" {
 		t.Fatalf("dan's page says %q, want sent", got)
 	}
@@ -317,7 +317,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	// Signing out ends the session: the next page asks for a token.
 	do(t, ctx, chromedp.Navigate(f.url+"/"), chromedp.Click(chromedp.CSS(".signout button")), chromedp.WaitVisible(chromedp.CSS("#token")))
-	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/notifications/%d", f.url, f.ada)), chromedp.WaitVisible(chromedp.CSS("#token")))
+	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/notifications/%s", f.url, f.adaID)), chromedp.WaitVisible(chromedp.CSS("#token")))
 }
 
 // Tenant beta's token sees none of acme's pages: not by search, not by
@@ -334,7 +334,7 @@ func TestConsoleTenantsApartInBrowser(t *testing.T) {
 		t.Fatalf("beta's overview counts %q notifications, want its 1", got)
 	}
 	for _, u := range []string{
-		fmt.Sprintf("/notifications/%d", f.ada), fmt.Sprintf("/notifications/%d", f.dan),
+		fmt.Sprintf("/notifications/%s", f.adaID), fmt.Sprintf("/notifications/%s", f.danID),
 	} {
 		resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(f.url+u))
 		if err != nil {
@@ -351,7 +351,7 @@ func TestConsoleTenantsApartInBrowser(t *testing.T) {
 		do(t, ctx, chromedp.Navigate(f.url+"/notifications?"+q), chromedp.WaitVisible(chromedp.CSS("#no-results")))
 	}
 	do(t, ctx, chromedp.Navigate(f.url+"/notifications?recipient=eve"), chromedp.WaitVisible(chromedp.CSS("table.results")))
-	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/retry?id=%d", f.url, f.dan)), chromedp.WaitVisible(chromedp.CSS("h1")))
+	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/retry?id=%s", f.url, f.danID)), chromedp.WaitVisible(chromedp.CSS("h1")))
 	if got := text(t, ctx, "main"); !strings.Contains(got, "Nothing selected can be retried") || !strings.Contains(got, "Not found in this tenant") {
 		t.Fatalf("beta asks to retry acme's dan: %q", got)
 	}

@@ -1,10 +1,12 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"html/template"
 	"time"
 
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
@@ -107,6 +109,8 @@ func maxInt(a, b int64) int64 {
 // funcs are the templates' helpers.
 func (c *Console) funcs() template.FuncMap {
 	return template.FuncMap{
+		"nid": c.nid,
+		"eid": c.eid,
 		"when": func(t time.Time) string {
 			if t.IsZero() {
 				return "—"
@@ -137,4 +141,19 @@ func (c *Console) funcs() template.FuncMap {
 		"retryable": retryable,
 		"json":      func(b []byte) string { return string(b) },
 	}
+}
+
+// nid and eid spell a notification's and an event's row as the API shows
+// them (n_…, ev_…): row ids come from one sequence for every tenant, so a
+// page that showed them would let a tenant count the others' traffic.
+// The pages take either spelling back.
+func (c *Console) nid(row int64) string { return c.spell(row, (*relay.IDs).Notification) }
+func (c *Console) eid(row int64) string { return c.spell(row, (*relay.IDs).Event) }
+
+func (c *Console) spell(row int64, f func(*relay.IDs, int64) string) string {
+	x, err := c.r.IDs(context.Background()) // made at open: an atomic load
+	if err != nil {
+		return "?"
+	}
+	return f(x, row)
 }

@@ -47,7 +47,7 @@ func TestConsoleOverview(t *testing.T) {
 	for _, want := range []string{
 		`<a href="/console/notifications?status=sent" aria-label="1 sent">1</a>`,
 		`<a href="/console/notifications?status=dead" aria-label="1 dead">1</a>`,
-		fmt.Sprintf(`<a href="/console/notifications/%d">#%d</a>`, f.dan, f.dan),
+		fmt.Sprintf(`<a href="/console/notifications/%s">%s</a>`, f.danID, f.danID),
 		`<svg class="chart"`,
 	} {
 		if !strings.Contains(page, want) {

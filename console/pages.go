@@ -168,7 +168,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 			c.internal(w, r, s, err)
 			return
 		}
-		http.Redirect(w, r, fmt.Sprintf("%s/notifications/%d", c.opts.Prefix, n.ID), http.StatusSeeOther)
+		http.Redirect(w, r, c.opts.Prefix+"/notifications/"+c.nid(n.ID), http.StatusSeeOther)
 		return
 	}
 	f := store.ListFilter{Tenant: s.Tenant, Recipient: form.Recipient, Address: form.Address, Type: form.Type, EventID: form.EventID,
@@ -191,7 +191,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 	}
 	if v := q.Get("after"); v != "" {
-		if f.After, err = strconv.ParseInt(v, 10, 64); err != nil || f.After < 0 {
+		if f.After, err = c.r.NotificationRow(r.Context(), v); err != nil || f.After < 0 {
 			d.Errors = append(d.Errors, "after: the last id of the previous page")
 		}
 	}
@@ -211,7 +211,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 				next.Set(k, v[0])
 			}
 		}
-		next.Set("after", strconv.FormatInt(d.Results[len(d.Results)-1].ID, 10))
+		next.Set("after", c.nid(d.Results[len(d.Results)-1].ID))
 		d.Next = c.opts.Prefix + "/notifications?" + next.Encode()
 	}
 	c.render(w, r, s, http.StatusOK, "search", "Search", d)
@@ -239,7 +239,7 @@ func retryable(status string) bool {
 }
 
 func (c *Console) notification(w http.ResponseWriter, r *http.Request, s *session) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	id, err := c.r.NotificationRow(r.Context(), r.PathValue("id"))
 	if err != nil || id <= 0 {
 		c.notFound(w, r, s, r.PathValue("id"))
 		return
@@ -257,7 +257,7 @@ func (c *Console) notification(w http.ResponseWriter, r *http.Request, s *sessio
 	if err := json.Unmarshal(n.Message, &d.Message); err != nil {
 		d.Message.Raw = string(n.Message)
 	}
-	c.render(w, r, s, http.StatusOK, "notification", fmt.Sprintf("Notification %d", n.ID), d)
+	c.render(w, r, s, http.StatusOK, "notification", "Notification "+c.nid(n.ID), d)
 }
 
 // notFound is the answer for another tenant's notification too: the same
@@ -286,7 +286,7 @@ func (c *Console) selected(w http.ResponseWriter, r *http.Request, s *session, v
 	}
 	seen := map[int64]bool{}
 	for _, v := range vals {
-		id, err := strconv.ParseInt(v, 10, 64)
+		id, err := c.r.NotificationRow(r.Context(), v)
 		if err != nil || id <= 0 {
 			d.Missing = append(d.Missing, v)
 			continue
@@ -334,7 +334,7 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, s *session) {
 		case err == nil:
 			d.Done = append(d.Done, n.ID)
 		case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, store.ErrNotFound):
-			d.Refused = append(d.Refused, fmt.Sprintf("%d: %v", n.ID, err))
+			d.Refused = append(d.Refused, fmt.Sprintf("%s: %v", c.nid(n.ID), err))
 		default:
 			c.internal(w, r, s, err)
 			return
@@ -353,7 +353,7 @@ type quarantineData struct {
 }
 
 func (c *Console) quarantine(w http.ResponseWriter, r *http.Request, s *session) {
-	before, _ := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
+	before, _ := c.r.EventRowOf(r.Context(), r.URL.Query().Get("before"))
 	qs, err := c.r.Quarantined(r.Context(), s.Tenant, max(before, 0), searchPage)
 	if err != nil {
 		c.internal(w, r, s, err)
@@ -361,7 +361,7 @@ func (c *Console) quarantine(w http.ResponseWriter, r *http.Request, s *session)
 	}
 	d := quarantineData{Events: qs}
 	if len(qs) == searchPage {
-		d.Next = fmt.Sprintf("%s/quarantine?before=%d", c.opts.Prefix, qs[len(qs)-1].EventRow)
+		d.Next = c.opts.Prefix + "/quarantine?before=" + c.eid(qs[len(qs)-1].EventRow)
 	}
 	c.render(w, r, s, http.StatusOK, "quarantine", "Quarantine", d)
 }
@@ -369,7 +369,7 @@ func (c *Console) quarantine(w http.ResponseWriter, r *http.Request, s *session)
 // quarantined finds one of the tenant's quarantined events.
 func (c *Console) quarantined(w http.ResponseWriter, r *http.Request, s *session) (store.QuarantinedEvent, string, bool) {
 	action := r.PathValue("action")
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	id, err := c.r.EventRowOf(r.Context(), r.PathValue("id"))
 	if (action != "retry" && action != "drop") || err != nil || id <= 0 {
 		c.fail(w, r, s, http.StatusNotFound, "Not found", "No such quarantine action.")
 		return store.QuarantinedEvent{}, "", false
@@ -380,7 +380,7 @@ func (c *Console) quarantined(w http.ResponseWriter, r *http.Request, s *session
 		return store.QuarantinedEvent{}, "", false
 	}
 	if len(qs) != 1 || qs[0].EventRow != id {
-		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("Event %d of tenant %s is not quarantined.", id, s.Tenant))
+		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("Event %s of tenant %s is not quarantined.", c.eid(id), s.Tenant))
 		return store.QuarantinedEvent{}, "", false
 	}
 	return qs[0], action, true

@@ -32,6 +32,8 @@ type fixture struct {
 	betaToken string // a config token of beta
 	ada, dan  int64
 	eve       int64
+	// adaID, danID, eveID: the same as the pages spell them (n_…).
+	adaID, danID, eveID string
 }
 
 const betaConfigToken = "beta-config-token-0123456789"
@@ -95,6 +97,11 @@ func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	ids, err := r.IDs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.adaID, f.danID, f.eveID = ids.Notification(f.ada), ids.Notification(f.dan), ids.Notification(f.eve)
 	waitStatus(t, r, f.ada, store.StatusSent)
 	waitStatus(t, r, f.dan, store.StatusDead)
 	waitStatus(t, r, f.eve, store.StatusSent)
