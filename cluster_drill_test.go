@@ -116,10 +116,13 @@ type leaseChange struct {
 }
 
 type cluster struct {
-	d    *drill
-	pg   *pgxpool.Pool // the driver's own: the leases and job_runs tables
-	app  *sql.DB       // the application with the tailed outbox
-	rng  *rand.Rand
+	d   *drill
+	pg  *pgxpool.Pool // the driver's own: the leases and job_runs tables
+	app *sql.DB       // the application with the tailed outbox
+	rng *rand.Rand    // the posters' picks, under mu
+	// plan is the kill plan's own: killLoop runs beside the posters,
+	// and a seed replays the same plan whatever they drew.
+	plan *rand.Rand
 	load time.Duration
 
 	orders int // placed in the outbox so far
@@ -213,7 +216,7 @@ tail:
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	c := &cluster{d: d, pg: pg, app: app, rng: rand.New(rand.NewPCG(seed^1, seed^2)), load: load, posters: map[*serveProc]*poster{}}
+	c := &cluster{d: d, pg: pg, app: app, rng: rand.New(rand.NewPCG(seed^1, seed^2)), plan: rand.New(rand.NewPCG(seed^3, seed^4)), load: load, posters: map[*serveProc]*poster{}}
 
 	for i := range clusterNodes {
 		c.up(i)
@@ -470,7 +473,7 @@ func holderPID(holder string) int {
 func (c *cluster) killLoop(end time.Time) {
 	d := c.d
 	for !d.t.Failed() {
-		time.Sleep(time.Duration(300+c.rng.IntN(1200)) * time.Millisecond) // the kill plan's spacing
+		time.Sleep(time.Duration(300+c.plan.IntN(1200)) * time.Millisecond) // the kill plan's spacing
 		if time.Now().After(end) {
 			return
 		}
@@ -479,8 +482,8 @@ func (c *cluster) killLoop(end time.Time) {
 		if err != nil {
 			d.t.Fatalf("read leases: %v", err)
 		}
-		victim := c.rng.IntN(clusterNodes)
-		if c.rng.IntN(2) == 0 {
+		victim := c.plan.IntN(clusterNodes)
+		if c.plan.IntN(2) == 0 {
 			if pid := holderPID(held["schedules"]); pid != 0 {
 				c.mu.Lock()
 				for i, p := range c.nodes {
@@ -512,7 +515,7 @@ func (c *cluster) killLoop(end time.Time) {
 		d.mu.Unlock()
 		d.t.Logf("kill %d: node %d (pid %d) at +%s, holding %v", len(c.kills), victim, p.cmd.Process.Pid,
 			time.Since(end.Add(-c.load)).Round(time.Millisecond), k.leases)
-		time.Sleep(time.Duration(200+c.rng.IntN(800)) * time.Millisecond) // down a moment before the restart
+		time.Sleep(time.Duration(200+c.plan.IntN(800)) * time.Millisecond) // down a moment before the restart
 		c.up(victim)
 	}
 }
