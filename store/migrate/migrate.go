@@ -106,17 +106,16 @@ func Run(ctx context.Context, from, to string, opts Options) (*Result, error) {
 	}
 	where := st.Where()
 	st.Close()
-	secrets := passwords(to)
 	conn, err := pgx.Connect(ctx, to)
 	if err != nil {
-		return nil, fmt.Errorf("target %s: %s", where, scrub(err.Error(), secrets))
+		return nil, fmt.Errorf("target %s: %s", where, postgres.Scrub(err.Error(), to))
 	}
 	defer conn.Close(context.Background())
 
 	m := &mover{src: src, dst: conn, opts: opts, res: &Result{Source: from, Target: where, NextID: map[string]int64{}}}
 	if err := m.run(ctx); err != nil {
 		// pgx errors do not carry the URL; this is belt and braces.
-		if msg := scrub(err.Error(), secrets); msg != err.Error() {
+		if msg := postgres.Scrub(err.Error(), to); msg != err.Error() {
 			return nil, errors.New(msg)
 		}
 		return nil, err
@@ -599,31 +598,3 @@ func collect[T any](rows *sql.Rows) ([]T, error) {
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func pgIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
-
-// passwords are the secrets a URL holds, scrubbed from errors (as the
-// PostgreSQL store scrubs its own).
-func passwords(conn string) []string {
-	var out []string
-	if u, err := url.Parse(conn); err == nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
-		}
-		for k, vs := range u.Query() {
-			if strings.Contains(strings.ToLower(k), "password") {
-				for _, v := range vs {
-					if v != "" {
-						out = append(out, v, url.QueryEscape(v))
-					}
-				}
-			}
-		}
-	}
-	return out
-}
-
-func scrub(msg string, secrets []string) string {
-	for _, s := range secrets {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
-	}
-	return msg
-}

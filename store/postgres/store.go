@@ -557,6 +557,10 @@ func scrub(msg string, secrets []string) string {
 	return msg
 }
 
+// Scrub is msg without the passwords the connection URL conn holds, for
+// other code that reports errors about the same database (migrate-store).
+func Scrub(msg, conn string) string { return scrub(msg, passwords(conn)) }
+
 // redact is the connection URL without its password (and without any
 // query parameter naming a password): what Where shows. A connection
 // string that is not a URL is described from its parsed form.
