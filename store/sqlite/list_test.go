@@ -202,3 +202,22 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("new event row %d, old %d", a, row)
 	}
 }
+
+// A type and a status read the status's index when the status holds few
+// rows (ListNotifications counts them first), else the type's: a page of
+// dead digests must not walk every digest, nor one of sent digests every
+// sent notification.
+func TestListTypeAndStatusIndex(t *testing.T) {
+	s := setup(t)
+	f := store.ListFilter{Tenant: "a", Type: "digest", Status: store.StatusDead, Limit: 50}
+	for _, c := range []struct {
+		statusFew bool
+		index     string
+	}{{true, "notifications_tenant_status"}, {false, "notifications_type"}} {
+		q, args := listQueryWith(f, c.statusFew)
+		text := strings.Join(queryPlan(t, s, q, args...), "\n")
+		if !strings.Contains(text, "SEARCH n USING INDEX "+c.index+" (") || strings.Contains(text, "TEMP B-TREE") {
+			t.Errorf("statusFew=%v: want a range on %s:\n%s", c.statusFew, c.index, text)
+		}
+	}
+}
