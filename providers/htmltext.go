@@ -8,6 +8,15 @@ import (
 	"golang.org/x/net/html/atom"
 )
 
+// textPart is m's text part: its body, or the text of its HTML when it has
+// none.
+func textPart(m *Message) string {
+	if m.Body == "" && m.HTML != "" {
+		return htmlToText(m.HTML)
+	}
+	return m.Body
+}
+
 // htmlToText is the text part for an HTML message that brings none, so
 // that every HTML email is multipart/alternative with a readable text
 // (spam filters score HTML-only mail, and text-only clients show it).

@@ -79,7 +79,7 @@ func TestEmailHTTPRequest(t *testing.T) {
 		}
 		want := map[string]any{
 			"from": "Acme <no-reply@acme.test>", "to": []any{"ada@example.com"},
-			"subject": "Paid", "text": "Thanks.",
+			"subject": "Paid", "text": "Thanks.", "headers": map[string]any{"Auto-Submitted": "auto-generated"},
 		}
 		if !reflect.DeepEqual(c.body, want) {
 			t.Errorf("body = %v, want %v (no html when the message has none)", c.body, want)

@@ -28,7 +28,7 @@ type emailPreset struct {
 	// ownAuth: the token travels in header() rather than as a bearer token.
 	ownAuth bool
 	header  func(h http.Header, token string)
-	body    func(e envelope, m *Message) any
+	body    func(e envelope, c content) any
 	idKeys  []string
 	// idHeader is the response header that holds the message id, for an
 	// API that answers with an empty body.
@@ -46,8 +46,12 @@ var emailPresets = map[string]*emailPreset{
 	"postmark": {
 		path: "/email", tokenHint: "a Postmark server token", ownAuth: true,
 		header: func(h http.Header, token string) { h.Set("X-Postmark-Server-Token", token) },
-		body: func(e envelope, m *Message) any {
-			return postmarkBody{From: e.fromRaw, To: e.toRaw, Subject: m.Subject, TextBody: m.Body, HTMLBody: m.HTML}
+		body: func(e envelope, c content) any {
+			b := postmarkBody{From: e.fromRaw, To: e.toRaw, Subject: c.subject, TextBody: c.text, HTMLBody: c.html}
+			for _, h := range c.headers {
+				b.Headers = append(b.Headers, postmarkHeader{h.name, h.value})
+			}
+			return b
 		},
 		idKeys:   []string{"MessageID"},
 		classify: classifyPostmark,
@@ -56,8 +60,8 @@ var emailPresets = map[string]*emailPreset{
 	// (kept 24 hours, longer than the relay's default max age).
 	"resend": {
 		path: "/emails", honours: true, tokenHint: "a Resend API key",
-		body: func(e envelope, m *Message) any {
-			return emailBody{From: e.fromRaw, To: []string{e.toRaw}, Subject: m.Subject, Text: m.Body, HTML: m.HTML}
+		body: func(e envelope, c content) any {
+			return emailBody{From: e.fromRaw, To: []string{e.toRaw}, Subject: c.subject, Text: c.text, HTML: c.html, Headers: c.headerMap()}
 		},
 		idKeys:   []string{"id"},
 		classify: classifyResend,
@@ -123,7 +127,7 @@ func (p *EmailHTTP) sendPreset(ctx context.Context, m *Message) Result {
 	if err != nil {
 		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "sender is not an email address"}
 	}
-	body, err := json.Marshal(ps.body(envelope{fromRaw: p.from, toRaw: m.Address, from: from, to: to}, m))
+	body, err := json.Marshal(ps.body(envelope{fromRaw: p.from, toRaw: m.Address, from: from, to: to}, p.content(m)))
 	if err != nil {
 		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot encode message"}
 	}
@@ -148,11 +152,19 @@ func (p *EmailHTTP) sendPreset(ctx context.Context, m *Message) Result {
 }
 
 type postmarkBody struct {
-	From     string `json:"From"`
-	To       string `json:"To"`
-	Subject  string `json:"Subject"`
-	TextBody string `json:"TextBody,omitempty"`
-	HTMLBody string `json:"HtmlBody,omitempty"`
+	From     string           `json:"From"`
+	To       string           `json:"To"`
+	Subject  string           `json:"Subject"`
+	TextBody string           `json:"TextBody,omitempty"`
+	HTMLBody string           `json:"HtmlBody,omitempty"`
+	Headers  []postmarkHeader `json:"Headers,omitempty"`
+}
+
+// postmarkHeader is one of Postmark's custom headers: "Headers" is a list
+// of {"Name", "Value"}.
+type postmarkHeader struct {
+	Name  string `json:"Name"`
+	Value string `json:"Value"`
 }
 
 // classifyPostmark reads Postmark's {"ErrorCode", "Message"}.
@@ -216,23 +228,29 @@ type sendgridPersonalization struct {
 	To []sendgridAddress `json:"to"`
 }
 
+// sendgridBody is v3 mail/send's. headers is the message-level object of
+// names and string values (SendGrid refuses only its reserved ones: To,
+// From, Subject, Reply-To, CC, BCC, Content-Type, Content-Transfer-Encoding,
+// DKIM-Signature, Received, x-sg-id, x-sg-eid).
 type sendgridBody struct {
 	Personalizations []sendgridPersonalization `json:"personalizations"`
 	From             sendgridAddress           `json:"from"`
 	Subject          string                    `json:"subject"`
 	Content          []sendgridContent         `json:"content"`
+	Headers          map[string]string         `json:"headers,omitempty"`
 }
 
-func sendgridRequest(e envelope, m *Message) any {
-	b := sendgridBody{From: sendgridAddress{Email: e.from.Address, Name: e.from.Name}, Subject: m.Subject}
+func sendgridRequest(e envelope, c content) any {
+	b := sendgridBody{From: sendgridAddress{Email: e.from.Address, Name: e.from.Name}, Subject: c.subject, Headers: c.headerMap()}
 	b.Personalizations = []sendgridPersonalization{{To: []sendgridAddress{{Email: e.to.Address, Name: e.to.Name}}}}
 	// text/plain must come first; an empty value is refused, so a part is
-	// left out when empty, unless there would be none.
-	if m.Body != "" || m.HTML == "" {
-		b.Content = append(b.Content, sendgridContent{"text/plain", m.Body})
+	// left out when empty (HTML whose text is empty), unless there would
+	// be none.
+	if c.text != "" || c.html == "" {
+		b.Content = append(b.Content, sendgridContent{"text/plain", c.text})
 	}
-	if m.HTML != "" {
-		b.Content = append(b.Content, sendgridContent{"text/html", m.HTML})
+	if c.html != "" {
+		b.Content = append(b.Content, sendgridContent{"text/html", c.html})
 	}
 	return b
 }

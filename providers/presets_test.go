@@ -93,24 +93,27 @@ func TestPresetRequests(t *testing.T) {
 			answer: scriptedAnswer{200, `{"To":"ada@example.com","SubmittedAt":"2025-01-01T00:00:00Z","MessageID":"b7bc2f4a-e38e-4336-af7d-e6c392c2f817","ErrorCode":0,"Message":"OK"}`, nil},
 			m:      htmlMessage("notif-1"), wantPath: "/email",
 			header: map[string]string{"X-Postmark-Server-Token": "tok", "Authorization": "", "Accept": "application/json", "Content-Type": "application/json", "Idempotency-Key": "notif-1"},
-			body:   `{"From":"Acme <no-reply@acme.test>","To":"ada@example.com","Subject":"Paid","TextBody":"Thanks.","HtmlBody":"<p>Thanks.</p>"}`,
-			id:     "b7bc2f4a-e38e-4336-af7d-e6c392c2f817",
+			body: `{"From":"Acme <no-reply@acme.test>","To":"ada@example.com","Subject":"Paid","TextBody":"Thanks.","HtmlBody":"<p>Thanks.</p>",
+				"Headers":[{"Name":"Auto-Submitted","Value":"auto-generated"}]}`,
+			id: "b7bc2f4a-e38e-4336-af7d-e6c392c2f817",
 		},
 		{
 			preset: "postmark", path: "/email",
 			answer: scriptedAnswer{200, `{"MessageID":"m-2","ErrorCode":0,"Message":"OK"}`, nil},
 			m:      testMessage("notif-2"), wantPath: "/email",
 			header: map[string]string{"X-Postmark-Server-Token": "tok"},
-			body:   `{"From":"Acme <no-reply@acme.test>","To":"ada@example.com","Subject":"Paid","TextBody":"Thanks."}`,
-			id:     "m-2",
+			body: `{"From":"Acme <no-reply@acme.test>","To":"ada@example.com","Subject":"Paid","TextBody":"Thanks.",
+				"Headers":[{"Name":"Auto-Submitted","Value":"auto-generated"}]}`,
+			id: "m-2",
 		},
 		{
 			preset: "resend", path: "/",
 			answer: scriptedAnswer{200, `{"id":"49a3999c-0ce1-4ea6-ab68-afcd6dc2e794"}`, nil},
 			m:      htmlMessage("notif-3"), wantPath: "/emails",
 			header: map[string]string{"Authorization": "Bearer tok", "X-Postmark-Server-Token": "", "Accept": "application/json", "Content-Type": "application/json", "Idempotency-Key": "notif-3"},
-			body:   `{"from":"Acme <no-reply@acme.test>","to":["ada@example.com"],"subject":"Paid","text":"Thanks.","html":"<p>Thanks.</p>"}`,
-			id:     "49a3999c-0ce1-4ea6-ab68-afcd6dc2e794",
+			body: `{"from":"Acme <no-reply@acme.test>","to":["ada@example.com"],"subject":"Paid","text":"Thanks.","html":"<p>Thanks.</p>",
+				"headers":{"Auto-Submitted":"auto-generated"}}`,
+			id: "49a3999c-0ce1-4ea6-ab68-afcd6dc2e794",
 		},
 		{
 			preset: "sendgrid", path: "/v3/mail/send",
@@ -118,12 +121,14 @@ func TestPresetRequests(t *testing.T) {
 			m:      htmlMessage("notif-4"), wantPath: "/v3/mail/send",
 			header: map[string]string{"Authorization": "Bearer tok", "Accept": "application/json", "Content-Type": "application/json", "Idempotency-Key": "notif-4"},
 			body: `{"personalizations":[{"to":[{"email":"ada@example.com"}]}],"from":{"email":"no-reply@acme.test","name":"Acme"},"subject":"Paid",
-				"content":[{"type":"text/plain","value":"Thanks."},{"type":"text/html","value":"<p>Thanks.</p>"}]}`,
+				"content":[{"type":"text/plain","value":"Thanks."},{"type":"text/html","value":"<p>Thanks.</p>"}],
+				"headers":{"Auto-Submitted":"auto-generated"}}`,
 			id: "W86EgYT6SQKk0lRflfLRsA",
 		},
 		{
 			preset: "sendgrid", path: "",
 			answer: scriptedAnswer{202, "", map[string]string{"X-Message-Id": "id-5"}},
+			// HTML only: the text part is made from it.
 			m: func() *Message {
 				m := htmlMessage("notif-5")
 				m.Address, m.Body = "Ada Lovelace <ada@example.com>", ""
@@ -131,7 +136,8 @@ func TestPresetRequests(t *testing.T) {
 			}(),
 			wantPath: "/v3/mail/send",
 			body: `{"personalizations":[{"to":[{"email":"ada@example.com","name":"Ada Lovelace"}]}],"from":{"email":"no-reply@acme.test","name":"Acme"},"subject":"Paid",
-				"content":[{"type":"text/html","value":"<p>Thanks.</p>"}]}`,
+				"content":[{"type":"text/plain","value":"Thanks."},{"type":"text/html","value":"<p>Thanks.</p>"}],
+				"headers":{"Auto-Submitted":"auto-generated"}}`,
 			id: "id-5",
 		},
 	}

@@ -33,9 +33,7 @@ var smtpKind = &Kind{
 		{"from", "the sender, an address with or without a display name (percent-encoded); its domain ends every Message-ID"},
 		{"starttls", "`required` (the default), `opportunistic` or `none`; `smtp://` only"}},
 		dkimParams...),
-		Param{"list_unsubscribe", "`https://…{key}…` or `mailto:…{key}…`: the `List-Unsubscribe` of mail of " +
-			"the types the config marks `commercial: true`, `{key}` replaced by the notification's key; " +
-			"an https URL adds `List-Unsubscribe-Post: List-Unsubscribe=One-Click` (RFC 8058)"},
+		paramListUnsubscribe,
 		Param{"return_path", "`bounces@example.com`: VERP: each message's envelope sender is `bounces+KEY@example.com`, " +
 			"so a bounce report names its notification even without the original's Message-ID (`POST /v1/bounces`)"},
 		paramName, paramTimeout),
@@ -88,13 +86,12 @@ type SMTP struct {
 	idDomain    string // the right-hand side of Message-IDs
 	timeout     time.Duration
 	dkim        *dkimConfig // nil: no signature
-	unsubscribe string      // the list_unsubscribe template, "" for none
+	// unsub gives commercial mail its List-Unsubscribe (SetCommercial,
+	// list_unsubscribe=) and the relay's link its place.
+	unsub listUnsubscribe
 	// returnLocal and returnDomain are return_path's parts ("": the
 	// envelope sender is from): a VERP envelope sender per message.
 	returnLocal, returnDomain string
-	// commercial holds the types and purposes whose mail carries
-	// List-Unsubscribe (SetCommercial).
-	commercial atomic.Pointer[map[string]bool]
 
 	// dial opens the TCP connection and tlsConfig (nil for the defaults)
 	// configures TLS; tests swap them to inject faults and trust a test CA.
@@ -188,11 +185,8 @@ func newSMTPURL(u *url.URL, q url.Values) (Provider, string) {
 		}
 		p.returnLocal, p.returnDomain = local, domain
 	}
-	if q.Has("list_unsubscribe") {
-		p.unsubscribe = q.Get("list_unsubscribe")
-		if problem := checkUnsubscribe(p.unsubscribe); problem != "" {
-			return nil, `parameter "list_unsubscribe": ` + problem
-		}
+	if problem := p.unsub.parse(q); problem != "" {
+		return nil, problem
 	}
 
 	if u.User != nil {
@@ -313,10 +307,7 @@ func (p *SMTP) Send(ctx context.Context, m *Message) Result {
 // headers sorted; the DKIM signature's t= is the Date, and RSA PKCS#1 v1.5
 // and Ed25519 signatures are deterministic.
 func (p *SMTP) compose(m *Message) (*gomail.Msg, string, *Result) {
-	text := m.Body
-	if text == "" && m.HTML != "" {
-		text = htmlToText(m.HTML)
-	}
+	text := textPart(m)
 	// One multipart level (text and HTML), so one boundary serves. A hash
 	// of the parts it separates: no part can hold it (that would take a
 	// SHA-256 fixed point), and go-mail writes it unquoted, so it is
@@ -355,26 +346,11 @@ func (p *SMTP) compose(m *Message) (*gomail.Msg, string, *Result) {
 			return nil, "", &Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "invalid return path " + from}
 		}
 	}
-	// Every message is made by the relay from an event, not written by a
-	// person as a reply: RFC 3834's auto-generated, which also keeps
-	// vacation auto-replies from answering it.
-	msg.SetGenHeader("Auto-Submitted", "auto-generated")
-	if m.Unsubscribe != "" {
-		// The relay's own link (the category is optional): a POST of
-		// List-Unsubscribe=One-Click to it turns the category off.
-		msg.SetGenHeader("List-Unsubscribe", "<"+m.Unsubscribe+">")
-		if strings.HasPrefix(m.Unsubscribe, "https://") {
-			msg.SetGenHeader("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
-		}
-	} else if p.isCommercial(m) {
-		// Through SetGenHeader (written sorted), not go-mail's
-		// SetListUnsubscribe*, whose preformatted headers come out in map
-		// order.
-		link := strings.ReplaceAll(p.unsubscribe, "{key}", escapeKey(m.Key))
-		msg.SetGenHeader("List-Unsubscribe", "<"+link+">")
-		if strings.HasPrefix(link, "https://") {
-			msg.SetGenHeader("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
-		}
+	// Auto-Submitted and List-Unsubscribe, as every mail provider adds
+	// them. Through SetGenHeader (written sorted), not go-mail's
+	// SetListUnsubscribe*, whose preformatted headers come out in map order.
+	for _, h := range p.unsub.headers(m) {
+		msg.SetGenHeader(gomail.Header(h.name), h.value)
 	}
 	msg.SetBodyString(gomail.TypeTextPlain, text)
 	if m.HTML != "" {
@@ -388,84 +364,10 @@ func (p *SMTP) compose(m *Message) (*gomail.Msg, string, *Result) {
 	return msg, id, nil
 }
 
-// A CommercialSender puts List-Unsubscribe on the mail of types its
-// operator marks commercial (types: T: commercial: true in the config).
-// The smtp provider is one.
-type CommercialSender interface {
-	Provider
-	// SetCommercial names the notification types and purposes whose mail
-	// is commercial, replacing any earlier list.
-	SetCommercial(types []string)
-	// Unsubscribes reports whether the provider has a List-Unsubscribe to
-	// give that mail (list_unsubscribe=).
-	Unsubscribes() bool
-}
-
 var _ CommercialSender = (*SMTP)(nil)
 
-func (p *SMTP) SetCommercial(types []string) {
-	set := make(map[string]bool, len(types))
-	for _, t := range types {
-		set[t] = true
-	}
-	p.commercial.Store(&set)
-}
-
-func (p *SMTP) Unsubscribes() bool { return p.unsubscribe != "" }
-
-// isCommercial reports whether m's type or purpose is commercial and the
-// provider has a List-Unsubscribe for it. Until categories exist, the
-// config's types are the only source; the preferences issue will point
-// list_unsubscribe at the relay's own unsubscribe endpoint.
-func (p *SMTP) isCommercial(m *Message) bool {
-	set := p.commercial.Load()
-	return p.unsubscribe != "" && set != nil && ((*set)[m.Type] || (*set)[m.Purpose])
-}
-
-// checkUnsubscribe says what is wrong with a list_unsubscribe template, or
-// returns "".
-func checkUnsubscribe(tmpl string) string {
-	if !strings.Contains(tmpl, "{key}") {
-		return fmt.Sprintf("%q has no {key}: the unsubscribe endpoint could not tell whose mail it is", tmpl)
-	}
-	if len(tmpl) > 500 {
-		return "longer than 500 bytes"
-	}
-	sample := strings.ReplaceAll(tmpl, "{key}", "er1_0")
-	for i := 0; i < len(sample); i++ {
-		// Printable ASCII without what would end the <URI> of the header
-		// (RFC 2369) or need encoding in it.
-		if c := sample[i]; c <= ' ' || c >= 0x7f || c == '<' || c == '>' || c == ',' || c == '"' {
-			return fmt.Sprintf("%q: byte %q is not allowed (percent-encode it)", tmpl, c)
-		}
-	}
-	u, err := url.Parse(sample)
-	switch {
-	case err != nil:
-		return fmt.Sprintf("%q is not a URL: %v", tmpl, err)
-	case u.Scheme == "https" && u.Host != "":
-	case u.Scheme == "mailto" && strings.Contains(u.Opaque, "@"):
-	default:
-		return fmt.Sprintf("%q is neither an https URL nor a mailto: address (RFC 8058 one-click needs https; http is not accepted)", tmpl)
-	}
-	return ""
-}
-
-// escapeKey percent-encodes every byte of a key outside RFC 3986's
-// unreserved characters, so that it stands anywhere in a URL: path, query
-// or a mailto address.
-func escapeKey(key string) string {
-	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
+func (p *SMTP) SetCommercial(types []string) { p.unsub.SetCommercial(types) }
+func (p *SMTP) Unsubscribes() bool           { return p.unsub.Unsubscribes() }
 
 // tls returns the TLS configuration for one connection.
 func (p *SMTP) tls() *tls.Config {
