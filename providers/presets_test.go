@@ -30,13 +30,31 @@ type apiRequest struct {
 // returns the server and a function that yields the requests so far.
 func scriptedAPI(t *testing.T, a scriptedAnswer) (*httptest.Server, func() []apiRequest) {
 	t.Helper()
+	return lossyAPI(t, a, 0)
+}
+
+// lossyAPI is scriptedAPI that loses its answer to the first lose
+// requests: it reads each whole and closes the connection without a word,
+// as a remote that acted on a request and crashed before answering.
+func lossyAPI(t *testing.T, a scriptedAnswer, lose int) (*httptest.Server, func() []apiRequest) {
+	t.Helper()
 	var mu sync.Mutex
 	var seen []apiRequest
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		seen = append(seen, apiRequest{r.Method, r.URL.Path, r.Header.Clone(), b})
+		n := len(seen)
 		mu.Unlock()
+		if n <= lose {
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			c.Close()
+			return
+		}
 		for k, v := range a.header {
 			w.Header().Set(k, v)
 		}
