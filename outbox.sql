@@ -45,3 +45,29 @@ CREATE TABLE edgerelay_outbox (
 -- Cleaning up, if the application wants to (with ?mark_processed=true):
 --
 --   DELETE FROM edgerelay_outbox WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-7 days');
+
+-- [debezium] A Debezium-shaped outbox (shape=debezium): id, aggregatetype,
+-- aggregateid, type, payload, as Debezium's outbox event router reads it:
+--
+--   edgerelay tail --source 'sqlite:///srv/app/app.db?table=outbox&shape=debezium'
+--
+-- Its id is a UUID, which has no order; the rows are read in the order of
+-- seq, which SQLite assigns. SQLite cannot add a primary key to a table:
+-- create it so (or anew, copying the rows in rowid order, then drop the
+-- old one and rename the new). INSERTs that name their columns stay as
+-- they are.
+--
+--   CREATE TABLE outbox (
+--       seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+--       id            TEXT NOT NULL UNIQUE,
+--       aggregatetype TEXT NOT NULL,
+--       aggregateid   TEXT NOT NULL,
+--       type          TEXT NOT NULL,
+--       payload       TEXT
+--   );
+--
+-- The event: id from id (a re-read is a duplicate), type from type, the
+-- aggregate in data.aggregate_type and data.aggregate_id, and the rest
+-- from payload, a JSON object: recipients (or audience, feeds), subject,
+-- body, data … (with ?mark_processed=true the table needs processed_at
+-- too, as above).

@@ -20,8 +20,8 @@ import (
 //	mysql://user:pass@host:3306/app?table=edgerelay_outbox&column=event
 //	mariadb://… (the same)
 //
-// Parameters: table, column, name and gap_timeout as for every server
-// source (see the README), and tls (true, skip-verify or preferred; off by
+// Parameters: table, name, gap_timeout, shape, order, column and map as
+// for every server source (see the README), and tls (true, skip-verify or preferred; off by
 // default, as the driver's).
 //
 // Ids are AUTO_INCREMENT values, taken when a transaction inserts and
@@ -76,10 +76,12 @@ func openMySQL(u *url.URL) (Source, error) {
 	s.db.SetMaxOpenConns(2)
 	s.db.SetConnMaxIdleTime(time.Minute)
 
-	t, c := "`"+s.table+"`", "`"+s.column+"`"
-	s.readQ = fmt.Sprintf("SELECT id, %s FROM %s WHERE id > ? ORDER BY id LIMIT ?", c, t)
+	bq := func(name string) string { return "`" + name + "`" }
+	t, o := bq(s.table), bq(s.cols.order)
+	sel := s.cols.list(bq, func(c string) string { return c })
+	s.readQ = fmt.Sprintf("SELECT %s FROM %s WHERE %s > ? ORDER BY %s LIMIT ?", sel, t, o, o)
 	s.gapQ = func(n int) string {
-		return fmt.Sprintf("SELECT id, %s FROM %s WHERE %s ORDER BY id LIMIT ?", c, t, betweens(n, func(int) string { return "?" }))
+		return fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT ?", sel, t, betweens(o, n, func(int) string { return "?" }), o)
 	}
 	s.clockQ = "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
 	s.horizon = s.innodbHorizon

@@ -16,8 +16,8 @@ import (
 //	postgres://user:pass@host:5432/app?table=edgerelay_outbox&column=event&sslmode=require
 //
 // Parameters: table (it may be schema-qualified through search_path),
-// column, name and gap_timeout as for every server source (see the
-// README); the rest (sslmode, search_path, …) go to the driver as libpq
+// name, gap_timeout, and shape, order, column and map (columns.go) as for
+// every server source (see the README); the rest (sslmode, search_path, …) go to the driver as libpq
 // would take them.
 //
 // Ids come from a sequence, taken when a transaction inserts and visible
@@ -55,11 +55,12 @@ func openPostgres(u *url.URL) (Source, error) {
 	s.db.SetMaxOpenConns(2)
 	s.db.SetConnMaxIdleTime(time.Minute)
 
-	t, c := quote(s.table), quote(s.column)
-	s.readQ = fmt.Sprintf(`SELECT id, %s::text FROM %s WHERE id > $1 ORDER BY id LIMIT $2`, c, t)
+	t, o := quote(s.table), quote(s.cols.order)
+	sel := s.cols.list(quote, func(c string) string { return c + "::text" })
+	s.readQ = fmt.Sprintf(`SELECT %s FROM %s WHERE %s > $1 ORDER BY %s LIMIT $2`, sel, t, o, o)
 	s.gapQ = func(n int) string {
-		return fmt.Sprintf(`SELECT id, %s::text FROM %s WHERE %s ORDER BY id LIMIT $%d`, c, t,
-			betweens(n, func(i int) string { return "$" + strconv.Itoa(i+1) }), 2*n+1)
+		return fmt.Sprintf(`SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT $%d`, sel, t,
+			betweens(o, n, func(i int) string { return "$" + strconv.Itoa(i+1) }), o, 2*n+1)
 	}
 	s.clockQ = `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 	// Every session of this database that can write: autovacuum's long

@@ -21,6 +21,10 @@ type Row struct {
 	// Event is the event JSON, as POST /v1/events takes it. It is not
 	// checked here: an invalid event is the relay's to reject.
 	Event []byte
+	// Err, if set, says why the row's columns make no event (a mapped
+	// source's body that is not a JSON object): an *relay.InvalidEventError,
+	// rejected as an invalid event is.
+	Err error
 }
 
 // Source is an application's outbox table.

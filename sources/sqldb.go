@@ -21,7 +21,7 @@ type sqlDB struct {
 	db         *sql.DB
 	name       string
 	table      string
-	column     string
+	cols       columns
 	gapTimeout time.Duration
 	// secret is the URL's password, scrubbed from every error.
 	secret string
@@ -50,27 +50,25 @@ const gapChunk = 200
 // says otherwise.
 const defaultGapTimeout = 10 * time.Minute
 
-var serverParams = []string{"table", "column", "name", "gap_timeout"}
+var serverParams = append([]string{"table", "name", "gap_timeout"}, columnParams...)
 
 // serverURL reads what PostgreSQL and MySQL sources share of their URL:
-// table, column, name, gap_timeout. The rest of the query is returned for
-// the driver.
+// table, name, gap_timeout and the columns (columns.go). The rest of the
+// query is returned for the driver.
 func (s *sqlDB) serverURL(u *url.URL, driverParams ...string) (url.Values, error) {
 	q, err := params(u, append(append([]string{}, serverParams...), driverParams...)...)
 	if err != nil {
 		return nil, err
 	}
-	s.table, s.column, s.gapTimeout = "edgerelay_outbox", "event", defaultGapTimeout
+	s.table, s.gapTimeout = "edgerelay_outbox", defaultGapTimeout
 	if v := q.Get("table"); v != "" {
 		s.table = v
 	}
-	if v := q.Get("column"); v != "" {
-		s.column = v
+	if err := checkIdent("table", s.table); err != nil {
+		return nil, err
 	}
-	for param, v := range map[string]string{"table": s.table, "column": s.column} {
-		if err := checkIdent(param, v); err != nil {
-			return nil, err
-		}
+	if s.cols, err = parseColumns(u, q); err != nil {
+		return nil, err
 	}
 	if v := q.Get("gap_timeout"); v != "" {
 		if s.gapTimeout, err = time.ParseDuration(v); err != nil || s.gapTimeout <= 0 {
@@ -101,28 +99,20 @@ func (s *sqlDB) scrub(err error) error {
 	return errors.New(strings.ReplaceAll(err.Error(), s.secret, "xxxxx"))
 }
 
-// checkColumns verifies that the table exists and has the id and event
-// columns, naming what is missing. cols maps the table's column names
-// (lower case) to their types; nil means there is no such table.
+// checkColumns verifies that the table exists and has the columns read,
+// the order column an integer, naming what is missing. cols maps the
+// table's column names (lower case) to their types; nil means there is no
+// such table.
 func (s *sqlDB) checkColumns(cols map[string]string, intTypes ...string) error {
 	if cols == nil {
 		return fmt.Errorf("no table %q (create it with outbox.sql, or set ?table=NAME)", s.table)
 	}
-	names := slices.Sorted(maps.Keys(cols))
-	missing := func(col, hint string) error {
-		return fmt.Errorf("table %q has no column %q (it has: %s)%s", s.table, col, strings.Join(names, ", "), hint)
-	}
-	typ, ok := cols["id"]
-	if !ok {
-		return missing("id", "; see outbox.sql")
-	}
-	if !contains(intTypes, typ) {
-		return fmt.Errorf("table %q: column id is %s; want an integer id the database assigns (see outbox.sql)", s.table, typ)
-	}
-	if _, ok := cols[strings.ToLower(s.column)]; !ok {
-		return missing(s.column, "; set ?column=NAME for the event column")
-	}
-	return nil
+	return s.cols.check(s.table, cols, slices.Sorted(maps.Keys(cols)), func(typ string) string {
+		if contains(intTypes, typ) {
+			return ""
+		}
+		return "is " + typ + "; want an integer the database assigns (see outbox.sql)"
+	})
 }
 
 // Name is the name the source's state is kept under.
@@ -162,8 +152,8 @@ func (s *sqlDB) query(ctx context.Context, q string, args ...any) ([]Row, error)
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
-		var r Row
-		if err := rows.Scan(&r.ID, &r.Event); err != nil {
+		r, err := s.cols.scan(rows)
+		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", s.name, s.scrub(err))
 		}
 		out = append(out, r)
@@ -216,12 +206,12 @@ func (s *sqlDB) MarkProcessed(ctx context.Context, ids []int64) error { return n
 // Close closes the connections to the application's database.
 func (s *sqlDB) Close() error { return s.db.Close() }
 
-// betweens returns n (id BETWEEN a AND b) terms joined by OR, with the
+// betweens returns n (col BETWEEN a AND b) terms joined by OR, with the
 // placeholders ph gives for argument i (0-based).
-func betweens(n int, ph func(i int) string) string {
+func betweens(col string, n int, ph func(i int) string) string {
 	terms := make([]string, n)
 	for i := range n {
-		terms[i] = "id BETWEEN " + ph(2*i) + " AND " + ph(2*i+1)
+		terms[i] = col + " BETWEEN " + ph(2*i) + " AND " + ph(2*i+1)
 	}
 	return strings.Join(terms, " OR ")
 }

@@ -20,8 +20,9 @@ import (
 //	sqlite:///abs/path/app.db?table=edgerelay_outbox&column=event&mark_processed=true
 //	sqlite:relative/app.db
 //
-// Parameters: table (default edgerelay_outbox), column (the event column,
-// default event), mark_processed (default false), busy_timeout (how long to
+// Parameters: table (default edgerelay_outbox), shape, order, column and
+// map (columns.go; by default the event JSON in column event, ordered by
+// id), mark_processed (default false), busy_timeout (how long to
 // wait for the application's write lock, default 5s), name (the name its
 // position is kept under; default the URL's path and table, so set it to
 // keep the position when the file moves).
@@ -41,18 +42,18 @@ import (
 // so rows become visible in id order. PostgreSQL and MySQL sources are
 // GapSources instead (sqldb.go).
 type SQLite struct {
-	db     *sql.DB
-	name   string
-	path   string
-	table  string
-	column string
-	mark   bool
-	readQ  string
+	db    *sql.DB
+	name  string
+	path  string
+	table string
+	cols  columns
+	mark  bool
+	readQ string
 }
 
 var _ Source = (*SQLite)(nil)
 
-var sqliteParams = []string{"table", "column", "mark_processed", "busy_timeout", "name"}
+var sqliteParams = append([]string{"table", "mark_processed", "busy_timeout", "name"}, columnParams...)
 
 // markChunk bounds the ids of one UPDATE (SQLite caps bound parameters).
 const markChunk = 500
@@ -79,17 +80,15 @@ func openSQLite(u *url.URL) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &SQLite{table: "edgerelay_outbox", column: "event"}
+	s := &SQLite{table: "edgerelay_outbox"}
 	if v := q.Get("table"); v != "" {
 		s.table = v
 	}
-	if v := q.Get("column"); v != "" {
-		s.column = v
+	if err := checkIdent("table", s.table); err != nil {
+		return nil, err
 	}
-	for param, v := range map[string]string{"table": s.table, "column": s.column} {
-		if err := checkIdent(param, v); err != nil {
-			return nil, err
-		}
+	if s.cols, err = parseColumns(u, q); err != nil {
+		return nil, err
 	}
 	if v := q.Get("mark_processed"); v != "" {
 		if s.mark, err = strconv.ParseBool(v); err != nil {
@@ -140,7 +139,9 @@ func openSQLite(u *url.URL) (Source, error) {
 		db.Close()
 		return nil, fmt.Errorf("source %s: %w", s.name, err)
 	}
-	s.readQ = fmt.Sprintf(`SELECT id, %s FROM %s WHERE id > ? ORDER BY id LIMIT ?`, quote(s.column), quote(s.table))
+	o := quote(s.cols.order)
+	s.readQ = fmt.Sprintf(`SELECT %s FROM %s WHERE %s > ? ORDER BY %s LIMIT ?`,
+		s.cols.list(quote, func(c string) string { return c }), quote(s.table), o, o)
 	return s, nil
 }
 
@@ -165,6 +166,7 @@ func (s *SQLite) check(ctx context.Context) error {
 		pk  int
 	}
 	cols := map[string]column{}
+	types := map[string]string{}
 	var names []string
 	for rows.Next() {
 		var name string
@@ -173,6 +175,7 @@ func (s *SQLite) check(ctx context.Context) error {
 			return fmt.Errorf("read columns of %q: %w", s.table, err)
 		}
 		cols[strings.ToLower(name)] = c
+		types[strings.ToLower(name)] = c.typ
 		names = append(names, name)
 	}
 	if err := rows.Err(); err != nil {
@@ -181,19 +184,18 @@ func (s *SQLite) check(ctx context.Context) error {
 	missing := func(col, hint string) error {
 		return fmt.Errorf("table %q has no column %q (it has: %s)%s", s.table, col, strings.Join(names, ", "), hint)
 	}
-	id, ok := cols["id"]
-	if !ok {
-		return missing("id", "; see outbox.sql")
-	}
-	// The position is an id: it must be the rowid (INTEGER PRIMARY KEY),
-	// and AUTOINCREMENT, or SQLite may give the id of a deleted newest row
-	// to the next insert, below a position already saved.
-	if !strings.EqualFold(id.typ, "INTEGER") || id.pk != 1 || !strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT") {
-		return fmt.Errorf("table %q: column id must be INTEGER PRIMARY KEY AUTOINCREMENT: without it SQLite gives a deleted newest row's id to the next insert, a row the saved position has passed (never relayed); "+
-			"SQLite cannot alter it: create the table anew as outbox.sql does, copy the rows with their ids (INSERT INTO new SELECT ... FROM old), drop the old one and rename the new", s.table)
-	}
-	if _, ok := cols[strings.ToLower(s.column)]; !ok {
-		return missing(s.column, "; set ?column=NAME for the event column")
+	// The position is the order column: it must be the rowid (INTEGER
+	// PRIMARY KEY), and AUTOINCREMENT, or SQLite may give the id of a
+	// deleted newest row to the next insert, below a position already saved.
+	err = s.cols.check(s.table, types, names, func(string) string {
+		if c := cols[strings.ToLower(s.cols.order)]; strings.EqualFold(c.typ, "INTEGER") && c.pk == 1 && strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT") {
+			return ""
+		}
+		return "must be INTEGER PRIMARY KEY AUTOINCREMENT: without it SQLite gives a deleted newest row's id to the next insert, a row the saved position has passed (never relayed); " +
+			"SQLite cannot alter it: create the table anew as outbox.sql does, copy the rows with their ids (INSERT INTO new SELECT ... FROM old), drop the old one and rename the new"
+	})
+	if err != nil {
+		return err
 	}
 	if s.mark {
 		if _, ok := cols["processed_at"]; !ok {
@@ -224,8 +226,8 @@ func (s *SQLite) Read(ctx context.Context, after int64, limit int) ([]Row, error
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
-		var r Row
-		if err := rows.Scan(&r.ID, &r.Event); err != nil {
+		r, err := s.cols.scan(rows)
+		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", s.name, err)
 		}
 		out = append(out, r)
@@ -254,7 +256,7 @@ func (s *SQLite) MarkProcessed(ctx context.Context, ids []int64) error {
 			args[j] = id
 		}
 		q := fmt.Sprintf(`UPDATE %s SET processed_at = strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')
-			WHERE processed_at IS NULL AND id IN (%s)`, quote(s.table), strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", "))
+			WHERE processed_at IS NULL AND %s IN (%s)`, quote(s.table), quote(s.cols.order), strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", "))
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("mark processed in %s: %w", s.name, err)
 		}

@@ -323,6 +323,10 @@ func (t *Tailer) relay(ctx context.Context, st store.SourceState, r round) (stor
 	decodeErrs := make([]error, len(all))
 	at := make([]int, len(all)) // row → its index in events, or -1
 	for i, row := range all {
+		if row.Err != nil {
+			decodeErrs[i], at[i] = row.Err, -1
+			continue
+		}
 		ev, err := relay.DecodeEvent(bytes.NewReader(row.Event))
 		if err != nil {
 			decodeErrs[i], at[i] = err, -1
