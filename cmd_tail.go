@@ -52,6 +52,16 @@ Set up (outbox.sql holds the table, commented, and an example transaction):
    and read again until their rows commit, or until the oldest open transaction
    began after they were skipped (needs pg_read_all_stats / PROCESS; see the
    README), or for gap_timeout (then logged as given up).
+   Every source also takes
+     shape=debezium           a Debezium outbox (id, aggregatetype, aggregateid,
+                              type, payload) with a seq column added (the
+                              [debezium] section of outbox*.sql): order=seq,
+                              column=payload, map=id:id,type:type,
+                              data.aggregate_type:aggregatetype,data.aggregate_id:aggregateid
+     order=id                 the integer column the database assigns, read in order
+     map=FIELD:COLUMN,...     event fields (id, type, tenant, purpose, data.NAME)
+                              from columns; column= then holds the event's other
+                              fields as a JSON object
 
 Guarantees: the position (the last row id relayed) is saved in edgerelay's
 database after each batch (--batch rows). A crash before that reads the batch
