@@ -17,5 +17,7 @@
 // This is the one package besides the stores that speaks SQL, and only to
 // the application's database. One file per kind of database: sqlite.go,
 // postgres.go and mysql.go (the last two share sqldb.go), each one line in
-// openers.
+// openers. Which columns make a row's event (the event JSON in one column,
+// or Debezium's id, type, aggregate and payload) is columns.go's, the same
+// for all.
 package sources

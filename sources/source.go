@@ -15,8 +15,9 @@ import (
 
 // Row is one outbox row.
 type Row struct {
-	// ID is the row's id: rows are read in increasing id order, and the
-	// tailer's position is the last id it relayed.
+	// ID is the row's order column (id; seq in a Debezium outbox): rows
+	// are read in increasing order of it, and the tailer's position is the
+	// last one it relayed.
 	ID int64
 	// Event is the event JSON, as POST /v1/events takes it. It is not
 	// checked here: an invalid event is the relay's to reject.
