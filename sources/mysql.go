@@ -21,8 +21,8 @@ import (
 //	mariadb://… (the same)
 //
 // Parameters: table, name, gap_timeout, shape, order, column and map as
-// for every server source (see the README), and tls (true, skip-verify or preferred; off by
-// default, as the driver's).
+// for every server source (see the README), and tls (true, skip-verify or
+// preferred; off by default, as the driver's).
 //
 // Ids are AUTO_INCREMENT values, taken when a transaction inserts and
 // visible when it commits, so rows appear out of id order (see GapSource).

@@ -17,8 +17,8 @@ import (
 //
 // Parameters: table (it may be schema-qualified through search_path),
 // name, gap_timeout, and shape, order, column and map (columns.go) as for
-// every server source (see the README); the rest (sslmode, search_path, …) go to the driver as libpq
-// would take them.
+// every server source (see the README); the rest (sslmode, search_path,
+// …) go to the driver as libpq would take them.
 //
 // Ids come from a sequence, taken when a transaction inserts and visible
 // when it commits, so rows appear out of id order (see GapSource). The

@@ -22,10 +22,10 @@ import (
 //
 // Parameters: table (default edgerelay_outbox), shape, order, column and
 // map (columns.go; by default the event JSON in column event, ordered by
-// id), mark_processed (default false), busy_timeout (how long to
-// wait for the application's write lock, default 5s), name (the name its
-// position is kept under; default the URL's path and table, so set it to
-// keep the position when the file moves).
+// id), mark_processed (default false), busy_timeout (how long to wait for
+// the application's write lock, default 5s), name (the name its position
+// is kept under; default the URL's path and table, so set it to keep the
+// position when the file moves).
 //
 // The database is opened read-only unless mark_processed is true; then it
 // is opened read-write (never created) with busy_timeout, so the marking
