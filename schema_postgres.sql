@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 15: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 16: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -171,6 +171,7 @@ CREATE TABLE notifications (
     claims bigint NOT NULL DEFAULT 0,
     address_key text COLLATE "C",
     message bytea,
+    claimed_provider text,
     CONSTRAINT notifications_pkey PRIMARY KEY (id),
     CONSTRAINT notifications_event_seq_key UNIQUE (event, seq),
     CONSTRAINT notifications_key_key UNIQUE (key),

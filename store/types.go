@@ -129,6 +129,12 @@ type Claimed struct {
 	RoutePos     int
 	Pinned       bool
 	LastProvider string
+	// Provider is the provider this claim's call goes to, by name, as the
+	// claim resolved it from ClaimRequest.Routes and recorded in its own
+	// write, before any call: lease recovery settles a call a crash cut
+	// short as this provider's, whatever the routes are by then. "" when
+	// the claim was given no routes, or no route served it.
+	Provider string
 	// Suppression, if set, is the live entry of the tenant's suppression
 	// list for this notification's channel and address, read in the claim.
 	Suppression *Suppression
@@ -143,6 +149,52 @@ type ClaimRequest struct {
 	// Filter narrows the claim by channel (providers that cannot take a
 	// call now).
 	Filter ClaimFilter
+	// Routes, if set, are the routes' provider names: the claim records
+	// which provider each claimed notification's call goes to
+	// (Claimed.Provider) in the same write that claims it.
+	Routes *ClaimRoutes
+}
+
+// ClaimRoutes are the providers of every route, by name in failover order,
+// keyed by channel ("*": every channel without a route of its own): the
+// default routes, and the routes some tenants have of their own.
+type ClaimRoutes struct {
+	Default map[string][]string
+	Tenant  map[string]map[string][]string
+}
+
+// Provider is the provider a claim records for a notification of tenant
+// on channel at route position pos: the one it is pinned to (last, its
+// last attempt's provider), listed or not; else the provider at pos of its
+// route, the first when pos is past the end. Its route is the first that
+// exists of: the tenant's route for the channel, the default route for it,
+// the tenant's "*" route, the default "*" route. "" when none exists (or
+// the one that does is empty). The stores resolve this in their claim
+// statement; the conformance suite holds them to this function.
+func (r *ClaimRoutes) Provider(tenant, channel string, pos int, pinned bool, last string) string {
+	if r == nil {
+		return ""
+	}
+	if pinned && last != "" {
+		return last
+	}
+	route, ok := r.Tenant[tenant][channel]
+	if !ok {
+		route, ok = r.Default[channel]
+	}
+	if !ok {
+		route, ok = r.Tenant[tenant]["*"]
+	}
+	if !ok {
+		route = r.Default["*"]
+	}
+	switch {
+	case len(route) == 0:
+		return ""
+	case pos < 0 || pos >= len(route):
+		return route[0]
+	}
+	return route[pos]
 }
 
 // ClaimFilter narrows a claim by channel: Exclude leaves those channels

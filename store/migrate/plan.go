@@ -35,7 +35,7 @@ var plan = []table{
 	{name: "events", key: []string{"id"}, id: true, same: []string{"tenant", "event_id", "purpose", "fingerprint"},
 		why: "every accepted event with its payload, message, fan-out progress (expanded) and quarantine (quarantined_at, reason, dropped): ids kept so notifications, feed items and `show` still point at them"},
 	{name: "notifications", key: []string{"id"}, id: true, same: []string{"key", "event", "seq"},
-		why: "each notification with its provider key, status, retry budget, next attempt, pinned provider (provider, route_pos, pinned), claim count and its own message if a template rendered one at accept (sent as stored); one still sending with an expired lease is moved as it is and settled as unknown once by the target's lease recovery"},
+		why: "each notification with its provider key, status, retry budget, next attempt, pinned provider (provider, route_pos, pinned), claim count and its own message if a template rendered one at accept (sent as stored); one still sending with an expired lease is moved as it is, with the provider its claim named (claimed_provider), and settled as unknown at that provider once by the target's lease recovery"},
 	{name: "attempts", key: []string{"id"}, id: true, same: []string{"notification", "n"},
 		why: "the audit of every provider call: `show` reads the same history on the target"},
 	{name: "notification_audit", key: []string{"id"}, id: true, same: []string{"notification", "at", "actor"},

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"edgerelay/store"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -15,14 +16,14 @@ import (
 // probe). attempts and cycle_attempts count calls recorded, so this attempt
 // is the next one.
 const claimedCols = `n.id, n.key, n.event, n.tenant, n.type, n.claims, n.recipient, n.channel, n.address, n.attempts + 1, n.cycle_attempts + 1,
-	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), ` + suppressionEntry + `, e.event_id, e.purpose`
+	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), coalesce(n.claimed_provider, ''), ` + suppressionEntry + `, e.event_id, e.purpose`
 
 func scanClaimed(row pgx.Row, extra ...any) (store.Claimed, error) {
 	var c store.Claimed
 	var cycle, claimed, lease, created int64
 	var entry *string
 	dest := append([]any{&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &entry, &c.EventID, &c.Purpose}, extra...)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.EventID, &c.Purpose}, extra...)
 	err := row.Scan(dest...)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
 	if err == nil {
@@ -35,12 +36,15 @@ func scanClaimed(row pgx.Row, extra ...any) (store.Claimed, error) {
 // rows are locked with FOR UPDATE SKIP LOCKED, so nodes claiming at once
 // each take other rows, never wait for one another, and never take a row
 // twice: a row another node claimed meanwhile is rechecked and is no
-// longer pending. Each claim takes claims + 1 as its fence token.
+// longer pending. Each claim takes claims + 1 as its fence token, and
+// records its claimed_provider (store.ClaimRoutes.Provider) from $4, the
+// routes as routesJSON encodes them: its pin, else the provider at its
+// route position of the first route that exists (a key lookup each).
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
 	if req.Filter.Only != nil && len(req.Filter.Only) == 0 || req.Limit <= 0 {
 		return nil, nil // no channel, or no row, is asked for
 	}
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routesJSON(req.Routes)}
 	where := ""
 	if f := req.Filter; f.Only != nil {
 		args = append(args, f.Only)
@@ -59,7 +63,12 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 				ORDER BY next_attempt_at, id LIMIT $3
 				FOR UPDATE SKIP LOCKED
 			), claimed AS (
-				UPDATE notifications n SET status = 'sending', claims = n.claims + 1, claimed_at = $1, lease_until = $2, updated_at = $1
+				UPDATE notifications n SET status = 'sending', claims = n.claims + 1, claimed_at = $1, lease_until = $2, updated_at = $1,
+					claimed_provider = CASE WHEN $4::jsonb IS NULL THEN NULL
+						WHEN n.pinned AND coalesce(n.provider, '') <> '' THEN n.provider
+						ELSE (SELECT coalesce(r ->> n.route_pos, r ->> 0) FROM (SELECT coalesce(
+							$4::jsonb -> 't' -> n.tenant -> n.channel, $4::jsonb -> 'd' -> n.channel,
+							$4::jsonb -> 't' -> n.tenant -> '*', $4::jsonb -> 'd' -> '*') AS r) route) END
 				FROM due WHERE n.id = due.id
 				RETURNING n.*
 			)
@@ -87,6 +96,33 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		return nil, err
 	}
 	return out, nil
+}
+
+// routesJSON encodes routes for the claim statement, nil (NULL) for none:
+// {"d": {CHANNEL: [names]}, "t": {TENANT: {CHANNEL: [names]}}}.
+func routesJSON(routes *store.ClaimRoutes) any {
+	if routes == nil {
+		return nil
+	}
+	doc := struct {
+		D map[string][]string            `json:"d"`
+		T map[string]map[string][]string `json:"t"`
+	}{D: map[string][]string{}, T: map[string]map[string][]string{}}
+	nonNil := func(names []string) []string { return append([]string{}, names...) } // an empty route is [], not null
+	for ch, names := range routes.Default {
+		doc.D[ch] = nonNil(names)
+	}
+	for tenant, rs := range routes.Tenant {
+		doc.T[tenant] = map[string][]string{}
+		for ch, names := range rs {
+			doc.T[tenant][ch] = nonNil(names)
+		}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		panic(err) // maps of strings always encode
+	}
+	return string(b)
 }
 
 // ExpiredLeases lists notifications still in sending whose lease ended

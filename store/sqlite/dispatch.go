@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -18,7 +19,7 @@ import (
 // instead of a read per call. attempts and cycle_attempts count calls
 // recorded, so this attempt is the next one.
 const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, address, attempts + 1, cycle_attempts + 1,
-	cycle_started_at, claimed_at, lease_until, created_at, route_pos, pinned, coalesce(provider, ''),
+	cycle_started_at, claimed_at, lease_until, created_at, route_pos, pinned, coalesce(provider, ''), coalesce(claimed_provider, ''),
 	(SELECT json_object('address', s.address, 'reason', s.reason, 'source', s.source, 'provider', s.provider, 'notification', s.notification,
 			'detail', s.detail, 'created_at', s.created_at, 'expires_at', s.expires_at)
 		FROM suppressions s
@@ -31,7 +32,7 @@ func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 	var cycle, claimed, lease, created int64
 	var entry sql.NullString
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &entry, &c.Message)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.Message)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
 	if err == nil && entry.Valid {
 		var e suppressionJSON
@@ -46,9 +47,21 @@ func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 // rows are read from the partial index notifications_due in order: without
 // INDEXED BY the planner may pick the status index and sort every pending
 // row on each claim, which grows with the backlog (TestDispatchQueriesUseIndexes).
+//
+// It records each row's claimed_provider (store.ClaimRoutes.Provider) from
+// ?4, the routes as routesJSON encodes them: its pin, else the provider at
+// its route position of the first route that exists (a key lookup each,
+// not a scan of the routes).
 func claimSQL(where string) string {
 	return `UPDATE notifications
-			SET status = 'sending', claims = claims + 1, claimed_at = ?1, lease_until = ?2, updated_at = ?1
+			SET status = 'sending', claims = claims + 1, claimed_at = ?1, lease_until = ?2, updated_at = ?1,
+			    claimed_provider = CASE WHEN ?4 IS NULL THEN NULL
+			        WHEN pinned AND coalesce(provider, '') <> '' THEN provider
+			        ELSE (SELECT coalesce(r ->> route_pos, r ->> 0) FROM (SELECT coalesce(
+			            ?4 -> ('$.t.x' || hex(tenant) || '.x' || hex(channel)),
+			            ?4 -> ('$.d.x' || hex(channel)),
+			            ?4 -> ('$.t.x' || hex(tenant) || '.x2A'),
+			            ?4 -> '$.d.x2A') AS r)) END
 			WHERE id IN (SELECT id FROM notifications INDEXED BY notifications_due
 			             WHERE status = 'pending' AND next_attempt_at <= ?1` + where + `
 			             ORDER BY next_attempt_at, id LIMIT ?3)
@@ -66,7 +79,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		return nil, nil // no channel, or no row, is asked for (SQLite finds no plan for an empty IN under INDEXED BY)
 	}
 	where := ""
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routesJSON(req.Routes)}
 	// Numbered parameters: a bare ? would take its number from the ones
 	// before it in the text, not from args.
 	list := func(channels []string) string {
@@ -105,6 +118,37 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		return attachMessages(tx, out)
 	})
 	return out, err
+}
+
+// routesJSON encodes routes for the claim statement, nil (NULL) for none:
+// {"d": {CHANNEL: [names]}, "t": {TENANT: {CHANNEL: [names]}}}, each key
+// "x" and the upper-case hex of its UTF-8 bytes, as SQL's hex() spells a
+// row's tenant and channel: a JSON path can then name any tenant or
+// channel, quotes and dots included.
+func routesJSON(routes *store.ClaimRoutes) any {
+	if routes == nil {
+		return nil
+	}
+	key := func(s string) string { return "x" + strings.ToUpper(hex.EncodeToString([]byte(s))) }
+	byKey := func(rs map[string][]string) map[string][]string {
+		out := make(map[string][]string, len(rs))
+		for ch, names := range rs {
+			out[key(ch)] = append([]string{}, names...) // an empty route is [], not null
+		}
+		return out
+	}
+	doc := struct {
+		D map[string][]string            `json:"d"`
+		T map[string]map[string][]string `json:"t"`
+	}{D: byKey(routes.Default), T: make(map[string]map[string][]string, len(routes.Tenant))}
+	for tenant, rs := range routes.Tenant {
+		doc.T[key(tenant)] = byKey(rs)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		panic(err) // maps of strings always encode
+	}
+	return string(b)
 }
 
 // attachMessages fills in each claimed notification's event id, purpose and

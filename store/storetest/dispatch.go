@@ -182,6 +182,76 @@ func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 	})
 
+	t.Run("a claim records the provider each call goes to, and expired leases return it", func(t *testing.T) {
+		s := open(t)
+		routes := &store.ClaimRoutes{
+			Default: map[string][]string{"email": {"a", "b"}, "*": {"star"}},
+			Tenant: map[string]map[string][]string{
+				"acme":        {"sms": {"s1", "s2", "s3"}, "*": {"acme-star"}, "push": {}},
+				`we"ird.t[0]`: {"e.m\"a'il": {"odd"}},
+			},
+		}
+		type row struct {
+			tenant, channel string
+			pos             int
+			pinned          bool
+			last            string
+			want            string
+		}
+		rows := []row{
+			{"default", "email", 0, false, "", "a"},
+			{"default", "email", 1, false, "", "b"},
+			{"default", "email", 5, false, "", "a"}, // past the end: the route starts over
+			{"default", "email", 1, true, "gone", "gone"},
+			{"default", "sms", 0, false, "", "star"},
+			{"acme", "sms", 2, false, "", "s3"},
+			{"acme", "sms", 1, true, "s1", "s1"},
+			{"acme", "email", 1, false, "", "b"}, // the default route for the channel before the tenant's "*"
+			{"acme", "chat", 0, false, "", "acme-star"},
+			{"acme", "push", 0, false, "", ""}, // a route that exists and is empty: no provider
+			{`we"ird.t[0]`, "e.m\"a'il", 0, false, "", "odd"},
+			{`we"ird.t[0]`, "email", 0, false, "", "a"},
+		}
+		ids := map[int64]row{}
+		for i, r := range rows {
+			ev := store.NewEvent{Tenant: r.tenant, EventID: fmt.Sprint("e", i), Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
+				Message: []byte(`{}`), Fingerprint: fmt.Sprint("fp", i), Targets: 1}
+			id := acceptOne(t, s, ev, []store.Target{{Key: fmt.Sprint("k", i), Recipient: "u", Channel: r.channel, Address: "u@example.com"}})[0]
+			ids[id] = r
+		}
+		// Put each at its route position and pin: a recorded attempt at
+		// its last provider.
+		for _, c := range claim(t, s, store.ClaimRequest{Limit: 100, Now: t0, Lease: time.Minute}) {
+			if c.Provider != "" {
+				t.Errorf("a claim without routes recorded provider %q", c.Provider)
+			}
+			r := ids[c.ID]
+			a := store.Attempt{N: 1, Provider: r.last, StartedAt: t0, EndedAt: t0, Outcome: "refused"}
+			settle(t, s, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Attempt: &a,
+				Decision: store.Decision{Status: store.StatusPending, NextAttemptAt: t0, RoutePos: r.pos, Pinned: r.pinned}})
+		}
+		cs := claim(t, s, store.ClaimRequest{Limit: 100, Now: t0, Lease: time.Minute, Routes: routes})
+		if len(cs) != len(rows) {
+			t.Fatalf("claimed %d of %d", len(cs), len(rows))
+		}
+		for _, c := range cs {
+			r := ids[c.ID]
+			if c.Provider != r.want || c.Provider != routes.Provider(c.Tenant, c.Channel, c.RoutePos, c.Pinned, c.LastProvider) {
+				t.Errorf("%+v: claimed for provider %q, want %q (ClaimRoutes.Provider: %q)", r, c.Provider, r.want,
+					routes.Provider(c.Tenant, c.Channel, c.RoutePos, c.Pinned, c.LastProvider))
+			}
+		}
+		ex := expired(t, s, t0.Add(2*time.Minute))
+		if len(ex) != len(rows) {
+			t.Fatalf("%d expired leases, want %d", len(ex), len(rows))
+		}
+		for _, c := range ex {
+			if r := ids[c.ID]; c.Provider != r.want {
+				t.Errorf("%+v: expired lease names provider %q, want %q", r, c.Provider, r.want)
+			}
+		}
+	})
+
 	t.Run("expired leases are those whose lease ended", func(t *testing.T) {
 		s := open(t)
 		dispatchEvent(t, s, "e", 2, "email")
