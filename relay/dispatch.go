@@ -19,12 +19,14 @@ import (
 //
 //	accepted  Accept → store.AcceptEvent/ExpandEvent: row committed, status pending
 //	claimed   dispatcher.claim → store.Claim: pending → sending, with a lease
+//	          and the name of the provider the call goes to
 //	sent      dispatcher.call → Provider.Send, outside the writer, on a worker
 //	recorded  dispatcher.call → decide → store.Record: the attempt row and the new status
 //
 // A process that dies between claim and record leaves the row in sending;
-// when its lease has expired, recoverLeases records that attempt as unknown
-// and decide applies the usual rule to it.
+// when its lease has expired, recoverLeases records that attempt as unknown,
+// at the provider the claim named (whatever the routes are by then), and
+// decide applies the usual rule to it.
 
 var errNotStarted = errors.New("relay: dispatcher not started")
 
@@ -464,7 +466,8 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 		if limit <= 0 {
 			break
 		}
-		got, err := r.store.Claim(ctx, store.ClaimRequest{Limit: limit, Now: now, Lease: r.opts.Lease, Filter: p.filter})
+		// The claim records where each call goes (Routes), before any call.
+		got, err := r.store.Claim(ctx, store.ClaimRequest{Limit: limit, Now: now, Lease: r.opts.Lease, Filter: p.filter, Routes: r.router.names()})
 		if err != nil {
 			if ctx.Err() == nil {
 				claimErr = err
@@ -601,9 +604,9 @@ func (d *dispatcher) situation(c store.Claimed, route Route, p providers.Provide
 	switch {
 	case p != nil:
 		s.provider, s.honours = p.Name(), p.HonoursKeys()
-	case c.Pinned && c.LastProvider != "" && len(route) > 0:
-		// Pinned to a provider the route no longer lists.
-		s.provider, s.pinnedGone = c.LastProvider, true
+	case callee(c) != "" && len(route) > 0:
+		// Its claim or its pin names a provider the route no longer lists.
+		s.provider, s.pinnedGone = callee(c), true
 	}
 	return s
 }
@@ -676,22 +679,41 @@ func (d *dispatcher) recordLoop() {
 }
 
 // providerFor returns the provider a claimed notification's attempt goes
-// to, and its position in the route. Once pinned (an earlier outcome was
-// unknown), that is the provider it is pinned to, found by name wherever
-// the route lists it now (a reload or a restart may have reordered the
-// route); nil and -1 if the route no longer lists it: no other provider
-// may be given the call in its place. Unpinned, it is the provider at its
-// route position.
+// to, and its position in the route: the one its claim recorded before the
+// call (see callee), found by name wherever the route lists it now (lease
+// recovery may run after a reload or a restart reordered the route, or
+// gave its old position to another provider); nil and -1 if the route no
+// longer lists it: no other provider may be given the call in its place.
+// A claim that named none (made without routes, or by an older binary)
+// goes by its route position.
 func (rt Route) providerFor(c store.Claimed) (providers.Provider, int) {
-	if c.Pinned && c.LastProvider != "" {
-		for i, p := range rt {
-			if p.Name() == c.LastProvider {
-				return p, i
-			}
-		}
-		return nil, -1
+	name := callee(c)
+	if name == "" {
+		return rt.at(c.RoutePos), c.RoutePos
 	}
-	return rt.at(c.RoutePos), c.RoutePos
+	if p := rt.at(c.RoutePos); p != nil && p.Name() == name {
+		return p, c.RoutePos
+	}
+	for i, p := range rt {
+		if p.Name() == name {
+			return p, i
+		}
+	}
+	return nil, -1
+}
+
+// callee is the provider a claimed notification's call goes to, by name:
+// the one its claim recorded (store.Claimed.Provider: the provider it is
+// pinned to, or the one at its route position when it was claimed), else
+// the one it is pinned to; "" if neither names one.
+func callee(c store.Claimed) string {
+	if c.Provider != "" {
+		return c.Provider
+	}
+	if c.Pinned {
+		return c.LastProvider
+	}
+	return ""
 }
 
 // at returns the provider at a route position; a position past the end
@@ -841,7 +863,10 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 		ps := make([]pending, len(cs))
 		for i, c := range cs {
 			route := r.router.route(c.Tenant, c.Channel)
-			r.log.Warn("recovering an attempt interrupted by a crash", "notification", c.ID, "key", c.Key, "attempt", c.Attempt)
+			// The provider the claim recorded, wherever the current route
+			// has it: the one the call may have reached.
+			r.log.Warn("recovering an attempt interrupted by a crash", "notification", c.ID, "key", c.Key, "attempt", c.Attempt,
+				"provider", callee(c))
 			p, pos := route.providerFor(c)
 			if pos >= 0 {
 				c.RoutePos = pos

@@ -49,9 +49,10 @@ type situation struct {
 	mode Mode
 	pol  Policy
 	// routeLen is how many providers its route lists (0: no route serves
-	// its channel); provider is the one at its route position (or the one
-	// it is pinned to), honours whether that one honours idempotency keys.
-	// pinnedGone says it is pinned to a provider its route no longer lists.
+	// its channel); provider is the one its claim recorded (the one at its
+	// route position, or the one it is pinned to), honours whether that one
+	// honours idempotency keys. pinnedGone says that provider is one its
+	// route no longer lists.
 	routeLen   int
 	provider   string
 	honours    bool

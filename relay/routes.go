@@ -213,6 +213,9 @@ type table struct {
 	tenant map[string]Routes
 	gates  map[providers.Provider]*gate
 	named  map[string]providers.Provider
+	// names are the routes by provider name, for the claim to record
+	// where each call goes (store.ClaimRequest.Routes).
+	names *store.ClaimRoutes
 }
 
 // newRouter refuses two different providers with one name: receipts, limits
@@ -231,7 +234,11 @@ func newRouter(routes Routes, tenant map[string]Routes, limits map[string]Limit)
 // keeps its gate, and one that replaces a provider of prev of the same
 // name gets its successor.
 func newTable(routes Routes, tenant map[string]Routes, limits map[string]Limit, prev *table) (*table, error) {
-	t := &table{routes: routes, tenant: tenant, gates: map[providers.Provider]*gate{}, named: map[string]providers.Provider{}}
+	t := &table{routes: routes, tenant: tenant, gates: map[providers.Provider]*gate{}, named: map[string]providers.Provider{},
+		names: &store.ClaimRoutes{Default: routeNames(routes), Tenant: map[string]map[string][]string{}}}
+	for tn, rs := range tenant {
+		t.names.Tenant[tn] = routeNames(rs)
+	}
 	add := func(rs Routes) error {
 		for _, route := range rs {
 			for _, p := range route {
@@ -265,6 +272,19 @@ func newTable(routes Routes, tenant map[string]Routes, limits map[string]Limit, 
 		}
 	}
 	return t, nil
+}
+
+// routeNames is rs by provider name.
+func routeNames(rs Routes) map[string][]string {
+	out := make(map[string][]string, len(rs))
+	for ch, route := range rs {
+		names := make([]string, len(route))
+		for i, p := range route {
+			names[i] = p.Name()
+		}
+		out[ch] = names
+	}
+	return out
 }
 
 // publish makes t the table the dispatcher adopts at its next claim. A
@@ -340,6 +360,9 @@ func (rt *router) published() *table { return rt.next.Load() }
 // route returns the route of a tenant's channel in the dispatcher's table.
 // Only the dispatcher's goroutine may call it; others use published().route.
 func (rt *router) route(tenant, channel string) Route { return rt.cur.route(tenant, channel) }
+
+// names is the dispatcher's table by provider name, for a claim.
+func (rt *router) names() *store.ClaimRoutes { return rt.cur.names }
 
 // channels lists the channels of the dispatcher's table (see table.channels).
 func (rt *router) channels(tenant string) []string { return rt.cur.channels(tenant) }
