@@ -56,8 +56,23 @@ func BenchmarkAcceptEvents(b *testing.B) {
 }
 
 // BenchmarkClaimSettle claims 32 due notifications at a time and settles
-// each as sent, in one Settle per claim: the store's share of dispatch.
+// each as sent, in one Settle per claim: the store's share of dispatch,
+// with the routes the dispatcher passes (each claim records its call's
+// provider) and without (what a claim cost before it did).
 func BenchmarkClaimSettle(b *testing.B) {
+	routes := &store.ClaimRoutes{
+		Default: map[string][]string{"email": {"p", "q"}, "*": {"log"}},
+		Tenant:  map[string]map[string][]string{"acme": {"email": {"acme-p"}}},
+	}
+	for _, rc := range []struct {
+		name   string
+		routes *store.ClaimRoutes
+	}{{"routes=given", routes}, {"routes=none", nil}} {
+		b.Run(rc.name, func(b *testing.B) { benchClaimSettle(b, rc.routes) })
+	}
+}
+
+func benchClaimSettle(b *testing.B, routes *store.ClaimRoutes) {
 	s, err := postgres.Open(context.Background(), pgtest.Start(b), postgres.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -72,9 +87,12 @@ func BenchmarkClaimSettle(b *testing.B) {
 	}
 	b.ResetTimer()
 	for done := 0; done < b.N; {
-		cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 32, Now: now, Lease: time.Minute})
+		cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 32, Now: now, Lease: time.Minute, Routes: routes})
 		if err != nil || len(cs) == 0 {
 			b.Fatalf("claim: %d, %v", len(cs), err)
+		}
+		if routes != nil && cs[0].Provider == "" {
+			b.Fatalf("a claim with routes recorded no provider: %+v", cs[0])
 		}
 		ss := make([]store.Settlement, len(cs))
 		for i, c := range cs {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"edgerelay/store"
 )
 
 // BenchmarkAcceptEvent measures durable accepts (one event, one
@@ -59,3 +61,60 @@ func BenchmarkAcceptEvent(b *testing.B) {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// benchRoutes are routes as a dispatcher passes them with each claim (a
+// failover route, a "*" route, one tenant's own), so that a claim records
+// each call's provider as it does in dispatch.
+var benchRoutes = &store.ClaimRoutes{
+	Default: map[string][]string{"email": {"p", "q"}, "*": {"log"}},
+	Tenant:  map[string]map[string][]string{"acme": {"email": {"acme-p"}}},
+}
+
+// BenchmarkClaimSettle claims 32 due notifications at a time and settles
+// each as sent, in one Settle per claim: the store's share of dispatch,
+// with the routes the dispatcher passes (each claim records its call's
+// provider) and without (what a claim cost before it did).
+//
+//	go test ./store/sqlite -run '^$' -bench ClaimSettle -benchtime 5000x
+func BenchmarkClaimSettle(b *testing.B) {
+	for _, rc := range []struct {
+		name   string
+		routes *store.ClaimRoutes
+	}{{"routes=given", benchRoutes}, {"routes=none", nil}} {
+		b.Run(rc.name, func(b *testing.B) {
+			s, err := Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			now := time.Now()
+			for i := 0; i < b.N; i += 500 {
+				ev, ts := testEvent(fmt.Sprintf("evt_%d", i), min(500, b.N-i))
+				if _, err := s.AcceptEvent(context.Background(), ev, ts, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 32, Now: now, Lease: time.Minute, Routes: rc.routes})
+				if err != nil || len(cs) == 0 {
+					b.Fatalf("claim: %d, %v", len(cs), err)
+				}
+				if rc.routes != nil && cs[0].Provider != "p" {
+					b.Fatalf("claimed for provider %q, want p", cs[0].Provider)
+				}
+				ss := make([]store.Settlement, len(cs))
+				for i, c := range cs {
+					a := store.Attempt{N: c.Attempt, Provider: "p", StartedAt: now, EndedAt: now, Outcome: "sent", MessageID: fmt.Sprint("m", c.ID)}
+					ss[i] = store.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: &a, Decision: store.Decision{Status: store.StatusSent, NextAttemptAt: now}}
+				}
+				if _, err := s.Settle(context.Background(), ss); err != nil {
+					b.Fatal(err)
+				}
+				done += len(cs)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deliveries/s")
+		})
+	}
+}
