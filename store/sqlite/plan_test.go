@@ -20,8 +20,10 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		name, query, want string
 		args              []any
 	}{
-		{"claim", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10}},
-		{"claim by channel", claimSQL(" AND channel NOT IN (?4)"), "notifications_due", []any{ms(time.Now()), 1, 10, "sms"}},
+		{"claim", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10, routesJSON(nil)}},
+		{"claim with routes", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10,
+			routesJSON(&store.ClaimRoutes{Default: map[string][]string{"email": {"p"}}})}},
+		{"claim by channel", claimSQL(" AND channel NOT IN (?5)"), "notifications_due", []any{ms(time.Now()), 1, 10, nil, "sms"}},
 		{"expired leases", expiredLeasesSQL, "notifications_leased", []any{ms(time.Now()), 10}},
 		{"next due", nextDueSQL, "notifications_due", nil},
 		// Status lists the newest failed, dead and unknown ids: the status
