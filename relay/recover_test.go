@@ -133,3 +133,32 @@ func TestRecoveredCallKeepsTheProviderItWasMadeTo(t *testing.T) {
 		})
 	}
 }
+
+// The routes a claim is given name, for every tenant, channel and route
+// position, the provider the dispatcher's own lookup finds (table.route,
+// then Route.at): the stores resolve the names in SQL by
+// store.ClaimRoutes.Provider (the conformance suite holds them to it), so
+// the provider a claim records is the one the call is made to.
+func TestClaimRoutesNameTheProviderTheRouteGives(t *testing.T) {
+	t.Parallel()
+	p := func(name string) providers.Provider { return newCallLog(name, true) }
+	a, b, star, t1, t2, tstar := p("a"), p("b"), p("star"), p("t1"), p("t2"), p("tstar")
+	tb, err := newTable(Routes{"email": {a, b}, "*": {star}},
+		map[string]Routes{"acme": {"sms": {t1, t2}, "*": {tstar}, "push": {}}, "solo": {"email": {t2}}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"default", "acme", "solo", "none"} {
+		for _, channel := range []string{"email", "sms", "push", "chat"} {
+			for pos := range 4 {
+				want := ""
+				if p := tb.route(tenant, channel).at(pos); p != nil {
+					want = p.Name()
+				}
+				if got := tb.names.Provider(tenant, channel, pos, false, ""); got != want {
+					t.Errorf("%s %s position %d: the claim's routes name %q, the route gives %q", tenant, channel, pos, got, want)
+				}
+			}
+		}
+	}
+}
