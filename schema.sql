@@ -236,6 +236,19 @@ CREATE TABLE source_positions (
     updated_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+CREATE TABLE source_rejects (
+    source    TEXT    NOT NULL,
+    row_id    INTEGER NOT NULL,
+    event_id  TEXT    NOT NULL DEFAULT '',
+    reason    TEXT    NOT NULL,
+    first_at  INTEGER NOT NULL,           -- ms
+    last_at   INTEGER NOT NULL,           -- ms
+    times     INTEGER NOT NULL DEFAULT 1,
+    retry_at  INTEGER,                    -- an operator asked to read it again (ms)
+    gone_at   INTEGER,                    -- a retry found no such row (ms)
+    PRIMARY KEY (source, row_id)
+) WITHOUT ROWID;
+
 CREATE TABLE suppressions (
     tenant       TEXT    NOT NULL,
     channel      TEXT    NOT NULL,
@@ -318,6 +331,8 @@ CREATE INDEX notifications_type ON notifications (tenant, type, id);
 CREATE INDEX receipts_message ON receipts (provider, message_id);
 
 CREATE INDEX request_keys_expires ON request_keys (expires_at);
+
+CREATE INDEX source_rejects_retry ON source_rejects (source, row_id) WHERE retry_at IS NOT NULL;
 
 CREATE INDEX suppressions_expires ON suppressions (expires_at) WHERE expires_at IS NOT NULL;
 

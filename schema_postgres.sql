@@ -297,6 +297,20 @@ CREATE TABLE source_positions (
     CONSTRAINT source_positions_pkey PRIMARY KEY (source)
 );
 
+CREATE TABLE source_rejects (
+    source text NOT NULL,
+    row_id bigint NOT NULL,
+    event_id text NOT NULL DEFAULT ''::text,
+    reason text NOT NULL,
+    first_at bigint NOT NULL,
+    last_at bigint NOT NULL,
+    times bigint NOT NULL DEFAULT 1,
+    retry_at bigint,
+    gone_at bigint,
+    CONSTRAINT source_rejects_pkey PRIMARY KEY (source, row_id)
+);
+CREATE INDEX source_rejects_retry ON source_rejects USING btree (source, row_id) WHERE (retry_at IS NOT NULL);
+
 CREATE TABLE suppressions (
     tenant text COLLATE "C" NOT NULL,
     channel text COLLATE "C" NOT NULL,

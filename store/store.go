@@ -188,6 +188,19 @@ type Sources interface {
 	// position only moves forward. When it is saved, st.Gaps replace the
 	// saved gaps.
 	SaveSourceState(ctx context.Context, name string, st SourceState, now time.Time) error
+	// SettleSource saves a batch's state, rejects and retried rows in one
+	// transaction (see SourceSettle): a crash leaves all or none of it, so
+	// the position never passes a rejected row whose record is lost.
+	SettleSource(ctx context.Context, name string, s SourceSettle, now time.Time) error
+	// SourceRejects lists recorded rejects (see SourceRejectFilter).
+	SourceRejects(ctx context.Context, f SourceRejectFilter) ([]SourceReject, error)
+	// RetrySourceRejects asks for a source's rows (every recorded one if
+	// rows is nil) to be read again: their RetryAt becomes now. It returns
+	// the rows that have a record, in row order.
+	RetrySourceRejects(ctx context.Context, source string, rows []int64, now time.Time) ([]int64, error)
+	// DropSourceRejects removes a source's records of rows (every one if
+	// rows is nil) and returns the rows removed, in row order.
+	DropSourceRejects(ctx context.Context, source string, rows []int64) ([]int64, error)
 }
 
 // Requests are completed API requests kept under their Idempotency-Key.

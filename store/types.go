@@ -505,6 +505,9 @@ type Status struct {
 	// Suppressions counts the live entries of every tenant's suppression
 	// list.
 	Suppressions int64 `json:"suppressions"`
+	// SourceRejects counts the recorded rejected outbox rows by source
+	// (sources with none left out).
+	SourceRejects map[string]int64 `json:"source_rejects,omitempty"`
 }
 
 // Statuses a receipt can move a sent notification to.

@@ -67,6 +67,8 @@ var plan = []table{
 		why: "how far each tailed outbox was relayed: the nodes resume there (the larger on a second run), not from the start"},
 	{name: "source_gaps", key: []string{"source", "first"},
 		why: "the ids below each tailed outbox's position still awaited (their transactions had not committed): the nodes read them again; one the nodes have since passed is read again and deduped"},
+	{name: "source_rejects", key: []string{"source", "row_id"},
+		why: "outbox rows whose event was rejected, with why and any retry asked for: still listed, retried and dropped on the nodes (the position has passed them)"},
 	{name: "suppressions", key: []string{"tenant", "channel", "address"},
 		why: "each tenant's suppression list (hard and soft bounces, complaints, an operator's entries, until they lapse): nothing is sent to them from the nodes either"},
 	{name: "request_keys", key: []string{"tenant", "key"},

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,26 +49,139 @@ func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState
 // SaveSourceState saves a source's position and gaps in one transaction,
 // unless the position would move back.
 func (s *Store) SaveSourceState(ctx context.Context, name string, st store.SourceState, now time.Time) error {
+	return s.SettleSource(ctx, name, store.SourceSettle{State: st}, now)
+}
+
+// SettleSource saves a batch's state (unless its position would move
+// back), its rejects and its retried rows in one transaction.
+func (s *Store) SettleSource(ctx context.Context, name string, set store.SourceSettle, now time.Time) error {
 	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
+		st := set.State
 		tag, err := tx.Exec(ctx, `INSERT INTO source_positions (source, position, updated_at) VALUES ($1, $2, $3)
 			ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
 			WHERE excluded.position >= source_positions.position`, name, st.Position, ms(now))
 		if err != nil {
 			return fail(err)
 		}
-		if tag.RowsAffected() == 0 {
-			return nil // behind the saved position: left as it was
+		if tag.RowsAffected() > 0 { // else behind the saved position: left as it was
+			if _, err := tx.Exec(ctx, `DELETE FROM source_gaps WHERE source = $1`, name); err != nil {
+				return fail(err)
+			}
+			for _, g := range st.Gaps {
+				if _, err := tx.Exec(ctx, `INSERT INTO source_gaps (source, first, last, since, mark) VALUES ($1, $2, $3, $4, $5)`,
+					name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
+					return fail(err)
+				}
+			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM source_gaps WHERE source = $1`, name); err != nil {
-			return fail(err)
+		// A request is cleared only by the answer to it: one made after
+		// the row was read again stays for the next round.
+		for _, r := range set.Rejects {
+			if _, err := tx.Exec(ctx, `INSERT INTO source_rejects (source, row_id, event_id, reason, first_at, last_at, times)
+				VALUES ($1, $2, $3, $4, $5, $5, 1)
+				ON CONFLICT (source, row_id) DO UPDATE SET event_id = excluded.event_id, reason = excluded.reason,
+					last_at = excluded.last_at, times = source_rejects.times + 1, gone_at = NULL,
+					retry_at = CASE WHEN source_rejects.retry_at <= $6 THEN NULL ELSE source_rejects.retry_at END`,
+				name, r.Row, r.EventID, r.Reason, ms(now), answered(r.RetryAt)); err != nil {
+				return fail(err)
+			}
 		}
-		for _, g := range st.Gaps {
-			if _, err := tx.Exec(ctx, `INSERT INTO source_gaps (source, first, last, since, mark) VALUES ($1, $2, $3, $4, $5)`,
-				name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
+		for _, row := range set.Accepted {
+			if _, err := tx.Exec(ctx, `DELETE FROM source_rejects WHERE source = $1 AND row_id = $2`, name, row); err != nil {
+				return fail(err)
+			}
+		}
+		for _, r := range set.Gone {
+			if _, err := tx.Exec(ctx, `UPDATE source_rejects SET gone_at = $1,
+				retry_at = CASE WHEN retry_at <= $2 THEN NULL ELSE retry_at END WHERE source = $3 AND row_id = $4`,
+				ms(now), answered(r.RetryAt), name, r.Row); err != nil {
 				return fail(err)
 			}
 		}
 		return nil
 	})
+}
+
+// answered is the newest request time (ms) a settle answers, -1 for none.
+func answered(t *time.Time) int64 {
+	if t == nil {
+		return -1
+	}
+	return ms(*t)
+}
+
+// SourceRejects lists recorded rejects in (source, row) order.
+func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) ([]store.SourceReject, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	q := `SELECT source, row_id, event_id, reason, first_at, last_at, times, retry_at, gone_at FROM source_rejects
+		WHERE ($1 = '' OR source = $1) AND (source COLLATE "C", row_id) > ($2::text COLLATE "C", $3)`
+	if f.Requested {
+		q += ` AND retry_at IS NOT NULL`
+	}
+	var out []store.SourceReject
+	err := s.read(ctx, func(qr querier) error {
+		out = nil
+		rows, err := qr.Query(ctx, q+` ORDER BY source COLLATE "C", row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r store.SourceReject
+			var first, last int64
+			var retry, gone *int64
+			if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
+				return err
+			}
+			r.First, r.Last = fromMS(first), fromMS(last)
+			r.RetryAt, r.GoneAt = optMS(retry), optMS(gone)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read rejected rows: %w", err)
+	}
+	return out, nil
+}
+
+func optMS(v *int64) *time.Time {
+	if v == nil {
+		return nil
+	}
+	t := fromMS(*v)
+	return &t
+}
+
+// RetrySourceRejects asks for rows (all if nil) to be read again.
+func (s *Store) RetrySourceRejects(ctx context.Context, source string, rows []int64, now time.Time) ([]int64, error) {
+	return s.eachReject(ctx, source, rows, `UPDATE source_rejects SET retry_at = $3 WHERE source = $1 AND (row_id = ANY($2) OR $2 IS NULL) RETURNING row_id`, ms(now))
+}
+
+// DropSourceRejects removes the records of rows (all if nil).
+func (s *Store) DropSourceRejects(ctx context.Context, source string, rows []int64) ([]int64, error) {
+	return s.eachReject(ctx, source, rows, `DELETE FROM source_rejects WHERE source = $1 AND (row_id = ANY($2) OR $2 IS NULL) RETURNING row_id`)
+}
+
+// eachReject runs stmt ($1 the source, $2 the rows or NULL for all) in one
+// transaction and returns the rows it reached in row order.
+func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stmt string, args ...any) ([]int64, error) {
+	var done []int64
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		var arg any // NULL: every row
+		if rows != nil {
+			arg = rows
+		}
+		done, err = ids(ctx, tx, stmt, append([]any{source, arg}, args...)...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rejected rows of source %q: %w", source, err)
+	}
+	slices.Sort(done)
+	return slices.Compact(done), nil
 }

@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"edgerelay/store"
@@ -42,26 +44,158 @@ func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState
 // SaveSourceState saves a source's position and gaps in one transaction,
 // unless the position would move back.
 func (s *Store) SaveSourceState(ctx context.Context, name string, st store.SourceState, now time.Time) error {
+	return s.SettleSource(ctx, name, store.SourceSettle{State: st}, now)
+}
+
+// SettleSource saves a batch's state (unless its position would move
+// back), its rejects and its retried rows in one transaction.
+func (s *Store) SettleSource(ctx context.Context, name string, set store.SourceSettle, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
 		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
+		st := set.State
 		res, err := tx.exec(`INSERT INTO source_positions (source, position, updated_at) VALUES (?, ?, ?)
 			ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
 			WHERE excluded.position >= source_positions.position`, name, st.Position, ms(now))
 		if err != nil {
 			return fail(err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return err // behind the saved position: left as it was
-		}
-		if _, err := tx.exec(`DELETE FROM source_gaps WHERE source = ?`, name); err != nil {
+		n, err := res.RowsAffected()
+		if err != nil {
 			return fail(err)
 		}
-		for _, g := range st.Gaps {
-			if _, err := tx.exec(`INSERT INTO source_gaps (source, first, last, since, mark) VALUES (?, ?, ?, ?, ?)`,
-				name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
+		if n > 0 { // else behind the saved position: left as it was
+			if _, err := tx.exec(`DELETE FROM source_gaps WHERE source = ?`, name); err != nil {
+				return fail(err)
+			}
+			for _, g := range st.Gaps {
+				if _, err := tx.exec(`INSERT INTO source_gaps (source, first, last, since, mark) VALUES (?, ?, ?, ?, ?)`,
+					name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
+					return fail(err)
+				}
+			}
+		}
+		// A request is cleared only by the answer to it: one made after
+		// the row was read again stays for the next round.
+		for _, r := range set.Rejects {
+			if _, err := tx.exec(`INSERT INTO source_rejects (source, row_id, event_id, reason, first_at, last_at, times)
+				VALUES (?, ?, ?, ?, ?, ?, 1)
+				ON CONFLICT (source, row_id) DO UPDATE SET event_id = excluded.event_id, reason = excluded.reason,
+					last_at = excluded.last_at, times = source_rejects.times + 1, gone_at = NULL,
+					retry_at = CASE WHEN source_rejects.retry_at <= ? THEN NULL ELSE source_rejects.retry_at END`,
+				name, r.Row, r.EventID, r.Reason, ms(now), ms(now), answered(r.RetryAt)); err != nil {
+				return fail(err)
+			}
+		}
+		for _, row := range set.Accepted {
+			if _, err := tx.exec(`DELETE FROM source_rejects WHERE source = ? AND row_id = ?`, name, row); err != nil {
+				return fail(err)
+			}
+		}
+		for _, r := range set.Gone {
+			if _, err := tx.exec(`UPDATE source_rejects SET gone_at = ?,
+				retry_at = CASE WHEN retry_at <= ? THEN NULL ELSE retry_at END WHERE source = ? AND row_id = ?`,
+				ms(now), answered(r.RetryAt), name, r.Row); err != nil {
 				return fail(err)
 			}
 		}
 		return nil
 	})
+}
+
+// answered is the newest request time (ms) a settle answers, -1 for none.
+func answered(t *time.Time) int64 {
+	if t == nil {
+		return -1
+	}
+	return ms(*t)
+}
+
+// SourceRejects lists recorded rejects in (source, row) order.
+func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) ([]store.SourceReject, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	q := `SELECT source, row_id, event_id, reason, first_at, last_at, times, retry_at, gone_at FROM source_rejects
+		WHERE (? = '' OR source = ?) AND (source, row_id) > (?, ?)`
+	if f.Requested {
+		q += ` AND retry_at IS NOT NULL`
+	}
+	rows, err := s.rdb.QueryContext(ctx, q+` ORDER BY source, row_id LIMIT ?`, f.Source, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("read rejected rows: %w", err)
+	}
+	defer rows.Close()
+	var out []store.SourceReject
+	for rows.Next() {
+		var r store.SourceReject
+		var first, last int64
+		var retry, gone sql.NullInt64
+		if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
+			return nil, fmt.Errorf("read rejected rows: %w", err)
+		}
+		r.First, r.Last = fromMS(first), fromMS(last)
+		r.RetryAt, r.GoneAt = optMS(retry), optMS(gone)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read rejected rows: %w", err)
+	}
+	return out, nil
+}
+
+func optMS(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMS(v.Int64)
+	return &t
+}
+
+// RetrySourceRejects asks for rows (all if nil) to be read again.
+func (s *Store) RetrySourceRejects(ctx context.Context, source string, rows []int64, now time.Time) ([]int64, error) {
+	return s.eachReject(ctx, source, rows, `UPDATE source_rejects SET retry_at = ? WHERE source = ?`, ms(now))
+}
+
+// DropSourceRejects removes the records of rows (all if nil).
+func (s *Store) DropSourceRejects(ctx context.Context, source string, rows []int64) ([]int64, error) {
+	return s.eachReject(ctx, source, rows, `DELETE FROM source_rejects WHERE source = ?`)
+}
+
+// eachReject runs stmt (ending in WHERE source = ?, args before it) on
+// one source's rows, or all of them, in one transaction, and returns the
+// rows it reached in row order.
+func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stmt string, args ...any) ([]int64, error) {
+	var done []int64
+	err := s.w.do(ctx, func(tx *Tx) error {
+		done = nil
+		run := func(q string, args ...any) error {
+			rs, err := tx.query(q+` RETURNING row_id`, args...)
+			if err != nil {
+				return err
+			}
+			defer rs.Close()
+			for rs.Next() {
+				var id int64
+				if err := rs.Scan(&id); err != nil {
+					return err
+				}
+				done = append(done, id)
+			}
+			return rs.Err()
+		}
+		if rows == nil {
+			return run(stmt, append(args, source)...)
+		}
+		for _, row := range rows {
+			if err := run(stmt+` AND row_id = ?`, append(append([]any{}, args...), source, row)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rejected rows of source %q: %w", source, err)
+	}
+	slices.Sort(done)
+	return slices.Compact(done), nil
 }
