@@ -24,10 +24,13 @@ const (
 	PhaseClaimed Phase = "claimed"
 	// PhaseCalled: the provider answered, the attempt not yet recorded.
 	PhaseCalled Phase = "called"
+	// PhaseSettle: a tailed outbox's batch, accepted, is about to be
+	// settled: its position and rejected rows written (one transaction).
+	PhaseSettle Phase = "settle"
 )
 
 // Phases lists every phase, in order.
-var Phases = []Phase{PhaseAccept, PhaseAccepted, PhaseClaimed, PhaseCalled}
+var Phases = []Phase{PhaseAccept, PhaseAccepted, PhaseClaimed, PhaseCalled, PhaseSettle}
 
 // Hooks are test signals injected through Options (River's testsignal
 // pattern): the library never reads them from the environment. The crash

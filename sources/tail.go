@@ -19,11 +19,16 @@ import (
 //
 //	read      src.Read: rows after the saved position (and, for a
 //	          GapSource, the rows of its gaps, and its horizon)
+//	          and the rows an operator asked to read again (rejected
+//	          before, perhaps fixed since)
 //	accept    relay.AcceptAll: the batch's events in order, one commit;
 //	          an invalid one is logged and skipped
 //	mark      src.MarkProcessed: the rows relayed (if the source marks)
-//	save      relay.SaveSourceState: the last row of the batch, and the
-//	          gaps: ids skipped below it, minus those read or closed
+//	save      relay.SettleSource: the last row of the batch, and the
+//	          gaps: ids skipped below it, minus those read or closed; the
+//	          rows rejected, recorded in the same transaction, so the
+//	          position never passes a rejected row without its record;
+//	          and the answers to the retries
 //
 // Accept dedupes on the event's identity (tenant, id, purpose), so a crash
 // anywhere before the position is saved makes the next run read those rows
@@ -69,8 +74,14 @@ type TailStats struct {
 	// application wrote twice. Nothing new was created for them.
 	Duplicates int64 `json:"duplicates"`
 	// Rejected counts rows skipped because their event is invalid or
-	// conflicts with an accepted event of the same identity.
+	// conflicts with an accepted event of the same identity (each is
+	// recorded in edgerelay's store: tail rejects list), a retry rejected
+	// again included.
 	Rejected int64 `json:"rejected"`
+	// Retried counts rows read again because an operator asked (tail
+	// rejects retry); Gone those asked for that the source no longer has.
+	Retried int64 `json:"retried"`
+	Gone    int64 `json:"gone"`
 	// Errors counts failures that were retried: the source or the
 	// database could not be read or written.
 	Errors int64 `json:"errors"`
@@ -88,7 +99,8 @@ type TailStats struct {
 	// CaughtUp is when a read last found nothing after the position: the
 	// tailer was behind the source by nothing then (zero: not yet).
 	CaughtUp time.Time `json:"caught_up,omitzero"`
-	// Rejections are the latest rejected rows, at most maxRejections.
+	// Rejections are the latest rejected rows, at most maxRejections
+	// (every one is recorded in the store).
 	Rejections []Rejection `json:"rejections,omitempty"`
 }
 
@@ -117,6 +129,11 @@ type Tailer struct {
 	opts TailOptions
 
 	warnedHorizon bool // on Run's goroutine
+	// retriesAt is when the tailer last looked for requested retries, and
+	// retriesLeft whether it found a full batch of them (on Run's
+	// goroutine).
+	retriesAt   time.Time
+	retriesLeft bool
 
 	mu    sync.Mutex
 	stats TailStats
@@ -218,10 +235,10 @@ func (t *Tailer) Run(ctx context.Context) error {
 		switch {
 		case err == nil:
 			wait = t.opts.Poll
-			if t.opts.Once && len(r.rows) < t.opts.Batch && (len(r.late) == 0 || r.lateAll) {
+			if t.opts.Once && len(r.rows) < t.opts.Batch && (len(r.late) == 0 || r.lateAll) && !t.retriesLeft {
 				return nil
 			}
-			if len(r.rows) == 0 && len(r.late) == 0 {
+			if len(r.rows) == 0 && len(r.late) == 0 && len(r.retry) == 0 {
 				if !sleepCtx(ctx, t.opts.Poll) {
 					return nil
 				}
@@ -248,6 +265,12 @@ type round struct {
 	// row of the gaps (it was not cut at the batch size).
 	mark, horizon int64
 	lateAll       bool
+	// retry are the rows an operator asked to read again, in id order;
+	// asked holds each one's request (the time it answers), gone the
+	// requests whose row the source no longer has.
+	retry []Row
+	asked map[int64]time.Time
+	gone  []store.SourceReject
 }
 
 // read reads one round: the gaps' rows first (after the horizon, so that
@@ -255,6 +278,9 @@ type round struct {
 // empty for good), then the rows after the position.
 func (t *Tailer) read(ctx context.Context, st store.SourceState) (round, error) {
 	var r round
+	if err := t.readRetries(ctx, &r); err != nil {
+		return r, err
+	}
 	gs, isGap := t.src.(GapSource)
 	if isGap && len(st.Gaps) > 0 {
 		h, err := gs.Horizon(ctx)
@@ -288,6 +314,71 @@ func (t *Tailer) read(ctx context.Context, st store.SourceState) (round, error) 
 	return r, nil
 }
 
+// readRetries reads the rows an operator asked to read again: at most a
+// batch of them, at most once a poll unless more are waiting.
+func (t *Tailer) readRetries(ctx context.Context, r *round) error {
+	now := time.Now()
+	if !t.retriesLeft && !t.retriesAt.IsZero() && now.Sub(t.retriesAt) < t.opts.Poll {
+		return nil
+	}
+	reqs, err := t.r.SourceRejects(ctx, store.SourceRejectFilter{Source: t.src.Name(), Requested: true, Limit: t.opts.Batch})
+	if err != nil {
+		return fmt.Errorf("read the retries asked for: %w", err)
+	}
+	t.retriesAt, t.retriesLeft = now, len(reqs) == t.opts.Batch
+	if len(reqs) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(reqs))
+	r.asked = make(map[int64]time.Time, len(reqs))
+	for i, q := range reqs {
+		ids[i], r.asked[q.Row] = q.Row, *q.RetryAt
+	}
+	rows, err := readIDs(ctx, t.src, ids)
+	if err != nil {
+		return err
+	}
+	found := map[int64]bool{}
+	for _, row := range rows {
+		if _, ok := r.asked[row.ID]; ok && !found[row.ID] {
+			found[row.ID] = true
+			r.retry = append(r.retry, row)
+		}
+	}
+	for _, id := range ids {
+		if !found[id] {
+			at := r.asked[id]
+			r.gone = append(r.gone, store.SourceReject{Row: id, RetryAt: &at})
+		}
+	}
+	return nil
+}
+
+// readIDs reads the rows with these ids (in id order) that the source
+// still has, through the source's own reads, so whatever a source does to
+// read a row (its column, its dialect) applies: a gap source's read of
+// ranges one id wide, else one read per id (retries are few).
+func readIDs(ctx context.Context, src Source, ids []int64) ([]Row, error) {
+	if gs, ok := src.(GapSource); ok {
+		ranges := make([]store.SourceGap, len(ids))
+		for i, id := range ids {
+			ranges[i] = store.SourceGap{First: id, Last: id}
+		}
+		return gs.ReadGaps(ctx, ranges, len(ids))
+	}
+	var out []Row
+	for _, id := range ids {
+		rows, err := src.Read(ctx, id-1, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) == 1 && rows[0].ID == id {
+			out = append(out, rows[0])
+		}
+	}
+	return out, nil
+}
+
 // relay accepts a round's rows (the late ones, then the new ones) in order,
 // with one commit for all of them (AcceptAll), until one fails; then
 // settles the ones handled: marks those relayed and saves the state they
@@ -314,7 +405,10 @@ func (t *Tailer) relay(ctx context.Context, st store.SourceState, r round) (stor
 			break
 		}
 	}
-	all := append(append(make([]Row, 0, len(late)+len(rows)), late...), rows...)
+	// The retried rows first: they are the oldest, and their outcome moves
+	// no position.
+	retry := r.retry
+	all := append(append(append(make([]Row, 0, len(retry)+len(late)+len(rows)), retry...), late...), rows...)
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
@@ -345,6 +439,7 @@ func (t *Tailer) relay(ctx context.Context, st store.SourceState, r round) (stor
 	t.count(func(s *TailStats) { s.Read += int64(len(all)) })
 	handled := 0
 	var relayed []int64
+	set := store.SourceSettle{Gone: r.gone}
 rows:
 	for i, row := range all {
 		err, eventID := decodeErrs[i], ""
@@ -352,6 +447,8 @@ rows:
 			err, eventID = errs[at[i]], events[at[i]].ID
 		}
 		var inv *relay.InvalidEventError
+		asked, retried := r.asked[row.ID]
+		retried = retried && i < len(retry)
 		switch {
 		case err == nil:
 			dup := results[at[i]].Duplicate
@@ -363,10 +460,19 @@ rows:
 				}
 			})
 			relayed = append(relayed, row.ID)
+			if retried {
+				set.Accepted = append(set.Accepted, row.ID)
+			}
 		case errors.As(err, &inv) || errors.Is(err, store.ErrEventConflict):
 			// Permanent: the same row would fail the same way forever, and
-			// must not hold up the rows behind it.
+			// must not hold up the rows behind it. Recorded with the
+			// position, for an operator to retry once the app fixed it.
 			t.reject(row, eventID, err)
+			rej := store.SourceReject{Row: row.ID, EventID: eventID, Reason: err.Error()}
+			if retried {
+				rej.RetryAt = &asked
+			}
+			set.Rejects = append(set.Rejects, rej)
 		default:
 			// The relay could not read or write: this row and the ones
 			// after it are read again.
@@ -375,11 +481,16 @@ rows:
 		}
 		handled = i + 1
 	}
-	next := t.advance(st, r, late[:min(handled, len(late))], rows[:max(0, handled-len(late))], handled == len(all) && failed == nil)
-	if len(relayed) == 0 && sameState(next, st) {
+	t.count(func(s *TailStats) {
+		s.Retried += int64(min(handled, len(retry)))
+		s.Gone += int64(len(r.gone))
+	})
+	nl := max(0, handled-len(retry)) // late and new rows handled
+	set.State = t.advance(st, r, late[:min(nl, len(late))], rows[:max(0, nl-len(late))], handled == len(all) && failed == nil)
+	if len(relayed) == 0 && !set.Changes() && sameState(set.State, st) {
 		return st, failed
 	}
-	return t.settle(ctx, st, next, relayed, failed)
+	return t.settle(ctx, st, set, relayed, failed)
 }
 
 // advance returns the state after a round: late rows handled leave their
@@ -430,9 +541,11 @@ func (t *Tailer) advance(st store.SourceState, r round, late, rows []Row, comple
 	return store.SourceState{Position: pos, Gaps: kept}
 }
 
-// settle marks the rows relayed and saves the state next, and returns the
-// state saved (st if saving failed) and failed.
-func (t *Tailer) settle(ctx context.Context, st, next store.SourceState, relayed []int64, failed error) (store.SourceState, error) {
+// settle marks the rows relayed and saves the state set leads to with its
+// rejects and retries, and returns the state saved (st if saving failed)
+// and failed.
+func (t *Tailer) settle(ctx context.Context, st store.SourceState, set store.SourceSettle, relayed []int64, failed error) (store.SourceState, error) {
+	next := set.State
 	// Settle what was accepted even if ctx has ended, so a clean stop does
 	// not leave it to be read again.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
@@ -444,21 +557,25 @@ func (t *Tailer) settle(ctx context.Context, st, next store.SourceState, relayed
 		t.count(func(s *TailStats) { s.setGaps(st.Gaps) })
 		return st, errors.Join(failed, err)
 	}
-	if sameState(next, st) {
+	if sameState(next, st) && !set.Changes() {
 		return st, failed
 	}
-	if err := t.r.SaveSourceState(sctx, t.src.Name(), next); err != nil {
+	if err := t.r.SettleSource(sctx, t.src.Name(), set); err != nil {
 		t.count(func(s *TailStats) { s.setGaps(st.Gaps) })
 		return st, errors.Join(failed, err)
 	}
 	t.count(func(s *TailStats) { s.Position = next.Position })
-	t.r.Log().Debug("tail: batch relayed", "source", t.src.Name(), "position", next.Position, "gaps", len(next.Gaps))
+	t.r.Log().Debug("tail: batch relayed", "source", t.src.Name(), "position", next.Position, "gaps", len(next.Gaps), "rejected", len(set.Rejects))
+	for _, g := range set.Gone {
+		t.r.Log().Warn("tail: a row asked for again is no longer in the source; its record says so (drop it, or retry once the row is back)",
+			"source", t.src.Name(), "row", g.Row)
+	}
 	return next, failed
 }
 
-// reject logs and counts a row whose event was rejected.
+// reject logs and counts a row whose event was rejected (relay records it).
 func (t *Tailer) reject(row Row, eventID string, err error) {
-	t.r.Log().Warn("tail: skipped an outbox row: its event was rejected",
+	t.r.Log().Warn("tail: skipped an outbox row: its event was rejected (recorded: edgerelay tail rejects list; retry once the row is fixed)",
 		"source", t.src.Name(), "row", row.ID, "event", eventID, "reason", err.Error())
 	t.count(func(s *TailStats) {
 		s.Rejected++

@@ -82,3 +82,8 @@ type SourceRejectFilter struct {
 	Requested   bool
 	Limit       int
 }
+
+// Changes reports whether s has anything besides its state to write.
+func (s SourceSettle) Changes() bool {
+	return len(s.Rejects)+len(s.Accepted)+len(s.Gone) > 0
+}
