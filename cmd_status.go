@@ -89,6 +89,9 @@ func printStatus(w io.Writer, st store.Status) {
 		fmt.Fprintf(tw, "quarantined events\t%d\tnewest %s (their fan-out could not go on: edgerelay quarantine list, then retry or drop)\n",
 			st.Quarantined, joinIDs(st.QuarantinedIDs))
 	}
+	if len(st.SourceRejects) > 0 {
+		fmt.Fprintf(tw, "rejected outbox rows\t%s\t(edgerelay tail rejects list; fix the rows, then retry)\n", countsBySource(st.SourceRejects))
+	}
 	if st.Suppressions > 0 {
 		fmt.Fprintf(tw, "addresses suppressed\t%d\t(edgerelay suppressions list)\n", st.Suppressions)
 	}
@@ -115,4 +118,15 @@ func joinIDs(ids []int64) string {
 		s[i] = strconv.FormatInt(id, 10)
 	}
 	return strings.Join(s, " ")
+}
+
+// countsBySource is "3 (name: 2, other: 1)", sources in name order.
+func countsBySource(m map[string]int64) string {
+	var total int64
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		total += m[name]
+		parts = append(parts, fmt.Sprintf("%s: %d", name, m[name]))
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }

@@ -71,9 +71,11 @@ loss or repeat. The event "id" must therefore be the application's id for what
 happened (an order id), never random. Two tailers of one source are safe.
 
 A row whose event is invalid, or reuses an accepted event's identity with other
-content, is logged (with its row id and the reason), counted and skipped: it
-does not hold up the rows behind it. With mark_processed=true it keeps
-processed_at NULL, so the application can find it.
+content, is logged, counted and skipped: it does not hold up the rows behind
+it. It is recorded with its row id and the reason in edgerelay's database, in
+the transaction that saves the position past it: edgerelay tail rejects list
+shows them; fix the row, then edgerelay tail rejects retry. With
+mark_processed=true it keeps processed_at NULL until a retry accepts it.
 
 SIGINT/SIGTERM: finish the row in flight, save the position, stop the
 dispatcher (waiting up to --drain-timeout for calls in flight), exit 0.
@@ -107,6 +109,7 @@ run (gap_timeout counts from when they were first seen). Exit status:
 			&cli.BoolFlag{Name: "json", Usage: "on exit, print the counters as JSON on stdout"},
 		),
 		OnUsageError: usageErr,
+		Subcommands:  []*cli.Command{tailRejectsCommand()},
 		Action: func(c *cli.Context) error {
 			if c.String("source") == "" {
 				return cli.Exit("--source is required: the outbox to read, e.g. --source 'sqlite:///srv/app/app.db?table=edgerelay_outbox' (see --help)", exitUsage)
