@@ -85,6 +85,9 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    GET    /v1/quarantine                      fan-outs stopped part way
    POST   /v1/quarantine/{id}/retry           try the fan-out again
    POST   /v1/quarantine/{id}/drop            give up its rest
+   GET    /v1/sources/{name}/rejects          a tailed outbox's rejected rows (open API only)
+   POST   /v1/sources/{name}/rejects/retry    read {"rows": [...]} or {"all": true} again
+   POST   /v1/sources/{name}/rejects/drop     remove their records
    GET    /v1/suppressions                    the tenant's suppression list (JSON; CSV with ?format=csv)
    POST   /v1/suppressions                    add entries (JSON), or import a text/csv body
    DELETE /v1/suppressions                    take an address off (?channel=&address=)

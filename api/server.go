@@ -136,6 +136,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	s.feedRoutes()
 	s.operatorRoutes()
 	s.suppressionRoutes()
+	s.sourceRoutes()
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) response {
 		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
 	})
