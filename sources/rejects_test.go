@@ -156,3 +156,31 @@ func testRejectedRowRecordedAndRetried(t *testing.T, app *legacyApp) {
 		t.Fatalf("fixed row's event has %d notifications after a second retry, want 1", n)
 	}
 }
+
+// A running tailer (as serve runs it) picks up a retry asked for from
+// elsewhere (the CLI, the API) within its poll, without a restart.
+func TestTailRunningPicksUpARetry(t *testing.T) {
+	t.Parallel()
+	app := setupLegacy(t, "sqlite")
+	r := setupRelay(t, relay.Options{})
+	src := app.source(t, "")
+	rn := startTailer(t, r, src, sources.TailOptions{Poll: 10 * time.Millisecond})
+	row := app.insertRaw(t, `{"id": "ord_1", "type": "order.created"}`)
+	rn.waitStats(t, "the row rejected", func(s sources.TailStats) bool { return s.Rejected == 1 && s.Position == row })
+	app.exec(t, `UPDATE edgerelay_outbox SET event = ? WHERE id = ?`, string(mustJSON(orderEvent(1))), row)
+	if got, err := r.RetrySourceRejects(t.Context(), src.Name(), nil); err != nil || !slices.Equal(got, []int64{row}) {
+		t.Fatalf("retry all: %v, %v", got, err)
+	}
+	// The counters move before the batch is settled; the record goes with
+	// the settle.
+	rn.waitStats(t, "the row read again and accepted", func(s sources.TailStats) bool {
+		rs, err := r.SourceRejects(t.Context(), store.SourceRejectFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rs) == 0
+	})
+	if st := rn.stop(); st.Retried != 1 || st.Accepted != 1 || st.Rejected != 1 {
+		t.Fatalf("tailer: %+v; want the row rejected once, read again once and accepted", st)
+	}
+}
