@@ -180,6 +180,9 @@ run (gap_timeout counts from when they were first seen). Exit status:
 			st := t.Stats()
 			fmt.Fprintf(c.App.ErrWriter, "tail: stopped at row %d: %d accepted, %d duplicates, %d rejected, %d errors retried\n",
 				st.Position, st.Accepted, st.Duplicates, st.Rejected, st.Errors)
+			if st.Retried > 0 || st.Gone > 0 {
+				fmt.Fprintf(c.App.ErrWriter, "tail: %d rows read again on request, %d asked for no longer in the source (edgerelay tail rejects list)\n", st.Retried, st.Gone)
+			}
 			if st.Gaps > 0 || st.Late > 0 || st.GaveUp > 0 {
 				fmt.Fprintf(c.App.ErrWriter, "tail: %d rows committed late, %d ids still awaited (saved), %d given up\n", st.Late, st.GapIDs, st.GaveUp)
 			}
