@@ -134,8 +134,9 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if err := r.MarkItem(ctx, "acme", "ada", "read", items[0].Seq); err != nil { // and the newest
 		t.Fatal(err)
 	}
-	if err := r.SaveSourceState(ctx, "sqlite:/srv/app/app.db", store.SourceState{Position: 42,
-		Gaps: []store.SourceGap{{First: 40, Last: 41, Since: time.UnixMilli(1_700_000_000_000).UTC(), Mark: 7}}}); err != nil {
+	if err := r.SettleSource(ctx, "sqlite:/srv/app/app.db", store.SourceSettle{State: store.SourceState{Position: 42,
+		Gaps: []store.SourceGap{{First: 40, Last: 41, Since: time.UnixMilli(1_700_000_000_000).UTC(), Mark: 7}}},
+		Rejects: []store.SourceReject{{Row: 39, EventID: "ord_39", Reason: "invalid event: type: required"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.AddReceipts(ctx, "email", []providers.Receipt{{ID: "rcpt-1", MessageID: "msg-unknown", Status: providers.ReceiptDelivered, At: time.Now()}}); err != nil {
