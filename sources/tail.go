@@ -573,7 +573,7 @@ func (t *Tailer) settle(ctx context.Context, st store.SourceState, set store.Sou
 	return next, failed
 }
 
-// reject logs and counts a row whose event was rejected (relay records it).
+// reject logs and counts a row whose event was rejected (the settle records it).
 func (t *Tailer) reject(row Row, eventID string, err error) {
 	t.r.Log().Warn("tail: skipped an outbox row: its event was rejected (recorded: edgerelay tail rejects list; retry once the row is fixed)",
 		"source", t.src.Name(), "row", row.ID, "event", eventID, "reason", err.Error())
