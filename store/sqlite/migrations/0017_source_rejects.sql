@@ -1,4 +1,4 @@
--- 0016: outbox rows whose event was rejected, kept until a retry accepts
+-- 0017: outbox rows whose event was rejected, kept until a retry accepts
 -- them or an operator drops them. Written in the transaction that saves
 -- the tailer's position past the row, so none is lost to a crash.
 CREATE TABLE source_rejects (
