@@ -75,7 +75,7 @@ CREATE TABLE "feed_items" (
     pos        INTEGER NOT NULL,                           -- the feed's 1, 2, 3 …
     event      INTEGER NOT NULL REFERENCES events (id),   -- the message is the event's
     copies     INTEGER NOT NULL DEFAULT 1,
-    created_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL, message BLOB,
     PRIMARY KEY (tenant, seq)
 ) WITHOUT ROWID;
 

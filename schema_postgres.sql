@@ -86,6 +86,7 @@ CREATE TABLE feed_items (
     event bigint NOT NULL,
     copies integer NOT NULL DEFAULT 1,
     created_at bigint NOT NULL,
+    message bytea,
     CONSTRAINT feed_items_pkey PRIMARY KEY (tenant, seq),
     CONSTRAINT feed_items_event_fkey FOREIGN KEY (event) REFERENCES events(id)
 );

@@ -258,6 +258,20 @@ type Decision struct {
 	// (issue 17): quiet hours that hold a notification before its first
 	// call move its start, so the max age counts from when it may go.
 	CycleStartsAt time.Time
+	// Fold, when set, posts the notification's message to a feed, in the
+	// same transaction, for a digest to carry (a throttle's excess,
+	// issue 17): a settlement that does not apply posts nothing.
+	Fold *Fold
+}
+
+// Fold is a feed item to post for a notification: its event's, under its
+// own message if it has one (rendered from a template), numbered in its
+// tenant's item sequence like any other. The feed holds an event once
+// (the unique (event, feed) index): a second fold of the same event into
+// the same feed (another channel to the same recipient, an event already
+// posted there at accept) adds nothing.
+type Fold struct {
+	Feed string
 }
 
 // QuarantinedEvent is an event whose fan-out cannot go on (its stored

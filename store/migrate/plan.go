@@ -47,7 +47,7 @@ var plan = []table{
 	{name: "feed_counters", key: []string{"tenant"}, raise: []string{"seq", "legacy_seq"},
 		why: "each tenant's last feed sequence: new items continue after the moved ones, never reusing a seq a reader has seen"},
 	{name: "feed_items", key: []string{"tenant", "seq"},
-		why: "feed items with their seq and per-feed pos, so read watermarks keep meaning the same items"},
+		why: "feed items with their seq and per-feed pos, so read watermarks keep meaning the same items; a throttle's folded notification with its own message, so the next digest on the target carries it"},
 	{name: "feed_members", key: []string{"tenant", "user", "feed"},
 		why: "who sees which feed, from which seq on"},
 	{name: "feed_marks", key: []string{"tenant", "user", "kind"}, raise: []string{"mark"},

@@ -252,6 +252,9 @@ func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []boo
 			sentAt[msg{a.Provider, a.MessageID}] = a.EndedAt
 		}
 	}
+	if err := foldItems(ctx, tx, ss, applied); err != nil {
+		return err
+	}
 	if len(sentIDs) == 0 {
 		return nil
 	}

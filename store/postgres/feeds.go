@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"edgerelay/store"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -62,6 +63,69 @@ func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int
 		}
 	}
 	return posts, nil
+}
+
+// foldItems posts the messages of settled notifications to feeds
+// (Decision.Fold), in the settlement's transaction, so a notification ends
+// folded exactly when its item is written. Each item is numbered from its
+// tenant's counter row, locked until commit as an accept's insert locks
+// it (so the tenant's items still become visible in seq order), in tenant
+// order (two settlements folding for the same tenants lock them alike).
+// The unique (event, feed) index dedupes (a feed holds an event once), and
+// a duplicate takes no number. An event's items count one another
+// (copies), so an event that now has more than one is counted once in an
+// unread count.
+func foldItems(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {
+	type fold struct {
+		id     int64
+		tenant string
+		feed   string
+		at     int64
+	}
+	var folds []fold
+	for i, st := range ss {
+		if applied[i] && st.Decision.Fold != nil {
+			folds = append(folds, fold{id: st.ID, feed: st.Decision.Fold.Feed, at: ms(st.At)})
+		}
+	}
+	if len(folds) == 0 {
+		return nil
+	}
+	for i := range folds {
+		if err := tx.QueryRow(ctx, `SELECT tenant FROM notifications WHERE id = $1`, folds[i].id).Scan(&folds[i].tenant); err != nil {
+			return fmt.Errorf("fold notification %d: %w", folds[i].id, err)
+		}
+	}
+	slices.SortStableFunc(folds, func(a, b fold) int { return cmp.Compare(a.tenant, b.tenant) })
+	for _, f := range folds {
+		var last int64
+		if err := tx.QueryRow(ctx, `INSERT INTO feed_counters (tenant, seq) VALUES ($1, 0)
+			ON CONFLICT (tenant) DO UPDATE SET seq = feed_counters.seq RETURNING seq`, f.tenant).Scan(&last); err != nil {
+			return fmt.Errorf("number the folded item of notification %d: %w", f.id, err)
+		}
+		var event, copies int64
+		err := tx.QueryRow(ctx, `INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at, message)
+			SELECT n.tenant, $2, $3, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = n.tenant AND feed = $3), 0) + 1,
+				n.event, 1 + (SELECT count(*) FROM feed_items WHERE event = n.event), $4, n.message
+			FROM notifications n WHERE n.id = $1
+			ON CONFLICT (event, feed) DO NOTHING
+			RETURNING event, copies`, f.id, last+1, f.feed, f.at).Scan(&event, &copies)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // the feed holds the event already
+		}
+		if err != nil {
+			return fmt.Errorf("fold notification %d into feed %q: %w", f.id, f.feed, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE feed_counters SET seq = $2 WHERE tenant = $1`, f.tenant, last+1); err != nil {
+			return fmt.Errorf("number the folded item of notification %d: %w", f.id, err)
+		}
+		if copies > 1 {
+			if _, err := tx.Exec(ctx, `UPDATE feed_items SET copies = $1 WHERE event = $2`, copies, event); err != nil {
+				return fmt.Errorf("count the items of event %d: %w", event, err)
+			}
+		}
+	}
+	return nil
 }
 
 // eventFeedItems reads back the items an accepted event posted (a
@@ -130,7 +194,7 @@ const (
 	sharedItemsSQL = `SELECT seq, event FROM feed_items WHERE tenant = $1 AND feed = $2 AND seq > $3 AND copies > 1`
 	// The events' items, from the event index, and the events (an item is
 	// posted in its event's accept: its time is the event's).
-	pageItemsSQL = `SELECT i.event, i.seq, i.feed, e.created_at, e.event_id, e.type, e.message
+	pageItemsSQL = `SELECT i.event, i.seq, i.feed, e.created_at, e.event_id, e.type, coalesce(i.message, e.message)
 		FROM feed_items i JOIN events e ON e.id = i.event
 		WHERE i.tenant = $1 AND i.event = ANY($2::bigint[])`
 )

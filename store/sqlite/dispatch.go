@@ -404,6 +404,9 @@ func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
 			sent = append(sent, i)
 		}
 	}
+	if err := foldItems(tx, ss, applied); err != nil {
+		return err
+	}
 	// Receipts may have come in before these sends were recorded: apply
 	// those there are, found with one probe per slice.
 	return inSlices(len(sent), func(lo, hi int) error {

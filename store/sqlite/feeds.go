@@ -58,6 +58,47 @@ func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now 
 	return posts, nil
 }
 
+// foldItems posts the messages of settled notifications to feeds
+// (Decision.Fold), in the settlement's transaction, so a notification ends
+// folded exactly when its item is written. Each item is numbered from its
+// tenant's counter like an accept's; the unique (event, feed) index
+// dedupes (a feed holds an event once), and a duplicate takes no number.
+// An event's items count one another (copies), so an event that now has
+// more than one is counted once in an unread count.
+func foldItems(tx *Tx, ss []store.Settlement, applied []bool) error {
+	for i, st := range ss {
+		f := st.Decision.Fold
+		if !applied[i] || f == nil {
+			continue
+		}
+		var tenant string
+		var event, seq, copies int64
+		err := tx.queryRow(`INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at, message)
+			SELECT n.tenant, coalesce((SELECT seq FROM feed_counters WHERE tenant = n.tenant), 0) + 1, ?2,
+				coalesce((SELECT max(pos) FROM feed_items WHERE tenant = n.tenant AND feed = ?2), 0) + 1,
+				n.event, 1 + (SELECT count(*) FROM feed_items WHERE event = n.event), ?3, n.message
+			FROM notifications n WHERE n.id = ?1
+			ON CONFLICT (event, feed) DO NOTHING
+			RETURNING tenant, seq, event, copies`, st.ID, f.Feed, ms(st.At)).Scan(&tenant, &seq, &event, &copies)
+		if isNoRows(err) {
+			continue // the feed holds the event already
+		}
+		if err != nil {
+			return fmt.Errorf("fold notification %d into feed %q: %w", st.ID, f.Feed, err)
+		}
+		if _, err := tx.exec(`INSERT INTO feed_counters (tenant, seq) VALUES (?1, ?2)
+			ON CONFLICT (tenant) DO UPDATE SET seq = ?2`, tenant, seq); err != nil {
+			return fmt.Errorf("number the folded item of notification %d: %w", st.ID, err)
+		}
+		if copies > 1 {
+			if _, err := tx.exec(`UPDATE feed_items SET copies = ?1 WHERE event = ?2`, copies, event); err != nil {
+				return fmt.Errorf("count the items of event %d: %w", event, err)
+			}
+		}
+	}
+	return nil
+}
+
 // eventFeedItems reads back the items an accepted event posted (a
 // duplicate's answer), in seq order, from the event index.
 func eventFeedItems(tx *Tx, tenant string, eventRow int64) ([]store.FeedPost, error) {
@@ -103,11 +144,12 @@ const (
 		WHERE tenant = ? AND feed = ? AND seq > ? AND copies > 1`
 )
 
-// pageItemsSQL reads n events' items, from the event index alone, and the
-// events (an item is posted in its event's accept: its time is the
-// event's).
+// pageItemsSQL reads n events' items, through the event index, and the
+// events: an item's time is its event's; its message is its own if it
+// has one (a folded notification's, rendered for its recipient), else
+// the event's.
 func pageItemsSQL(n int) string {
-	return `SELECT i.event, i.seq, i.feed, e.created_at, e.event_id, e.type, e.message
+	return `SELECT i.event, i.seq, i.feed, e.created_at, e.event_id, e.type, coalesce(i.message, e.message)
 		FROM feed_items i INDEXED BY feed_items_event JOIN events e ON e.id = i.event
 		WHERE i.tenant = ? AND i.event IN (` + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + `)`
 }

@@ -21,6 +21,7 @@ func preferences(t *testing.T, open opener) {
 		{"ThrottleGrantsAtMostMaxPerWindowAndKeepsASlot", testThrottleSlots, false},
 		{"ThrottleCountsExactlyUnderConcurrentTakes", testThrottleConcurrent, false},
 		{"SkippedIsFinalAndCycleStartMoves", testSkippedAndCycleStart, false},
+		{"FoldPostsOneItemWithTheSettlementThatApplies", testFoldPostsOnce, false},
 	})
 }
 
