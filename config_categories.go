@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"time"
@@ -33,34 +34,48 @@ type CategoryConfig struct {
 type ThrottleYAML struct {
 	Max int      `yaml:"max"`
 	Per Duration `yaml:"per"`
+	// Excess is what becomes of a notification over the throttle: skip
+	// (the default) or digest, folded into the digest job named by Digest.
+	Excess string `yaml:"excess"`
+	Digest string `yaml:"digest"`
 }
 
-// category converts a checked category.
-func (cc CategoryConfig) category() relay.Category {
+// Excesses of a throttle.
+const (
+	excessSkip   = "skip"
+	excessDigest = "digest"
+)
+
+// category converts a checked category; jobs are the config's, where a
+// throttle's digest is found.
+func (cc CategoryConfig) category(jobs map[string]JobConfig) relay.Category {
 	cat := relay.Category{Required: cc.Required, Off: cc.Default == "off"}
 	if w, err := relay.ParseQuietWindow(cc.QuietHours); err == nil {
 		cat.Quiet = &w
 	}
-	if cc.Throttle != nil {
-		cat.Throttle = relay.Throttle{Max: cc.Throttle.Max, Per: time.Duration(cc.Throttle.Per)}
+	if th := cc.Throttle; th != nil {
+		cat.Throttle = relay.Throttle{Max: th.Max, Per: time.Duration(th.Per)}
+		if d := jobs[th.Digest].Digest; th.Excess == excessDigest && d != nil {
+			cat.Throttle.Digest = &relay.FoldDigest{Job: th.Digest, Tenant: cmp.Or(d.Tenant, "default"), Audience: d.Audience, Channel: d.Channel}
+		}
 	}
 	return cat
 }
 
-func categorySet(m map[string]CategoryConfig) map[string]relay.Category {
+func categorySet(m map[string]CategoryConfig, jobs map[string]JobConfig) map[string]relay.Category {
 	out := make(map[string]relay.Category, len(m))
 	for name, cc := range m {
-		out[name] = cc.category()
+		out[name] = cc.category(jobs)
 	}
 	return out
 }
 
 // categoryOptions fills the relay's categories from the file.
 func (cfg *Config) categoryOptions(opts *relay.Options) {
-	opts.Categories = categorySet(cfg.Categories)
+	opts.Categories = categorySet(cfg.Categories, cfg.Jobs)
 	opts.TenantCategories = map[string]map[string]relay.Category{}
 	for t, m := range cfg.TenantCategories {
-		opts.TenantCategories[t] = categorySet(m)
+		opts.TenantCategories[t] = categorySet(m, cfg.Jobs)
 	}
 	opts.TypeCategory = map[string]string{}
 	for t, tc := range cfg.Types {
@@ -72,7 +87,8 @@ func (cfg *Config) categoryOptions(opts *relay.Options) {
 
 // categories checks the categories and the types' references to them.
 func (c *checker) categories() {
-	check := func(m map[string]CategoryConfig, at keyPath) {
+	// tenant is the tenant of a tenant_categories set ("" for categories:).
+	check := func(m map[string]CategoryConfig, at keyPath, tenant string) {
 		for _, name := range sortedKeys(m) {
 			cc, at := m[name], at.with(name)
 			if !validName(name) {
@@ -95,6 +111,7 @@ func (c *checker) categories() {
 				if th.Per <= 0 {
 					c.add(at.with("throttle", "per"), "throttle per must be a positive duration (24h, 7d), got %v", time.Duration(th.Per))
 				}
+				c.throttleDigest(name, th, at.with("throttle"), tenant)
 			}
 			if cc.Required && (cc.Default == "off" || cc.QuietHours != "" || cc.Throttle != nil) {
 				c.add(at, "category %q is required: it is always on and ignores quiet hours and throttles (drop default: off, quiet_hours and throttle, or make it optional)", name)
@@ -106,9 +123,9 @@ func (c *checker) categories() {
 			c.add(keyPath{"api", "public_url"}, "public_url %q: want the scheme and host recipients and providers reach the API at, e.g. https://relay.example.com", u)
 		}
 	}
-	check(c.cfg.Categories, keyPath{"categories"})
+	check(c.cfg.Categories, keyPath{"categories"}, "")
 	for _, t := range sortedKeys(c.cfg.TenantCategories) {
-		check(c.cfg.TenantCategories[t], keyPath{"tenant_categories", t})
+		check(c.cfg.TenantCategories[t], keyPath{"tenant_categories", t}, t)
 	}
 	for _, typ := range sortedKeys(c.cfg.Types) {
 		name := c.cfg.Types[typ].Category
@@ -129,6 +146,57 @@ func (c *checker) categories() {
 			if _, ok := c.cfg.TenantCategories[t][name]; !ok {
 				c.add(keyPath{"tenant_categories", t}, "tenant %q's categories do not define category %q, which type %q belongs to", t, name, typ)
 			}
+		}
+	}
+}
+
+// throttleDigest checks where a throttle's excess goes: skip, or digest
+// with a digest job that can carry the category's notifications: a digest
+// job of the tenant whose notifications they are, whose own messages are
+// not of the category (a throttled digest would fold into the next one).
+// Its audience is in the database: a recipient it does not list is
+// skipped at claim, saying so (relay: unfoldable).
+func (c *checker) throttleDigest(category string, th *ThrottleYAML, at keyPath, tenant string) {
+	switch th.Excess {
+	case "", excessSkip:
+		if th.Digest != "" {
+			c.add(at.with("digest"), "digest %q is where the excess goes with excess: digest; this throttle's excess is skipped (add excess: digest, or drop digest)", th.Digest)
+		}
+		return
+	case excessDigest:
+	default:
+		c.add(at.with("excess"), "excess %q: want skip (the default) or digest", th.Excess)
+		return
+	}
+	if th.Digest == "" {
+		c.add(at, "excess: digest needs digest: the name of a digest job under jobs:")
+		return
+	}
+	at = at.with("digest")
+	jc, ok := c.cfg.Jobs[th.Digest]
+	if !ok {
+		msg := fmt.Sprintf("no job %q under jobs: to fold the excess into", th.Digest)
+		if m, ok := closest(th.Digest, sortedKeys(c.cfg.Jobs)); ok {
+			msg += fmt.Sprintf(" (did you mean `%s`?)", m)
+		}
+		c.add(at, "%s", msg)
+		return
+	}
+	d := jc.Digest
+	if d == nil {
+		c.add(at, "job %q is not a digest job: the excess can only be folded into a digest", th.Digest)
+		return
+	}
+	jobTenant := cmp.Or(d.Tenant, "default")
+	switch _, own := c.cfg.TenantCategories[jobTenant]; {
+	case tenant != "" && jobTenant != tenant:
+		c.add(at, "digest job %q is tenant %s's: tenant %s's excess can only be folded into a digest of tenant %s", th.Digest, jobTenant, tenant, tenant)
+	case tenant == "" && own:
+		c.add(at, "digest job %q is tenant %s's, which has categories of its own (tenant_categories: %s): this category never applies to its notifications", th.Digest, jobTenant, jobTenant)
+	}
+	for _, typ := range []string{"digest", th.Digest} {
+		if c.cfg.Types[typ].Category == category {
+			c.add(at, "digest job %q's own messages (type digest, purpose %s) belong to category %q: a throttled digest would be folded into the next one (give type %q another category)", th.Digest, th.Digest, category, typ)
 		}
 	}
 }

@@ -21,7 +21,9 @@ import (
 //	                 and channel (or off by default): skipped, not called
 //	                 in the recipient's quiet hours, never called yet: waits
 //	                 until they end, its retry budget counted from then
-//	                 over its category's throttle: skipped (throttled)
+//	                 over its category's throttle: skipped (throttled),
+//	                 and folded into the throttle's digest if it has one
+//	                 and that digest would carry it
 //	                 no route serves its channel: waits (not an attempt)
 //	                 pinned to a provider no longer routed: at-most-once
 //	                 ends unknown; at-least-once goes back to the route's
@@ -309,9 +311,19 @@ func preference(s situation, keep store.Decision) (verdict, bool) {
 		}
 	}
 	if p.throttled {
-		keep.Status, keep.Reason = store.StatusSkipped, fmt.Sprintf(
-			"skipped (throttled), not sent: recipient %s already got %d of category %q in the last %s",
+		over := fmt.Sprintf("recipient %s already got %d of category %q in the last %s",
 			c.Recipient, p.cat.Throttle.Max, p.category, p.cat.Throttle.Per)
+		keep.Status, keep.Reason = store.StatusSkipped, "skipped (throttled), not sent: "+over
+		if dg := p.cat.Throttle.Digest; dg != nil {
+			if p.unfoldable != "" {
+				keep.Reason = fmt.Sprintf("skipped (throttled), not sent and not folded into digest %s (%s): %s", dg.Job, p.unfoldable, over)
+				return verdict{Decision: keep}, true
+			}
+			// The item is written with this decision, in one transaction:
+			// never one without the other.
+			keep.Reason = fmt.Sprintf("skipped (throttled), folded into digest %s: its next run carries it; %s", dg.Job, over)
+			keep.Fold = &store.Fold{Feed: store.PersonalFeed(c.Recipient)}
+		}
 		return verdict{Decision: keep}, true
 	}
 	return verdict{}, false

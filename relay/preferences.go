@@ -2,10 +2,12 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"edgerelay/store"
@@ -77,6 +79,17 @@ func parseClock(s string) (int, error) {
 type Throttle struct {
 	Max int
 	Per time.Duration
+	// Digest, if set, folds the excess into that digest instead of only
+	// skipping it: the notification ends skipped and its message becomes
+	// an item of the recipient's own feed, which the digest's next run
+	// carries.
+	Digest *FoldDigest
+}
+
+// FoldDigest is the digest job a throttle's excess is folded into, as
+// the job is configured: its tenant, audience and channel.
+type FoldDigest struct {
+	Job, Tenant, Audience, Channel string
 }
 
 // categories is the tenant's set: its own, else every tenant's.
@@ -112,6 +125,9 @@ type prefInputs struct {
 	loc *time.Location
 	// throttled: the throttle's slot was asked for and refused.
 	throttled bool
+	// unfoldable, when throttled with a digest to fold into, is why the
+	// digest would not carry this notification ("": it would).
+	unfoldable string
 }
 
 // prefKey names a recipient of a tenant.
@@ -178,6 +194,72 @@ func (d *dispatcher) takeSlot(ctx context.Context, s *situation) {
 		return
 	}
 	s.pref.throttled = !g[0]
+	if dg := th.Digest; s.pref.throttled && dg != nil {
+		why, err := d.folds.unfoldable(ctx, d.r, c, *dg)
+		if err != nil {
+			s.pref.err = fmt.Sprintf("the audience %q of digest %s could not be read: %v", dg.Audience, dg.Job, err)
+			return
+		}
+		s.pref.unfoldable = why
+	}
+}
+
+// foldAudiences caches the audiences of the digests throttles fold into,
+// each for a second: a turn that folds many notifications reads each
+// audience once, and a change to it applies within a second.
+type foldAudiences struct {
+	mu sync.Mutex
+	m  map[[2]string]foldAudience
+}
+
+type foldAudience struct {
+	members map[string]Recipient // by recipient id; nil: no such audience
+	read    time.Time
+}
+
+const foldAudienceTTL = time.Second
+
+// unfoldable says why digest dg would not carry c ("" if it would): the
+// digest's run sends one message to each member of its audience, on its
+// channel, with the items of the member's feeds in its tenant. A
+// notification that no run would carry is not folded (it is skipped, with
+// this reason), so none ends folded into a digest that never comes.
+func (f *foldAudiences) unfoldable(ctx context.Context, r *Relay, c store.Claimed, dg FoldDigest) (string, error) {
+	if c.Tenant != dg.Tenant {
+		return fmt.Sprintf("digest %s is tenant %s's, not %s's", dg.Job, dg.Tenant, c.Tenant), nil
+	}
+	k := [2]string{dg.Tenant, dg.Audience}
+	f.mu.Lock()
+	a, ok := f.m[k]
+	f.mu.Unlock()
+	if !ok || time.Since(a.read) > foldAudienceTTL {
+		members, err := r.Audience(ctx, dg.Tenant, dg.Audience)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return "", err
+		}
+		a = foldAudience{read: time.Now()}
+		if err == nil {
+			a.members = make(map[string]Recipient, len(members))
+			for _, m := range members {
+				a.members[m.ID] = m
+			}
+		}
+		f.mu.Lock()
+		if f.m == nil {
+			f.m = map[[2]string]foldAudience{}
+		}
+		f.m[k] = a
+		f.mu.Unlock()
+	}
+	switch m, ok := a.members[c.Recipient]; {
+	case a.members == nil:
+		return fmt.Sprintf("digest %s's audience %q does not exist", dg.Job, dg.Audience), nil
+	case !ok:
+		return fmt.Sprintf("recipient %s is not in digest %s's audience %q", c.Recipient, dg.Job, dg.Audience), nil
+	case m.Address(dg.Channel) == "":
+		return fmt.Sprintf("recipient %s has no %s address in digest %s's audience %q", c.Recipient, dg.Channel, dg.Job, dg.Audience), nil
+	}
+	return "", nil
 }
 
 // ---- The API's and the CLI's view ----
@@ -203,6 +285,9 @@ type CategoryPreference struct {
 type ThrottleConfig struct {
 	Max int    `json:"max"`
 	Per string `json:"per"`
+	// Digest names the digest job the excess is folded into ("": the
+	// excess is skipped).
+	Digest string `json:"digest,omitempty"`
 }
 
 // Preferences is what GET /v1/recipients/{id}/preferences returns: every
@@ -266,6 +351,9 @@ func (r *Relay) preferencesView(tenant, recipient string, p store.RecipientPrefe
 		}
 		if cat.Throttle.Max > 0 {
 			cp.Throttle = &ThrottleConfig{Max: cat.Throttle.Max, Per: cat.Throttle.Per.String()}
+			if dg := cat.Throttle.Digest; dg != nil {
+				cp.Throttle.Digest = dg.Job
+			}
 		}
 		for _, sw := range p.Switches {
 			switch {

@@ -40,6 +40,7 @@ func TestPolicyPreferences(t *testing.T) {
 		next   time.Time // when pending
 		cycle  time.Time // the new cycle start, if any
 		reason string
+		fold   string // the feed its message is folded into, if any
 	}
 	rows := []struct {
 		guarantee string
@@ -111,6 +112,24 @@ func TestPolicyPreferences(t *testing.T) {
 				s.pref.throttled = true
 			}),
 			want{status: store.StatusSkipped, reason: "skipped (throttled)"}},
+		{"over a throttle whose excess folds into a digest that carries the recipient: skipped (throttled), its message folded into their feed with the same decision",
+			with(func(s *situation) {
+				s.pref.cat.Throttle = Throttle{Max: 2, Per: 24 * time.Hour, Digest: &FoldDigest{Job: "weekly", Tenant: "default", Audience: "all", Channel: "email"}}
+				s.pref.throttled = true
+			}),
+			want{status: store.StatusSkipped, reason: `skipped (throttled), folded into digest weekly: its next run carries it; recipient u1 already got 2 of category "marketing"`, fold: "@u1"}},
+		{"over a throttle whose digest would not carry the recipient: skipped (throttled) saying why, nothing folded",
+			with(func(s *situation) {
+				s.pref.cat.Throttle = Throttle{Max: 2, Per: 24 * time.Hour, Digest: &FoldDigest{Job: "weekly", Tenant: "default", Audience: "all", Channel: "email"}}
+				s.pref.throttled, s.pref.unfoldable = true, `recipient u1 is not in digest weekly's audience "all"`
+			}),
+			want{status: store.StatusSkipped, reason: `skipped (throttled), not sent and not folded into digest weekly (recipient u1 is not in digest weekly's audience "all")`}},
+		{"a digest audience that cannot be read makes it wait: neither folded into a digest that may not carry it nor skipped for good",
+			with(func(s *situation) {
+				s.pref.cat.Throttle = Throttle{Max: 2, Per: 24 * time.Hour, Digest: &FoldDigest{Job: "weekly", Tenant: "default", Audience: "all", Channel: "email"}}
+				s.pref.throttled, s.pref.err = true, `the audience "all" of digest weekly could not be read: disk I/O error`
+			}),
+			want{status: store.StatusPending, next: now.Add(time.Second), reason: "could not be read"}},
 	}
 	for _, row := range rows {
 		v := decide(row.s, func(time.Duration) time.Duration { return 0 })
@@ -127,6 +146,9 @@ func TestPolicyPreferences(t *testing.T) {
 		}
 		if w.status == store.StatusPending && !v.NextAttemptAt.Equal(w.next) {
 			t.Errorf("%s: next attempt at %s, want %s", row.guarantee, v.NextAttemptAt, w.next)
+		}
+		if got := v.Fold; (got == nil) != (w.fold == "") || got != nil && got.Feed != w.fold {
+			t.Errorf("%s: fold %+v, want into %q", row.guarantee, got, w.fold)
 		}
 		if !v.CycleStartsAt.Equal(w.cycle) {
 			t.Errorf("%s: cycle starts at %s, want %s", row.guarantee, v.CycleStartsAt, w.cycle)
