@@ -234,6 +234,10 @@ func (f *foldAudiences) unfoldable(ctx context.Context, r *Relay, c store.Claime
 	f.mu.Unlock()
 	if !ok || time.Since(a.read) > foldAudienceTTL {
 		members, err := r.Audience(ctx, dg.Tenant, dg.Audience)
+		if inv := (*InvalidEventError)(nil); errors.As(err, &inv) {
+			// A name no audience can have: no run of the digest will go.
+			return fmt.Sprintf("digest %s's audience %q cannot exist: %v", dg.Job, dg.Audience, err), nil
+		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return "", err
 		}

@@ -205,3 +205,35 @@ func TestQuietEnd(t *testing.T) {
 		t.Error("12:00 is not in 09:00–17:00")
 	}
 }
+
+// unfoldable says why a digest would not carry a throttled notification,
+// reading the digest's audience as it is stored; "" when it would.
+func TestUnfoldable(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, Options{})
+	ctx := t.Context()
+	if err := r.PutAudience(ctx, "default", "team", []Recipient{{ID: "ada", Email: "ada@example.com"}, {ID: "ben", Phone: "+15550100"}}); err != nil {
+		t.Fatal(err)
+	}
+	dg := FoldDigest{Job: "weekly", Tenant: "default", Audience: "team", Channel: "email"}
+	var f foldAudiences
+	for _, row := range []struct {
+		c    store.Claimed
+		dg   FoldDigest
+		want string
+	}{
+		{store.Claimed{Tenant: "default", Recipient: "ada"}, dg, ""},
+		{store.Claimed{Tenant: "default", Recipient: "bob"}, dg, `recipient bob is not in digest weekly's audience "team"`},
+		{store.Claimed{Tenant: "default", Recipient: "ben"}, dg, `recipient ben has no email address in digest weekly's audience "team"`},
+		{store.Claimed{Tenant: "acme", Recipient: "ada"}, dg, "digest weekly is tenant default's, not acme's"},
+		{store.Claimed{Tenant: "default", Recipient: "ada"}, FoldDigest{Job: "w2", Tenant: "default", Audience: "nobody", Channel: "email"},
+			`digest w2's audience "nobody" does not exist`},
+		{store.Claimed{Tenant: "default", Recipient: "ada"}, FoldDigest{Job: "w3", Tenant: "default", Audience: "no such name!", Channel: "email"},
+			`digest w3's audience "no such name!" cannot exist`},
+	} {
+		got, err := f.unfoldable(ctx, r, row.c, row.dg)
+		if err != nil || !strings.HasPrefix(got, row.want) || (row.want == "") != (got == "") {
+			t.Errorf("%s of %s into %s: %q, %v; want %q", row.c.Recipient, row.c.Tenant, row.dg.Job, got, err, row.want)
+		}
+	}
+}
