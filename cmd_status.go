@@ -24,7 +24,8 @@ func statusCommand() *cli.Command {
 		Description: `Statuses: pending (waiting for an attempt), sending (a call in flight), sent,
 failed (refused for good), dead (retries exhausted), unknown (maybe sent; not
 resent because its type is at-most-once and the provider has no keys),
-skipped (a recipient's preference or a throttle forbade it: no attempt),
+skipped (a recipient's preference or a throttle forbade it: no attempt; a
+throttle's excess may be folded into a digest, which the reason names),
 delivered and bounced (a provider's receipt said so). Failed, dead and unknown
 notifications each need a person: the newest 20 of each are listed by id
 (edgerelay show ID says why; edgerelay list --status S lists them all).

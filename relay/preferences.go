@@ -34,7 +34,8 @@ type Category struct {
 	// their own for this category.
 	Quiet *QuietWindow
 	// Throttle, if Max > 0, lets at most Max of the category reach one
-	// recipient per Per; the excess ends skipped (throttled).
+	// recipient per Per; the excess ends skipped (throttled), and is
+	// folded into Throttle.Digest if it names one.
 	Throttle Throttle
 }
 
