@@ -115,7 +115,7 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 	}{
 		{"newest seq", newestSeqSQL, []any{"acme"}, "PRIMARY KEY (tenant=?)", false},
 		{"page", pageSQL, []any{"acme", "team:ops", 0, 1 << 62, 50}, "COVERING INDEX feed_items_page (tenant=? AND feed=? AND seq>? AND seq<?)", true},
-		// Not covering since 0016: an item's own message (a folded
+		// Not covering since 0018: an item's own message (a folded
 		// notification's) is in the row, one primary-key step per item.
 		{"page items", pageItemsSQL(3), []any{"acme", 3, 2, 1}, "INDEX feed_items_event (event=?)", false},
 		{"oldest item", oldestItemSQL, []any{"acme", "team:ops"}, "INDEX feed_items_page (tenant=? AND feed=?)", true},

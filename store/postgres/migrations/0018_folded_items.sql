@@ -1,4 +1,4 @@
--- 0016: as store/sqlite's 0016. A throttle's excess folded into a digest
+-- 0018: as store/sqlite's 0018. A throttle's excess folded into a digest
 -- (issue 17) is a feed item of the recipient's own feed, posted when the
 -- notification is settled; it carries the notification's own message
 -- (rendered from a template at accept) when it has one. NULL: the event's

@@ -1,4 +1,4 @@
--- 0016: a throttle's excess folded into a digest (issue 17) is a feed
+-- 0018: a throttle's excess folded into a digest (issue 17) is a feed
 -- item of the recipient's own feed, posted when the notification is
 -- settled; it carries the notification's own message (rendered from a
 -- template at accept) when it has one. NULL: the event's message, as for
