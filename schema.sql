@@ -263,6 +263,23 @@ CREATE TABLE suppressions (
     PRIMARY KEY (tenant, channel, address)
 ) WITHOUT ROWID;
 
+CREATE TABLE template_generation (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    gen INTEGER NOT NULL
+);
+
+CREATE TABLE templates (
+    tenant     TEXT    NOT NULL,
+    name       TEXT    NOT NULL,
+    channel    TEXT    NOT NULL,
+    locale     TEXT    NOT NULL,
+    version    INTEGER NOT NULL CHECK (version >= 1),
+    parts      TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    retired_at INTEGER,
+    PRIMARY KEY (tenant, name, channel, locale, version)
+) WITHOUT ROWID;
+
 CREATE TABLE tenant_keys (
     tenant     TEXT    PRIMARY KEY,
     key        BLOB    NOT NULL CHECK (length(key) >= 32),

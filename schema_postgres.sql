@@ -329,6 +329,26 @@ CREATE TABLE suppressions (
 );
 CREATE INDEX suppressions_expires ON suppressions USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
+CREATE TABLE template_generation (
+    id integer NOT NULL,
+    gen bigint NOT NULL,
+    CONSTRAINT template_generation_pkey PRIMARY KEY (id),
+    CONSTRAINT template_generation_id_check CHECK ((id = 1))
+);
+
+CREATE TABLE templates (
+    tenant text NOT NULL,
+    name text NOT NULL,
+    channel text NOT NULL,
+    locale text NOT NULL,
+    version integer NOT NULL,
+    parts text NOT NULL,
+    created_at bigint NOT NULL,
+    retired_at bigint,
+    CONSTRAINT templates_pkey PRIMARY KEY (tenant, name, channel, locale, version),
+    CONSTRAINT templates_version_check CHECK ((version >= 1))
+);
+
 CREATE TABLE tenant_keys (
     tenant text NOT NULL,
     key bytea NOT NULL,

@@ -35,6 +35,7 @@ type Store interface {
 	Maintenance
 	Preferences
 	Console
+	Templates
 }
 
 // Console is what a person looking at one tenant in a browser needs beyond

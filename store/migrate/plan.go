@@ -97,6 +97,11 @@ var plan = []table{
 		why: "the slots throttles counted in their window: a throttle does not start over on the nodes"},
 	{name: "provider_pauses", key: []string{"provider"}, raise: []string{"until"},
 		why: "a provider's Retry-After still in force: the nodes do not call it before it ends (the later end kept on a second run)"},
+	// Issue 16: templates managed over the API.
+	{name: "templates", key: []string{"tenant", "name", "channel", "locale", "version"},
+		why: "every version of each stored template, retired ones included: old versions stay readable on the nodes, and the next PUT numbers after them"},
+	{name: "template_generation", key: []string{"id"}, raise: []string{"gen"},
+		why: "the number every template change raises, which serve polls to reload its templates: moved so it never goes back (the larger kept)"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }
 

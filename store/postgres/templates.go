@@ -1,0 +1,229 @@
+package postgres
+
+import (
+	"context"
+	"edgerelay/store"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Stored templates (issue 16): one row per version, numbered by the
+// primary key, and the generation row every change raises. A put raises
+// the generation first: its row lock queues the template writers of every
+// node, so the next one reads the version this one made.
+
+// errVersionTaken: another node inserted the number this put read as next
+// (ON CONFLICT DO NOTHING gave no row); the put starts again.
+var errVersionTaken = errors.New("template version taken")
+
+func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts map[string]string, now time.Time) (store.StoredTemplate, bool, error) {
+	body, err := json.Marshal(parts) // keys sorted: equal parts, equal text
+	if err != nil {
+		return store.StoredTemplate{}, false, err
+	}
+	for try := 0; ; try++ {
+		var out store.StoredTemplate
+		created := false
+		err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+			created = false
+			if _, err := tx.Exec(ctx, bumpGeneration); err != nil {
+				return err
+			}
+			var latest int
+			var latestParts string
+			var latestAt int64
+			var retired *int64
+			err := tx.QueryRow(ctx, `SELECT version, parts, created_at, retired_at FROM templates
+				WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4 ORDER BY version DESC LIMIT 1`,
+				key.Tenant, key.Name, key.Channel, key.Locale).Scan(&latest, &latestParts, &latestAt, &retired)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			if latest > 0 && latestParts == string(body) && retired == nil {
+				// Unchanged: the generation's bump is undone by the
+				// rollback this error causes.
+				out, err = scanTemplate(key, latest, latestParts, latestAt, nil)
+				if err == nil {
+					err = errUnchanged
+				}
+				return err
+			}
+			var v int
+			var at int64
+			err = tx.QueryRow(ctx, `INSERT INTO templates (tenant, name, channel, locale, version, parts, created_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING version, created_at`,
+				key.Tenant, key.Name, key.Channel, key.Locale, latest+1, string(body), ms(now)).Scan(&v, &at)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errVersionTaken
+			}
+			if err != nil {
+				return err
+			}
+			created = true
+			out, err = scanTemplate(key, v, string(body), at, nil)
+			return err
+		})
+		switch {
+		case errors.Is(err, errUnchanged):
+			return out, false, nil
+		case errors.Is(err, errVersionTaken) && try < 5:
+			continue
+		case err != nil:
+			return store.StoredTemplate{}, false, fmt.Errorf("put template %s/%s/%s: %w", key.Name, key.Channel, key.Locale, err)
+		}
+		return out, created, nil
+	}
+}
+
+// errUnchanged rolls back a put whose parts are the latest version's.
+var errUnchanged = errors.New("template unchanged")
+
+func scanTemplate(key store.TemplateKey, version int, parts string, created int64, retired *int64) (store.StoredTemplate, error) {
+	t := store.StoredTemplate{TemplateKey: key, Version: version, CreatedAt: fromMS(created)}
+	if err := json.Unmarshal([]byte(parts), &t.Parts); err != nil {
+		return t, fmt.Errorf("template %s version %d: parts: %w", key.Name, version, err)
+	}
+	if retired != nil {
+		r := fromMS(*retired)
+		t.RetiredAt = &r
+	}
+	return t, nil
+}
+
+func (s *Store) TemplateVersion(ctx context.Context, key store.TemplateKey, version int) (store.StoredTemplate, error) {
+	var out store.StoredTemplate
+	err := s.read(ctx, func(q querier) error {
+		var v int
+		var parts string
+		var at int64
+		var retired *int64
+		err := q.QueryRow(ctx, `SELECT version, parts, created_at, retired_at FROM templates
+			WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4 AND ($5 = 0 OR version = $5)
+			ORDER BY version DESC LIMIT 1`, key.Tenant, key.Name, key.Channel, key.Locale, version).Scan(&v, &parts, &at, &retired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("template %s/%s/%s version %d: %w", key.Name, key.Channel, key.Locale, version, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read template %s: %w", key.Name, err)
+		}
+		out, err = scanTemplate(key, v, parts, at, retired)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]store.StoredTemplate, error) {
+	out := []store.StoredTemplate{}
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT version, parts, created_at, retired_at FROM templates
+			WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4 ORDER BY version`,
+			key.Tenant, key.Name, key.Channel, key.Locale)
+		if err != nil {
+			return fmt.Errorf("read template %s versions: %w", key.Name, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var v int
+			var parts string
+			var at int64
+			var retired *int64
+			if err := rows.Scan(&v, &parts, &at, &retired); err != nil {
+				return err
+			}
+			t, err := scanTemplate(key, v, parts, at, retired)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now time.Time) (store.StoredTemplate, error) {
+	var out store.StoredTemplate
+	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, bumpGeneration); err != nil {
+			return err
+		}
+		var v int
+		var parts string
+		var at int64
+		err := tx.QueryRow(ctx, `UPDATE templates SET retired_at = $5
+			WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4 AND retired_at IS NULL
+			  AND version = (SELECT max(version) FROM templates WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4)
+			RETURNING version, parts, created_at`,
+			key.Tenant, key.Name, key.Channel, key.Locale, ms(now)).Scan(&v, &parts, &at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("template %s/%s/%s: no live version: %w", key.Name, key.Channel, key.Locale, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		r := ms(now)
+		out, err = scanTemplate(key, v, parts, at, &r)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]store.StoredTemplate, int64, error) {
+	out := []store.StoredTemplate{}
+	var gen int64
+	// One snapshot: the generation read names exactly the templates listed.
+	err := s.snapshot(ctx, func(q querier) error {
+		out = out[:0]
+		if err := q.QueryRow(ctx, readGeneration).Scan(&gen); err != nil {
+			return fmt.Errorf("read templates: %w", err)
+		}
+		rows, err := q.Query(ctx, `SELECT DISTINCT ON (tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C")
+				tenant, name, channel, locale, version, parts, created_at, retired_at
+			FROM templates WHERE ($1 = '' OR tenant = $1)
+			ORDER BY tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C", version DESC`, tenant)
+		if err != nil {
+			return fmt.Errorf("read templates: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k store.TemplateKey
+			var v int
+			var parts string
+			var at int64
+			var retired *int64
+			if err := rows.Scan(&k.Tenant, &k.Name, &k.Channel, &k.Locale, &v, &parts, &at, &retired); err != nil {
+				return err
+			}
+			t, err := scanTemplate(k, v, parts, at, retired)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	return out, gen, err
+}
+
+func (s *Store) TemplateGeneration(ctx context.Context) (int64, error) {
+	var gen int64
+	err := s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, readGeneration).Scan(&gen)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read template generation: %w", err)
+	}
+	return gen, nil
+}
+
+// The generation row is made by the first change (an upsert), so a
+// database emptied of rows still counts from there.
+const (
+	bumpGeneration = `INSERT INTO template_generation (id, gen) VALUES (1, 1)
+		ON CONFLICT (id) DO UPDATE SET gen = template_generation.gen + 1`
+	readGeneration = `SELECT coalesce(max(gen), 0) FROM template_generation`
+)

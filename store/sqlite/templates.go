@@ -1,0 +1,209 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"edgerelay/store"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Stored templates (issue 16): one row per version, numbered by the
+// primary key, and the generation row every change raises.
+
+// errVersionTaken: another writer inserted the number this one read as
+// next (a CLI beside serve); the put starts again.
+var errVersionTaken = errors.New("template version taken")
+
+func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts map[string]string, now time.Time) (store.StoredTemplate, bool, error) {
+	body, err := json.Marshal(parts) // keys sorted: equal parts, equal text
+	if err != nil {
+		return store.StoredTemplate{}, false, err
+	}
+	for try := 0; ; try++ {
+		var out store.StoredTemplate
+		created := false
+		err := s.w.do(ctx, func(tx *Tx) error {
+			var latest int
+			var latestParts string
+			var latestAt int64
+			var retired sql.NullInt64
+			err := tx.queryRow(`SELECT version, parts, created_at, retired_at FROM templates
+				WHERE tenant = ? AND name = ? AND channel = ? AND locale = ? ORDER BY version DESC LIMIT 1`,
+				key.Tenant, key.Name, key.Channel, key.Locale).Scan(&latest, &latestParts, &latestAt, &retired)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if latest > 0 && latestParts == string(body) && !retired.Valid {
+				out, err = scanTemplate(key, latest, latestParts, latestAt, retired)
+				return err
+			}
+			// The primary key decides: a number another writer took is
+			// no row here, and the put runs again.
+			var v int
+			var at int64
+			err = tx.queryRow(`INSERT INTO templates (tenant, name, channel, locale, version, parts, created_at)
+				VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING RETURNING version, created_at`,
+				key.Tenant, key.Name, key.Channel, key.Locale, latest+1, string(body), ms(now)).Scan(&v, &at)
+			if errors.Is(err, sql.ErrNoRows) {
+				return errVersionTaken
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.exec(bumpGeneration); err != nil {
+				return err
+			}
+			created = true
+			out, err = scanTemplate(key, v, string(body), at, sql.NullInt64{})
+			return err
+		})
+		if errors.Is(err, errVersionTaken) && try < 5 {
+			continue
+		}
+		if err != nil {
+			return store.StoredTemplate{}, false, fmt.Errorf("put template %s/%s/%s: %w", key.Name, key.Channel, key.Locale, err)
+		}
+		return out, created, nil
+	}
+}
+
+func scanTemplate(key store.TemplateKey, version int, parts string, created int64, retired sql.NullInt64) (store.StoredTemplate, error) {
+	t := store.StoredTemplate{TemplateKey: key, Version: version, CreatedAt: fromMS(created)}
+	if err := json.Unmarshal([]byte(parts), &t.Parts); err != nil {
+		return t, fmt.Errorf("template %s version %d: parts: %w", key.Name, version, err)
+	}
+	if retired.Valid {
+		r := fromMS(retired.Int64)
+		t.RetiredAt = &r
+	}
+	return t, nil
+}
+
+func (s *Store) TemplateVersion(ctx context.Context, key store.TemplateKey, version int) (store.StoredTemplate, error) {
+	q := `SELECT version, parts, created_at, retired_at FROM templates
+		WHERE tenant = ?1 AND name = ?2 AND channel = ?3 AND locale = ?4 AND (?5 = 0 OR version = ?5)
+		ORDER BY version DESC LIMIT 1`
+	var v int
+	var parts string
+	var at int64
+	var retired sql.NullInt64
+	err := s.rdb.QueryRowContext(ctx, q, key.Tenant, key.Name, key.Channel, key.Locale, version).Scan(&v, &parts, &at, &retired)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.StoredTemplate{}, fmt.Errorf("template %s/%s/%s version %d: %w", key.Name, key.Channel, key.Locale, version, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.StoredTemplate{}, fmt.Errorf("read template %s: %w", key.Name, err)
+	}
+	return scanTemplate(key, v, parts, at, retired)
+}
+
+func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]store.StoredTemplate, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT version, parts, created_at, retired_at FROM templates
+		WHERE tenant = ? AND name = ? AND channel = ? AND locale = ? ORDER BY version`,
+		key.Tenant, key.Name, key.Channel, key.Locale)
+	if err != nil {
+		return nil, fmt.Errorf("read template %s versions: %w", key.Name, err)
+	}
+	defer rows.Close()
+	out := []store.StoredTemplate{}
+	for rows.Next() {
+		var v int
+		var parts string
+		var at int64
+		var retired sql.NullInt64
+		if err := rows.Scan(&v, &parts, &at, &retired); err != nil {
+			return nil, err
+		}
+		t, err := scanTemplate(key, v, parts, at, retired)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now time.Time) (store.StoredTemplate, error) {
+	var out store.StoredTemplate
+	err := s.w.do(ctx, func(tx *Tx) error {
+		var v int
+		var parts string
+		var at int64
+		err := tx.queryRow(`UPDATE templates SET retired_at = ?5
+			WHERE tenant = ?1 AND name = ?2 AND channel = ?3 AND locale = ?4 AND retired_at IS NULL
+			  AND version = (SELECT max(version) FROM templates WHERE tenant = ?1 AND name = ?2 AND channel = ?3 AND locale = ?4)
+			RETURNING version, parts, created_at`,
+			key.Tenant, key.Name, key.Channel, key.Locale, ms(now)).Scan(&v, &parts, &at)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("template %s/%s/%s: no live version: %w", key.Name, key.Channel, key.Locale, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(bumpGeneration); err != nil {
+			return err
+		}
+		out, err = scanTemplate(key, v, parts, at, sql.NullInt64{Int64: ms(now), Valid: true})
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]store.StoredTemplate, int64, error) {
+	// One transaction, so one snapshot: the generation read names exactly
+	// the templates listed.
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read templates: %w", err)
+	}
+	defer tx.Rollback()
+	var gen int64
+	if err := tx.QueryRowContext(ctx, readGeneration).Scan(&gen); err != nil {
+		return nil, 0, fmt.Errorf("read templates: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT t.tenant, t.name, t.channel, t.locale, t.version, t.parts, t.created_at, t.retired_at
+		FROM templates t
+		WHERE (?1 = '' OR t.tenant = ?1) AND t.version = (SELECT max(version) FROM templates l
+			WHERE l.tenant = t.tenant AND l.name = t.name AND l.channel = t.channel AND l.locale = t.locale)
+		ORDER BY t.tenant, t.name, t.channel, t.locale`, tenant)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read templates: %w", err)
+	}
+	defer rows.Close()
+	out := []store.StoredTemplate{}
+	for rows.Next() {
+		var k store.TemplateKey
+		var v int
+		var parts string
+		var at int64
+		var retired sql.NullInt64
+		if err := rows.Scan(&k.Tenant, &k.Name, &k.Channel, &k.Locale, &v, &parts, &at, &retired); err != nil {
+			return nil, 0, err
+		}
+		t, err := scanTemplate(k, v, parts, at, retired)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, t)
+	}
+	return out, gen, rows.Err()
+}
+
+func (s *Store) TemplateGeneration(ctx context.Context) (int64, error) {
+	var gen int64
+	if err := s.rdb.QueryRowContext(ctx, readGeneration).Scan(&gen); err != nil {
+		return 0, fmt.Errorf("read template generation: %w", err)
+	}
+	return gen, nil
+}
+
+// The generation row is made by the first change (an upsert), so a
+// database emptied of rows still counts from there.
+const (
+	bumpGeneration = `INSERT INTO template_generation (id, gen) VALUES (1, 1)
+		ON CONFLICT (id) DO UPDATE SET gen = template_generation.gen + 1`
+	readGeneration = `SELECT coalesce(max(gen), 0) FROM template_generation`
+)

@@ -1,0 +1,189 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"edgerelay/store"
+)
+
+// Stored templates (issue 16): versions numbered by the store, readable
+// for good, retired without being lost, kept per tenant.
+func templatesSuite(t *testing.T, open opener) {
+	runAll(t, open, []test{
+		{name: "VersionsNumberedAndKept", run: testTemplateVersions},
+		{name: "RetireKeepsVersions", run: testTemplateRetire},
+		{name: "TenantsApart", run: testTemplateTenants},
+		{name: "ConcurrentPutsGetDistinctVersions", run: testTemplateConcurrentPuts},
+	})
+}
+
+var tkey = store.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
+
+func testTemplateVersions(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000).UTC()
+	g0, err := s.TemplateGeneration(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := map[string]string{"subject": "Hi {{.data.name}}", "text": "one"}
+	v1, created, err := s.PutTemplate(ctx, tkey, p1, now)
+	if err != nil || !created || v1.Version != 1 || !reflect.DeepEqual(v1.Parts, p1) || !v1.CreatedAt.Equal(now) || v1.TemplateKey != tkey {
+		t.Fatalf("first put = %+v, %v, %v; want version 1 created with its parts", v1, created, err)
+	}
+	p2 := map[string]string{"subject": "Hello {{.data.name}}", "text": "two"}
+	v2, created, err := s.PutTemplate(ctx, tkey, p2, now.Add(time.Second))
+	if err != nil || !created || v2.Version != 2 {
+		t.Fatalf("second put = %+v, %v, %v; want version 2", v2, created, err)
+	}
+	g2, _ := s.TemplateGeneration(ctx)
+	if g2 <= g0 {
+		t.Fatalf("generation %d after two puts, was %d: want it raised", g2, g0)
+	}
+	// The same parts again (a PUT retried after a lost answer): no new
+	// version, and the generation stays.
+	again, created, err := s.PutTemplate(ctx, tkey, map[string]string{"text": "two", "subject": "Hello {{.data.name}}"}, now.Add(2*time.Second))
+	if err != nil || created || again.Version != 2 || !again.CreatedAt.Equal(v2.CreatedAt) {
+		t.Fatalf("repeated put = %+v, %v, %v; want version 2 unchanged", again, created, err)
+	}
+	if g, _ := s.TemplateGeneration(ctx); g != g2 {
+		t.Errorf("generation %d after an unchanged put, want %d", g, g2)
+	}
+	got1, err := s.TemplateVersion(ctx, tkey, 1)
+	if err != nil || !reflect.DeepEqual(got1.Parts, p1) || got1.Version != 1 {
+		t.Fatalf("version 1 = %+v, %v; want the first parts", got1, err)
+	}
+	latest, err := s.TemplateVersion(ctx, tkey, 0)
+	if err != nil || latest.Version != 2 || !reflect.DeepEqual(latest.Parts, p2) {
+		t.Fatalf("latest = %+v, %v; want version 2", latest, err)
+	}
+	if _, err := s.TemplateVersion(ctx, tkey, 3); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("version 3: %v, want ErrNotFound", err)
+	}
+	if _, err := s.TemplateVersion(ctx, store.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "sms", Locale: "en"}, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another channel: %v, want ErrNotFound", err)
+	}
+	vs, err := s.TemplateVersions(ctx, tkey)
+	if err != nil || len(vs) != 2 || vs[0].Version != 1 || vs[1].Version != 2 {
+		t.Fatalf("versions = %+v, %v; want 1 and 2", vs, err)
+	}
+	none, err := s.TemplateVersions(ctx, store.TemplateKey{Tenant: "acme", Name: "nothing", Channel: "email", Locale: "en"})
+	if err != nil || none == nil || len(none) != 0 {
+		t.Errorf("versions of nothing = %#v, %v; want an empty list", none, err)
+	}
+}
+
+func testTemplateRetire(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000).UTC()
+	p1 := map[string]string{"text": "one"}
+	p2 := map[string]string{"text": "two"}
+	if _, _, err := s.PutTemplate(ctx, tkey, p1, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PutTemplate(ctx, tkey, p2, now); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := s.TemplateGeneration(ctx)
+	r, err := s.RetireTemplate(ctx, tkey, now.Add(time.Minute))
+	if err != nil || r.Version != 2 || r.RetiredAt == nil || !r.RetiredAt.Equal(now.Add(time.Minute)) {
+		t.Fatalf("retire = %+v, %v; want version 2 retired at its time", r, err)
+	}
+	if g2, _ := s.TemplateGeneration(ctx); g2 <= g {
+		t.Errorf("generation %d after a retire, was %d: want it raised", g2, g)
+	}
+	if _, err := s.RetireTemplate(ctx, tkey, now); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("retire again: %v, want ErrNotFound", err)
+	}
+	if _, err := s.RetireTemplate(ctx, store.TemplateKey{Tenant: "acme", Name: "nothing", Channel: "email", Locale: "en"}, now); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("retire what never was: %v, want ErrNotFound", err)
+	}
+	for v, want := range map[int]map[string]string{1: p1, 2: p2} {
+		got, err := s.TemplateVersion(ctx, tkey, v)
+		if err != nil || !reflect.DeepEqual(got.Parts, want) {
+			t.Errorf("version %d after retire = %+v, %v; want it readable", v, got, err)
+		}
+	}
+	latest, _, err := s.LatestTemplates(ctx, "acme")
+	if err != nil || len(latest) != 1 || latest[0].Version != 2 || latest[0].RetiredAt == nil {
+		t.Fatalf("latest = %+v, %v; want version 2, retired", latest, err)
+	}
+	// The same parts as the retired version: a new version, live.
+	v3, created, err := s.PutTemplate(ctx, tkey, p2, now.Add(2*time.Minute))
+	if err != nil || !created || v3.Version != 3 || v3.RetiredAt != nil {
+		t.Fatalf("put after retire = %+v, %v, %v; want version 3, live", v3, created, err)
+	}
+}
+
+func testTemplateTenants(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000).UTC()
+	b := tkey
+	b.Tenant = "bravo"
+	if _, _, err := s.PutTemplate(ctx, tkey, map[string]string{"text": "acme's"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TemplateVersion(ctx, b, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("bravo reads acme's key: %v, want ErrNotFound", err)
+	}
+	bv, created, err := s.PutTemplate(ctx, b, map[string]string{"text": "bravo's"}, now)
+	if err != nil || !created || bv.Version != 1 {
+		t.Fatalf("bravo's first put = %+v, %v, %v; want its own version 1", bv, created, err)
+	}
+	other := tkey
+	other.Locale = "de"
+	if _, _, err := s.PutTemplate(ctx, other, map[string]string{"text": "acme's de"}, now); err != nil {
+		t.Fatal(err)
+	}
+	a, gen, err := s.LatestTemplates(ctx, "acme")
+	if err != nil || len(a) != 2 || a[0].Locale != "de" || a[1].Locale != "en" || a[0].Tenant != "acme" || a[1].Tenant != "acme" {
+		t.Fatalf("acme's latest = %+v, %v; want de and en, acme's only", a, err)
+	}
+	if g, _ := s.TemplateGeneration(ctx); g != gen {
+		t.Errorf("LatestTemplates read generation %d, TemplateGeneration says %d", gen, g)
+	}
+	all, _, err := s.LatestTemplates(ctx, "")
+	if err != nil || len(all) != 3 || all[2].Tenant != "bravo" {
+		t.Fatalf("every tenant's latest = %+v, %v; want 3, bravo's last", all, err)
+	}
+}
+
+func testTemplateConcurrentPuts(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000).UTC()
+	const n = 8
+	var wg sync.WaitGroup
+	versions := make([]int, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, _, err := s.PutTemplate(ctx, tkey, map[string]string{"text": fmt.Sprint("text ", i)}, now)
+			versions[i], errs[i] = v.Version, err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	sort.Ints(versions)
+	for i, v := range versions {
+		if v != i+1 {
+			t.Fatalf("versions %v: want 1 to %d, each once", versions, n)
+		}
+	}
+	vs, err := s.TemplateVersions(ctx, tkey)
+	if err != nil || len(vs) != n {
+		t.Fatalf("versions = %d, %v; want %d", len(vs), err, n)
+	}
+}
