@@ -92,6 +92,13 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    POST   /v1/suppressions                    add entries (JSON), or import a text/csv body
    DELETE /v1/suppressions                    take an address off (?channel=&address=)
    POST   /v1/bounces                         a DSN or ARF complaint (the whole message)
+   GET    /v1/templates                       the tenant's templates: files and stored, with versions
+   PUT    /v1/templates/{name}/{channel}/{locale}  save {"parts": {...}} as the next version
+   GET    /v1/templates/{name}/{channel}/{locale}  the latest version (?version=N: that one)
+   GET    /v1/templates/{name}/{channel}/{locale}/versions  every version
+   GET    /v1/templates/{name}/{channel}/{locale}/versions/{version}  one version
+   DELETE /v1/templates/{name}/{channel}/{locale}  retire it (its versions stay readable)
+   POST   /v1/templates/{name}/{channel}/render    preview {"recipient", "data"}: nothing written
    POST   /v1/receipts/{provider}             a provider's callbacks
    GET    /healthz                            the process is up
    GET    /readyz                             the database takes writes
@@ -284,6 +291,13 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			go handler.ShedLoop(c.Context, time.Second)
+			// Templates stored by another process (a PUT on another node,
+			// `template set`) reach this node's accepts within this period.
+			refresh := time.Duration(s.cfg.Templates.Refresh)
+			if refresh <= 0 {
+				refresh = time.Second
+			}
+			go r.WatchTemplates(c.Context, refresh)
 			jobs, err := s.cfg.serveJobs(r)
 			if err != nil {
 				return err

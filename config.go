@@ -109,6 +109,10 @@ type TemplatesConfig struct {
 	// Dir is relative to the config file's directory.
 	Dir           string `yaml:"dir"`
 	DefaultLocale string `yaml:"default_locale"`
+	// Refresh is how often serve looks for templates stored over the API
+	// by another process (one read of one row): the bound on how long a
+	// change takes to reach this node's accepts. Default 1 s.
+	Refresh Duration `yaml:"refresh"`
 }
 
 // ProviderConfig is one named provider.

@@ -114,7 +114,13 @@ func (c *checker) templates() {
 	at := keyPath{"templates"}
 	if tc.Dir == "" {
 		if tc.DefaultLocale != "" {
-			c.add(at.with("default_locale"), "default_locale needs templates.dir (the directory of the templates)")
+			// No files, but stored templates (the API's) use the locale.
+			set, err := templates.NewSet(tc.DefaultLocale, nil)
+			if err != nil {
+				c.add(at.with("default_locale"), "%v", err)
+				return
+			}
+			c.cfg.templates = set
 		}
 		return
 	}

@@ -137,6 +137,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	s.operatorRoutes()
 	s.suppressionRoutes()
 	s.sourceRoutes()
+	s.templateRoutes()
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) response {
 		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
 	})

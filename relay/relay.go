@@ -190,8 +190,12 @@ type Relay struct {
 	// write its fan-out.
 	expandFailures sync.Map
 
-	// templates render messages at accept (nil: none).
+	// templates render messages at accept (nil: none): files merged with
+	// stored (stored_templates.go), rebuilt under tmu.
 	templates atomic.Pointer[templates.Set]
+	tmu       sync.Mutex
+	files     *templates.Set
+	stored    storedState
 
 	mu sync.Mutex
 	d  *dispatcher // while started
@@ -283,7 +287,19 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		opts: opts, store: st, hooks: opts.Hooks, holder: holderID(), log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
 	}
+	r.files = opts.Templates
 	r.templates.Store(opts.Templates)
+	// Stored templates are read now, so that an accept (send, serve) never
+	// renders without them; serve refreshes them after (WatchTemplates).
+	if err := r.RefreshTemplates(ctx); err != nil {
+		if !opts.ReadOnly {
+			if opts.Store == nil {
+				st.Close()
+			}
+			return nil, fmt.Errorf("read stored templates: %w", err)
+		}
+		r.log.Warn("stored templates not read", "err", err)
+	}
 	if !opts.ReadOnly {
 		// The key of the API's ids is made now, on a new database, rather
 		// than by the first request, whose one commit it would double. A

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	"edgerelay/store"
 	"edgerelay/templates"
@@ -26,13 +27,6 @@ type TemplateUsed struct {
 	Version string `json:"version"`
 	Locale  string `json:"locale"`
 }
-
-// SetTemplates replaces the templates accepts render with (nil: none). It
-// is safe to call while the relay accepts (a reload).
-func (r *Relay) SetTemplates(s *templates.Set) { r.templates.Store(s) }
-
-// Templates returns the templates accepts render with, nil if none.
-func (r *Relay) Templates() *templates.Set { return r.templates.Load() }
 
 // templateName is the name an event's templates go by: its purpose when
 // templates by that name exist, else its type; "" when neither has any,
@@ -74,8 +68,12 @@ func renderTargets(s *templates.Set, name string, ev *Event, ts []store.Target) 
 		field := fmt.Sprintf("recipients[%d]", i)
 		t, ok := s.Lookup(ev.Tenant, name, ts[k].Channel, rc.Locale)
 		if !ok {
-			return nil, invalid(field, "no template %q for channel %q (it has templates for: %v; or give the event a subject or body)",
-				name, ts[k].Channel, s.Channels(ev.Tenant, name))
+			retired := ""
+			if rs := s.Retired(ev.Tenant, name); len(rs) > 0 {
+				retired = "; deleted: " + strings.Join(rs, ", ")
+			}
+			return nil, invalid(field, "no template %q for channel %q (it has templates for: %v%s; or give the event a subject or body)",
+				name, ts[k].Channel, s.Channels(ev.Tenant, name), retired)
 		}
 		out, err := t.Render(templates.Input{
 			Data:      ev.Data,

@@ -14,6 +14,9 @@ import (
 type Set struct {
 	defaultLocale string
 	byName        map[string]map[string]map[string]*Template // setKey(tenant, name) → channel → locale
+	// retired: setKey(tenant, name) → the stored templates of that name
+	// whose latest version was deleted (see Merge).
+	retired map[string][]string
 }
 
 // setKey is a template's place in the set: tenant "" is every tenant's.
@@ -58,7 +61,72 @@ func (s *Set) DefaultLocale() string { return s.defaultLocale }
 // Has reports whether tenant has a template named name, its own or every
 // tenant's.
 func (s *Set) Has(tenant, name string) bool {
-	return s != nil && (len(s.byName[setKey("", name)]) > 0 || tenant != "" && len(s.byName[setKey(tenant, name)]) > 0)
+	return s != nil && (len(s.byName[setKey("", name)]) > 0 || tenant != "" && len(s.byName[setKey(tenant, name)]) > 0 ||
+		tenant != "" && len(s.retired[setKey(tenant, name)]) > 0)
+}
+
+// Retired lists tenant's stored templates named name that were deleted
+// (NAME/CHANNEL/LOCALE version N), for the error that refuses an event
+// which still names them.
+func (s *Set) Retired(tenant, name string) []string {
+	if s == nil {
+		return nil
+	}
+	return s.retired[setKey(tenant, name)]
+}
+
+// Defined is the template defined for exactly tenant ("" every tenant's),
+// name, channel and locale, without fallback.
+func (s *Set) Defined(tenant, name, channel, locale string) (*Template, bool) {
+	if s == nil || !ValidLocale(locale) {
+		return nil, false
+	}
+	t, ok := s.byName[setKey(tenant, name)][channel][Fallback(locale)[0]]
+	return t, ok
+}
+
+// File names one of the template's files ("" for a stored template).
+func (t *Template) File() string {
+	for _, p := range Parts(t.src.Channel) {
+		if f := t.src.Files[p]; f != "" {
+			return f
+		}
+	}
+	return ""
+}
+
+// Merge is files (nil: none) with stored templates added, as accepts
+// render with. A stored template that a file also defines (the same
+// tenant, name, channel and locale) is left out and listed in shadowed:
+// the file wins. retired are stored templates whose latest version was
+// deleted: their names stay claimed, so an event of that name that brings
+// no wording is refused, naming the template, rather than sent with none.
+// defaultLocale is used when files is nil.
+func Merge(files *Set, defaultLocale string, stored []*Template, retired []Source) (set *Set, shadowed []*Template, err error) {
+	var ts []*Template
+	if files != nil {
+		ts = files.All()
+		defaultLocale = files.defaultLocale
+	}
+	for _, t := range stored {
+		src := t.src
+		if _, dup := files.Defined(src.Tenant, src.Name, src.Channel, src.Locale); dup {
+			shadowed = append(shadowed, t)
+			continue
+		}
+		ts = append(ts, t)
+	}
+	if set, err = NewSet(defaultLocale, ts); err != nil {
+		return nil, nil, err
+	}
+	for _, r := range retired {
+		k := setKey(r.Tenant, r.Name)
+		if set.retired == nil {
+			set.retired = map[string][]string{}
+		}
+		set.retired[k] = append(set.retired[k], fmt.Sprintf("%s/%s/%s version %d", r.Name, r.Channel, r.Locale, r.Version))
+	}
+	return set, shadowed, nil
 }
 
 // Len is how many templates the set holds.

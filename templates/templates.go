@@ -11,6 +11,7 @@ import (
 	"io"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	texttemplate "text/template"
 	"time"
@@ -66,6 +67,9 @@ type Source struct {
 	Channel string            `json:"channel"`
 	Locale  string            `json:"locale"`
 	Parts   map[string]string `json:"parts"`
+	// Version is a stored template's version number (0 for a file's): the
+	// version a rendering records, instead of a hash of the parts.
+	Version int `json:"version,omitempty"`
 	// Files names each part's file, for errors; parts without one are
 	// called NAME/LOCALE/CHANNEL.PART.
 	Files map[string]string `json:"-"`
@@ -86,6 +90,31 @@ var (
 	tenantRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 )
 
+// KeyError is a template's tenant, name, channel or locale that is not
+// one: Field names which.
+type KeyError struct{ Field, Msg string }
+
+func (e *KeyError) Error() string { return e.Msg }
+
+// CheckKey checks what names a template, and returns which part of the key
+// is wrong.
+func CheckKey(tenant, name, channel, locale string) (field string, err error) {
+	fail := func(field, format string, args ...any) (string, error) {
+		return field, &KeyError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case tenant != "" && !tenantRE.MatchString(tenant):
+		return fail("tenant", "template %s: tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", name, tenant)
+	case !nameRE.MatchString(name):
+		return fail("name", "template name %q: use letters, digits, '.', '_', ':' or '-' (a notification type or purpose)", name)
+	case !channelRE.MatchString(channel):
+		return fail("channel", "template %s: channel %q is not a channel name", name, channel)
+	case !ValidLocale(locale):
+		return fail("locale", "template %s: locale %q is not a BCP 47 tag (en, de-AT)", name, locale)
+	}
+	return "", nil
+}
+
 // ValidLocale reports whether s has the shape of a BCP 47 tag (de, de-AT,
 // zh-Hant-TW).
 func ValidLocale(s string) bool { return len(s) <= 35 && localeRE.MatchString(s) }
@@ -93,15 +122,8 @@ func ValidLocale(s string) bool { return len(s) <= 35 && localeRE.MatchString(s)
 // Compile parses every part of src. A parse error names the part's file
 // and line.
 func Compile(src Source) (*Template, error) {
-	switch {
-	case src.Tenant != "" && !tenantRE.MatchString(src.Tenant):
-		return nil, fmt.Errorf("template %s: tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", src.Name, src.Tenant)
-	case !nameRE.MatchString(src.Name):
-		return nil, fmt.Errorf("template name %q: use letters, digits, '.', '_', ':' or '-' (a notification type or purpose)", src.Name)
-	case !channelRE.MatchString(src.Channel):
-		return nil, fmt.Errorf("template %s: channel %q is not a channel name", src.Name, src.Channel)
-	case !ValidLocale(src.Locale):
-		return nil, fmt.Errorf("template %s: locale %q is not a BCP 47 tag (en, de-AT)", src.Name, src.Locale)
+	if _, err := CheckKey(src.Tenant, src.Name, src.Channel, src.Locale); err != nil {
+		return nil, err
 	}
 	t := &Template{src: src, text: map[string]*texttemplate.Template{}}
 	allowed := Parts(src.Channel)
@@ -127,25 +149,42 @@ func Compile(src Source) (*Template, error) {
 	for _, p := range names {
 		body := src.Parts[p]
 		fmt.Fprintf(h, "%d:%s%d:%s", len(p), p, len(body), body)
+		if len(body) > MaxPartBytes {
+			return nil, &ParseError{Part: p, File: t.file(p), Line: 1, Column: 1,
+				Msg: fmt.Sprintf("%d bytes, more than the limit of %d", len(body), MaxPartBytes)}
+		}
 		var err error
+		name := t.file(p)
 		if p == "html" {
-			t.html, err = htmltemplate.New(t.file(p)).Option("missingkey=error").Funcs(htmltemplate.FuncMap(placeholderFuncs)).Parse(body)
+			t.html, err = htmltemplate.New(name).Option("missingkey=error").Funcs(htmltemplate.FuncMap(placeholderFuncs)).Parse(body)
+			if err == nil {
+				err = forbidden(name, p, body, t.html.Tree, len(t.html.Templates()))
+			}
+			if err == nil {
+				err = escapeCheck(name, p, body, t.html)
+			}
 		} else {
-			t.text[p], err = texttemplate.New(t.file(p)).Option("missingkey=error").Funcs(placeholderFuncs).Parse(body)
+			t.text[p], err = texttemplate.New(name).Option("missingkey=error").Funcs(placeholderFuncs).Parse(body)
+			if err == nil {
+				err = forbidden(name, p, body, t.text[p].Tree, len(t.text[p].Templates()))
+			}
+		}
+		var pe *ParseError
+		if err != nil && !errors.As(err, &pe) {
+			err = parseFailure(name, p, body, err)
 		}
 		if err != nil {
-			return nil, parseError(err)
+			return nil, err
 		}
 	}
 	t.version = hex.EncodeToString(h.Sum(nil)[:6])
+	if src.Version > 0 {
+		t.version = strconv.Itoa(src.Version)
+	}
 	return t, nil
 }
 
-// parseError drops text/template's "template: " prefix: the message
-// starts with the file and line.
-func parseError(err error) error {
-	return errors.New(strings.TrimPrefix(err.Error(), "template: "))
-}
+func deadlineNow() time.Time { return time.Now().Add(MaxRenderTime) }
 
 func (t *Template) file(part string) string {
 	if f := t.src.Files[part]; f != "" {

@@ -1,0 +1,288 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"edgerelay/store"
+	"edgerelay/templates"
+)
+
+// Templates managed over the API (issue 16). Accepts render from one
+// in-memory set (Relay.templates): the config's files merged with the
+// store's live templates. Every change to stored templates raises the
+// store's template generation; RefreshTemplates reads that one number and
+// reloads the stored templates only when it moved, so a PUT on one node
+// reaches every node's accepts within WatchTemplates' period (and this
+// node's at once: a change refreshes the node that made it before it
+// answers).
+//
+// One source per template: a file wins. A PUT of a tenant, name, channel
+// and locale that this node's files define is refused
+// (*TemplateConflictError); should one exist anyway (a file added later, a
+// node with other files), the file is used and the stored one is not, with
+// a warning.
+
+// TemplateConflictError refuses a stored template that a file defines.
+type TemplateConflictError struct {
+	Key  store.TemplateKey
+	File string
+}
+
+func (e *TemplateConflictError) Error() string {
+	return fmt.Sprintf("template %s/%s/%s of tenant %s is defined by the file %s (templates.dir): change it there, or remove the file to manage it over the API",
+		e.Key.Name, e.Key.Channel, e.Key.Locale, e.Key.Tenant, e.File)
+}
+
+// storedState is what the stored part of the set was built from.
+type storedState struct {
+	loaded  bool
+	gen     int64
+	live    []*templates.Template
+	retired []templates.Source
+}
+
+// SetTemplates replaces the config's templates (nil: none), keeping the
+// stored ones. It is safe to call while the relay accepts (a reload).
+func (r *Relay) SetTemplates(s *templates.Set) {
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	r.files = s
+	r.mergeLocked()
+}
+
+// Templates returns the templates accepts render with, nil if none.
+func (r *Relay) Templates() *templates.Set { return r.templates.Load() }
+
+// FileTemplates returns the config's templates, nil if none.
+func (r *Relay) FileTemplates() *templates.Set {
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	return r.files
+}
+
+func (r *Relay) mergeLocked() {
+	if !r.stored.loaded || len(r.stored.live) == 0 && len(r.stored.retired) == 0 {
+		r.templates.Store(r.files)
+		return
+	}
+	set, shadowed, err := templates.Merge(r.files, "en", r.stored.live, r.stored.retired)
+	if err != nil {
+		// Cannot happen (the keys are unique per store, files win): keep
+		// the files alone rather than a partial set.
+		r.log.Error("stored templates not used", "err", err)
+		r.templates.Store(r.files)
+		return
+	}
+	for _, t := range shadowed {
+		src := t.Source()
+		f, _ := r.files.Defined(src.Tenant, src.Name, src.Channel, src.Locale)
+		r.log.Warn("a stored template is shadowed by a file: the file is used", "tenant", src.Tenant, "name", src.Name,
+			"channel", src.Channel, "locale", src.Locale, "version", src.Version, "file", f.File())
+	}
+	r.templates.Store(set)
+}
+
+// RefreshTemplates reloads the stored templates if their generation moved
+// since the last load (one read of one row when it did not).
+func (r *Relay) RefreshTemplates(ctx context.Context) error {
+	r.tmu.Lock()
+	loaded, gen := r.stored.loaded, r.stored.gen
+	r.tmu.Unlock()
+	if loaded {
+		g, err := r.store.TemplateGeneration(ctx)
+		if err != nil {
+			return err
+		}
+		if g == gen {
+			return nil
+		}
+	}
+	latest, gen, err := r.store.LatestTemplates(ctx, "")
+	if err != nil {
+		return err
+	}
+	next := storedState{loaded: true, gen: gen}
+	for _, st := range latest {
+		src := storedSource(st)
+		if st.RetiredAt != nil {
+			next.retired = append(next.retired, src)
+			continue
+		}
+		t, err := templates.Compile(src)
+		if err != nil {
+			// Checked when it was saved; a later, stricter check refuses it
+			// now: its name is retired until it is saved again.
+			r.log.Error("stored template does not compile: not used", "tenant", st.Tenant, "name", st.Name,
+				"channel", st.Channel, "locale", st.Locale, "version", st.Version, "err", err)
+			next.retired = append(next.retired, src)
+			continue
+		}
+		next.live = append(next.live, t)
+	}
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	if r.stored.loaded && r.stored.gen > next.gen {
+		return nil // a racing refresh read a newer generation
+	}
+	r.stored = next
+	r.mergeLocked()
+	return nil
+}
+
+// WatchTemplates refreshes the stored templates every period until ctx
+// ends: another node's change reaches this node's accepts within period
+// (plus one read). A failed read keeps the templates it has and is logged.
+func (r *Relay) WatchTemplates(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := r.RefreshTemplates(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			r.log.Warn("stored templates not refreshed: the ones loaded stay", "err", err)
+			failing = true
+		case err == nil && failing:
+			r.log.Info("stored templates refreshed again")
+			failing = false
+		}
+	}
+}
+
+func storedSource(st store.StoredTemplate) templates.Source {
+	return templates.Source{Tenant: st.Tenant, Name: st.Name, Channel: st.Channel, Locale: st.Locale, Parts: st.Parts, Version: st.Version}
+}
+
+// TemplateKey checks a stored template's key as Compile does and gives its
+// locale the form lookups use (de-at → de-AT).
+func TemplateKey(tenant, name, channel, locale string) (store.TemplateKey, error) {
+	if tenant == "" {
+		return store.TemplateKey{}, invalid("tenant", "a stored template belongs to one tenant")
+	}
+	if field, err := templates.CheckKey(tenant, name, channel, locale); err != nil {
+		return store.TemplateKey{}, invalid(field, "%v", err)
+	}
+	return store.TemplateKey{Tenant: tenant, Name: name, Channel: channel, Locale: templates.Fallback(locale)[0]}, nil
+}
+
+// PutTemplate saves parts as key's next version (created), or finds them
+// equal to its live latest version (not created). Parts that do not
+// compile are a *templates.ParseError (the part, line and column) or an
+// *InvalidEventError; a key the config's files define is a
+// *TemplateConflictError. Nothing is written then.
+func (r *Relay) PutTemplate(ctx context.Context, key store.TemplateKey, parts map[string]string) (store.StoredTemplate, bool, error) {
+	if len(parts) == 0 {
+		return store.StoredTemplate{}, false, invalid("parts", "at least one part (%s)", strings.Join(templates.Parts(key.Channel), ", "))
+	}
+	if _, err := templates.Compile(storedSource(store.StoredTemplate{TemplateKey: key, Parts: parts, Version: 1})); err != nil {
+		var pe *templates.ParseError
+		if errors.As(err, &pe) {
+			return store.StoredTemplate{}, false, err
+		}
+		return store.StoredTemplate{}, false, invalid("parts", "%s", strings.TrimPrefix(err.Error(), "template "))
+	}
+	if t, ok := r.FileTemplates().Defined(key.Tenant, key.Name, key.Channel, key.Locale); ok {
+		return store.StoredTemplate{}, false, &TemplateConflictError{Key: key, File: t.File()}
+	}
+	st, created, err := r.store.PutTemplate(ctx, key, parts, r.now())
+	if err != nil {
+		return st, false, err
+	}
+	return st, created, r.refreshAfterChange(ctx)
+}
+
+// RetireTemplate deletes key: accepts from now on no longer use it (an
+// event naming it without wording of its own is refused), every version
+// stays readable, and messages already accepted keep what they rendered.
+func (r *Relay) RetireTemplate(ctx context.Context, key store.TemplateKey) (store.StoredTemplate, error) {
+	st, err := r.store.RetireTemplate(ctx, key, r.now())
+	if err != nil {
+		return st, err
+	}
+	return st, r.refreshAfterChange(ctx)
+}
+
+// refreshAfterChange makes this node's accepts use a change at once.
+func (r *Relay) refreshAfterChange(ctx context.Context) error {
+	if err := r.RefreshTemplates(ctx); err != nil {
+		return fmt.Errorf("saved, but this node's templates are not refreshed yet (within the refresh period): %w", err)
+	}
+	return nil
+}
+
+// TemplateVersion reads one version of a stored template (0: the latest).
+func (r *Relay) TemplateVersion(ctx context.Context, key store.TemplateKey, version int) (store.StoredTemplate, error) {
+	return r.store.TemplateVersion(ctx, key, version)
+}
+
+// TemplateVersions lists a stored template's versions, oldest first.
+func (r *Relay) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]store.StoredTemplate, error) {
+	return r.store.TemplateVersions(ctx, key)
+}
+
+// TemplateInfo is one template a tenant's events may render with: a file
+// (Tenant "" when every tenant's) or a stored one's latest version.
+type TemplateInfo struct {
+	Tenant  string `json:"tenant,omitempty"`
+	Name    string `json:"name"`
+	Channel string `json:"channel"`
+	Locale  string `json:"locale"`
+	Version string `json:"version"`
+	// Source is "file" or "api".
+	Source  string     `json:"source"`
+	File    string     `json:"file,omitempty"`
+	Retired *time.Time `json:"retired_at,omitempty"`
+	// Shadowed: a stored template a file of the same key overrides.
+	Shadowed bool `json:"shadowed,omitempty"`
+}
+
+// ListTemplates lists the templates tenant's events may use ("" for every
+// tenant's): the files (every tenant's and its own) and the stored ones,
+// retired ones included, by tenant, name, channel and locale.
+func (r *Relay) ListTemplates(ctx context.Context, tenant string) ([]TemplateInfo, error) {
+	var out []TemplateInfo
+	files := r.FileTemplates()
+	if files != nil {
+		for _, t := range files.All() {
+			src := t.Source()
+			if tenant != "" && src.Tenant != "" && src.Tenant != tenant {
+				continue
+			}
+			out = append(out, TemplateInfo{Tenant: src.Tenant, Name: src.Name, Channel: src.Channel, Locale: src.Locale,
+				Version: t.Version(), Source: "file", File: t.File()})
+		}
+	}
+	latest, _, err := r.store.LatestTemplates(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range latest {
+		_, shadowed := files.Defined(st.Tenant, st.Name, st.Channel, st.Locale)
+		out = append(out, TemplateInfo{Tenant: st.Tenant, Name: st.Name, Channel: st.Channel, Locale: st.Locale,
+			Version: fmt.Sprint(st.Version), Source: "api", Retired: st.RetiredAt, Shadowed: shadowed})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		if a.Channel != b.Channel {
+			return a.Channel < b.Channel
+		}
+		return a.Locale < b.Locale
+	})
+	return out, nil
+}

@@ -1,0 +1,192 @@
+package templates
+
+import (
+	"errors"
+	"fmt"
+	htmltemplate "html/template"
+	"strconv"
+	"strings"
+	texttemplate "text/template"
+	"text/template/parse"
+	"unicode/utf8"
+)
+
+// ParseError is a part that is refused when it is compiled (a template
+// saved over the API, a file loaded): it names the part, its file, and the
+// line and column (1-based, in characters) where the parser stopped.
+type ParseError struct {
+	Part, File   string
+	Line, Column int
+	Msg          string
+}
+
+func (e *ParseError) Error() string {
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+}
+
+// position is the 1-based line and column (in characters) of byte offset
+// off in body.
+func position(body string, off int) (line, col int) {
+	off = min(max(off, 0), len(body))
+	before := body[:off]
+	line = 1 + strings.Count(before, "\n")
+	col = 1 + utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:])
+	return line, col
+}
+
+// parseFailure turns text/template's parse error, which has a line but no
+// column, into a ParseError. The column is found by bisection: the parser
+// reads left to right and stops at the first error, so the shortest prefix
+// of body that fails with the same message ends where the parser found it;
+// the error is placed at that action's "{{" (or at the token it quotes,
+// when that is inside the action). An error only the end of the text
+// shows (an action or a block left open) is placed where it ends.
+func parseFailure(name, part, body string, err error) *ParseError {
+	msg := err.Error()
+	line := 0
+	// "template: NAME:LINE: MSG"
+	if rest, ok := strings.CutPrefix(msg, "template: "+name+":"); ok {
+		if l, m, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(l); err == nil {
+				line, msg = n, m
+			}
+		}
+	}
+	pe := &ParseError{Part: part, File: name, Msg: msg}
+	fails := func(k int) bool {
+		_, err := texttemplate.New(name).Funcs(placeholderFuncs).Parse(body[:k])
+		if err == nil {
+			return false
+		}
+		s := err.Error()
+		_, m, _ := strings.Cut(strings.TrimPrefix(s, "template: "+name+":"), ": ")
+		return m == msg
+	}
+	atEnd := strings.Contains(msg, "EOF") || strings.HasPrefix(msg, "unclosed") || strings.HasPrefix(msg, "unexpected EOF")
+	off := len(body)
+	if !atEnd {
+		lo, hi := 0, len(body) // fails(hi) holds
+		for lo < hi {
+			mid := (lo + hi) / 2
+			if fails(mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		off = lo
+		if start := strings.LastIndex(body[:off], "{{"); start >= 0 {
+			at := start
+			if q, ok := quoted(msg); ok && q != "" {
+				if i := strings.LastIndex(body[start:off], q); i >= 0 {
+					at = start + i
+				}
+			}
+			off = at
+		}
+	} else if strings.HasPrefix(msg, "unclosed action") {
+		if start := strings.LastIndex(body, "{{"); start >= 0 {
+			off = start
+		}
+	}
+	pe.Line, pe.Column = position(body, off)
+	if line > 0 && atEnd && !strings.HasPrefix(msg, "unclosed action") {
+		pe.Line = line // the parser's own line, at the end
+	}
+	return pe
+}
+
+// quoted is the first Go-quoted string in msg ("foo" in `function "foo"
+// not defined`).
+func quoted(msg string) (string, bool) {
+	i := strings.IndexByte(msg, '"')
+	if i < 0 {
+		return "", false
+	}
+	q, err := strconv.QuotedPrefix(msg[i:])
+	if err != nil {
+		return "", false
+	}
+	s, err := strconv.Unquote(q)
+	return s, err == nil
+}
+
+// forbidden refuses what a part may not use: each part stands alone, so
+// {{define}}, {{template}} and {{block}} (which name other templates) are
+// refused where they are written.
+func forbidden(name, part, body string, tree *parse.Tree, defined int) error {
+	if defined > 1 {
+		// A {{define}} made a second template; find where.
+		i := strings.Index(body, "define")
+		if j := strings.LastIndex(body[:max(i, 0)], "{{"); j >= 0 {
+			i = j
+		}
+		line, col := position(body, i)
+		return &ParseError{Part: part, File: name, Line: line, Column: col,
+			Msg: "{{define}} is not allowed: each part is one template (use helpers, not sub-templates)"}
+	}
+	var err error
+	var walk func(n parse.Node)
+	walk = func(n parse.Node) {
+		if err != nil || n == nil {
+			return
+		}
+		switch x := n.(type) {
+		case *parse.ListNode:
+			if x == nil {
+				return
+			}
+			for _, c := range x.Nodes {
+				walk(c)
+			}
+		case *parse.TemplateNode:
+			off := int(x.Position())
+			if j := strings.LastIndex(body[:min(off, len(body))], "{{"); j >= 0 {
+				off = j
+			}
+			line, col := position(body, off)
+			err = &ParseError{Part: part, File: name, Line: line, Column: col,
+				Msg: fmt.Sprintf("{{template %q}} is not allowed: each part is one template (use helpers, not sub-templates)", x.Name)}
+		case *parse.IfNode:
+			walk(x.List)
+			walk(x.ElseList)
+		case *parse.RangeNode:
+			walk(x.List)
+			walk(x.ElseList)
+		case *parse.WithNode:
+			walk(x.List)
+			walk(x.ElseList)
+		}
+	}
+	if tree != nil {
+		walk(tree.Root)
+	}
+	return err
+}
+
+// escapeCheck runs html/template's escaper on a copy of t, as the first
+// rendering would: a part it cannot escape (an action inside an attribute
+// name, branches that end in different HTML contexts, an unclosed tag at
+// the end) is refused when it is saved, not at an accept. The copy runs on
+// no data, bounded as a rendering is; any error but the escaper's is the
+// missing data's and ignored.
+func escapeCheck(name, part, body string, t *htmltemplate.Template) error {
+	c, err := t.Clone()
+	if err != nil {
+		return err
+	}
+	err = c.Execute(&limitWriter{deadline: deadlineNow()}, nil)
+	var he *htmltemplate.Error
+	if !errors.As(err, &he) || he.ErrorCode == htmltemplate.OK {
+		return nil
+	}
+	pe := &ParseError{Part: part, File: name, Line: he.Line, Column: 1, Msg: he.Description}
+	if he.Node != nil {
+		off := min(int(he.Node.Position()), len(body))
+		if j := strings.LastIndex(body[:off], "{{"); j >= 0 {
+			off = j
+		}
+		pe.Line, pe.Column = position(body, off)
+	}
+	return pe
+}
