@@ -250,8 +250,25 @@ type TemplateInfo struct {
 // tenant's): the files (every tenant's and its own) and the stored ones,
 // retired ones included, by tenant, name, channel and locale.
 func (r *Relay) ListTemplates(ctx context.Context, tenant string) ([]TemplateInfo, error) {
-	var out []TemplateInfo
 	files := r.FileTemplates()
+	out := FileTemplateInfos(files, tenant)
+	latest, _, err := r.store.LatestTemplates(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range latest {
+		_, shadowed := files.Defined(st.Tenant, st.Name, st.Channel, st.Locale)
+		out = append(out, TemplateInfo{Tenant: st.Tenant, Name: st.Name, Channel: st.Channel, Locale: st.Locale,
+			Version: fmt.Sprint(st.Version), Source: "api", Retired: st.RetiredAt, Shadowed: shadowed})
+	}
+	sortTemplateInfos(out)
+	return out, nil
+}
+
+// FileTemplateInfos lists the templates of files that tenant's events may
+// use ("" for every tenant's).
+func FileTemplateInfos(files *templates.Set, tenant string) []TemplateInfo {
+	var out []TemplateInfo
 	if files != nil {
 		for _, t := range files.All() {
 			src := t.Source()
@@ -262,15 +279,10 @@ func (r *Relay) ListTemplates(ctx context.Context, tenant string) ([]TemplateInf
 				Version: t.Version(), Source: "file", File: t.File()})
 		}
 	}
-	latest, _, err := r.store.LatestTemplates(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	for _, st := range latest {
-		_, shadowed := files.Defined(st.Tenant, st.Name, st.Channel, st.Locale)
-		out = append(out, TemplateInfo{Tenant: st.Tenant, Name: st.Name, Channel: st.Channel, Locale: st.Locale,
-			Version: fmt.Sprint(st.Version), Source: "api", Retired: st.RetiredAt, Shadowed: shadowed})
-	}
+	return out
+}
+
+func sortTemplateInfos(out []TemplateInfo) {
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Tenant != b.Tenant {
@@ -284,5 +296,4 @@ func (r *Relay) ListTemplates(ctx context.Context, tenant string) ([]TemplateInf
 		}
 		return a.Locale < b.Locale
 	})
-	return out, nil
 }

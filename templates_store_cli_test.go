@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"edgerelay/store"
+)
+
+// template set stores a version from part files named as in templates.dir,
+// get prints it back, list and render see it, and send renders with it; a
+// part that does not parse is refused with its file, line and column.
+func TestTemplateSetGetListRenderThroughTheCLI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	subject := write("email.subject.tmpl", "Your receipt, {{.data.name}}")
+	text := write("email.text.tmpl", "Paid {{currency .data.amount \"EUR\"}}.")
+	os.MkdirAll(filepath.Join(dir, "bad"), 0o755)
+	bad := write("bad/email.text.tmpl", "Paid\n  {{.data.amount | nope}}")
+
+	// The database is made by the first command that writes.
+	r := runCLI(t, "", "--db", db, "template", "set", "receipt", "--channel", "email", "--tenant", "acme", "--file", subject, "--file", text)
+	if r.code != 0 || !strings.Contains(r.stdout, "version 1 stored") {
+		t.Fatalf("template set: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "", "--db", db, "template", "set", "receipt", "--channel", "email", "--tenant", "acme", "--file", subject, "--file", bad)
+	if want := bad + ": line 2, column 20: function \"nope\" not defined"; r.code != exitRejected || !strings.Contains(r.stderr, want) {
+		t.Errorf("template set of a bad part: exit %d %q, want 5 and %q", r.code, r.stderr, want)
+	}
+	r = runCLI(t, "", "--db", db, "template", "set", "receipt", "--channel", "email", "--tenant", "acme", "--file", subject, "--file", text)
+	if r.code != 0 || !strings.Contains(r.stdout, "version 1 unchanged") {
+		t.Errorf("template set again: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+
+	r = runCLI(t, "", "--db", db, "template", "get", "receipt", "--channel", "email", "--tenant", "acme")
+	var st store.StoredTemplate
+	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil || st.Version != 1 || st.Parts["subject"] != "Your receipt, {{.data.name}}" || st.Locale != "en" {
+		t.Fatalf("template get: exit %d %s%s (%v)", r.code, r.stdout, r.stderr, err)
+	}
+	r = runCLI(t, "", "--db", db, "template", "get", "receipt", "--channel", "email", "--tenant", "acme", "--part", "text")
+	if r.stdout != "Paid {{currency .data.amount \"EUR\"}}." {
+		t.Errorf("template get --part text: %q", r.stdout)
+	}
+	r = runCLI(t, "", "--db", db, "template", "get", "receipt", "--channel", "email", "--tenant", "bravo")
+	if r.code != exitError {
+		t.Errorf("another tenant's: exit %d %s, want 1", r.code, r.stdout)
+	}
+
+	r = runCLI(t, "", "--db", db, "template", "list")
+	if r.code != 0 || r.stdout != "acme\treceipt\temail\ten\t1\tapi\n" {
+		t.Errorf("template list: exit %d %q%s", r.code, r.stdout, r.stderr)
+	}
+
+	rcpt := write("ada.json", `{"id": "ada", "email": "ada@example.com"}`)
+	data := write("data.json", `{"name": "Ada", "amount": "20"}`)
+	r = runCLI(t, "", "--db", db, "template", "render", "receipt", "--tenant", "acme", "--recipient", rcpt, "--data", data)
+	preview := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.Contains(preview, `"subject":"Your receipt, Ada"`) || !strings.Contains(preview, `"version":"1"`) {
+		t.Fatalf("template render: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	ev := `{"id": "evt_1", "tenant": "acme", "type": "receipt", "recipients": [{"id": "ada", "email": "ada@example.com"}], "data": {"name": "Ada", "amount": "20"}}`
+	if r = runCLI(t, ev, "--db", db, "send"); r.code != 0 {
+		t.Fatalf("send: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	lines := decodeLines(t, r.stdout)
+	if len(lines) != 1 {
+		t.Fatalf("send: %s", r.stdout)
+	}
+	r = runCLI(t, "", "--db", db, "show", "--json", lines[0].Key)
+	if r.code != 0 || !strings.Contains(r.stdout, `"subject": "Your receipt, Ada"`) || !strings.Contains(r.stdout, `"version": "1"`) {
+		t.Errorf("show: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+}
