@@ -331,3 +331,55 @@ func TestTemplatePutOfAFileTemplateConflicts(t *testing.T) {
 		t.Errorf("accept: %s, want the file's English", raw)
 	}
 }
+
+// An open API (no tokens) names the tenant with ?tenant=, as its other
+// endpoints do; without one it is "default".
+func TestTemplatesOnAnOpenAPINameTheTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	if rep := b.do(t, "PUT", "/v1/templates/receipt/email/en?tenant=acme", partsBody(t, map[string]string{"subject": "acme", "text": "x"})); rep.status != http.StatusCreated {
+		t.Fatal(rep)
+	}
+	if got := decode[storedJSON](t, b.do(t, "GET", "/v1/templates/receipt/email/en?tenant=acme", "")); got.Tenant != "acme" || got.Version != 1 {
+		t.Errorf("GET ?tenant=acme = %+v", got)
+	}
+	wantProblem(t, b.do(t, "GET", "/v1/templates/receipt/email/en", ""), http.StatusNotFound, "not-found")
+	if got := decode[templateList](t, b.do(t, "GET", "/v1/templates", "")); got.Tenant != "default" || len(got.Templates) != 0 {
+		t.Errorf("default's list = %+v, want none", got)
+	}
+}
+
+// A file added later for a key stored over the API wins (one source per
+// template): accepts render the file, the list marks the stored one
+// shadowed; taking the file away brings the stored one back.
+func TestTemplateFileAddedLaterWins(t *testing.T) {
+	t.Parallel()
+	b := templateBundle(t, options{})
+	if rep := b.do(t, "PUT", "/v1/templates/receipt/email/en", partsBody(t, map[string]string{"subject": "stored {{.data.name}}", "text": "x"}), tplAcme()...); rep.status != http.StatusCreated {
+		t.Fatal(rep)
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{"email.subject.tmpl": "file {{.data.name}}", "email.text.tmpl": "y"} {
+		p := filepath.Join(dir, "@acme", "receipt", "en", name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := templates.LoadDir(dir, "en")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.r.SetTemplates(set) // a reload
+	if m, raw := storedMessage(t, b, acceptOne(t, b, "evt_1")); m.Subject != "file Ada" {
+		t.Errorf("with the file: %s, want the file's", raw)
+	}
+	list := decode[templateList](t, b.do(t, "GET", "/v1/templates", "", tplAcme()...))
+	if len(list.Templates) != 2 || !list.Templates[0].Shadowed && !list.Templates[1].Shadowed {
+		t.Errorf("list = %+v, want the file and the stored one shadowed", list.Templates)
+	}
+	b.r.SetTemplates(nil)
+	if m, raw := storedMessage(t, b, acceptOne(t, b, "evt_2")); m.Subject != "stored Ada" || m.Template.Version != "1" {
+		t.Errorf("without the file: %s, want stored version 1", raw)
+	}
+}
