@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http/httptest"
 	"net/url"
@@ -101,6 +102,14 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	members := filepath.Join(dir, "team.json")
 	os.WriteFile(members, []byte(`{"members": [{"id": "ada", "email": "ada@example.com"}, {"id": "ben", "email": "ben@example.com"}]}`), 0o644)
 	cli("", "audience", "set", "--db", src, "--tenant", "acme", "team", members)
+	// A template stored in two versions (issue 16).
+	for i, subject := range []string{"Receipt", "Your receipt"} {
+		sub, text := filepath.Join(dir, fmt.Sprint(i), "email.subject.tmpl"), filepath.Join(dir, fmt.Sprint(i), "email.text.tmpl")
+		os.MkdirAll(filepath.Dir(sub), 0o755)
+		os.WriteFile(sub, []byte(subject), 0o644)
+		os.WriteFile(text, []byte("Thanks, {{.data.name}}."), 0o644)
+		cli("", "template", "set", "--db", src, "--tenant", "acme", "--channel", "email", "--file", sub, "--file", text, "receipt")
+	}
 	abs, _ := filepath.Abs("testdata/batch_example.jsonl")
 	cfg := filepath.Join(dir, "c.yaml")
 	os.WriteFile(cfg, []byte("jobs:\n  nightly:\n    schedule: \"0 2 * * *\"\n    batch:\n      file: "+abs+"\n"), 0o644)
@@ -322,6 +331,14 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	}
 	if c, err := r.ClaimRequest(ctx, k); err != nil || c.Stored == nil || string(c.Stored.Body) != `{"ok":true}` {
 		t.Errorf("the stored response of req-1: %+v %v", c, err)
+	}
+	// The stored template's versions, and the next is 3.
+	tk := store.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
+	if vs, err := r.TemplateVersions(ctx, tk); err != nil || len(vs) != 2 || vs[0].Parts["subject"] != "Receipt" {
+		t.Errorf("the template's versions on PostgreSQL: %+v %v", vs, err)
+	}
+	if st, created, err := r.PutTemplate(ctx, tk, map[string]string{"subject": "Moved", "text": "x"}); err != nil || !created || st.Version != 3 {
+		t.Errorf("a PUT after the move: %+v %v %v, want version 3", st, created, err)
 	}
 	r.Close()
 	// A repeat of the moved cron run adds nothing.
