@@ -12,9 +12,7 @@ import (
 )
 
 // Stored templates (issue 16): one row per version, numbered by the
-// primary key, and the generation row every change raises. A put raises
-// the generation first: its row lock queues the template writers of every
-// node, so the next one reads the version this one made.
+// primary key, and the generation row every change raises.
 
 // errVersionTaken: another node inserted the number this put read as next
 // (ON CONFLICT DO NOTHING gave no row); the put starts again.
@@ -30,7 +28,10 @@ func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 		created := false
 		err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 			created = false
-			if _, err := tx.Exec(ctx, bumpGeneration); err != nil {
+			// The generation row's lock queues template writers of every
+			// node, so the latest read below is the one the insert follows
+			// (absent before the first change ever: the key still decides).
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM template_generation WHERE id = 1 FOR UPDATE`); err != nil {
 				return err
 			}
 			var latest int
@@ -44,13 +45,8 @@ func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 				return err
 			}
 			if latest > 0 && latestParts == string(body) && retired == nil {
-				// Unchanged: the generation's bump is undone by the
-				// rollback this error causes.
 				out, err = scanTemplate(key, latest, latestParts, latestAt, nil)
-				if err == nil {
-					err = errUnchanged
-				}
-				return err
+				return err // unchanged: no version, no generation
 			}
 			var v int
 			var at int64
@@ -63,13 +59,14 @@ func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 			if err != nil {
 				return err
 			}
+			if _, err := tx.Exec(ctx, bumpGeneration); err != nil {
+				return err
+			}
 			created = true
 			out, err = scanTemplate(key, v, string(body), at, nil)
 			return err
 		})
 		switch {
-		case errors.Is(err, errUnchanged):
-			return out, false, nil
 		case errors.Is(err, errVersionTaken) && try < 5:
 			continue
 		case err != nil:
@@ -78,9 +75,6 @@ func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 		return out, created, nil
 	}
 }
-
-// errUnchanged rolls back a put whose parts are the latest version's.
-var errUnchanged = errors.New("template unchanged")
 
 func scanTemplate(key store.TemplateKey, version int, parts string, created int64, retired *int64) (store.StoredTemplate, error) {
 	t := store.StoredTemplate{TemplateKey: key, Version: version, CreatedAt: fromMS(created)}
