@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"edgerelay/store"
 )
@@ -80,5 +81,62 @@ func TestTemplateSetGetListRenderThroughTheCLI(t *testing.T) {
 	r = runCLI(t, "", "--db", db, "show", "--json", lines[0].Key)
 	if r.code != 0 || !strings.Contains(r.stdout, `"subject": "Your receipt, Ada"`) || !strings.Contains(r.stdout, `"version": "1"`) {
 		t.Errorf("show: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A running serve picks up a template stored by another process (template
+// set on the same database) within templates.refresh, and renders its
+// accepts with it: no restart, no reload.
+func TestServeUsesATemplateSetByAnotherProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a real serve")
+	}
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("templates:\n  refresh: 50ms\n"), 0o644)
+	sub := filepath.Join(dir, "email.subject.tmpl")
+	text := filepath.Join(dir, "email.text.tmpl")
+	os.WriteFile(text, []byte("x"), 0o644)
+	set := func(subject string) {
+		t.Helper()
+		os.WriteFile(sub, []byte(subject), 0o644)
+		if r := runCLI(t, "", "--db", db, "template", "set", "receipt", "--channel", "email", "--file", sub, "--file", text); r.code != 0 {
+			t.Fatalf("template set: exit %d %s%s", r.code, r.stdout, r.stderr)
+		}
+	}
+	set("one {{.data.name}}")
+	p := startAPIServe(t, bin, "--db", db, "--config", cfg, "--route", "email=log:///dev/null")
+	preview := `{"recipient": {"id": "ada", "email": "ada@example.com"}, "data": {"name": "Ada"}}`
+	if code, body := call(t, "POST", p.base+"/v1/templates/receipt/email/render", "", preview); code != 200 || !strings.Contains(body, `"subject":"one Ada"`) {
+		t.Fatalf("preview: %d %s", code, body)
+	}
+	set("two {{.data.name}}")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := call(t, "POST", p.base+"/v1/templates/receipt/email/render", "", preview)
+		if code == 200 && strings.Contains(body, `"subject":"two Ada"`) && strings.Contains(body, `"version":"2"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve still renders %d %s 10 s after version 2 was set\n%s", code, body, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, body := call(t, "POST", p.base+"/v1/events", "", `{"id": "evt_1", "type": "receipt", "recipients": [{"id": "ada", "email": "ada@example.com"}], "data": {"name": "Ada"}}`)
+	if code != 202 {
+		t.Fatalf("accept: %d %s", code, body)
+	}
+	var acc struct {
+		Notifications []struct{ ID string } `json:"notifications"`
+	}
+	json.Unmarshal([]byte(body), &acc)
+	if len(acc.Notifications) != 1 {
+		t.Fatalf("accept: %s", body)
+	}
+	if code, body := call(t, "GET", p.base+"/v1/notifications/"+acc.Notifications[0].ID, "", ""); code != 200 || !strings.Contains(body, `"subject":"two Ada"`) || !strings.Contains(body, `"version":"2"`) {
+		t.Errorf("the accepted notification: %d %s", code, body)
 	}
 }
