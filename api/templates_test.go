@@ -214,6 +214,14 @@ func TestTemplatesAreTenantScoped(t *testing.T) {
 	if strings.Contains(string(n.Message), "acme's") {
 		t.Errorf("bravo's notification rendered acme's template: %s", n.Message)
 	}
+	// Nor does its preview.
+	p := wantProblem(t, b.do(t, "POST", "/v1/templates/receipt/email/render", `{"recipient": {"id": "ada", "email": "ada@example.com"}, "data": {}}`, tplBravo()...),
+		http.StatusBadRequest, "invalid-event")
+	if strings.Contains(p.Detail, "acme") || !strings.Contains(p.Detail, "no template") {
+		t.Errorf("bravo's preview of acme's template: %q", p.Detail)
+	}
+	wantProblem(t, b.do(t, "POST", "/v1/templates/receipt/email/render?tenant=acme", `{"recipient": {"id": "ada", "email": "ada@example.com"}, "data": {}}`, tplBravo()...),
+		http.StatusForbidden, "tenant-mismatch")
 	list := decode[templateList](t, b.do(t, "GET", "/v1/templates", "", tplBravo()...))
 	if len(list.Templates) != 0 {
 		t.Errorf("bravo lists %+v, want none", list.Templates)
