@@ -1,4 +1,4 @@
--- 0016: message templates managed over the API (issue 16), one row per
+-- 0019: message templates managed over the API (issue 16), one row per
 -- version. The primary key numbers the versions: a writer inserts the
 -- next number or finds it taken, never checks first. parts is the JSON
 -- object part -> source. DELETE sets retired_at on the latest version;

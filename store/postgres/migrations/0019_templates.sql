@@ -1,5 +1,5 @@
--- 0016: message templates managed over the API (issue 16), as
--- store/sqlite's 0016: one row per version, numbered by the primary key
+-- 0019: message templates managed over the API (issue 16), as
+-- store/sqlite's 0019: one row per version, numbered by the primary key
 -- (a writer inserts the next number or finds it taken, never checks
 -- first); parts is the JSON object part -> source; DELETE sets retired_at
 -- on the latest version.
