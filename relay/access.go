@@ -412,6 +412,11 @@ func (r *Relay) SourceState(ctx context.Context, name string) (store.SourceState
 	return r.store.SourceState(ctx, name)
 }
 
+// SourceStates are every saved source's states, by name.
+func (r *Relay) SourceStates(ctx context.Context) (map[string]store.SourceState, error) {
+	return r.store.SourceStates(ctx)
+}
+
 // SaveSourceState saves a source's state; its position only moves forward.
 func (r *Relay) SaveSourceState(ctx context.Context, name string, st store.SourceState) error {
 	return r.store.SaveSourceState(ctx, name, st, r.now())

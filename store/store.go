@@ -202,6 +202,9 @@ type Sources interface {
 	// DropSourceRejects removes a source's records of rows (every one if
 	// rows is nil) and returns the rows removed, in row order.
 	DropSourceRejects(ctx context.Context, source string, rows []int64) ([]int64, error)
+	// SourceStates returns every saved source's state by name (for
+	// edgerelay status).
+	SourceStates(ctx context.Context) (map[string]SourceState, error)
 }
 
 // Requests are completed API requests kept under their Idempotency-Key.

@@ -14,6 +14,7 @@ func sources(t *testing.T, open opener) {
 	runAll(t, open, []test{
 		{name: "PositionOnlyMovesForward", run: testSourcePosition},
 		{name: "GapsSavedWithPosition", run: testSourceGaps},
+		{name: "StatesListed", run: testSourceStates},
 		{name: "RejectsSettledWithPosition", run: testSourceRejects},
 		{name: "RejectRetriesAnswered", run: testSourceRejectRetries},
 	})
@@ -270,5 +271,43 @@ func testSourceRejectRetries(t *testing.T, s store.Store) {
 	}
 	if r := get(7); r != nil {
 		t.Fatalf("row 7 dropped is still listed: %+v", r)
+	}
+}
+
+// SourceStates lists every saved source with its position and gaps, as
+// SourceState reads each; none saved, none listed.
+func testSourceStates(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	all, err := s.SourceStates(ctx)
+	if err != nil || len(all) != 0 {
+		t.Fatalf("no source saved: %v, %v; want none", all, err)
+	}
+	since := t0.Add(-time.Minute).Truncate(time.Millisecond)
+	want := map[string]store.SourceState{
+		"a": {Position: 10},
+		"b": {Position: 30, Gaps: []store.SourceGap{{First: 3, Last: 4, Since: since, Mark: 7}, {First: 20, Last: 20, Since: since.Add(time.Second)}}},
+	}
+	for name, st := range want {
+		if err := s.SaveSourceState(ctx, name, st, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err = s.SourceStates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(want) {
+		t.Fatalf("listed %v, want %v", all, want)
+	}
+	for name, w := range want {
+		got := all[name]
+		if got.Position != w.Position || len(got.Gaps) != len(w.Gaps) {
+			t.Fatalf("%s: listed %+v, want %+v", name, got, w)
+		}
+		for i := range w.Gaps {
+			if g := got.Gaps[i]; g.First != w.Gaps[i].First || g.Last != w.Gaps[i].Last || !g.Since.Equal(w.Gaps[i].Since) || g.Mark != w.Gaps[i].Mark {
+				t.Fatalf("%s: gap %d %+v, want %+v", name, i, g, w.Gaps[i])
+			}
+		}
 	}
 }
