@@ -20,9 +20,9 @@ import (
 //	mysql://user:pass@host:3306/app?table=edgerelay_outbox&column=event
 //	mariadb://… (the same)
 //
-// Parameters: table, name, gap_timeout, shape, order, column and map as
-// for every server source (see the README), and tls (true, skip-verify or
-// preferred; off by default, as the driver's).
+// Parameters: table, name, gap_timeout, created_column, shape, order,
+// column and map as for every server source (see the README), and tls
+// (true, skip-verify or preferred; off by default, as the driver's).
 //
 // Ids are AUTO_INCREMENT values, taken when a transaction inserts and
 // visible when it commits, so rows appear out of id order (see GapSource).
@@ -124,7 +124,23 @@ func (s *sqlDB) checkMySQL(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	return s.checkColumns(cols, "tinyint", "smallint", "mediumint", "int", "bigint")
+	if err := s.checkColumns(cols, "tinyint", "smallint", "mediumint", "int", "bigint"); err != nil {
+		return err
+	}
+	if s.created, err = createdColumn(s.table, s.createdParam, cols, "timestamp", "datetime"); err != nil {
+		return err
+	}
+	// The age by the server's clock, in the session's time zone (UTC, set
+	// at connect): a TIMESTAMP is converted to it; a DATETIME is taken as
+	// written, so it must have been written in UTC.
+	created := ""
+	if s.created != "" {
+		created = "`" + s.created + "`"
+	}
+	s.lag = newLagQueries("`"+s.table+"`", "`"+s.cols.order+"`", created,
+		func(c string) string { return "TIMESTAMPDIFF(MICROSECOND, MIN(" + c + "), NOW(6))" },
+		func(int) string { return "?" })
+	return nil
 }
 
 // activeRE matches a transaction of SHOW ENGINE INNODB STATUS that has

@@ -16,9 +16,9 @@ import (
 //	postgres://user:pass@host:5432/app?table=edgerelay_outbox&column=event&sslmode=require
 //
 // Parameters: table (it may be schema-qualified through search_path),
-// name, gap_timeout, and shape, order, column and map (columns.go) as for
-// every server source (see the README); the rest (sslmode, search_path,
-// …) go to the driver as libpq would take them.
+// name, gap_timeout, created_column, and shape, order, column and map
+// (columns.go) as for every server source (see the README); the rest
+// (sslmode, search_path, …) go to the driver as libpq would take them.
 //
 // Ids come from a sequence, taken when a transaction inserts and visible
 // when it commits, so rows appear out of id order (see GapSource). The
@@ -115,5 +115,22 @@ func (s *sqlDB) checkPostgres(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	return s.checkColumns(cols, "bigint", "integer", "smallint")
+	if err := s.checkColumns(cols, "bigint", "integer", "smallint"); err != nil {
+		return err
+	}
+	if s.created, err = createdColumn(s.table, s.createdParam, cols, "timestamp with time zone", "timestamp without time zone"); err != nil {
+		return err
+	}
+	// The age by the server's clock; a timestamp without time zone is
+	// taken in the session's TimeZone, as the application's now() wrote it.
+	created := ""
+	if s.created != "" {
+		created = quote(s.created)
+	}
+	s.lag = newLagQueries(quote(s.table), quote(s.cols.order), created,
+		func(c string) string {
+			return "(extract(epoch FROM clock_timestamp() - min(" + c + ")::timestamptz) * 1000000)::bigint"
+		},
+		func(i int) string { return "$" + strconv.Itoa(i+1) })
+	return nil
 }

@@ -23,6 +23,10 @@ type sqlDB struct {
 	table      string
 	cols       columns
 	gapTimeout time.Duration
+	// created dates a row (created_column; "" for none), lag its backlog
+	// queries (lag.go).
+	created, createdParam string
+	lag                   lagQueries
 	// secret is the URL's password, scrubbed from every error.
 	secret string
 
@@ -41,7 +45,10 @@ type sqlDB struct {
 	horizonErr func(error) error
 }
 
-var _ GapSource = (*sqlDB)(nil)
+var (
+	_ GapSource = (*sqlDB)(nil)
+	_ LagSource = (*sqlDB)(nil)
+)
 
 // gapChunk bounds the ranges of one gap query.
 const gapChunk = 200
@@ -50,10 +57,10 @@ const gapChunk = 200
 // says otherwise.
 const defaultGapTimeout = 10 * time.Minute
 
-var serverParams = append([]string{"table", "name", "gap_timeout"}, columnParams...)
+var serverParams = append([]string{"table", "name", "gap_timeout", "created_column"}, columnParams...)
 
 // serverURL reads what PostgreSQL and MySQL sources share of their URL:
-// table, name, gap_timeout and the columns (columns.go). The rest of the
+// table, name, gap_timeout, created_column and the columns (columns.go). The rest of the
 // query is returned for the driver.
 func (s *sqlDB) serverURL(u *url.URL, driverParams ...string) (url.Values, error) {
 	q, err := params(u, append(append([]string{}, serverParams...), driverParams...)...)
@@ -69,6 +76,11 @@ func (s *sqlDB) serverURL(u *url.URL, driverParams ...string) (url.Values, error
 	}
 	if s.cols, err = parseColumns(u, q); err != nil {
 		return nil, err
+	}
+	if s.createdParam = q.Get("created_column"); s.createdParam != "" {
+		if err := checkIdent("created_column", s.createdParam); err != nil {
+			return nil, err
+		}
 	}
 	if v := q.Get("gap_timeout"); v != "" {
 		if s.gapTimeout, err = time.ParseDuration(v); err != nil || s.gapTimeout <= 0 {
@@ -197,6 +209,15 @@ func (s *sqlDB) Horizon(ctx context.Context) (int64, error) {
 		return 1<<63 - 1, nil // none open
 	}
 	return us, nil
+}
+
+// Backlog measures the committed rows not relayed yet (lag.go).
+func (s *sqlDB) Backlog(ctx context.Context, after int64, gaps []store.SourceGap) (Backlog, error) {
+	b, err := s.lag.measure(ctx, s.db, after, gaps)
+	if err != nil {
+		return b, fmt.Errorf("measure the backlog of %s: %w", s.name, s.scrub(err))
+	}
+	return b, nil
 }
 
 // MarkProcessed is a no-op: these sources do not write the application's

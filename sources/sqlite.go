@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
+
+	"edgerelay/store"
 )
 
 // SQLite is an outbox table in an application's SQLite database:
@@ -26,6 +29,8 @@ import (
 // the application's write lock, default 5s), name (the name its position
 // is kept under; default the URL's path and table, so set it to keep the
 // position when the file moves).
+// created_column (the row's creation time, for the age of the oldest
+// row not relayed yet) defaults to created_at if the table has it.
 //
 // The database is opened read-only unless mark_processed is true; then it
 // is opened read-write (never created) with busy_timeout, so the marking
@@ -49,11 +54,18 @@ type SQLite struct {
 	cols  columns
 	mark  bool
 	readQ string
+	// created dates a row (created_column; "" for none), lag its backlog
+	// queries (lag.go).
+	created string
+	lag     lagQueries
 }
 
-var _ Source = (*SQLite)(nil)
+var (
+	_ Source    = (*SQLite)(nil)
+	_ LagSource = (*SQLite)(nil)
+)
 
-var sqliteParams = append([]string{"table", "mark_processed", "busy_timeout", "name"}, columnParams...)
+var sqliteParams = append([]string{"table", "mark_processed", "busy_timeout", "name", "created_column"}, columnParams...)
 
 // markChunk bounds the ids of one UPDATE (SQLite caps bound parameters).
 const markChunk = 500
@@ -89,6 +101,12 @@ func openSQLite(u *url.URL) (Source, error) {
 	}
 	if s.cols, err = parseColumns(u, q); err != nil {
 		return nil, err
+	}
+	s.created = q.Get("created_column")
+	if s.created != "" {
+		if err := checkIdent("created_column", s.created); err != nil {
+			return nil, err
+		}
 	}
 	if v := q.Get("mark_processed"); v != "" {
 		if s.mark, err = strconv.ParseBool(v); err != nil {
@@ -197,6 +215,27 @@ func (s *SQLite) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The creation time: text SQLite's date functions read (outbox.sql
+	// writes ISO 8601 in UTC), or Unix seconds in an INTEGER column. The
+	// age is by this host's clock, the one the application's SQLite used.
+	created, ok := cols[strings.ToLower(cmp.Or(s.created, defaultCreated))]
+	switch {
+	case !ok && s.created != "":
+		return missing(s.created, " (created_column: the row's creation time, for the age of the oldest row not relayed yet)")
+	case !ok:
+	default:
+		s.created = cmp.Or(s.created, defaultCreated)
+		mod := ""
+		if strings.Contains(strings.ToUpper(created.typ), "INT") {
+			mod = ", 'unixepoch'"
+		}
+		s.lag = newLagQueries(quote(s.table), quote(s.cols.order), quote(s.created), func(c string) string {
+			return "CAST((julianday('now') - min(julianday(" + c + mod + "))) * 86400000000 AS INTEGER)"
+		}, func(int) string { return "?" })
+	}
+	if !s.lag.dated {
+		s.lag = newLagQueries(quote(s.table), quote(s.cols.order), "", nil, func(int) string { return "?" })
+	}
 	if s.mark {
 		if _, ok := cols["processed_at"]; !ok {
 			return missing("processed_at", " needed by mark_processed=true; add it (see outbox.sql) or drop mark_processed")
@@ -265,6 +304,16 @@ func (s *SQLite) MarkProcessed(ctx context.Context, ids []int64) error {
 		return fmt.Errorf("mark processed in %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// Backlog measures the rows not relayed yet (lag.go); an SQLite source
+// has no gaps.
+func (s *SQLite) Backlog(ctx context.Context, after int64, gaps []store.SourceGap) (Backlog, error) {
+	b, err := s.lag.measure(ctx, s.db, after, gaps)
+	if err != nil {
+		return b, fmt.Errorf("measure the backlog of %s: %w", s.name, err)
+	}
+	return b, nil
 }
 
 // Close closes the connection to the application's database.

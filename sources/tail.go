@@ -57,6 +57,10 @@ type TailOptions struct {
 	// what was settled before it is saved, and the next run goes on from
 	// there.
 	Once bool
+	// LagEvery is how often, at most, the tailer measures its backlog
+	// (TailStats' lag) while it is busy: a round that read everything
+	// committed needs no query (it is behind by nothing). Default 2s.
+	LagEvery time.Duration
 }
 
 // TailStats are a Tailer's counters since it started.
@@ -96,6 +100,21 @@ type TailStats struct {
 	Late      int64 `json:"late"`
 	GapsEnded int64 `json:"gaps_ended"`
 	GaveUp    int64 `json:"gave_up"`
+	// OldestGap is when the oldest gap was first missed (edgerelay's
+	// clock, as gap_timeout counts; zero: no gap).
+	OldestGap time.Time `json:"oldest_gap,omitzero"`
+	// The lag, as measured at LagMeasured (zero: not yet, or the source is
+	// no LagSource): RowsBehind counts the committed rows not relayed yet,
+	// after the position and in the gaps (estimated beyond BacklogExact:
+	// RowsBehindEstimated). OldestUnrelayed is when the oldest of them was
+	// created: its age by the database's clock, set back from this host's
+	// clock at the measurement (zero: none, or AgeUnknown: the table has
+	// no creation time column).
+	RowsBehind          int64     `json:"rows_behind"`
+	RowsBehindEstimated bool      `json:"rows_behind_estimated,omitempty"`
+	OldestUnrelayed     time.Time `json:"oldest_unrelayed,omitzero"`
+	AgeUnknown          bool      `json:"age_unknown,omitempty"`
+	LagMeasured         time.Time `json:"lag_measured,omitzero"`
 	// CaughtUp is when a read last found nothing after the position: the
 	// tailer was behind the source by nothing then (zero: not yet).
 	CaughtUp time.Time `json:"caught_up,omitzero"`
@@ -128,7 +147,8 @@ type Tailer struct {
 	src  Source
 	opts TailOptions
 
-	warnedHorizon bool // on Run's goroutine
+	warnedHorizon bool      // on Run's goroutine
+	lagAt         time.Time // when the backlog was last queried; on Run's goroutine
 	// retriesAt is when the tailer last looked for requested retries, and
 	// retriesLeft whether it found a full batch of them (on Run's
 	// goroutine).
@@ -146,6 +166,9 @@ func NewTailer(r *relay.Relay, src Source, opts TailOptions) *Tailer {
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 100
+	}
+	if opts.LagEvery <= 0 {
+		opts.LagEvery = 2 * time.Second
 	}
 	return &Tailer{r: r, src: src, opts: opts, stats: TailStats{Source: src.Name()}}
 }
@@ -226,6 +249,9 @@ func (t *Tailer) Run(ctx context.Context) error {
 			t.count(func(s *TailStats) { s.CaughtUp = now })
 		}
 		next, err := t.relay(ctx, st, r)
+		// Whole: the round read every committed row and relayed them, so
+		// the tailer is behind by nothing (as of the read).
+		t.measureLag(ctx, next, err == nil && len(r.rows) < t.opts.Batch && (len(r.late) == 0 || r.lateAll))
 		if moved := !sameState(next, st); moved {
 			st = next
 			if t.opts.OnBatch != nil {
@@ -573,6 +599,41 @@ func (t *Tailer) settle(ctx context.Context, st store.SourceState, set store.Sou
 	return next, failed
 }
 
+// measureLag updates the lag in the stats: none after a whole round, else
+// the source's backlog after st, at most every LagEvery.
+func (t *Tailer) measureLag(ctx context.Context, st store.SourceState, whole bool) {
+	ls, ok := t.src.(LagSource)
+	if !ok {
+		return
+	}
+	now := t.r.Now()
+	if whole {
+		t.count(func(s *TailStats) {
+			s.RowsBehind, s.RowsBehindEstimated, s.OldestUnrelayed, s.AgeUnknown, s.LagMeasured = 0, false, time.Time{}, false, now
+		})
+		return
+	}
+	if now.Sub(t.lagAt) < t.opts.LagEvery {
+		return
+	}
+	t.lagAt = now
+	b, err := ls.Backlog(ctx, st.Position, st.Gaps)
+	if err != nil {
+		// The figures stay as last measured (LagMeasured says when); the
+		// read that failed with it is what is retried and counted.
+		t.r.Log().Debug("tail: measuring the backlog failed", "source", t.src.Name(), "error", err)
+		return
+	}
+	t.count(func(s *TailStats) {
+		s.RowsBehind, s.RowsBehindEstimated, s.LagMeasured = b.Rows+b.GapRows, b.Estimated, now
+		s.AgeUnknown = !b.AgeKnown && s.RowsBehind > 0
+		s.OldestUnrelayed = time.Time{}
+		if b.AgeKnown && s.RowsBehind > 0 {
+			s.OldestUnrelayed = now.Add(-b.OldestAge)
+		}
+	})
+}
+
 // reject logs and counts a row whose event was rejected (the settle records it).
 func (t *Tailer) reject(row Row, eventID string, err error) {
 	t.r.Log().Warn("tail: skipped an outbox row: its event was rejected (recorded: edgerelay tail rejects list; retry once the row is fixed)",
@@ -593,9 +654,12 @@ func (t *Tailer) count(f func(*TailStats)) {
 }
 
 func (s *TailStats) setGaps(gaps []store.SourceGap) {
-	s.Gaps, s.GapIDs = len(gaps), 0
+	s.Gaps, s.GapIDs, s.OldestGap = len(gaps), 0, time.Time{}
 	for _, g := range gaps {
 		s.GapIDs += g.Last - g.First + 1
+		if s.OldestGap.IsZero() || g.Since.Before(s.OldestGap) {
+			s.OldestGap = g.Since
+		}
 	}
 }
 
