@@ -269,6 +269,10 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			// Beyond maxConns, Accept waits: the connections queue in the
 			// kernel and cost the process no descriptor until one closes.
 			ln = netutil.LimitListener(ln, maxConns)
+			// serve's tailers (started below), for the console, /readyz and
+			// /metrics.
+			var tailers consoleTailers
+			opts.Sources = tailers.tails
 			handler := api.New(r, opts)
 			// No ReadTimeout: a body's deadline is set when the handler starts
 			// reading it, after authentication (--body-timeout), and lifted
@@ -316,7 +320,6 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			background.Go(func() {
 				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, jobs) })
 			})
-			var tailers consoleTailers
 			for _, tc := range s.cfg.Tail {
 				u, err := expandEnv(tc.Source)
 				if err != nil {
@@ -338,6 +341,9 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 					})
 				})
 			}
+			// /readyz and /metrics show each source's lag; only the process
+			// that tails a source has its figures (consoleTailers.tails).
+			metrics.WatchTails(tailers.tails, r.Now)
 			// The console: at /console on the API's address, and on
 			// --console-listen if set. It resolves tokens through the API's
 			// handler, so both take the same tokens and close together.
@@ -443,7 +449,22 @@ func (ts *consoleTailers) status() []console.SourceStatus {
 	for _, t := range ts.list {
 		st := t.Stats()
 		out = append(out, console.SourceStatus{Name: st.Source, Position: st.Position, Accepted: st.Accepted,
-			Rejected: st.Rejected, Errors: st.Errors, LastBatch: ts.last[st.Source], CaughtUp: st.CaughtUp, Here: ts.running[st.Source]})
+			Rejected: st.Rejected, Errors: st.Errors, LastBatch: ts.last[st.Source], CaughtUp: st.CaughtUp, Here: ts.running[st.Source],
+			RowsBehind: st.RowsBehind, RowsBehindEstimated: st.RowsBehindEstimated, LagMeasured: st.LagMeasured,
+			OldestUnrelayed: st.OldestUnrelayed, AgeUnknown: st.AgeUnknown, GapIDs: st.GapIDs, OldestGap: st.OldestGap})
+	}
+	return out
+}
+
+// tails are the tailers' counters for /readyz and /metrics, each with
+// whether this process tails it now.
+func (ts *consoleTailers) tails() []api.TailSource {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	out := make([]api.TailSource, 0, len(ts.list))
+	for _, t := range ts.list {
+		st := t.Stats()
+		out = append(out, api.TailSource{TailStats: st, Here: ts.running[st.Source]})
 	}
 	return out
 }

@@ -72,6 +72,9 @@ type Options struct {
 	// unclaimed, as ShedLoop last read it: a burst slows its sender
 	// instead of growing the backlog without bound. 0 turns it off.
 	ShedAbove int64
+	// Sources, if set, lists the outboxes serve tails, for /readyz's
+	// detail (their lag does not make the API unready).
+	Sources func() []TailSource
 }
 
 // Server is the HTTP API over one Relay.
@@ -1106,7 +1109,9 @@ func (s *Server) publicURL(r *http.Request) string {
 	return scheme + "://" + r.Host + r.URL.RequestURI()
 }
 
-// ready is 200 when the database answers and the writer commits.
+// ready is 200 when the database answers and the writer commits. Its
+// body names a failing dispatcher and, per tailed source, how far behind
+// it is.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -1115,9 +1120,19 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
 	}
 	// Accepts work, so the API is ready; a dispatcher that cannot write
 	// (it keeps retrying) is named, for whoever is looking.
-	body := map[string]string{"status": "ready"}
+	body := map[string]any{"status": "ready"}
 	if err := s.r.DispatchErr(); err != nil {
 		body["dispatch"] = "failing, retrying: " + err.Error()
+	}
+	// Tailed outboxes: a lag is not unreadiness (accepts work), but
+	// whoever looks sees it here.
+	if s.opts.Sources != nil {
+		now := s.r.Now()
+		ds := []tailDetail{}
+		for _, ts := range s.opts.Sources() {
+			ds = append(ds, ts.detail(now))
+		}
+		body["sources"] = ds
 	}
 	return jsonResponse(http.StatusOK, body)
 }

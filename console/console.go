@@ -68,6 +68,17 @@ type SourceStatus struct {
 	// Here says this process runs the tailer now; another serve sharing
 	// the database may hold its lease instead (relay.Singly).
 	Here bool
+	// The lag, as measured at LagMeasured (zero: not yet): committed rows
+	// not relayed yet (estimated past 10,000), when the oldest of them was
+	// created (zero: none, or AgeUnknown), and the gap ids waited on since
+	// OldestGap (sources.TailStats).
+	RowsBehind          int64
+	RowsBehindEstimated bool
+	LagMeasured         time.Time
+	OldestUnrelayed     time.Time
+	AgeUnknown          bool
+	GapIDs              int64
+	OldestGap           time.Time
 }
 
 // Console is the console's http.Handler.

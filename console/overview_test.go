@@ -18,8 +18,9 @@ import (
 // (ada's two lost answers and dan's refusal beside the two sends), the
 // decisions waiting (dan, dead), attempts per provider by outcome, the
 // chart, the writer's health, a schedule's last and next runs, and each
-// tailed source's lag (caught up how long ago, or tailed by another
-// process).
+// tailed source's lag (caught up how long ago, rows behind, when the
+// oldest not relayed was created, the gap ids waited on since when; or
+// tailed by another process).
 func TestConsoleOverview(t *testing.T) {
 	t.Parallel()
 	sch, err := schedule.Parse("0 3 * * *", "UTC")
@@ -29,14 +30,17 @@ func TestConsoleOverview(t *testing.T) {
 	job := &schedule.Job{Name: "nightly", Schedule: sch, Run: func(context.Context, store.JobRun) (schedule.Outcome, error) {
 		return schedule.Outcome{}, nil
 	}}
-	var caught time.Time
+	var caught, oldest, gap time.Time
 	f := setupWith(t, false, console.Options{Jobs: []*schedule.Job{job}, Sources: func() []console.SourceStatus {
 		return []console.SourceStatus{
-			{Name: "orders-outbox", Position: 42, Accepted: 40, Rejected: 2, CaughtUp: caught, Here: true},
+			{Name: "orders-outbox", Position: 42, Accepted: 40, Rejected: 2, CaughtUp: caught, Here: true,
+				RowsBehind: 17, LagMeasured: caught, OldestUnrelayed: oldest, GapIDs: 3, OldestGap: gap},
 			{Name: "billing-outbox", Position: 7},
+			{Name: "audit-outbox", Position: 9, Here: true, LagMeasured: caught, RowsBehind: 2, AgeUnknown: true},
 		}
 	}})
 	caught = f.r.Now().Add(-3 * time.Second)
+	oldest, gap = f.r.Now().Add(-90*time.Second), f.r.Now().Add(-time.Hour)
 	c := newClient(t, f)
 	if resp, _ := c.signIn("token", f.acmeToken); resp.StatusCode != 303 {
 		t.Fatalf("login: %d", resp.StatusCode)
@@ -61,7 +65,10 @@ func TestConsoleOverview(t *testing.T) {
 		"writes commit",
 		`nightly &#34;0 3 * * *&#34; in UTC never`,
 		"orders-outbox caught up 3s ago 42",
+		"40 2 0 17 created 1m30s ago 3 ids, oldest missing since 1h0m0s ago",
 		"billing-outbox tailed by another process 7",
+		"0 0 0 — — —",
+		"2 unknown (no created_column) none",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the overview lacks %q", want)
