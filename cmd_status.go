@@ -30,11 +30,20 @@ delivered and bounced (a provider's receipt said so). Failed, dead and unknown
 notifications each need a person: the newest 20 of each are listed by id
 (edgerelay show ID says why; edgerelay list --status S lists them all).
 "oldest due" is how long the oldest due notification has waited: dispatch lag.
---json has the same, with the lists as failed_ids, dead_ids and unknown_ids.`,
+--json has the same, with the lists as failed_ids, dead_ids and unknown_ids.
+
+Tailed outboxes ("sources" in --json): each one's saved position and the
+gap ids below it still waited on (the oldest for how long); for those the
+config names under tail: (--config), also the committed rows not relayed
+yet and how long ago the oldest was created, read from the outbox itself
+(see the README, "Tailing"). A source that cannot be reached is shown as
+such; the rest are still shown.`,
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			r, err := openExistingFor(c, true)
+			// The tail: sources are opened by tailStatus, which shows one it
+			// cannot reach instead of refusing the config.
+			r, s, err := openExistingReaching(c, true, false)
 			if err != nil {
 				return err
 			}
@@ -43,15 +52,21 @@ notifications each need a person: the newest 20 of each are listed by id
 			if err != nil {
 				return err
 			}
+			tails, err := tailStatus(c.Context, r, s.cfg.Tail)
+			if err != nil {
+				return err
+			}
 			w := c.App.Writer
 			if c.Bool("json") {
 				type out struct {
 					store.Status
-					OldestDueSeconds float64 `json:"oldest_due_seconds"`
+					OldestDueSeconds float64        `json:"oldest_due_seconds"`
+					Sources          []sourceStatus `json:"sources"`
 				}
-				return json.NewEncoder(w).Encode(out{Status: st, OldestDueSeconds: st.OldestDue.Seconds()})
+				return json.NewEncoder(w).Encode(out{Status: st, OldestDueSeconds: st.OldestDue.Seconds(), Sources: tails})
 			}
 			printStatus(w, st)
+			printTailStatus(w, tails)
 			return nil
 		},
 	}

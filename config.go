@@ -270,7 +270,14 @@ func (e *ConfigError) Error() string {
 // others refuse too. flagRoutes are the --route flags (channel → providers):
 // they count as routes when a channel's route is checked.
 func loadConfig(path string, flagRoutes map[string][]string) (*Config, error) {
-	cfg, problems, err := parseConfig(path, flagRoutes)
+	return loadConfigReaching(path, flagRoutes, true)
+}
+
+// loadConfigReaching is loadConfig; with reachTails false the tail:
+// sources are checked but not opened: edgerelay status shows a source it
+// cannot reach beside the rest instead of refusing the whole config.
+func loadConfigReaching(path string, flagRoutes map[string][]string, reachTails bool) (*Config, error) {
+	cfg, problems, err := parseConfigReaching(path, flagRoutes, reachTails)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +293,10 @@ func loadConfig(path string, flagRoutes map[string][]string) (*Config, error) {
 // read or is not YAML (a *ConfigError with the one problem); otherwise cfg
 // is what could be decoded.
 func parseConfig(path string, flagRoutes map[string][]string) (*Config, []string, error) {
+	return parseConfigReaching(path, flagRoutes, true)
+}
+
+func parseConfigReaching(path string, flagRoutes map[string][]string, reachTails bool) (*Config, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
@@ -327,7 +338,7 @@ func parseConfig(path string, flagRoutes map[string][]string) (*Config, []string
 	case !errors.Is(err, io.EOF):
 		sh.problems = append(sh.problems, problem{msg: strings.TrimPrefix(err.Error(), "yaml: ")})
 	}
-	all := append(sh.problems, cfg.validate(flagRoutes)...)
+	all := append(sh.problems, cfg.validate(flagRoutes, reachTails)...)
 	// In line order; problems with no line (none expected) last.
 	sort.SliceStable(all, func(i, j int) bool {
 		li, lj := all[i].line, all[j].line

@@ -45,6 +45,7 @@ type checker struct {
 	sh         *shape
 	flagRoutes map[string][]string
 	problems   []problem
+	reachTails bool // open the tail: sources (loadConfigReaching)
 }
 
 // validate checks a decoded config completely: values in range (a value
@@ -55,8 +56,8 @@ type checker struct {
 // sources (opened and checked, as serve opens them), and every provider
 // built (each once; build reuses them). Problems under a value the walk
 // found of the wrong kind are not reported twice.
-func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
-	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes}
+func (cfg *Config) validate(flagRoutes map[string][]string, reachTails bool) []problem {
+	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes, reachTails: reachTails}
 	if c.has("db") && cfg.DB == "" {
 		c.add(keyPath{"db"}, "db is empty (leave it out for ./edgerelay.db)")
 	}
@@ -486,6 +487,9 @@ func (c *checker) tail() {
 		u, err := expandEnv(tc.Source)
 		if err != nil {
 			c.add(at.with("source"), "%v", err)
+			continue
+		}
+		if !c.reachTails {
 			continue
 		}
 		src, err := sources.Open(u)

@@ -123,13 +123,18 @@ type settings struct {
 // loadSettings resolves the database path, config file, routes and
 // delivery modes. Every problem is reported, with what to fix.
 func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
+	return loadSettingsReaching(c, stderr, true)
+}
+
+// loadSettingsReaching is loadSettings; reachTails as loadConfigReaching.
+func loadSettingsReaching(c *cli.Context, stderr io.Writer, reachTails bool) (*settings, error) {
 	flagRoutes, err := routeFlags(c)
 	if err != nil {
 		return nil, err
 	}
 	cfg := &Config{}
 	if path := lookup(c, "config"); path != "" {
-		if cfg, err = loadConfig(path, flagRoutes); err != nil {
+		if cfg, err = loadConfigReaching(path, flagRoutes, reachTails); err != nil {
 			return nil, err
 		}
 	}
@@ -257,7 +262,13 @@ func openExistingFor(c *cli.Context, readOnly bool) (*relay.Relay, error) {
 
 // openExistingSettings is openExistingFor, with the settings it read.
 func openExistingSettings(c *cli.Context, readOnly bool) (*relay.Relay, *settings, error) {
-	s, err := loadSettings(c, c.App.ErrWriter)
+	return openExistingReaching(c, readOnly, true)
+}
+
+// openExistingReaching is openExistingSettings; reachTails as
+// loadConfigReaching.
+func openExistingReaching(c *cli.Context, readOnly, reachTails bool) (*relay.Relay, *settings, error) {
+	s, err := loadSettingsReaching(c, c.App.ErrWriter, reachTails)
 	if err != nil {
 		return nil, nil, err
 	}
