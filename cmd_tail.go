@@ -42,9 +42,13 @@ Set up (outbox.sql holds the table, commented, and an example transaction):
      name=NAME                the name the position is saved under (default:
                               path and table; set it to keep the position if
                               the file moves)
+     created_column=created_at  the row's creation time, for the age of the
+                              oldest row not relayed yet (--json, status,
+                              /metrics); without it the age is unknown
    postgres://USER:PASS@HOST:5432/DB or mysql://USER:PASS@HOST:3306/DB (MariaDB
    too), tables in outbox_postgres.sql and outbox_mysql.sql, with parameters
-     table=, column=, name=   as above (name defaults to host, database and table)
+     table=, column=, name=, created_column=
+                              as above (name defaults to host, database and table)
      gap_timeout=10m          how long an id skipped below the position (its
                               transaction not committed yet) is waited for
      sslmode=… (PostgreSQL), tls=true (MySQL)
@@ -166,7 +170,7 @@ run (gap_timeout counts from when they were first seen). Exit status:
 					lastLog = time.Now()
 					log.Info("tail: progress", "position", st.Position, "accepted", st.Accepted,
 						"duplicates", st.Duplicates, "rejected", st.Rejected, "errors", st.Errors,
-						"gaps", st.Gaps, "late", st.Late, "gave_up", st.GaveUp)
+						"gaps", st.Gaps, "late", st.Late, "gave_up", st.GaveUp, "rows_behind", st.RowsBehind)
 				}})
 			runErr := t.Run(c.Context)
 
