@@ -41,18 +41,19 @@ such; the rest are still shown.`,
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			// The tail: sources are opened by tailStatus, which shows one it
-			// cannot reach instead of refusing the config.
-			r, s, err := openExistingReaching(c, true, false)
+			// The tail: sources are kept open for tailStatus, which shows one
+			// that could not be opened instead of refusing the config.
+			r, s, err := openExistingKeeping(c, true, true)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
+			defer s.cfg.closeTails()
 			st, err := r.Status(c.Context)
 			if err != nil {
 				return err
 			}
-			tails, err := tailStatus(c.Context, r, s.cfg.Tail)
+			tails, err := tailStatus(c.Context, r, s.cfg.Tail, s.cfg.tailOpened)
 			if err != nil {
 				return err
 			}

@@ -37,13 +37,14 @@ type sourceStatus struct {
 	Unreachable string `json:"unreachable,omitempty"`
 }
 
-// sourceTimeout bounds opening and measuring one source for status.
-const sourceTimeout = 15 * time.Second
+// measureTimeout bounds measuring one source for status.
+const measureTimeout = 15 * time.Second
 
 // tailStatus gathers every saved source's state and measures the
-// configured ones (tails: the config's tail: URLs), side by side: one that
-// cannot be reached is shown as such, not an error.
-func tailStatus(ctx context.Context, r *relay.Relay, tails []TailConfig) ([]sourceStatus, error) {
+// configured ones (tails: the config's tail:, opened as loadConfigKeeping
+// kept them), side by side: one that could not be opened is shown as
+// such, not an error.
+func tailStatus(ctx context.Context, r *relay.Relay, tails []TailConfig, opened []openedTail) ([]sourceStatus, error) {
 	states, err := r.SourceStates(ctx)
 	if err != nil {
 		return nil, err
@@ -67,15 +68,13 @@ func tailStatus(ctx context.Context, r *relay.Relay, tails []TailConfig) ([]sour
 	for name, st := range states {
 		byName[name] = saved(name, st)
 	}
-	// The configured sources are opened side by side: an unreachable one
-	// costs its connect timeout once, not once per source.
-	measured := make([]sourceStatus, len(tails))
+	measured := make([]sourceStatus, len(opened))
 	var wg sync.WaitGroup
-	for i, tc := range tails {
+	for i, o := range opened {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, sourceTimeout)
+			ctx, cancel := context.WithTimeout(ctx, measureTimeout)
 			defer cancel()
-			measured[i] = measureSource(ctx, tc.Source, states, saved)
+			measured[i] = measureSource(ctx, tails[i].Source, o, states, saved)
 		})
 	}
 	wg.Wait()
@@ -93,48 +92,21 @@ func tailStatus(ctx context.Context, r *relay.Relay, tails []TailConfig) ([]sour
 	return out, nil
 }
 
-// measureSource opens one configured source and measures its backlog
-// after its saved state.
-func measureSource(ctx context.Context, raw string, states map[string]store.SourceState, saved func(string, store.SourceState) sourceStatus) sourceStatus {
-	unreachable := func(err error) sourceStatus {
+// measureSource measures one configured source's backlog after its saved
+// state.
+func measureSource(ctx context.Context, raw string, o openedTail, states map[string]store.SourceState, saved func(string, store.SourceState) sourceStatus) sourceStatus {
+	if o.err != nil {
 		// On one line (a driver's error may span several, and a tab would
-		// break the columns). Without the source its name is unknown: the URL stands for it,
-		// its password masked (the source's errors never hold it).
+		// break the columns). Without the source its name is unknown: the
+		// URL stands for it, its password masked (the source's errors
+		// never hold it).
 		label := "tail source"
 		if u, perr := url.Parse(raw); perr == nil {
 			label = u.Redacted()
 		}
-		return sourceStatus{Source: label, Configured: true, Unreachable: oneLine(err.Error(), 500)}
+		return sourceStatus{Source: label, Configured: true, Unreachable: oneLine(o.err.Error(), 500)}
 	}
-	u, err := expandEnv(raw)
-	if err != nil {
-		return unreachable(err)
-	}
-	type opened struct {
-		src sources.Source
-		err error
-	}
-	ch := make(chan opened, 1)
-	go func() {
-		src, err := sources.Open(u)
-		ch <- opened{src, err}
-	}()
-	var src sources.Source
-	select {
-	case o := <-ch:
-		if o.err != nil {
-			return unreachable(o.err)
-		}
-		src = o.src
-	case <-ctx.Done():
-		go func() { // close it if it opens after all
-			if o := <-ch; o.err == nil {
-				o.src.Close()
-			}
-		}()
-		return unreachable(fmt.Errorf("not reached within %s", sourceTimeout))
-	}
-	defer src.Close()
+	src := o.src
 	ss := saved(src.Name(), states[src.Name()])
 	ss.Configured = true
 	ls, ok := src.(sources.LagSource)

@@ -18,6 +18,7 @@ import (
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/schedule"
+	"edgerelay/sources"
 	"edgerelay/store"
 	"edgerelay/templates"
 )
@@ -100,6 +101,9 @@ type Config struct {
 	templates *templates.Set                // loaded and compiled by validate
 	shape     *shape                        // where each key is, for the line numbers of problems
 	made      map[string]providers.Provider // by reference (a provider name, or a URL in a route): built once
+	// tailOpened are the tail: sources, by index, when loadConfigKeeping
+	// kept them.
+	tailOpened []openedTail
 }
 
 // TemplatesConfig names the directory of message templates
@@ -162,6 +166,22 @@ type PruneJob struct {
 // BatchJobConfig sends a batch file on a schedule.
 type BatchJobConfig struct {
 	File string `yaml:"file"`
+}
+
+// openedTail is a tail: source opened by loadConfigKeeping, or why not.
+type openedTail struct {
+	src sources.Source
+	err error
+}
+
+// closeTails closes the sources loadConfigKeeping kept.
+func (cfg *Config) closeTails() {
+	for _, o := range cfg.tailOpened {
+		if o.src != nil {
+			o.src.Close()
+		}
+	}
+	cfg.tailOpened = nil
 }
 
 // TailConfig is one outbox table to relay.
@@ -270,18 +290,21 @@ func (e *ConfigError) Error() string {
 // others refuse too. flagRoutes are the --route flags (channel → providers):
 // they count as routes when a channel's route is checked.
 func loadConfig(path string, flagRoutes map[string][]string) (*Config, error) {
-	return loadConfigReaching(path, flagRoutes, true)
+	return loadConfigKeeping(path, flagRoutes, false)
 }
 
-// loadConfigReaching is loadConfig; with reachTails false the tail:
-// sources are checked but not opened: edgerelay status shows a source it
-// cannot reach beside the rest instead of refusing the whole config.
-func loadConfigReaching(path string, flagRoutes map[string][]string, reachTails bool) (*Config, error) {
-	cfg, problems, err := parseConfigReaching(path, flagRoutes, reachTails)
+// loadConfigKeeping is loadConfig; with keepTails the tail: sources are
+// opened and kept for the caller (Config.tailOpened), and one that cannot
+// be opened for a reason other than its URL (the database unreachable, a
+// missing table) is the caller's to show, not a problem of the config:
+// edgerelay status shows it beside the rest instead of refusing them all.
+func loadConfigKeeping(path string, flagRoutes map[string][]string, keepTails bool) (*Config, error) {
+	cfg, problems, err := parseConfigKeeping(path, flagRoutes, keepTails)
 	if err != nil {
 		return nil, err
 	}
 	if len(problems) > 0 {
+		cfg.closeTails()
 		return nil, &ConfigError{Path: path, Problems: problems}
 	}
 	return cfg, nil
@@ -293,10 +316,10 @@ func loadConfigReaching(path string, flagRoutes map[string][]string, reachTails 
 // read or is not YAML (a *ConfigError with the one problem); otherwise cfg
 // is what could be decoded.
 func parseConfig(path string, flagRoutes map[string][]string) (*Config, []string, error) {
-	return parseConfigReaching(path, flagRoutes, true)
+	return parseConfigKeeping(path, flagRoutes, false)
 }
 
-func parseConfigReaching(path string, flagRoutes map[string][]string, reachTails bool) (*Config, []string, error) {
+func parseConfigKeeping(path string, flagRoutes map[string][]string, keepTails bool) (*Config, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
@@ -338,7 +361,7 @@ func parseConfigReaching(path string, flagRoutes map[string][]string, reachTails
 	case !errors.Is(err, io.EOF):
 		sh.problems = append(sh.problems, problem{msg: strings.TrimPrefix(err.Error(), "yaml: ")})
 	}
-	all := append(sh.problems, cfg.validate(flagRoutes, reachTails)...)
+	all := append(sh.problems, cfg.validate(flagRoutes, keepTails)...)
 	// In line order; problems with no line (none expected) last.
 	sort.SliceStable(all, func(i, j int) bool {
 		li, lj := all[i].line, all[j].line

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -45,7 +46,7 @@ type checker struct {
 	sh         *shape
 	flagRoutes map[string][]string
 	problems   []problem
-	reachTails bool // open the tail: sources (loadConfigReaching)
+	keepTails  bool // keep the tail: sources open for the caller (loadConfigKeeping)
 }
 
 // validate checks a decoded config completely: values in range (a value
@@ -56,8 +57,8 @@ type checker struct {
 // sources (opened and checked, as serve opens them), and every provider
 // built (each once; build reuses them). Problems under a value the walk
 // found of the wrong kind are not reported twice.
-func (cfg *Config) validate(flagRoutes map[string][]string, reachTails bool) []problem {
-	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes, reachTails: reachTails}
+func (cfg *Config) validate(flagRoutes map[string][]string, keepTails bool) []problem {
+	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes, keepTails: keepTails}
 	if c.has("db") && cfg.DB == "" {
 		c.add(keyPath{"db"}, "db is empty (leave it out for ./edgerelay.db)")
 	}
@@ -475,8 +476,12 @@ func checkBatchFile(path string) error {
 }
 
 // tail opens each source as serve will (the table and its columns
-// checked, write access with mark_processed) and closes it.
+// checked, write access with mark_processed) and closes it, or keeps it
+// (keepTails).
 func (c *checker) tail() {
+	if c.keepTails {
+		c.cfg.tailOpened = make([]openedTail, len(c.cfg.Tail))
+	}
 	for i, tc := range c.cfg.Tail {
 		at := keyPath{"tail", "[" + strconv.Itoa(i) + "]"}
 		c.positive(at.with("poll"), tc.Poll <= 0, time.Duration(tc.Poll), defaultTailPoll)
@@ -489,10 +494,11 @@ func (c *checker) tail() {
 			c.add(at.with("source"), "%v", err)
 			continue
 		}
-		if !c.reachTails {
+		src, err := sources.Open(u)
+		if c.keepTails && (err == nil || !errors.Is(err, sources.ErrBadURL)) {
+			c.cfg.tailOpened[i] = openedTail{src: src, err: err}
 			continue
 		}
-		src, err := sources.Open(u)
 		if err != nil {
 			c.add(at.with("source"), "%v", err)
 			continue

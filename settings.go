@@ -123,18 +123,18 @@ type settings struct {
 // loadSettings resolves the database path, config file, routes and
 // delivery modes. Every problem is reported, with what to fix.
 func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
-	return loadSettingsReaching(c, stderr, true)
+	return loadSettingsKeeping(c, stderr, false)
 }
 
-// loadSettingsReaching is loadSettings; reachTails as loadConfigReaching.
-func loadSettingsReaching(c *cli.Context, stderr io.Writer, reachTails bool) (*settings, error) {
+// loadSettingsKeeping is loadSettings; keepTails as loadConfigKeeping.
+func loadSettingsKeeping(c *cli.Context, stderr io.Writer, keepTails bool) (*settings, error) {
 	flagRoutes, err := routeFlags(c)
 	if err != nil {
 		return nil, err
 	}
 	cfg := &Config{}
 	if path := lookup(c, "config"); path != "" {
-		if cfg, err = loadConfigReaching(path, flagRoutes, reachTails); err != nil {
+		if cfg, err = loadConfigKeeping(path, flagRoutes, keepTails); err != nil {
 			return nil, err
 		}
 	}
@@ -262,21 +262,25 @@ func openExistingFor(c *cli.Context, readOnly bool) (*relay.Relay, error) {
 
 // openExistingSettings is openExistingFor, with the settings it read.
 func openExistingSettings(c *cli.Context, readOnly bool) (*relay.Relay, *settings, error) {
-	return openExistingReaching(c, readOnly, true)
+	return openExistingKeeping(c, readOnly, false)
 }
 
-// openExistingReaching is openExistingSettings; reachTails as
-// loadConfigReaching.
-func openExistingReaching(c *cli.Context, readOnly, reachTails bool) (*relay.Relay, *settings, error) {
-	s, err := loadSettingsReaching(c, c.App.ErrWriter, reachTails)
+// openExistingKeeping is openExistingSettings; keepTails as
+// loadConfigKeeping.
+func openExistingKeeping(c *cli.Context, readOnly, keepTails bool) (*relay.Relay, *settings, error) {
+	s, err := loadSettingsKeeping(c, c.App.ErrWriter, keepTails)
 	if err != nil {
 		return nil, nil, err
 	}
 	s.opts.ReadOnly = readOnly
 	if err := dbExists(s.opts.Path); err != nil {
+		s.cfg.closeTails()
 		return nil, nil, err
 	}
 	r, err := openRelayWith(c, s)
+	if err != nil {
+		s.cfg.closeTails()
+	}
 	return r, s, err
 }
 
