@@ -3,6 +3,7 @@ package sources_test
 import (
 	"context"
 	"database/sql"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,4 +199,44 @@ func TestTailerReportsLag(t *testing.T) {
 			t.Fatalf("after the held row committed: %+v, want no gap, one late row", st)
 		}
 	})
+}
+
+// BenchmarkBacklog measures one backlog query of each database past the
+// exact count (BacklogExact+1000 rows behind, one gap): the most a
+// measurement costs the tailer, at most every LagEvery while it is busy.
+//
+//	go test ./sources -run '^$' -bench Backlog -benchtime 200x
+func BenchmarkBacklog(b *testing.B) {
+	for _, kind := range []string{"sqlite", "postgres", "mariadb"} {
+		b.Run(kind, func(b *testing.B) {
+			app := setupLegacy(b, kind)
+			q := map[string]string{
+				"postgres": `INSERT INTO edgerelay_outbox (event) SELECT '{}'::jsonb FROM generate_series(1, $1)`,
+				"sqlite":   `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) INSERT INTO edgerelay_outbox (event) SELECT '{}' FROM n`,
+				// MariaDB's Sequence engine (its recursion stops at 1000).
+				"mariadb": `INSERT INTO edgerelay_outbox (event) SELECT '{}' FROM seq_1_to_` + strconv.Itoa(sources.BacklogExact+1000),
+			}[kind]
+			args := []any{sources.BacklogExact + 1000}
+			if kind == "mariadb" {
+				args = nil
+			}
+			if _, err := app.db.Exec(q, args...); err != nil {
+				b.Fatal(err)
+			}
+			src, err := sources.Open(app.sourceURL(""))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer src.Close()
+			ls := src.(sources.LagSource)
+			gap := []store.SourceGap{{First: 5, Last: 5}}
+			b.ResetTimer()
+			for b.Loop() {
+				bl, err := ls.Backlog(context.Background(), 0, gap)
+				if err != nil || !bl.Estimated {
+					b.Fatalf("%+v, %v", bl, err)
+				}
+			}
+		})
+	}
 }
