@@ -3,6 +3,7 @@ package sources_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,5 +239,29 @@ func BenchmarkBacklog(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A Debezium outbox is measured by its order column (seq), not its UUID
+// id; with a created_column of its own the age is known too.
+func TestSourceBacklogDebezium(t *testing.T) {
+	t.Parallel()
+	app := setupLegacy(t, "sqlite")
+	if _, err := app.db.Exec(`CREATE TABLE outbox (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, aggregatetype TEXT NOT NULL,
+		aggregateid TEXT NOT NULL, type TEXT NOT NULL, payload TEXT, ts TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{"f47ac10b", "0b6e1b5c", "c9bf9e57"} {
+		if _, err := app.db.Exec(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, ts)
+			VALUES (?, 'order', ?, 'order.created', '{}', strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?))`, id, i, fmt.Sprintf("-%d hours", 3-i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := backlog(t, app.source(t, "&table=outbox&shape=debezium"), 1); b.Rows != 2 || b.AgeKnown {
+		t.Fatalf("after seq 1: %+v, want 2 rows, age unknown (no created_at)", b)
+	}
+	if b := backlog(t, app.source(t, "&table=outbox&shape=debezium&created_column=ts"), 1); b.Rows != 2 || !near(b.OldestAge, 2*time.Hour) {
+		t.Fatalf("after seq 1, dated by ts: %+v, want 2 rows, the oldest 2 hours old", b)
 	}
 }
