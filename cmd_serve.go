@@ -101,7 +101,7 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    POST   /v1/templates/{name}/{channel}/render    preview {"recipient", "data"}: nothing written
    POST   /v1/receipts/{provider}             a provider's callbacks
    GET    /healthz                            the process is up
-   GET    /readyz                             the database takes writes
+   GET    /readyz                             the database takes writes (body: each tail's lag)
    GET    /metrics                            Prometheus (see above)
 An accept answers its notifications and feed_items (feed, seq). A page of
 notifications takes ?status= &recipient= &event_id= (every purpose; &purpose=
