@@ -60,8 +60,8 @@ const defaultGapTimeout = 10 * time.Minute
 var serverParams = append([]string{"table", "name", "gap_timeout", "created_column"}, columnParams...)
 
 // serverURL reads what PostgreSQL and MySQL sources share of their URL:
-// table, name, gap_timeout, created_column and the columns (columns.go). The rest of the
-// query is returned for the driver.
+// table, name, gap_timeout, created_column and the columns (columns.go).
+// The rest of the query is returned for the driver.
 func (s *sqlDB) serverURL(u *url.URL, driverParams ...string) (url.Values, error) {
 	q, err := params(u, append(append([]string{}, serverParams...), driverParams...)...)
 	if err != nil {
