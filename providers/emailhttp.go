@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/mail"
 	"net/url"
+	"strconv"
 )
 
 var _ Provider = (*EmailHTTP)(nil)
@@ -21,7 +22,10 @@ var emailHTTPKind = &Kind{
 			"Every shape carries a text part (made from the HTML when there is none) and `Auto-Submitted`, " +
 			"`List-Unsubscribe` and `List-Unsubscribe-Post` in the API's field for headers " +
 			"(Postmark's `Headers`, Resend's, SendGrid's and the generic `headers`); Message-ID and Date are the API's"},
-		paramListUnsubscribe),
+		paramListUnsubscribe,
+		Param{"message_stream", "preset postmark only: the Postmark message stream to send on (`broadcast` for a broadcast stream; " +
+			"Postmark's default transactional stream when left out). Postmark wants bulk mail on a broadcast stream: " +
+			"route commercial types to a second provider with this set"}),
 	Keys:    "Resend yes; Postmark, SendGrid and the generic shape no",
 	Example: "email-http+https://api.resend.com?from=Acme+%3Cno-reply%40acme.test%3E&preset=resend&token=re_123",
 	build:   newEmailHTTPURL,
@@ -41,6 +45,7 @@ type EmailHTTP struct {
 	from    string
 	dialect *emailPreset // nil: the generic shape
 	unsub   listUnsubscribe
+	stream  string // Postmark's MessageStream (message_stream)
 }
 
 var _ CommercialSender = (*EmailHTTP)(nil)
@@ -117,6 +122,14 @@ func newEmailHTTPURL(u *url.URL, q url.Values) (Provider, string) {
 	}
 	if problem := p.unsub.parse(q); problem != "" {
 		return nil, problem
+	}
+	if q.Has("message_stream") {
+		if q.Get("preset") != "postmark" {
+			return nil, `parameter "message_stream" is Postmark's (preset=postmark); this URL's preset is ` + strconv.Quote(q.Get("preset"))
+		}
+		if p.stream = q.Get("message_stream"); p.stream == "" {
+			return nil, `parameter "message_stream": empty (name a stream of the Postmark server, e.g. broadcast, or leave it out)`
+		}
 	}
 	return p, ""
 }

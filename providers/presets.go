@@ -47,7 +47,7 @@ var emailPresets = map[string]*emailPreset{
 		path: "/email", tokenHint: "a Postmark server token", ownAuth: true,
 		header: func(h http.Header, token string) { h.Set("X-Postmark-Server-Token", token) },
 		body: func(e envelope, c content) any {
-			b := postmarkBody{From: e.fromRaw, To: e.toRaw, Subject: c.subject, TextBody: c.text, HTMLBody: c.html}
+			b := postmarkBody{From: e.fromRaw, To: e.toRaw, Subject: c.subject, TextBody: c.text, HTMLBody: c.html, MessageStream: e.stream}
 			for _, h := range c.headers {
 				b.Headers = append(b.Headers, postmarkHeader{h.name, h.value})
 			}
@@ -112,6 +112,9 @@ func (p *EmailHTTP) preset(name string, explicitIdempotency bool) string {
 type envelope struct {
 	fromRaw, toRaw string
 	from, to       *mail.Address
+	// stream is the Postmark message stream (message_stream), "" for the
+	// server's default transactional one.
+	stream string
 }
 
 // sendPreset sends m in the preset's dialect.
@@ -127,7 +130,7 @@ func (p *EmailHTTP) sendPreset(ctx context.Context, m *Message) Result {
 	if err != nil {
 		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "sender is not an email address"}
 	}
-	body, err := json.Marshal(ps.body(envelope{fromRaw: p.from, toRaw: m.Address, from: from, to: to}, p.content(m)))
+	body, err := json.Marshal(ps.body(envelope{fromRaw: p.from, toRaw: m.Address, from: from, to: to, stream: p.stream}, p.content(m)))
 	if err != nil {
 		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot encode message"}
 	}
@@ -158,6 +161,10 @@ type postmarkBody struct {
 	TextBody string           `json:"TextBody,omitempty"`
 	HTMLBody string           `json:"HtmlBody,omitempty"`
 	Headers  []postmarkHeader `json:"Headers,omitempty"`
+	// MessageStream names a stream of the server ("outbound", the
+	// default transactional one, when left out); bulk mail belongs on a
+	// broadcast stream.
+	MessageStream string `json:"MessageStream,omitempty"`
 }
 
 // postmarkHeader is one of Postmark's custom headers: "Headers" is a list

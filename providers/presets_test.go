@@ -378,3 +378,36 @@ func TestPresetEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// message_stream puts Postmark's mail on the stream it names (bulk mail
+// belongs on a broadcast stream); without it the field is left out and the
+// server's default transactional stream takes it. Other presets refuse it.
+func TestPostmarkMessageStream(t *testing.T) {
+	t.Parallel()
+	answer := scriptedAnswer{200, `{"MessageID":"m-1","ErrorCode":0,"Message":"OK"}`, nil}
+	for _, c := range []struct{ query, body string }{
+		{"&message_stream=broadcast", `{"From":"Acme <no-reply@acme.test>","To":"ada@example.com","Subject":"Paid","TextBody":"Thanks.",
+			"Headers":[{"Name":"Auto-Submitted","Value":"auto-generated"}],"MessageStream":"broadcast"}`},
+		{"", `{"From":"Acme <no-reply@acme.test>","To":"ada@example.com","Subject":"Paid","TextBody":"Thanks.",
+			"Headers":[{"Name":"Auto-Submitted","Value":"auto-generated"}]}`},
+	} {
+		srv, seen := scriptedAPI(t, answer)
+		p := newProvider(t, "email-http+"+srv.URL+"?preset=postmark&token=tok&"+presetFrom+c.query)
+		if r := send(p, testMessage("notif-1")); r.Outcome != Sent {
+			t.Fatalf("%q: %s (%s)", c.query, r.Outcome, r.Detail)
+		}
+		if reqs := seen(); len(reqs) != 1 || !sameJSON(t, reqs[0].body, c.body) {
+			t.Errorf("%q: requests %d, body\n got %s\nwant %s", c.query, len(reqs), reqs[0].body, c.body)
+		}
+	}
+	for _, c := range []struct{ url, want string }{
+		{"email-http+https://api.resend.com?preset=resend&token=t&message_stream=broadcast&" + presetFrom,
+			`parameter "message_stream" is Postmark's (preset=postmark); this URL's preset is "resend"`},
+		{"email-http+https://api.postmarkapp.com?preset=postmark&token=t&message_stream=&" + presetFrom,
+			`parameter "message_stream": empty`},
+	} {
+		if _, err := New(c.url); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%q): %v, want %q", c.url, err, c.want)
+		}
+	}
+}

@@ -86,7 +86,7 @@ func TestNewErrors(t *testing.T) {
 		{"webhook+http://u:p@h/x?token=t", `both userinfo and parameter "token" set`},
 		{"email-http+https://api.example.com/emails", `missing parameter "from"`},
 		{"email-http+https://api.example.com/emails?from=nobody", `parameter "from": "nobody" is not an email address`},
-		{"email-http+https://api.example.com/emails?from=a%40b.c&fromm=x", `unknown parameter "fromm" (supported: from, idempotency, list_unsubscribe, name, preset, timeout, token)`},
+		{"email-http+https://api.example.com/emails?from=a%40b.c&fromm=x", `unknown parameter "fromm" (supported: from, idempotency, list_unsubscribe, message_stream, name, preset, timeout, token)`},
 		{"webhook+http://h:port/x", `not a valid URL: invalid port ":port" after host`},
 	}
 	for _, c := range cases {
