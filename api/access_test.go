@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"edgerelay/api"
+	"edgerelay/sources"
 )
 
 // An open API (loopback, no tokens) closes itself once a token is created
@@ -198,5 +199,38 @@ func TestSlowBodyCutOff(t *testing.T) {
 	// leaves the rest of the request undisturbed.
 	if rep := b.do(t, "GET", fmt.Sprintf("/v1/notifications?limit=%d", 10), ""); rep.status != http.StatusOK {
 		t.Errorf("list: %s", rep)
+	}
+}
+
+// /readyz answers every probe, but names the tailed outboxes (the app's
+// database host and table) only as metrics are shown: on an open API or
+// to the metrics token.
+func TestReadyzShowsSourcesToOperatorsOnly(t *testing.T) {
+	t.Parallel()
+	const acmeTok = "tok-acme-0123456789"
+	const metricsTok = "tok-metrics-0123456789"
+	srcs := func() []api.TailSource {
+		return []api.TailSource{{TailStats: sources.TailStats{Source: "db.internal/app/edgerelay_outbox", Position: 7}, Here: true}}
+	}
+	open := setup(t, options{API: api.Options{Sources: srcs}})
+	closed := setup(t, options{Tokens: map[string]string{sha256hex(acmeTok): "acme"}, API: api.Options{Sources: srcs, MetricsToken: metricsTok}})
+	for _, c := range []struct {
+		name  string
+		b     *bundle
+		hdr   []string
+		shown bool
+	}{
+		{"open API", open, nil, true},
+		{"closed, no token", closed, nil, false},
+		{"closed, a tenant's token", closed, []string{"Authorization", "Bearer " + acmeTok}, false},
+		{"closed, the metrics token", closed, []string{"Authorization", "Bearer " + metricsTok}, true},
+	} {
+		rep := c.b.do(t, "GET", "/readyz", "", c.hdr...)
+		if rep.status != http.StatusOK || !strings.Contains(string(rep.body), `"ready"`) {
+			t.Errorf("%s: %s", c.name, rep)
+		}
+		if got := strings.Contains(string(rep.body), "db.internal"); got != c.shown {
+			t.Errorf("%s: source shown %v, want %v: %s", c.name, got, c.shown, rep.body)
+		}
 	}
 }

@@ -1124,9 +1124,11 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
 	if err := s.r.DispatchErr(); err != nil {
 		body["dispatch"] = "failing, retrying: " + err.Error()
 	}
-	// Tailed outboxes: a lag is not unreadiness (accepts work), but
-	// whoever looks sees it here.
-	if s.opts.Sources != nil {
+	// Tailed outboxes: a lag is not unreadiness (accepts work), but an
+	// operator sees it here. Their names are the app's database host and
+	// table, so they are shown as metrics are: on an open API or to the
+	// metrics token; a probe without it sees only the status.
+	if s.opts.Sources != nil && s.operatorView(r) {
 		now := s.r.Now()
 		ds := []tailDetail{}
 		for _, ts := range s.opts.Sources() {
@@ -1135,6 +1137,16 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
 		body["sources"] = ds
 	}
 	return jsonResponse(http.StatusOK, body)
+}
+
+// operatorView reports whether r may see what covers every tenant: the
+// metrics token, or an open API (loopback, no tokens yet).
+func (s *Server) operatorView(r *http.Request) bool {
+	if s.metricsTokenGiven(r) {
+		return true
+	}
+	open, err := s.open(r.Context())
+	return err == nil && open
 }
 
 // PruneLoop deletes expired request keys every interval until ctx ends,
