@@ -221,3 +221,17 @@ func TestListTypeAndStatusIndex(t *testing.T) {
 		}
 	}
 }
+
+// The overview counts a tenant's notifications on the (tenant, status)
+// index alone, and finds its oldest due one among its pending rows on the
+// same index: neither reads the other tenants' rows.
+func TestOverviewQueriesUseIndexes(t *testing.T) {
+	s := setup(t)
+	count, due, args := overviewCounts("acme")
+	for q, want := range map[string]string{count: "USING COVERING INDEX notifications_tenant_status (tenant=?)", due: "USING INDEX notifications_tenant_status (tenant=? AND status=?)"} {
+		text := strings.Join(queryPlan(t, s, q, args...), "\n")
+		if !strings.Contains(text, want) || strings.Contains(text, "SCAN notifications\n") || strings.HasSuffix(text, "SCAN notifications") {
+			t.Errorf("%s\nwant %s:\n%s", q, want, text)
+		}
+	}
+}
