@@ -20,7 +20,7 @@ const defaultListLimit = 100
 // course enter or leave a status filter between pages.)
 func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
 	statusFew := false
-	if f.Tenant != "" && f.Type != "" && f.Status != "" && f.Recipient == "" && f.Address == "" && f.EventID == "" && f.EventRow == 0 {
+	if f.Tenant != "" && f.Type != "" && f.Status != "" && !fewRows(f) {
 		// A type and a status: each has an index, and a page is quick on
 		// either unless that index holds many rows the other filter
 		// rejects (dead digests when the tenant's digests are a million and
@@ -61,6 +61,12 @@ func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]st
 // is a range read in id order that stops after the limit.
 func listQuery(f store.ListFilter) (string, []any) { return listQueryWith(f, false) }
 
+// fewRows reports whether f names a filter of few rows (a recipient, an
+// address, an event), whose own index is read and the rest checked on it.
+func fewRows(f store.ListFilter) bool {
+	return f.Recipient != "" || f.Address != "" || f.EventID != "" || f.EventRow != 0
+}
+
 // statusProbe is how many of a status's rows ListNotifications counts, at
 // most, to choose between the status's index and the type's.
 const statusProbe = 20000
@@ -78,7 +84,7 @@ func listQueryWith(f store.ListFilter, statusFew bool) (string, []any) {
 		FROM notifications n JOIN events e ON e.id = n.event
 		WHERE `)
 	var args []any
-	few := f.Recipient != "" || f.Address != "" || f.EventID != "" || f.EventRow != 0
+	few := fewRows(f)
 	if f.Tenant != "" && !few && (!f.CreatedSince.IsZero() || !f.CreatedBefore.IsZero()) {
 		// A tenant's creation range also bounds the ids read: the least and
 		// the greatest id created in it, from the (tenant, created_at)
