@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
+	"regexp"
 	"strconv"
 	"strings"
 	texttemplate "text/template"
@@ -62,7 +63,7 @@ func parseFailure(name, part, body string, err error) *ParseError {
 		_, m, _ := strings.Cut(strings.TrimPrefix(s, "template: "+name+":"), ": ")
 		return m == msg
 	}
-	atEnd := strings.Contains(msg, "EOF") || strings.HasPrefix(msg, "unclosed") || strings.HasPrefix(msg, "unexpected EOF")
+	atEnd := strings.Contains(msg, "EOF") || strings.HasPrefix(msg, "unclosed")
 	off := len(body)
 	if !atEnd {
 		lo, hi := 0, len(body) // fails(hi) holds
@@ -111,19 +112,23 @@ func quoted(msg string) (string, bool) {
 	return s, err == nil
 }
 
+// defineAction finds the action that makes a second template.
+var defineAction = regexp.MustCompile(`\{\{-?\s*(define|block)\b`)
+
 // forbidden refuses what a part may not use: each part stands alone, so
 // {{define}}, {{template}} and {{block}} (which name other templates) are
 // refused where they are written.
 func forbidden(name, part, body string, tree *parse.Tree, defined int) error {
 	if defined > 1 {
-		// A {{define}} made a second template; find where.
-		i := strings.Index(body, "define")
-		if j := strings.LastIndex(body[:max(i, 0)], "{{"); j >= 0 {
-			i = j
+		// A {{define}} or {{block}} made a second template; find the
+		// action (not the word in the text around it).
+		i, action := 0, "define"
+		if m := defineAction.FindStringSubmatchIndex(body); m != nil {
+			i, action = m[0], body[m[2]:m[3]]
 		}
 		line, col := position(body, i)
 		return &ParseError{Part: part, File: name, Line: line, Column: col,
-			Msg: "{{define}} is not allowed: each part is one template (use helpers, not sub-templates)"}
+			Msg: "{{" + action + "}} is not allowed: each part is one template (use helpers, not sub-templates)"}
 	}
 	var err error
 	var walk func(n parse.Node)

@@ -20,6 +20,8 @@ func TestCompileRefusesWithLineAndColumn(t *testing.T) {
 		{"text", "ok {{.a}}\n\n  {{if .b}}x{{end}}{{end}}", 3, 20, "unexpected {{end}}"},
 		{"html", "<p>{{.data.a}}</p>\n{{if .data.b}}<a href=\"{{end}}x", 2, 1, "branches end in different contexts"},
 		{"text", "a\n{{define \"x\"}}y{{end}}", 2, 1, "{{define}} is not allowed"},
+		{"text", "we define it\n{{- define \"x\"}}y{{end}}", 2, 1, "{{define}} is not allowed"},
+		{"text", "a {{block \"x\" .}}y{{end}}", 1, 3, "{{block}} is not allowed"},
 		{"text", "a {{template \"x\"}}", 1, 3, `{{template "x"}} is not allowed`},
 		{"text", "a {{.x}} {{.y", 1, 10, "unclosed action"},
 		{"text", "ünï {{ bad! }}", 1, 5, ""},

@@ -164,11 +164,17 @@ func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]store.Sto
 	if err := tx.QueryRowContext(ctx, readGeneration).Scan(&gen); err != nil {
 		return nil, 0, fmt.Errorf("read templates: %w", err)
 	}
+	// The tenant's condition only when there is one: "(? = '' OR tenant =
+	// ?)" is planned before the value is known and reads every tenant's.
+	where, args := "", []any(nil)
+	if tenant != "" {
+		where, args = "t.tenant = ? AND ", []any{tenant}
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT t.tenant, t.name, t.channel, t.locale, t.version, t.parts, t.created_at, t.retired_at
 		FROM templates t
-		WHERE (?1 = '' OR t.tenant = ?1) AND t.version = (SELECT max(version) FROM templates l
+		WHERE `+where+`t.version = (SELECT max(version) FROM templates l
 			WHERE l.tenant = t.tenant AND l.name = t.name AND l.channel = t.channel AND l.locale = t.locale)
-		ORDER BY t.tenant, t.name, t.channel, t.locale`, tenant)
+		ORDER BY t.tenant, t.name, t.channel, t.locale`, args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read templates: %w", err)
 	}
