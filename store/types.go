@@ -151,7 +151,9 @@ type ClaimRequest struct {
 	Filter ClaimFilter
 	// Routes, if set, are the routes' provider names: the claim records
 	// which provider each claimed notification's call goes to
-	// (Claimed.Provider) in the same write that claims it.
+	// (Claimed.Provider) in the same write that claims it. A ClaimRoutes
+	// is not changed once passed: a store may keep its encoding by
+	// identity (a new routing table passes a new one).
 	Routes *ClaimRoutes
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,7 +45,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	if req.Filter.Only != nil && len(req.Filter.Only) == 0 || req.Limit <= 0 {
 		return nil, nil // no channel, or no row, is asked for
 	}
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routesJSON(req.Routes)}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, claimRoutes(req.Routes)}
 	where := ""
 	if f := req.Filter; f.Only != nil {
 		args = append(args, f.Only)
@@ -96,6 +97,31 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		return nil, err
 	}
 	return out, nil
+}
+
+// lastRoutes is the routes the latest claim passed, and their encoding:
+// the dispatcher passes the same ClaimRoutes until its routes change, so
+// they are encoded once per change, not once per claim.
+var lastRoutes atomic.Pointer[encodedRoutes]
+
+type encodedRoutes struct {
+	src *store.ClaimRoutes
+	enc any
+}
+
+// claimRoutes is routesJSON(routes), from lastRoutes when routes are the
+// ones it holds (the same pointer: a ClaimRoutes is not changed once
+// passed to a claim).
+func claimRoutes(routes *store.ClaimRoutes) any {
+	if routes == nil {
+		return nil
+	}
+	if c := lastRoutes.Load(); c != nil && c.src == routes {
+		return c.enc
+	}
+	enc := routesJSON(routes)
+	lastRoutes.Store(&encodedRoutes{routes, enc})
+	return enc
 }
 
 // routesJSON encodes routes for the claim statement, nil (NULL) for none:

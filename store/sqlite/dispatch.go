@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"edgerelay/store"
@@ -79,7 +80,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		return nil, nil // no channel, or no row, is asked for (SQLite finds no plan for an empty IN under INDEXED BY)
 	}
 	where := ""
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routesJSON(req.Routes)}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, claimRoutes(req.Routes)}
 	// Numbered parameters: a bare ? would take its number from the ones
 	// before it in the text, not from args.
 	list := func(channels []string) string {
@@ -118,6 +119,31 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		return attachMessages(tx, out)
 	})
 	return out, err
+}
+
+// lastRoutes is the routes the latest claim passed, and their encoding:
+// the dispatcher passes the same ClaimRoutes until its routes change, so
+// they are encoded once per change, not once per claim.
+var lastRoutes atomic.Pointer[encodedRoutes]
+
+type encodedRoutes struct {
+	src *store.ClaimRoutes
+	enc any
+}
+
+// claimRoutes is routesJSON(routes), from lastRoutes when routes are the
+// ones it holds (the same pointer: a ClaimRoutes is not changed once
+// passed to a claim).
+func claimRoutes(routes *store.ClaimRoutes) any {
+	if routes == nil {
+		return nil
+	}
+	if c := lastRoutes.Load(); c != nil && c.src == routes {
+		return c.enc
+	}
+	enc := routesJSON(routes)
+	lastRoutes.Store(&encodedRoutes{routes, enc})
+	return enc
 }
 
 // routesJSON encodes routes for the claim statement, nil (NULL) for none:

@@ -73,6 +73,7 @@ const statusProbe = 20000
 
 // listQueryWith is listQuery; statusFew reads a type and a status from the
 // status's index (the type checked on its rows), else from the type's.
+// (ListNotifications sets it only without a few-row filter.)
 func listQueryWith(f store.ListFilter, statusFew bool) (string, []any) {
 	limit := f.Limit
 	if limit <= 0 {
@@ -154,7 +155,7 @@ func listQueryWith(f store.ListFilter, statusFew bool) (string, []any) {
 		b.WriteString(` AND n.address = ?`)
 		args = append(args, f.Address)
 	}
-	if f.Type != "" && f.Status != "" && statusFew && !few {
+	if f.Type != "" && f.Status != "" && statusFew {
 		b.WriteString(` AND +n.type = ?`)
 		args = append(args, f.Type)
 	} else if f.Type != "" {
