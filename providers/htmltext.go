@@ -210,7 +210,9 @@ func (w *textWriter) skip(n *html.Node) {
 // endLink follows a link's text with its URL, unless the text is the URL
 // or the link goes nowhere a text reader can follow.
 func (w *textWriter) endLink() {
-	href := strings.TrimSpace(w.link)
+	// As a browser's URL parser does, tabs and line breaks inside the
+	// href are dropped; bytes that are not UTF-8 are replaced.
+	href := strings.ToValidUTF8(urlNoise.Replace(strings.TrimSpace(w.link)), "\ufffd")
 	w.link = ""
 	bare, ok := bareURL(href)
 	if !ok {
@@ -227,6 +229,8 @@ func (w *textWriter) endLink() {
 	w.space = false
 	w.raw(" (" + href + ")")
 }
+
+var urlNoise = strings.NewReplacer("\t", "", "\n", "", "\r", "")
 
 // bareURL is an http(s) or mailto URL without its scheme and final slash,
 // as link texts write it; ok is false for any other URL.

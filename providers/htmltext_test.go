@@ -37,6 +37,7 @@ func TestHTMLToText(t *testing.T) {
 		{"hr", "a<hr>b", "a\n\n---\n\nb"},
 		{"comments and doctype", "<!DOCTYPE html><!-- hi --><p>a</p>", "a"},
 		{"empty", "", ""},
+		{"href not UTF-8, broken over lines", "<a href=\"https://x.test/\xff\n/b\">y</a>", "y (https://x.test/\ufffd/b)"},
 		{"malformed", "<p><b>bold <i>both</b> italic</p></div></span>tail", "bold both italic\n\ntail"},
 	} {
 		if got := htmlToText(c.html); got != c.want {
