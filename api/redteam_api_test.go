@@ -1,12 +1,18 @@
 package api_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"edgerelay/providers"
+	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // Red-team findings in the API (issues 16 and 17). Each test is skipped
@@ -60,5 +66,62 @@ func TestRedteamTemplateHelpersRefuseWhatTheyCannotFormat(t *testing.T) {
 		if rep.status != http.StatusBadRequest {
 			t.Errorf("render with %s: got %s, want 400 naming the helper", data, rep)
 		}
+	}
+}
+
+// A receipt is about one message of one tenant. Receipts are matched to
+// notifications by provider and provider message id alone
+// (store/sqlite/receipts.go applyReceipts, and suppressFromReceipts in
+// store/sqlite/suppress.go), but on a per-recipient webhook route
+// (to=recipient) the message id is whatever each customer's own server
+// answered, so two customers' servers, of two tenants, that number their
+// messages alike ("1") give two notifications one id. Seen: acme's
+// customer reports a bounce of its message 1 (signed with the route's
+// secret, which every receiver of the route has, as the README says);
+// beta's notification, also message 1 at its own customer's server, turns
+// bounced and beta's customer URL goes on beta's suppression list: one
+// tenant's receipt blocks another tenant's address.
+func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
+	t.Skip("redteam: a receipt matched by provider message id alone bounces and suppresses another tenant's per-recipient webhook that answered the same id")
+	t.Parallel()
+	secret := newSecret(t)
+	customer := func() *httptest.Server {
+		// Each customer's server numbers its own messages from 1.
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id": "1"}`)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	acmeCustomer, betaCustomer := customer(), customer()
+	route, err := providers.New("webhook+http://customers?to=recipient&allow=127.0.0.1&allow_private=true&name=customers&secret=" + url.QueryEscape(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{Relay: relay.Options{Routes: relay.Routes{"webhook": {route}}}})
+	ev := func(id, tenant, to string) string {
+		return fmt.Sprintf(`{"id": %q, "type": "order.shipped", "tenant": %q, "channels": ["webhook"], "body": "shipped", "recipients": [{"id": "c1", "url": %q}]}`, id, tenant, to)
+	}
+	acme := accepted(t, b.do(t, "POST", "/v1/events?tenant=acme", ev("e1", "acme", acmeCustomer.URL+"/hooks"))).Notifications[0].ID
+	beta := accepted(t, b.do(t, "POST", "/v1/events?tenant=beta", ev("e1", "beta", betaCustomer.URL+"/hooks"))).Notifications[0].ID
+	b.deliver(t)
+	for _, id := range []string{acme, beta} {
+		if n := b.wantState(t, id, store.StatusSent); n.ProviderMessageID != "1" {
+			t.Fatalf("notification %s: message id %q, want 1 (its customer's answer)", id, n.ProviderMessageID)
+		}
+	}
+
+	// acme's customer reports that its message 1 bounced.
+	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_acme_1", time.Now(), `{"message_id": "1", "status": "bounced", "bounce": "hard"}`), 1, 1)
+
+	b.wantState(t, acme, store.StatusBounced, "customers/1/bounced")
+	if n := b.notification(t, beta); n.Status != store.StatusSent {
+		t.Errorf("beta's notification %s is %s after acme's customer's receipt, want sent (the receipt was not about it)", beta, n.Status)
+	}
+	rep := b.do(t, "GET", "/v1/suppressions?tenant=beta", "")
+	if rep.status != http.StatusOK || strings.Contains(string(rep.body), betaCustomer.URL) {
+		t.Errorf("beta's suppression list after acme's customer's receipt: %s, want it without beta's customer", rep)
 	}
 }
