@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,64 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	rep := b.do(t, "GET", "/v1/suppressions?tenant=beta", "")
 	if rep.status != http.StatusOK || strings.Contains(string(rep.body), betaCustomer.URL) {
 		t.Errorf("beta's suppression list after acme's customer's receipt: %s, want it without beta's customer", rep)
+	}
+}
+
+// The same hole needs no secret: a tenant's own token is enough. acme
+// posts an ARF complaint about its own notification (matched by its key
+// within acme, as POST /v1/bounces promises); the receipt it records is
+// applied by provider and message id (relay/suppress.go AddBounce →
+// store AddReceipts), so beta's notification that its own customer's
+// server also numbered 1 and beta's address is
+// suppressed as a complaint.
+func TestRedteamBounceReportOfOneTenantSuppressesAnotherTenantsWebhook(t *testing.T) {
+	t.Skip("redteam: a tenant's POST /v1/bounces about its own notification suppresses another tenant's address that got the same webhook message id")
+	t.Parallel()
+	customer := func() *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id": "1"}`)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	acmeCustomer, betaCustomer := customer(), customer()
+	route, err := providers.New("webhook+http://customers?to=recipient&allow=127.0.0.1&allow_private=true&name=customers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const acmeTok, betaTok = "tok-acme-0123456789", "tok-beta-0123456789"
+	b := setup(t, options{Relay: relay.Options{Routes: relay.Routes{"webhook": {route}}},
+		Tokens: map[string]string{sha256hex(acmeTok): "acme", sha256hex(betaTok): "beta"}})
+	ev := func(to string) string {
+		return fmt.Sprintf(`{"id": "e1", "type": "order.shipped", "channels": ["webhook"], "body": "shipped", "recipients": [{"id": "c1", "url": %q}]}`, to)
+	}
+	acme := accepted(t, b.do(t, "POST", "/v1/events", ev(acmeCustomer.URL+"/hooks"), "Authorization", "Bearer "+acmeTok)).Notifications[0].ID
+	beta := accepted(t, b.do(t, "POST", "/v1/events", ev(betaCustomer.URL+"/hooks"), "Authorization", "Bearer "+betaTok)).Notifications[0].ID
+	b.deliver(t)
+	an, err := b.r.Notification(t.Context(), acme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bn, err := b.r.Notification(t.Context(), beta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if an.Status != store.StatusSent || bn.Status != store.StatusSent || an.ProviderMessageID != "1" || bn.ProviderMessageID != "1" {
+		t.Fatalf("after the sends: acme %s %q, beta %s %q; want both sent with message id 1", an.Status, an.ProviderMessageID, bn.Status, bn.ProviderMessageID)
+	}
+	raw, err := os.ReadFile("../bounce/testdata/arf-abuse.eml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arf := strings.ReplaceAll(string(raw), "<k%2Fnews%20001@example.com>", "<"+an.Key+"@example.com>")
+	rep := b.do(t, "POST", "/v1/bounces", arf, "Authorization", "Bearer "+acmeTok)
+	if rep.status != http.StatusOK {
+		t.Fatalf("acme's ARF report: %s", rep)
+	}
+	rep = b.do(t, "GET", "/v1/suppressions", "", "Authorization", "Bearer "+betaTok)
+	if rep.status != http.StatusOK || strings.Contains(string(rep.body), betaCustomer.URL) {
+		t.Errorf("beta's suppression list after acme's own report: %s, want it without beta's customer", rep)
 	}
 }
