@@ -3,6 +3,8 @@ package templates
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,8 +82,8 @@ func helpers(locale string, loc *time.Location, deadline time.Time) map[string]a
 				return "", err
 			}
 			f, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return "", fmt.Errorf("number: %q is not a number", s)
+			if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+				return "", fmt.Errorf("number: %q is not a finite number", s)
 			}
 			d := 0
 			if i := strings.IndexByte(s, '.'); i >= 0 && !strings.ContainsAny(s, "eE") {
@@ -102,6 +104,11 @@ func helpers(locale string, loc *time.Location, deadline time.Time) map[string]a
 			s, err := numberText(v)
 			if err != nil {
 				return "", err
+			}
+			// The formatter writes NaN for an amount in exponent form
+			// (1e15), for Inf and NaN: only plain decimals are money.
+			if !plainDecimal.MatchString(s) {
+				return "", fmt.Errorf("currency: %q is not an amount: write it as a plain decimal (1234.56), without an exponent", s)
 			}
 			a, err := currency.NewAmount(s, code)
 			if err != nil {
@@ -130,6 +137,8 @@ func helpers(locale string, loc *time.Location, deadline time.Time) map[string]a
 		},
 	}
 }
+
+var plainDecimal = regexp.MustCompile(`^[+-]?[0-9]+(\.[0-9]+)?$`)
 
 func numberText(v any) (string, error) {
 	switch x := v.(type) {
