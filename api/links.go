@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"strings"
@@ -76,6 +77,12 @@ func (s *Server) postLinks(w http.ResponseWriter, r *http.Request, c caller) res
 	}
 	if len(req.Channels) == 0 {
 		req.Channels = []string{"email"}
+	}
+	for i, ch := range req.Channels {
+		if err := relay.CheckChannel(ch); err != nil {
+			f := fmt.Sprintf("channels[%d]", i)
+			return problemField(http.StatusBadRequest, probInvalidRequest, "Invalid channel", f+": "+err.Error(), f)
+		}
 	}
 	id := r.PathValue("id")
 	tok, exp, err := s.r.PageToken(r.Context(), tenant, id, ttl)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"edgerelay/relay"
 	"edgerelay/store"
 )
 
@@ -449,7 +450,8 @@ func (c *Console) audiences(w http.ResponseWriter, r *http.Request, s *session) 
 func (c *Console) audience(w http.ResponseWriter, r *http.Request, s *session) {
 	name := r.PathValue("name")
 	ms, err := c.r.Audience(r.Context(), s.Tenant, name)
-	if errors.Is(err, store.ErrNotFound) {
+	if inv := (*relay.InvalidEventError)(nil); errors.Is(err, store.ErrNotFound) || errors.As(err, &inv) {
+		// A name no audience can have is one the tenant has not.
 		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("Tenant %s has no audience %q.", s.Tenant, name))
 		return
 	}

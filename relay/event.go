@@ -92,6 +92,14 @@ func (r Recipient) Address(channel string) string {
 }
 
 // channels returns the channels this recipient is sent on.
+// CheckChannel says why c cannot name a channel (nil if it can).
+func CheckChannel(c string) error {
+	if !channelRE.MatchString(c) {
+		return fmt.Errorf("%q: a channel is a lower-case name such as email, sms, push, webhook, chat", c)
+	}
+	return nil
+}
+
 func (r Recipient) channels(eventChannels []string) []string {
 	if len(eventChannels) > 0 {
 		return eventChannels
@@ -245,8 +253,8 @@ func (ev *Event) Normalize(maxRecipients int) error {
 	seenCh := map[string]bool{}
 	for i, c := range ev.Channels {
 		f := fmt.Sprintf("channels[%d]", i)
-		if !channelRE.MatchString(c) {
-			return invalid(f, "%q: a channel is a lower-case name such as email, sms, push, webhook, chat", c)
+		if err := CheckChannel(c); err != nil {
+			return invalid(f, "%v", err)
 		}
 		if seenCh[c] {
 			return invalid(f, "%q listed twice", c)

@@ -133,8 +133,8 @@ func (r *Relay) verify(ctx context.Context, token string) (byte, []string, error
 // its link for as long as it is read), so a retried message carries the
 // same bytes.
 func (r *Relay) UnsubscribeToken(ctx context.Context, l UnsubscribeLink) (string, error) {
-	if l.Channel == "" {
-		return "", errors.New("an unsubscribe link names one channel")
+	if err := CheckChannel(l.Channel); err != nil {
+		return "", fmt.Errorf("an unsubscribe link names one channel: %w", err)
 	}
 	b := []byte{linkUnsubscribe}
 	for _, f := range []string{l.Tenant, l.Recipient, l.Category, l.Channel} {
