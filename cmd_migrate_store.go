@@ -3,6 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -37,6 +44,11 @@ harmless: it finishes an interrupted copy and otherwise changes nothing. A
 target with other rows, or one that has taken work since it was moved to, is
 refused.
 
+One run at a time: while a run copies, a second one into the same schema is
+refused, naming the first, and so is any other command on the target; the
+source's write lock is held, so nothing commits to the file meanwhile. --to may
+be a PgBouncer in transaction pooling (add default_query_exec_mode=simple_protocol).
+
 Then: edgerelay serve --db postgres://…`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "from", Usage: "the SQLite `FILE` to move", EnvVars: []string{"EDGERELAY_MIGRATE_FROM"}},
@@ -63,6 +75,7 @@ Then: edgerelay serve --db postgres://…`,
 			last := time.Now()
 			res, err := migrate.Run(c.Context, c.String("from"), to, migrate.Options{
 				Batch: c.Int("batch"),
+				Hooks: migrateHooks(errw),
 				Progress: func(p migrate.Progress) {
 					// Progress on stderr: each table's end, and a line a
 					// second on a long one.
@@ -100,4 +113,49 @@ Then: edgerelay serve --db postgres://…`,
 			return nil
 		},
 	}
+}
+
+// migrateHooks are migrate-store's crash and stop points, for drills of
+// two runs at once and of a run killed part-way (crashpoint.go has the
+// relay's). EDGERELAY_CRASH_AT=point:n kills the process (SIGKILL) the
+// n-th time the run reaches point (migrate.Points: locked, copied);
+// EDGERELAY_STOP_AT=point:n stops it there (SIGSTOP) with its locks held,
+// until a SIGCONT. Each says so on stderr first.
+func migrateHooks(errw io.Writer) migrate.Hooks {
+	var hooks []func(migrate.Point)
+	for _, v := range []struct {
+		env    string
+		sig    syscall.Signal
+		action string
+	}{{"EDGERELAY_CRASH_AT", syscall.SIGKILL, "killing this process (SIGKILL)"}, {"EDGERELAY_STOP_AT", syscall.SIGSTOP, "stopping this process (SIGSTOP) until a SIGCONT"}} {
+		s := os.Getenv(v.env)
+		if s == "" {
+			continue
+		}
+		point, count, _ := strings.Cut(s, ":")
+		n, err := strconv.ParseInt(count, 10, 64)
+		if err != nil || n < 1 || !slices.Contains(migrate.Points, migrate.Point(point)) {
+			fmt.Fprintf(errw, "edgerelay: ignoring %s=%q: migrate-store wants locked|copied:N with N >= 1\n", v.env, s)
+			continue
+		}
+		var seen atomic.Int64
+		hooks = append(hooks, func(p migrate.Point) {
+			if p != migrate.Point(point) || seen.Add(1) != n {
+				return
+			}
+			fmt.Fprintf(errw, "edgerelay: migrate-store point %s:%d reached, %s\n", p, n, v.action)
+			syscall.Kill(os.Getpid(), v.sig)
+			if v.sig == syscall.SIGKILL {
+				select {} // the signal is on its way: nothing more is written
+			}
+		})
+	}
+	if len(hooks) == 0 {
+		return migrate.Hooks{}
+	}
+	return migrate.Hooks{At: func(p migrate.Point) {
+		for _, h := range hooks {
+			h(p)
+		}
+	}}
 }

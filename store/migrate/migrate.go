@@ -47,6 +47,44 @@ type Options struct {
 	// Progress, when set, is called after each batch and once when each
 	// table is done.
 	Progress func(Progress)
+	// SourceWait bounds the wait for the source's write lock while
+	// another process writes it. Default 10s.
+	SourceWait time.Duration
+	// Hooks are points a test (or the binary's EDGERELAY_CRASH_AT) can
+	// stop or kill a run at.
+	Hooks Hooks
+	// Label names this run to another one refused while it holds the
+	// target (PostgreSQL keeps 63 bytes of it). Default "edgerelay
+	// migrate-store pid N on HOST".
+	Label string
+}
+
+// Point is a place in a run where Hooks.At is called.
+type Point string
+
+// The points of a run, in order.
+const (
+	// Locked: both locks are held (the target's copy lock and the
+	// source's write lock) and the target was found idle; nothing is
+	// copied yet.
+	Locked Point = "locked"
+	// Copied: a batch has committed on the target (called once per batch).
+	Copied Point = "copied"
+)
+
+// Points are the points Hooks.At is called at.
+var Points = []Point{Locked, Copied}
+
+// Hooks are called on the run's goroutine; a hook that blocks holds the
+// run (and its locks) where it is.
+type Hooks struct {
+	At func(Point)
+}
+
+func (h Hooks) at(p Point) {
+	if h.At != nil {
+		h.At(p)
+	}
 }
 
 // Progress is how far the copy of one table has come.
@@ -94,25 +132,52 @@ func Run(ctx context.Context, from, to string, opts Options) (*Result, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.SourceWait <= 0 {
+		opts.SourceWait = 10 * time.Second
+	}
+	if opts.Label == "" {
+		host, _ := os.Hostname()
+		opts.Label = fmt.Sprintf("edgerelay migrate-store pid %d on %s", os.Getpid(), host)
+	}
 	src, err := openSource(ctx, from)
 	if err != nil {
 		return nil, err
 	}
 	defer src.db.Close()
 
+	// Open migrates the target, and refuses it while another run holds
+	// it (postgres.ErrCopying).
 	st, err := postgres.Open(ctx, to, postgres.Options{MaxConns: 1})
 	if err != nil {
 		return nil, fmt.Errorf("target: %w", err)
 	}
 	where := st.Where()
 	st.Close()
-	conn, err := pgx.Connect(ctx, to)
+	// The target's lock first: a second run is refused at once, naming
+	// the first, before it waits for anything.
+	lock, err := postgres.LockCopy(ctx, to, opts.Label)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", where, err)
+	}
+	defer lock.Release()
+	if err := src.lock(ctx, opts.SourceWait); err != nil {
+		return nil, err
+	}
+	defer src.unlock()
+	// The copy's own connection, without the URL's search_path as a
+	// startup parameter (PgBouncer refuses it): every name it writes is
+	// qualified with the schema the lock resolved.
+	cfg, _, err := postgres.ConnConfig(to)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", where, err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %s", where, postgres.Scrub(err.Error(), to))
 	}
 	defer conn.Close(context.Background())
 
-	m := &mover{src: src, dst: conn, opts: opts, res: &Result{Source: from, Target: where, NextID: map[string]int64{}}}
+	m := &mover{src: src, dst: conn, lock: lock, schema: lock.Schema, opts: opts, res: &Result{Source: from, Target: where, NextID: map[string]int64{}}}
 	if err := m.run(ctx); err != nil {
 		// pgx errors do not carry the URL; this is belt and braces.
 		if msg := postgres.Scrub(err.Error(), to); msg != err.Error() {
@@ -125,7 +190,50 @@ func Run(ctx context.Context, from, to string, opts Options) (*Result, error) {
 
 type source struct {
 	path string
-	db   *sql.DB
+	db   *sql.DB // read-only: the snapshot's
+	// held is the write lock, on a connection of its own (a read-only
+	// connection cannot take it): no process commits to the source from
+	// before the snapshot to the end of the copy, so nothing is written
+	// there that the target would not have.
+	held   *sql.Tx
+	heldDB *sql.DB
+}
+
+// lock takes the source's write lock (BEGIN IMMEDIATE, which writes
+// nothing), waiting up to wait for a writer to finish.
+func (s *source) lock(ctx context.Context, wait time.Duration) error {
+	q := url.Values{}
+	q.Add("mode", "rw") // never rwc: the file exists
+	q.Add("_txlock", "immediate")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", wait.Milliseconds()))
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: s.path}).EscapedPath()+"?"+q.Encode())
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrSource, s.path, err)
+	}
+	db.SetMaxOpenConns(1)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		db.Close()
+		if strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked") {
+			return fmt.Errorf("%w: another process kept %s's write lock for %s (a serve, send, dispatch, cron or tail on it, or another migrate-store from it): stop it first",
+				ErrLive, s.path, wait)
+		}
+		return fmt.Errorf("%w %s: take its write lock: %w", ErrSource, s.path, err)
+	}
+	s.held, s.heldDB = tx, db
+	return nil
+}
+
+// unlock ends the write lock. It runs while the read-only connection is
+// still open: SQLite checkpoints the WAL into the file when the last
+// connection closes, and a read-only one does not, so the source's file
+// is left as it was.
+func (s *source) unlock() {
+	if s.held != nil {
+		s.held.Rollback()
+		s.heldDB.Close()
+		s.held, s.heldDB = nil, nil
+	}
 }
 
 // openSource opens the file read-only (mode=ro and query_only: nothing is
@@ -172,12 +280,14 @@ func openSource(ctx context.Context, path string) (*source, error) {
 }
 
 type mover struct {
-	src  *source
-	dst  *pgx.Conn
-	tx   *sql.Tx // the source snapshot
-	opts Options
-	res  *Result
-	seq  map[string]int64 // sqlite_sequence: the largest id each table gave
+	src    *source
+	dst    *pgx.Conn
+	lock   *postgres.CopyLock
+	schema string  // the target's: every name written is qualified with it
+	tx     *sql.Tx // the source snapshot
+	opts   Options
+	res    *Result
+	seq    map[string]int64 // sqlite_sequence: the largest id each table gave
 }
 
 func (m *mover) run(ctx context.Context) error {
@@ -195,12 +305,16 @@ func (m *mover) run(ctx context.Context) error {
 	if err := m.checkIdle(ctx); err != nil {
 		return err
 	}
+	if err := m.checkTargetIdle(ctx); err != nil {
+		return err
+	}
 	if err := m.readSequences(ctx); err != nil {
 		return err
 	}
 	if err := m.checkTarget(ctx); err != nil {
 		return err
 	}
+	m.opts.Hooks.at(Locked)
 	// Sequences first: even a target served before the copy is complete
 	// (against the README's advice) gives ids the source never gave.
 	if err := m.setSequences(ctx); err != nil {
@@ -323,7 +437,7 @@ func (m *mover) checkTarget(ctx context.Context) error {
 			continue
 		}
 		var mx int64
-		if err := m.dst.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+pgIdent(t.name)).Scan(&mx); err != nil {
+		if err := m.dst.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+m.table(t.name)).Scan(&mx); err != nil {
 			return fmt.Errorf("target table %s: %w", t.name, err)
 		}
 		if mx > m.seq[t.name] {
@@ -333,6 +447,38 @@ func (m *mover) checkTarget(ctx context.Context) error {
 	}
 	return nil
 }
+
+// checkTargetIdle refuses a target a relay works on: a live lease (a
+// serve's schedules or tails, cron, tail) or a claim under a lease that has
+// not expired (a dispatcher mid-call). The source's leases are not moved,
+// and its claims are refused live, so either is the target's own. A relay
+// that starts on the target during the copy is refused by postgres.Open
+// (ErrCopying); an idle one already running cannot be seen: the README
+// says to start the nodes after the move.
+func (m *mover) checkTargetIdle(ctx context.Context) error {
+	now := m.opts.Now().UnixMilli()
+	var name, holder string
+	var until int64
+	err := m.dst.QueryRow(ctx, "SELECT name, holder, until FROM "+m.table("leases")+" WHERE until > $1 ORDER BY until DESC LIMIT 1", now).Scan(&name, &holder, &until)
+	if err == nil {
+		return fmt.Errorf("%w: a relay runs on the target: %s holds its lease %q until %s; stop serve (and cron, tail) there, move, then start them",
+			ErrInService, holder, name, time.UnixMilli(until).UTC().Format(time.RFC3339))
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("target: %w", err)
+	}
+	var n int64
+	if err := m.dst.QueryRow(ctx, "SELECT count(*) FROM "+m.table("notifications")+" WHERE status = 'sending' AND lease_until > $1", now).Scan(&n); err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: a relay runs on the target: %d notification(s) are claimed there by a running dispatcher; stop serve and dispatch there, move, then start them",
+			ErrInService, n)
+	}
+	return nil
+}
+
+// table is a target table's name, qualified with the target's schema.
+func (m *mover) table(name string) string { return pgx.Identifier{m.schema, name}.Sanitize() }
 
 // setSequences moves each identity sequence past the source's largest id
 // (and the target's), never back.
@@ -344,7 +490,7 @@ func (m *mover) setSequences(ctx context.Context) error {
 		var seq string
 		var last, mx int64
 		err := m.dst.QueryRow(ctx, `SELECT pg_get_serial_sequence($1, 'id'), coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'id')::regclass), 0),
-			(SELECT coalesce(max(id), 0) FROM `+pgIdent(t.name)+`)`, t.name).Scan(&seq, &last, &mx)
+			(SELECT coalesce(max(id), 0) FROM `+m.table(t.name)+`)`, m.table(t.name)).Scan(&seq, &last, &mx)
 		if err != nil {
 			return fmt.Errorf("target table %s: read its id sequence: %w", t.name, err)
 		}
@@ -440,7 +586,7 @@ func (m *mover) copyTable(ctx context.Context, t table) (Count, error) {
 // the source's: the same migrations made both.
 func (m *mover) columns(ctx context.Context, t table) ([]string, []string, error) {
 	rows, err := m.dst.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
-		WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position`, t.name)
+		WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, m.schema, t.name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("target: %w", err)
 	}
@@ -482,11 +628,12 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 		return 0, fmt.Errorf("target: %w", err)
 	}
 	defer tx.Rollback(context.Background())
-	tmp := "migrate_" + t.name
-	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE "+pgIdent(tmp)+" (LIKE "+pgIdent(t.name)+") ON COMMIT DROP"); err != nil {
+	tmpID := pgx.Identifier{"pg_temp", "migrate_" + t.name}
+	tmp := tmpID.Sanitize()
+	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE "+pgIdent(tmpID[1])+" (LIKE "+m.table(t.name)+") ON COMMIT DROP"); err != nil {
 		return 0, fmt.Errorf("target: %w", err)
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{tmp}, cols, pgx.CopyFromRows(batch)); err != nil {
+	if _, err := tx.CopyFrom(ctx, tmpID, cols, pgx.CopyFromRows(batch)); err != nil {
 		return 0, fmt.Errorf("target: copy: %w", err)
 	}
 	if len(t.same) > 0 {
@@ -495,7 +642,7 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 			a, b = append(a, "i."+pgIdent(c)), append(b, "x."+pgIdent(c))
 		}
 		var id int64
-		err := tx.QueryRow(ctx, "SELECT i.id FROM "+pgIdent(tmp)+" i JOIN "+pgIdent(t.name)+" x ON x.id = i.id WHERE ("+
+		err := tx.QueryRow(ctx, "SELECT i.id FROM "+tmp+" i JOIN "+m.table(t.name)+" x ON x.id = i.id WHERE ("+
 			strings.Join(a, ", ")+") IS DISTINCT FROM ("+strings.Join(b, ", ")+") ORDER BY i.id LIMIT 1").Scan(&id)
 		if err == nil {
 			return 0, fmt.Errorf("%w: the target's %s id %d is not the source's (%s differ): it holds another installation's rows, or it was moved to from another source",
@@ -514,9 +661,9 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 	for i, k := range t.key {
 		keys[i] = pgIdent(k)
 	}
-	fmt.Fprintf(&q, "INSERT INTO %s (%s) SELECT %s FROM %s i", pgIdent(t.name), strings.Join(ins, ", "), strings.Join(sel, ", "), pgIdent(tmp))
+	fmt.Fprintf(&q, "INSERT INTO %s (%s) SELECT %s FROM %s i", m.table(t.name), strings.Join(ins, ", "), strings.Join(sel, ", "), tmp)
 	if t.filter != "" {
-		q.WriteString(" WHERE " + t.filter)
+		q.WriteString(" WHERE " + strings.ReplaceAll(t.filter, "{schema}", pgIdent(m.schema)))
 	}
 	fmt.Fprintf(&q, " ON CONFLICT (%s) DO ", strings.Join(keys, ", "))
 	switch {
@@ -537,9 +684,15 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 	if err != nil {
 		return 0, fmt.Errorf("target: %w", err)
 	}
+	// Still the only run on the target (its lock's transaction answers)
+	// as this batch commits.
+	if err := m.lock.Check(ctx); err != nil {
+		return 0, err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("target: commit: %w", err)
 	}
+	m.opts.Hooks.at(Copied)
 	return tag.RowsAffected(), nil
 }
 

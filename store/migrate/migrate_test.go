@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -473,5 +474,84 @@ func TestSimpleProtocol(t *testing.T) {
 	err = conn.QueryRow(t.Context(), `SELECT n.pinned, e.payload, (SELECT body FROM request_keys) FROM notifications n JOIN events e ON e.id = n.event`).Scan(&pinned, &payload, &body)
 	if err != nil || !pinned || string(payload) != "{}" || string(body) != "\x00\xff{}" {
 		t.Fatalf("pinned %v, payload %q, body %q (%v)", pinned, payload, body, err)
+	}
+}
+
+// bounced is dbURL through pgtest's PgBouncer (transaction pooling, with
+// ignore as its ignore_startup_parameters), with the URL parameter the
+// README tells PgBouncer users to add.
+func bounced(t *testing.T, dbURL string, ignore ...string) string {
+	t.Helper()
+	u, err := url.Parse(pgtest.Bouncer(t, dbURL, ignore...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", "simple_protocol")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// --to through PgBouncer in transaction pooling, with the schema in the
+// URL's search_path: PgBouncer refuses search_path as a startup parameter
+// (or, told to ignore it, drops it). The copy lands in the URL's schema
+// either way. While one run holds the target, a second through the bouncer
+// is refused naming it, and the first then finishes.
+func TestThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		ignore []string
+	}{{"refusing search_path", nil}, {"ignoring search_path", []string{"extra_float_digits", "search_path"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path, db := newSource(t)
+			for i := range 3 {
+				addEvent(t, db, "e"+string(rune('1'+i)), "pending", nil)
+			}
+			direct := pgtest.Start(t)
+			to := bounced(t, direct, tc.ignore...)
+			held, release := make(chan struct{}), make(chan struct{})
+			type outcome struct {
+				res *migrate.Result
+				err error
+			}
+			first := make(chan outcome, 1)
+			go func() {
+				res, err := migrate.Run(t.Context(), path, to, migrate.Options{Batch: 1, Label: "the first run", Hooks: migrate.Hooks{At: func(p migrate.Point) {
+					if p == migrate.Locked {
+						close(held)
+						<-release
+					}
+				}}})
+				first <- outcome{res, err}
+			}()
+			select {
+			case <-held:
+			case o := <-first:
+				t.Fatalf("the first run ended before its hold: %v\npgbouncer log:\n%s", o.err, pgtest.BouncerLog())
+			}
+			_, err := migrate.Run(t.Context(), path, to, migrate.Options{})
+			if !errors.Is(err, postgres.ErrCopying) || !strings.Contains(err.Error(), "the first run") {
+				t.Errorf("a second run while the first holds the target: %v", err)
+			}
+			close(release)
+			o := <-first
+			if o.err != nil {
+				t.Fatalf("%v\npgbouncer log:\n%s", o.err, pgtest.BouncerLog())
+			}
+			conn, err := pgx.Connect(t.Context(), direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			var events, notes int
+			if err := conn.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM notifications)").Scan(&events, &notes); err != nil {
+				t.Fatal(err)
+			}
+			if events != 3 || notes != 3 || o.res.NextID["events"] != 4 {
+				t.Fatalf("the URL's schema holds %d events, %d notifications, next event id %d; want 3, 3, 4", events, notes, o.res.NextID["events"])
+			}
+		})
 	}
 }

@@ -18,7 +18,9 @@ type table struct {
 	// raise are watermarks: on a key already there the larger value is
 	// kept, so none moves back.
 	raise []string
-	// filter limits the rows inserted (SQL over the batch, aliased i).
+	// filter limits the rows inserted (SQL over the batch, aliased i;
+	// {schema} is the target's schema, which every other table it names
+	// is qualified with).
 	filter string
 	// conflict, when set, is the ON CONFLICT action instead of DO NOTHING
 	// (or raise's DO UPDATE).
@@ -59,7 +61,7 @@ var plan = []table{
 	{name: "audience_members", key: []string{"tenant", "audience", "seq"},
 		// An audience the target replaced since (audience set) is not
 		// topped up with the source's older members past its new size.
-		filter: "EXISTS (SELECT 1 FROM audiences a WHERE a.tenant = i.tenant AND a.name = i.audience AND i.seq < a.members)",
+		filter: "EXISTS (SELECT 1 FROM {schema}.audiences a WHERE a.tenant = i.tenant AND a.name = i.audience AND i.seq < a.members)",
 		why:    "the members of each audience, in order"},
 	{name: "job_runs", key: []string{"job", "scheduled_at"},
 		why: "every scheduled run by job and time, with the feed seq a digest covered: a run done on the box is not run again on the nodes"},

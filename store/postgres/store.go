@@ -145,7 +145,7 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 // openError names the database (without its password) in an error from
 // Open, which may come from connecting with the URL's credentials.
 func (s *Store) openError(err error, secrets []string) error {
-	if errors.Is(err, store.ErrTooNew) || errors.Is(err, errNotDurable) {
+	if errors.Is(err, store.ErrTooNew) || errors.Is(err, errNotDurable) || errors.Is(err, ErrCopying) {
 		return fmt.Errorf("database %s: %w", s.where, err)
 	}
 	err = s.failure(err)
@@ -185,6 +185,11 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	if sync == "off" {
 		return errNotDurable
+	}
+	// A schema migrate-store is still copying into holds half a box:
+	// nothing may start on it before the copy ends.
+	if err := s.read(ctx, func(q querier) error { return copying(ctx, q) }); err != nil {
+		return err
 	}
 	if fsync != "on" {
 		s.log.Warn("the PostgreSQL server runs with fsync off: a crash of its machine can lose commits the relay acknowledged", "db", s.where)
