@@ -241,6 +241,53 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("err %v", err)
 		}
 	})
+	t.Run("source being written", func(t *testing.T) {
+		t.Parallel()
+		path, db := newSource(t)
+		addEvent(t, db, "e1", "pending", nil)
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil { // a writer mid-transaction
+			t.Fatal(err)
+		}
+		defer c.ExecContext(context.Background(), "ROLLBACK")
+		url := pgtest.Start(t)
+		_, err = migrate.Run(ctx, path, url, migrate.Options{SourceWait: 100 * time.Millisecond})
+		if !errors.Is(err, migrate.ErrLive) || !strings.Contains(err.Error(), "write lock for 100ms") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("relay on the target", func(t *testing.T) {
+		t.Parallel()
+		path, db := newSource(t)
+		addEvent(t, db, "e1", "pending", nil)
+		url := pgtest.Start(t)
+		st, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "INSERT INTO leases (name, holder, until) VALUES ('schedules', 'node-2/7/cd', $1)", time.Now().Add(time.Minute).UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+		_, err = migrate.Run(ctx, path, url, migrate.Options{})
+		if !errors.Is(err, migrate.ErrInService) || !strings.Contains(err.Error(), "a relay runs on the target: node-2/7/cd") {
+			t.Fatalf("err %v", err)
+		}
+		var n int
+		conn.QueryRow(ctx, "SELECT count(*) FROM events").Scan(&n)
+		if n != 0 {
+			t.Fatal("the target a relay runs on was written")
+		}
+	})
 	t.Run("foreign target", func(t *testing.T) {
 		t.Parallel()
 		path, db := newSource(t)
