@@ -27,16 +27,15 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"edgerelay/internal/testserver"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -58,11 +57,9 @@ type server struct {
 	mu   sync.Mutex
 	made []string // databases made on an external server, dropped by Stop
 
-	dir    string
-	proc   chan *os.Process
-	exited chan struct{}
-	exit   error
-	logf   string
+	dir  string
+	p    *testserver.Proc
+	logf string
 	// How to start it again (Restart).
 	bin, sock string
 	args      []string
@@ -143,10 +140,8 @@ func get(t testing.TB) *server {
 	t.Helper()
 	once.Do(func() { srv, skipMsg, srvErr = setup() })
 	switch {
-	case skipMsg != "" && os.Getenv("CI") != "":
-		t.Fatalf("mysqltest: CI is set, and %s", skipMsg)
 	case skipMsg != "":
-		t.Skip(skipMsg)
+		testserver.Unavailable(t, "mysqltest", skipMsg)
 	case srvErr != nil:
 		t.Fatalf("mysqltest: %v", srvErr)
 	}
@@ -214,30 +209,20 @@ func randHex() string {
 }
 
 func startServer(ctx context.Context, installDB, mariadbd string) (*server, error) {
-	sweep()
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
+	dir, err := testserver.Dir(dirPrefix)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{dir: dir, proc: make(chan *os.Process, 1), exited: make(chan struct{}), logf: filepath.Join(dir, "server.log")}
+	s := &server{dir: dir, logf: filepath.Join(dir, "server.log")}
 	fail := func(err error) (*server, error) {
 		s.stop()
 		return nil, err
 	}
 	// As root (CI), mariadbd refuses to run: it runs as the mysql user, in
 	// a directory it owns.
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("mysql")
-		if err != nil {
-			return fail(fmt.Errorf("running as root, mariadbd needs the mysql user: %w", err))
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fail(err)
-		}
+	cred, err := testserver.As("mysql", "mariadbd", dir)
+	if err != nil {
+		return fail(err)
 	}
 	data := filepath.Join(dir, "data")
 	// Small files: a test server holds a few rows.
@@ -248,7 +233,7 @@ func startServer(ctx context.Context, installDB, mariadbd string) (*server, erro
 	if out, err := install.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("mariadb-install-db: %v\n%s", err, out))
 	}
-	port, err := freePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		return fail(err)
 	}
@@ -284,35 +269,19 @@ func startServer(ctx context.Context, installDB, mariadbd string) (*server, erro
 
 // launch starts mariadbd and waits until it takes connections.
 func (s *server) launch(ctx context.Context) error {
-	s.proc, s.exited, s.exit = make(chan *os.Process, 1), make(chan struct{}), nil
-	cmd := exec.Command(s.bin, s.args...)
-	cmd.SysProcAttr = sysProcAttr(s.cred)
-	started := make(chan error, 1)
-	exited := s.exited
-	go func() {
-		// The parent-death signal fires when the thread that started the
-		// child exits: this goroutine keeps its thread until the server
-		// has exited.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(exited)
-			return
-		}
-		s.proc <- cmd.Process
-		started <- nil
-		s.exit = cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	// SIGKILL when the test process dies: a throwaway server needs no
+	// clean shutdown.
+	p, err := testserver.Start(exec.Command(s.bin, s.args...), s.cred, syscall.SIGKILL)
+	if err != nil {
 		return fmt.Errorf("start mariadbd: %w", err)
 	}
+	s.p = p
 	root, err := s.root()
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	return s.waitReady(ctx, root)
+	return p.WaitReady("mariadbd", s.logf, 30*time.Second, func() error { return root.PingContext(ctx) })
 }
 
 // root connects as root over the socket, where root has no password; tests
@@ -340,11 +309,7 @@ func Own(t testing.TB) *Server {
 	installDB, err1 := exec.LookPath("mariadb-install-db")
 	mariadbd, err2 := lookServer()
 	if err1 != nil || err2 != nil {
-		msg := "MariaDB restart tests skipped: install MariaDB's server (Debian: apt-get install mariadb-server)"
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mysqltest: CI is set, and %s", msg)
-		}
-		t.Skip(msg)
+		testserver.Unavailable(t, "mysqltest", "MariaDB restart tests skipped: install MariaDB's server (Debian: apt-get install mariadb-server)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -373,14 +338,7 @@ func (sv *Server) Restart(t testing.TB) {
 // Stop stops the server cleanly (SIGTERM), waiting until it has exited.
 func (sv *Server) Stop(t testing.TB) {
 	t.Helper()
-	s := sv.s
-	p := <-s.proc
-	p.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		p.Kill()
-		<-s.exited
+	if !sv.s.p.Stop(syscall.SIGTERM, 30*time.Second) {
 		t.Fatalf("mysqltest: mariadbd did not stop within 30s")
 	}
 }
@@ -393,36 +351,6 @@ func (sv *Server) Resume(t testing.TB) {
 	if err := sv.s.launch(ctx); err != nil {
 		t.Fatalf("mysqltest: restart: %v", err)
 	}
-}
-
-// waitReady polls until the server takes connections, for at most 30s.
-func (s *server) waitReady(ctx context.Context, db *sql.DB) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := db.PingContext(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(s.logf)
-			return fmt.Errorf("mariadbd exited (%v):\n%s", s.exit, log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(s.logf)
-			return fmt.Errorf("mariadbd not ready after 30s: %v\n%s", err, log)
-		}
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Stop shuts down the server this process started, if any, and removes its
@@ -446,31 +374,8 @@ func (s *server) stop() {
 	if s.db != nil {
 		s.db.Close()
 	}
-	select {
-	case p := <-s.proc:
-		p.Kill() // a throwaway: nothing to keep
-		<-s.exited
-	default:
+	if s.p != nil {
+		s.p.Stop(syscall.SIGKILL, time.Minute) // a throwaway: nothing to keep
 	}
 	os.RemoveAll(s.dir)
-}
-
-// sweep removes the directories of throwaway servers whose test process is
-// gone; their servers died with it.
-func sweep() {
-	entries, _ := os.ReadDir(os.TempDir())
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), dirPrefix)
-		if !ok || !e.IsDir() {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(filepath.Join(os.TempDir(), e.Name()))
-		}
-	}
 }

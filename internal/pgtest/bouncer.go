@@ -6,15 +6,15 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"edgerelay/internal/testserver"
 )
 
 // The PgBouncers, one per test process and ignore list, started by the
@@ -32,12 +32,10 @@ type bouncerStart struct {
 }
 
 type pgbouncer struct {
-	addr   string // host:port it listens on
-	dir    string
-	proc   *os.Process
-	exited chan struct{}
-	exit   error
-	logf   string
+	addr string // host:port it listens on
+	dir  string
+	p    *testserver.Proc
+	logf string
 }
 
 // Bouncer returns dbURL (from Start, a Pool or Admin) rewritten to reach
@@ -71,10 +69,8 @@ func Bouncer(t testing.TB, dbURL string, ignore ...string) string {
 		bouncersMu.Unlock()
 	})
 	switch {
-	case bs.skip != "" && os.Getenv("CI") != "":
-		t.Fatalf("pgtest: CI is set, and %s", bs.skip)
 	case bs.skip != "":
-		t.Skip(bs.skip)
+		testserver.Unavailable(t, "pgtest", bs.skip)
 	case bs.err != nil:
 		t.Fatalf("pgtest: %v", bs.err)
 	}
@@ -106,31 +102,22 @@ func startBouncer(s *server, ignore string) (*pgbouncer, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	b := &pgbouncer{dir: dir, exited: make(chan struct{}), logf: filepath.Join(dir, "pgbouncer.log")}
+	b := &pgbouncer{dir: dir, logf: filepath.Join(dir, "pgbouncer.log")}
 	fail := func(err error) (*pgbouncer, string, error) {
 		b.stop()
 		return nil, "", err
 	}
 	// PgBouncer refuses to run as root: as root (CI) it runs as the
 	// postgres user, as the server does.
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return fail(fmt.Errorf("running as root, pgbouncer needs the postgres user: %w", err))
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fail(err)
-		}
+	cred, err := testserver.As("postgres", "pgbouncer", dir)
+	if err != nil {
+		return fail(err)
 	}
 	srvHost, srvPort, err := net.SplitHostPort(s.base.Host)
 	if err != nil {
 		return fail(err)
 	}
-	port, err := freePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		return fail(err)
 	}
@@ -170,42 +157,22 @@ ignore_startup_parameters = %s
 		}
 	}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	cmd.SysProcAttr = bouncerProcAttr(cred)
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // as for the server: the parent-death signal is per thread
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(b.exited)
-			return
-		}
-		b.proc = cmd.Process
-		started <- nil
-		b.exit = cmd.Wait()
-		close(b.exited)
-	}()
-	if err := <-started; err != nil {
+	// SIGTERM when the test process dies: an immediate shutdown.
+	if b.p, err = testserver.Start(cmd, cred, syscall.SIGTERM); err != nil {
 		return fail(fmt.Errorf("start pgbouncer: %w", err))
 	}
 	// Ready when it takes TCP connections.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	err = b.p.WaitReady("pgbouncer", b.logf, 20*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", b.addr, time.Second)
 		if err == nil {
 			c.Close()
-			return b, "", nil
 		}
-		select {
-		case <-b.exited:
-			log, _ := os.ReadFile(b.logf)
-			return fail(fmt.Errorf("pgbouncer exited (%v):\n%s", b.exit, log))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(b.logf)
-			return fail(fmt.Errorf("pgbouncer not listening after 20s: %v\n%s", err, log))
-		}
+		return err
+	})
+	if err != nil {
+		return fail(err)
 	}
+	return b, "", nil
 }
 
 // BouncerLog is what the bouncers have logged so far, for a test's
@@ -235,14 +202,8 @@ func stopBouncers() {
 }
 
 func (b *pgbouncer) stop() {
-	if b.proc != nil {
-		b.proc.Signal(syscall.SIGTERM) // immediate shutdown
-		select {
-		case <-b.exited:
-		case <-time.After(10 * time.Second):
-			b.proc.Kill()
-			<-b.exited
-		}
+	if b.p != nil {
+		b.p.Stop(syscall.SIGTERM, 10*time.Second) // immediate shutdown
 	}
 	os.RemoveAll(b.dir)
 }

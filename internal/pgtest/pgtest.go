@@ -23,15 +23,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +37,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"edgerelay/internal/testserver"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,14 +61,12 @@ type server struct {
 	made []string // schemas of pools on an external server, dropped by Stop
 
 	// The throwaway server, when this process started one.
-	dir    string
-	proc   chan *os.Process // the postmaster, once started
-	exited chan struct{}    // closed when it has exited
-	exit   error
-	logf   string
-	bin    string
-	cred   *syscall.Credential
-	port   int
+	dir  string
+	p    *testserver.Proc // the postmaster, once started
+	logf string
+	bin  string
+	cred *syscall.Credential
+	port int
 }
 
 var (
@@ -230,11 +227,7 @@ func Own(t testing.TB) *Server {
 	t.Helper()
 	bin := binDir()
 	if bin == "" {
-		msg := "PostgreSQL restart tests skipped: install PostgreSQL's server (Debian: apt-get install postgresql)"
-		if os.Getenv("CI") != "" {
-			t.Fatalf("pgtest: CI is set, and %s", msg)
-		}
-		t.Skip(msg)
+		testserver.Unavailable(t, "pgtest", "PostgreSQL restart tests skipped: install PostgreSQL's server (Debian: apt-get install postgresql)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -260,14 +253,7 @@ func (sv *Server) Start(t testing.TB) string {
 // it has exited.
 func (sv *Server) Stop(t testing.TB) {
 	t.Helper()
-	s := sv.s
-	p := <-s.proc
-	p.Signal(syscall.SIGINT)
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		p.Kill()
-		<-s.exited
+	if !sv.s.p.Stop(syscall.SIGINT, 30*time.Second) {
 		t.Fatalf("pgtest: postgres did not stop within 30s")
 	}
 }
@@ -296,10 +282,8 @@ func get(t testing.TB) *server {
 	t.Helper()
 	once.Do(func() { srv, skipMsg, srvErr = setup() })
 	switch {
-	case skipMsg != "" && os.Getenv("CI") != "":
-		t.Fatalf("pgtest: CI is set, and %s", skipMsg)
 	case skipMsg != "":
-		t.Skip(skipMsg)
+		testserver.Unavailable(t, "pgtest", skipMsg)
 	case srvErr != nil:
 		t.Fatalf("pgtest: %v", srvErr)
 	}
@@ -359,14 +343,13 @@ func executable(path string) bool {
 }
 
 func startServer(ctx context.Context, bin string) (*server, error) {
-	sweep()
 	// A short path: the unix socket (dir/.s.PGSQL.PORT) must stay under
 	// about 107 bytes.
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
+	dir, err := testserver.Dir(dirPrefix)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{dir: dir, proc: make(chan *os.Process, 1), exited: make(chan struct{}), logf: filepath.Join(dir, "server.log")}
+	s := &server{dir: dir, logf: filepath.Join(dir, "server.log")}
 	fail := func(err error) (*server, error) {
 		s.stop()
 		return nil, err
@@ -374,18 +357,9 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 	// As root (CI), initdb and postgres refuse to run: they run as the
 	// postgres user, in a directory it owns (t.TempDir() would sit under a
 	// directory only root can enter).
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return fail(fmt.Errorf("running as root, initdb needs the postgres user: %w", err))
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fail(err)
-		}
+	cred, err := testserver.As("postgres", "initdb", dir)
+	if err != nil {
+		return fail(err)
 	}
 	pw := make([]byte, 16)
 	rand.Read(pw)
@@ -401,7 +375,7 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
 	}
-	port, err := freePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		return fail(err)
 	}
@@ -428,10 +402,6 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 // waits until it takes connections (sslmode=disable in base: the server has
 // no TLS, and pgx's default would first ask for it on every connection).
 func (s *server) launch(ctx context.Context) (*pgx.Conn, error) {
-	// This run's channels: the goroutine below closes its own, not those
-	// of a later launch.
-	proc, exited := make(chan *os.Process, 1), make(chan struct{})
-	s.proc, s.exited = proc, exited
 	logFile, err := os.OpenFile(s.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -444,59 +414,20 @@ func (s *server) launch(ctx context.Context) (*pgx.Conn, error) {
 		// three times faster. fsync and synchronous_commit stay on.
 		"-c", "wal_level=minimal", "-c", "max_wal_senders=0")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = sysProcAttr(s.cred)
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal fires when the thread that started the
-		// child exits: this goroutine keeps its thread until the server
-		// has exited, so the server dies with the test process, however
-		// that ends.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(exited)
-			return
-		}
-		proc <- cmd.Process
-		started <- nil
-		s.exit = cmd.Wait()
-		logFile.Close()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	// SIGQUIT when the test process dies: an immediate shutdown.
+	p, err := testserver.Start(cmd, s.cred, syscall.SIGQUIT)
+	logFile.Close() // the server has its own
+	if err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	return s.waitReady(ctx)
-}
-
-// waitReady polls until the server takes connections, for at most 30s.
-func (s *server) waitReady(ctx context.Context) (*pgx.Conn, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := pgx.Connect(ctx, s.base.String())
-		if err == nil {
-			return c, nil
-		}
-		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(s.logf)
-			return nil, fmt.Errorf("postgres exited (%v):\n%s", s.exit, log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(s.logf)
-			return nil, fmt.Errorf("postgres not ready after 30s: %v\n%s", err, log)
-		}
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	s.p = p
+	// Ready when it takes connections.
+	var c *pgx.Conn
+	err = p.WaitReady("postgres", s.logf, 30*time.Second, func() (err error) {
+		c, err = pgx.Connect(ctx, s.base.String())
+		return err
+	})
+	return c, err
 }
 
 // Stop shuts down the server this process started, if any, and removes its
@@ -521,36 +452,8 @@ func (s *server) stop() {
 	if s.pool != nil {
 		s.pool.Close()
 	}
-	select {
-	case p := <-s.proc:
-		p.Signal(syscall.SIGINT) // fast shutdown: sessions are ended, no checkpoint wait for clients
-		select {
-		case <-s.exited:
-		case <-time.After(10 * time.Second):
-			p.Kill()
-			<-s.exited
-		}
-	default:
+	if s.p != nil {
+		s.p.Stop(syscall.SIGINT, 10*time.Second) // fast shutdown: sessions are ended, no checkpoint wait for clients
 	}
 	os.RemoveAll(s.dir)
-}
-
-// sweep removes the directories of throwaway servers whose test process is
-// gone (killed before it could remove its own); their servers died with it.
-func sweep() {
-	entries, _ := os.ReadDir(os.TempDir())
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), dirPrefix)
-		if !ok || !e.IsDir() {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(filepath.Join(os.TempDir(), e.Name()))
-		}
-	}
 }
