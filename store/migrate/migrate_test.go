@@ -602,3 +602,46 @@ func TestThroughPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// A run writes nothing to the source, not even a checkpoint: its write
+// lock's connection is closed while its read-only one is open, and a
+// read-only connection closing last leaves the WAL as it is. Here the
+// source's rows are only in its WAL (its writer closed while a reader
+// held the file): after the run the file and its WAL are as they were.
+func TestSourceFileUntouched(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	for i := range 3 {
+		addEvent(t, db, "e"+string(rune('1'+i)), "pending", nil)
+	}
+	reader, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	db.Close() // not the last connection: no checkpoint
+	reader.Close()
+	wal := func() (int64, [32]byte) {
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size(), fileSum(t, path+"-wal")
+	}
+	size, walSum := wal()
+	if size == 0 {
+		t.Fatal("the source's WAL is empty: the test needs rows only there")
+	}
+	sum := fileSum(t, path)
+	if _, err := migrate.Run(t.Context(), path, pgtest.Start(t), migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if fileSum(t, path) != sum {
+		t.Error("the run changed the source's file")
+	}
+	if s, w := wal(); s != size || w != walSum {
+		t.Errorf("the run changed the source's WAL: %d bytes, were %d", s, size)
+	}
+}
