@@ -133,6 +133,7 @@ func TestMigrateStoreTwoRunsAtOnce(t *testing.T) {
 		!strings.Contains(serr.String(), fmt.Sprintf("pid %d ", first.cmd.Process.Pid)) {
 		t.Errorf("the second run while the first copies: %v\n%s", err, serr.String())
 	}
+	t.Logf("the second run, refused: %s", strings.TrimSpace(serr.String()))
 	if r := runCLI(t, "", "status", "--db", pg); r.code == 0 || !strings.Contains(r.stderr, "migrate-store is copying into it") {
 		t.Errorf("status on the target while it is copied into: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

@@ -125,6 +125,13 @@ type Result struct {
 // that is not empty must be a previous run of the same source: one with
 // other rows under the source's ids is refused (ErrForeign), and so is
 // one that has given ids of its own since (ErrInService).
+//
+// One run at a time: the target's schema is held under
+// postgres.LockCopy for the whole run, so a second run, or any store
+// opening it, is refused with postgres.ErrCopying naming this one (Label);
+// a target a relay works on (a live lease or claim) is refused
+// (ErrInService); and the source's write lock is held from before the
+// snapshot to the end, so nothing commits there that the copy misses.
 func Run(ctx context.Context, from, to string, opts Options) (*Result, error) {
 	if opts.Batch <= 0 {
 		opts.Batch = 1000

@@ -21,9 +21,9 @@ const copyKey = `hashtextextended(coalesce(current_schema(), '') || ':edgerelay:
 
 // copyHolder names the session holding the copy lock on the current
 // schema ("" if none): the application_name its holder set, its backend
-// and since when. It reads pg_locks rather than trying the lock, so it
+// and since when (another role's session may not show these). It reads pg_locks rather than trying the lock, so it
 // can run in any transaction.
-const copyHolder = `SELECT coalesce(a.application_name, ''), l.pid, coalesce(a.xact_start, now())
+const copyHolder = `SELECT coalesce(a.application_name, ''), l.pid, a.xact_start
 	FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -35,7 +35,7 @@ const copyHolder = `SELECT coalesce(a.application_name, ''), l.pid, coalesce(a.x
 func copying(ctx context.Context, q querier) error {
 	var app string
 	var pid int
-	var since time.Time
+	var since *time.Time
 	err := q.QueryRow(ctx, copyHolder).Scan(&app, &pid, &since)
 	if isNoRows(err) {
 		return nil
@@ -45,8 +45,12 @@ func copying(ctx context.Context, q querier) error {
 	if app == "" {
 		app = "a session"
 	}
-	return fmt.Errorf("%w: %s (PostgreSQL backend %d) holds its lock since %s; wait for it to finish, or stop it (a run stopped part-way is finished by the next)",
-		ErrCopying, app, pid, since.UTC().Format(time.RFC3339))
+	when := ""
+	if since != nil {
+		when = " since " + since.UTC().Format(time.RFC3339)
+	}
+	return fmt.Errorf("%w: %s (PostgreSQL backend %d) holds its lock%s; wait for it to finish, or stop it (a run stopped part-way is finished by the next)",
+		ErrCopying, app, pid, when)
 }
 
 // ConnConfig is the pgx configuration of one connection to connURL for
