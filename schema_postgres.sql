@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 19: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 20: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -245,6 +245,7 @@ CREATE TABLE receipts (
     source text,
     suppress text,
     suppress_until bigint,
+    notification bigint,
     CONSTRAINT receipts_pkey PRIMARY KEY (id),
     CONSTRAINT receipts_provider_dedupe_key UNIQUE (provider, dedupe),
     CONSTRAINT receipts_status_check CHECK ((status = ANY (ARRAY['sent'::text, 'delivered'::text, 'bounced'::text, 'complained'::text, 'failed'::text])))

@@ -16,8 +16,8 @@ import (
 	"edgerelay/store"
 )
 
-// Red-team findings in the API (issues 16 and 17). Each test is skipped
-// until the hole it shows is fixed; remove the skip with the fix.
+// Red-team findings in the API (issues 16 and 17): each test showed a
+// hole, failed until it was fixed, and keeps it fixed.
 
 // A bad channel in POST /v1/recipients/{id}/links is the caller's error:
 // it must be a 400 naming the field, not a 500 that says "safe to retry".
@@ -81,7 +81,6 @@ func TestRedteamTemplateHelpersRefuseWhatTheyCannotFormat(t *testing.T) {
 // bounced and beta's customer URL goes on beta's suppression list: one
 // tenant's receipt blocks another tenant's address.
 func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
-	t.Skip("redteam: a receipt matched by provider message id alone bounces and suppresses another tenant's per-recipient webhook that answered the same id")
 	t.Parallel()
 	secret := newSecret(t)
 	customer := func() *httptest.Server {
@@ -112,17 +111,57 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 		}
 	}
 
-	// acme's customer reports that its message 1 bounced.
+	// acme's customer reports that its message 1 bounced: two
+	// notifications have message id 1, so the receipt is about neither.
 	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_acme_1", time.Now(), `{"message_id": "1", "status": "bounced", "bounce": "hard"}`), 1, 1)
+	noSuppression := func(when string) {
+		t.Helper()
+		for _, tc := range []struct{ tenant, url string }{{"acme", acmeCustomer.URL}, {"beta", betaCustomer.URL}} {
+			rep := b.do(t, "GET", "/v1/suppressions?tenant="+tc.tenant, "")
+			if rep.status != http.StatusOK || strings.Contains(string(rep.body), tc.url) {
+				t.Errorf("%s's suppression list %s: %s, want it without its customer", tc.tenant, when, rep)
+			}
+		}
+	}
+	for _, id := range []string{acme, beta} {
+		if n := b.notification(t, id); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+			t.Errorf("notification %s after a receipt about message 1 of two: %s with %d receipts, want sent with none", id, n.Status, len(n.Receipts))
+		}
+	}
+	noSuppression("after a receipt naming a message id two notifications have")
 
+	// Named by its webhook-id (the key it was sent with), the receipt is
+	// about acme's notification alone; a receipt id beta's customer also
+	// uses is not a replay of it.
+	an := b.notification(t, acme)
+	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_1", time.Now(),
+		fmt.Sprintf(`{"webhook_id": %q, "message_id": "1", "id": "r1", "status": "bounced", "bounce": "hard"}`, an.Key)), 1, 1)
 	b.wantState(t, acme, store.StatusBounced, "customers/1/bounced")
-	if n := b.notification(t, beta); n.Status != store.StatusSent {
-		t.Errorf("beta's notification %s is %s after acme's customer's receipt, want sent (the receipt was not about it)", beta, n.Status)
+	if n := b.notification(t, beta); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+		t.Errorf("beta's notification %s is %s with %d receipts after acme's customer's receipt, want sent with none", beta, n.Status, len(n.Receipts))
 	}
 	rep := b.do(t, "GET", "/v1/suppressions?tenant=beta", "")
 	if rep.status != http.StatusOK || strings.Contains(string(rep.body), betaCustomer.URL) {
 		t.Errorf("beta's suppression list after acme's customer's receipt: %s, want it without beta's customer", rep)
 	}
+	rep = b.do(t, "GET", "/v1/suppressions?tenant=acme", "")
+	if rep.status != http.StatusOK || !strings.Contains(string(rep.body), acmeCustomer.URL) {
+		t.Errorf("acme's suppression list after its customer's hard bounce: %s, want its customer on it", rep)
+	}
+	bn := b.notification(t, beta)
+	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_2", time.Now(),
+		fmt.Sprintf(`{"webhook_id": %q, "id": "r1", "status": "delivered"}`, bn.Key)), 1, 1)
+	b.wantState(t, beta, store.StatusDelivered, "customers/1/delivered")
+
+	// A key that is no notification's, or a message id that is not the
+	// key's, is refused and records nothing.
+	for _, body := range []string{`{"webhook_id": "nope", "status": "bounced"}`,
+		fmt.Sprintf(`{"webhook_id": %q, "message_id": "2", "status": "bounced"}`, bn.Key)} {
+		if rep := b.postHook(t, "customers", secret, "rcpt_bad", time.Now(), body); rep.status != http.StatusBadRequest {
+			t.Errorf("receipt %s: %s, want 400", body, rep)
+		}
+	}
+	b.wantState(t, beta, store.StatusDelivered, "customers/1/delivered")
 }
 
 // The same hole needs no secret: a tenant's own token is enough. acme
@@ -133,7 +172,6 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 // server also numbered 1 and beta's address is
 // suppressed as a complaint.
 func TestRedteamBounceReportOfOneTenantSuppressesAnotherTenantsWebhook(t *testing.T) {
-	t.Skip("redteam: a tenant's POST /v1/bounces about its own notification suppresses another tenant's address that got the same webhook message id")
 	t.Parallel()
 	customer := func() *httptest.Server {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1087,6 +1087,9 @@ func (s *Server) postReceipts(w http.ResponseWriter, r *http.Request) response {
 		return problem(http.StatusBadRequest, probInvalidReceipt, "Invalid receipt", err.Error())
 	}
 	added, err := s.r.AddReceipts(r.Context(), name, rs)
+	if inv := (*relay.InvalidReceiptError)(nil); errors.As(err, &inv) {
+		return problem(http.StatusBadRequest, probInvalidReceipt, "Invalid receipt", err.Error())
+	}
 	if err != nil {
 		return s.internal(err)
 	}

@@ -26,9 +26,13 @@ type Receipt struct {
 	// MessageID is the provider's id for the message, as Result.MessageID
 	// returned it when the message was sent.
 	MessageID string
-	Status    ReceiptStatus
-	At        time.Time // when the provider says it happened; zero if it does not say
-	Detail    string    // the provider's own status words ("undelivered 30003")
+	// Key, when the receipt names it, is the message's idempotency key
+	// (the webhook-id it was sent with): the receipt is then about that
+	// one notification, whatever other notification has its MessageID.
+	Key    string
+	Status ReceiptStatus
+	At     time.Time // when the provider says it happened; zero if it does not say
+	Detail string    // the provider's own status words ("undelivered 30003")
 	// Bounce says what the receipt means for the address (the relay's
 	// suppression list); BounceDefault leaves it to Status.
 	Bounce Bounce

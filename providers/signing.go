@@ -176,6 +176,7 @@ var _ ReceiptParser = (*Webhook)(nil)
 type webhookReceipt struct {
 	ID        string `json:"id"`
 	MessageID string `json:"message_id"`
+	WebhookID string `json:"webhook_id"`
 	Status    string `json:"status"`
 	At        string `json:"at"`
 	Detail    string `json:"detail"`
@@ -189,7 +190,11 @@ type webhookReceipt struct {
 //
 // where message_id is the id the receiver answered the send with, status
 // one of delivered, bounced, complained, failed or sent, and id, at and
-// detail are optional. bounce, also optional, says what a bounce means for
+// detail are optional. webhook_id, the webhook-id header the message came
+// with (its key), names the message exactly and may stand for message_id:
+// ids that many receivers mint (to=recipient) can collide, and a receipt
+// naming a message id that more than one notification has applies to
+// none. bounce, also optional, says what a bounce means for
 // the address: "hard" (the default for bounced), "soft" (suppressed for a
 // while) or "none". The request must carry a Standard Webhooks
 // signature under the URL's secret, at most StandardWebhookTolerance
@@ -232,9 +237,9 @@ func (w *Webhook) ParseReceipts(r *http.Request, body []byte, _ string) ([]Recei
 }
 
 func (wr webhookReceipt) receipt() (Receipt, error) {
-	rc := Receipt{ID: wr.ID, MessageID: wr.MessageID, Status: ReceiptStatus(wr.Status), Detail: wr.Detail}
-	if rc.MessageID == "" {
-		return Receipt{}, errors.New(`missing "message_id"`)
+	rc := Receipt{ID: wr.ID, MessageID: wr.MessageID, Key: wr.WebhookID, Status: ReceiptStatus(wr.Status), Detail: wr.Detail}
+	if rc.MessageID == "" && rc.Key == "" {
+		return Receipt{}, errors.New(`missing "message_id" (or "webhook_id")`)
 	}
 	switch rc.Status {
 	case ReceiptDelivered, ReceiptBounced, ReceiptComplained, ReceiptFailed, ReceiptSent:

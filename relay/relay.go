@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -411,19 +412,42 @@ func (r *Relay) Provider(name string) providers.Provider {
 
 // AddReceipts records a provider's status callbacks (delivered, bounced …)
 // and moves the notifications they are about. A receipt seen before is
-// ignored. It returns how many were new.
+// ignored. It returns how many were new. A receipt that names its
+// message's key is about that notification, which must be this
+// provider's (else an *InvalidReceiptError, and nothing is recorded).
 func (r *Relay) AddReceipts(ctx context.Context, provider string, rs []providers.Receipt) (int, error) {
 	in := make([]store.Receipt, len(rs))
 	for i, x := range rs {
 		// What identifies a receipt: the provider's receipt id where it
 		// gives one, else message id and status (the message id alone would
-		// drop the later "delivered").
+		// drop the later "delivered"); within its key when it names one
+		// (the receivers of a per-recipient webhook number alike).
 		dedupe := "id:" + x.ID
 		if x.ID == "" {
 			dedupe = "msg:" + x.MessageID + "/" + string(x.Status)
 		}
-		in[i] = store.Receipt{Provider: provider, Dedupe: dedupe, MessageID: x.MessageID, Status: string(x.Status), Detail: x.Detail,
+		in[i] = store.Receipt{Provider: provider, MessageID: x.MessageID, Status: string(x.Status), Detail: x.Detail,
 			Suppress: r.receiptSuppress(x)}
+		if x.Key != "" {
+			n, err := r.store.Notification(ctx, "", 0, x.Key)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				return 0, &InvalidReceiptError{fmt.Sprintf("receipt %d: no notification has key %q", i, x.Key)}
+			case err != nil:
+				return 0, err
+			case n.ProviderMessageID == "" && x.MessageID == "":
+				// Its send is not recorded yet (a receiver that reports at
+				// once): the message id ties the receipt to it when it is.
+				return 0, &InvalidReceiptError{fmt.Sprintf("receipt %d: the send of notification %q is not recorded yet: name its message_id too, or send the receipt again later", i, x.Key)}
+			case n.ProviderMessageID != "" && n.Provider != provider:
+				return 0, &InvalidReceiptError{fmt.Sprintf("receipt %d: notification %q was not sent by %s", i, x.Key, provider)}
+			case n.ProviderMessageID != "" && x.MessageID != "" && x.MessageID != n.ProviderMessageID:
+				return 0, &InvalidReceiptError{fmt.Sprintf("receipt %d: notification %q was sent as message %q, not %q", i, x.Key, n.ProviderMessageID, x.MessageID)}
+			}
+			in[i].MessageID, in[i].Notification = cmp.Or(n.ProviderMessageID, x.MessageID), n.ID
+			dedupe = "key:" + x.Key + "/" + dedupe
+		}
+		in[i].Dedupe = dedupe
 		if !x.At.IsZero() {
 			at := x.At
 			in[i].At = &at
@@ -431,6 +455,11 @@ func (r *Relay) AddReceipts(ctx context.Context, provider string, rs []providers
 	}
 	return r.store.AddReceipts(ctx, in, r.now())
 }
+
+// InvalidReceiptError is a receipt that cannot be about what it names.
+type InvalidReceiptError struct{ Reason string }
+
+func (e *InvalidReceiptError) Error() string { return e.Reason }
 
 // mode is a notification's delivery mode: its type's, else its purpose's,
 // else at-least-once.

@@ -196,7 +196,7 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 		rc = rep.Recipients[0]
 	}
 	out := Bounced{Kind: rep.Kind, Notification: n.ID, Tenant: n.Tenant, Channel: n.Channel, Address: n.Address, MatchedBy: by}
-	rcpt := store.Receipt{Provider: n.Provider, MessageID: n.ProviderMessageID, Source: rep.Kind}
+	rcpt := store.Receipt{Provider: n.Provider, MessageID: n.ProviderMessageID, Source: rep.Kind, Notification: n.ID}
 	switch {
 	case rep.Kind == bounce.ARF:
 		out.Status, out.Suppressed = string(providers.ReceiptComplained), store.ReasonComplaint

@@ -548,6 +548,11 @@ type Receipt struct {
 	// is about on its tenant's suppression list, whenever that
 	// notification is found (now, or when its send is recorded).
 	Suppress *Suppress `json:"suppress,omitempty"`
+	// Notification, when set, is the one notification the receipt is
+	// about (a bounce an app reports about its own notification). A
+	// receipt without one applies only while a single notification has
+	// its provider and message id.
+	Notification int64 `json:"-"`
 }
 
 // RequestKey identifies a request under an idempotency key. Fingerprint is

@@ -165,8 +165,12 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		if _, err := tx.Exec(ctx, `DELETE FROM notification_audit WHERE notification = ANY($1)`, ids); err != nil {
 			return pgconn.CommandTag{}, err
 		}
+		// Not a receipt another notification with the same message id
+		// has (its own, or one naming none while others are left).
 		if tag, err = tx.Exec(ctx, `DELETE FROM receipts WHERE (provider, message_id) IN
-				(SELECT provider, provider_message_id FROM notifications WHERE id = ANY($1) AND provider_message_id IS NOT NULL)`, ids); err != nil {
+				(SELECT provider, provider_message_id FROM notifications WHERE id = ANY($1) AND provider_message_id IS NOT NULL)
+			AND (notification = ANY($1) OR (notification IS NULL AND NOT EXISTS (SELECT 1 FROM notifications n
+				WHERE n.provider = receipts.provider AND n.provider_message_id = receipts.message_id AND NOT n.id = ANY($1))))`, ids); err != nil {
 			return tag, err
 		}
 		receipts := tag.RowsAffected()

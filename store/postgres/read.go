@@ -87,7 +87,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 			return fmt.Errorf("read notification: %w", err)
 		}
 		if n.ProviderMessageID != "" {
-			n.Receipts, err = receiptsFor(ctx, q, n.Provider, n.ProviderMessageID)
+			n.Receipts, err = receiptsFor(ctx, q, n.ID, n.Provider, n.ProviderMessageID)
 			return err
 		}
 		return nil

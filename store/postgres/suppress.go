@@ -34,8 +34,9 @@ const suppressNotification = `INSERT INTO suppressions (` + suppressionCols + `)
 	SELECT tenant, channel, coalesce(address_key, address), $2::text, $3::text, $4::text, id, $5::text, $6::bigint, $7::bigint
 	FROM notifications WHERE id = $1` + suppressUpsert
 
-// suppressFromReceipts lists the address of the notification that provider
-// $1 sent as message $2, for each of its receipts that asks for it. It runs
+// suppressFromReceipts lists the address of notification $3, which provider
+// $1 sent as message $2, for each of its receipts (receiptAbout, with $4)
+// that asks for it. It runs
 // when a receipt comes in and again when a send is recorded, so a receipt
 // that came first still counts; the upsert makes the repeat harmless. DISTINCT
 // ON keeps one row per address: one INSERT may not touch a row twice.
@@ -44,7 +45,8 @@ const suppressFromReceipts = `INSERT INTO suppressions (` + suppressionCols + `)
 	       n.tenant, n.channel, coalesce(n.address_key, n.address), r.suppress, coalesce(r.source, 'receipt'),
 	       r.provider, n.id, coalesce(r.detail, ''), r.received_at, r.suppress_until
 	FROM receipts r JOIN notifications n ON n.provider = r.provider AND n.provider_message_id = r.message_id
-	WHERE r.provider = $1 AND r.message_id = $2 AND r.suppress IS NOT NULL
+	WHERE r.provider = $1 AND r.message_id = $2 AND n.id = $3 AND (r.notification = $3 OR (r.notification IS NULL AND $4::boolean))
+	  AND r.suppress IS NOT NULL
 	ORDER BY n.tenant, n.channel, coalesce(n.address_key, n.address), r.suppress_until DESC NULLS FIRST, r.id` + suppressUpsert
 
 // suppressionEntry is the claimed notification's live entry at $1, as one

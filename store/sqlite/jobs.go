@@ -162,8 +162,12 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 		if _, err := tx.exec(`DELETE FROM notification_audit WHERE notification IN (`+ids+`)`, c, batch); err != nil {
 			return nil, err
 		}
+		// Not a receipt another notification with the same message id
+		// has (its own, or one naming none while others are left).
 		if r, err = tx.exec(`DELETE FROM receipts WHERE (provider, message_id) IN
-				(SELECT provider, provider_message_id FROM notifications WHERE id IN (`+ids+`) AND provider_message_id IS NOT NULL)`, c, batch); err != nil {
+				(SELECT provider, provider_message_id FROM notifications WHERE id IN (`+ids+`) AND provider_message_id IS NOT NULL)
+			AND (notification IN (`+ids+`) OR (notification IS NULL AND NOT EXISTS (SELECT 1 FROM notifications n
+				WHERE n.provider = receipts.provider AND n.provider_message_id = receipts.message_id AND n.id NOT IN (`+ids+`))))`, c, batch); err != nil {
 			return nil, err
 		}
 		receipts, _ = r.RowsAffected()

@@ -77,7 +77,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	}
 	err = nil
 	if n.ProviderMessageID != "" {
-		n.Receipts, err = s.receiptsFor(ctx, n.Provider, n.ProviderMessageID)
+		n.Receipts, err = s.receiptsFor(ctx, n.ID, n.Provider, n.ProviderMessageID)
 	}
 	return n, err
 }

@@ -28,10 +28,10 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 				suppress, until = r.Suppress.Reason, nullTime(r.Suppress.ExpiresAt)
 			}
 			err := tx.queryRow(`INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at,
-					source, suppress, suppress_until)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+					source, suppress, suppress_until, notification)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
 				r.Provider, r.Dedupe, r.MessageID, r.Status, nullStr(r.Detail), nullTime(r.At), ms(now),
-				nullStr(r.Source), suppress, until).Scan(&id)
+				nullStr(r.Source), suppress, until, nullInt64(r.Notification)).Scan(&id)
 			if isNoRows(err) {
 				continue // a replay
 			}
@@ -48,43 +48,101 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 	return added, err
 }
 
-// applyReceipts moves the sent notification with this provider message id
+// applyReceipts moves each sent notification with this provider message id
 // to the status its receipts add up to, and puts its address on its
 // tenant's suppression list if a receipt asks for that (a hard bounce, a
 // complaint), whatever its status: the address is dead either way.
+//
+// A receipt that names its notification applies to that one only. One
+// that names none applies only while a single notification has this
+// provider and message id: ids minted by many servers (a per-recipient
+// webhook's customers, each answering "1") can collide, and a receipt
+// about one customer's message must not bounce, or suppress the address
+// of, another's, of another tenant perhaps.
 func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
-	if _, err := tx.exec(suppressFromReceipts, provider, messageID); err != nil {
-		return fmt.Errorf("suppress from receipts: %w", err)
+	type target struct {
+		id      int64
+		unbound bool // the receipts that name no notification apply too
 	}
-	var rank sql.NullInt64
-	if err := tx.queryRow(`SELECT max(CASE status WHEN 'bounced' THEN 3 WHEN 'failed' THEN 3
-			WHEN 'delivered' THEN 2 WHEN 'complained' THEN 2 ELSE 1 END)
-		FROM receipts WHERE provider = ? AND message_id = ?`, provider, messageID).Scan(&rank); err != nil {
-		return fmt.Errorf("rank receipts: %w", err)
-	}
-	var target string
-	switch rank.Int64 {
-	case 3:
-		target = store.StatusBounced
-	case 2:
-		target = store.StatusDelivered
-	default:
-		return nil
-	}
-	_, err := tx.exec(`UPDATE notifications SET status = ?1, updated_at = ?2
-		WHERE provider = ?3 AND provider_message_id = ?4
-		  AND (status = 'sent' OR (status = 'delivered' AND ?1 = 'bounced'))`, target, ms(now), provider, messageID)
+	var ts []target
+	rows, err := tx.query(`SELECT id FROM notifications WHERE provider = ? AND provider_message_id = ? LIMIT 2`, provider, messageID)
 	if err != nil {
-		return fmt.Errorf("apply receipt: %w", err)
+		return fmt.Errorf("find the receipts' notification: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ts = append(ts, target{id: id, unbound: true})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(ts) > 1 {
+		ts = nil // ambiguous: only receipts that name theirs apply
+	}
+	rows, err = tx.query(`SELECT DISTINCT notification FROM receipts
+		WHERE provider = ? AND message_id = ? AND notification IS NOT NULL`, provider, messageID)
+	if err != nil {
+		return fmt.Errorf("find the receipts' notifications: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		if len(ts) == 0 || ts[0].id != id {
+			ts = append(ts, target{id: id})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if _, err := tx.exec(suppressFromReceipts, provider, messageID, t.id, t.unbound); err != nil {
+			return fmt.Errorf("suppress from receipts: %w", err)
+		}
+		var rank sql.NullInt64
+		if err := tx.queryRow(`SELECT max(CASE status WHEN 'bounced' THEN 3 WHEN 'failed' THEN 3
+				WHEN 'delivered' THEN 2 WHEN 'complained' THEN 2 ELSE 1 END)
+			FROM receipts WHERE provider = ?1 AND message_id = ?2 AND `+receiptAbout, provider, messageID, t.id, t.unbound).Scan(&rank); err != nil {
+			return fmt.Errorf("rank receipts: %w", err)
+		}
+		var status string
+		switch rank.Int64 {
+		case 3:
+			status = store.StatusBounced
+		case 2:
+			status = store.StatusDelivered
+		default:
+			continue
+		}
+		if _, err := tx.exec(`UPDATE notifications SET status = ?1, updated_at = ?2
+			WHERE id = ?3 AND provider = ?4 AND provider_message_id = ?5
+			  AND (status = 'sent' OR (status = 'delivered' AND ?1 = 'bounced'))`, status, ms(now), t.id, provider, messageID); err != nil {
+			return fmt.Errorf("apply receipt: %w", err)
+		}
 	}
 	return nil
 }
 
-// receiptsFor lists the receipts about one sent message, oldest first.
-func (s *Store) receiptsFor(ctx context.Context, provider, messageID string) ([]store.Receipt, error) {
+// receiptAbout holds a receipt to notification ?3: it names ?3, or names
+// none and ?4 (no other notification has its provider and message id).
+const receiptAbout = `(notification = ?3 OR (notification IS NULL AND ?4))`
+
+// receiptsFor lists the receipts about notification id, which provider
+// sent as messageID, oldest first (those that apply to it: receiptAbout).
+func (s *Store) receiptsFor(ctx context.Context, id int64, provider, messageID string) ([]store.Receipt, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at,
 			coalesce(source, ''), suppress, suppress_until
-		FROM receipts WHERE provider = ? AND message_id = ? ORDER BY id`, provider, messageID)
+		FROM receipts WHERE provider = ?1 AND message_id = ?2 AND (notification = ?3 OR (notification IS NULL
+			AND NOT EXISTS (SELECT 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2 AND id != ?3)))
+		ORDER BY id`, provider, messageID, id)
 	if err != nil {
 		return nil, fmt.Errorf("read receipts: %w", err)
 	}

@@ -15,6 +15,7 @@ func receipts(t *testing.T, open opener) {
 		{name: "StatusFollowsTheSetInAnyOrder", run: testReceiptsAnyOrder},
 		{name: "OnlyTheirProvidersNotification", run: testReceiptsOtherProvider},
 		{name: "OnlyASentNotificationMoves", run: testReceiptsOnlySent},
+		{name: "AboutOneNotification", run: testReceiptsAboutOne},
 	})
 }
 
@@ -171,5 +172,55 @@ func testReceiptsOnlySent(t *testing.T, s store.Store) {
 	addReceipts(t, s, retry, receipt("p", "m0", "bounced"))
 	if n := notification(t, s, a[0]); n.Status != store.StatusSending {
 		t.Fatalf("a receipt moved a claimed notification to %s", n.Status)
+	}
+}
+
+// A receipt is about one notification. Two that a provider's servers
+// numbered alike (a per-recipient webhook's customers, both answering
+// "1"), here of two tenants, are neither's when the receipt names only the
+// message id; a receipt that names its notification moves, suppresses and
+// is shown with that one alone; pruning one keeps the other's receipts.
+func testReceiptsAboutOne(t *testing.T, s store.Store) {
+	a := accept(t, s, t0, newEvent("acme", "e1", 1))[0].Notifications[0].ID
+	b := accept(t, s, t0, newEvent("beta", "e1", 1))[0].Notifications[0].ID
+	settleAll(t, s, t0, map[int64]outcome{a: {status: store.StatusSent, messageID: "1"}, b: {status: store.StatusSent, messageID: "1"}})
+	hard := func(r store.Receipt, about int64) store.Receipt {
+		r.Suppress, r.Notification = &store.Suppress{Reason: store.ReasonHardBounce}, about
+		return r
+	}
+	if n := addReceipts(t, s, t0, hard(receipt("p", "1", "bounced"), 0)); n != 1 {
+		t.Fatalf("added %d, want 1", n)
+	}
+	suppressed := func() []string {
+		t.Helper()
+		es, err := s.Suppressions(t.Context(), store.SuppressionFilter{}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Tenant)
+		}
+		return out
+	}
+	for _, id := range []int64{a, b} {
+		if n := notification(t, s, id); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+			t.Fatalf("a receipt naming a message id two notifications have left %d %s with receipts %+v; want sent with none", id, n.Status, n.Receipts)
+		}
+	}
+	if got := suppressed(); len(got) != 0 {
+		t.Fatalf("a receipt naming a message id two notifications have suppressed %v", got)
+	}
+	bound := hard(receipt("p", "1", "bounced"), b)
+	bound.Dedupe = "beta's"
+	addReceipts(t, s, t0, bound)
+	if n := notification(t, s, b); n.Status != store.StatusBounced || len(n.Receipts) != 1 {
+		t.Fatalf("the receipt naming it left %d %s with receipts %+v; want bounced with one", b, n.Status, n.Receipts)
+	}
+	if n := notification(t, s, a); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+		t.Fatalf("another's receipt left %d %s with receipts %+v; want sent with none", a, n.Status, n.Receipts)
+	}
+	if got := suppressed(); len(got) != 1 || got[0] != "beta" {
+		t.Fatalf("suppressed %v, want beta's address alone", got)
 	}
 }
