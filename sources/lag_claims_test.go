@@ -117,6 +117,60 @@ func TestMySQLBacklogAgeIgnoresTheServersTimeZone(t *testing.T) {
 	}
 }
 
+// PostgreSQL: a timestamptz is an instant, whatever the sessions' zones;
+// a timestamp (without time zone) is read in the tailer's session zone
+// (here its role's, UTC+5): right when the application wrote it in the
+// same zone, 5 hours off when it wrote in UTC.
+func TestPostgresBacklogAgeAndTheSessionsTimeZone(t *testing.T) {
+	t.Parallel()
+	app := setupLegacy(t, "postgres")
+	app.exec(t, `CREATE TABLE dated (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, event text NOT NULL,
+		tz timestamptz NOT NULL, local timestamp NOT NULL)`)
+	ctx := context.Background()
+	write := func(zone string) {
+		t.Helper()
+		conn, err := app.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		for _, q := range []string{`SET TimeZone = '` + zone + `'`,
+			`INSERT INTO dated (event, tz, local) VALUES ('{}', now() - interval '1 hour', now() - interval '1 hour')`} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	tailer := pgUser(t, app)
+	role := mustParse(t, tailer).User.Username()
+	app.exec(t, `ALTER ROLE `+role+` SET TimeZone = 'Asia/Karachi'`) // UTC+5 all year
+	age := func(col string, after int64) sources.Backlog {
+		t.Helper()
+		src, err := sources.Open(tailer + "&table=dated&created_column=" + col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		return backlog(t, src, after)
+	}
+	// Row 1, written in the tailer's zone: both right.
+	write("Asia/Karachi")
+	for _, col := range []string{"tz", "local"} {
+		if b := age(col, 0); b.Rows != 1 || !near(b.OldestAge, time.Hour) {
+			t.Errorf("created_column=%s, written in the tailer's zone: %+v (oldest %s), want an hour", col, b, b.OldestAge)
+		}
+	}
+	// Row 2, written in UTC: the timestamptz is right; the timestamp's
+	// wall clock is read as UTC+5's, an instant 5 hours earlier.
+	write("UTC")
+	if b := age("tz", 1); b.Rows != 1 || !near(b.OldestAge, time.Hour) {
+		t.Errorf("timestamptz written in UTC: %+v, want an hour", b)
+	}
+	if b := age("local", 1); b.Rows != 1 || !near(b.OldestAge, 6*time.Hour) {
+		t.Errorf("timestamp written in UTC, read in UTC+5: %+v, want 6 hours (5 too many)", b)
+	}
+}
+
 // counting counts a source's reads and backlog queries.
 type counting struct {
 	sources.Source

@@ -124,7 +124,8 @@ func (s *sqlDB) checkPostgres(ctx context.Context) error {
 		return err
 	}
 	// The age by the server's clock; a timestamp without time zone is
-	// taken in the session's TimeZone, as the application's now() wrote it.
+	// taken in this session's TimeZone (the server's, role's or
+	// database's default), right if the application wrote it in the same.
 	created := ""
 	if s.created != "" {
 		created = quote(s.created)
