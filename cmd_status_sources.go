@@ -147,7 +147,7 @@ func printTailStatus(w io.Writer, ss []sourceStatus) {
 			}
 			switch {
 			case s.AgeUnknown:
-				oldest = "unknown (no created_column)"
+				oldest = "unknown (no created_column, or no time in it)"
 			case s.OldestUnrelayedSeconds != nil && *s.RowsBehind > 0:
 				oldest = "created " + (time.Duration(*s.OldestUnrelayedSeconds * float64(time.Second))).Round(time.Second).String() + " ago"
 			default:

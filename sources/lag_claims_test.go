@@ -45,6 +45,27 @@ func TestSQLiteBacklogAgeOfEachTimeFormat(t *testing.T) {
 	}
 }
 
+// A row whose creation time the database cannot read as one (NULL, or
+// text that is no date) has an unknown age, not none: the rows behind
+// are not shown as just written.
+func TestSQLiteBacklogAgeOfAnUnreadableTimeIsUnknown(t *testing.T) {
+	t.Parallel()
+	app := setupLegacy(t, "sqlite")
+	app.exec(t, `CREATE TABLE undated (id INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL, made INTEGER)`)
+	app.exec(t, `INSERT INTO undated (event, made) VALUES ('{}', 'yesterday'), ('{}', NULL)`)
+	src := app.source(t, "&table=undated&created_column=made")
+	if b := backlog(t, src, 0); b.Rows != 2 || b.AgeKnown {
+		t.Fatalf("rows dated 'yesterday' and NULL: %+v, want 2 rows, their age unknown", b)
+	}
+	app.exec(t, `INSERT INTO undated (event, made) VALUES ('{}', CAST(strftime('%s', 'now') AS INTEGER) - 3600)`)
+	if b := backlog(t, src, 0); b.Rows != 3 || !b.AgeKnown || !near(b.OldestAge, time.Hour) {
+		t.Fatalf("and one an hour old: %+v, want 3 rows, the oldest known an hour old", b)
+	}
+	if b := backlog(t, src, 3); b.Rows != 0 || !b.AgeKnown {
+		t.Fatalf("nothing behind: %+v, want no rows, the age known (none)", b)
+	}
+}
+
 // MySQL/MariaDB: a DATETIME is taken as written in UTC, and a TIMESTAMP
 // as the instant it stores, whatever time zone the server gives the
 // tailer's session and whatever the application's session wrote in. The

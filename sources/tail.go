@@ -109,7 +109,7 @@ type TailStats struct {
 	// RowsBehindEstimated). OldestUnrelayed is when the oldest of them was
 	// created: its age by the database's clock, set back from this host's
 	// clock at the measurement (zero: none, or AgeUnknown: the table has
-	// no creation time column).
+	// no creation time column, or none of those rows a time in it).
 	RowsBehind          int64     `json:"rows_behind"`
 	RowsBehindEstimated bool      `json:"rows_behind_estimated,omitempty"`
 	OldestUnrelayed     time.Time `json:"oldest_unrelayed,omitzero"`
