@@ -110,7 +110,7 @@ routes:
 	if code, body := call(t, "POST", p.base+"/v1/events", "", strings.Replace(adaEvent, "evt_501", "evt_502", 1)); code != 202 && code != 200 {
 		t.Fatalf("POST /v1/events: %d %s", code, body)
 	}
-	retry := regexp.MustCompile(`tail: opening the source failed; retrying.* in=(\S+) `)
+	retry := regexp.MustCompile(`tail: opening the source failed; retrying.*? in=(\S+) `)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		b, _ := os.ReadFile(logFile)
