@@ -20,9 +20,12 @@ the config does (serve, dispatch, cron, batch send, tail ...): every key (an
 unknown one is named, with the known key it is closest to), every value's
 kind and range, ${VAR} references, routes to providers, channels with
 routes, job schedules, time zones and digest templates, batch files (present,
-readable, a known format), tail sources (opened and their table checked), and
-every provider built. Prints each problem with its line and key path and
-exits 1, or prints the routes and exits 0. No secret is printed.
+readable, a known format), tail source URLs, and every provider built; then
+it opens each tail source (its database reached, its table and columns
+checked), which the other commands leave to the tailer, so that they work
+while an application's database is down. Prints each problem with its line
+and key path and exits 1, or prints the routes and exits 0. No secret is
+printed.
 
 A --route given to serve or dispatch counts as a route for the checks; this
 command sees only the file.`,
@@ -37,8 +40,10 @@ command sees only the file.`,
 					return cli.Exit("config check takes one FILE (or --config FILE)", exitUsage)
 				}
 				// The same validation as every command that reads the
-				// config: what this passes, serve and dispatch take.
-				cfg, err := loadConfig(path, nil)
+				// config (what this passes, serve and dispatch take), and
+				// the tail: sources opened, which the others leave to the
+				// tailer.
+				cfg, err := loadConfigReaching(path, nil, true)
 				if err != nil {
 					return err
 				}

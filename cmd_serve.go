@@ -320,23 +320,18 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			background.Go(func() {
 				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, jobs) })
 			})
-			for _, tc := range s.cfg.Tail {
-				u, err := expandEnv(tc.Source)
-				if err != nil {
-					return err
-				}
-				src, err := sources.Open(u)
-				if err != nil {
-					return fmt.Errorf("tail: %w", err)
-				}
-				defer src.Close()
-				t := tailers.add(r, src, sources.TailOptions{Poll: time.Duration(tc.Poll)})
+			// Each source is opened by its tailer, on the process that holds
+			// its lease: a database that is down delays its rows only (the
+			// tailer logs and retries the open as any failure).
+			for i, tc := range s.cfg.Tail {
+				spec := s.cfg.tailSpecs[i]
+				t := tailers.add(r, spec, sources.TailOptions{Poll: time.Duration(tc.Poll)})
 				background.Go(func() {
-					r.Singly(c.Context, "tail:"+src.Name(), func(ctx context.Context) {
-						tailers.here(src.Name(), true)
-						defer tailers.here(src.Name(), false)
+					r.Singly(c.Context, "tail:"+spec.Name(), func(ctx context.Context) {
+						tailers.here(spec.Name(), true)
+						defer tailers.here(spec.Name(), false)
 						if err := t.Run(ctx); err != nil {
-							s.opts.Logger.Error("tail stopped", "source", src.Name(), "err", err)
+							s.opts.Logger.Error("tail stopped", "source", spec.Name(), "err", err)
 						}
 					})
 				})
@@ -425,19 +420,19 @@ func (ts *consoleTailers) here(name string, on bool) {
 	ts.running[name] = on
 }
 
-func (ts *consoleTailers) add(r *relay.Relay, src sources.Source, opts sources.TailOptions) *sources.Tailer {
+func (ts *consoleTailers) add(r *relay.Relay, spec *sources.Spec, opts sources.TailOptions) *sources.Tailer {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.last == nil {
 		ts.last = map[string]time.Time{}
 	}
-	name := src.Name()
+	name := spec.Name()
 	opts.OnBatch = func(sources.TailStats) {
 		ts.mu.Lock()
 		ts.last[name] = time.Now()
 		ts.mu.Unlock()
 	}
-	t := sources.NewTailer(r, src, opts)
+	t := sources.NewTailerFor(r, spec, opts)
 	ts.list = append(ts.list, t)
 	return t
 }

@@ -41,19 +41,16 @@ such; the rest are still shown.`,
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			// The tail: sources are kept open for tailStatus, which shows one
-			// that could not be opened instead of refusing the config.
-			r, s, err := openExistingKeeping(c, true, true)
+			r, s, err := openExistingSettings(c, true)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			defer s.cfg.closeTails()
 			st, err := r.Status(c.Context)
 			if err != nil {
 				return err
 			}
-			tails, err := tailStatus(c.Context, r, s.cfg.Tail, s.cfg.tailOpened)
+			tails, err := tailStatus(c.Context, r, s.cfg.tailSpecs)
 			if err != nil {
 				return err
 			}

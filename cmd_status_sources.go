@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/url"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -41,10 +40,10 @@ type sourceStatus struct {
 const measureTimeout = 15 * time.Second
 
 // tailStatus gathers every saved source's state and measures the
-// configured ones (tails: the config's tail:, opened as loadConfigKeeping
-// kept them), side by side: one that could not be opened is shown as
-// such, not an error.
-func tailStatus(ctx context.Context, r *relay.Relay, tails []TailConfig, opened []openedTail) ([]sourceStatus, error) {
+// configured ones (the config's tail:), side by side, each opened for
+// this with measureTimeout: one that cannot be reached is shown as such,
+// not an error.
+func tailStatus(ctx context.Context, r *relay.Relay, specs []*sources.Spec) ([]sourceStatus, error) {
 	states, err := r.SourceStates(ctx)
 	if err != nil {
 		return nil, err
@@ -68,13 +67,13 @@ func tailStatus(ctx context.Context, r *relay.Relay, tails []TailConfig, opened 
 	for name, st := range states {
 		byName[name] = saved(name, st)
 	}
-	measured := make([]sourceStatus, len(opened))
+	measured := make([]sourceStatus, len(specs))
 	var wg sync.WaitGroup
-	for i, o := range opened {
+	for i, spec := range specs {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, measureTimeout)
 			defer cancel()
-			measured[i] = measureSource(ctx, tails[i].Source, o, states, saved)
+			measured[i] = measureSource(ctx, spec, states, saved)
 		})
 	}
 	wg.Wait()
@@ -92,23 +91,20 @@ func tailStatus(ctx context.Context, r *relay.Relay, tails []TailConfig, opened 
 	return out, nil
 }
 
-// measureSource measures one configured source's backlog after its saved
-// state.
-func measureSource(ctx context.Context, raw string, o openedTail, states map[string]store.SourceState, saved func(string, store.SourceState) sourceStatus) sourceStatus {
-	if o.err != nil {
-		// On one line (a driver's error may span several, and a tab would
-		// break the columns). Without the source its name is unknown: the
-		// URL stands for it, its password masked (the source's errors
-		// never hold it).
-		label := "tail source"
-		if u, perr := url.Parse(raw); perr == nil {
-			label = u.Redacted()
-		}
-		return sourceStatus{Source: label, Configured: true, Unreachable: oneLine(o.err.Error(), 500)}
-	}
-	src := o.src
-	ss := saved(src.Name(), states[src.Name()])
+// measureSource opens one configured source and measures its backlog
+// after its saved state.
+func measureSource(ctx context.Context, spec *sources.Spec, states map[string]store.SourceState, saved func(string, store.SourceState) sourceStatus) sourceStatus {
+	ss := saved(spec.Name(), states[spec.Name()])
 	ss.Configured = true
+	src, err := spec.Open(ctx)
+	if err != nil {
+		// On one line: a driver's error may span several, and a tab
+		// would break the columns. (The source's errors never hold its
+		// password.)
+		ss.Unreachable = oneLine(err.Error(), 500)
+		return ss
+	}
+	defer src.Close()
 	ls, ok := src.(sources.LagSource)
 	if !ok {
 		return ss
@@ -151,7 +147,7 @@ func printTailStatus(w io.Writer, ss []sourceStatus) {
 			}
 			switch {
 			case s.AgeUnknown:
-				oldest = "unknown (no created_column)"
+				oldest = "unknown (no created_column, or no time in it)"
 			case s.OldestUnrelayedSeconds != nil && *s.RowsBehind > 0:
 				oldest = "created " + (time.Duration(*s.OldestUnrelayedSeconds * float64(time.Second))).Round(time.Second).String() + " ago"
 			default:

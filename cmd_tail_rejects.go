@@ -178,12 +178,12 @@ func rejectSource(c *cli.Context, r *relay.Relay) (string, error) {
 	if err != nil || len(rs) > 0 || !strings.Contains(v, ":") {
 		return v, err
 	}
-	src, err := sources.Open(v)
+	// Its name is known from the URL alone: the app's database may be down.
+	spec, err := sources.Parse(v)
 	if err != nil {
-		return v, nil // not a URL this binary can open: a name with no records
+		return v, nil // not a source URL: a name with no records
 	}
-	defer src.Close()
-	return src.Name(), nil
+	return spec.Name(), nil
 }
 
 // describeReject is a record's line: its event, how often and when it was

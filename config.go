@@ -101,9 +101,10 @@ type Config struct {
 	templates *templates.Set                // loaded and compiled by validate
 	shape     *shape                        // where each key is, for the line numbers of problems
 	made      map[string]providers.Provider // by reference (a provider name, or a URL in a route): built once
-	// tailOpened are the tail: sources, by index, when loadConfigKeeping
-	// kept them.
-	tailOpened []openedTail
+	// tailSpecs are the tail: sources, by index, their URLs checked and
+	// their databases not reached (nil where the URL is a problem): serve
+	// and status open them, each when it needs it.
+	tailSpecs []*sources.Spec
 }
 
 // TemplatesConfig names the directory of message templates
@@ -166,22 +167,6 @@ type PruneJob struct {
 // BatchJobConfig sends a batch file on a schedule.
 type BatchJobConfig struct {
 	File string `yaml:"file"`
-}
-
-// openedTail is a tail: source opened by loadConfigKeeping, or why not.
-type openedTail struct {
-	src sources.Source
-	err error
-}
-
-// closeTails closes the sources loadConfigKeeping kept.
-func (cfg *Config) closeTails() {
-	for _, o := range cfg.tailOpened {
-		if o.src != nil {
-			o.src.Close()
-		}
-	}
-	cfg.tailOpened = nil
 }
 
 // TailConfig is one outbox table to relay.
@@ -288,23 +273,20 @@ func (e *ConfigError) Error() string {
 // loadConfig reads a config file and validates it completely (parseConfig):
 // every command that reads the config calls it, so what one refuses the
 // others refuse too. flagRoutes are the --route flags (channel → providers):
-// they count as routes when a channel's route is checked.
+// they count as routes when a channel's route is checked. It reaches no
+// tail: source's database (their URLs are checked; serve opens them).
 func loadConfig(path string, flagRoutes map[string][]string) (*Config, error) {
-	return loadConfigKeeping(path, flagRoutes, false)
+	return loadConfigReaching(path, flagRoutes, false)
 }
 
-// loadConfigKeeping is loadConfig; with keepTails the tail: sources are
-// opened and kept for the caller (Config.tailOpened), and one that cannot
-// be opened for a reason other than its URL (the database unreachable, a
-// missing table) is the caller's to show, not a problem of the config:
-// edgerelay status shows it beside the rest instead of refusing them all.
-func loadConfigKeeping(path string, flagRoutes map[string][]string, keepTails bool) (*Config, error) {
-	cfg, problems, err := parseConfigKeeping(path, flagRoutes, keepTails)
+// loadConfigReaching is loadConfig; with reach (config check) it also
+// opens each tail: source (reachTails), a failure a problem of the file.
+func loadConfigReaching(path string, flagRoutes map[string][]string, reach bool) (*Config, error) {
+	cfg, problems, err := readConfig(path, flagRoutes, reach)
 	if err != nil {
 		return nil, err
 	}
 	if len(problems) > 0 {
-		cfg.closeTails()
 		return nil, &ConfigError{Path: path, Problems: problems}
 	}
 	return cfg, nil
@@ -316,10 +298,10 @@ func loadConfigKeeping(path string, flagRoutes map[string][]string, keepTails bo
 // read or is not YAML (a *ConfigError with the one problem); otherwise cfg
 // is what could be decoded.
 func parseConfig(path string, flagRoutes map[string][]string) (*Config, []string, error) {
-	return parseConfigKeeping(path, flagRoutes, false)
+	return readConfig(path, flagRoutes, false)
 }
 
-func parseConfigKeeping(path string, flagRoutes map[string][]string, keepTails bool) (*Config, []string, error) {
+func readConfig(path string, flagRoutes map[string][]string, reach bool) (*Config, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
@@ -361,7 +343,10 @@ func parseConfigKeeping(path string, flagRoutes map[string][]string, keepTails b
 	case !errors.Is(err, io.EOF):
 		sh.problems = append(sh.problems, problem{msg: strings.TrimPrefix(err.Error(), "yaml: ")})
 	}
-	all := append(sh.problems, cfg.validate(flagRoutes, keepTails)...)
+	all := append(sh.problems, cfg.validate(flagRoutes)...)
+	if reach {
+		all = append(all, cfg.reachTails(context.Background())...)
+	}
 	// In line order; problems with no line (none expected) last.
 	sort.SliceStable(all, func(i, j int) bool {
 		li, lj := all[i].line, all[j].line

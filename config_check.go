@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"edgerelay/batch"
@@ -46,7 +47,6 @@ type checker struct {
 	sh         *shape
 	flagRoutes map[string][]string
 	problems   []problem
-	keepTails  bool // keep the tail: sources open for the caller (loadConfigKeeping)
 }
 
 // validate checks a decoded config completely: values in range (a value
@@ -54,11 +54,11 @@ type checker struct {
 // cross-references (routes to providers, channels with routes, one kind
 // per job), schedules and time zones, digest templates (parsed and run on
 // a sample), batch files (present, readable, of a known format), tail
-// sources (opened and checked, as serve opens them), and every provider
+// sources (their URLs; reachTails opens them), and every provider
 // built (each once; build reuses them). Problems under a value the walk
 // found of the wrong kind are not reported twice.
-func (cfg *Config) validate(flagRoutes map[string][]string, keepTails bool) []problem {
-	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes, keepTails: keepTails}
+func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
+	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes}
 	if c.has("db") && cfg.DB == "" {
 		c.add(keyPath{"db"}, "db is empty (leave it out for ./edgerelay.db)")
 	}
@@ -475,15 +475,14 @@ func checkBatchFile(path string) error {
 	return nil
 }
 
-// tail opens each source as serve will (the table and its columns
-// checked, write access with mark_processed) and closes it, or keeps it
-// (keepTails).
+// tail checks each source's URL (sources.Parse) without reaching its
+// database: a command that tails nothing must work while the
+// application's database is down. The specs are kept for serve and
+// status, which open them (Config.tailSpecs).
 func (c *checker) tail() {
-	if c.keepTails {
-		c.cfg.tailOpened = make([]openedTail, len(c.cfg.Tail))
-	}
+	c.cfg.tailSpecs = make([]*sources.Spec, len(c.cfg.Tail))
 	for i, tc := range c.cfg.Tail {
-		at := keyPath{"tail", "[" + strconv.Itoa(i) + "]"}
+		at := tailKey(i)
 		c.positive(at.with("poll"), tc.Poll <= 0, time.Duration(tc.Poll), defaultTailPoll)
 		if tc.Source == "" {
 			c.add(at.with("source"), "source is required")
@@ -494,17 +493,50 @@ func (c *checker) tail() {
 			c.add(at.with("source"), "%v", err)
 			continue
 		}
-		src, err := sources.Open(u)
-		if c.keepTails && (err == nil || !errors.Is(err, sources.ErrBadURL)) {
-			c.cfg.tailOpened[i] = openedTail{src: src, err: err}
-			continue
-		}
+		spec, err := sources.Parse(u)
 		if err != nil {
 			c.add(at.with("source"), "%v", err)
 			continue
 		}
-		src.Close()
+		c.cfg.tailSpecs[i] = spec
 	}
+}
+
+func tailKey(i int) keyPath { return keyPath{"tail", "[" + strconv.Itoa(i) + "]"} }
+
+// reachTimeout bounds opening one tail: source for config check.
+const reachTimeout = 30 * time.Second
+
+// reachTails opens each tail: source as serve will (its database reached,
+// the table and its columns checked, write access with mark_processed),
+// all at once, and closes it: what config check adds to the checks of
+// every command. A source that cannot be opened is a problem at its line.
+func (cfg *Config) reachTails(ctx context.Context) []problem {
+	found := make([]error, len(cfg.tailSpecs))
+	var wg sync.WaitGroup
+	for i, spec := range cfg.tailSpecs {
+		if spec == nil {
+			continue // its URL is a problem already
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+			defer cancel()
+			src, err := spec.Open(ctx)
+			if err == nil {
+				src.Close()
+			}
+			found[i] = err
+		})
+	}
+	wg.Wait()
+	c := &checker{cfg: cfg, sh: cfg.shape}
+	for i, err := range found {
+		if err != nil {
+			// On one line: a driver's error may span several.
+			c.add(tailKey(i).with("source"), "%s", oneLine(err.Error(), 500))
+		}
+	}
+	return c.problems
 }
 
 // api checks the api: section: sizes, counts and durations positive, each

@@ -123,18 +123,13 @@ type settings struct {
 // loadSettings resolves the database path, config file, routes and
 // delivery modes. Every problem is reported, with what to fix.
 func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
-	return loadSettingsKeeping(c, stderr, false)
-}
-
-// loadSettingsKeeping is loadSettings; keepTails as loadConfigKeeping.
-func loadSettingsKeeping(c *cli.Context, stderr io.Writer, keepTails bool) (*settings, error) {
 	flagRoutes, err := routeFlags(c)
 	if err != nil {
 		return nil, err
 	}
 	cfg := &Config{}
 	if path := lookup(c, "config"); path != "" {
-		if cfg, err = loadConfigKeeping(path, flagRoutes, keepTails); err != nil {
+		if cfg, err = loadConfig(path, flagRoutes); err != nil {
 			return nil, err
 		}
 	}
@@ -262,25 +257,15 @@ func openExistingFor(c *cli.Context, readOnly bool) (*relay.Relay, error) {
 
 // openExistingSettings is openExistingFor, with the settings it read.
 func openExistingSettings(c *cli.Context, readOnly bool) (*relay.Relay, *settings, error) {
-	return openExistingKeeping(c, readOnly, false)
-}
-
-// openExistingKeeping is openExistingSettings; keepTails as
-// loadConfigKeeping.
-func openExistingKeeping(c *cli.Context, readOnly, keepTails bool) (*relay.Relay, *settings, error) {
-	s, err := loadSettingsKeeping(c, c.App.ErrWriter, keepTails)
+	s, err := loadSettings(c, c.App.ErrWriter)
 	if err != nil {
 		return nil, nil, err
 	}
 	s.opts.ReadOnly = readOnly
 	if err := dbExists(s.opts.Path); err != nil {
-		s.cfg.closeTails()
 		return nil, nil, err
 	}
 	r, err := openRelayWith(c, s)
-	if err != nil {
-		s.cfg.closeTails()
-	}
 	return r, s, err
 }
 

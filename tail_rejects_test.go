@@ -105,6 +105,17 @@ func TestTailRejectsThroughTheCLI(t *testing.T) {
 		t.Fatalf("recorded %+v; want row 2, event ord_2, a reason naming recipients", rs)
 	}
 	name := rs[0].Source
+	// The URL gives the source's name without opening it: the same list
+	// while the app's database is away.
+	if err := os.Rename(appPath, appPath+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if rs := list("--source", srcURL); len(rs) != 1 || rs[0].Source != name {
+		t.Fatalf("tail rejects list --source URL, the app's database away: %+v, want the record of %s", rs, name)
+	}
+	if err := os.Rename(appPath+".away", appPath); err != nil {
+		t.Fatal(err)
+	}
 	if c, out, e := runBin(t, bin, nil, "tail", "rejects", "list", "--db", db); c != 0 || !strings.Contains(out, "source "+name+"\n  2\tevent ord_2") || !strings.Contains(out, "recipients") {
 		t.Fatalf("tail rejects list: exit %d\n%s%s", c, out, e)
 	}

@@ -4,7 +4,9 @@
 // and edgerelay relays the events (edgerelay tail, and serve's tail: list).
 //
 // A Source reads rows in id order after a position and, if configured, marks
-// them processed. The Tailer (tail.go) runs a source: it accepts each batch
+// them processed. Parse checks a source URL without reaching its database
+// (a Spec, which is what a config keeps); Spec.Open connects and checks the
+// table, and a Tailer made by NewTailerFor does that when it runs. The Tailer (tail.go) runs a source: it accepts each batch
 // of rows through relay.AcceptAll and keeps its state (position and gaps)
 // through the relay (SourceState, SaveSourceState).
 //

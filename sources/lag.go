@@ -33,7 +33,8 @@ type Backlog struct {
 	// OldestAge is how long ago, by the database's clock, the oldest of
 	// these rows was created (0 if there are none; among the first
 	// BacklogExact after the position). AgeKnown is false when the table
-	// has no creation time column (created_column).
+	// has no creation time column (created_column), or when none of the
+	// rows has a time in it that the database can read.
 	OldestAge time.Duration
 	AgeKnown  bool
 }
@@ -70,7 +71,7 @@ func (q *lagQueries) measure(ctx context.Context, db *sql.DB, after int64, gaps 
 		}
 		b.Rows, b.Estimated = max(top-after, b.Rows), true
 	}
-	oldest := age.Int64
+	oldest, dated := age.Int64, age.Valid
 	for i := 0; i < len(gaps); i += gapChunk {
 		chunk := gaps[i:min(i+gapChunk, len(gaps))]
 		args := make([]any, 0, 2*len(chunk))
@@ -83,10 +84,15 @@ func (q *lagQueries) measure(ctx context.Context, db *sql.DB, after int64, gaps 
 			return b, err
 		}
 		b.GapRows += n
-		oldest = max(oldest, gapAge.Int64)
+		oldest, dated = max(oldest, gapAge.Int64), dated || gapAge.Valid
 	}
 	if q.dated {
 		b.OldestAge = max(0, time.Duration(oldest)*time.Microsecond)
+	}
+	// Rows behind, none with a time the database can read (NULL, or text
+	// SQLite takes for no date): their age is unknown, not nil.
+	if b.Rows+b.GapRows > 0 && !dated {
+		b.AgeKnown = false
 	}
 	return b, nil
 }

@@ -33,7 +33,7 @@ import (
 // from a cache refreshed only when nobody has read it for 0.1 s: a tailer
 // polling it, or a monitor, can keep it frozen from before a transaction
 // began, and a gap would close under that transaction.)
-func openMySQL(u *url.URL) (Source, error) {
+func parseMySQL(u *url.URL) (*Spec, error) {
 	s := &sqlDB{}
 	q, err := s.serverURL(u, "tls")
 	if err != nil {
@@ -72,10 +72,6 @@ func openMySQL(u *url.URL) (Source, error) {
 	if err != nil {
 		return nil, bad("%v", s.scrub(err))
 	}
-	s.db = sql.OpenDB(conn)
-	s.db.SetMaxOpenConns(2)
-	s.db.SetConnMaxIdleTime(time.Minute)
-
 	bq := func(name string) string { return "`" + name + "`" }
 	t, o := bq(s.table), bq(s.cols.order)
 	sel := s.cols.list(bq, func(c string) string { return c })
@@ -84,7 +80,6 @@ func openMySQL(u *url.URL) (Source, error) {
 		return fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT ?", sel, t, betweens(o, n, func(int) string { return "?" }), o)
 	}
 	s.clockQ = "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
-	s.horizon = s.innodbHorizon
 	s.horizonErr = func(err error) error {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && (me.Number == 1227 || me.Number == 1142) { // access denied: PROCESS needed
@@ -94,13 +89,20 @@ func openMySQL(u *url.URL) (Source, error) {
 	}
 	s.canSeeTxns = true
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.checkMySQL(ctx); err != nil {
-		s.db.Close()
-		return nil, fmt.Errorf("source %s: %w", s.name, s.scrub(err))
-	}
-	return s, nil
+	return &Spec{name: s.name, open: func(ctx context.Context) (Source, error) {
+		c := *s // each open its own: the check fills in what the table has
+		c.db = sql.OpenDB(conn)
+		c.db.SetMaxOpenConns(2)
+		c.db.SetConnMaxIdleTime(time.Minute)
+		c.horizon = c.innodbHorizon
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := c.checkMySQL(ctx); err != nil {
+			c.db.Close()
+			return nil, fmt.Errorf("source %s: %w", c.name, c.scrub(err))
+		}
+		return &c, nil
+	}}, nil
 }
 
 func (s *sqlDB) checkMySQL(ctx context.Context) error {

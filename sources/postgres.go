@@ -26,7 +26,7 @@ import (
 // prepared transaction exists), which sees every session's only for a
 // superuser or a member of pg_read_all_stats; without that, gaps close
 // only after gap_timeout.
-func openPostgres(u *url.URL) (Source, error) {
+func parsePostgres(u *url.URL) (*Spec, error) {
 	s := &sqlDB{}
 	rest, err := s.serverURL(u, "sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name", "search_path", "target_session_attrs")
 	if err != nil {
@@ -51,10 +51,6 @@ func openPostgres(u *url.URL) (Source, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
-	s.db = stdlib.OpenDB(*cfg)
-	s.db.SetMaxOpenConns(2)
-	s.db.SetConnMaxIdleTime(time.Minute)
-
 	t, o := quote(s.table), quote(s.cols.order)
 	sel := s.cols.list(quote, func(c string) string { return c + "::text" })
 	s.readQ = fmt.Sprintf(`SELECT %s FROM %s WHERE %s > $1 ORDER BY %s LIMIT $2`, sel, t, o, o)
@@ -74,13 +70,19 @@ func openPostgres(u *url.URL) (Source, error) {
 			AND datname = current_database()
 			AND backend_type NOT IN ('autovacuum worker', 'autovacuum launcher', 'walsender')`
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.checkPostgres(ctx); err != nil {
-		s.db.Close()
-		return nil, fmt.Errorf("source %s: %w", s.name, s.scrub(err))
-	}
-	return s, nil
+	return &Spec{name: s.name, open: func(ctx context.Context) (Source, error) {
+		c := *s // each open its own: the check fills in what the table has
+		c.db = stdlib.OpenDB(*cfg)
+		c.db.SetMaxOpenConns(2)
+		c.db.SetConnMaxIdleTime(time.Minute)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := c.checkPostgres(ctx); err != nil {
+			c.db.Close()
+			return nil, fmt.Errorf("source %s: %w", c.name, c.scrub(err))
+		}
+		return &c, nil
+	}}, nil
 }
 
 func (s *sqlDB) checkPostgres(ctx context.Context) error {
@@ -122,7 +124,8 @@ func (s *sqlDB) checkPostgres(ctx context.Context) error {
 		return err
 	}
 	// The age by the server's clock; a timestamp without time zone is
-	// taken in the session's TimeZone, as the application's now() wrote it.
+	// taken in this session's TimeZone (the server's, role's or
+	// database's default), right if the application wrote it in the same.
 	created := ""
 	if s.created != "" {
 		created = quote(s.created)

@@ -76,32 +76,63 @@ var ErrNoHorizon = errors.New("cannot see the open transactions")
 // Errors about the database itself (a missing table) are not ErrBadURL.
 var ErrBadURL = errors.New("bad source URL")
 
-// openers maps a URL scheme to its source. Adding a database is one file
+// openers maps a URL scheme to its source: each reads and checks the URL
+// without I/O and returns how to open it. Adding a database is one file
 // and one line here.
-var openers = map[string]func(u *url.URL) (Source, error){
-	"sqlite":     openSQLite,
-	"postgres":   openPostgres,
-	"postgresql": openPostgres,
-	"mysql":      openMySQL,
-	"mariadb":    openMySQL,
+var openers = map[string]func(u *url.URL) (*Spec, error){
+	"sqlite":     parseSQLite,
+	"postgres":   parsePostgres,
+	"postgresql": parsePostgres,
+	"mysql":      parseMySQL,
+	"mariadb":    parseMySQL,
 }
 
-// Open opens the source a URL names, e.g.
-//
-//	sqlite:///srv/app/app.db?table=edgerelay_outbox&column=event&mark_processed=true
-//
-// It checks that the table and its columns exist before returning.
-func Open(rawURL string) (Source, error) {
+// Spec is a source URL read and checked, its database not reached: what
+// a config holds for a source until a tailer opens it, so that a command
+// that tails nothing works while the application's database is down, and
+// a malformed URL is refused all the same.
+type Spec struct {
+	name string
+	open func(ctx context.Context) (Source, error)
+}
+
+// Parse reads a source URL (see Open) and checks everything it says: the
+// scheme, the parameters, the names. It reaches no database and reads no
+// file; every error is ErrBadURL.
+func Parse(rawURL string) (*Spec, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url's error quotes the whole URL, which may hold a password.
 		return nil, fmt.Errorf("%w: cannot parse it (want e.g. sqlite:///path/app.db?table=edgerelay_outbox)", ErrBadURL)
 	}
-	open, ok := openers[u.Scheme]
+	parse, ok := openers[u.Scheme]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s: unknown scheme %q (supported: %s)", ErrBadURL, u.Redacted(), u.Scheme, strings.Join(schemes(), ", "))
 	}
-	return open(u)
+	return parse(u)
+}
+
+// Name is the name the source's state is kept under (Source.Name), known
+// before it is opened.
+func (s *Spec) Name() string { return s.name }
+
+// Open reaches the database and checks that the table and its columns
+// exist, within ctx and a bound of its own (30 s on a server; the busy
+// timeout and 10 s on SQLite). Each call opens a new Source.
+func (s *Spec) Open(ctx context.Context) (Source, error) { return s.open(ctx) }
+
+// Open opens the source a URL names, e.g.
+//
+//	sqlite:///srv/app/app.db?table=edgerelay_outbox&column=event&mark_processed=true
+//
+// It checks that the table and its columns exist before returning:
+// Parse, then Spec.Open.
+func Open(rawURL string) (Source, error) {
+	sp, err := Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return sp.Open(context.Background())
 }
 
 func schemes() []string {

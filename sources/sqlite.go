@@ -58,6 +58,7 @@ type SQLite struct {
 	// queries (lag.go).
 	created string
 	lag     lagQueries
+	busy    time.Duration // busy_timeout
 }
 
 var (
@@ -70,7 +71,7 @@ var sqliteParams = append([]string{"table", "mark_processed", "busy_timeout", "n
 // markChunk bounds the ids of one UPDATE (SQLite caps bound parameters).
 const markChunk = 500
 
-func openSQLite(u *url.URL) (Source, error) {
+func parseSQLite(u *url.URL) (*Spec, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrBadURL, u.Redacted(), fmt.Sprintf(format, args...))
 	}
@@ -113,9 +114,9 @@ func openSQLite(u *url.URL) (Source, error) {
 			return nil, bad("mark_processed=%q: want true or false", v)
 		}
 	}
-	busy := 5 * time.Second
+	s.busy = 5 * time.Second
 	if v := q.Get("busy_timeout"); v != "" {
-		if busy, err = time.ParseDuration(v); err != nil || busy < 0 {
+		if s.busy, err = time.ParseDuration(v); err != nil || s.busy < 0 {
 			return nil, bad("busy_timeout=%q: want a duration such as 5s", v)
 		}
 	}
@@ -126,6 +127,14 @@ func openSQLite(u *url.URL) (Source, error) {
 	if v := q.Get("name"); v != "" {
 		s.name = v
 	}
+	return &Spec{name: s.name, open: func(ctx context.Context) (Source, error) {
+		c := *s // each open its own: check fills in what the table has
+		return c.open(ctx)
+	}}, nil
+}
+
+// open opens the database and checks the table.
+func (s *SQLite) open(ctx context.Context) (Source, error) {
 	// Opening read-write would create a missing file: an empty database
 	// at a mistyped path would then be "tailed" forever.
 	if fi, err := os.Stat(s.path); err != nil {
@@ -135,7 +144,7 @@ func openSQLite(u *url.URL) (Source, error) {
 	}
 
 	dq := url.Values{}
-	dq.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	dq.Add("_pragma", "busy_timeout("+strconv.FormatInt(s.busy.Milliseconds(), 10)+")")
 	if s.mark {
 		dq.Set("mode", "rw") // not rwc: never create
 		dq.Set("_txlock", "immediate")
@@ -151,7 +160,7 @@ func openSQLite(u *url.URL) (Source, error) {
 	// connection holds no more of the application's locks than needed.
 	db.SetMaxOpenConns(1)
 	s.db = db
-	ctx, cancel := context.WithTimeout(context.Background(), busy+10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, s.busy+10*time.Second)
 	defer cancel()
 	if err := s.check(ctx); err != nil {
 		db.Close()

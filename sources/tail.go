@@ -109,7 +109,7 @@ type TailStats struct {
 	// RowsBehindEstimated). OldestUnrelayed is when the oldest of them was
 	// created: its age by the database's clock, set back from this host's
 	// clock at the measurement (zero: none, or AgeUnknown: the table has
-	// no creation time column).
+	// no creation time column, or none of those rows a time in it).
 	RowsBehind          int64     `json:"rows_behind"`
 	RowsBehindEstimated bool      `json:"rows_behind_estimated,omitempty"`
 	OldestUnrelayed     time.Time `json:"oldest_unrelayed,omitzero"`
@@ -144,8 +144,12 @@ const (
 // with Run; Stats may be called from any goroutine.
 type Tailer struct {
 	r    *relay.Relay
-	src  Source
+	src  Source // on Run's goroutine when spec is set
 	opts TailOptions
+	// spec, if set, is what Run opens src from, and closes it again when
+	// it returns (NewTailerFor).
+	spec *Spec
+	name string
 
 	warnedHorizon bool      // on Run's goroutine
 	lagAt         time.Time // when the backlog was last queried; on Run's goroutine
@@ -161,6 +165,12 @@ type Tailer struct {
 
 // NewTailer returns a tailer of src into r. It does not start it.
 func NewTailer(r *relay.Relay, src Source, opts TailOptions) *Tailer {
+	t := newTailer(r, src.Name(), opts)
+	t.src = src
+	return t
+}
+
+func newTailer(r *relay.Relay, name string, opts TailOptions) *Tailer {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
@@ -170,7 +180,18 @@ func NewTailer(r *relay.Relay, src Source, opts TailOptions) *Tailer {
 	if opts.LagEvery <= 0 {
 		opts.LagEvery = 2 * time.Second
 	}
-	return &Tailer{r: r, src: src, opts: opts, stats: TailStats{Source: src.Name()}}
+	return &Tailer{r: r, name: name, opts: opts, stats: TailStats{Source: name}}
+}
+
+// NewTailerFor returns a tailer of the source spec names into r, which
+// opens it only when it runs: Run opens it (retrying with backoff while
+// the database cannot be reached, logged) and closes it when it returns,
+// so a process that does not run the tailer (another holds the source's
+// lease) holds no connection to the application's database.
+func NewTailerFor(r *relay.Relay, spec *Spec, opts TailOptions) *Tailer {
+	t := newTailer(r, spec.Name(), opts)
+	t.spec = spec
+	return t
 }
 
 // Tail relays src into r until ctx ends: NewTailer(r, src, opts).Run(ctx).
@@ -193,9 +214,13 @@ func (t *Tailer) Stats() TailStats {
 // backoff; the only error returned is a closed relay (store.ErrClosed).
 // Running two tailers of one source (two processes) is safe: each accepts
 // what the other did as a duplicate, and the saved position only moves
-// forward.
+// forward. A tailer made by NewTailerFor opens its source first (a
+// failure is retried as any, until ctx ends) and closes it on return.
 func (t *Tailer) Run(ctx context.Context) error {
-	name := t.src.Name()
+	name := t.name
+	if t.src != nil {
+		name = t.src.Name()
+	}
 	log := t.r.Log().With("source", name)
 	wait := t.opts.Poll
 	var onceErr error
@@ -209,6 +234,23 @@ func (t *Tailer) Run(ctx context.Context) error {
 		ok := sleepCtx(ctx, wait)
 		wait = min(2*wait, max(t.opts.Poll, maxTailBackoff))
 		return ok
+	}
+	if t.spec != nil {
+		for t.src == nil {
+			src, err := t.spec.Open(ctx)
+			if err == nil {
+				t.src = src
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !backoff("opening the source", err) {
+				return onceErr
+			}
+		}
+		defer func() { t.src.Close(); t.src = nil }()
+		wait = t.opts.Poll
 	}
 
 	var st store.SourceState

@@ -634,3 +634,77 @@ func TestTailOnceReturnsAFailure(t *testing.T) {
 		t.Fatalf("run after the failure: %+v, want only row 6", st)
 	}
 }
+
+// A tailer made from a Spec opens its source when it runs, not before:
+// while the database is not there it retries (counted as errors), and
+// once it is, it relays; run again (a lease taken back), it opens the
+// source anew and goes on. With Once the failure to open is returned.
+func TestTailerForOpensItsSourceWhenItRuns(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, relay.Options{})
+	path := filepath.Join(t.TempDir(), "app.db")
+	spec, err := sources.Parse("sqlite://" + path)
+	if err != nil {
+		t.Fatalf("Parse of a source whose file is not there yet: %v, want it accepted (nothing is opened)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	err = sources.NewTailerFor(r, spec, sources.TailOptions{Once: true}).Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "opening the source") || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("Once, the file missing: %v, want the failure to open", err)
+	}
+
+	tl := sources.NewTailerFor(r, spec, sources.TailOptions{Poll: 5 * time.Millisecond})
+	if st := tl.Stats(); st.Source != spec.Name() {
+		t.Fatalf("stats of a tailer not run: %+v, want the source's name %q", st, spec.Name())
+	}
+	run := func() (stop func()) {
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- tl.Run(rctx) }()
+		return func() {
+			rcancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v, want nil when ctx ends", err)
+			}
+		}
+	}
+	wait := func(what string, ok func(sources.TailStats) bool) {
+		t.Helper()
+		deadline := time.Now().Add(bound)
+		for !ok(tl.Stats()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: %+v", what, tl.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	stop := run()
+	wait("two failed opens", func(s sources.TailStats) bool { return s.Errors >= 2 })
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ddl, err := os.ReadFile("../outbox.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(string(ddl)); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(i int) {
+		if _, err := db.Exec(`INSERT INTO edgerelay_outbox (event) VALUES (?)`, string(mustJSON(orderEvent(i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		insert(i)
+	}
+	wait("the rows, once the database is there", func(s sources.TailStats) bool { return s.Position == 3 && s.Accepted == 3 })
+	stop()
+	insert(4)
+	stop = run()
+	wait("row 4, after running again", func(s sources.TailStats) bool { return s.Position == 4 && s.Accepted == 4 })
+	stop()
+}
