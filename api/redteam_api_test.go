@@ -83,17 +83,7 @@ func TestRedteamTemplateHelpersRefuseWhatTheyCannotFormat(t *testing.T) {
 func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	t.Parallel()
 	secret := newSecret(t)
-	customer := func() *httptest.Server {
-		// Each customer's server numbers its own messages from 1.
-		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"id": "1"}`)
-		}))
-		t.Cleanup(s.Close)
-		return s
-	}
-	acmeCustomer, betaCustomer := customer(), customer()
+	acmeCustomer, betaCustomer := customerNumberingFrom1(t), customerNumberingFrom1(t)
 	route, err := providers.New("webhook+http://customers?to=recipient&allow=127.0.0.1&allow_private=true&name=customers&secret=" + url.QueryEscape(secret))
 	if err != nil {
 		t.Fatal(err)
@@ -173,16 +163,7 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 // suppressed as a complaint.
 func TestRedteamBounceReportOfOneTenantSuppressesAnotherTenantsWebhook(t *testing.T) {
 	t.Parallel()
-	customer := func() *httptest.Server {
-		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"id": "1"}`)
-		}))
-		t.Cleanup(s.Close)
-		return s
-	}
-	acmeCustomer, betaCustomer := customer(), customer()
+	acmeCustomer, betaCustomer := customerNumberingFrom1(t), customerNumberingFrom1(t)
 	route, err := providers.New("webhook+http://customers?to=recipient&allow=127.0.0.1&allow_private=true&name=customers")
 	if err != nil {
 		t.Fatal(err)
@@ -220,4 +201,16 @@ func TestRedteamBounceReportOfOneTenantSuppressesAnotherTenantsWebhook(t *testin
 	if rep.status != http.StatusOK || strings.Contains(string(rep.body), betaCustomer.URL) {
 		t.Errorf("beta's suppression list after acme's own report: %s, want it without beta's customer", rep)
 	}
+}
+
+// customerNumberingFrom1 is a customer's webhook server that answers every
+// message with id 1, as one that numbers its own messages from 1 does.
+func customerNumberingFrom1(t *testing.T) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id": "1"}`)
+	}))
+	t.Cleanup(s.Close)
+	return s
 }
