@@ -17,8 +17,8 @@ package main
 // SQLite drill (drill_test.go), whose checks and ledger it shares:
 // honoured-keys (every acknowledged notification delivered exactly once)
 // and no-keys (at-most-once otp: at most one delivery, unknown only after an
-// interrupted attempt; at-least-once notice: every extra delivery matched
-// by an attempt a kill interrupted). On top of those: every scheduled run
+// attempt of unknown outcome; at-least-once notice: every extra delivery
+// matched by an attempt of unknown outcome, a kill's or a lost answer's). On top of those: every scheduled run
 // from the first to the last ran, once (its event exists once and was
 // delivered as its type says), every order's event was accepted once from
 // the outbox and delivered, and every lease a killed node held (the

@@ -21,8 +21,10 @@ package main
 //     "otp" is at-most-once, type "notice" at-least-once. otp: at most one
 //     delivery each, those whose outcome a kill lost end unknown (listed).
 //     notice: at least one delivery each, and every extra delivery of a key
-//     is matched by an attempt of that key that a kill interrupted ("lease
-//     expired" in its attempt log).
+//     is matched by an attempt of that key of unknown outcome: one a kill
+//     interrupted ("lease expired" in its attempt log), or one whose answer
+//     was lost (a timeout on a loaded machine), as the guarantee says.
+//     Kills interrupt at least as many attempts as they hit claims or calls.
 //
 // Each variant logs one `ledger:` line. Defaults (300 events, 7 kills) keep
 // the test well under 30 s on a 2-core machine; EDGERELAY_DRILL_LONG=1 runs
@@ -626,7 +628,7 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 		perKey[dl.Key]++
 	}
 	known := map[string]bool{}
-	var acked, notes, delivered, duplicates, unknown, lost, interrupted int
+	var acked, notes, delivered, duplicates, unknown, lost, interrupted, unexplained int
 	var unknownList []string
 	for _, e := range d.events {
 		if !e.acked {
@@ -646,14 +648,22 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 				lost++
 				continue
 			}
-			recovered := 0
+			// recovered counts the attempts a kill interrupted; maybe, those
+			// whose outcome is unknown (those, and calls whose answer was
+			// lost: a timeout on a loaded machine): by the guarantee, each
+			// may have delivered, and only they explain an extra copy.
+			recovered, maybe := 0, 0
 			for _, a := range n.AttemptLog {
 				if strings.Contains(a.Detail, "lease expired") {
 					recovered++
 				}
+				if a.Outcome == "unknown" {
+					maybe++
+				}
 			}
 			interrupted += recovered
 			c := perKey[an.Key]
+			unexplained += max(0, c-1-maybe)
 			if c > 0 {
 				delivered++
 			}
@@ -664,8 +674,8 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 				unknown++
 				unknownList = append(unknownList, fmt.Sprintf("%d %s (%s, delivered %d)", n.ID, n.Key, e.ev.ID, c))
 			}
-			what := fmt.Sprintf("notification %d key %s (event %s, type %s): status %s, %d deliveries, %d attempts (%d interrupted)",
-				n.ID, n.Key, e.ev.ID, n.Type, n.Status, c, len(n.AttemptLog), recovered)
+			what := fmt.Sprintf("notification %d key %s (event %s, type %s): status %s, %d deliveries, %d attempts (%d interrupted, %d unknown)",
+				n.ID, n.Key, e.ev.ID, n.Type, n.Status, c, len(n.AttemptLog), recovered, maybe)
 			switch {
 			case d.honour:
 				// Exactly once in effect, whatever the type.
@@ -686,8 +696,8 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 					t.Errorf("at-most-once delivered more than once: %s", what)
 				case n.Status == store.StatusSent && c != 1:
 					t.Errorf("at-most-once sent but not delivered: %s", what)
-				case n.Status == store.StatusUnknown && recovered == 0:
-					t.Errorf("at-most-once unknown without an interrupted attempt: %s", what)
+				case n.Status == store.StatusUnknown && maybe == 0:
+					t.Errorf("at-most-once unknown without an attempt of unknown outcome: %s", what)
 				case n.Status != store.StatusSent && n.Status != store.StatusUnknown:
 					t.Errorf("at-most-once: %s; want sent or unknown", what)
 				}
@@ -700,8 +710,8 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 				switch {
 				case c == 0 || n.Status != store.StatusSent:
 					t.Errorf("at-least-once: %s; want sent, delivered at least once", what)
-				case c-1 > recovered:
-					t.Errorf("at-least-once duplicate not explained by an interrupted attempt: %s", what)
+				case c-1 > maybe:
+					t.Errorf("at-least-once duplicate not explained by an attempt of unknown outcome: %s", what)
 				}
 			}
 		}
@@ -725,15 +735,15 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 	if total != int64(notes+len(others)) || status.Counts[store.StatusSent]+status.Counts[store.StatusUnknown] != total {
 		t.Errorf("statuses %v: want %d notifications, all sent or unknown", status.Counts, notes+len(others))
 	}
-	if !d.honour && duplicates > interrupted {
-		t.Errorf("%d duplicated deliveries, more than the %d attempts interrupted by kills", duplicates, interrupted)
+	if !d.honour && unexplained > 0 {
+		t.Errorf("%d of %d duplicated deliveries not explained by an attempt of unknown outcome (%d interrupted by kills)", unexplained, duplicates, interrupted)
 	}
 	// Each claimed or called kill left at least one attempt in flight.
 	if floor := d.kills["claimed"] + d.kills["called"]; interrupted < floor {
 		t.Errorf("%d interrupted attempts recovered, fewer than the %d claimed/called kills", interrupted, floor)
 	}
 	for _, u := range unknownList {
-		t.Logf("unknown (at-most-once, outcome lost to a kill): %s", u)
+		t.Logf("unknown (at-most-once, outcome lost to a kill or a timeout): %s", u)
 	}
 	var kills []string
 	nk := 0
