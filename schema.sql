@@ -276,7 +276,7 @@ CREATE TABLE templates (
     version    INTEGER NOT NULL CHECK (version >= 1),
     parts      TEXT    NOT NULL,
     created_at INTEGER NOT NULL,
-    retired_at INTEGER,
+    retired_at INTEGER, changed_gen INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, name, channel, locale, version)
 ) WITHOUT ROWID;
 
@@ -352,6 +352,8 @@ CREATE INDEX request_keys_expires ON request_keys (expires_at);
 CREATE INDEX source_rejects_retry ON source_rejects (source, row_id) WHERE retry_at IS NOT NULL;
 
 CREATE INDEX suppressions_expires ON suppressions (expires_at) WHERE expires_at IS NOT NULL;
+
+CREATE INDEX templates_changed ON templates (changed_gen);
 
 CREATE INDEX throttle_slots_taken ON throttle_slots (taken_at);
 

@@ -346,9 +346,11 @@ CREATE TABLE templates (
     parts text NOT NULL,
     created_at bigint NOT NULL,
     retired_at bigint,
+    changed_gen bigint NOT NULL DEFAULT 0,
     CONSTRAINT templates_pkey PRIMARY KEY (tenant, name, channel, locale, version),
     CONSTRAINT templates_version_check CHECK ((version >= 1))
 );
+CREATE INDEX templates_changed ON templates USING btree (changed_gen);
 
 CREATE TABLE tenant_keys (
     tenant text NOT NULL,
