@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,8 +57,10 @@ type storedState struct {
 	// byKey is every stored key's latest version as loaded. A published
 	// map is never written: a refresh copies it and publishes the copy.
 	byKey map[store.TemplateKey]storedEntry
-	// ready is loaded, read without tmu by accepts.
+	// ready is loaded, read without tmu by accepts; first queues the
+	// accepts that find it false, so that one of them loads.
 	ready atomic.Bool
+	first sync.Mutex
 	// compiles counts the stored templates compiled (tests read it).
 	compiles atomic.Int64
 }
@@ -89,8 +92,12 @@ func (r *Relay) SetTemplates(s *templates.Set) {
 // reading the stored ones first if nothing has yet.
 func (r *Relay) Templates(ctx context.Context) (*templates.Set, error) {
 	if !r.stored.ready.Load() {
-		if err := r.RefreshTemplates(ctx); err != nil {
-			return nil, fmt.Errorf("read stored templates: %w", err)
+		r.stored.first.Lock()
+		defer r.stored.first.Unlock()
+		if !r.stored.ready.Load() {
+			if err := r.RefreshTemplates(ctx); err != nil {
+				return nil, fmt.Errorf("read stored templates: %w", err)
+			}
 		}
 	}
 	return r.templates.Load(), nil

@@ -257,3 +257,26 @@ func BenchmarkTemplateRefreshAfterOneChange(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(reader.stored.compiles.Load()-1000)/float64(b.N), "compiles/op")
 }
+
+// Accepts that start together on a relay that has not read its stored
+// templates yet compile them once between them, not once each.
+func TestStoredTemplatesFirstLoadOnce(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "relay.db")
+	putReceipts(t, setupRelay(t, Options{Path: db}), 5)
+	b := setupRelay(t, Options{Path: db})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if set, err := b.Templates(context.Background()); err != nil || set.Len() != 5 {
+				t.Errorf("a first use got %v templates (%v), want 5", set.Len(), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := b.stored.compiles.Load(); got != 5 {
+		t.Errorf("8 first uses at once compiled %d, want 5", got)
+	}
+}
