@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"edgerelay/internal/pgtest"
 	"edgerelay/providers"
 	"edgerelay/templates"
 )
@@ -50,7 +51,18 @@ func subjectOf(t *testing.T, set *templates.Set, name string) (string, bool) {
 // set already handed to an accept is never changed under it.
 func TestTemplateRefreshCompilesOnlyWhatChanged(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(t.TempDir(), "relay.db")
+	for name, db := range map[string]func() string{
+		"SQLite":     func() string { return filepath.Join(t.TempDir(), "relay.db") },
+		"PostgreSQL": func() string { return pgtest.Start(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testTemplateRefreshCompilesOnlyWhatChanged(t, db())
+		})
+	}
+}
+
+func testTemplateRefreshCompilesOnlyWhatChanged(t *testing.T, db string) {
 	a := setupRelay(t, Options{Path: db})
 	b := setupRelay(t, Options{Path: db})
 	ctx := context.Background()
