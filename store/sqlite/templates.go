@@ -173,12 +173,12 @@ func (s *Store) latestTemplates(ctx context.Context, where string, args ...any) 
 	// the templates listed.
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, 0, fmt.Errorf("read templates: %w", err)
+		return nil, 0, fmt.Errorf("read templates: %w", s.closedOr(err))
 	}
 	defer tx.Rollback()
 	var gen int64
 	if err := tx.QueryRowContext(ctx, readGeneration).Scan(&gen); err != nil {
-		return nil, 0, fmt.Errorf("read templates: %w", err)
+		return nil, 0, fmt.Errorf("read templates: %w", s.closedOr(err))
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT t.tenant, t.name, t.channel, t.locale, t.version, t.parts, t.created_at, t.retired_at
 		FROM templates t
@@ -211,9 +211,25 @@ func (s *Store) latestTemplates(ctx context.Context, where string, args ...any) 
 func (s *Store) TemplateGeneration(ctx context.Context) (int64, error) {
 	var gen int64
 	if err := s.rdb.QueryRowContext(ctx, readGeneration).Scan(&gen); err != nil {
-		return 0, fmt.Errorf("read template generation: %w", err)
+		return 0, fmt.Errorf("read template generation: %w", s.closedOr(err))
 	}
 	return gen, nil
+}
+
+// closedOr is store.ErrClosed if the store is closed (database/sql says
+// only "sql: database is closed"), as a write and the PostgreSQL store
+// say: an accept's first read of the stored templates, on a closed relay,
+// is refused as its write would be.
+func (s *Store) closedOr(err error) error {
+	if s.w != nil {
+		s.w.mu.RLock()
+		closed := s.w.closed
+		s.w.mu.RUnlock()
+		if closed {
+			return store.ErrClosed
+		}
+	}
+	return err
 }
 
 // The generation row is made by the first change (an upsert), so a

@@ -22,6 +22,7 @@ func templatesSuite(t *testing.T, open opener) {
 		{name: "TenantsApart", run: testTemplateTenants},
 		{name: "ConcurrentPutsGetDistinctVersions", run: testTemplateConcurrentPuts},
 		{name: "ChangesSinceAGeneration", run: testTemplateChanges},
+		{name: "ReadsAfterCloseAreErrClosed", run: testTemplateReadsAfterClose},
 	})
 }
 
@@ -246,4 +247,23 @@ func testTemplateChanges(t *testing.T, s store.Store) {
 	if err != nil || len(ch) != 1 || ch[0].TemplateKey != keys[3] || ch[0].Version != 2 || ch[0].RetiredAt != nil || g2 <= g1 {
 		t.Fatalf("changes since %d = %+v, %d, %v; want n3 version 2, live", g1, ch, g2, err)
 	}
+}
+
+// A relay reads its stored templates at its first accept: on a closed
+// store that read is refused with ErrClosed, as the accept's write would
+// be, not with the driver's own words.
+func testTemplateReadsAfterClose(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, _, err := s.PutTemplate(ctx, tkey, map[string]string{"text": "one"}, time.UnixMilli(1_700_000_000_000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.TemplateGeneration(ctx)
+	wantErr(t, "TemplateGeneration after Close", err, store.ErrClosed)
+	_, _, err = s.TemplateChanges(ctx, 0)
+	wantErr(t, "TemplateChanges after Close", err, store.ErrClosed)
+	_, _, err = s.LatestTemplates(ctx, "")
+	wantErr(t, "LatestTemplates after Close", err, store.ErrClosed)
 }
