@@ -326,9 +326,16 @@ func (r *Relay) RetireTemplate(ctx context.Context, key store.TemplateKey) (stor
 // refreshAfterChange makes this node's accepts use a change at once. A
 // process that has not read its stored templates yet (`template set`)
 // has nothing to refresh: its first use reads them, this change included.
+// A first read under way may have read before the change: it is waited
+// for, and the refresh then follows it.
 func (r *Relay) refreshAfterChange(ctx context.Context, fresh *templates.Template) error {
 	if !r.stored.ready.Load() {
-		return nil
+		r.stored.first.Lock()
+		ready := r.stored.ready.Load()
+		r.stored.first.Unlock()
+		if !ready {
+			return nil
+		}
 	}
 	if err := r.refreshTemplates(ctx, fresh); err != nil {
 		return fmt.Errorf("saved, but this node's templates are not refreshed yet (within the refresh period): %w", err)
