@@ -1,4 +1,4 @@
--- 0020: as store/sqlite's 0020: the template generation of each row's
+-- 0021: as store/sqlite's 0021: the template generation of each row's
 -- last change (its version made, or retired), so that a refresh reads only
 -- the keys changed since the generation it loaded. Rows from before are 0.
 ALTER TABLE templates ADD COLUMN changed_gen bigint NOT NULL DEFAULT 0;

@@ -1,4 +1,4 @@
--- 0020: the template generation of each row's last change (its version
+-- 0021: the template generation of each row's last change (its version
 -- made, or retired), so that a node refreshing its templates reads only
 -- the keys changed since the generation it loaded, not all of them. Rows
 -- from before are 0: a node loads everything once at start.
