@@ -244,6 +244,11 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			defer r.Close()
 			metrics.Watch(r)
 			opts.Metrics = metrics
+			// Stored templates are compiled now, not by the first accept, and
+			// one that no longer compiles is logged at start.
+			if err := r.RefreshTemplates(c.Context); err != nil {
+				return fmt.Errorf("read stored templates: %w", err)
+			}
 
 			stored, err := r.HasTokens(c.Context)
 			if err != nil {

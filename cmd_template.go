@@ -103,7 +103,9 @@ field, named with the template's file and line), 1 no config or templates.`,
 					}
 					if r != nil {
 						defer r.Close()
-						set = r.Templates()
+						if set, err = r.Templates(c.Context); err != nil {
+							return err
+						}
 					}
 					b, err := os.ReadFile(c.String("recipient"))
 					if err != nil {

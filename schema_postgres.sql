@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 20: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 21: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -346,9 +346,11 @@ CREATE TABLE templates (
     parts text NOT NULL,
     created_at bigint NOT NULL,
     retired_at bigint,
+    changed_gen bigint NOT NULL DEFAULT 0,
     CONSTRAINT templates_pkey PRIMARY KEY (tenant, name, channel, locale, version),
     CONSTRAINT templates_version_check CHECK ((version >= 1))
 );
+CREATE INDEX templates_changed ON templates USING btree (changed_gen);
 
 CREATE TABLE tenant_keys (
     tenant text NOT NULL,

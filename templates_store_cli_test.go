@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -138,5 +139,54 @@ func TestServeUsesATemplateSetByAnotherProcess(t *testing.T) {
 	}
 	if code, body := call(t, "GET", p.base+"/v1/notifications/"+acc.Notifications[0].ID, "", ""); code != 200 || !strings.Contains(body, `"subject":"two Ada"`) || !strings.Contains(body, `"version":"2"`) {
 		t.Errorf("the accepted notification: %d %s", code, body)
+	}
+}
+
+// A stored template that no longer compiles (saved by a laxer version,
+// say) is no business of commands that never render: status and show
+// neither compile it nor complain. serve compiles the stored templates at
+// start and logs that one there; an event naming it is refused.
+func TestCommandsThatNeverRenderSkipABrokenStoredTemplate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a real serve")
+	}
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	sub := filepath.Join(dir, "email.subject.tmpl")
+	text := filepath.Join(dir, "email.text.tmpl")
+	os.WriteFile(sub, []byte("Hi {{.data.name}}"), 0o644)
+	os.WriteFile(text, []byte("x"), 0o644)
+	if r := runCLI(t, "", "--db", db, "template", "set", "receipt", "--channel", "email", "--file", sub, "--file", text); r.code != 0 {
+		t.Fatalf("template set: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	r := runCLI(t, adaEvent, "--db", db, "send")
+	lines := decodeLines(t, r.stdout)
+	if r.code != 0 || len(lines) == 0 {
+		t.Fatalf("send: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	sdb, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sdb.Exec(`UPDATE templates SET parts = '{"subject": "Hi {{.data.name", "text": "x"}'`)
+	sdb.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"show", lines[0].Key}} {
+		r := runCLI(t, "", append([]string{"--db", db}, args...)...)
+		if r.code != 0 || strings.Contains(r.stderr, "template") {
+			t.Errorf("%v: exit %d, stderr %q; want 0 and no word of templates", args, r.code, r.stderr)
+		}
+	}
+	p := startAPIServe(t, bin, "--db", db, "--route", "email=log:///dev/null")
+	if log := p.stderr.String(); !strings.Contains(log, "stored template does not compile: not used") || !strings.Contains(log, "name=receipt") {
+		t.Errorf("serve's log at start does not name the broken template:\n%s", log)
+	}
+	code, body := call(t, "POST", p.base+"/v1/events", "", `{"id": "evt_2", "type": "receipt", "recipients": [{"id": "ada", "email": "ada@example.com"}], "data": {"name": "Ada"}}`)
+	if code != 400 || !strings.Contains(body, "receipt/email/en version 1") {
+		t.Errorf("an event naming the broken template: %d %s; want 400 naming it", code, body)
 	}
 }

@@ -196,7 +196,11 @@ func (s *Server) renderTemplate(w http.ResponseWriter, r *http.Request, c caller
 		return *perr
 	}
 	ev := relay.Event{Type: r.PathValue("name"), Tenant: tenant, Recipients: []relay.Recipient{in.Recipient}, Data: in.Data}
-	msg, err := relay.Preview(s.r.Templates(), ev, r.PathValue("channel"))
+	set, err := s.r.Templates(r.Context())
+	if err != nil {
+		return s.internal(err)
+	}
+	msg, err := relay.Preview(set, ev, r.PathValue("channel"))
 	if err != nil {
 		var inv *relay.InvalidEventError
 		if errors.As(err, &inv) {

@@ -155,7 +155,10 @@ func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store
 	if err != nil {
 		return rec, targets, err
 	}
-	set := r.templates.Load()
+	set, err := r.Templates(ctx)
+	if err != nil {
+		return store.NewEvent{}, nil, err
+	}
 	if name := templateName(set, ev); name != "" {
 		srcs, err := renderTargets(set, name, ev, targets)
 		if err != nil {

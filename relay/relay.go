@@ -290,17 +290,8 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 	}
 	r.files = opts.Templates
 	r.templates.Store(opts.Templates)
-	// Stored templates are read now, so that an accept (send, serve) never
-	// renders without them; serve refreshes them after (WatchTemplates).
-	if err := r.RefreshTemplates(ctx); err != nil {
-		if !opts.ReadOnly {
-			if opts.Store == nil {
-				st.Close()
-			}
-			return nil, fmt.Errorf("read stored templates: %w", err)
-		}
-		r.log.Warn("stored templates not read", "err", err)
-	}
+	// Stored templates are read by the first accept or preview, not here
+	// (stored_templates.go): most commands never render.
 	if !opts.ReadOnly {
 		// The key of the API's ids is made now, on a new database, rather
 		// than by the first request, whose one commit it would double. A

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"edgerelay/store"
@@ -15,11 +17,20 @@ import (
 // Templates managed over the API (issue 16). Accepts render from one
 // in-memory set (Relay.templates): the config's files merged with the
 // store's live templates. Every change to stored templates raises the
-// store's template generation; RefreshTemplates reads that one number and
-// reloads the stored templates only when it moved, so a PUT on one node
-// reaches every node's accepts within WatchTemplates' period (and this
-// node's at once: a change refreshes the node that made it before it
-// answers).
+// store's template generation; RefreshTemplates reads that one number and,
+// when it moved, reads only the keys changed since (store.TemplateChanges)
+// and compiles only those: the compiled templates are kept by key and
+// version, and a refresh publishes a new set built from the old one plus
+// the changes (accepts in flight keep the set they loaded). A PUT on one
+// node reaches every node's accepts within WatchTemplates' period (and
+// this node's at once: a change refreshes the node that made it before it
+// answers, with the template it compiled to check it).
+//
+// Stored templates are read at the first use (an accept, a preview), not
+// at Open: a command that never renders (status, show …) neither reads
+// nor compiles them. serve loads them at start, so that its first accept
+// is not the one that pays, and a stored template that no longer compiles
+// is logged then.
 //
 // One source per template: a file wins. A PUT of a tenant, name, channel
 // and locale that this node's files define is refused
@@ -38,12 +49,34 @@ func (e *TemplateConflictError) Error() string {
 		e.Key.Name, e.Key.Channel, e.Key.Locale, e.Key.Tenant, e.File)
 }
 
-// storedState is what the stored part of the set was built from.
+// storedState is what the stored part of the set was built from: tmu
+// guards it, except ready and compiles.
 type storedState struct {
-	loaded  bool
-	gen     int64
-	live    []*templates.Template
-	retired []templates.Source
+	loaded bool
+	gen    int64
+	// byKey is every stored key's latest version as loaded. A published
+	// map is never written: a refresh copies it and publishes the copy.
+	byKey map[store.TemplateKey]storedEntry
+	// ready is loaded, read without tmu by accepts; first queues the
+	// accepts that find it false, so that one of them loads.
+	ready atomic.Bool
+	first sync.Mutex
+	// compiles counts the stored templates compiled (tests read it).
+	compiles atomic.Int64
+}
+
+// storedEntry is one key's latest stored version: compiled when live
+// (t), or retired (t nil; so is one that no longer compiles).
+type storedEntry struct {
+	version int
+	retired bool // retired in the store (deleted)
+	src     templates.Source
+	t       *templates.Template
+}
+
+// same reports whether e is st as loaded: then nothing is compiled again.
+func (e storedEntry) same(st store.StoredTemplate) bool {
+	return e.version == st.Version && e.retired == (st.RetiredAt != nil)
 }
 
 // SetTemplates replaces the config's templates (nil: none), keeping the
@@ -55,8 +88,20 @@ func (r *Relay) SetTemplates(s *templates.Set) {
 	r.mergeLocked()
 }
 
-// Templates returns the templates accepts render with, nil if none.
-func (r *Relay) Templates() *templates.Set { return r.templates.Load() }
+// Templates returns the templates accepts render with, nil if none,
+// reading the stored ones first if nothing has yet.
+func (r *Relay) Templates(ctx context.Context) (*templates.Set, error) {
+	if !r.stored.ready.Load() {
+		r.stored.first.Lock()
+		defer r.stored.first.Unlock()
+		if !r.stored.ready.Load() {
+			if err := r.RefreshTemplates(ctx); err != nil {
+				return nil, fmt.Errorf("read stored templates: %w", err)
+			}
+		}
+	}
+	return r.templates.Load(), nil
+}
 
 // FileTemplates returns the config's templates, nil if none.
 func (r *Relay) FileTemplates() *templates.Set {
@@ -66,11 +111,25 @@ func (r *Relay) FileTemplates() *templates.Set {
 }
 
 func (r *Relay) mergeLocked() {
-	if !r.stored.loaded || len(r.stored.live) == 0 && len(r.stored.retired) == 0 {
+	var live []*templates.Template
+	var retired []templates.Source
+	for _, e := range r.stored.byKey {
+		if e.t != nil {
+			live = append(live, e.t)
+		} else {
+			retired = append(retired, e.src)
+		}
+	}
+	if len(live) == 0 && len(retired) == 0 {
 		r.templates.Store(r.files)
 		return
 	}
-	set, shadowed, err := templates.Merge(r.files, "en", r.stored.live, r.stored.retired)
+	// Merge lists retired names in this order: the store's.
+	sort.Slice(retired, func(i, j int) bool {
+		a, b := retired[i], retired[j]
+		return a.Tenant+"\x00"+a.Name+"\x00"+a.Channel+"\x00"+a.Locale < b.Tenant+"\x00"+b.Name+"\x00"+b.Channel+"\x00"+b.Locale
+	})
+	set, shadowed, err := templates.Merge(r.files, "en", live, retired)
 	if err != nil {
 		// Cannot happen (the keys are unique per store, files win): keep
 		// the files alone rather than a partial set.
@@ -87,12 +146,20 @@ func (r *Relay) mergeLocked() {
 	r.templates.Store(set)
 }
 
-// RefreshTemplates reloads the stored templates if their generation moved
-// since the last load (one read of one row when it did not).
-func (r *Relay) RefreshTemplates(ctx context.Context) error {
+// RefreshTemplates brings the stored templates up to date: one read of
+// one row when their generation did not move since the last load, else a
+// read of the keys changed since and a compile of each (all of them the
+// first time).
+func (r *Relay) RefreshTemplates(ctx context.Context) error { return r.refreshTemplates(ctx, nil) }
+
+// refreshTemplates is RefreshTemplates that takes fresh, a template just
+// compiled for its stored version, instead of compiling it again.
+func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template) error {
 	r.tmu.Lock()
-	loaded, gen := r.stored.loaded, r.stored.gen
+	loaded, gen, cur := r.stored.loaded, r.stored.gen, r.stored.byKey
 	r.tmu.Unlock()
+	var changed []store.StoredTemplate
+	full := !loaded
 	if loaded {
 		g, err := r.store.TemplateGeneration(ctx)
 		if err != nil {
@@ -101,37 +168,77 @@ func (r *Relay) RefreshTemplates(ctx context.Context) error {
 		if g == gen {
 			return nil
 		}
+		var next int64
+		if changed, next, err = r.store.TemplateChanges(ctx, gen); err != nil {
+			return err
+		}
+		// The generation moved but no row says so: written by a binary from
+		// before changed_gen (a rolling upgrade). Read everything; what is
+		// unchanged is not compiled again.
+		full = len(changed) == 0 && next != gen
+		gen = next
 	}
-	latest, gen, err := r.store.LatestTemplates(ctx, "")
-	if err != nil {
-		return err
+	if full {
+		var err error
+		if changed, gen, err = r.store.LatestTemplates(ctx, ""); err != nil {
+			return err
+		}
 	}
-	next := storedState{loaded: true, gen: gen}
-	for _, st := range latest {
-		src := storedSource(st)
-		if st.RetiredAt != nil {
-			next.retired = append(next.retired, src)
+	// Compiled outside tmu: a refresh never holds up another's publish.
+	entries := make(map[store.TemplateKey]storedEntry, len(changed))
+	for _, st := range changed {
+		if e, ok := cur[st.TemplateKey]; ok && e.same(st) {
+			entries[st.TemplateKey] = e
 			continue
 		}
-		t, err := templates.Compile(src)
-		if err != nil {
-			// Checked when it was saved; a later, stricter check refuses it
-			// now: its name is retired until it is saved again.
-			r.log.Error("stored template does not compile: not used", "tenant", st.Tenant, "name", st.Name,
-				"channel", st.Channel, "locale", st.Locale, "version", st.Version, "err", err)
-			next.retired = append(next.retired, src)
-			continue
-		}
-		next.live = append(next.live, t)
+		entries[st.TemplateKey] = r.storedEntry(st, fresh)
 	}
 	r.tmu.Lock()
 	defer r.tmu.Unlock()
-	if r.stored.loaded && r.stored.gen > next.gen {
-		return nil // a racing refresh read a newer generation
+	if r.stored.loaded && r.stored.gen >= gen {
+		return nil // a racing refresh read as new a generation, or newer
 	}
-	r.stored = next
+	// Built on what is published now, which a racing refresh may have
+	// moved past cur: what this one read since cur is newer still.
+	next := make(map[store.TemplateKey]storedEntry, len(r.stored.byKey)+len(entries))
+	if !full {
+		for k, e := range r.stored.byKey {
+			next[k] = e
+		}
+	}
+	for k, e := range entries {
+		next[k] = e
+	}
+	r.stored.byKey, r.stored.gen, r.stored.loaded = next, gen, true
 	r.mergeLocked()
+	r.stored.ready.Store(true)
 	return nil
+}
+
+// storedEntry compiles st (or takes fresh, if it is st compiled).
+func (r *Relay) storedEntry(st store.StoredTemplate, fresh *templates.Template) storedEntry {
+	src := storedSource(st)
+	e := storedEntry{version: st.Version, retired: st.RetiredAt != nil, src: src}
+	if e.retired {
+		return e
+	}
+	if fresh != nil {
+		if fs := fresh.Source(); fs.Version == st.Version && (store.TemplateKey{Tenant: fs.Tenant, Name: fs.Name, Channel: fs.Channel, Locale: fs.Locale}) == st.TemplateKey {
+			e.t = fresh
+			return e
+		}
+	}
+	r.stored.compiles.Add(1)
+	t, err := templates.Compile(src)
+	if err != nil {
+		// Checked when it was saved; a later, stricter check refuses it
+		// now: its name is retired until it is saved again.
+		r.log.Error("stored template does not compile: not used", "tenant", st.Tenant, "name", st.Name,
+			"channel", st.Channel, "locale", st.Locale, "version", st.Version, "err", err)
+		return e
+	}
+	e.t = t
+	return e
 }
 
 // WatchTemplates refreshes the stored templates every period until ctx
@@ -184,21 +291,25 @@ func (r *Relay) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 	if len(parts) == 0 {
 		return store.StoredTemplate{}, false, invalid("parts", "at least one part (%s)", strings.Join(templates.Parts(key.Channel), ", "))
 	}
-	if _, err := templates.Compile(storedSource(store.StoredTemplate{TemplateKey: key, Parts: parts, Version: 1})); err != nil {
+	r.stored.compiles.Add(1)
+	t, err := templates.Compile(storedSource(store.StoredTemplate{TemplateKey: key, Parts: parts, Version: 1}))
+	if err != nil {
 		var pe *templates.ParseError
 		if errors.As(err, &pe) {
 			return store.StoredTemplate{}, false, err
 		}
 		return store.StoredTemplate{}, false, invalid("parts", "%s", strings.TrimPrefix(err.Error(), "template "))
 	}
-	if t, ok := r.FileTemplates().Defined(key.Tenant, key.Name, key.Channel, key.Locale); ok {
-		return store.StoredTemplate{}, false, &TemplateConflictError{Key: key, File: t.File()}
+	if f, ok := r.FileTemplates().Defined(key.Tenant, key.Name, key.Channel, key.Locale); ok {
+		return store.StoredTemplate{}, false, &TemplateConflictError{Key: key, File: f.File()}
 	}
 	st, created, err := r.store.PutTemplate(ctx, key, parts, r.now())
 	if err != nil {
 		return st, false, err
 	}
-	return st, created, r.refreshAfterChange(ctx)
+	// The parts stored are those compiled (the store keeps them as given):
+	// the refresh takes this compile rather than doing its own.
+	return st, created, r.refreshAfterChange(ctx, t.AsVersion(st.Version))
 }
 
 // RetireTemplate deletes key: accepts from now on no longer use it (an
@@ -209,12 +320,24 @@ func (r *Relay) RetireTemplate(ctx context.Context, key store.TemplateKey) (stor
 	if err != nil {
 		return st, err
 	}
-	return st, r.refreshAfterChange(ctx)
+	return st, r.refreshAfterChange(ctx, nil)
 }
 
-// refreshAfterChange makes this node's accepts use a change at once.
-func (r *Relay) refreshAfterChange(ctx context.Context) error {
-	if err := r.RefreshTemplates(ctx); err != nil {
+// refreshAfterChange makes this node's accepts use a change at once. A
+// process that has not read its stored templates yet (`template set`)
+// has nothing to refresh: its first use reads them, this change included.
+// A first read under way may have read before the change: it is waited
+// for, and the refresh then follows it.
+func (r *Relay) refreshAfterChange(ctx context.Context, fresh *templates.Template) error {
+	if !r.stored.ready.Load() {
+		r.stored.first.Lock()
+		ready := r.stored.ready.Load()
+		r.stored.first.Unlock()
+		if !ready {
+			return nil
+		}
+	}
+	if err := r.refreshTemplates(ctx, fresh); err != nil {
 		return fmt.Errorf("saved, but this node's templates are not refreshed yet (within the refresh period): %w", err)
 	}
 	return nil

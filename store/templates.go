@@ -32,6 +32,12 @@ type Templates interface {
 	// for every tenant), retired ones included, by tenant, name, channel
 	// and locale (bytewise), with the generation it was read at.
 	LatestTemplates(ctx context.Context, tenant string) ([]StoredTemplate, int64, error)
+	// TemplateChanges is LatestTemplates("") narrowed to the keys changed
+	// (a version made, or the latest retired) after generation since: what
+	// a reader that loaded at since has not seen, retired ones included,
+	// with the generation it was read at. Every change up to that
+	// generation is in the list or was read at since.
+	TemplateChanges(ctx context.Context, since int64) ([]StoredTemplate, int64, error)
 	// TemplateGeneration is a number that every PutTemplate creating a
 	// version and every RetireTemplate raises, in the same transaction.
 	TemplateGeneration(ctx context.Context) (int64, error)

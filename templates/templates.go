@@ -200,6 +200,17 @@ func (t *Template) file(part string) string {
 // new version.
 func (t *Template) Version() string { return t.version }
 
+// AsVersion is t as stored template version v: the same compiled parts
+// (never executed themselves: Render runs clones, so sharing them is
+// safe), under that version. It spares compiling again what was compiled
+// to check it before its version was known.
+func (t *Template) AsVersion(v int) *Template {
+	c := *t
+	c.src.Version = v
+	c.version = strconv.Itoa(v)
+	return &c
+}
+
 // Source returns what the template was compiled from.
 func (t *Template) Source() Source { return t.src }
 

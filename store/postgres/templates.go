@@ -12,7 +12,8 @@ import (
 )
 
 // Stored templates (issue 16): one row per version, numbered by the
-// primary key, and the generation row every change raises.
+// primary key, and the generation row every change raises; each row keeps
+// the generation of its last change (changed_gen) for TemplateChanges.
 
 // errVersionTaken: another node inserted the number this put read as next
 // (ON CONFLICT DO NOTHING gave no row); the put starts again.
@@ -48,18 +49,21 @@ func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 				out, err = scanTemplate(key, latest, latestParts, latestAt, nil)
 				return err // unchanged: no version, no generation
 			}
+			// The bump first: its row lock, held to the commit, orders the
+			// changes' generations as their commits (TemplateChanges).
+			var gen int64
+			if err := tx.QueryRow(ctx, bumpGeneration).Scan(&gen); err != nil {
+				return err
+			}
 			var v int
 			var at int64
-			err = tx.QueryRow(ctx, `INSERT INTO templates (tenant, name, channel, locale, version, parts, created_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING version, created_at`,
-				key.Tenant, key.Name, key.Channel, key.Locale, latest+1, string(body), ms(now)).Scan(&v, &at)
+			err = tx.QueryRow(ctx, `INSERT INTO templates (tenant, name, channel, locale, version, parts, created_at, changed_gen)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING version, created_at`,
+				key.Tenant, key.Name, key.Channel, key.Locale, latest+1, string(body), ms(now), gen).Scan(&v, &at)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return errVersionTaken
 			}
 			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, bumpGeneration); err != nil {
 				return err
 			}
 			created = true
@@ -142,17 +146,18 @@ func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]
 func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now time.Time) (store.StoredTemplate, error) {
 	var out store.StoredTemplate
 	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, bumpGeneration); err != nil {
+		var gen int64
+		if err := tx.QueryRow(ctx, bumpGeneration).Scan(&gen); err != nil {
 			return err
 		}
 		var v int
 		var parts string
 		var at int64
-		err := tx.QueryRow(ctx, `UPDATE templates SET retired_at = $5
+		err := tx.QueryRow(ctx, `UPDATE templates SET retired_at = $5, changed_gen = $6
 			WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4 AND retired_at IS NULL
 			  AND version = (SELECT max(version) FROM templates WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4)
 			RETURNING version, parts, created_at`,
-			key.Tenant, key.Name, key.Channel, key.Locale, ms(now)).Scan(&v, &parts, &at)
+			key.Tenant, key.Name, key.Channel, key.Locale, ms(now), gen).Scan(&v, &parts, &at)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("template %s/%s/%s: no live version: %w", key.Name, key.Channel, key.Locale, store.ErrNotFound)
 		}
@@ -167,18 +172,37 @@ func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now t
 }
 
 func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]store.StoredTemplate, int64, error) {
+	return s.latestTemplates(ctx, `SELECT DISTINCT ON (tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C")
+			tenant, name, channel, locale, version, parts, created_at, retired_at
+		FROM templates WHERE ($1 = '' OR tenant = $1)
+		ORDER BY tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C", version DESC`, tenant)
+}
+
+func (s *Store) TemplateChanges(ctx context.Context, since int64) ([]store.StoredTemplate, int64, error) {
+	// templates_changed finds the rows changed after since; of those, the
+	// latest version of each key is the change. A snapshot that reads
+	// generation g sees every change numbered up to g: the generation
+	// row's lock, taken by each change before it numbers itself and held
+	// to its commit, makes the numbers commit in order.
+	return s.latestTemplates(ctx, `SELECT t.tenant, t.name, t.channel, t.locale, t.version, t.parts, t.created_at, t.retired_at
+		FROM templates t
+		WHERE t.changed_gen > $1 AND t.version = (SELECT max(version) FROM templates l
+			WHERE l.tenant = t.tenant AND l.name = t.name AND l.channel = t.channel AND l.locale = t.locale)
+		ORDER BY t.tenant COLLATE "C", t.name COLLATE "C", t.channel COLLATE "C", t.locale COLLATE "C"`, since)
+}
+
+// latestTemplates runs query (rows of the latest versions) and reads the
+// generation, in one snapshot: the generation read names exactly the
+// templates listed.
+func (s *Store) latestTemplates(ctx context.Context, query string, arg any) ([]store.StoredTemplate, int64, error) {
 	out := []store.StoredTemplate{}
 	var gen int64
-	// One snapshot: the generation read names exactly the templates listed.
 	err := s.snapshot(ctx, func(q querier) error {
 		out = out[:0]
 		if err := q.QueryRow(ctx, readGeneration).Scan(&gen); err != nil {
 			return fmt.Errorf("read templates: %w", err)
 		}
-		rows, err := q.Query(ctx, `SELECT DISTINCT ON (tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C")
-				tenant, name, channel, locale, version, parts, created_at, retired_at
-			FROM templates WHERE ($1 = '' OR tenant = $1)
-			ORDER BY tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C", version DESC`, tenant)
+		rows, err := q.Query(ctx, query, arg)
 		if err != nil {
 			return fmt.Errorf("read templates: %w", err)
 		}
@@ -218,6 +242,6 @@ func (s *Store) TemplateGeneration(ctx context.Context) (int64, error) {
 // database emptied of rows still counts from there.
 const (
 	bumpGeneration = `INSERT INTO template_generation (id, gen) VALUES (1, 1)
-		ON CONFLICT (id) DO UPDATE SET gen = template_generation.gen + 1`
+		ON CONFLICT (id) DO UPDATE SET gen = template_generation.gen + 1 RETURNING gen`
 	readGeneration = `SELECT coalesce(max(gen), 0) FROM template_generation`
 )

@@ -21,6 +21,8 @@ func templatesSuite(t *testing.T, open opener) {
 		{name: "RetireKeepsVersions", run: testTemplateRetire},
 		{name: "TenantsApart", run: testTemplateTenants},
 		{name: "ConcurrentPutsGetDistinctVersions", run: testTemplateConcurrentPuts},
+		{name: "ChangesSinceAGeneration", run: testTemplateChanges},
+		{name: "ReadsAfterCloseAreErrClosed", run: testTemplateReadsAfterClose},
 	})
 }
 
@@ -186,4 +188,82 @@ func testTemplateConcurrentPuts(t *testing.T, s store.Store) {
 	if err != nil || len(vs) != n {
 		t.Fatalf("versions = %d, %v; want %d", len(vs), err, n)
 	}
+}
+
+// A refresh reads only what changed since the generation it loaded: new
+// versions and retirements, each key once at its latest version, and
+// nothing when nothing changed.
+func testTemplateChanges(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000).UTC()
+	keys := make([]store.TemplateKey, 5)
+	for i := range keys {
+		keys[i] = tkey
+		keys[i].Name = fmt.Sprint("n", i)
+		if _, _, err := s.PutTemplate(ctx, keys[i], map[string]string{"text": "one"}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, g0, err := s.TemplateChanges(ctx, 0)
+	if err != nil || len(all) != len(keys) {
+		t.Fatalf("changes since 0 = %d, %v; want all %d", len(all), err, len(keys))
+	}
+	if _, g, _ := s.LatestTemplates(ctx, ""); g != g0 {
+		t.Fatalf("TemplateChanges read generation %d, LatestTemplates %d", g0, g)
+	}
+	none, g, err := s.TemplateChanges(ctx, g0)
+	if err != nil || len(none) != 0 || g != g0 || none == nil {
+		t.Fatalf("changes since %d with none = %#v, %d, %v; want an empty list at %d", g0, none, g, err, g0)
+	}
+	// Two versions of one key, a retire of another, an unchanged put of a
+	// third: two changes, each at its latest state.
+	if _, _, err := s.PutTemplate(ctx, keys[1], map[string]string{"text": "two"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PutTemplate(ctx, keys[1], map[string]string{"text": "three"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RetireTemplate(ctx, keys[3], now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, created, err := s.PutTemplate(ctx, keys[4], map[string]string{"text": "one"}, now); err != nil || created {
+		t.Fatalf("unchanged put: created %v, %v", created, err)
+	}
+	ch, g1, err := s.TemplateChanges(ctx, g0)
+	if err != nil || len(ch) != 2 || g1 <= g0 {
+		t.Fatalf("changes since %d = %+v, %d, %v; want n1 and n3 at a later generation", g0, ch, g1, err)
+	}
+	if ch[0].TemplateKey != keys[1] || ch[0].Version != 3 || ch[0].Parts["text"] != "three" || ch[0].RetiredAt != nil {
+		t.Errorf("first change = %+v; want n1 version 3, live", ch[0])
+	}
+	if ch[1].TemplateKey != keys[3] || ch[1].Version != 1 || ch[1].RetiredAt == nil {
+		t.Errorf("second change = %+v; want n3 version 1, retired", ch[1])
+	}
+	// A put after the retire is the key's change again, live.
+	if _, _, err := s.PutTemplate(ctx, keys[3], map[string]string{"text": "back"}, now); err != nil {
+		t.Fatal(err)
+	}
+	ch, g2, err := s.TemplateChanges(ctx, g1)
+	if err != nil || len(ch) != 1 || ch[0].TemplateKey != keys[3] || ch[0].Version != 2 || ch[0].RetiredAt != nil || g2 <= g1 {
+		t.Fatalf("changes since %d = %+v, %d, %v; want n3 version 2, live", g1, ch, g2, err)
+	}
+}
+
+// A relay reads its stored templates at its first accept: on a closed
+// store that read is refused with ErrClosed, as the accept's write would
+// be, not with the driver's own words.
+func testTemplateReadsAfterClose(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, _, err := s.PutTemplate(ctx, tkey, map[string]string{"text": "one"}, time.UnixMilli(1_700_000_000_000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.TemplateGeneration(ctx)
+	wantErr(t, "TemplateGeneration after Close", err, store.ErrClosed)
+	_, _, err = s.TemplateChanges(ctx, 0)
+	wantErr(t, "TemplateChanges after Close", err, store.ErrClosed)
+	_, _, err = s.LatestTemplates(ctx, "")
+	wantErr(t, "LatestTemplates after Close", err, store.ErrClosed)
 }
