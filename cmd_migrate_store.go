@@ -99,13 +99,13 @@ Then: edgerelay serve --db postgres://…`,
 			}
 			fmt.Fprintf(c.App.Writer, "moved %s to %s\n", res.Source, res.Target)
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "table\tsource\tcopied\talready there\t")
+			fmt.Fprintln(tw, "table\tsource\tcopied\tupdated\talready there\t")
 			for _, t := range res.Tables {
 				if t.Skipped != "" {
-					fmt.Fprintf(tw, "%s\t%d\t-\t-\t\n", t.Table, t.Source)
+					fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\t\n", t.Table, t.Source)
 					continue
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", t.Table, t.Source, t.Copied, t.Present)
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", t.Table, t.Source, t.Copied, t.Updated, t.Present)
 			}
 			tw.Flush()
 			fmt.Fprintf(c.App.Writer, "next ids: events %d, notifications %d, attempts %d, receipts %d, tokens %d\n",

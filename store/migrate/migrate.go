@@ -99,8 +99,9 @@ type Progress struct {
 type Count struct {
 	Table   string `json:"table"`
 	Source  int64  `json:"source"`  // rows in the source snapshot
-	Copied  int64  `json:"copied"`  // rows inserted (or watermarks raised) in the target
-	Present int64  `json:"present"` // rows whose key the target had already: left as they are
+	Copied  int64  `json:"copied"`  // rows inserted in the target
+	Updated int64  `json:"updated"` // rows already there that took the source's newer values (or a raised watermark)
+	Present int64  `json:"present"` // rows already there as the source has them: left as they are
 	Skipped string `json:"skipped,omitempty"`
 }
 
@@ -437,7 +438,15 @@ func (m *mover) readSequences(ctx context.Context) error {
 
 // checkTarget refuses a target that has given ids the source never gave:
 // it has worked on its own since a previous run (or belongs to another
-// installation), and copying into it would merge two histories.
+// installation), and copying into it would merge two histories. Two
+// signs: an id past the source's last, or an identity sequence drawn from
+// since a run set it (setSequences leaves each one not yet called; the
+// source may have given the same ids since, as after a rollback). Only a
+// relay (or a command such as send or token create) draws ids, and every
+// send writes an attempt, so a target that sent or accepted anything since
+// the last run is refused here, before any row is written. The copy then
+// relies on this: every row the target holds under the source's keys is
+// one an earlier run copied, and the source's row is the newer (plan.go).
 func (m *mover) checkTarget(ctx context.Context) error {
 	for _, t := range plan {
 		if !t.id {
@@ -451,8 +460,30 @@ func (m *mover) checkTarget(ctx context.Context) error {
 			return fmt.Errorf("%w: its %s reach id %d, past the source's last (%d): it has taken work of its own since it was moved to (or holds another installation); migrate-store copies into an empty target or finishes a previous run, it does not merge",
 				ErrInService, t.name, mx, m.seq[t.name])
 		}
+		_, last, called, err := m.sequence(ctx, t.name)
+		if err != nil {
+			return err
+		}
+		if called {
+			return fmt.Errorf("%w: it has given %s ids of its own (up to %d) since migrate-store last set them: a relay or a command worked on it; migrate-store copies into an empty target or finishes a previous run, it does not merge",
+				ErrInService, t.name, last)
+		}
 	}
 	return nil
+}
+
+// sequence is the identity sequence of a table's id: its name, its last
+// value, and whether that value was given (nextval) rather than set as the
+// next to give (setval(…, false), or a sequence never used).
+func (m *mover) sequence(ctx context.Context, table string) (name string, last int64, called bool, err error) {
+	if err := m.dst.QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'id')", m.table(table)).Scan(&name); err != nil {
+		return "", 0, false, fmt.Errorf("target table %s: find its id sequence: %w", table, err)
+	}
+	// name is quoted as needed by pg_get_serial_sequence.
+	if err := m.dst.QueryRow(ctx, "SELECT last_value, is_called FROM "+name).Scan(&last, &called); err != nil {
+		return "", 0, false, fmt.Errorf("target table %s: read its id sequence: %w", table, err)
+	}
+	return name, last, called, nil
 }
 
 // checkTargetIdle refuses a target a relay works on: a live lease (a
@@ -488,27 +519,33 @@ func (m *mover) checkTargetIdle(ctx context.Context) error {
 func (m *mover) table(name string) string { return pgx.Identifier{m.schema, name}.Sanitize() }
 
 // setSequences moves each identity sequence past the source's largest id
-// (and the target's), never back.
+// (and the target's), never back. It sets each as the next id to give, not
+// as given (setval(…, false)): checkTarget reads a sequence drawn from
+// since as a target in service.
 func (m *mover) setSequences(ctx context.Context) error {
 	for _, t := range plan {
 		if !t.id {
 			continue
 		}
-		var seq string
-		var last, mx int64
-		err := m.dst.QueryRow(ctx, `SELECT pg_get_serial_sequence($1, 'id'), coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'id')::regclass), 0),
-			(SELECT coalesce(max(id), 0) FROM `+m.table(t.name)+`)`, m.table(t.name)).Scan(&seq, &last, &mx)
+		seq, last, called, err := m.sequence(ctx, t.name)
 		if err != nil {
-			return fmt.Errorf("target table %s: read its id sequence: %w", t.name, err)
+			return err
 		}
-		v := max(m.seq[t.name], last, mx)
+		given := last - 1 // the largest id given or set past
+		if called {
+			given = last
+		}
+		var mx int64
+		if err := m.dst.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+m.table(t.name)).Scan(&mx); err != nil {
+			return fmt.Errorf("target table %s: %w", t.name, err)
+		}
+		v := max(m.seq[t.name], given, mx)
 		if v > 0 {
-			if _, err := m.dst.Exec(ctx, "SELECT setval($1::regclass, $2)", seq, v); err != nil {
+			if _, err := m.dst.Exec(ctx, "SELECT setval($1::regclass, $2, false)", seq, v+1); err != nil {
 				return fmt.Errorf("target table %s: set its id sequence: %w", t.name, err)
 			}
 		}
-		next := v + 1
-		m.res.NextID[t.name] = next
+		m.res.NextID[t.name] = v + 1
 	}
 	return nil
 }
@@ -543,12 +580,13 @@ func (m *mover) copyTable(ctx context.Context, t table) (Count, error) {
 		if len(batch) == 0 {
 			return nil
 		}
-		n, err := m.writeBatch(ctx, t, cols, batch)
+		ins, upd, err := m.writeBatch(ctx, t, cols, batch)
 		if err != nil {
 			return err
 		}
-		c.Copied += n
-		c.Present += int64(len(batch)) - n
+		c.Copied += ins
+		c.Updated += upd
+		c.Present += int64(len(batch)) - ins - upd
 		batch = batch[:0]
 		if m.opts.Progress != nil {
 			m.opts.Progress(Progress{Table: t.name, Read: read, Total: c.Source, Copied: c.Copied})
@@ -626,22 +664,31 @@ func (m *mover) columns(ctx context.Context, t table) ([]string, []string, error
 }
 
 // writeBatch writes one batch in one transaction: COPY into a temporary
-// table, refuse a row under one of its ids that is another row, insert
-// what is not there by key (raising watermarks). It returns the rows
-// written.
-func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch [][]any) (int64, error) {
+// table, refuse a row under one of its ids that is another row (or one the
+// target changed since it was copied), insert what is not there by key and
+// give a row that is there the source's newer values (raising watermarks).
+// It returns the rows inserted and the rows updated.
+func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch [][]any) (inserted, updated int64, err error) {
 	tx, err := m.dst.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("target: %w", err)
+		return 0, 0, fmt.Errorf("target: %w", err)
 	}
 	defer tx.Rollback(context.Background())
 	tmpID := pgx.Identifier{"pg_temp", "migrate_" + t.name}
 	tmp := tmpID.Sanitize()
 	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE "+pgIdent(tmpID[1])+" (LIKE "+m.table(t.name)+") ON COMMIT DROP"); err != nil {
-		return 0, fmt.Errorf("target: %w", err)
+		return 0, 0, fmt.Errorf("target: %w", err)
 	}
 	if _, err := tx.CopyFrom(ctx, tmpID, cols, pgx.CopyFromRows(batch)); err != nil {
-		return 0, fmt.Errorf("target: copy: %w", err)
+		return 0, 0, fmt.Errorf("target: copy: %w", err)
+	}
+	keys := make([]string, len(t.key))
+	join := make([]string, len(t.key))
+	shown := make([]string, len(t.key))
+	for i, k := range t.key {
+		keys[i] = pgIdent(k)
+		join[i] = "x." + keys[i] + " = i." + keys[i]
+		shown[i] = "i." + keys[i] + "::text"
 	}
 	if len(t.same) > 0 {
 		var a, b []string
@@ -652,10 +699,25 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 		err := tx.QueryRow(ctx, "SELECT i.id FROM "+tmp+" i JOIN "+m.table(t.name)+" x ON x.id = i.id WHERE ("+
 			strings.Join(a, ", ")+") IS DISTINCT FROM ("+strings.Join(b, ", ")+") ORDER BY i.id LIMIT 1").Scan(&id)
 		if err == nil {
-			return 0, fmt.Errorf("%w: the target's %s id %d is not the source's (%s differ): it holds another installation's rows, or it was moved to from another source",
+			return 0, 0, fmt.Errorf("%w: the target's %s id %d is not the source's (%s differ): it holds another installation's rows, or it was moved to from another source",
 				ErrForeign, t.name, id, strings.Join(t.same, ", "))
 		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return 0, fmt.Errorf("target: %w", err)
+			return 0, 0, fmt.Errorf("target: %w", err)
+		}
+	}
+	newer := func(alias string) string { return strings.ReplaceAll(t.newer, "{r}", alias) }
+	if t.newer != "" {
+		// The target's row is a later state than the source's: something
+		// worked on the target since this row was copied. Which of the two
+		// histories is right cannot be told from here.
+		var key string
+		err := tx.QueryRow(ctx, "SELECT concat_ws(', ', "+strings.Join(shown, ", ")+") FROM "+tmp+" i JOIN "+m.table(t.name)+" x ON "+
+			strings.Join(join, " AND ")+" WHERE "+newer("x")+" > "+newer("i")+" LIMIT 1").Scan(&key)
+		if err == nil {
+			return 0, 0, fmt.Errorf("%w: the target's %s row (%s) %s is later than the source's: it was changed on the target since it was copied; migrate-store does not merge two histories",
+				ErrInService, t.name, strings.Join(t.key, ", "), key)
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, 0, fmt.Errorf("target: %w", err)
 		}
 	}
 	var q strings.Builder
@@ -664,11 +726,8 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 	for i, c := range cols {
 		ins[i], sel[i] = pgIdent(c), "i."+pgIdent(c)
 	}
-	keys := make([]string, len(t.key))
-	for i, k := range t.key {
-		keys[i] = pgIdent(k)
-	}
-	fmt.Fprintf(&q, "INSERT INTO %s (%s) SELECT %s FROM %s i", m.table(t.name), strings.Join(ins, ", "), strings.Join(sel, ", "), tmp)
+	self := pgIdent(t.name)
+	fmt.Fprintf(&q, "INSERT INTO %s AS %s (%s) SELECT %s FROM %s i", m.table(t.name), self, strings.Join(ins, ", "), strings.Join(sel, ", "), tmp)
 	if t.filter != "" {
 		q.WriteString(" WHERE " + strings.ReplaceAll(t.filter, "{schema}", pgIdent(m.schema)))
 	}
@@ -676,31 +735,62 @@ func (m *mover) writeBatch(ctx context.Context, t table, cols []string, batch []
 	switch {
 	case t.conflict != "":
 		q.WriteString(t.conflict)
-	case len(t.raise) == 0:
+	case t.fixed:
 		q.WriteString("NOTHING")
-	default:
+	case len(t.raise) > 0:
 		var set, when []string
 		for _, r := range t.raise {
 			r = pgIdent(r)
-			set = append(set, fmt.Sprintf("%s = greatest(%s.%s, excluded.%s)", r, pgIdent(t.name), r, r))
-			when = append(when, fmt.Sprintf("excluded.%s > %s.%s", r, pgIdent(t.name), r))
+			set = append(set, fmt.Sprintf("%s = greatest(%s.%s, excluded.%s)", r, self, r, r))
+			when = append(when, fmt.Sprintf("excluded.%s > %s.%s", r, self, r))
 		}
 		fmt.Fprintf(&q, "UPDATE SET %s WHERE %s", strings.Join(set, ", "), strings.Join(when, " OR "))
+	default:
+		// The source's row replaces the target's when they differ (and,
+		// where the table orders its rows' states, when it is the later):
+		// checkTarget refused a target that worked since the last run, so
+		// a difference is what the source did after that run.
+		var set, mine, theirs []string
+		for _, c := range cols {
+			if slices.Contains(t.key, c) {
+				continue
+			}
+			c = pgIdent(c)
+			set = append(set, c+" = excluded."+c)
+			mine, theirs = append(mine, self+"."+c), append(theirs, "excluded."+c)
+		}
+		fmt.Fprintf(&q, "UPDATE SET %s WHERE (%s) IS DISTINCT FROM (%s)", strings.Join(set, ", "), strings.Join(mine, ", "), strings.Join(theirs, ", "))
+		if t.newer != "" {
+			fmt.Fprintf(&q, " AND %s < %s", newer(self), newer("excluded"))
+		}
 	}
-	tag, err := tx.Exec(ctx, q.String())
+	// xmax is 0 on a row this statement inserted, not on one it updated.
+	q.WriteString(" RETURNING xmax = 0")
+	rows, err := tx.Query(ctx, q.String())
 	if err != nil {
-		return 0, fmt.Errorf("target: %w", err)
+		return 0, 0, fmt.Errorf("target: %w", err)
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return 0, 0, fmt.Errorf("target: %w", err)
+	}
+	for _, fresh := range written {
+		if fresh {
+			inserted++
+		} else {
+			updated++
+		}
 	}
 	// Still the only run on the target (its lock's transaction answers)
 	// as this batch commits.
 	if err := m.lock.Check(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("target: commit: %w", err)
+		return 0, 0, fmt.Errorf("target: commit: %w", err)
 	}
 	m.opts.Hooks.at(Copied)
-	return tag.RowsAffected(), nil
+	return inserted, updated, nil
 }
 
 // convert turns a value SQLite returned into what the target column
