@@ -645,3 +645,155 @@ func TestSourceFileUntouched(t *testing.T) {
 		t.Errorf("the run changed the source's WAL: %d bytes, were %d", s, size)
 	}
 }
+
+// What the source did after a run (served again as a rollback) is carried
+// over by the next: the notification it sent (with its attempt, a new id),
+// the event it released from quarantine, the digest run it finished, the
+// address it suppressed again, the opt-out a recipient chose, the
+// template version it retired. Rows it did not change are left as they
+// are; a third run writes nothing.
+func TestRerunCarriesTheSourcesChanges(t *testing.T) {
+	t.Parallel()
+	path, db := newSource(t)
+	addEvent(t, db, "e1", "pending", nil)
+	addEvent(t, db, "e2", "pending", nil)
+	exec(t, db, "UPDATE events SET quarantined_at = 5, quarantine_reason = 'burst' WHERE event_id = 'e2'")
+	exec(t, db, "INSERT INTO job_runs (job, scheduled_at, started_at) VALUES ('nightly', 100, 100)")
+	exec(t, db, "INSERT INTO suppressions (tenant, channel, address, reason, source, created_at) VALUES ('default', 'email', 'x@example.com', 'soft_bounce', 'receipt', 10)")
+	exec(t, db, "INSERT INTO pref_switches VALUES ('default', 'ada', 'news', 'email', 1, 10, 'api')")
+	exec(t, db, "INSERT INTO templates VALUES ('default', 'receipt', 'email', 'en', 1, '{}', 10, NULL)")
+	url := pgtest.Start(t)
+	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The source, served again: it sends e1's notification, releases e2.
+	exec(t, db, "UPDATE notifications SET status = 'sent', attempts = 1, cycle_attempts = 1, claims = 1, provider = 'email-http', updated_at = updated_at + 1 WHERE key = 'k-e1'")
+	exec(t, db, "INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome) SELECT id, 1, 'email-http', 1, 2, 'sent' FROM notifications WHERE key = 'k-e1'")
+	exec(t, db, "UPDATE events SET quarantined_at = NULL, quarantine_reason = NULL WHERE event_id = 'e2'")
+	exec(t, db, "UPDATE job_runs SET status = 'done', finished_at = 200")
+	exec(t, db, "UPDATE suppressions SET reason = 'hard_bounce', created_at = 20")
+	exec(t, db, "UPDATE pref_switches SET enabled = 0, set_at = 20, set_by = 'unsubscribe'")
+	exec(t, db, "UPDATE templates SET retired_at = 20")
+	res, err := migrate.Run(t.Context(), path, url, migrate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	row := func(q string) string {
+		t.Helper()
+		var s *string
+		if err := conn.QueryRow(t.Context(), q).Scan(&s); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if s == nil {
+			return "NULL"
+		}
+		return *s
+	}
+	for q, want := range map[string]string{
+		"SELECT string_agg(key || '=' || status || '/' || claims, ' ' ORDER BY key) FROM notifications":                    "k-e1=sent/1 k-e2=pending/0",
+		"SELECT string_agg(notification || ':' || n || ':' || outcome, ' ') FROM attempts":                                 "1:1:sent",
+		"SELECT string_agg(event_id || '=' || coalesce(quarantine_reason, 'released'), ' ' ORDER BY event_id) FROM events": "e1=released e2=released",
+		"SELECT status || ' ' || finished_at FROM job_runs":                                                                "done 200",
+		"SELECT reason || ' ' || created_at FROM suppressions":                                                             "hard_bounce 20",
+		"SELECT enabled::text || ' ' || set_by FROM pref_switches":                                                         "false unsubscribe",
+		"SELECT retired_at::text FROM templates":                                                                           "20",
+	} {
+		if got := row(q); got != want {
+			t.Errorf("%s: %q, want %q", q, got, want)
+		}
+	}
+	want := map[string][3]int64{ // copied, updated, present
+		"notifications": {0, 1, 1}, "attempts": {1, 0, 0}, "events": {0, 1, 1},
+		"job_runs": {0, 1, 0}, "suppressions": {0, 1, 0}, "pref_switches": {0, 1, 0}, "templates": {0, 1, 0},
+	}
+	for _, c := range res.Tables {
+		if w, ok := want[c.Table]; ok && (c.Copied != w[0] || c.Updated != w[1] || c.Present != w[2]) {
+			t.Errorf("%s on the second run: %+v, want copied, updated, present %v", c.Table, c, w)
+		}
+	}
+	res, err = migrate.Run(t.Context(), path, url, migrate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Tables {
+		if c.Copied != 0 || c.Updated != 0 {
+			t.Errorf("%s on a third run: %+v, want nothing written", c.Table, c)
+		}
+	}
+}
+
+// A target that worked since the last run is refused, though its ids stay
+// below the source's (the source gave more since, as after a rollback): it
+// drew an id of its own (here an attempt: every send writes one), refused
+// before anything is written; or it holds a notification in a later state
+// than the source's, refused at that batch, the notification as the
+// target has it.
+func TestWorkedOnTargetIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	setup := func(t *testing.T) (string, *sql.DB, *pgx.Conn) {
+		path, db := newSource(t)
+		addEvent(t, db, "e1", "pending", nil)
+		url := pgtest.Start(t)
+		if _, err := migrate.Run(ctx, path, url, migrate.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		// The source sends its notification meanwhile, in two attempts.
+		exec(t, db, "UPDATE notifications SET status = 'sent', attempts = 2, claims = 2, updated_at = updated_at + 2")
+		exec(t, db, "INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome) VALUES (1, 1, 'p', 1, 2, 'refused'), (1, 2, 'p', 3, 4, 'sent')")
+		return path, db, conn
+	}
+	fingerprint := func(t *testing.T, conn *pgx.Conn) string {
+		var s string
+		if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT string_agg(n::text || outcome, ',' ORDER BY id) FROM attempts), '') || (SELECT string_agg(status || claims, ',') FROM notifications)").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t.Run("it gave an id", func(t *testing.T) {
+		t.Parallel()
+		path, _, conn := setup(t)
+		// A relay on the target sent it too: attempt id 1 (its sequence), as the source's first.
+		if _, err := conn.Exec(ctx, "UPDATE notifications SET status = 'sent', attempts = 1, claims = 1, updated_at = updated_at + 1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome) VALUES (1, 1, 'p', 5, 6, 'sent')"); err != nil {
+			t.Fatal(err)
+		}
+		before := fingerprint(t, conn)
+		_, err := migrate.Run(ctx, path, conn.Config().ConnString(), migrate.Options{})
+		if !errors.Is(err, migrate.ErrInService) || !strings.Contains(err.Error(), "given attempts ids of its own") {
+			t.Fatalf("err %v", err)
+		}
+		if fingerprint(t, conn) != before {
+			t.Fatal("the refused run wrote the target")
+		}
+	})
+	t.Run("a later state", func(t *testing.T) {
+		t.Parallel()
+		path, _, conn := setup(t)
+		// Claimed three times on the target (no id drawn: a command, not a send).
+		if _, err := conn.Exec(ctx, "UPDATE notifications SET status = 'failed', claims = 3"); err != nil {
+			t.Fatal(err)
+		}
+		before := fingerprint(t, conn)
+		_, err := migrate.Run(ctx, path, conn.Config().ConnString(), migrate.Options{})
+		if !errors.Is(err, migrate.ErrInService) || !strings.Contains(err.Error(), "notifications row (id) 1 is later than the source's") {
+			t.Fatalf("err %v", err)
+		}
+		if fingerprint(t, conn) != before {
+			t.Fatal("the refused run wrote the target")
+		}
+	})
+}
