@@ -122,10 +122,12 @@ type Result struct {
 // The source is read in one snapshot, read-only; it is refused while any
 // lease on it is live. The target is written one batch per transaction: a
 // run that fails part-way leaves whole batches, and running it again
-// finishes the copy (rows already there are skipped by key). A target
-// that is not empty must be a previous run of the same source: one with
-// other rows under the source's ids is refused (ErrForeign), and so is
-// one that has given ids of its own since (ErrInService).
+// finishes the copy and carries over what the source changed since (a row
+// already there takes the source's values where they differ: plan.go). A
+// target that is not empty must be a previous run of the same source: one
+// with other rows under the source's ids is refused (ErrForeign), and so is
+// one that has given ids of its own since, or holds a row in a later state
+// than the source's (ErrInService).
 //
 // One run at a time: the target's schema is held under
 // postgres.LockCopy for the whole run, so a second run, or any store
