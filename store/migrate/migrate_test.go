@@ -660,8 +660,8 @@ func TestRerunCarriesTheSourcesChanges(t *testing.T) {
 	exec(t, db, "UPDATE events SET quarantined_at = 5, quarantine_reason = 'burst' WHERE event_id = 'e2'")
 	exec(t, db, "INSERT INTO job_runs (job, scheduled_at, started_at) VALUES ('nightly', 100, 100)")
 	exec(t, db, "INSERT INTO suppressions (tenant, channel, address, reason, source, created_at) VALUES ('default', 'email', 'x@example.com', 'soft_bounce', 'receipt', 10)")
-	exec(t, db, "INSERT INTO pref_switches VALUES ('default', 'ada', 'news', 'email', 1, 10, 'api')")
-	exec(t, db, "INSERT INTO templates VALUES ('default', 'receipt', 'email', 'en', 1, '{}', 10, NULL)")
+	exec(t, db, "INSERT INTO pref_switches (tenant, recipient, category, channel, enabled, set_at, set_by) VALUES ('default', 'ada', 'news', 'email', 1, 10, 'api')")
+	exec(t, db, "INSERT INTO templates (tenant, name, channel, locale, version, parts, created_at) VALUES ('default', 'receipt', 'email', 'en', 1, '{}', 10)")
 	url := pgtest.Start(t)
 	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
 		t.Fatal(err)
