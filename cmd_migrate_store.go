@@ -108,6 +108,11 @@ Then: edgerelay serve --db postgres://…`,
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", t.Table, t.Source, t.Copied, t.Updated, t.Present)
 			}
 			tw.Flush()
+			for _, t := range res.Tables {
+				if t.Deleted > 0 {
+					fmt.Fprintf(c.App.Writer, "%s: %d deleted (deleted on the source since a previous run)\n", t.Table, t.Deleted)
+				}
+			}
 			fmt.Fprintf(c.App.Writer, "next ids: events %d, notifications %d, attempts %d, receipts %d, tokens %d\n",
 				res.NextID["events"], res.NextID["notifications"], res.NextID["attempts"], res.NextID["receipts"], res.NextID["tokens"])
 			return nil

@@ -98,10 +98,11 @@ type Progress struct {
 // Count is what happened to one table.
 type Count struct {
 	Table   string `json:"table"`
-	Source  int64  `json:"source"`  // rows in the source snapshot
-	Copied  int64  `json:"copied"`  // rows inserted in the target
-	Updated int64  `json:"updated"` // rows already there that took the source's newer values (or a raised watermark)
-	Present int64  `json:"present"` // rows already there as the source has them: left as they are
+	Source  int64  `json:"source"`            // rows in the source snapshot
+	Copied  int64  `json:"copied"`            // rows inserted in the target
+	Updated int64  `json:"updated"`           // rows already there that took the source's newer values (or a raised watermark)
+	Present int64  `json:"present"`           // rows already there as the source has them: left as they are
+	Deleted int64  `json:"deleted,omitempty"` // rows the source deleted since a run (tables mirrored: tokens)
 	Skipped string `json:"skipped,omitempty"`
 }
 
@@ -342,6 +343,11 @@ func (m *mover) run(ctx context.Context) error {
 		c, err := m.copyTable(ctx, t)
 		if err != nil {
 			return fmt.Errorf("table %s: %w", t.name, err)
+		}
+		if t.mirror {
+			if c.Deleted, err = m.mirror(ctx, t); err != nil {
+				return fmt.Errorf("table %s: %w", t.name, err)
+			}
 		}
 		m.res.Tables = append(m.res.Tables, c)
 	}
@@ -627,6 +633,36 @@ func (m *mover) copyTable(ctx context.Context, t table) (Count, error) {
 		m.opts.Progress(Progress{Table: t.name, Read: read, Total: c.Source, Copied: c.Copied, Done: true})
 	}
 	return c, nil
+}
+
+// mirror deletes the target's rows of t whose ids the source no longer
+// has: deleted on the source after a run (a token revoked). checkTarget
+// refused a target that gave an id of its own, so none is the target's.
+func (m *mover) mirror(ctx context.Context, t table) (int64, error) {
+	rows, err := m.tx.QueryContext(ctx, "SELECT id FROM "+quote(t.name))
+	if err != nil {
+		return 0, fmt.Errorf("source: %w", err)
+	}
+	ids, err := collect[int64](rows)
+	if err != nil {
+		return 0, fmt.Errorf("source: %w", err)
+	}
+	tx, err := m.dst.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("target: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	tag, err := tx.Exec(ctx, "DELETE FROM "+m.table(t.name)+" WHERE id <> ALL($1::bigint[])", append([]int64{}, ids...))
+	if err != nil {
+		return 0, fmt.Errorf("target: %w", err)
+	}
+	if err := m.lock.Check(ctx); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("target: commit: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // columns are the target table's columns and their types, checked to be

@@ -650,7 +650,7 @@ func TestSourceFileUntouched(t *testing.T) {
 // over by the next: the notification it sent (with its attempt, a new id),
 // the event it released from quarantine, the digest run it finished, the
 // address it suppressed again, the opt-out a recipient chose, the
-// template version it retired. Rows it did not change are left as they
+// template version it retired, the token it revoked. Rows it did not change are left as they
 // are; a third run writes nothing.
 func TestRerunCarriesTheSourcesChanges(t *testing.T) {
 	t.Parallel()
@@ -661,6 +661,7 @@ func TestRerunCarriesTheSourcesChanges(t *testing.T) {
 	exec(t, db, "INSERT INTO job_runs (job, scheduled_at, started_at) VALUES ('nightly', 100, 100)")
 	exec(t, db, "INSERT INTO suppressions (tenant, channel, address, reason, source, created_at) VALUES ('default', 'email', 'x@example.com', 'soft_bounce', 'receipt', 10)")
 	exec(t, db, "INSERT INTO pref_switches (tenant, recipient, category, channel, enabled, set_at, set_by) VALUES ('default', 'ada', 'news', 'email', 1, 10, 'api')")
+	exec(t, db, "INSERT INTO tokens (tenant, name, hash, created_at) VALUES ('default', 'kept', 'h1', 1), ('default', 'revoked', 'h2', 1)")
 	exec(t, db, "INSERT INTO templates (tenant, name, channel, locale, version, parts, created_at) VALUES ('default', 'receipt', 'email', 'en', 1, '{}', 10)")
 	url := pgtest.Start(t)
 	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
@@ -675,6 +676,7 @@ func TestRerunCarriesTheSourcesChanges(t *testing.T) {
 	exec(t, db, "UPDATE suppressions SET reason = 'hard_bounce', created_at = 20")
 	exec(t, db, "UPDATE pref_switches SET enabled = 0, set_at = 20, set_by = 'unsubscribe'")
 	exec(t, db, "UPDATE templates SET retired_at = 20")
+	exec(t, db, "DELETE FROM tokens WHERE name = 'revoked'")
 	res, err := migrate.Run(t.Context(), path, url, migrate.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -702,6 +704,7 @@ func TestRerunCarriesTheSourcesChanges(t *testing.T) {
 		"SELECT status || ' ' || finished_at FROM job_runs":                                                                "done 200",
 		"SELECT reason || ' ' || created_at FROM suppressions":                                                             "hard_bounce 20",
 		"SELECT enabled::text || ' ' || set_by FROM pref_switches":                                                         "false unsubscribe",
+		"SELECT string_agg(name, ' ') FROM tokens":                                                                         "kept",
 		"SELECT retired_at::text FROM templates":                                                                           "20",
 	} {
 		if got := row(q); got != want {
@@ -710,9 +713,12 @@ func TestRerunCarriesTheSourcesChanges(t *testing.T) {
 	}
 	want := map[string][3]int64{ // copied, updated, present
 		"notifications": {0, 1, 1}, "attempts": {1, 0, 0}, "events": {0, 1, 1},
-		"job_runs": {0, 1, 0}, "suppressions": {0, 1, 0}, "pref_switches": {0, 1, 0}, "templates": {0, 1, 0},
+		"job_runs": {0, 1, 0}, "tokens": {0, 0, 1}, "suppressions": {0, 1, 0}, "pref_switches": {0, 1, 0}, "templates": {0, 1, 0},
 	}
 	for _, c := range res.Tables {
+		if c.Table == "tokens" && c.Deleted != 1 {
+			t.Errorf("tokens on the second run: %+v, want the revoked one deleted", c)
+		}
 		if w, ok := want[c.Table]; ok && (c.Copied != w[0] || c.Updated != w[1] || c.Present != w[2]) {
 			t.Errorf("%s on the second run: %+v, want copied, updated, present %v", c.Table, c, w)
 		}
@@ -722,7 +728,7 @@ func TestRerunCarriesTheSourcesChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range res.Tables {
-		if c.Copied != 0 || c.Updated != 0 {
+		if c.Copied != 0 || c.Updated != 0 || c.Deleted != 0 {
 			t.Errorf("%s on a third run: %+v, want nothing written", c.Table, c)
 		}
 	}

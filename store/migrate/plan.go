@@ -18,6 +18,11 @@ type table struct {
 	// pruned): a key already there is the same row, left as it is (DO
 	// NOTHING); the source's new rows have new keys and are inserted.
 	fixed bool
+	// mirror: a row the source deleted after a run is deleted from the
+	// target by the next (its id is not in the source's snapshot). Only
+	// for a table with ids: checkTarget refused a target that gave one of
+	// its own, so every row there came from the source.
+	mirror bool
 	// newer, when set, orders two states of one row ({r} is the row): the
 	// source's replaces the target's only when it is larger on it, and a
 	// target row larger on it was changed on the target since it was
@@ -61,8 +66,8 @@ var plan = []table{
 		why: "who retried each notification from the console, and when: the notification's page shows the same trail on the target (appended, never changed: new rows are new ids)"},
 	{name: "receipts", key: []string{"id"}, id: true, same: []string{"provider", "dedupe"}, fixed: true,
 		why: "provider receipts, including early ones not yet matched to a notification; (provider, dedupe) keeps a resent webhook a duplicate. Stored once, never changed (what a receipt did to its notification is in the notification's row): new ones are new ids"},
-	{name: "tokens", key: []string{"id"}, id: true, same: []string{"hash"}, fixed: true,
-		why: "API tokens (hashes only): clients keep working against the new nodes. Never changed once made (revoking deletes: see README, a rerun does not carry deletions)"},
+	{name: "tokens", key: []string{"id"}, id: true, same: []string{"hash"}, fixed: true, mirror: true,
+		why: "API tokens (hashes only): clients keep working against the new nodes. Never changed once made; revoking deletes one, and a token the source revoked after a run is deleted from the target by the next (mirror), so it does not open the nodes"},
 	{name: "feed_counters", key: []string{"tenant"}, raise: []string{"seq", "legacy_seq"},
 		why: "each tenant's last feed sequence: new items continue after the moved ones, never reusing a seq a reader has seen"},
 	{name: "feed_items", key: []string{"tenant", "seq"},
