@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,10 +150,18 @@ func migrateHooks(errw io.Writer) migrate.Hooks {
 				return
 			}
 			fmt.Fprintf(errw, "edgerelay: migrate-store point %s:%d reached, %s\n", p, n, v.action)
-			syscall.Kill(os.Getpid(), v.sig)
 			if v.sig == syscall.SIGKILL {
+				syscall.Kill(os.Getpid(), v.sig)
 				select {} // the signal is on its way: nothing more is written
 			}
+			// A stop sent to oneself can take effect after the run has
+			// gone on (another thread takes it; a loaded machine): wait
+			// for the SIGCONT, so the run never passes its point stopped.
+			cont := make(chan os.Signal, 1)
+			signal.Notify(cont, syscall.SIGCONT)
+			syscall.Kill(os.Getpid(), v.sig)
+			<-cont
+			signal.Stop(cont)
 		})
 	}
 	if len(hooks) == 0 {
