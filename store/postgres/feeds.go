@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"edgerelay/store"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -67,66 +66,88 @@ func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int
 
 // foldItems posts the messages of settled notifications to feeds
 // (Decision.Fold), in the settlement's transaction, so a notification ends
-// folded exactly when its item is written. Each item is numbered from its
-// tenant's counter row, locked until commit as an accept's insert locks
-// it (so the tenant's items still become visible in seq order), in tenant
-// order (two settlements folding for the same tenants lock them alike).
-// The unique (event, feed) index dedupes (a feed holds an event once), and
-// a duplicate takes no number. An event's items count one another
-// (copies), so an event that now has more than one is counted once in an
-// unread count.
+// folded exactly when its item is written. The items are numbered as
+// store/sqlite numbers them, as if posted one by one in the settlements'
+// order: each tenant's next seqs from its counter row, each feed's next
+// positions; a fold of an event into a feed that holds it already (from
+// before, or an earlier fold of this batch) takes no number. An event's
+// items count one another (copies), so an event that now has more than
+// one is counted once in an unread count.
+//
+// One round trip, a batch of two statements. The first locks the tenants'
+// counter rows, in tenant order (two settlements folding for the same
+// tenants lock them alike), until commit, as an accept's insert locks its
+// tenant's: the tenant's items still become visible in seq order, and no
+// other transaction posts to the tenant meanwhile. The second runs after
+// the first has its locks, so its snapshot (read committed: per statement)
+// sees every item committed before them: its "does the feed hold the
+// event" and "the feed's last position" are exact, and it needs no ON
+// CONFLICT (a conflict would be a broken lock and fails the settlement).
 func foldItems(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {
-	type fold struct {
-		id     int64
-		tenant string
-		feed   string
-		at     int64
-	}
-	var folds []fold
+	var ids, ats []int64
+	var feeds []string
 	for i, st := range ss {
 		if applied[i] && st.Decision.Fold != nil {
-			folds = append(folds, fold{id: st.ID, feed: st.Decision.Fold.Feed, at: ms(st.At)})
+			ids, feeds, ats = append(ids, st.ID), append(feeds, st.Decision.Fold.Feed), append(ats, ms(st.At))
 		}
 	}
-	if len(folds) == 0 {
+	if len(ids) == 0 {
 		return nil
 	}
-	for i := range folds {
-		if err := tx.QueryRow(ctx, `SELECT tenant FROM notifications WHERE id = $1`, folds[i].id).Scan(&folds[i].tenant); err != nil {
-			return fmt.Errorf("fold notification %d: %w", folds[i].id, err)
-		}
+	b := &pgx.Batch{}
+	b.Queue(lockFoldCountersSQL, ids)
+	b.Queue(foldItemsSQL, ids, feeds, ats)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("fold %d notifications: lock their tenants' feed counters: %w", len(ids), err)
 	}
-	slices.SortStableFunc(folds, func(a, b fold) int { return cmp.Compare(a.tenant, b.tenant) })
-	for _, f := range folds {
-		var last int64
-		if err := tx.QueryRow(ctx, `INSERT INTO feed_counters (tenant, seq) VALUES ($1, 0)
-			ON CONFLICT (tenant) DO UPDATE SET seq = feed_counters.seq RETURNING seq`, f.tenant).Scan(&last); err != nil {
-			return fmt.Errorf("number the folded item of notification %d: %w", f.id, err)
-		}
-		var event, copies int64
-		err := tx.QueryRow(ctx, `INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at, message)
-			SELECT n.tenant, $2, $3, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = n.tenant AND feed = $3), 0) + 1,
-				n.event, 1 + (SELECT count(*) FROM feed_items WHERE event = n.event), $4, n.message
-			FROM notifications n WHERE n.id = $1
-			ON CONFLICT (event, feed) DO NOTHING
-			RETURNING event, copies`, f.id, last+1, f.feed, f.at).Scan(&event, &copies)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // the feed holds the event already
-		}
-		if err != nil {
-			return fmt.Errorf("fold notification %d into feed %q: %w", f.id, f.feed, err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE feed_counters SET seq = $2 WHERE tenant = $1`, f.tenant, last+1); err != nil {
-			return fmt.Errorf("number the folded item of notification %d: %w", f.id, err)
-		}
-		if copies > 1 {
-			if _, err := tx.Exec(ctx, `UPDATE feed_items SET copies = $1 WHERE event = $2`, copies, event); err != nil {
-				return fmt.Errorf("count the items of event %d: %w", event, err)
-			}
-		}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("fold %d notifications into feeds %v: %w", len(ids), feeds, err)
 	}
-	return nil
+	return br.Close()
 }
+
+const (
+	// A counter row made here (a tenant's first item is a fold) holds 0,
+	// as having none means: nothing is posted yet.
+	lockFoldCountersSQL = `INSERT INTO feed_counters (tenant, seq)
+		SELECT DISTINCT tenant, 0 FROM notifications WHERE id = ANY($1::bigint[]) ORDER BY tenant
+		ON CONFLICT (tenant) DO UPDATE SET seq = feed_counters.seq`
+	// f: the folds in the settlements' order (ord), with their
+	// notifications' tenant, event and message. fresh: each (event, feed)
+	// once, its first fold, if the feed does not hold the event yet. Each
+	// fresh fold takes its tenant's next seq and its feed's next position
+	// in ord order; an event's items (those there and the fresh ones)
+	// count all of them. The data-modifying parts do not see one another's
+	// rows: the last UPDATE sets the copies of the event's items from
+	// before, the INSERT gives the new ones the same count.
+	foldItemsSQL = `WITH f AS (
+			SELECT v.ord, v.feed, v.at, n.tenant, n.event, n.message
+			FROM unnest($1::bigint[], $2::text[], $3::bigint[]) WITH ORDINALITY AS v (id, feed, at, ord)
+			JOIN notifications n ON n.id = v.id
+		), fresh AS (
+			SELECT DISTINCT ON (f.event, f.feed) f.* FROM f
+			WHERE NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.event = f.event AND i.feed = f.feed)
+			ORDER BY f.event, f.feed, f.ord
+		), numbered AS (
+			SELECT x.*,
+				c.seq + row_number() OVER (PARTITION BY x.tenant ORDER BY x.ord) AS seq,
+				coalesce((SELECT max(pos) FROM feed_items i WHERE i.tenant = x.tenant AND i.feed = x.feed), 0)
+					+ row_number() OVER (PARTITION BY x.tenant, x.feed ORDER BY x.ord) AS pos,
+				(SELECT count(*) FROM feed_items i WHERE i.event = x.event) + count(*) OVER (PARTITION BY x.event) AS copies
+			FROM fresh x JOIN feed_counters c ON c.tenant = x.tenant
+		), posted AS (
+			INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at, message)
+			SELECT tenant, seq, feed, pos, event, copies, at, message FROM numbered
+		), counted AS (
+			UPDATE feed_counters c SET seq = m.seq
+			FROM (SELECT tenant, max(seq) AS seq FROM numbered GROUP BY tenant) m WHERE c.tenant = m.tenant
+		)
+		UPDATE feed_items i SET copies = m.copies
+		FROM (SELECT DISTINCT event, copies FROM numbered) m WHERE i.event = m.event`
+)
 
 // eventFeedItems reads back the items an accepted event posted (a
 // duplicate's answer), in seq order, from the event index.

@@ -22,6 +22,7 @@ func preferences(t *testing.T, open opener) {
 		{"ThrottleCountsExactlyUnderConcurrentTakes", testThrottleConcurrent, false},
 		{"SkippedIsFinalAndCycleStartMoves", testSkippedAndCycleStart, false},
 		{"FoldPostsOneItemWithTheSettlementThatApplies", testFoldPostsOnce, false},
+		{"FoldBatchNumbersAsOneByOneInOrder", testFoldBatchNumbering, false},
 	})
 }
 

@@ -1,0 +1,128 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"edgerelay/store"
+)
+
+// testFoldBatchNumbering: one settlement of several folds, of two tenants
+// interleaved, numbers the folded items as if they were posted one by
+// one in the settlements' order: each tenant's next seqs in that order,
+// each feed's next positions, a second fold of the same event into the
+// same feed (in the same batch) takes no number and leaves the first's
+// message, and an event's items count one another (copies), so a user's
+// unread count holds the event once. Both stores must agree on every
+// number: the feed's seqs are what read marks, cursors and digest ranges
+// name.
+func testFoldBatchNumbering(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	target := func(ev, rcpt, ch string) store.Target {
+		return store.Target{Key: ev + "/" + rcpt + "/" + ch, Recipient: rcpt, Channel: ch, Address: rcpt + "@" + ch,
+			Message: fmt.Appendf(nil, `{"subject":"%s for %s by %s"}`, ev, rcpt, ch)}
+	}
+	event := func(tenant, id string, feeds []string, ts ...store.Target) store.AcceptInput {
+		return store.AcceptInput{Event: store.NewEvent{Tenant: tenant, EventID: id, Purpose: "newsletter", Type: "newsletter",
+			Payload: fmt.Appendf(nil, `{"id":%q}`, id), Message: []byte(`{"subject":"the event's"}`),
+			Fingerprint: "fp:" + tenant + "/" + id, Targets: len(ts), Feeds: feeds}, First: ts}
+	}
+	// b's seq 1 and 2 are its accepts' ("pre" and e2 in the tenant feed);
+	// a has no item before the folds.
+	accept(t, s, t0, event("b", "pre", []string{store.TenantFeed}))
+	accept(t, s, t0, event("b", "e1", nil, target("e1", "ada", "sms"), target("e1", "ada", "email"), target("e1", "bob", "email")))
+	accept(t, s, t0, event("b", "e2", []string{store.TenantFeed}, target("e2", "ada", "email"), target("e2", "bob", "email")))
+	accept(t, s, t0, event("a", "f1", nil, target("f1", "ada", "email"), target("f1", "bob", "email")))
+	cs := claim(t, s, store.ClaimRequest{Limit: 20, Now: t0, Lease: time.Minute})
+	byKey := map[string]store.Claimed{}
+	for _, c := range cs {
+		byKey[c.Key] = c
+	}
+	if len(byKey) != 7 {
+		t.Fatalf("claimed %d, want 7", len(byKey))
+	}
+	var ss []store.Settlement
+	for i, k := range []string{"e2/ada/email", "f1/ada/email", "e1/ada/sms", "e1/ada/email", "e2/bob/email", "f1/bob/email", "e1/bob/email"} {
+		c, ok := byKey[k]
+		if !ok {
+			t.Fatalf("no claim of %s", k)
+		}
+		ss = append(ss, store.Settlement{ID: c.ID, Token: c.Token, At: t0.Add(time.Duration(i) * time.Second), Decision: store.Decision{
+			Status: store.StatusSkipped, Reason: "skipped (throttled), folded into digest weekly", NextAttemptAt: t0,
+			Fold: &store.Fold{Feed: store.PersonalFeed(c.Recipient)}}})
+	}
+	applied, err := s.Settle(ctx, ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ok := range applied {
+		if !ok {
+			t.Fatalf("settlement %d did not apply", i)
+		}
+	}
+	type item struct {
+		Seq           int64
+		Feed, EventID string
+		Subject       string
+	}
+	page := func(tenant, user string) []item {
+		t.Helper()
+		got, _, err := s.FeedPage(ctx, tenant, user, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]item, len(got))
+		for i, it := range got {
+			var m struct{ Subject string }
+			if err := json.Unmarshal(it.Message, &m); err != nil {
+				t.Fatalf("item %d's message %q: %v", it.Seq, it.Message, err)
+			}
+			out[i] = item{it.Seq, it.Feed, it.EventID, m.Subject}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		tenant, user string
+		want         []item
+	}{
+		// e2 is in * (seq 2) and @ada (seq 3): the newest copy shows.
+		{"b", "ada", []item{{4, "@ada", "e1", "e1 for ada by sms"}, {3, "@ada", "e2", "e2 for ada by email"}, {1, "*", "pre", "the event's"}}},
+		{"b", "bob", []item{{6, "@bob", "e1", "e1 for bob by email"}, {5, "@bob", "e2", "e2 for bob by email"}, {1, "*", "pre", "the event's"}}},
+		{"a", "ada", []item{{1, "@ada", "f1", "f1 for ada by email"}}},
+		{"a", "bob", []item{{2, "@bob", "f1", "f1 for bob by email"}}},
+	} {
+		if got := page(c.tenant, c.user); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s's feed in %s:\n got %v\nwant %v", c.user, c.tenant, got, c.want)
+		}
+	}
+	// copies: e2's three items (*, @ada, @bob) count one another, so each
+	// user counts e2 once; pos: each personal feed is numbered 1, 2 … (an
+	// unread count is a difference of positions).
+	for _, c := range []struct {
+		tenant, user string
+		want         int64
+	}{{"b", "ada", 3}, {"b", "bob", 3}, {"a", "ada", 1}, {"a", "bob", 1}} {
+		if n, err := s.UnreadCount(ctx, c.tenant, c.user); err != nil || n != c.want {
+			t.Errorf("%s's unread count in %s: %d (%v), want %d", c.user, c.tenant, n, err, c.want)
+		}
+	}
+	if _, err := s.MarkAll(ctx, "b", "ada", store.MarkRead, 3); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.UnreadCount(ctx, "b", "ada"); err != nil || n != 1 {
+		t.Errorf("ada's unread count in b after reading up to 3: %d (%v), want 1 (e1)", n, err)
+	}
+	// Each tenant's next item follows its folds: no number twice, none
+	// skipped.
+	for _, c := range []struct {
+		tenant string
+		want   int64
+	}{{"b", 7}, {"a", 3}} {
+		a := accept(t, s, t0, event(c.tenant, "next", []string{store.TenantFeed}))[0]
+		if len(a.FeedItems) != 1 || a.FeedItems[0].Seq != c.want {
+			t.Errorf("%s's next item %+v, want seq %d", c.tenant, a.FeedItems, c.want)
+		}
+	}
+}
