@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 21: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 22: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -28,9 +28,11 @@ CREATE TABLE audience_members (
     audience text NOT NULL,
     seq integer NOT NULL,
     recipient text NOT NULL,
+    recipient_id text NOT NULL,
     CONSTRAINT audience_members_pkey PRIMARY KEY (tenant, audience, seq),
     CONSTRAINT audience_members_tenant_audience_fkey FOREIGN KEY (tenant, audience) REFERENCES audiences(tenant, name) ON DELETE CASCADE
 );
+CREATE INDEX audience_members_recipient ON audience_members USING btree (tenant, audience, recipient_id, seq);
 
 CREATE TABLE audiences (
     tenant text NOT NULL,

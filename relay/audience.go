@@ -67,13 +67,13 @@ func (r *Relay) PutAudience(ctx context.Context, tenant, name string, members []
 		}
 		return err
 	}
-	docs := make([][]byte, len(members))
+	docs := make([]store.Member, len(members))
 	for i, m := range members {
 		b, err := json.Marshal(m)
 		if err != nil {
 			return err
 		}
-		docs[i] = b
+		docs[i] = store.Member{ID: m.ID, Doc: b}
 	}
 	return r.store.PutAudience(ctx, tenant, name, docs, r.now())
 }

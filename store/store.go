@@ -142,15 +142,29 @@ type Receipts interface {
 	AddReceipts(ctx context.Context, rs []Receipt, now time.Time) (int, error)
 }
 
-// Audiences are named recipient lists; members are opaque JSON documents.
+// Audiences are named recipient lists; members are opaque JSON documents,
+// each kept with the recipient id the relay gives it.
 type Audiences interface {
-	PutAudience(ctx context.Context, tenant, name string, members [][]byte, now time.Time) error
+	PutAudience(ctx context.Context, tenant, name string, members []Member, now time.Time) error
 	Audience(ctx context.Context, tenant, name string) ([][]byte, error)
+	// AudienceMember is the document of the audience's member whose
+	// recipient id is id (the first in order if several have it), read
+	// through an index, not the whole list: nil and no error if the
+	// audience has no such member, ErrNotFound if there is no audience.
+	AudienceMember(ctx context.Context, tenant, name, id string) ([]byte, error)
 	DeleteAudience(ctx context.Context, tenant, name string) error
 	// ListAudiences lists a tenant's audiences in name order (bytewise),
 	// those named after after ("" from the first), at most limit: each
 	// with its member count and when it was last put.
 	ListAudiences(ctx context.Context, tenant, after string, limit int) ([]AudienceInfo, error)
+}
+
+// Member is one member of an audience as put: its recipient id, by which
+// AudienceMember finds it, and its document, which the store keeps as it
+// is (it never reads the id out of it).
+type Member struct {
+	ID  string
+	Doc []byte
 }
 
 // Feeds are in-app feeds, fanned out on read, with watermarks that only

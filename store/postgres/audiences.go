@@ -10,17 +10,19 @@ import (
 )
 
 // An audience is a named, ordered list of recipients within a tenant. Each
-// member is an opaque JSON document: the relay parses it, the store keeps it.
+// member is an opaque JSON document: the relay parses it, the store keeps
+// it, with the recipient id the relay gives it (AudienceMember's key).
 
 // PutAudience creates the audience or replaces all its members in one
 // transaction, so a reader sees the old list or the new one, never a mix.
 // The audience row is written first: two nodes replacing one audience at
 // once take turns on its lock.
-func (s *Store) PutAudience(ctx context.Context, tenant, name string, members [][]byte, now time.Time) error {
+func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []store.Member, now time.Time) error {
 	docs := make([]string, len(members))
+	ids := make([]string, len(members))
 	seqs := make([]int64, len(members))
 	for i, m := range members {
-		docs[i], seqs[i] = string(m), int64(i)
+		docs[i], ids[i], seqs[i] = string(m.Doc), m.ID, int64(i)
 	}
 	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO audiences (tenant, name, members, updated_at) VALUES ($1, $2, $3, $4)
@@ -34,9 +36,9 @@ func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []
 		if len(members) == 0 {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO audience_members (tenant, audience, seq, recipient)
-			SELECT $1, $2, m.seq, m.recipient FROM unnest($3::bigint[], $4::text[]) AS m (seq, recipient)`,
-			tenant, name, seqs, docs); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO audience_members (tenant, audience, seq, recipient, recipient_id)
+			SELECT $1, $2, m.seq, m.recipient, m.id FROM unnest($3::bigint[], $4::text[], $5::text[]) AS m (seq, recipient, id)`,
+			tenant, name, seqs, docs, ids); err != nil {
 			return fmt.Errorf("put audience %q: members: %w", name, err)
 		}
 		return nil
@@ -84,6 +86,29 @@ func (s *Store) Audience(ctx context.Context, tenant, name string) ([][]byte, er
 		out = [][]byte{}
 	}
 	return out, nil
+}
+
+// AudienceMember returns the document of the audience's first member (in
+// seq order) whose recipient id is id, from the audience_members_recipient
+// index; nil if none is, ErrNotFound if there is no such audience. One
+// statement, so one snapshot, as Audience.
+func (s *Store) AudienceMember(ctx context.Context, tenant, name, id string) ([]byte, error) {
+	var m *string
+	err := s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, `SELECT (SELECT m.recipient FROM audience_members m
+				WHERE m.tenant = a.tenant AND m.audience = a.name AND m.recipient_id = $3 ORDER BY m.seq LIMIT 1)
+			FROM audiences a WHERE a.tenant = $1 AND a.name = $2`, tenant, name, id).Scan(&m)
+	})
+	if isNoRows(err) {
+		return nil, fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read member %q of audience %q: %w", id, name, err)
+	}
+	if m == nil {
+		return nil, nil
+	}
+	return []byte(*m), nil
 }
 
 // DeleteAudience deletes the audience and its members (ON DELETE CASCADE).

@@ -10,13 +10,14 @@ import (
 )
 
 // An audience is a named, ordered list of recipients within a tenant. Each
-// member is an opaque JSON document: the relay parses it, the store keeps it.
+// member is an opaque JSON document: the relay parses it, the store keeps
+// it, with the recipient id the relay gives it (AudienceMember's key).
 
 // PutAudience creates the audience or replaces all its members, atomically:
 // one writer op deletes the old members and inserts members in order, so a
 // reader sees the old list or the new one, never a mix. An empty members
 // makes an audience with no one in it.
-func (s *Store) PutAudience(ctx context.Context, tenant, name string, members [][]byte, now time.Time) error {
+func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []store.Member, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
 		if _, err := tx.exec(`INSERT INTO audiences (tenant, name, members, updated_at) VALUES (?1, ?2, ?3, ?4)
 			ON CONFLICT (tenant, name) DO UPDATE SET members = ?3, updated_at = ?4`,
@@ -30,31 +31,31 @@ func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []
 	})
 }
 
-// membersPerInsert rows go in one multi-row INSERT (4 parameters each, well
+// membersPerInsert rows go in one multi-row INSERT (5 parameters each, well
 // under SQLite's limit of 32766): a 10,000-member audience is 50 statements
 // rather than 10,000. The rest go one by one, so only two statements are
 // ever prepared.
 const membersPerInsert = 200
 
-var insertMembersSQL = `INSERT INTO audience_members (tenant, audience, seq, recipient) VALUES ` +
-	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", membersPerInsert), ", ")
+var insertMembersSQL = `INSERT INTO audience_members (tenant, audience, seq, recipient, recipient_id) VALUES ` +
+	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", membersPerInsert), ", ")
 
-func insertMembers(tx *Tx, tenant, name string, members [][]byte) error {
-	args := make([]any, 0, 4*membersPerInsert)
+func insertMembers(tx *Tx, tenant, name string, members []store.Member) error {
+	args := make([]any, 0, 5*membersPerInsert)
 	i := 0
 	for ; i+membersPerInsert <= len(members); i += membersPerInsert {
 		args = args[:0]
 		for j, m := range members[i : i+membersPerInsert] {
 			// As a string, so SQLite stores TEXT (JSON), not a BLOB.
-			args = append(args, tenant, name, i+j, string(m))
+			args = append(args, tenant, name, i+j, string(m.Doc), m.ID)
 		}
 		if _, err := tx.exec(insertMembersSQL, args...); err != nil {
 			return fmt.Errorf("put audience %q: members %d-%d: %w", name, i, i+membersPerInsert-1, err)
 		}
 	}
 	for ; i < len(members); i++ {
-		if _, err := tx.exec(`INSERT INTO audience_members (tenant, audience, seq, recipient) VALUES (?, ?, ?, ?)`,
-			tenant, name, i, string(members[i])); err != nil {
+		if _, err := tx.exec(`INSERT INTO audience_members (tenant, audience, seq, recipient, recipient_id) VALUES (?, ?, ?, ?, ?)`,
+			tenant, name, i, string(members[i].Doc), members[i].ID); err != nil {
 			return fmt.Errorf("put audience %q: member %d: %w", name, i, err)
 		}
 	}
@@ -97,6 +98,34 @@ func (s *Store) Audience(ctx context.Context, tenant, name string) ([][]byte, er
 	}
 	return out, nil
 }
+
+// AudienceMember returns the document of the audience's first member (in
+// seq order) whose recipient id is id, from the audience_members_recipient
+// index; nil if none is, ErrNotFound if there is no such audience.
+func (s *Store) AudienceMember(ctx context.Context, tenant, name, id string) ([]byte, error) {
+	// One statement, so one snapshot, as Audience.
+	var m sql.NullString
+	err := s.rdb.QueryRowContext(ctx, audienceMemberSQL, tenant, name, id).Scan(&m)
+	if isNoRows(err) {
+		return nil, fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read member %q of audience %q: %w", id, name, err)
+	}
+	if !m.Valid {
+		return nil, nil
+	}
+	return []byte(m.String), nil
+}
+
+// audienceMemberSQL: the audience's row (none: no audience), and its
+// member's document (NULL: not a member). It names its index: without
+// statistics SQLite would walk the audience's members in seq order (the
+// primary key) for "ORDER BY seq LIMIT 1". TestAudienceMemberUsesTheIndex
+// checks the plan.
+const audienceMemberSQL = `SELECT (SELECT m.recipient FROM audience_members m INDEXED BY audience_members_recipient
+		WHERE m.tenant = a.tenant AND m.audience = a.name AND m.recipient_id = ?3 ORDER BY m.seq LIMIT 1)
+	FROM audiences a WHERE a.tenant = ?1 AND a.name = ?2`
 
 // DeleteAudience deletes the audience and its members. ErrNotFound if there
 // is no such audience.

@@ -2,15 +2,21 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"edgerelay/store"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
 
-func members(prefix string, n int) [][]byte {
-	out := make([][]byte, n)
+func members(prefix string, n int) []store.Member {
+	out := make([]store.Member, n)
 	for i := range out {
-		out[i] = fmt.Appendf(nil, `{"id":"%s%05d","email":"%s%05d@example.com"}`, prefix, i, prefix, i)
+		id := fmt.Sprintf("%s%05d", prefix, i)
+		out[i] = store.Member{ID: id, Doc: fmt.Appendf(nil, `{"id":"%s","email":"%s@example.com"}`, id, id)}
 	}
 	return out
 }
@@ -57,5 +63,88 @@ func TestAudienceRows(t *testing.T) {
 	}
 	if n := rows("default"); n != 1 {
 		t.Fatalf("deleting acme's audience left default with %d member rows, want 1", n)
+	}
+}
+
+// A member is looked up through audience_members_recipient, in seq order
+// (the first of members sharing an id), never by reading the audience.
+func TestAudienceMemberUsesTheIndex(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	if err := s.PutAudience(context.Background(), "default", "everyone", members("m", 3000), t0); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(queryPlan(t, s, audienceMemberSQL, "default", "everyone", "m02999"), "\n")
+	if !strings.Contains(text, "INDEX audience_members_recipient (tenant=? AND audience=? AND recipient_id=?)") {
+		t.Errorf("the member lookup does not read audience_members_recipient by recipient id:\n%s", text)
+	}
+	if strings.Contains(text, "TEMP B-TREE") {
+		t.Errorf("the member lookup sorts instead of reading the index in seq order:\n%s", text)
+	}
+	t.Logf("member lookup:\n%s", text)
+}
+
+// A database from before the recipient-id migration, with an audience,
+// is brought forward with its members: each gets the id its JSON holds,
+// a lookup finds it (the first in order of two sharing an id), and the
+// members read back whole and in order.
+func TestMigrationGivesAudienceMembersTheirIDs(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "relay.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := -1 // how many migrations come before the recipient ids'
+	for i, f := range files {
+		if strings.HasSuffix(f, "_audience_member_ids.sql") {
+			before = i
+		}
+	}
+	if before < 2 {
+		t.Fatalf("no audience member ids migration in %v", files)
+	}
+	for _, f := range files[:before] {
+		b, _ := os.ReadFile(f)
+		if _, err := db.Exec(string(b)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d;", before) + `
+		INSERT INTO audiences (tenant, name, members, updated_at) VALUES ('acme', 'team', 4, 1000), ('beta', 'team', 1, 1000);
+		INSERT INTO audience_members (tenant, audience, seq, recipient) VALUES
+			('acme', 'team', 0, '{"id":"ada","email":"ada@example.com"}'), ('acme', 'team', 1, '{"email":"noid@example.com"}'),
+			('acme', 'team', 2, '{"id":"bob","phone":"+15550100"}'), ('acme', 'team', 3, '{"id":"ada","email":"second@example.com"}'),
+			('beta', 'team', 0, '{"id":"bob"}')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, c := range []struct{ tenant, id, want string }{
+		{"acme", "ada", `{"id":"ada","email":"ada@example.com"}`},
+		{"acme", "bob", `{"id":"bob","phone":"+15550100"}`},
+		{"acme", "carl", ""},
+		{"beta", "bob", `{"id":"bob"}`},
+		{"beta", "ada", ""},
+	} {
+		got, err := s.AudienceMember(context.Background(), c.tenant, "team", c.id)
+		if err != nil || string(got) != c.want {
+			t.Errorf("member %s of %s/team: %s, %v; want %q", c.id, c.tenant, got, err, c.want)
+		}
+	}
+	if n := count(t, s, `SELECT count(*) FROM audience_members WHERE tenant = 'acme' AND recipient_id = ''`); n != 1 {
+		t.Errorf("%d members with no id, want 1 (the one whose JSON has none)", n)
+	}
+	got, err := s.Audience(context.Background(), "acme", "team")
+	if err != nil || len(got) != 4 || string(got[1]) != `{"email":"noid@example.com"}` || string(got[3]) != `{"id":"ada","email":"second@example.com"}` {
+		t.Errorf("acme/team after migrating: %q, %v; want the four members in order", got, err)
 	}
 }

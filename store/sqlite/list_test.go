@@ -187,7 +187,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if _, err := s.CreateToken(ctx, "default", "ci", "h", t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutAudience(ctx, "default", "all", [][]byte{[]byte(`{"id":"r0"}`)}, t0); err != nil {
+	if err := s.PutAudience(ctx, "default", "all", []store.Member{{ID: "r0", Doc: []byte(`{"id":"r0"}`)}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Audience(ctx, "default", "all"); err != nil || len(got) != 1 {

@@ -20,6 +20,7 @@ func audiences(t *testing.T, open opener) {
 		{name: "ReplaceIsAtomic", run: testAudienceReplaceAtomic},
 		{name: "ListNamesCountsUpdated", run: testAudienceList},
 		{name: "ListPages", run: testAudienceListPages},
+		{name: "MemberByRecipientID", run: testAudienceMember},
 	})
 }
 
@@ -80,25 +81,25 @@ func testAudiencePutReplaceDelete(t *testing.T, s store.Store) {
 	wantErr(t, "deleting a missing audience", s.DeleteAudience(ctx, "default", "staff"), store.ErrNotFound)
 
 	first := [][]byte{[]byte(`{"id":"c"}`), []byte(`{"id":"a"}`), []byte(`{"id":"b","email":"b@example.com"}`)}
-	if err := s.PutAudience(ctx, "default", "staff", first, t0); err != nil {
+	if err := s.PutAudience(ctx, "default", "staff", withIDs(first), t0); err != nil {
 		t.Fatal(err)
 	}
 	wantAudience(t, s, "default", "staff", first) // in the order given, not sorted
 	theirs := [][]byte{[]byte(`{"id":"x"}`)}
-	if err := s.PutAudience(ctx, "acme", "staff", theirs, t0); err != nil { // the same name in another tenant
+	if err := s.PutAudience(ctx, "acme", "staff", withIDs(theirs), t0); err != nil { // the same name in another tenant
 		t.Fatal(err)
 	}
 	second := members("m", 450)
-	if err := s.PutAudience(ctx, "default", "staff", second, t0.Add(time.Minute)); err != nil {
+	if err := s.PutAudience(ctx, "default", "staff", withIDs(second), t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	wantAudience(t, s, "default", "staff", second)
 	third := [][]byte{[]byte(`{"id":"only"}`)} // shorter: nothing of the longer list is left past it
-	if err := s.PutAudience(ctx, "default", "staff", third, t0.Add(2*time.Minute)); err != nil {
+	if err := s.PutAudience(ctx, "default", "staff", withIDs(third), t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	wantAudience(t, s, "default", "staff", third)
-	if err := s.PutAudience(ctx, "default", "staff", nil, t0); err != nil {
+	if err := s.PutAudience(ctx, "default", "staff", withIDs(nil), t0); err != nil {
 		t.Fatal(err)
 	}
 	wantAudience(t, s, "default", "staff", [][]byte{})
@@ -112,7 +113,7 @@ func testAudiencePutReplaceDelete(t *testing.T, s store.Store) {
 	wantErr(t, "a second delete", s.DeleteAudience(ctx, "acme", "staff"), store.ErrNotFound)
 	wantAudience(t, s, "default", "staff", [][]byte{})
 	// A deleted audience can be made again, without its old members.
-	if err := s.PutAudience(ctx, "acme", "staff", first[:1], t0); err != nil {
+	if err := s.PutAudience(ctx, "acme", "staff", withIDs(first[:1]), t0); err != nil {
 		t.Fatal(err)
 	}
 	wantAudience(t, s, "acme", "staff", first[:1])
@@ -122,14 +123,14 @@ func testAudiencePutReplaceDelete(t *testing.T, s store.Store) {
 func testAudienceTenThousand(t *testing.T, s store.Store) {
 	big := members("u", 10_000)
 	start := time.Now()
-	if err := s.PutAudience(t.Context(), "default", "everyone", big, t0); err != nil {
+	if err := s.PutAudience(t.Context(), "default", "everyone", withIDs(big), t0); err != nil {
 		t.Fatal(err)
 	}
 	put := time.Since(start)
 	wantAudience(t, s, "default", "everyone", big)
 	other := members("v", 9_999)
 	start = time.Now()
-	if err := s.PutAudience(t.Context(), "default", "everyone", other, t0); err != nil {
+	if err := s.PutAudience(t.Context(), "default", "everyone", withIDs(other), t0); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("10,000 members: put %s; replaced with 9,999: %s", put, time.Since(start))
@@ -140,7 +141,7 @@ func testAudienceTenThousand(t *testing.T, s store.Store) {
 // replaces them.
 func testAudienceReplaceAtomic(t *testing.T, s store.Store) {
 	lists := [][][]byte{members("a", 200), members("b", 150)}
-	if err := s.PutAudience(t.Context(), "default", "all", lists[0], t0); err != nil {
+	if err := s.PutAudience(t.Context(), "default", "all", withIDs(lists[0]), t0); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -148,7 +149,7 @@ func testAudienceReplaceAtomic(t *testing.T, s store.Store) {
 	wg.Go(func() {
 		defer close(done)
 		for i := range 10 {
-			if err := s.PutAudience(t.Context(), "default", "all", lists[(i+1)%2], t0); err != nil {
+			if err := s.PutAudience(t.Context(), "default", "all", withIDs(lists[(i+1)%2]), t0); err != nil {
 				t.Error(err)
 				return
 			}
@@ -207,7 +208,7 @@ func testAudienceList(t *testing.T, s store.Store) {
 		n            int
 		at           time.Time
 	}{{"default", "staff", 3, t0}, {"default", "all", 450, t0.Add(time.Second)}, {"default", "none", 0, t0}, {"acme", "staff", 1, t0}} {
-		if err := s.PutAudience(ctx, a.tenant, a.name, members("m", a.n), a.at); err != nil {
+		if err := s.PutAudience(ctx, a.tenant, a.name, withIDs(members("m", a.n)), a.at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -217,7 +218,7 @@ func testAudienceList(t *testing.T, s store.Store) {
 		store.AudienceInfo{Name: "staff", Members: 3, UpdatedAt: t0})
 	wantAudiences(t, "acme's", listAudiences(t, s, "acme"), store.AudienceInfo{Name: "staff", Members: 1, UpdatedAt: t0})
 
-	if err := s.PutAudience(ctx, "default", "staff", members("n", 7), t0.Add(time.Hour)); err != nil {
+	if err := s.PutAudience(ctx, "default", "staff", withIDs(members("n", 7)), t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteAudience(ctx, "default", "all"); err != nil {
@@ -234,7 +235,7 @@ func testAudienceList(t *testing.T, s store.Store) {
 func testAudienceListPages(t *testing.T, s store.Store) {
 	names := []string{"b", "A", "a", "a.1", "Z", "z-9", "_x", "0"}
 	for _, n := range names {
-		if err := s.PutAudience(t.Context(), "default", n, members("m", 1), t0); err != nil {
+		if err := s.PutAudience(t.Context(), "default", n, withIDs(members("m", 1)), t0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -126,3 +126,89 @@ func testFoldBatchNumbering(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// withIDs are docs as PutAudience takes them: each with the recipient id
+// its JSON holds, as the relay gives it.
+func withIDs(docs [][]byte) []store.Member {
+	out := make([]store.Member, len(docs))
+	for i, d := range docs {
+		var r struct{ ID string }
+		_ = json.Unmarshal(d, &r) // a document with no id has id ""
+		out[i] = store.Member{ID: r.ID, Doc: d}
+	}
+	return out
+}
+
+// testAudienceMember: one member is found by its recipient id, in its
+// tenant's audience only; not a member is no document and no error, no
+// audience is ErrNotFound (an empty audience is an audience); a replace
+// or delete is seen at once; of members sharing an id (the relay refuses
+// that, the store does not), the first in order is the one found, however
+// they were put.
+func testAudienceMember(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	want := func(tenant, name, id string, doc string) {
+		t.Helper()
+		got, err := s.AudienceMember(ctx, tenant, name, id)
+		switch {
+		case err != nil:
+			t.Errorf("member %q of %s/%s: %v", id, tenant, name, err)
+		case doc == "" && got != nil:
+			t.Errorf("member %q of %s/%s: %s, want none (nil)", id, tenant, name, got)
+		case doc != "" && got == nil:
+			t.Errorf("member %q of %s/%s: none, want %s", id, tenant, name, doc)
+		case doc != "":
+			if err := sameMembers([][]byte{got}, [][]byte{[]byte(doc)}); err != nil {
+				t.Errorf("member %q of %s/%s: %v", id, tenant, name, err)
+			}
+		}
+	}
+	noAudience := func(tenant, name string) {
+		t.Helper()
+		got, err := s.AudienceMember(ctx, tenant, name, "a")
+		wantErr(t, fmt.Sprintf("a member of missing audience %s/%s (got %s)", tenant, name, got), err, store.ErrNotFound)
+	}
+	noAudience("default", "staff")
+	put := func(tenant, name string, ms []store.Member) {
+		t.Helper()
+		if err := s.PutAudience(ctx, tenant, name, ms, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("default", "staff", withIDs([][]byte{[]byte(`{"id":"c"}`), []byte(`{"id":"a","email":"a@example.com"}`), []byte(`{"id":"b"}`)}))
+	put("acme", "staff", withIDs([][]byte{[]byte(`{"id":"x"}`)}))
+	want("default", "staff", "a", `{"id":"a","email":"a@example.com"}`)
+	want("default", "staff", "c", `{"id":"c"}`)
+	want("default", "staff", "zz", "")
+	want("default", "staff", "x", "") // acme's member
+	want("acme", "staff", "a", "")
+	want("acme", "staff", "x", `{"id":"x"}`)
+	// The id is the one given, not read from the document.
+	put("acme", "given", []store.Member{{ID: "given-id", Doc: []byte(`{"id":"doc-id"}`)}})
+	want("acme", "given", "given-id", `{"id":"doc-id"}`)
+	want("acme", "given", "doc-id", "")
+	// Shared ids: the first in order, whatever the other members.
+	put("default", "dups", []store.Member{
+		{ID: "o", Doc: []byte(`{"id":"o"}`)}, {ID: "d", Doc: []byte(`{"id":"d","n":1}`)},
+		{ID: "p", Doc: []byte(`{"id":"p"}`)}, {ID: "d", Doc: []byte(`{"id":"d","n":2}`)}})
+	want("default", "dups", "d", `{"id":"d","n":1}`)
+	put("default", "dups", []store.Member{{ID: "d", Doc: []byte(`{"id":"d","n":3}`)}, {ID: "d", Doc: []byte(`{"id":"d","n":4}`)}})
+	want("default", "dups", "d", `{"id":"d","n":3}`)
+	// A large audience: its last member, past every multi-row insert.
+	big := members("u", 2_500)
+	put("default", "everyone", withIDs(big))
+	want("default", "everyone", "u02499", string(big[2499]))
+	want("default", "everyone", "u02500", "")
+	// Replaced: the old members are gone, the new found; emptied: an
+	// audience with no members; deleted: no audience.
+	put("default", "staff", withIDs([][]byte{[]byte(`{"id":"b","email":"b@example.com"}`)}))
+	want("default", "staff", "a", "")
+	want("default", "staff", "b", `{"id":"b","email":"b@example.com"}`)
+	put("default", "staff", nil)
+	want("default", "staff", "b", "")
+	if err := s.DeleteAudience(ctx, "default", "staff"); err != nil {
+		t.Fatal(err)
+	}
+	noAudience("default", "staff")
+	want("acme", "staff", "x", `{"id":"x"}`)
+}
