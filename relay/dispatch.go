@@ -105,9 +105,6 @@ type dispatcher struct {
 	stopLoop context.CancelFunc
 	// pausesRead is when the loop last read the shared pauses (pauses.go).
 	pausesRead time.Time
-	// folds reads the audiences of digests a throttle folds into
-	// (preferences.go).
-	folds foldAudiences
 
 	mu    sync.Mutex
 	final map[int64]string // notification → its last decided status in this run

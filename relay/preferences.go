@@ -2,12 +2,12 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"edgerelay/store"
@@ -196,7 +196,7 @@ func (d *dispatcher) takeSlot(ctx context.Context, s *situation) {
 	}
 	s.pref.throttled = !g[0]
 	if dg := th.Digest; s.pref.throttled && dg != nil {
-		why, err := d.folds.unfoldable(ctx, d.r, c, *dg)
+		why, err := d.r.unfoldable(ctx, c, *dg)
 		if err != nil {
 			s.pref.err = fmt.Sprintf("the audience %q of digest %s could not be read: %v", dg.Audience, dg.Job, err)
 			return
@@ -205,63 +205,41 @@ func (d *dispatcher) takeSlot(ctx context.Context, s *situation) {
 	}
 }
 
-// foldAudiences caches the audiences of the digests throttles fold into,
-// each for a second: a turn that folds many notifications reads each
-// audience once, and a change to it applies within a second.
-type foldAudiences struct {
-	mu sync.Mutex
-	m  map[[2]string]foldAudience
-}
-
-type foldAudience struct {
-	members map[string]Recipient // by recipient id; nil: no such audience
-	read    time.Time
-}
-
-const foldAudienceTTL = time.Second
-
 // unfoldable says why digest dg would not carry c ("" if it would): the
 // digest's run sends one message to each member of its audience, on its
 // channel, with the items of the member's feeds in its tenant. A
 // notification that no run would carry is not folded (it is skipped, with
 // this reason), so none ends folded into a digest that never comes.
-func (f *foldAudiences) unfoldable(ctx context.Context, r *Relay, c store.Claimed, dg FoldDigest) (string, error) {
+//
+// It reads the one member, through the store's index, on every throttled
+// notification, with no cache: a lookup costs about what the throttle's
+// slot (TakeThrottleSlots, a write) before it costs, whatever the
+// audience's size, and the answer is the audience as it is now (a member
+// removed is no longer folded for, at once). Reading the whole audience
+// instead was a multi-megabyte read and decode on the dispatcher's
+// goroutine for a 100,000-member audience (BenchmarkFoldDecision).
+func (r *Relay) unfoldable(ctx context.Context, c store.Claimed, dg FoldDigest) (string, error) {
 	if c.Tenant != dg.Tenant {
 		return fmt.Sprintf("digest %s is tenant %s's, not %s's", dg.Job, dg.Tenant, c.Tenant), nil
 	}
-	k := [2]string{dg.Tenant, dg.Audience}
-	f.mu.Lock()
-	a, ok := f.m[k]
-	f.mu.Unlock()
-	if !ok || time.Since(a.read) > foldAudienceTTL {
-		members, err := r.Audience(ctx, dg.Tenant, dg.Audience)
-		if inv := (*InvalidEventError)(nil); errors.As(err, &inv) {
-			// A name no audience can have: no run of the digest will go.
-			return fmt.Sprintf("digest %s's audience %q cannot exist: %v", dg.Job, dg.Audience, err), nil
-		}
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return "", err
-		}
-		a = foldAudience{read: time.Now()}
-		if err == nil {
-			a.members = make(map[string]Recipient, len(members))
-			for _, m := range members {
-				a.members[m.ID] = m
-			}
-		}
-		f.mu.Lock()
-		if f.m == nil {
-			f.m = map[[2]string]foldAudience{}
-		}
-		f.m[k] = a
-		f.mu.Unlock()
+	if err := checkAudience(dg.Tenant, dg.Audience); err != nil {
+		// A name no audience can have: no run of the digest will go.
+		return fmt.Sprintf("digest %s's audience %q cannot exist: %v", dg.Job, dg.Audience, err), nil
 	}
-	switch m, ok := a.members[c.Recipient]; {
-	case a.members == nil:
+	doc, err := r.store.AudienceMember(ctx, dg.Tenant, dg.Audience, c.Recipient)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return fmt.Sprintf("digest %s's audience %q does not exist", dg.Job, dg.Audience), nil
-	case !ok:
+	case err != nil:
+		return "", err
+	case doc == nil:
 		return fmt.Sprintf("recipient %s is not in digest %s's audience %q", c.Recipient, dg.Job, dg.Audience), nil
-	case m.Address(dg.Channel) == "":
+	}
+	var m Recipient
+	if err := json.Unmarshal(doc, &m); err != nil {
+		return "", fmt.Errorf("audience %q member %q is unreadable: %w", dg.Audience, c.Recipient, err)
+	}
+	if m.Address(dg.Channel) == "" {
 		return fmt.Sprintf("recipient %s has no %s address in digest %s's audience %q", c.Recipient, dg.Channel, dg.Job, dg.Audience), nil
 	}
 	return "", nil

@@ -216,7 +216,6 @@ func TestUnfoldable(t *testing.T) {
 		t.Fatal(err)
 	}
 	dg := FoldDigest{Job: "weekly", Tenant: "default", Audience: "team", Channel: "email"}
-	var f foldAudiences
 	for _, row := range []struct {
 		c    store.Claimed
 		dg   FoldDigest
@@ -231,7 +230,7 @@ func TestUnfoldable(t *testing.T) {
 		{store.Claimed{Tenant: "default", Recipient: "ada"}, FoldDigest{Job: "w3", Tenant: "default", Audience: "no such name!", Channel: "email"},
 			`digest w3's audience "no such name!" cannot exist`},
 	} {
-		got, err := f.unfoldable(ctx, r, row.c, row.dg)
+		got, err := r.unfoldable(ctx, row.c, row.dg)
 		if err != nil || !strings.HasPrefix(got, row.want) || (row.want == "") != (got == "") {
 			t.Errorf("%s of %s into %s: %q, %v; want %q", row.c.Recipient, row.c.Tenant, row.dg.Job, got, err, row.want)
 		}
