@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,4 +212,80 @@ func testAudienceMember(t *testing.T, s store.Store) {
 	}
 	noAudience("default", "staff")
 	want("acme", "staff", "x", `{"id":"x"}`)
+}
+
+// testFoldConcurrent: folds of one event into one feed settled at the
+// same time (two channels of a recipient, two settlements), beside
+// accepts posting to the tenant's feed, leave the feed holding the event
+// once, and every number given once and none skipped: the tenant's items
+// are numbered 1 … n, and the next accept takes n+1. On PostgreSQL the
+// settlements are separate transactions, each locking the tenant's
+// counter before it reads what the feed holds.
+func testFoldConcurrent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const rounds = 20
+	var wg sync.WaitGroup
+	for i := range rounds {
+		id := fmt.Sprintf("e%02d", i)
+		accept(t, s, t0, store.AcceptInput{Event: store.NewEvent{Tenant: "acme", EventID: id, Purpose: "newsletter", Type: "newsletter",
+			Payload: fmt.Appendf(nil, `{"id":%q}`, id), Message: []byte(`{"subject":"s"}`), Fingerprint: "fp:" + id, Targets: 2},
+			First: []store.Target{{Key: id + "/ada/email", Recipient: "ada", Channel: "email", Address: "ada@example.com"},
+				{Key: id + "/ada/sms", Recipient: "ada", Channel: "sms", Address: "+15550100"}}})
+		cs := claim(t, s, store.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
+		if len(cs) != 2 {
+			t.Fatalf("round %d: claimed %d, want 2", i, len(cs))
+		}
+		for _, c := range cs {
+			wg.Go(func() {
+				_, err := s.Settle(ctx, []store.Settlement{{ID: c.ID, Token: c.Token, At: t0, Decision: store.Decision{
+					Status: store.StatusSkipped, Reason: "skipped (throttled), folded", NextAttemptAt: t0,
+					Fold: &store.Fold{Feed: store.PersonalFeed("ada")}}}})
+				if err != nil {
+					t.Errorf("settle %s: %v", c.Key, err)
+				}
+			})
+		}
+		wg.Go(func() {
+			in := newEvent("acme", "post-"+id, 0)
+			in.Event.Feeds = []string{store.TenantFeed}
+			if _, errs, err := s.AcceptEvents(ctx, []store.AcceptInput{in}, t0); err != nil || errs[0] != nil {
+				t.Errorf("accept post-%s: %v %v", id, err, errs)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	items, _, err := s.FeedPage(ctx, "acme", "ada", 0, 3*rounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	folded := 0
+	for _, it := range items {
+		seen[it.Seq] = true
+		if it.Feed == "@ada" {
+			folded++
+		}
+	}
+	if len(items) != 2*rounds || folded != rounds || len(seen) != 2*rounds {
+		t.Fatalf("ada's feed: %d items, %d folded, %d seqs; want %d, %d folded (one per event), each its own seq", len(items), folded, len(seen), 2*rounds, rounds)
+	}
+	for seq := int64(1); seq <= 2*rounds; seq++ {
+		if !seen[seq] {
+			t.Fatalf("no item numbered %d: a number was skipped or given twice", seq)
+		}
+	}
+	if n, err := s.UnreadCount(ctx, "acme", "ada"); err != nil || n != 2*rounds {
+		t.Fatalf("ada's unread count %d (%v), want %d", n, err, 2*rounds)
+	}
+	a := accept(t, s, t0, func() store.AcceptInput {
+		in := newEvent("acme", "last", 0)
+		in.Event.Feeds = []string{store.TenantFeed}
+		return in
+	}())[0]
+	if len(a.FeedItems) != 1 || a.FeedItems[0].Seq != 2*rounds+1 {
+		t.Fatalf("the next item %+v, want seq %d", a.FeedItems, 2*rounds+1)
+	}
 }

@@ -23,6 +23,7 @@ func preferences(t *testing.T, open opener) {
 		{"SkippedIsFinalAndCycleStartMoves", testSkippedAndCycleStart, false},
 		{"FoldPostsOneItemWithTheSettlementThatApplies", testFoldPostsOnce, false},
 		{"FoldBatchNumbersAsOneByOneInOrder", testFoldBatchNumbering, false},
+		{"FoldsAtOnceNumberEachItemOnce", testFoldConcurrent, false},
 	})
 }
 
