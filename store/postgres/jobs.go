@@ -205,10 +205,12 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 	}
 	if err == nil {
 		err = step(&res.Events, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
-			return tx.Exec(ctx, `DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.created_at < $1
+			// Chosen once (a materialized CTE; see PruneRequests).
+			return tx.Exec(ctx, `WITH doomed AS MATERIALIZED (SELECT e.id FROM events e WHERE e.created_at < $1
 				AND e.expanded >= e.targets AND e.quarantined_at IS NULL
 				AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.event = e.id)
-				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT $2 FOR UPDATE SKIP LOCKED)`, c, batch)
+				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT $2 FOR UPDATE SKIP LOCKED)
+				DELETE FROM events USING doomed WHERE events.id = doomed.id`, c, batch)
 		})
 	}
 	for err == nil {

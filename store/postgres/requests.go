@@ -148,9 +148,14 @@ func (s *Store) PruneRequests(ctx context.Context, now time.Time, limit int) (in
 	}
 	var n int64
 	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM request_keys WHERE (tenant, key) IN (
+		// The rows are chosen once, in a materialized CTE: as an IN
+		// (… LIMIT … SKIP LOCKED) subquery the planner may run it more than
+		// once, and the DELETE then goes past the limit (seen: 6 of a
+		// limit of 4).
+		tag, err := tx.Exec(ctx, `WITH doomed AS MATERIALIZED (
 				SELECT tenant, key FROM request_keys
-				WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(now), limit)
+				WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+			DELETE FROM request_keys r USING doomed d WHERE r.tenant = d.tenant AND r.key = d.key`, ms(now), limit)
 		if err != nil {
 			return fmt.Errorf("prune request keys: %w", err)
 		}
