@@ -60,44 +60,26 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 // about one customer's message must not bounce, or suppress the address
 // of, another's, of another tenant perhaps.
 func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
+	rows, err := tx.query(`SELECT id, 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2
+			AND (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2 LIMIT 2)) = 1
+		UNION
+		SELECT DISTINCT notification, 0 FROM receipts
+		WHERE provider = ?1 AND message_id = ?2 AND notification IS NOT NULL`, provider, messageID)
+	if err != nil {
+		return fmt.Errorf("find the receipts' notifications: %w", err)
+	}
 	type target struct {
 		id      int64
 		unbound bool // the receipts that name no notification apply too
 	}
 	var ts []target
-	rows, err := tx.query(`SELECT id FROM notifications WHERE provider = ? AND provider_message_id = ? LIMIT 2`, provider, messageID)
-	if err != nil {
-		return fmt.Errorf("find the receipts' notification: %w", err)
-	}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var t target
+		if err := rows.Scan(&t.id, &t.unbound); err != nil {
 			rows.Close()
 			return err
 		}
-		ts = append(ts, target{id: id, unbound: true})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if len(ts) > 1 {
-		ts = nil // ambiguous: only receipts that name theirs apply
-	}
-	rows, err = tx.query(`SELECT DISTINCT notification FROM receipts
-		WHERE provider = ? AND message_id = ? AND notification IS NOT NULL`, provider, messageID)
-	if err != nil {
-		return fmt.Errorf("find the receipts' notifications: %w", err)
-	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		if len(ts) == 0 || ts[0].id != id {
-			ts = append(ts, target{id: id})
-		}
+		ts = append(ts, t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
