@@ -59,11 +59,14 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 // this provider and message id (ids minted by many servers can collide,
 // and one customer's receipt must not bounce another's message).
 func applyReceipts(ctx context.Context, tx pgx.Tx, provider, messageID string, now time.Time) error {
-	rows, err := tx.Query(ctx, `SELECT id, true FROM notifications WHERE provider = $1 AND provider_message_id = $2
-			AND (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE provider = $1 AND provider_message_id = $2 LIMIT 2) x) = 1
-		UNION
-		SELECT DISTINCT notification, false FROM receipts
-		WHERE provider = $1 AND message_id = $2 AND notification IS NOT NULL`, provider, messageID)
+	// Each notification once: the one that alone has the message id (the
+	// receipts naming none apply to it too), and those receipts name.
+	rows, err := tx.Query(ctx, `SELECT id, bool_or(unbound) FROM (
+			SELECT id, true AS unbound FROM notifications WHERE provider = $1 AND provider_message_id = $2
+				AND (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE provider = $1 AND provider_message_id = $2 LIMIT 2) x) = 1
+			UNION ALL
+			SELECT notification, false FROM receipts WHERE provider = $1 AND message_id = $2 AND notification IS NOT NULL) t
+		GROUP BY id`, provider, messageID)
 	if err != nil {
 		return fmt.Errorf("find the receipts' notifications: %w", err)
 	}

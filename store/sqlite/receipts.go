@@ -60,11 +60,14 @@ func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Ti
 // about one customer's message must not bounce, or suppress the address
 // of, another's, of another tenant perhaps.
 func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
-	rows, err := tx.query(`SELECT id, 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2
-			AND (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2 LIMIT 2)) = 1
-		UNION
-		SELECT DISTINCT notification, 0 FROM receipts
-		WHERE provider = ?1 AND message_id = ?2 AND notification IS NOT NULL`, provider, messageID)
+	// Each notification once: the one that alone has the message id (the
+	// receipts naming none apply to it too), and those receipts name.
+	rows, err := tx.query(`SELECT id, max(unbound) FROM (
+			SELECT id, 1 AS unbound FROM notifications WHERE provider = ?1 AND provider_message_id = ?2
+				AND (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2 LIMIT 2)) = 1
+			UNION ALL
+			SELECT notification, 0 FROM receipts WHERE provider = ?1 AND message_id = ?2 AND notification IS NOT NULL)
+		GROUP BY id`, provider, messageID)
 	if err != nil {
 		return fmt.Errorf("find the receipts' notifications: %w", err)
 	}
