@@ -279,6 +279,9 @@ func (t *Tailer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if errors.Is(err, store.ErrClosed) {
+				return err // the round's first read is on the relay's store
+			}
 			if !backoff("reading the source", err) {
 				return onceErr
 			}

@@ -708,3 +708,37 @@ func TestTailerForOpensItsSourceWhenItRuns(t *testing.T) {
 	wait("row 4, after running again", func(s sources.TailStats) bool { return s.Position == 4 && s.Accepted == 4 })
 	stop()
 }
+
+// A tailer stops when the relay's store is closed, as Run says: each
+// round's first read (the retries asked for) is on the store, and a closed
+// store is not a failure to back off from and retry.
+func TestTailStopsWhenTheRelayCloses(t *testing.T) {
+	t.Parallel()
+	r, err := relay.Open(context.Background(), relay.Options{Path: filepath.Join(t.TempDir(), "relay.db"), Poll: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := setupApp(t)
+	tl := sources.NewTailer(r, app.source(t, ""), sources.TailOptions{Poll: time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- tl.Run(t.Context()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for tl.Stats().CaughtUp.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not caught up after 10 s: %+v", tl.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("Run after the relay closed: %v, want store.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tailer still runs 10 s after its relay closed")
+	}
+}

@@ -122,7 +122,7 @@ func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) (
 	}
 	rows, err := s.rdb.QueryContext(ctx, q+` ORDER BY source, row_id LIMIT ?`, f.Source, f.Source, f.AfterSource, f.AfterRow, f.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("read rejected rows: %w", err)
+		return nil, fmt.Errorf("read rejected rows: %w", s.closedOr(err))
 	}
 	defer rows.Close()
 	var out []store.SourceReject
