@@ -41,9 +41,10 @@ read-only snapshot, and a source with a live lease is refused. Notifications lef
 sending by a killed process are moved as they are and settled as unknown once by
 the target. The target is migrated to this binary's schema (a newer one is
 refused) and written one batch per transaction; running the command again is
-harmless: it finishes an interrupted copy and otherwise changes nothing. A
-target with other rows, or one that has taken work since it was moved to, is
-refused.
+harmless: it finishes an interrupted copy and carries over what the source
+changed since (a rollback that served the box again), and a finished move
+writes nothing. A target with other rows, or one that has taken work since it
+was moved to, is refused.
 
 One run at a time: while a run copies, a second one into the same schema is
 refused, naming the first, and so is any other command on the target; the

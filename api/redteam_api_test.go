@@ -152,6 +152,24 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 		}
 	}
 	b.wantState(t, beta, store.StatusDelivered, "customers/1/delivered")
+
+	// A receipt that comes before its send is recorded (a receiver that
+	// reports at once) names the key and the message id; by the key alone
+	// it is refused, since nothing yet says which message it is about.
+	// Named so, it applies when the send is recorded, to that one alone,
+	// though a third notification now has message id 1.
+	early := accepted(t, b.do(t, "POST", "/v1/events?tenant=beta", ev("e2", "beta", betaCustomer.URL+"/hooks"))).Notifications[0].ID
+	en := b.notification(t, early)
+	if rep := b.postHook(t, "customers", secret, "rcpt_early", time.Now(), fmt.Sprintf(`{"webhook_id": %q, "status": "delivered"}`, en.Key)); rep.status != http.StatusBadRequest ||
+		!strings.Contains(string(rep.body), "not recorded yet") {
+		t.Errorf("a receipt by key before its send: %s, want 400 saying the send is not recorded yet", rep)
+	}
+	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_early", time.Now(),
+		fmt.Sprintf(`{"webhook_id": %q, "message_id": "1", "status": "delivered"}`, en.Key)), 1, 1)
+	b.deliver(t)
+	b.wantState(t, early, store.StatusDelivered, "customers/1/delivered")
+	b.wantState(t, beta, store.StatusDelivered, "customers/1/delivered")
+	b.wantState(t, acme, store.StatusBounced, "customers/1/bounced")
 }
 
 // The same hole needs no secret: a tenant's own token is enough. acme

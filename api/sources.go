@@ -101,10 +101,7 @@ func (s *Server) actOnRejects(w http.ResponseWriter, r *http.Request, verb strin
 			return problemField(http.StatusBadRequest, probInvalidRequest, "Invalid row", field+": "+strconv.FormatInt(id, 10)+": want a row id (positive)", field)
 		}
 	}
-	rows := in.Rows
-	if in.All {
-		rows = nil
-	}
+	rows := in.Rows // nil with all (refused above with rows)
 	name := r.PathValue("name")
 	got, err := act(name, rows)
 	if err != nil {

@@ -91,7 +91,6 @@ func (r Recipient) Address(channel string) string {
 	return ""
 }
 
-// channels returns the channels this recipient is sent on.
 // CheckChannel says why c cannot name a channel (nil if it can).
 func CheckChannel(c string) error {
 	if !channelRE.MatchString(c) {
@@ -100,6 +99,7 @@ func CheckChannel(c string) error {
 	return nil
 }
 
+// channels returns the channels this recipient is sent on.
 func (r Recipient) channels(eventChannels []string) []string {
 	if len(eventChannels) > 0 {
 		return eventChannels

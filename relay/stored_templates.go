@@ -52,13 +52,13 @@ func (e *TemplateConflictError) Error() string {
 // storedState is what the stored part of the set was built from: tmu
 // guards it, except ready and compiles.
 type storedState struct {
-	loaded bool
-	gen    int64
+	gen int64
 	// byKey is every stored key's latest version as loaded. A published
 	// map is never written: a refresh copies it and publishes the copy.
 	byKey map[store.TemplateKey]storedEntry
-	// ready is loaded, read without tmu by accepts; first queues the
-	// accepts that find it false, so that one of them loads.
+	// ready: the set is loaded (set under tmu, read without it by
+	// accepts); first queues the accepts that find it false, so that one
+	// of them loads.
 	ready atomic.Bool
 	first sync.Mutex
 	// compiles counts the stored templates compiled (tests read it).
@@ -156,7 +156,7 @@ func (r *Relay) RefreshTemplates(ctx context.Context) error { return r.refreshTe
 // compiled for its stored version, instead of compiling it again.
 func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template) error {
 	r.tmu.Lock()
-	loaded, gen, cur := r.stored.loaded, r.stored.gen, r.stored.byKey
+	loaded, gen, cur := r.stored.ready.Load(), r.stored.gen, r.stored.byKey
 	r.tmu.Unlock()
 	var changed []store.StoredTemplate
 	full := !loaded
@@ -195,7 +195,7 @@ func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template)
 	}
 	r.tmu.Lock()
 	defer r.tmu.Unlock()
-	if r.stored.loaded && r.stored.gen >= gen {
+	if r.stored.ready.Load() && r.stored.gen >= gen {
 		return nil // a racing refresh read as new a generation, or newer
 	}
 	// Built on what is published now, which a racing refresh may have
@@ -209,7 +209,7 @@ func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template)
 	for k, e := range entries {
 		next[k] = e
 	}
-	r.stored.byKey, r.stored.gen, r.stored.loaded = next, gen, true
+	r.stored.byKey, r.stored.gen = next, gen
 	r.mergeLocked()
 	r.stored.ready.Store(true)
 	return nil

@@ -179,7 +179,7 @@ func testReceiptsOnlySent(t *testing.T, s store.Store) {
 // numbered alike (a per-recipient webhook's customers, both answering
 // "1"), here of two tenants, are neither's when the receipt names only the
 // message id; a receipt that names its notification moves, suppresses and
-// is shown with that one alone; pruning one keeps the other's receipts.
+// is shown with that one alone.
 func testReceiptsAboutOne(t *testing.T, s store.Store) {
 	a := accept(t, s, t0, newEvent("acme", "e1", 1))[0].Notifications[0].ID
 	b := accept(t, s, t0, newEvent("beta", "e1", 1))[0].Notifications[0].ID
