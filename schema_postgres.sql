@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 22: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 23: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -265,6 +265,7 @@ CREATE TABLE request_keys (
     body bytea,
     created_at bigint NOT NULL,
     expires_at bigint NOT NULL,
+    owner text NOT NULL DEFAULT ''::text,
     CONSTRAINT request_keys_pkey PRIMARY KEY (tenant, key),
     CONSTRAINT request_keys_state_check CHECK ((state = ANY (ARRAY['in_flight'::text, 'done'::text])))
 );

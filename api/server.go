@@ -445,10 +445,10 @@ func requestKey(r *http.Request, tenant, key string, body []byte) store.RequestK
 
 // claimKey holds k for the request running now, in the store, so that a
 // second request with the same key while the first runs is 409 whichever
-// process (node) it reaches. The hold lapses by itself (relay
-// Options.RequestHold, 60 s by default): a crash blocks the client's retry
-// for at most that long, and the 409 says when to come back. It returns
-// the stored response instead, if one completed meanwhile.
+// process (node) it reaches, and the 409 says when to come back. A key
+// whose request can no longer be running is taken over at once (see
+// relay's requestKeys). It returns the stored response instead, if one
+// completed meanwhile.
 func (s *Server) claimKey(ctx context.Context, k store.RequestKey) (*store.StoredResponse, *response) {
 	claim, err := s.r.ClaimRequest(ctx, k)
 	switch {
@@ -474,7 +474,7 @@ func (s *Server) release(k store.RequestKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.r.ReleaseRequest(ctx, k); err != nil {
-		s.log.Warn("release an idempotency key (its hold lapses by itself)", "key", k.Key, "err", err)
+		s.log.Warn("release an idempotency key (a retry here takes it over; elsewhere its hold lapses)", "key", k.Key, "err", err)
 	}
 }
 

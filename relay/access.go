@@ -242,26 +242,10 @@ func (r *Relay) HasTokens(ctx context.Context) (bool, error) { return r.store.Ha
 
 // Request idempotency: completed responses kept under their key.
 
-// ClaimRequest takes an Idempotency-Key for the request running under it,
-// across every process that shares the store, for at most RequestHold.
-func (r *Relay) ClaimRequest(ctx context.Context, k store.RequestKey) (store.RequestClaim, error) {
-	return r.store.ClaimRequest(ctx, k, r.now(), r.opts.RequestHold)
-}
-
-// ReleaseRequest ends the claim of a request that saved no response.
-func (r *Relay) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
-	return r.store.ReleaseRequest(ctx, k)
-}
-
 // LookupResponse returns the live response stored for k, if any
 // (store.ErrKeyReused for another request under the same key).
 func (r *Relay) LookupResponse(ctx context.Context, k store.RequestKey) (*store.StoredResponse, error) {
 	return r.store.LookupRequest(ctx, k, r.now())
-}
-
-// SaveResponse keeps a completed response under k for ttl.
-func (r *Relay) SaveResponse(ctx context.Context, k store.RequestKey, resp store.StoredResponse, ttl time.Duration) error {
-	return r.store.SaveResponse(ctx, k, resp, r.now(), ttl)
 }
 
 // PruneRequests deletes up to limit expired request keys.

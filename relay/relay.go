@@ -156,9 +156,12 @@ type Options struct {
 	// do (the schedules, a tailed source) lasts unrenewed: a process that
 	// dies hands its work over within about this long. Default 15 s.
 	SingletonTTL time.Duration
-	// RequestHold bounds how long a request running under an
-	// Idempotency-Key holds the key (a repeat meanwhile is told it is in
-	// progress); a crashed process's hold lapses then. Default 60 s.
+	// RequestHold is how long a request running under an Idempotency-Key
+	// holds the key unrenewed (a repeat meanwhile is told it is in
+	// progress); the process renews it every third of this while the
+	// request runs. A claim whose process is known to be gone is taken
+	// over at once; one of a process on another host that died lapses
+	// within this. Default 10 s.
 	RequestHold time.Duration
 	// Templates render the messages of events that carry no subject or
 	// body of their own (SetTemplates replaces them).
@@ -178,14 +181,15 @@ type Observer interface {
 
 // Relay accepts events, fans them out into notifications and delivers them.
 type Relay struct {
-	opts   Options
-	store  store.Store
-	hooks  Hooks
-	holder string // this process among the store's lease holders
-	log    *slog.Logger
-	router *router
-	now    func() time.Time
-	wake   chan struct{}
+	opts     Options
+	store    store.Store
+	hooks    Hooks
+	holder   string      // this process among the store's lease holders
+	requests requestKeys // Idempotency-Keys of requests running here
+	log      *slog.Logger
+	router   *router
+	now      func() time.Time
+	wake     chan struct{}
 
 	// expandFailures counts, per event row, sweeps in a row that failed to
 	// write its fan-out.
@@ -244,7 +248,7 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		opts.SoftBounceTTL = DefaultSoftBounceTTL
 	}
 	if opts.RequestHold <= 0 {
-		opts.RequestHold = time.Minute
+		opts.RequestHold = 10 * time.Second
 	}
 	if opts.SingletonTTL <= 0 {
 		opts.SingletonTTL = 15 * time.Second

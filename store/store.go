@@ -226,10 +226,14 @@ type Requests interface {
 	// ClaimRequest begins a request under its key, for every process that
 	// shares the store: it returns the stored response of a completed one
 	// (replay it), or that another request holds the key until Busy (answer
-	// 409), or that this one now holds it until now+hold. A claim its
-	// process abandoned (a crash) lapses at its end; a different request
-	// under a live key is ErrKeyReused.
-	ClaimRequest(ctx context.Context, k RequestKey, now time.Time, hold time.Duration) (RequestClaim, error)
+	// 409), or that this one now holds it until h.Until. A claim lapses at
+	// its end unless its owner renews it, and is taken over at once when
+	// its owner is h.Abandoned; a different request under a live key is
+	// ErrKeyReused.
+	ClaimRequest(ctx context.Context, k RequestKey, h RequestHold) (RequestClaim, error)
+	// RenewRequest extends owner's in-flight claim on k to until, while
+	// its request still runs; it reports whether owner still held it.
+	RenewRequest(ctx context.Context, k RequestKey, owner string, until time.Time) (bool, error)
 	// ReleaseRequest drops this request's claim when it saved no response,
 	// so that a retry runs at once.
 	ReleaseRequest(ctx context.Context, k RequestKey) error

@@ -565,6 +565,18 @@ type RequestKey struct{ Tenant, Key, Fingerprint string }
 type RequestClaim struct {
 	Stored *StoredResponse
 	Busy   time.Time
+	Owner  string // when Busy: the process whose request holds the key
+}
+
+// RequestHold is how a request takes its key: Owner names the process
+// taking it (Relay's lease holder id), and the claim holds until Until
+// unless its owner renews it. An in-flight claim is taken over when it has
+// lapsed, or when its owner is Abandoned: a process the caller knows is no
+// longer running that request (it died, or it is the caller itself, whose
+// release of a failed request did not reach the store).
+type RequestHold struct {
+	Now, Until       time.Time
+	Owner, Abandoned string
 }
 
 // Held reports whether the claim went to this request.

@@ -719,7 +719,7 @@ func TestRequestClaimAcrossNodes(t *testing.T) {
 	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	hold := 30 * time.Second
 	claims := race(t, ns, func(i int, s *postgres.Store) (store.RequestClaim, error) {
-		return s.ClaimRequest(t.Context(), k, t0, hold)
+		return s.ClaimRequest(t.Context(), k, store.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"})
 	})
 	held := 0
 	for _, c := range claims {
@@ -733,11 +733,11 @@ func TestRequestClaimAcrossNodes(t *testing.T) {
 	if held != 1 {
 		t.Fatalf("%d nodes hold one key, want 1: %+v", held, claims)
 	}
-	if _, err := ns[0].ClaimRequest(t.Context(), store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "other"}, t0, hold); !errors.Is(err, store.ErrKeyReused) {
+	if _, err := ns[0].ClaimRequest(t.Context(), store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "other"}, store.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"}); !errors.Is(err, store.ErrKeyReused) {
 		t.Fatalf("another request under the key: %v, want ErrKeyReused", err)
 	}
 	// The holder's process died: at the claim's end another takes it.
-	c, err := ns[1].ClaimRequest(t.Context(), k, t0.Add(hold), hold)
+	c, err := ns[1].ClaimRequest(t.Context(), k, store.RequestHold{Now: t0.Add(hold), Until: t0.Add(hold).Add(hold), Owner: "node"})
 	if err != nil || !c.Held() {
 		t.Fatalf("after the claim lapsed: %+v, %v; want held", c, err)
 	}
@@ -745,18 +745,18 @@ func TestRequestClaimAcrossNodes(t *testing.T) {
 	if err := ns[1].SaveResponse(t.Context(), k, resp, t0.Add(hold), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	c, err = ns[2].ClaimRequest(t.Context(), k, t0.Add(hold+time.Second), hold)
+	c, err = ns[2].ClaimRequest(t.Context(), k, store.RequestHold{Now: t0.Add(hold + time.Second), Until: t0.Add(hold + time.Second).Add(hold), Owner: "node"})
 	if err != nil || c.Stored == nil || c.Stored.Status != 202 || string(c.Stored.Body) != `{"ok":true}` {
 		t.Fatalf("after the response was saved: %+v, %v; want it replayed", c, err)
 	}
 	k2 := store.RequestKey{Tenant: "acme", Key: "k2", Fingerprint: "fp"}
-	if c, err := ns[0].ClaimRequest(t.Context(), k2, t0, hold); err != nil || !c.Held() {
+	if c, err := ns[0].ClaimRequest(t.Context(), k2, store.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"}); err != nil || !c.Held() {
 		t.Fatalf("claim k2: %+v, %v", c, err)
 	}
 	if err := ns[0].ReleaseRequest(t.Context(), k2); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := ns[3].ClaimRequest(t.Context(), k2, t0.Add(time.Second), hold); err != nil || !c.Held() {
+	if c, err := ns[3].ClaimRequest(t.Context(), k2, store.RequestHold{Now: t0.Add(time.Second), Until: t0.Add(time.Second).Add(hold), Owner: "node"}); err != nil || !c.Held() {
 		t.Fatalf("after a release: %+v, %v; want held at once", c, err)
 	}
 }

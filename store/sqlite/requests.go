@@ -23,19 +23,20 @@ import (
 // ClaimRequest takes the key for this request in one upsert, which changes
 // the row only where the key is free: a completed response that expired,
 // or a claim that lapsed. Otherwise the row says who has it.
-func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, now time.Time, hold time.Duration) (store.RequestClaim, error) {
+func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.RequestHold) (store.RequestClaim, error) {
 	var claim store.RequestClaim
 	err := s.w.do(ctx, func(tx *Tx) error {
 		claim = store.RequestClaim{}
 		var one int
-		err := tx.queryRow(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at)
-				VALUES (?1, ?2, ?3, 'in_flight', ?4, ?5, ?4)
+		err := tx.queryRow(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at, owner)
+				VALUES (?1, ?2, ?3, 'in_flight', ?4, ?5, ?4, ?6)
 			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
 				locked_until = excluded.locked_until, status = NULL, content_type = NULL, body = NULL,
-				created_at = excluded.created_at, expires_at = excluded.expires_at
+				created_at = excluded.created_at, expires_at = excluded.expires_at, owner = excluded.owner
 				WHERE (request_keys.state = 'done' AND request_keys.expires_at <= ?5)
-				   OR (request_keys.state = 'in_flight' AND request_keys.locked_until <= ?5)
-			RETURNING 1`, k.Tenant, k.Key, k.Fingerprint, ms(now.Add(hold)), ms(now)).Scan(&one)
+				   OR (request_keys.state = 'in_flight' AND (request_keys.locked_until <= ?5
+				       OR (?7 <> '' AND request_keys.owner = ?7 AND request_keys.fingerprint = ?3)))
+			RETURNING 1`, k.Tenant, k.Key, k.Fingerprint, ms(h.Until), ms(h.Now), h.Owner, h.Abandoned).Scan(&one)
 		if err == nil {
 			return nil // held
 		}
@@ -43,14 +44,14 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, now time.T
 			return fmt.Errorf("claim request key %q: %w", k.Key, err)
 		}
 		var (
-			fp, state string
-			locked    int64
-			status    sql.NullInt64
-			ctype     sql.NullString
-			body      []byte
+			fp, state, owner string
+			locked           int64
+			status           sql.NullInt64
+			ctype            sql.NullString
+			body             []byte
 		)
-		if err := tx.queryRow(`SELECT fingerprint, state, locked_until, status, content_type, body FROM request_keys
-			WHERE tenant = ? AND key = ?`, k.Tenant, k.Key).Scan(&fp, &state, &locked, &status, &ctype, &body); err != nil {
+		if err := tx.queryRow(`SELECT fingerprint, state, locked_until, owner, status, content_type, body FROM request_keys
+			WHERE tenant = ? AND key = ?`, k.Tenant, k.Key).Scan(&fp, &state, &locked, &owner, &status, &ctype, &body); err != nil {
 			return fmt.Errorf("claim request key %q: %w", k.Key, err)
 		}
 		switch {
@@ -59,11 +60,28 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, now time.T
 		case state == "done":
 			claim.Stored = &store.StoredResponse{Status: int(status.Int64), ContentType: ctype.String, Body: body}
 		default:
-			claim.Busy = fromMS(locked)
+			claim.Busy, claim.Owner = fromMS(locked), owner
 		}
 		return nil
 	})
 	return claim, err
+}
+
+// RenewRequest extends owner's claim on k, if it still has it.
+func (s *Store) RenewRequest(ctx context.Context, k store.RequestKey, owner string, until time.Time) (bool, error) {
+	var held bool
+	err := s.w.do(ctx, func(tx *Tx) error {
+		res, err := tx.exec(`UPDATE request_keys SET locked_until = ?1, expires_at = ?1
+			WHERE tenant = ?2 AND key = ?3 AND state = 'in_flight' AND owner = ?4 AND fingerprint = ?5`,
+			ms(until), k.Tenant, k.Key, owner, k.Fingerprint)
+		if err != nil {
+			return fmt.Errorf("renew request key %q: %w", k.Key, err)
+		}
+		n, err := res.RowsAffected()
+		held = n == 1
+		return err
+	})
+	return held, err
 }
 
 // ReleaseRequest deletes this request's claim, if it still holds one.

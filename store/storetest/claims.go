@@ -18,12 +18,19 @@ func claims(t *testing.T, open opener) {
 		{name: "ReleasedRunsAgainAtOnce", run: testClaimReleased},
 		{name: "AbandonedLapses", run: testClaimLapses},
 		{name: "OtherRequestUnderTheKeyIsRefused", run: testClaimOtherRequest},
+		{name: "AbandonedOwnerIsTakenOverAtOnce", run: testClaimAbandonedOwner},
+		{name: "RenewedByItsOwner", run: testClaimRenewed},
 	})
+}
+
+// keyHold is a claim by process p1 for 10 s from now.
+func keyHold(now time.Time) store.RequestHold {
+	return store.RequestHold{Now: now, Until: now.Add(10 * time.Second), Owner: "p1"}
 }
 
 func claimKey(t *testing.T, s store.Store, k store.RequestKey, now time.Time) store.RequestClaim {
 	t.Helper()
-	c, err := s.ClaimRequest(t.Context(), k, now, 10*time.Second)
+	c, err := s.ClaimRequest(t.Context(), k, keyHold(now))
 	if err != nil {
 		t.Fatalf("claim %q: %v", k.Key, err)
 	}
@@ -39,7 +46,7 @@ func testClaimOneOfTwo(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			c, err := s.ClaimRequest(t.Context(), k, t0, 10*time.Second)
+			c, err := s.ClaimRequest(t.Context(), k, keyHold(t0))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -130,12 +137,60 @@ func testClaimOtherRequest(t *testing.T, s store.Store) {
 	claimKey(t, s, k, t0)
 	other := k
 	other.Fingerprint = "fp2"
-	if _, err := s.ClaimRequest(t.Context(), other, t0, time.Second); !errors.Is(err, store.ErrKeyReused) {
+	if _, err := s.ClaimRequest(t.Context(), other, keyHold(t0)); !errors.Is(err, store.ErrKeyReused) {
 		t.Errorf("another request while held: %v, want ErrKeyReused", err)
 	}
 	s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 202, Body: []byte("x")}, t0, time.Hour)
-	if _, err := s.ClaimRequest(t.Context(), other, t0.Add(time.Minute), time.Second); !errors.Is(err, store.ErrKeyReused) {
+	if _, err := s.ClaimRequest(t.Context(), other, keyHold(t0.Add(time.Minute))); !errors.Is(err, store.ErrKeyReused) {
 		t.Errorf("another request after it was answered: %v, want ErrKeyReused", err)
+	}
+}
+
+// A claim whose owner the caller knows is no longer running the request
+// (a process that died, or the caller's own whose release failed) is taken
+// over at once, by the same request only; a claim of another owner, or of
+// a live one, still holds until it lapses.
+func testClaimAbandonedOwner(t *testing.T, s store.Store) {
+	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	claimKey(t, s, k, t0)
+	h := store.RequestHold{Now: t0.Add(time.Second), Until: t0.Add(11 * time.Second), Owner: "p2", Abandoned: "p3"}
+	c, err := s.ClaimRequest(t.Context(), k, h)
+	if err != nil || c.Held() || c.Owner != "p1" {
+		t.Fatalf("p1's live claim, abandoned p3 named: %+v, %v; want busy, owned by p1", c, err)
+	}
+	h.Abandoned = "p1"
+	if c, err := s.ClaimRequest(t.Context(), k, h); err != nil || !c.Held() {
+		t.Fatalf("p1 abandoned: %+v, %v; want held at once", c, err)
+	}
+	// Now p2 holds it: naming p1 again takes nothing.
+	h.Owner, h.Now = "p4", t0.Add(2*time.Second)
+	if c, err := s.ClaimRequest(t.Context(), k, h); err != nil || c.Held() || c.Owner != "p2" {
+		t.Fatalf("after p2 took it: %+v, %v; want busy, owned by p2", c, err)
+	}
+}
+
+// An owner's renewal keeps its claim past the first hold; another owner's
+// renewal does nothing.
+func testClaimRenewed(t *testing.T, s store.Store) {
+	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	claimKey(t, s, k, t0)
+	if ok, err := s.RenewRequest(t.Context(), k, "p2", t0.Add(time.Hour)); err != nil || ok {
+		t.Fatalf("p2 renews p1's claim: %v, %v; want false", ok, err)
+	}
+	if ok, err := s.RenewRequest(t.Context(), k, "p1", t0.Add(30*time.Second)); err != nil || !ok {
+		t.Fatalf("p1 renews: %v, %v; want true", ok, err)
+	}
+	if c := claimKey(t, s, k, t0.Add(20*time.Second)); c.Held() || !c.Busy.Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("past the first hold, renewed: %+v; want busy until t0+30s", c)
+	}
+	if c := claimKey(t, s, k, t0.Add(30*time.Second)); !c.Held() {
+		t.Fatalf("at the renewed end: %+v; want held", c)
+	}
+	if err := s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 202, Body: []byte("x")}, t0.Add(31*time.Second), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.RenewRequest(t.Context(), k, "p1", t0.Add(time.Hour)); err != nil || ok {
+		t.Fatalf("renewing a completed request: %v, %v; want false", ok, err)
 	}
 }
 
