@@ -409,67 +409,64 @@ func (ps *poster) done() {
 // the client's retry budget must not have to wait out. It fails the drill.
 func (ps *poster) post(e *drillEvent) bool {
 	d := ps.d
-	for try := 0; try < 1; try++ {
-		req, err := http.NewRequest(http.MethodPost, ps.p.base+"/v1/events", bytes.NewReader(e.body))
-		if err != nil {
-			d.t.Error(err)
+	req, err := http.NewRequest(http.MethodPost, ps.p.base+"/v1/events", bytes.NewReader(e.body))
+	if err != nil {
+		d.t.Error(err)
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	d.mu.Lock()
+	e.posts++
+	if e.posts > 1 {
+		d.reposts++
+	}
+	d.mu.Unlock()
+	resp, err := ps.client.Do(req)
+	var body []byte
+	if err == nil {
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err != nil {
+		d.mu.Lock()
+		d.postErrs++
+		d.mu.Unlock()
+		ps.downOnce.Do(func() { close(ps.down) })
+		return false // no answer: the process died with the request
+	}
+	switch {
+	case resp.StatusCode == http.StatusAccepted:
+		var acc struct {
+			EventID       string    `json:"event_id"`
+			Duplicate     bool      `json:"duplicate"`
+			Count         int       `json:"count"`
+			Notifications []apiNote `json:"notifications"`
+		}
+		if err := json.Unmarshal(body, &acc); err != nil || acc.EventID != e.ev.ID ||
+			acc.Count != len(e.ev.Recipients) || len(acc.Notifications) != acc.Count {
+			d.t.Errorf("POST %s: 202 with an unexpected body (%v): %s", e.ev.ID, err, body)
 			return false
 		}
-		req.Header.Set("Content-Type", "application/json")
 		d.mu.Lock()
-		e.posts++
-		if e.posts > 1 {
-			d.reposts++
+		if e.acked && !sameNotes(e.notes, acc.Notifications) {
+			d.t.Errorf("POST %s answered twice with different notifications: %v, then %v", e.ev.ID, e.notes, acc.Notifications)
+		}
+		e.acked, e.notes = true, acc.Notifications
+		if acc.Duplicate {
+			d.dupAns++
 		}
 		d.mu.Unlock()
-		resp, err := ps.client.Do(req)
-		var body []byte
-		if err == nil {
-			body, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
-		if err != nil {
-			d.mu.Lock()
-			d.postErrs++
-			d.mu.Unlock()
-			ps.downOnce.Do(func() { close(ps.down) })
-			return false // no answer: the process died with the request
-		}
-		switch {
-		case resp.StatusCode == http.StatusAccepted:
-			var acc struct {
-				EventID       string    `json:"event_id"`
-				Duplicate     bool      `json:"duplicate"`
-				Count         int       `json:"count"`
-				Notifications []apiNote `json:"notifications"`
-			}
-			if err := json.Unmarshal(body, &acc); err != nil || acc.EventID != e.ev.ID ||
-				acc.Count != len(e.ev.Recipients) || len(acc.Notifications) != acc.Count {
-				d.t.Errorf("POST %s: 202 with an unexpected body (%v): %s", e.ev.ID, err, body)
-				return false
-			}
-			d.mu.Lock()
-			if e.acked && !sameNotes(e.notes, acc.Notifications) {
-				d.t.Errorf("POST %s answered twice with different notifications: %v, then %v", e.ev.ID, e.notes, acc.Notifications)
-			}
-			e.acked, e.notes = true, acc.Notifications
-			if acc.Duplicate {
-				d.dupAns++
-			}
-			d.mu.Unlock()
-			return true
-		case resp.StatusCode == http.StatusConflict && strings.Contains(string(body), "request-in-progress") && e.posts > 1:
-			d.mu.Lock()
-			d.stale++
-			d.mu.Unlock()
-			d.t.Errorf("POST %s (post %d): 409 request-in-progress from a process killed before: a key left locked: %s", e.ev.ID, e.posts, body)
-			return false
-		default:
-			d.t.Errorf("POST %s (post %d): %d %s", e.ev.ID, e.posts, resp.StatusCode, body)
-			return false
-		}
+		return true
+	case resp.StatusCode == http.StatusConflict && strings.Contains(string(body), "request-in-progress") && e.posts > 1:
+		d.mu.Lock()
+		d.stale++
+		d.mu.Unlock()
+		d.t.Errorf("POST %s (post %d): 409 request-in-progress from a process killed before: a key left locked: %s", e.ev.ID, e.posts, body)
+		return false
+	default:
+		d.t.Errorf("POST %s (post %d): %d %s", e.ev.ID, e.posts, resp.StatusCode, body)
+		return false
 	}
-	return false
 }
 
 func sameNotes(a, b []apiNote) bool {
