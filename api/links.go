@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -27,10 +28,59 @@ import (
 
 func (s *Server) linkRoutes() {
 	s.handle("POST /v1/recipients/{id}/links", s.auth(s.postLinks))
-	s.handle("GET /u/{token}", s.unsubscribePage)
-	s.handle("POST /u/{token}", s.unsubscribe)
-	s.handle("GET /p/{token}", s.preferencesPage)
-	s.handle("POST /p/{token}", s.postPreferencesPage)
+	s.handle("GET /u/{token}", s.recipientPage(s.unsubscribePage))
+	s.handle("POST /u/{token}", s.recipientPage(s.unsubscribe))
+	s.handle("GET /p/{token}", s.recipientPage(s.preferencesPage))
+	s.handle("POST /p/{token}", s.recipientPage(s.postPreferencesPage))
+}
+
+// recipientPage wraps the recipients' pages. Their answers are never
+// framed (a framed unsubscribe button can be clickjacked) nor cached (a
+// page shows one recipient's preferences, and its link is the only key).
+// A POST a browser says came from another site is refused before anything
+// is read or changed. A POST without Origin or Sec-Fetch-Site is let
+// through: RFC 8058 one-click unsubscribes are sent by mail providers'
+// servers, which send neither.
+func (s *Server) recipientPage(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) response {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; "+
+			"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Cache-Control", "no-store")
+		if r.Method == http.MethodPost && s.crossSite(r) {
+			return problem(http.StatusForbidden, probInvalidRequest, "Cross-site request refused",
+				"this form can only be sent from its own page, not from another site")
+		}
+		return h(w, r)
+	}
+}
+
+// crossSite tells whether a browser says the request came from another
+// site: Sec-Fetch-Site cross-site, or an Origin whose host is neither the
+// request's own nor the public URL's. "Origin: null" is what a browser
+// sends for a form POST from a page with referrer policy no-referrer (as
+// these pages are), so it says nothing and is not refused by itself.
+func (s *Server) crossSite(r *http.Request) bool {
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return true
+	}
+	o := r.Header.Get("Origin")
+	if o == "" || o == "null" {
+		return false
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" {
+		return true
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return false
+	}
+	if pu, err := url.Parse(s.opts.PublicURL); err == nil && pu.Host != "" && strings.EqualFold(u.Host, pu.Host) {
+		return false
+	}
+	return true
 }
 
 // linksRequest is the body of POST /v1/recipients/{id}/links.

@@ -331,3 +331,63 @@ func TestMessagesCarryTheirUnsubscribeLink(t *testing.T) {
 		t.Fatalf("after the message's link: %+v", m)
 	}
 }
+
+// The recipients' pages are never framed nor cached, and a POST a browser
+// says is from another site changes nothing; a same-origin POST and a
+// one-click POST without Origin or Sec-Fetch-Site (a mail provider's
+// server sends neither) still act.
+func TestRecipientPagesHeadersAndCrossSite(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, time.Now)
+	b := setup(t, options{Relay: prefOptions(s.prov)})
+	l := links(t, b, "ada")
+	u, pg := l.Unsubscribe[0].URL, l.Preferences.URL
+	var html string
+	for _, p := range []string{u, pg} {
+		rep := b.do(t, "GET", p, "")
+		h := rep.header
+		if rep.status != http.StatusOK || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+			h.Get("X-Frame-Options") != "DENY" || h.Get("Cache-Control") != "no-store" {
+			t.Fatalf("GET %s: %s, headers %v", p, rep, h)
+		}
+		html = string(rep.body)
+	}
+	m := formToken.FindStringSubmatch(html)
+	if m == nil {
+		t.Fatalf("no form token on the page:\n%s", html)
+	}
+	save := url.Values{"form": {m[1]}, "timezone": {"Europe/Berlin"}}
+	for _, hdr := range [][]string{
+		{"Origin", "https://evil.example"},
+		{"Sec-Fetch-Site", "cross-site"},
+		{"Origin", "https://evil.example", "Sec-Fetch-Site", "same-origin"},
+	} {
+		if rep := postForm(t, b, u, oneClick, hdr...); rep.status != http.StatusForbidden || !strings.Contains(string(rep.body), "Cross-site") ||
+			rep.header.Get("X-Frame-Options") != "DENY" {
+			t.Fatalf("one-click POST with %v: %s", hdr, rep)
+		}
+		if rep := postForm(t, b, pg, save, hdr...); rep.status != http.StatusForbidden {
+			t.Fatalf("preferences POST with %v: %s", hdr, rep)
+		}
+	}
+	if c := marketing(t, b, "ada"); !c.Enabled || len(c.Channels) != 0 {
+		t.Fatalf("a refused POST changed marketing: %+v", c)
+	}
+	rep := postForm(t, b, pg, save, "Origin", b.srv.URL, "Sec-Fetch-Site", "same-origin")
+	if rep.status != http.StatusOK || !strings.Contains(string(rep.body), "Saved.") || rep.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("same-origin save: %s", rep)
+	}
+	if c := marketing(t, b, "ada"); c.Enabled || c.SetBy != store.SetByPage {
+		t.Fatalf("after the same-origin save: %+v", c)
+	}
+	// A browser's form POST from a no-referrer page says Origin: null.
+	if rep := postForm(t, b, pg, save, "Origin", "null", "Sec-Fetch-Site", "same-origin"); rep.status != http.StatusOK {
+		t.Fatalf("save with Origin null: %s", rep)
+	}
+	if rep := postForm(t, b, u, oneClick); rep.status != http.StatusOK || !strings.Contains(string(rep.body), "Unsubscribed") {
+		t.Fatalf("header-less one-click POST: %s", rep)
+	}
+	if c := marketing(t, b, "ada"); len(c.Channels) != 1 || c.Channels[0].Enabled || c.Channels[0].SetBy != store.SetByUnsubscribe {
+		t.Fatalf("after the one-click: %+v", c)
+	}
+}

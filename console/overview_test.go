@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"edgerelay/console"
+	"edgerelay/relay"
 	"edgerelay/schedule"
 	"edgerelay/store"
 )
@@ -31,7 +33,9 @@ func TestConsoleOverview(t *testing.T) {
 		return schedule.Outcome{}, nil
 	}}
 	var caught, oldest, gap time.Time
-	f := setupWith(t, false, console.Options{Jobs: []*schedule.Job{job}, Sources: func() []console.SourceStatus {
+	// The operator's console (open on loopback): process-wide figures are
+	// shown there only (TestConsoleTenantSeesNoProcessFigures).
+	f := setupWith(t, true, console.Options{Jobs: []*schedule.Job{job}, Sources: func() []console.SourceStatus {
 		return []console.SourceStatus{
 			{Name: "orders-outbox", Position: 42, Accepted: 40, Rejected: 2, CaughtUp: caught, Here: true,
 				RowsBehind: 17, LagMeasured: caught, OldestUnrelayed: oldest, GapIDs: 3, OldestGap: gap},
@@ -42,7 +46,7 @@ func TestConsoleOverview(t *testing.T) {
 	caught = f.r.Now().Add(-3 * time.Second)
 	oldest, gap = f.r.Now().Add(-90*time.Second), f.r.Now().Add(-time.Hour)
 	c := newClient(t, f)
-	if resp, _ := c.signIn("token", f.acmeToken); resp.StatusCode != 303 {
+	if resp, _ := c.signIn("tenant", "acme"); resp.StatusCode != 303 {
 		t.Fatalf("login: %d", resp.StatusCode)
 	}
 	_, page := c.do("GET", "/console/", nil)
@@ -62,7 +66,7 @@ func TestConsoleOverview(t *testing.T) {
 		"2 accepted", "1 sent", // acme's: ada's and dan's, ada sent (eve is beta's)
 		"25% of 4 attempts", // ada: unknown, unknown, sent; dan: refused
 		"resend 1 1 2",      // sent, refused, unknown
-		"writes commit",
+		"writes commit", "commits of",
 		`nightly &#34;0 3 * * *&#34; in UTC never`,
 		"billing-outbox tailed by another process 7",
 		"0 0 0 — — —",
@@ -84,5 +88,46 @@ func TestConsoleOverview(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("the overview's text: %s", text)
+	}
+}
+
+// The writer's commits and the tail sources' counters count every
+// tenant's traffic: a tenant's session sees neither, however much another
+// tenant sends, and still sees its own figures and the writer's health.
+func TestConsoleTenantSeesNoProcessFigures(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var tailed int64
+	f := setupWith(t, false, console.Options{Sources: func() []console.SourceStatus {
+		mu.Lock()
+		defer mu.Unlock()
+		return []console.SourceStatus{{Name: "orders-outbox", Position: tailed, Accepted: tailed, Here: true}}
+	}})
+	c := newClient(t, f)
+	if resp, _ := c.signIn("token", f.betaToken); resp.StatusCode != 303 {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	for i := range 100 {
+		if _, err := f.r.Accept(t.Context(), relay.Event{ID: fmt.Sprintf("evt_9%03d", i), Type: "payment.succeeded", Purpose: "receipt",
+			Tenant: "acme", Channels: []string{"email"}, Recipients: []relay.Recipient{{ID: "zed", Email: "zed@example.com"}},
+			Subject: "Your receipt", Body: "Paid."}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	tailed = 100
+	mu.Unlock()
+	_, page := c.do("GET", "/console/", nil)
+	text := strings.Join(strings.Fields(regexp.MustCompile(`<[^>]+>`).ReplaceAllString(page, " ")), " ")
+	for _, not := range []string{"commits of", "writes (", "largest batch", "Tail sources", "orders-outbox"} {
+		if strings.Contains(text, not) {
+			t.Errorf("beta's overview shows the process-wide %q", not)
+		}
+	}
+	if !strings.Contains(text, "writes commit") || !strings.Contains(text, "1 accepted") {
+		t.Errorf("beta's overview lacks its own figures or the writer's health")
+	}
+	if t.Failed() {
+		t.Logf("beta's overview: %s", text)
 	}
 }

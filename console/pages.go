@@ -31,11 +31,17 @@ type overviewData struct {
 	Providers  []providerRow
 	Decide     []decideRow
 	Jobs       []jobRow
-	Sources    []SourceStatus
-	Writer     store.WriterStats
-	WriterErr  string
-	Dispatch   string
-	Now        time.Time
+	// Process says the session may see process-wide figures: the
+	// writer's commits and the tail sources' counters count every
+	// tenant's traffic, so a tenant's token does not show them (another
+	// tenant's sending would move them); only the operator's console, open
+	// on loopback where the API serves every tenant, does.
+	Process   bool
+	Sources   []SourceStatus
+	Writer    store.WriterStats
+	WriterErr string
+	Dispatch  string
+	Now       time.Time
 }
 
 type statusCount struct {
@@ -70,7 +76,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		c.internal(w, r, s, err)
 		return
 	}
-	d := overviewData{O: o, Now: c.r.Now(), Writer: c.r.WriterStats()}
+	d := overviewData{O: o, Now: c.r.Now(), Process: s.operator()}
+	if d.Process {
+		d.Writer = c.r.WriterStats()
+	}
 	for _, st := range store.Statuses {
 		d.Statuses = append(d.Statuses, statusCount{st, o.Counts[st]})
 		d.Total += o.Counts[st]
@@ -110,7 +119,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		d.Jobs = append(d.Jobs, row)
 	}
-	if c.opts.Sources != nil {
+	if c.opts.Sources != nil && d.Process {
 		d.Sources = c.opts.Sources()
 	}
 	if err := c.r.Ping(r.Context()); err != nil {

@@ -43,6 +43,11 @@ type session struct {
 	Who string `json:"w"`
 }
 
+// operator reports whether the session is the operator's: one of the
+// console open on loopback (no token, the API serves every tenant). A
+// session from a tenant's token is that tenant's only.
+func (s *session) operator() bool { return s.Hash == "" }
+
 func (c *Console) sign(b []byte) string {
 	m := hmac.New(sha256.New, c.opts.Key)
 	m.Write(b)
