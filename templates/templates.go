@@ -168,6 +168,12 @@ func Compile(src Source) (*Template, error) {
 			if err == nil {
 				err = forbidden(name, p, body, t.text[p].Tree, len(t.text[p].Templates()))
 			}
+			if err == nil && jsonPart(src.Channel, p) {
+				t.text[p].Funcs(jsonEscFuncs)
+				if err = escapeJSON(name, t.text[p].Tree); err != nil {
+					err = &ParseError{Part: p, File: name, Line: 1, Column: 1, Msg: err.Error()}
+				}
+			}
 		}
 		var pe *ParseError
 		if err != nil && !errors.As(err, &pe) {
@@ -317,8 +323,7 @@ func (t *Template) Render(in Input) (Output, error) {
 		case p == "html":
 			out.HTML = s
 		case p == "data" || (p == "body" && t.src.Channel == "webhook"):
-			var v any
-			if err := json.Unmarshal([]byte(s), &v); err != nil {
+			if err := checkJSON([]byte(s)); err != nil {
 				return fail(fmt.Errorf("%s: the %s part is not JSON: %v", t.file(p), p, err))
 			}
 			out.Data = json.RawMessage(bytes.TrimSpace([]byte(s)))
