@@ -113,7 +113,7 @@ func (t *notificationTable) add(ns []store.Notification) {
 	}
 	for _, n := range ns {
 		fmt.Fprintf(t.tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Status, n.Attempts, n.UpdatedAt.Format(time.RFC3339),
-			n.Tenant, n.Recipient, n.Channel, n.Address, oneLine(n.Reason, 100))
+			n.Tenant, relay.ShowControls(n.Recipient), n.Channel, relay.ShowControls(n.Address), oneLine(n.Reason, 100))
 	}
 }
 

@@ -51,7 +51,7 @@ for good (the notifications never created are counted, not sent).`,
 					}
 					for _, q := range qs {
 						fmt.Fprintf(c.App.Writer, "%d\tevent %s (tenant %s, purpose %s)\t%d of %d notifications written\tsince %s\n\t%s\n",
-							q.EventRow, q.EventID, q.Tenant, q.Purpose, q.Expanded, q.Targets, q.At.Format(time.RFC3339), q.Reason)
+							q.EventRow, relay.ShowControls(q.EventID), q.Tenant, relay.ShowControls(q.Purpose), q.Expanded, q.Targets, q.At.Format(time.RFC3339), relay.ShowControls(q.Reason))
 					}
 					return nil
 				},

@@ -68,8 +68,8 @@ func printNotification(w io.Writer, n store.Notification, apiID string) {
 	if apiID != "" {
 		fmt.Fprintf(w, "  api id     %s\n", apiID)
 	}
-	fmt.Fprintf(w, "  event      %s  (tenant %s, type %s, purpose %s)\n", n.EventID, n.Tenant, n.Type, n.Purpose)
-	fmt.Fprintf(w, "  recipient  %s via %s to %s\n", n.Recipient, n.Channel, n.Address)
+	fmt.Fprintf(w, "  event      %s  (tenant %s, type %s, purpose %s)\n", relay.ShowControls(n.EventID), n.Tenant, relay.ShowControls(n.Type), relay.ShowControls(n.Purpose))
+	fmt.Fprintf(w, "  recipient  %s via %s to %s\n", relay.ShowControls(n.Recipient), n.Channel, relay.ShowControls(n.Address))
 	fmt.Fprintf(w, "  status     %s after %d attempt%s\n", n.Status, n.Attempts, plural(n.Attempts))
 	if n.NextAttemptAt != nil {
 		fmt.Fprintf(w, "  next       %s\n", n.NextAttemptAt.Format(time.RFC3339Nano))
@@ -78,7 +78,7 @@ func printNotification(w io.Writer, n store.Notification, apiID string) {
 		fmt.Fprintf(w, "  leased     until %s (a call is in flight)\n", n.LeaseUntil.Format(time.RFC3339Nano))
 	}
 	if n.Reason != "" {
-		fmt.Fprintf(w, "  why        %s\n", n.Reason)
+		fmt.Fprintf(w, "  why        %s\n", relay.ShowControls(n.Reason))
 	}
 	if n.Provider != "" {
 		fmt.Fprintf(w, "  provider   %s\n", n.Provider)
@@ -90,7 +90,7 @@ func printNotification(w io.Writer, n store.Notification, apiID string) {
 	printMessage(w, n.Message)
 	if q := n.Quarantine; q != nil {
 		fmt.Fprintf(w, "  event      fan-out quarantined since %s at %d of %d notifications: %s (edgerelay quarantine retry|drop %d)\n",
-			q.At.Format(time.RFC3339), q.Expanded, q.Targets, q.Reason, q.EventRow)
+			q.At.Format(time.RFC3339), q.Expanded, q.Targets, relay.ShowControls(q.Reason), q.EventRow)
 	}
 	for _, a := range n.AttemptLog {
 		status := "no HTTP answer"
@@ -128,7 +128,7 @@ func plural(n int) string {
 
 // oneLine folds a response body onto one line, cut at max bytes.
 func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = relay.ShowControls(strings.Join(strings.Fields(s), " "))
 	if len(s) > max {
 		return s[:max] + "…"
 	}

@@ -83,7 +83,7 @@ tail --source took.`,
 						if i == 0 || all[i-1].Source != x.Source {
 							fmt.Fprintf(c.App.Writer, "source %s\n", x.Source)
 						}
-						fmt.Fprintf(c.App.Writer, "  %d\t%s\n\t%s\n", x.Row, describeReject(x), x.Reason)
+						fmt.Fprintf(c.App.Writer, "  %d\t%s\n\t%s\n", x.Row, describeReject(x), relay.ShowControls(x.Reason))
 					}
 					return nil
 				},
@@ -191,7 +191,7 @@ func rejectSource(c *cli.Context, r *relay.Relay) (string, error) {
 func describeReject(x store.SourceReject) string {
 	var b strings.Builder
 	if x.EventID != "" {
-		fmt.Fprintf(&b, "event %s\t", x.EventID)
+		fmt.Fprintf(&b, "event %s\t", relay.ShowControls(x.EventID))
 	} else {
 		b.WriteString("(no event id)\t")
 	}

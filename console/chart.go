@@ -140,6 +140,9 @@ func (c *Console) funcs() template.FuncMap {
 		"rate":      func(v float64) string { return fmt.Sprintf("%.2f", v) },
 		"retryable": retryable,
 		"json":      func(b []byte) string { return string(b) },
+		// shown makes control characters in stored text visible rather
+		// than letting them reorder or hide what the page reads as.
+		"shown": relay.ShowControls,
 	}
 }
 

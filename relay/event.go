@@ -222,11 +222,27 @@ func checkID(field, v string) error {
 		return invalid(field, "leading or trailing white space")
 	}
 	for _, r := range v {
-		if unicode.IsControl(r) {
-			return invalid(field, "contains a control character")
+		if IsControlRune(r) {
+			return invalid(field, "contains a control character (%U)", r)
 		}
 	}
 	return nil
+}
+
+// IsControlRune reports whether r is a C0 or C1 control or a bidi
+// formatting control. Such runes in an id can retitle or recolour a
+// terminal, or reorder how the id reads in the console and CLI, so an
+// id that looks like one thing is another.
+func IsControlRune(r rune) bool {
+	switch {
+	case r <= 0x1f, r == 0x7f, r >= 0x80 && r <= 0x9f:
+		return true
+	case r == 0x200e, r == 0x200f, r == 0x061c:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
 }
 
 // Normalize fills in defaults and validates the event against the
@@ -439,4 +455,34 @@ func (ev *Event) record() (store.NewEvent, []store.Target, error) {
 		Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Type: ev.Type,
 		Payload: payload, Message: msg, Fingerprint: hex.EncodeToString(sum[:]), Targets: len(ts), Feeds: ev.Feeds,
 	}, ts, nil
+}
+
+// ShowControls returns s with every control rune (see IsControlRune)
+// written as a visible escape, ESC as \x1b and U+202E as \u202e, so text
+// printed to a terminal or page can neither drive the terminal nor
+// reorder how it reads. Newlines and tabs stay as they are: bodies keep
+// their lines.
+func ShowControls(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r != '\n' && r != '\t' && IsControlRune(r) }) &&
+		utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r < 0x100 && IsControlRune(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case IsControlRune(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

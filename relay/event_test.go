@@ -291,3 +291,34 @@ func TestDecodeEventStrict(t *testing.T) {
 		t.Errorf(`"id" and "\u0069d": %v, want id given twice`, err)
 	}
 }
+
+func TestIsControlRune(t *testing.T) {
+	for _, c := range []struct {
+		r    rune
+		want bool
+	}{
+		{0x00, true}, {0x1b, true}, {0x1f, true}, {0x7f, true}, {0x80, true}, {0x9f, true},
+		{0x200e, true}, {0x200f, true}, {0x202a, true}, {0x202e, true}, {0x2066, true}, {0x2069, true}, {0x061c, true},
+		{'a', false}, {' ', false}, {0xa0, false}, {0xe9, false}, {0x200d, false}, {0x2070, false}, {0x2029, false},
+	} {
+		if got := IsControlRune(c.r); got != c.want {
+			t.Errorf("IsControlRune(%U) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
+func TestShowControls(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"plain", "plain"},
+		{"line one\n\tline two", "line one\n\tline two"},
+		{"\x1b]0;pwned\x07", `\x1b]0;pwned\x07`},
+		{"abc\u202edef", `abc\u202edef`},
+		{"\u0085x", `\x85x`},
+		{"bad\xffutf8", `bad\xffutf8`},
+		{"café", "café"},
+	} {
+		if got := ShowControls(c.in); got != c.want {
+			t.Errorf("ShowControls(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
