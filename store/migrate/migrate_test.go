@@ -506,7 +506,7 @@ func TestSimpleProtocol(t *testing.T) {
 	t.Parallel()
 	path, db := newSource(t)
 	addEvent(t, db, "e1", "pending", nil)
-	exec(t, db, `INSERT INTO request_keys VALUES ('acme', 'req-1', 'fp', 'done', 0, 202, 'application/json', x'00ff7b7d', 0, ?)`, time.Now().Add(time.Hour).UnixMilli())
+	exec(t, db, `INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, status, content_type, body, created_at, expires_at) VALUES ('acme', 'req-1', 'fp', 'done', 0, 202, 'application/json', x'00ff7b7d', 0, ?)`, time.Now().Add(time.Hour).UnixMilli())
 	url := pgtest.Start(t) + "&default_query_exec_mode=simple_protocol"
 	if _, err := migrate.Run(t.Context(), path, url, migrate.Options{}); err != nil {
 		t.Fatal(err)
