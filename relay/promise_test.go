@@ -24,13 +24,14 @@ func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 	slow := sim.Rule{To: "*", Action: sim.ActionSlow, Delay: 1600 * time.Millisecond}
 	email, chat := setupSim(t, false, slow), setupSim(t, false, slow)
 	path := t.TempDir() + "/relay.db"
-	// Calls take more than half a lease, so that a claim that waited for a
-	// worker (the old bug) ran past its lease; the lease less its margin
-	// (2.25 s) leaves the new code 650 ms for a claim under load. The race
-	// detector slows the writer tenfold: it gets more.
-	lease := 3 * time.Second
+	// Each process may have 3 email calls of 1.6 s in flight, so a claim
+	// that waited for a worker (the old bug) waited up to 24/3 x 1.6 s =
+	// 12.8 s, twice the lease; the lease less its margin (4.5 s) leaves the
+	// new code 2.9 s between a claim and its answer, which a loaded
+	// scheduler does not eat (it did eat the 650 ms a 3 s lease left).
+	lease := 6 * time.Second
 	if raceEnabled() {
-		lease = 6 * time.Second
+		lease = 9 * time.Second
 	}
 	opts := func() Options {
 		pe, pc := email.provider(t, "none"), chat.provider(t, "none", "&name=chat-sim")
@@ -39,7 +40,7 @@ func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 			Retry: Policy{MaxAttempts: 20, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
 	}
 	a, b := setupRelay(t, opts()), setupRelay(t, opts())
-	const n = 12
+	const n = 24
 	var rcpts []Recipient
 	for i := range n {
 		rcpts = append(rcpts, Recipient{ID: fmt.Sprint("u", i), Email: fmt.Sprintf("u%d@example.com", i),
@@ -89,17 +90,16 @@ func TestGateWaitIsNotAnAttempt(t *testing.T) {
 	t.Parallel()
 	s := setupSim(t, false)
 	p := s.provider(t, "none")
-	// The lease is short, so that waiting at the gate would outlast it;
-	// under the race detector a claim alone can take most of a second.
-	lease := time.Second
-	if raceEnabled() {
-		lease = 5 * time.Second
-	}
+	// The gate lets 4 calls a second through, so a claim that waited at it
+	// would wait up to 30/4 = 7.5 s, past the 5 s lease; a call that does
+	// not wait has 3.75 s of it (a 1 s lease left 750 ms, which a loaded
+	// scheduler ate).
+	lease := 5 * time.Second
 	r := setupRelay(t, Options{Workers: 16, Lease: lease,
 		Routes: Routes{"*": {providers.NewLog(discard{}, "log://discard")}}, TenantRoutes: map[string]Routes{"acme": {"email": {p}}},
 		Limits: map[string]Limit{p.Name(): {Rate: 4, Burst: 1}},
 		Retry:  Policy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}})
-	const n = 10
+	const n = 30
 	for i := range n {
 		ev := receipt(fmt.Sprint("evt_", i), Recipient{ID: "u", Email: fmt.Sprintf("u%d@example.com", i)})
 		ev.Tenant = "acme"

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,14 +48,21 @@ func TestSinglyOneAtATime(t *testing.T) {
 	if ran["b"].Load() != 0 {
 		t.Fatal("b ran while a held the lease")
 	}
-	// a stops; b takes over once a's lease is given up (or lapses).
-	stopped := time.Now()
+	// a stops and gives its lease up as it returns (it does not leave it
+	// to lapse): by then the row is gone or already b's. b takes over at
+	// its next try. (A bound on the takeover's latency would be a bound on
+	// the scheduler: the mechanism is what is checked.)
 	astop()
 	<-adone
-	waitFor(t, 5*time.Second, "b takes the lease over", func() bool { return ran["b"].Load() == 1 })
-	if took := time.Since(stopped); took > ttl+ttl/3+200*time.Millisecond {
-		t.Errorf("b took over %s after a stopped, want within the TTL and a renewal period", took)
+	var holder string
+	switch err := faultDB(t, path).QueryRow(`SELECT holder FROM leases WHERE name = 'schedules'`).Scan(&holder); {
+	case err == sql.ErrNoRows:
+	case err != nil:
+		t.Fatal(err)
+	case holder == a.holder:
+		t.Errorf("a still holds the lease after it stopped: b must wait for it to lapse")
 	}
+	waitFor(t, bound, "b takes the lease over", func() bool { return ran["b"].Load() == 1 })
 	bstop()
 	<-bdone
 	if overlaps.Load() != 0 {
