@@ -52,6 +52,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/relay"
 	"edgerelay/sim"
@@ -75,6 +76,7 @@ func TestClusterDrill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and SIGKILLs real processes")
 	}
+	longtest.Require(t)
 	bin := binary(t)
 	load, n := 12*time.Second, 600
 	if os.Getenv("EDGERELAY_DRILL_LONG") == "1" {

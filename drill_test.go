@@ -53,6 +53,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/store"
@@ -109,6 +110,7 @@ func TestCrashDrill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and SIGKILLs real processes")
 	}
+	longtest.Require(t)
 	bin := binary(t)
 	n, k := 300, 7
 	if os.Getenv("EDGERELAY_DRILL_LONG") == "1" {

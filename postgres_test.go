@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/sim"
 
@@ -151,6 +152,7 @@ func TestPostgresCrashAfterClaim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills real processes")
 	}
+	longtest.Require(t)
 	t.Parallel()
 	bin := binary(t)
 	db := pgtest.Start(t)

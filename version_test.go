@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"edgerelay/internal/longtest"
 )
 
 // --version of the built binary shows its build info: the module version
@@ -55,6 +57,7 @@ func TestVersionFromLdflagsAndVCS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary from a copy of the tree")
 	}
+	longtest.Require(t)
 	t.Parallel()
 	files, err := exec.Command("git", "ls-files", "--cached", "--others", "--exclude-standard").Output()
 	if err != nil {

@@ -56,7 +56,9 @@ func setupLegacy(t testing.TB, kind string) *legacyApp {
 	var ddl string
 	switch kind {
 	case "postgres":
-		app.url, ddl = pgtest.Start(t), "../outbox_postgres.sql"
+		// A database of its own: the tailer's horizon is its database's
+		// oldest open transaction, and other tests hold theirs open.
+		app.url, ddl = pgtest.Database(t), "../outbox_postgres.sql"
 		db, err := sql.Open("pgx", app.url)
 		if err != nil {
 			t.Fatal(err)
@@ -442,6 +444,9 @@ func pgUser(t *testing.T, app *legacyApp) string {
 	u := mustParse(t, app.url)
 	schema := u.Query().Get("search_path")
 	role := "r_" + schema
+	if schema == "" { // a database of its own (pgtest.Database)
+		schema, role = "public", "r_"+strings.Trim(u.Path, "/")
+	}
 	for _, q := range []string{
 		"CREATE ROLE " + role + " LOGIN PASSWORD 'pw_" + role + "'",
 		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,

@@ -97,6 +97,37 @@ func Start(t testing.TB) string {
 	return s.schemaURL(name)
 }
 
+// Database returns the URL of a new, empty database of its own for this
+// test, on the same server as Start's schemas. A test of something that
+// reads the whole database's activity (the tailer's horizon is the oldest
+// open transaction of its database) needs one: in a shared database,
+// another test's open transaction holds that test's gaps open. Where the
+// server refuses to create databases (EDGERELAY_TEST_POSTGRES names a user
+// without CREATEDB), it is a schema, as Start gives, and the test logs so.
+func Database(t testing.TB) string {
+	t.Helper()
+	s := get(t)
+	name := fmt.Sprintf("d%d_%d", os.Getpid(), schemas.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Logf("pgtest: a schema, not a database of its own (%v): other tests' transactions share its horizon", err)
+		return Start(t)
+	}
+	if s.external {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if _, err := s.pool.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+				t.Errorf("pgtest: drop database %s: %v", name, err)
+			}
+		})
+	}
+	u := *s.base
+	u.Path = "/" + name
+	return u.String()
+}
+
 func (s *server) newSchema() (string, error) {
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), schemas.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

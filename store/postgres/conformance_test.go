@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/store"
 	"edgerelay/store/postgres"
@@ -41,15 +42,21 @@ func opener(opts postgres.Options) func(t *testing.T) store.Store {
 }
 
 // The PostgreSQL store passes the conformance suite every store passes, in
-// pgx's default mode (statements prepared and cached) and in the simple
-// protocol that PgBouncer's transaction pooling needs.
+// pgx's default mode (statements prepared and cached) and, with the long
+// drills (longtest.Env, which .ci/run sets), in the simple protocol that
+// PgBouncer's transaction pooling needs (pgbouncer_test.go runs the relay
+// through a real PgBouncer in that mode either way).
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name string
 		opts postgres.Options
-	}{{"prepared", postgres.Options{}}, {"simple", postgres.Options{SimpleProtocol: true}}} {
+		long bool
+	}{{"prepared", postgres.Options{}, false}, {"simple", postgres.Options{SimpleProtocol: true}, true}} {
 		t.Run(mode.name, func(t *testing.T) {
+			if mode.long {
+				longtest.Require(t)
+			}
 			t.Parallel()
 			storetest.Run(t, opener(mode.opts))
 		})
