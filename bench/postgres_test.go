@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
 )
 
@@ -16,6 +17,7 @@ func TestPostgresSuiteRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and the simulator process")
 	}
+	longtest.Require(t) // the whole table: 20-40 s
 	ctx := context.Background()
 	admin := pgtest.Admin(t)
 	rows, err := PostgresSuite(ctx, Config{Exe: edgerelay(t), Dir: t.TempDir(), Events: 100, FanOut: 1000, Progress: tlog{t}}, admin)
