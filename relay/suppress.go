@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"edgerelay/bounce"
+	"edgerelay/internal/addrkey"
 	"edgerelay/providers"
 	"edgerelay/store"
 )
@@ -18,20 +19,13 @@ import (
 // provider's dead-address answer (decide), a receipt (receiptSuppress), a
 // DSN or ARF report (AddBounce) and an operator (Suppress) add entries.
 
-// SuppressionKey is address as the suppression list keys it on channel: an
-// email address in lower case (ASCII letters only: providers and mailbox
-// hosts treat addresses case-blind in practice, and a bounce report or an
-// import may spell one differently), any other address as it is.
+// SuppressionKey is address as the suppression list keys it on channel:
+// the normal form addrkey.Key documents (for email: NFC, the local part
+// lower-cased, the domain IDNA-mapped; providers and mailbox hosts treat
+// addresses case-blind in practice, and a bounce report or an import may
+// spell one differently).
 func SuppressionKey(channel, address string) string {
-	if channel != "email" {
-		return address
-	}
-	return strings.Map(func(r rune) rune {
-		if 'A' <= r && r <= 'Z' {
-			return r + 'a' - 'A'
-		}
-		return r
-	}, address)
+	return addrkey.Key(channel, address)
 }
 
 // receiptSuppress is the entry a receipt makes for its notification's
