@@ -51,3 +51,31 @@ func FuzzKeyIdempotent(f *testing.F) {
 		}
 	})
 }
+
+func TestRekey(t *testing.T) {
+	t.Parallel()
+	at := func(v int64) *int64 { return &v }
+	es := []Entry{
+		{Tenant: "t", Channel: "email", Address: "jo\u0308rg@example.com", CreatedAt: 1, ExpiresAt: at(100)},
+		{Tenant: "t", Channel: "email", Address: "jörg@example.com", CreatedAt: 2, ExpiresAt: at(50)},
+		{Tenant: "t", Channel: "email", Address: "JÖRG@example.com", CreatedAt: 3, ExpiresAt: at(100)},
+		{Tenant: "t", Channel: "email", Address: "ada@example.com", CreatedAt: 1},
+		{Tenant: "t", Channel: "email", Address: "Éva@example.com", CreatedAt: 1},
+		{Tenant: "u", Channel: "email", Address: "jörg@example.com", CreatedAt: 1},
+	}
+	got := Rekey(es)
+	want := []Change{
+		{Entry: es[0], Key: "jörg@example.com", Delete: true},
+		{Entry: es[1], Key: "jörg@example.com", Delete: true},
+		{Entry: es[2], Key: "jörg@example.com"},
+		{Entry: es[4], Key: "éva@example.com"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Rekey = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Address != want[i].Address || got[i].Key != want[i].Key || got[i].Delete != want[i].Delete {
+			t.Errorf("change %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
