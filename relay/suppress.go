@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"edgerelay/bounce"
 	"edgerelay/internal/addrkey"
@@ -101,7 +102,7 @@ func (r *Relay) Suppress(ctx context.Context, entries []store.Suppression) (int,
 		if !channelRE.MatchString(e.Channel) {
 			return 0, bad("channel", "%q: a channel is a lower-case name such as email, sms, push", e.Channel)
 		}
-		if e.Address == "" || strings.TrimSpace(e.Address) != e.Address || len(e.Address) > 1024 || strings.ContainsAny(e.Address, "\r\n\t") {
+		if e.Address == "" || strings.TrimSpace(e.Address) != e.Address || len(e.Address) > 1024 || strings.ContainsAny(e.Address, "\r\n\t") || !utf8.ValidString(e.Address) {
 			return 0, bad("address", "%q: want the address, without white space around it", e.Address)
 		}
 		if e.Channel == "email" {

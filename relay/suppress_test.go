@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -54,5 +55,13 @@ func TestSuppressOtherSpellingsOfAnAddress(t *testing.T) {
 	}
 	if err := r.Unsuppress(ctx, "default", "email", "Jo\u0308rg@example.com"); err != nil {
 		t.Fatalf("lift by another spelling: %v", err)
+	}
+	// Not UTF-8: refused, on a channel without a shape check too.
+	for _, c := range []string{"email", "chat"} {
+		var se *SuppressionError
+		if _, err := r.Suppress(ctx, []store.Suppression{{Tenant: "default", Channel: c, Address: "j\xf6rg@example.com",
+			Reason: store.ReasonManual, Source: store.SourceAPI}}); !errors.As(err, &se) || se.Field != "address" {
+			t.Errorf("%s address not UTF-8: %v, want a SuppressionError about the address", c, err)
+		}
 	}
 }
