@@ -183,7 +183,7 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 	// the only one.
 	var rc bounce.Recipient
 	for _, x := range rep.Recipients {
-		if strings.EqualFold(x.Address, n.Address) {
+		if SuppressionKey(n.Channel, x.Address) == SuppressionKey(n.Channel, n.Address) {
 			rc = x
 		}
 	}
