@@ -14,6 +14,7 @@ require (
 	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // tests: AUTH PLAIN in the in-process SMTP server
 	github.com/emersion/go-smtp v0.25.1 // tests: a real SMTP server on loopback for the smtp provider
 	github.com/wneessen/go-mail v0.8.1 // the smtp provider: STARTTLS/TLS, AUTH, MIME, DKIM signing (v0.8.2 needs Go 1.27)
+	golang.org/x/text v0.42.0 // suppression keys: Unicode NFC of addresses (unicode/norm), so two spellings of one address are one key
 	golang.org/x/time v0.16.0 // per-provider rate limits (rate.Limiter)
 )
 
@@ -23,7 +24,7 @@ require (
 	github.com/go-json-experiment/json v1.27.2 // strict JSON (relay.DecodeJSON): bad UTF-8, lone surrogates, repeated keys are errors with a path, not merged as encoding/json does; upstream of encoding/json/v2
 	github.com/robfig/cron/v3 v3.0.1 // schedules: cron expressions with seconds and time zones
 	github.com/schollz/progressbar/v3 v3.19.0 // batch send: a progress bar on a terminal
-	golang.org/x/net v0.59.0 // serve --max-conns: netutil.LimitListener caps open connections (the version prometheus already selects); the smtp provider: html, to write a text part from HTML
+	golang.org/x/net v0.59.0 // serve --max-conns: netutil.LimitListener caps open connections (the version prometheus already selects); the smtp provider: html, to write a text part from HTML; suppression keys: idna, an email domain's A-label and U-label are one key
 )
 
 // templates: the recipient's locale in messages
@@ -67,7 +68,6 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.46.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect

@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 23: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 24: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 

@@ -426,3 +426,56 @@ func TestARFAndVERPBounces(t *testing.T) {
 		t.Errorf("after a complaint: %s (a complaint is not a bounce)", n.Status)
 	}
 }
+
+// An address on the list is suppressed however the next event spells it:
+// jörg@example.com listed (NFC) stops jo\u0308rg@example.com (NFD) and
+// JÖRG@example.com (non-ASCII capitals), with no SMTP delivery; the list
+// shows the entry under its key, and removing it by another spelling works.
+func TestSuppressionMatchesOtherSpellings(t *testing.T) {
+	t.Parallel()
+	sink := startSink(t)
+	smtp, err := providers.New(fmt.Sprintf("smtp://%s?from=news%%40example.com&starttls=none&timeout=5s&name=smtp", sink.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{
+		Relay:  relay.Options{Routes: relay.Routes{"email": {smtp}}},
+		Tokens: map[string]string{sha256hex(acmeToken): "acme", sha256hex(betaToken): "beta"},
+	})
+	if rep := b.do(t, "POST", "/v1/suppressions", `{"suppressions": [{"channel": "email", "address": "jörg@example.com"}]}`, asAcme...); rep.status != http.StatusOK {
+		t.Fatalf("add: %s", rep)
+	}
+	email := func(id, addr string) relay.Event {
+		return relay.Event{ID: id, Type: "welcome", Channels: []string{"email"}, Subject: "Welcome", Body: "Hello.",
+			Recipients: []relay.Recipient{{ID: "jorg", Email: addr}}}
+	}
+	spellings := []string{"jo\u0308rg@example.com", "JÖRG@example.com", "JO\u0308RG@EXAMPLE.COM"}
+	var ids []string
+	for i, a := range spellings {
+		ids = append(ids, b.acceptAs(t, asAcme, email(fmt.Sprintf("evt_%d", i), a)))
+	}
+	control := b.acceptAs(t, asAcme, email("evt_ada", "ada@example.com"))
+	b.deliver(t)
+	for i, id := range ids {
+		if n := b.notificationAs(t, asAcme, id); n.Status != store.StatusSuppressed || n.Attempts != 0 {
+			t.Errorf("email to %q: %s after %d attempts (%s), want suppressed without one", spellings[i], n.Status, n.Attempts, n.Reason)
+		}
+	}
+	if n := b.notificationAs(t, asAcme, control); n.Status != store.StatusSent {
+		t.Errorf("email to ada: %s (%s), want sent", n.Status, n.Reason)
+	}
+	for _, a := range spellings {
+		if c := sink.count(a); c != 0 {
+			t.Errorf("the SMTP server took %d messages for %q", c, a)
+		}
+	}
+	if es := b.suppressions(t, asAcme); len(es) != 1 || es[0].Address != "jörg@example.com" {
+		t.Fatalf("acme's list: %+v", es)
+	}
+	if rep := b.do(t, "DELETE", "/v1/suppressions?channel=email&address=JO%CC%88RG@example.com", "", asAcme...); rep.status != http.StatusOK {
+		t.Fatalf("remove by the NFD spelling in capitals: %s", rep)
+	}
+	if es := b.suppressions(t, asAcme); len(es) != 0 {
+		t.Errorf("after remove: %+v", es)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"edgerelay/bounce"
+	"edgerelay/internal/addrkey"
 	"edgerelay/providers"
 	"edgerelay/store"
 )
@@ -18,20 +20,13 @@ import (
 // provider's dead-address answer (decide), a receipt (receiptSuppress), a
 // DSN or ARF report (AddBounce) and an operator (Suppress) add entries.
 
-// SuppressionKey is address as the suppression list keys it on channel: an
-// email address in lower case (ASCII letters only: providers and mailbox
-// hosts treat addresses case-blind in practice, and a bounce report or an
-// import may spell one differently), any other address as it is.
+// SuppressionKey is address as the suppression list keys it on channel:
+// the normal form addrkey.Key documents (for email: NFC, the local part
+// lower-cased, the domain IDNA-mapped; providers and mailbox hosts treat
+// addresses case-blind in practice, and a bounce report or an import may
+// spell one differently).
 func SuppressionKey(channel, address string) string {
-	if channel != "email" {
-		return address
-	}
-	return strings.Map(func(r rune) rune {
-		if 'A' <= r && r <= 'Z' {
-			return r + 'a' - 'A'
-		}
-		return r
-	}, address)
+	return addrkey.Key(channel, address)
 }
 
 // receiptSuppress is the entry a receipt makes for its notification's
@@ -107,7 +102,7 @@ func (r *Relay) Suppress(ctx context.Context, entries []store.Suppression) (int,
 		if !channelRE.MatchString(e.Channel) {
 			return 0, bad("channel", "%q: a channel is a lower-case name such as email, sms, push", e.Channel)
 		}
-		if e.Address == "" || strings.TrimSpace(e.Address) != e.Address || len(e.Address) > 1024 || strings.ContainsAny(e.Address, "\r\n\t") {
+		if e.Address == "" || strings.TrimSpace(e.Address) != e.Address || len(e.Address) > 1024 || strings.ContainsAny(e.Address, "\r\n\t") || !utf8.ValidString(e.Address) {
 			return 0, bad("address", "%q: want the address, without white space around it", e.Address)
 		}
 		if e.Channel == "email" {
@@ -188,7 +183,7 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 	// the only one.
 	var rc bounce.Recipient
 	for _, x := range rep.Recipients {
-		if strings.EqualFold(x.Address, n.Address) {
+		if SuppressionKey(n.Channel, x.Address) == SuppressionKey(n.Channel, n.Address) {
 			rc = x
 		}
 	}

@@ -718,6 +718,11 @@ func (s *Store) migrateStep(ctx context.Context, ms []migration) (int, error) {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
+		if f := goMigrations[m.version]; f != nil {
+			if err := f(ctx, tx); err != nil {
+				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+		}
 		if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, m.version); err != nil {
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}

@@ -419,6 +419,11 @@ func migrateStep(ctx context.Context, db *sql.DB, ms []migration) (*migration, e
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 		return nil, fmt.Errorf("migration %s: %w", m.name, err)
 	}
+	if f := goMigrations[m.version]; f != nil {
+		if err := f(ctx, tx); err != nil {
+			return nil, fmt.Errorf("migration %s: %w", m.name, err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
 		return nil, fmt.Errorf("migration %s: %w", m.name, err)
 	}
