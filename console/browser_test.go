@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"edgerelay/internal/pgtest"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,6 +31,7 @@ var browser struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	pgtest.Stop()
 	if browser.cancel != nil {
 		browser.cancel()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"edgerelay/console"
+	"edgerelay/internal/pgtest"
 )
 
 // clock is a settable clock for sessions and the login throttle.
@@ -120,7 +121,16 @@ func TestSessionExpires(t *testing.T) {
 // through either ends its sessions on both.
 func TestSessionsTravelBetweenNodes(t *testing.T) {
 	t.Parallel()
-	f := setup(t, false)
+	travel(t, setup(t, false))
+}
+
+// The same on PostgreSQL, as a cluster runs.
+func TestSessionsTravelBetweenNodesPostgres(t *testing.T) {
+	t.Parallel()
+	travel(t, setupAt(t, pgtest.Start(t), false, console.Options{}))
+}
+
+func travel(t *testing.T, f *fixture) {
 	node2 := f.node(t, console.Options{})
 
 	c1 := newClient(t, f)
