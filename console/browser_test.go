@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"context"
-	"edgerelay/internal/pgtest"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"edgerelay/internal/pgtest"
 )
 
 // The console in a real browser: Debian's chromium, headless, driven by
