@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -128,8 +129,10 @@ over within --leader-ttl and a third of its holder's death. Provider limits
 
 The console (pages for people: overview, search, a notification's audit
 trail, retries) is at /console on --listen, and on --console-listen too if
-set. It signs in with the API's tokens (a session cookie; a restart signs
-everyone out); without tokens it is open on loopback only, as the API.
+set. It signs in with the API's tokens (sessions kept in the database, so a
+login works on every node sharing it and a logout ends it on all); without
+tokens it is open on loopback only, as the API. Behind a TLS proxy, name the
+proxy with --trusted-proxy so that the session cookie is Secure.
 
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
 wait up to --drain-timeout for provider calls, record them, exit.`,
@@ -148,6 +151,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			&cli.DurationFlag{Name: "leader-ttl", Value: 15 * time.Second, EnvVars: []string{"EDGERELAY_LEADER_TTL"},
 				Usage: "how long a process's hold on the schedules, the key pruning and each tail lasts unrenewed: another process takes over a dead one's within this and a third"},
 			&cli.StringFlag{Name: "console-listen", EnvVars: []string{"EDGERELAY_CONSOLE_LISTEN"}, Usage: "serve the console (also at /console on --listen) on this `ADDRESS` of its own too"},
+			&cli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"EDGERELAY_TRUSTED_PROXY"},
+				Usage: "the `CIDR` (or address) of a proxy in front of serve, repeatable or comma-separated: from it, X-Forwarded-Proto: https makes the console's cookie Secure and __Host-, and X-Forwarded-For names the client"},
 			&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
 		),
 		OnUsageError: usageErr,
@@ -185,6 +190,14 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				if err := checkListen(consoleFrom, consoleListen); err != nil {
 					return err
 				}
+			}
+			proxyList, proxyFrom := c.StringSlice("trusted-proxy"), "--trusted-proxy"
+			if !c.IsSet("trusted-proxy") {
+				proxyList, proxyFrom = s.cfg.API.TrustedProxies, "api.trusted_proxies"
+			}
+			trustedProxies, err := parseProxies(proxyList)
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("%s: %v", proxyFrom, err), exitUsage)
 			}
 			if err := s.buildRoutes(); err != nil {
 				return err
@@ -347,7 +360,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			// The console: at /console on the API's address, and on
 			// --console-listen if set. It resolves tokens through the API's
 			// handler, so both take the same tokens and close together.
-			con, err := console.New(r, console.Options{Auth: handler, Jobs: jobs, Sources: tailers.status, Logger: s.opts.Logger})
+			con, err := console.New(r, console.Options{Auth: handler, Jobs: jobs, Sources: tailers.status, Logger: s.opts.Logger,
+				TrustedProxies: trustedProxies})
 			if err != nil {
 				return err
 			}
@@ -501,4 +515,27 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// parseProxies reads --trusted-proxy entries: CIDRs or single addresses,
+// each entry possibly a comma-separated list.
+func parseProxies(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, e := range list {
+		for _, v := range strings.Split(e, ",") {
+			if v = strings.TrimSpace(v); v == "" {
+				continue
+			}
+			if p, err := netip.ParsePrefix(v); err == nil {
+				out = append(out, p.Masked())
+				continue
+			}
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return nil, fmt.Errorf("%q: want a CIDR (10.0.0.0/8) or an address (10.0.0.5)", v)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out, nil
 }

@@ -85,6 +85,10 @@ type Config struct {
 		// ConsoleListen serves the console on an address of its own too
 		// (it is always at /console on the API's address).
 		ConsoleListen string `yaml:"console_listen"`
+		// TrustedProxies are the proxies in front of serve (CIDRs or
+		// addresses): their X-Forwarded-Proto and X-Forwarded-For are
+		// believed (the console's Secure cookie, the client's address).
+		TrustedProxies []string `yaml:"trusted_proxies"`
 		// MetricsToken opens GET /metrics on the API's address; ${VAR}
 		// reads an environment variable.
 		MetricsToken string `yaml:"metrics_token"`

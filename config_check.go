@@ -569,6 +569,11 @@ func (c *checker) api() {
 	if c.has("api", "metrics_listen") && c.has("api", "console_listen") && a.MetricsListen == a.ConsoleListen {
 		c.add(at.with("console_listen"), "console_listen %q is the metrics address: give each an address of its own", a.ConsoleListen)
 	}
+	if c.has("api", "trusted_proxies") {
+		if _, err := parseProxies(a.TrustedProxies); err != nil {
+			c.add(at.with("trusted_proxies"), "trusted_proxies: %v", err)
+		}
+	}
 	if c.has("api", "metrics_token") {
 		v, err := expandEnv(a.MetricsToken)
 		switch {

@@ -230,6 +230,8 @@ func TestConfigProblemsOneByOne(t *testing.T) {
 			`line 3 (api.console_listen): console_listen "127.0.0.1:8025" is the API's address, where the console is served at /console already: give it an address of its own, or leave it out`},
 		{"console address malformed", "api:\n  console_listen: localhost\n",
 			`line 2 (api.console_listen): console_listen "localhost": want HOST:PORT, e.g. 127.0.0.1:8025`},
+		{"a trusted proxy that is not an address", "api:\n  trusted_proxies: [10.0.0.0/8, proxy.local]\n",
+			`line 2 (api.trusted_proxies): trusted_proxies: "proxy.local": want a CIDR (10.0.0.0/8) or an address (10.0.0.5)`},
 		{"metrics on the API's address", "api:\n  listen: 127.0.0.1:8025\n  metrics_listen: 127.0.0.1:8025\n",
 			`line 3 (api.metrics_listen): metrics_listen "127.0.0.1:8025" is the API's address: give metrics an address of their own, or use metrics_token`},
 		{"negative concurrency", "providers:\n  p: {url: log://stderr, concurrency: -1}\n",

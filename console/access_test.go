@@ -20,6 +20,7 @@ type client struct {
 	t    *testing.T
 	c    *http.Client
 	base string
+	hdr  []string // headers sent with every request (name, value, …)
 }
 
 func newClient(t *testing.T, f *fixture) *client {
@@ -42,6 +43,7 @@ func (c *client) do(method, path string, form url.Values, header ...string) (*ht
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
+	header = append(append([]string{}, c.hdr...), header...)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

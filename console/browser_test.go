@@ -13,6 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"edgerelay/internal/pgtest"
 )
 
 // The console in a real browser: Debian's chromium, headless, driven by
@@ -30,6 +32,7 @@ var browser struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	pgtest.Stop()
 	if browser.cancel != nil {
 		browser.cancel()
 	}

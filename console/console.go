@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -41,11 +41,23 @@ type Options struct {
 	Auth Auth
 	// Prefix is the path the console is mounted at. Default "/console".
 	Prefix string
-	// Key signs session cookies. Default: 32 random bytes drawn at New and
-	// kept in memory only, so a restart signs everyone out.
-	Key []byte
-	// SessionTTL is how long a login lasts. Default 12 h.
+	// SessionTTL is how long a login lasts (sessions are kept in the
+	// store: a restart signs nobody out). Default 12 h.
 	SessionTTL time.Duration
+	// TrustedProxies are the addresses of the proxies in front of the
+	// console: from them, X-Forwarded-Proto: https marks the request as
+	// served over HTTPS (the cookie is then Secure and __Host-), and
+	// X-Forwarded-For names the client (proxy.go). Nobody else's headers
+	// are believed.
+	TrustedProxies []netip.Prefix
+	// LoginFailures is how many failed token sign-ins a client address may
+	// make before it must wait (429); it gets one more try every
+	// LoginRefill. Defaults 10 and 1 minute.
+	LoginFailures int
+	LoginRefill   time.Duration
+	// Now is the clock of sessions and the login throttle. Default: the
+	// relay's.
+	Now func() time.Time
 	// Jobs are the scheduled jobs the process runs (the overview shows
 	// their last and next runs).
 	Jobs []*schedule.Job
@@ -88,6 +100,8 @@ type Console struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	pages map[string]*template.Template
+	// logins throttles failed sign-ins per client address.
+	logins *throttle
 }
 
 // New returns the console over r.
@@ -99,9 +113,14 @@ func New(r *relay.Relay, opts Options) (*Console, error) {
 		opts.Prefix = "/console"
 	}
 	opts.Prefix = strings.TrimSuffix(opts.Prefix, "/")
-	if len(opts.Key) == 0 {
-		opts.Key = make([]byte, 32)
-		rand.Read(opts.Key)
+	if opts.LoginFailures <= 0 {
+		opts.LoginFailures = 10
+	}
+	if opts.LoginRefill <= 0 {
+		opts.LoginRefill = time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = r.Now
 	}
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = 12 * time.Hour
@@ -109,7 +128,8 @@ func New(r *relay.Relay, opts Options) (*Console, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Console{r: r, opts: opts, log: opts.Logger, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	c := &Console{r: r, opts: opts, log: opts.Logger, mux: http.NewServeMux(), pages: map[string]*template.Template{},
+		logins: newThrottle(opts.LoginFailures, opts.LoginRefill)}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, err

@@ -5,7 +5,8 @@
 // It owns the pages (html/template, rendered on the server; every read works
 // without JavaScript), their assets (embedded: nothing is fetched from
 // elsewhere), the charts (inline SVG drawn here), and access to them: a
-// login that exchanges an API token for a signed session cookie, CSRF
+// login that exchanges an API token for a session kept in the store (the
+// cookie holds only its random id), a throttle on failed logins, CSRF
 // tokens on every form that posts, and the security headers of every
 // answer.
 //

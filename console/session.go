@@ -1,46 +1,61 @@
 package console
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
-	"time"
 
 	"edgerelay/api"
 	"edgerelay/relay"
 	"edgerelay/store"
 )
 
-// Sessions. A login exchanges an API token for a cookie holding the
-// token's hash, its tenant, an expiry and a CSRF secret, signed with
-// HMAC-SHA256 under Options.Key. Every request checks the signature and the
-// expiry, then resolves the hash again as the API resolves a token, so a
-// revoked token ends its sessions at once. The cookie is HttpOnly,
-// SameSite=Strict, Path=/console, and Secure when the request came over
-// TLS. An open console (the API open on loopback) needs no token: its
-// session names the tenant chosen and ends when the API closes.
+// Sessions. A login exchanges an API token for a cookie holding a random
+// 256-bit session id; the store keeps only the id's SHA-256, with the
+// tenant, the token's hash and the expiry (store.Sessions). Every request
+// looks the session up in the store, then resolves the token's hash again
+// as the API resolves a token. So a logout (the row deleted) and a revoked
+// token end the session on every process sharing the store at once, a
+// login on one node works on every node, and no process has a key of its
+// own to sign with (none is needed: nothing the browser holds is trusted
+// but the id, which is checked against the store). The CSRF token of a
+// session's forms is derived from its id (a hash, which does not reveal
+// the id).
+//
+// The cookie is HttpOnly and SameSite=Strict. Over HTTPS (TLS here, or a
+// trusted proxy's X-Forwarded-Proto: https; see proxy.go) it is Secure,
+// named with the __Host- prefix and so Path=/ (which that prefix
+// requires); over plain HTTP it is Path=/console. An open console (the
+// API open on loopback) needs no token: its session names the tenant
+// chosen and ends when the API closes.
 
 const (
 	sessionCookie = "edgerelay_console"
-	loginCookie   = "edgerelay_console_login" // the login form's CSRF secret, before a session exists
+	loginCookie   = "edgerelay_console_login" // the login form's CSRF nonce, before a session exists
+	hostPrefix    = "__Host-"
+	// pruneOnLogin is how many expired sessions each login deletes: logins
+	// are what make sessions, so this keeps the table to about the live
+	// ones without a job of its own.
+	pruneOnLogin = 100
 )
 
 // session is who is looking.
 type session struct {
-	Tenant string `json:"t"`
-	Hash   string `json:"h,omitempty"` // the token's hash; "" in open mode
-	Expiry int64  `json:"e"`
-	CSRF   string `json:"c"`
+	Tenant string
+	Hash   string // the token's hash; "" in open mode
+	CSRF   string
 	// Who names the caller for the audit trail (never a secret).
-	Who string `json:"w"`
+	Who string
+	// idHash is the hash of the session's id, under which the store keeps it.
+	idHash string
 }
 
 // operator reports whether the session is the operator's: one of the
@@ -48,51 +63,67 @@ type session struct {
 // session from a tenant's token is that tenant's only.
 func (s *session) operator() bool { return s.Hash == "" }
 
-func (c *Console) sign(b []byte) string {
-	m := hmac.New(sha256.New, c.opts.Key)
-	m.Write(b)
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+// newSessionID draws a session's id: 256 random bits, as the cookie
+// holds them.
+func newSessionID() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (c *Console) encode(s session) string {
-	b, _ := json.Marshal(s)
-	return base64.RawURLEncoding.EncodeToString(b) + "." + c.sign(b)
+// sessionIDLen is the length of newSessionID's ids: a cookie of another
+// length is no session, and is not looked up.
+const sessionIDLen = 43
+
+// idHash is what the store keeps of a session id.
+func idHash(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(h[:])
 }
 
-func (c *Console) decode(v string) (session, bool) {
-	var s session
-	body, sig, ok := strings.Cut(v, ".")
-	if !ok {
-		return s, false
+// csrfOf is the CSRF token of the session whose id is id: a hash in its
+// own domain, so neither the page showing it nor the store reveals the id.
+func csrfOf(id string) string {
+	h := sha256.Sum256([]byte("edgerelay console csrf\x00" + id))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// cookieName is a cookie's name for this request: with the __Host- prefix
+// over HTTPS, which the browser accepts only Secure, with Path=/ and no
+// Domain, and so never from a subdomain or over plain HTTP.
+func (c *Console) cookieName(r *http.Request, name string) string {
+	if c.https(r) {
+		return hostPrefix + name
 	}
-	b, err := base64.RawURLEncoding.DecodeString(body)
-	if err != nil || !hmac.Equal([]byte(sig), []byte(c.sign(b))) {
-		return s, false
-	}
-	if json.Unmarshal(b, &s) != nil || time.Now().Unix() > s.Expiry {
-		return s, false
-	}
-	return s, true
+	return name
 }
 
 func (c *Console) cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{Name: name, Value: value, Path: c.opts.Prefix, MaxAge: maxAge, HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
+	ck := &http.Cookie{Name: c.cookieName(r, name), Value: value, Path: c.opts.Prefix, MaxAge: maxAge, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode}
+	if c.https(r) {
+		ck.Secure, ck.Path = true, "/"
+	}
+	return ck
 }
 
 var errSignedOut = errors.New("signed out")
 
-// current returns the request's session, checked against the API's
-// tokens now.
+// current returns the request's session, checked against the store's
+// sessions and the API's tokens now.
 func (c *Console) current(r *http.Request) (*session, error) {
-	ck, err := r.Cookie(sessionCookie)
+	ck, err := r.Cookie(c.cookieName(r, sessionCookie))
+	if err != nil || len(ck.Value) != sessionIDLen {
+		return nil, errSignedOut
+	}
+	ss, err := c.r.Session(r.Context(), idHash(ck.Value), c.opts.Now())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errSignedOut // ended, expired, or never made
+	}
 	if err != nil {
-		return nil, errSignedOut
+		return nil, err
 	}
-	s, ok := c.decode(ck.Value)
-	if !ok {
-		return nil, errSignedOut
-	}
+	s := &session{Tenant: ss.Tenant, Hash: ss.TokenHash, Who: ss.Who, CSRF: csrfOf(ck.Value), idHash: ss.IDHash}
 	if s.Hash == "" {
 		open, err := c.opts.Auth.Open(r.Context())
 		if err != nil {
@@ -101,7 +132,7 @@ func (c *Console) current(r *http.Request) (*session, error) {
 		if !open {
 			return nil, errSignedOut // a token was created: the open session ends
 		}
-		return &s, nil
+		return s, nil
 	}
 	t, err := c.opts.Auth.TokenByHash(r.Context(), s.Hash)
 	if errors.Is(err, store.ErrNotFound) || err == nil && t.Tenant != s.Tenant {
@@ -110,7 +141,7 @@ func (c *Console) current(r *http.Request) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &s, nil
+	return s, nil
 }
 
 type authedFunc func(w http.ResponseWriter, r *http.Request, s *session)
@@ -190,19 +221,24 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	c.showLogin(w, r, http.StatusOK, "", "")
 }
 
+// showLogin draws the login form with a fresh nonce, in a cookie and in
+// the form: a login POST must carry both, equal (a double submit; the
+// cookie is SameSite=Strict, so another site's form arrives without it).
+// The nonce needs no key: anyone may fetch a valid pair, and what it
+// proves is only that the form was posted from a page this console drew.
 func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, code int, msg, tenant string) {
 	open, err := c.opts.Auth.Open(r.Context())
 	if err != nil {
 		c.internal(w, r, nil, err)
 		return
 	}
-	secret := random()
-	http.SetCookie(w, c.cookie(r, loginCookie, secret, 600))
+	nonce := random()
+	http.SetCookie(w, c.cookie(r, loginCookie, nonce, 600))
 	if tenant == "" {
 		tenant = "default"
 	}
 	c.render(w, r, nil, code, "login", "Sign in", loginData{Open: open, Next: c.safeNext(r.FormValue("next")), Error: msg,
-		Tenant: tenant, LoginTK: c.sign([]byte("login:" + secret))})
+		Tenant: tenant, LoginTK: nonce})
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
@@ -211,8 +247,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusBadRequest, "Bad form", err.Error())
 		return
 	}
-	ck, err := r.Cookie(loginCookie)
-	if err != nil || !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(c.sign([]byte("login:"+ck.Value)))) {
+	ck, err := r.Cookie(c.cookieName(r, loginCookie))
+	if err != nil || ck.Value == "" || subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(ck.Value)) != 1 {
 		c.showLogin(w, r, http.StatusForbidden, "The form was stale; sign in again.", "")
 		return
 	}
@@ -221,41 +257,83 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.internal(w, r, nil, err)
 		return
 	}
-	s := session{Expiry: time.Now().Add(c.opts.SessionTTL).Unix(), CSRF: random()}
+	now := c.opts.Now()
+	id := newSessionID()
+	ss := store.Session{IDHash: idHash(id), CreatedAt: now, ExpiresAt: now.Add(c.opts.SessionTTL)}
+	client := c.clientAddr(r)
 	if open {
-		s.Tenant = strings.TrimSpace(r.PostForm.Get("tenant"))
-		if err := relay.CheckTenant("tenant", s.Tenant); err != nil {
-			c.showLogin(w, r, http.StatusBadRequest, err.Error(), s.Tenant)
+		ss.Tenant = strings.TrimSpace(r.PostForm.Get("tenant"))
+		if err := relay.CheckTenant("tenant", ss.Tenant); err != nil {
+			c.showLogin(w, r, http.StatusBadRequest, err.Error(), ss.Tenant)
 			return
 		}
-		s.Who = "console, open on loopback, as tenant " + s.Tenant
+		ss.Who = "console, open on loopback, as tenant " + ss.Tenant
 	} else {
+		// A guess costs the address one try of its allowance; a login that
+		// succeeds gives it back.
+		try, wait := c.logins.try(client, now)
+		if wait > 0 {
+			secs := int((wait + 999_999_999) / 1_000_000_000)
+			c.log.Warn("console: sign-in throttled", "remote", client, "retry_after_s", secs)
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			c.showLogin(w, r, http.StatusTooManyRequests,
+				fmt.Sprintf("Too many failed sign-ins from your address: try again in %d seconds.", secs), "")
+			return
+		}
 		token := strings.TrimSpace(r.PostForm.Get("token"))
 		t, err := c.opts.Auth.TokenByHash(r.Context(), api.HashToken(token))
 		if errors.Is(err, store.ErrNotFound) || token == "" {
-			c.log.Warn("console: sign-in refused: unknown token", "remote", r.RemoteAddr)
+			c.log.Warn("console: sign-in refused: unknown token", "remote", client)
 			c.showLogin(w, r, http.StatusUnauthorized, "That token is not known: use an API token of your tenant.", "")
 			return
 		}
+		try.refund(now)
 		if err != nil {
 			c.internal(w, r, nil, err)
 			return
 		}
-		s.Tenant, s.Hash = t.Tenant, api.HashToken(token)
+		ss.Tenant, ss.TokenHash = t.Tenant, api.HashToken(token)
 		if t.ID == 0 {
-			s.Who = fmt.Sprintf("console, a config token of tenant %s", t.Tenant)
+			ss.Who = fmt.Sprintf("console, a config token of tenant %s", t.Tenant)
 		} else {
-			s.Who = fmt.Sprintf("console, token %d (%s) of tenant %s", t.ID, t.Name, t.Tenant)
+			ss.Who = fmt.Sprintf("console, token %d (%s) of tenant %s", t.ID, t.Name, t.Tenant)
 		}
 	}
+	if err := c.r.CreateSession(r.Context(), ss); err != nil {
+		c.internal(w, r, nil, err)
+		return
+	}
+	// A session this browser held before ends: a login never leaves two.
+	if old, err := r.Cookie(c.cookieName(r, sessionCookie)); err == nil && len(old.Value) == sessionIDLen {
+		if err := c.r.DeleteSession(r.Context(), idHash(old.Value)); err != nil {
+			c.log.Warn("console: end the session signed in over", "err", err)
+		}
+	}
+	if _, err := c.r.PruneSessions(r.Context(), now, pruneOnLogin); err != nil {
+		c.log.Warn("console: prune expired sessions", "err", err)
+	}
 	http.SetCookie(w, c.cookie(r, loginCookie, "", -1))
-	http.SetCookie(w, c.cookie(r, sessionCookie, c.encode(s), int(c.opts.SessionTTL.Seconds())))
-	c.log.Info("console: signed in", "who", s.Who, "remote", r.RemoteAddr)
+	http.SetCookie(w, c.cookie(r, sessionCookie, id, int(c.opts.SessionTTL.Seconds())))
+	c.log.Info("console: signed in", "who", ss.Who, "remote", client)
 	http.Redirect(w, r, c.safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
 }
 
+// logout ends the session in the store, for every node, before it
+// clears the cookie: a copy of the cookie opens nothing after.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
-	if s, err := c.current(r); err == nil && !c.checkPost(w, r, s.CSRF) {
+	s, err := c.current(r)
+	switch {
+	case err == nil:
+		if !c.checkPost(w, r, s.CSRF) {
+			return
+		}
+		if err := c.r.DeleteSession(r.Context(), s.idHash); err != nil {
+			c.internal(w, r, s, err)
+			return
+		}
+		c.log.Info("console: signed out", "who", s.Who, "remote", c.clientAddr(r))
+	case !errors.Is(err, errSignedOut):
+		c.internal(w, r, nil, err)
 		return
 	}
 	http.SetCookie(w, c.cookie(r, sessionCookie, "", -1))

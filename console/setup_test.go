@@ -26,6 +26,8 @@ import (
 // eve in another tenant.
 type fixture struct {
 	r         *relay.Relay
+	path      string      // the database, which another node may open too
+	apiOpts   api.Options // as the API was made
 	srv       *httptest.Server
 	url       string // the console's root
 	acmeToken string // a stored token of acme
@@ -46,6 +48,13 @@ func setup(t *testing.T, open bool) *fixture {
 // setupWith is setup with the console's options (Auth is set here).
 func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
 	t.Helper()
+	return setupAt(t, filepath.Join(t.TempDir(), "relay.db"), open, opts)
+}
+
+// setupAt is setupWith on the database at path (a file, or a PostgreSQL
+// URL).
+func setupAt(t *testing.T, path string, open bool, opts console.Options) *fixture {
+	t.Helper()
 	honour := true
 	simulator := sim.New(sim.Options{Script: &sim.Script{HonourKeys: &honour, Rules: []sim.Rule{
 		{To: "ada@example.com", Attempts: []int{1, 2}, Action: sim.ActionLoseAnswer},
@@ -64,7 +73,7 @@ func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
 		t.Fatal(err)
 	}
 	r, err := relay.Open(t.Context(), relay.Options{
-		Path:      filepath.Join(t.TempDir(), "relay.db"),
+		Path:      path,
 		Routes:    relay.Routes{"email": {p}},
 		Retry:     relay.Policy{BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond},
 		TypeRetry: map[string]relay.Policy{"account.alert": {MaxAttempts: 1, BaseDelay: 20 * time.Millisecond}},
@@ -75,7 +84,7 @@ func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	f := &fixture{r: r}
+	f := &fixture{r: r, path: path}
 	if !open {
 		if _, f.acmeToken, err = r.CreateToken(t.Context(), "acme", "support"); err != nil {
 			t.Fatal(err)
@@ -110,6 +119,16 @@ func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
 	if !open {
 		apiOpts.TokenHashes[api.HashToken(betaConfigToken)] = "beta"
 	}
+	f.apiOpts = apiOpts
+	f.srv = serveNode(t, r, apiOpts, opts)
+	f.url = f.srv.URL + "/console"
+	return f
+}
+
+// serveNode mounts the API and the console over r as serve does, on a
+// loopback port of their own.
+func serveNode(t *testing.T, r *relay.Relay, apiOpts api.Options, opts console.Options) *httptest.Server {
+	t.Helper()
 	a := api.New(r, apiOpts)
 	opts.Auth = a
 	con, err := console.New(r, opts)
@@ -119,10 +138,22 @@ func setupWith(t *testing.T, open bool, opts console.Options) *fixture {
 	mux := http.NewServeMux()
 	mux.Handle("/console/", con)
 	mux.Handle("/", a)
-	f.srv = httptest.NewServer(mux)
-	t.Cleanup(f.srv.Close)
-	f.url = f.srv.URL + "/console"
-	return f
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// node is a second process over the fixture's database, as a second node
+// of a cluster: its own relay (not dispatching), API and console, with
+// nothing in memory shared with the first. It returns the node's server.
+func (f *fixture) node(t *testing.T, opts console.Options) *httptest.Server {
+	t.Helper()
+	r, err := relay.Open(t.Context(), relay.Options{Path: f.path, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return serveNode(t, r, f.apiOpts, opts)
 }
 
 // waitStatus polls until notification id has status want.

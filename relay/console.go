@@ -172,3 +172,27 @@ func plural(n int, one, many string) string {
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
+
+// The console's sessions are kept in the store, so that every process
+// sharing it knows them; the console draws their ids and decides their
+// lifetimes, and passes its clock (the store only records).
+
+// CreateSession keeps a console session.
+func (r *Relay) CreateSession(ctx context.Context, s store.Session) error {
+	return r.store.CreateSession(ctx, s)
+}
+
+// Session finds a console session live at now: store.ErrNotFound if none.
+func (r *Relay) Session(ctx context.Context, idHash string, now time.Time) (store.Session, error) {
+	return r.store.Session(ctx, idHash, now)
+}
+
+// DeleteSession ends a console session, for every process.
+func (r *Relay) DeleteSession(ctx context.Context, idHash string) error {
+	return r.store.DeleteSession(ctx, idHash)
+}
+
+// PruneSessions deletes up to limit console sessions expired by now.
+func (r *Relay) PruneSessions(ctx context.Context, now time.Time, limit int) (int, error) {
+	return r.store.PruneSessions(ctx, now, limit)
+}

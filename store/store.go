@@ -35,6 +35,7 @@ type Store interface {
 	Maintenance
 	Preferences
 	Console
+	Sessions
 	Templates
 }
 
@@ -54,6 +55,25 @@ type Console interface {
 	// memberships by tenant, feed and user (bytewise), after the one
 	// named by after (zero for the first).
 	FeedMemberships(ctx context.Context, tenant string, after FeedMembership, limit int) ([]FeedMembership, error)
+}
+
+// Sessions are the console's sign-ins, kept by the hash of their id (the
+// cookie holds the id, the store never sees it), so that every process
+// sharing the store knows each one: a sign-in on one node works on all, a
+// sign-out on one ends it on all.
+type Sessions interface {
+	// CreateSession keeps s. Its IDHash must be new (the caller draws the
+	// id at random) and not empty.
+	CreateSession(ctx context.Context, s Session) error
+	// Session returns the session whose id hashes to idHash, if it has not
+	// expired by now: ErrNotFound if none, or expired.
+	Session(ctx context.Context, idHash string, now time.Time) (Session, error)
+	// DeleteSession ends a session; ending one that is not kept (ended
+	// before, or expired and pruned) is no error.
+	DeleteSession(ctx context.Context, idHash string) error
+	// PruneSessions deletes up to limit sessions expired by now, oldest
+	// first, and returns how many.
+	PruneSessions(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
 // Events are accepted once and fanned out in chunks.

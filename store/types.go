@@ -625,6 +625,21 @@ type Token struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// Session is one sign-in to the console (store.Sessions).
+type Session struct {
+	// IDHash is the hex SHA-256 of the session's id, which only the
+	// browser's cookie holds.
+	IDHash string
+	Tenant string
+	// TokenHash is the hash of the API token signed in with ("" for the
+	// console open on loopback): the console resolves it again on every
+	// request, so revoking the token ends the session.
+	TokenHash string
+	// Who names the session's person in the audit trail (never a secret).
+	Who                  string
+	CreatedAt, ExpiresAt time.Time
+}
+
 // WriterStats counts commits since Open; the metrics endpoint and the
 // benchmarks read it.
 type WriterStats struct {

@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Maintenance", maintenance},
 		{"Preferences", preferences},
 		{"Console", console},
+		{"Sessions", sessions},
 		{"Templates", templatesSuite},
 	}
 	for _, g := range groups {
