@@ -676,6 +676,9 @@ func (s *Server) acceptAnswer(x *relay.IDs, res relay.AcceptResult, err error, c
 // eventError maps accept errors to problems.
 func (s *Server) eventError(err error) response {
 	var inv *relay.InvalidEventError
+	if p, ok := budgetProblem(err); ok {
+		return p
+	}
 	switch {
 	case errors.Is(err, relay.ErrTooManyRecipients) && errors.As(err, &inv):
 		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Too many recipients", inv.Reason, inv.Field)
