@@ -84,7 +84,8 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	shed shedState
+	shed    shedState
+	renders renderSlots
 
 	patterns []string // every route's pattern, in the order registered
 	// tokens is opts.TokenHashes, replaced whole by SetTokenHashes.

@@ -35,12 +35,12 @@ const (
 
 func (s *Server) templateRoutes() {
 	s.handle("GET /v1/templates", s.auth(s.listTemplates))
-	s.handle("PUT /v1/templates/{name}/{channel}/{locale}", s.auth(s.putTemplate))
+	s.handle("PUT /v1/templates/{name}/{channel}/{locale}", s.auth(s.oneRenderPerTenant(s.putTemplate)))
 	s.handle("GET /v1/templates/{name}/{channel}/{locale}", s.auth(s.getTemplate))
 	s.handle("GET /v1/templates/{name}/{channel}/{locale}/versions", s.auth(s.templateVersions))
 	s.handle("GET /v1/templates/{name}/{channel}/{locale}/versions/{version}", s.auth(s.getTemplate))
 	s.handle("DELETE /v1/templates/{name}/{channel}/{locale}", s.auth(s.deleteTemplate))
-	s.handle("POST /v1/templates/{name}/{channel}/render", s.auth(s.renderTemplate))
+	s.handle("POST /v1/templates/{name}/{channel}/render", s.auth(s.oneRenderPerTenant(s.renderTemplate)))
 }
 
 // templateKey is the path's template in the caller's tenant.

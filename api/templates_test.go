@@ -423,3 +423,32 @@ func TestTemplateBudgetsOverHTTP(t *testing.T) {
 		t.Errorf("%d notifications accepted, want none", len(all))
 	}
 }
+
+// One tenant's template saves and previews run one at a time: while one
+// runs, the tenant's next is refused (429), another tenant's is not.
+func TestTemplateRendersOnePerTenant(t *testing.T) {
+	t.Parallel()
+	b := templateBundle(t, options{})
+	for _, tok := range [][]string{tplAcme(), tplBravo()} {
+		if rep := b.do(t, "PUT", "/v1/templates/receipt/email/en", partsBody(t, map[string]string{"subject": "Hi {{.data.name}}", "text": "x"}), tok...); rep.status != http.StatusCreated {
+			t.Fatal(rep)
+		}
+	}
+	preview := func(tok []string) reply {
+		return b.do(t, "POST", "/v1/templates/receipt/email/render", `{"recipient": {"id": "ada", "email": "ada@example.com"}, "data": {"name": "Ada"}}`, tok...)
+	}
+	release := b.api.HoldRender("acme")
+	rep := preview(tplAcme())
+	wantProblem(t, rep, http.StatusTooManyRequests, "template-render-busy")
+	if rep.header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	wantProblem(t, b.do(t, "PUT", "/v1/templates/receipt/email/en", partsBody(t, map[string]string{"subject": "s", "text": "y"}), tplAcme()...), http.StatusTooManyRequests, "template-render-busy")
+	if rep := preview(tplBravo()); rep.status != http.StatusOK {
+		t.Fatalf("bravo's preview while acme's runs: %s", rep)
+	}
+	release()
+	if rep := preview(tplAcme()); rep.status != http.StatusOK {
+		t.Fatalf("acme's preview after its first answered: %s", rep)
+	}
+}
