@@ -64,12 +64,11 @@ var (
 
 // budget is what one rendering has left.
 type budget struct {
-	ctx       context.Context
-	deadline  time.Time
-	ticks     int
-	memory    int
-	noLimits  bool // the placeholder functions used to parse
-	cancelled error
+	ctx      context.Context
+	deadline time.Time
+	ticks    int
+	memory   int
+	noLimits bool // the placeholder functions used to parse
 }
 
 func newBudget(ctx context.Context) *budget {
