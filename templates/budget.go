@@ -17,15 +17,15 @@ import (
 //
 // text/template cannot be stopped from outside, and an empty loop body
 // calls nothing: Compile adds a call to the budget at the start of every
-// range, if and with body (budgetTick), so each iteration is counted and
-// checks the clock and the request's context. Data is JSON (no methods), so
+// range body (addTicks), so each iteration is counted and checks the clock
+// and the request's context. Data is JSON (no methods), so
 // functions are the only way a string grows: every builtin that can make a
 // longer string than it was given (printf, print, println, html, js,
 // urlquery) is replaced by one that refuses, before it allocates, a result
 // the memory budget has no room for; helpers charge what they return.
 const (
-	// MaxIterations is the loop bodies (and branches) one rendering may
-	// run. A part is at most 64 KiB of output, so a message shows a few
+	// MaxIterations is the range iterations one rendering may run, in
+	// all its loops. A part is at most 64 KiB of output, so a message shows a few
 	// thousand items at most; twenty thousand leaves room for loops
 	// inside loops and stays well inside the time budget (about 1 µs an
 	// iteration here: the loop budget, not the clock, is what a runaway
@@ -89,7 +89,7 @@ func (b *budget) check() error {
 	return nil
 }
 
-// tick is one loop body (or branch) run.
+// tick is one iteration of a range.
 func (b *budget) tick() (string, error) {
 	if b.noLimits {
 		return "", nil
@@ -233,45 +233,40 @@ func printfBound(format string, args []any) int {
 	return n + num
 }
 
-// addTicks puts a call to the budget at the start of every range, if and
-// with body in tree, and of their else bodies.
+// addTicks puts a call to the budget at the start of every range body in
+// tree: each iteration counts, even an empty one. Nothing else repeats (a
+// part cannot call a template), so branches are left as they are.
 func addTicks(tree *parse.Tree) {
-	var list func(l *parse.ListNode, pos parse.Pos) *parse.ListNode
-	var node func(n parse.Node)
-	list = func(l *parse.ListNode, pos parse.Pos) *parse.ListNode {
+	var list func(l *parse.ListNode)
+	list = func(l *parse.ListNode) {
 		if l == nil {
-			l = &parse.ListNode{NodeType: parse.NodeList, Pos: pos}
+			return
 		}
 		for _, n := range l.Nodes {
-			node(n)
-		}
-		tick := &parse.ActionNode{NodeType: parse.NodeAction, Pos: pos, Line: 0,
-			Pipe: &parse.PipeNode{NodeType: parse.NodePipe, Pos: pos,
-				Decl: []*parse.VariableNode{{NodeType: parse.NodeVariable, Pos: pos, Ident: []string{tickVar}}},
-				Cmds: []*parse.CommandNode{{NodeType: parse.NodeCommand, Pos: pos,
-					Args: []parse.Node{parse.NewIdentifier(tickFunc).SetTree(tree).SetPos(pos)}}}}}
-		l.Nodes = append([]parse.Node{tick}, l.Nodes...)
-		return l
-	}
-	branch := func(b *parse.BranchNode, withElse bool) {
-		b.List = list(b.List, b.Pos)
-		if b.ElseList != nil || withElse {
-			b.ElseList = list(b.ElseList, b.Pos)
-		}
-	}
-	node = func(n parse.Node) {
-		switch x := n.(type) {
-		case *parse.IfNode:
-			branch(&x.BranchNode, false)
-		case *parse.RangeNode:
-			branch(&x.BranchNode, false)
-		case *parse.WithNode:
-			branch(&x.BranchNode, false)
+			switch x := n.(type) {
+			case *parse.IfNode:
+				list(x.List)
+				list(x.ElseList)
+			case *parse.WithNode:
+				list(x.List)
+				list(x.ElseList)
+			case *parse.RangeNode:
+				list(x.List)
+				list(x.ElseList)
+				pos := x.Pos
+				tick := &parse.ActionNode{NodeType: parse.NodeAction, Pos: pos,
+					Pipe: &parse.PipeNode{NodeType: parse.NodePipe, Pos: pos,
+						Decl: []*parse.VariableNode{{NodeType: parse.NodeVariable, Pos: pos, Ident: []string{tickVar}}},
+						Cmds: []*parse.CommandNode{{NodeType: parse.NodeCommand, Pos: pos,
+							Args: []parse.Node{parse.NewIdentifier(tickFunc).SetTree(tree).SetPos(pos)}}}}}
+				if x.List == nil {
+					x.List = &parse.ListNode{NodeType: parse.NodeList, Pos: pos}
+				}
+				x.List.Nodes = append([]parse.Node{tick}, x.List.Nodes...)
+			}
 		}
 	}
-	if tree != nil && tree.Root != nil {
-		for _, n := range tree.Root.Nodes {
-			node(n)
-		}
+	if tree != nil {
+		list(tree.Root)
 	}
 }

@@ -137,6 +137,14 @@ func TestBudgetLeavesOutputAlone(t *testing.T) {
 	if want := `a, b Ada 00042 \u003C &lt; a+b 0`; out.Body != want {
 		t.Fatalf("body %q, want %q", out.Body, want)
 	}
+	// Only iterations count, not the branches inside them.
+	loop, err := Compile(Source{Name: "welcome", Channel: "sms", Locale: "en", Parts: map[string]string{"text": `{{range 15000}}{{if 1}}{{with 1}}{{end}}{{end}}{{end}}ok`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := loop.Render(Input{}); err != nil || out.Body != "ok" {
+		t.Fatalf("15000 iterations with branches: %q, %v", out.Body, err)
+	}
 	h, err := Compile(Source{Name: "welcome", Channel: "email", Locale: "en", Parts: map[string]string{"subject": "s",
 		"html": `<ul>{{range .data.xs}}<li title="{{.}}">{{.}}</li>{{end}}</ul><script>var x = {{range .data.xs}}{{.}}{{end}};</script>`}})
 	if err != nil {
