@@ -3,8 +3,8 @@ package templates
 import (
 	"context"
 	"fmt"
-	"html/template"
-	"net/url"
+	htmltemplate "html/template"
+	"text/template"
 	"text/template/parse"
 	"time"
 	"unicode/utf8"
@@ -165,11 +165,9 @@ func (b *budget) funcs() map[string]any {
 		// At most &#34; (5) per byte, \u003C (6), %XX (3).
 		"html":     escaper(5, template.HTMLEscaper),
 		"js":       escaper(6, template.JSEscaper),
-		"urlquery": escaper(3, urlQuery),
+		"urlquery": escaper(3, template.URLQueryEscaper),
 	}
 }
-
-func urlQuery(args ...any) string { return url.QueryEscape(fmt.Sprint(args...)) }
 
 // argLen is an argument's printed length when it is text, and a small
 // allowance otherwise (numbers, booleans); a map or list from the data is
@@ -179,7 +177,7 @@ func argLen(a any) int {
 	switch x := a.(type) {
 	case string:
 		return len(x)
-	case template.HTML:
+	case htmltemplate.HTML:
 		return len(x)
 	case nil, bool, int, int64, float64:
 		return 32
