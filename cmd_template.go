@@ -124,7 +124,7 @@ field, named with the template's file and line), 1 no config or templates.`,
 							return cli.Exit(fmt.Sprintf("--data %s: not JSON", f), exitUsage)
 						}
 					}
-					msg, err := relay.Preview(set, ev, c.String("channel"))
+					msg, err := relay.Preview(c.Context, set, ev, c.String("channel"))
 					var inv *relay.InvalidEventError
 					if errors.As(err, &inv) {
 						return cli.Exit(err.Error(), exitRejected)

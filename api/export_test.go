@@ -22,3 +22,12 @@ func (s *Server) HoldEvent(key, body string) (release func()) {
 	}
 	return func() { s.release(k) }
 }
+
+// HoldRender takes one of tenant's template rendering slots, as a PUT or a
+// preview running would, until release is called.
+func (s *Server) HoldRender(tenant string) (release func()) {
+	if !s.renders.take(tenant) {
+		panic("HoldRender: the tenant's slots are taken")
+	}
+	return func() { s.renders.release(tenant) }
+}

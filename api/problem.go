@@ -46,7 +46,7 @@ type response struct {
 	status     int
 	ctype      string
 	body       []byte
-	retryAfter string // seconds, for 503
+	retryAfter string // seconds, for 503 and 429
 }
 
 func jsonResponse(status int, v any) response {

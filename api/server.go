@@ -84,7 +84,8 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	shed shedState
+	shed    shedState
+	renders renderSlots
 
 	patterns []string // every route's pattern, in the order registered
 	// tokens is opts.TokenHashes, replaced whole by SetTokenHashes.
@@ -676,6 +677,9 @@ func (s *Server) acceptAnswer(x *relay.IDs, res relay.AcceptResult, err error, c
 // eventError maps accept errors to problems.
 func (s *Server) eventError(err error) response {
 	var inv *relay.InvalidEventError
+	if p, ok := budgetProblem(err); ok {
+		return p
+	}
 	switch {
 	case errors.Is(err, relay.ErrTooManyRecipients) && errors.As(err, &inv):
 		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Too many recipients", inv.Reason, inv.Field)

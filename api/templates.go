@@ -30,16 +30,17 @@ import (
 const (
 	probTemplateParse    = "https://edgerelay.dev/problems/template-parse"
 	probTemplateConflict = "https://edgerelay.dev/problems/template-defined-by-file"
+	probTemplateBudget   = "https://edgerelay.dev/problems/template-budget"
 )
 
 func (s *Server) templateRoutes() {
 	s.handle("GET /v1/templates", s.auth(s.listTemplates))
-	s.handle("PUT /v1/templates/{name}/{channel}/{locale}", s.auth(s.putTemplate))
+	s.handle("PUT /v1/templates/{name}/{channel}/{locale}", s.auth(s.oneRenderPerTenant(s.putTemplate)))
 	s.handle("GET /v1/templates/{name}/{channel}/{locale}", s.auth(s.getTemplate))
 	s.handle("GET /v1/templates/{name}/{channel}/{locale}/versions", s.auth(s.templateVersions))
 	s.handle("GET /v1/templates/{name}/{channel}/{locale}/versions/{version}", s.auth(s.getTemplate))
 	s.handle("DELETE /v1/templates/{name}/{channel}/{locale}", s.auth(s.deleteTemplate))
-	s.handle("POST /v1/templates/{name}/{channel}/render", s.auth(s.renderTemplate))
+	s.handle("POST /v1/templates/{name}/{channel}/render", s.auth(s.oneRenderPerTenant(s.renderTemplate)))
 }
 
 // templateKey is the path's template in the caller's tenant.
@@ -93,6 +94,9 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request, c caller) r
 func (s *Server) templateError(err error) response {
 	var pe *templates.ParseError
 	var ce *relay.TemplateConflictError
+	if p, ok := budgetProblem(err); ok {
+		return p
+	}
 	switch {
 	case errors.As(err, &pe):
 		field := "parts." + pe.Part
@@ -200,8 +204,11 @@ func (s *Server) renderTemplate(w http.ResponseWriter, r *http.Request, c caller
 	if err != nil {
 		return s.internal(err)
 	}
-	msg, err := relay.Preview(set, ev, r.PathValue("channel"))
+	msg, err := relay.Preview(r.Context(), set, ev, r.PathValue("channel"))
 	if err != nil {
+		if p, ok := budgetProblem(err); ok {
+			return p
+		}
 		var inv *relay.InvalidEventError
 		if errors.As(err, &inv) {
 			field := strings.Replace(inv.Field, "recipients[0]", "recipient", 1)
@@ -210,4 +217,15 @@ func (s *Server) renderTemplate(w http.ResponseWriter, r *http.Request, c caller
 		return s.internal(err)
 	}
 	return response{status: http.StatusOK, ctype: "application/json", body: append(msg, '\n')}
+}
+
+// budgetProblem is a rendering (or the check at save) stopped by one of a
+// template's budgets: 422, naming the template and the budget.
+func budgetProblem(err error) (response, bool) {
+	var be *templates.BudgetError
+	if !errors.As(err, &be) {
+		return response{}, false
+	}
+	return problem(http.StatusUnprocessableEntity, probTemplateBudget, "Template exceeds its "+be.Limit+" budget",
+		strings.TrimPrefix(err.Error(), "invalid event: ")), true
 }

@@ -391,3 +391,64 @@ func TestTemplateFileAddedLaterWins(t *testing.T) {
 		t.Errorf("without the file: %s, want stored version 1", raw)
 	}
 }
+
+// A stored template runs under its budgets wherever it is rendered: the
+// html check at PUT, a preview and an accept refuse the two templates that
+// took a relay down with a 422 naming the template and the budget.
+func TestTemplateBudgetsOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := templateBundle(t, options{})
+	attacks := map[string]string{
+		"memory": `{{$s := "x"}}{{range 30}}{{$s = printf "%s%s" $s $s}}{{end}}{{len $s}}`,
+		"loop":   `{{range 100000}}{{range 100000}}{{end}}{{end}}`,
+	}
+	want := func(what string, rep reply, limit string) {
+		t.Helper()
+		p := wantProblem(t, rep, http.StatusUnprocessableEntity, "template-budget")
+		if !strings.Contains(p.Detail, "receipt") || !strings.Contains(p.Detail, "exceeds the "+limit+" budget") {
+			t.Errorf("%s: detail %q, want the template and the %s budget named", what, p.Detail, limit)
+		}
+	}
+	for limit, body := range attacks {
+		want("PUT html "+limit, b.do(t, "PUT", "/v1/templates/receipt/email/en", partsBody(t, map[string]string{"subject": "s", "html": body}), tplAcme()...), limit)
+		// A text part is not run when it is saved: the preview and the
+		// accept meet it.
+		if rep := b.do(t, "PUT", "/v1/templates/receipt/email/en", partsBody(t, map[string]string{"subject": "s", "text": body}), tplAcme()...); rep.status != http.StatusCreated {
+			t.Fatalf("PUT text %s: %s", limit, rep)
+		}
+		want("preview "+limit, b.do(t, "POST", "/v1/templates/receipt/email/render", `{"recipient": {"id": "ada", "email": "ada@example.com"}, "data": {}}`, tplAcme()...), limit)
+		want("accept "+limit, b.do(t, "POST", "/v1/events", templatedEvent("evt_"+limit), tplAcme()...), limit)
+	}
+	if all := b.listAll(t, tplAcme()...); len(all) != 0 {
+		t.Errorf("%d notifications accepted, want none", len(all))
+	}
+}
+
+// One tenant's template saves and previews run one at a time: while one
+// runs, the tenant's next is refused (429), another tenant's is not.
+func TestTemplateRendersOnePerTenant(t *testing.T) {
+	t.Parallel()
+	b := templateBundle(t, options{})
+	for _, tok := range [][]string{tplAcme(), tplBravo()} {
+		if rep := b.do(t, "PUT", "/v1/templates/receipt/email/en", partsBody(t, map[string]string{"subject": "Hi {{.data.name}}", "text": "x"}), tok...); rep.status != http.StatusCreated {
+			t.Fatal(rep)
+		}
+	}
+	preview := func(tok []string) reply {
+		return b.do(t, "POST", "/v1/templates/receipt/email/render", `{"recipient": {"id": "ada", "email": "ada@example.com"}, "data": {"name": "Ada"}}`, tok...)
+	}
+	release := b.api.HoldRender("acme")
+	rep := preview(tplAcme())
+	wantProblem(t, rep, http.StatusTooManyRequests, "template-render-busy")
+	if rep.header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	wantProblem(t, b.do(t, "PUT", "/v1/templates/receipt/email/en", partsBody(t, map[string]string{"subject": "s", "text": "y"}), tplAcme()...), http.StatusTooManyRequests, "template-render-busy")
+	if rep := preview(tplBravo()); rep.status != http.StatusOK {
+		t.Fatalf("bravo's preview while acme's runs: %s", rep)
+	}
+	release()
+	if rep := preview(tplAcme()); rep.status != http.StatusOK {
+		t.Fatalf("acme's preview after its first answered: %s", rep)
+	}
+}

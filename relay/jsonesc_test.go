@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestWebhookTemplateDataCannotAddAKey(t *testing.T) {
 	}
 	hostile := `bob","role":"admin","x":"`
 	data, _ := json.Marshal(map[string]string{"name": hostile})
-	msg, err := Preview(set, Event{Type: "signup", Data: data,
+	msg, err := Preview(context.Background(), set, Event{Type: "signup", Data: data,
 		Recipients: []Recipient{{ID: "a", URL: "https://example.com/hook"}}}, "webhook")
 	if err != nil {
 		t.Fatal(err)

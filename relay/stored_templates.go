@@ -295,7 +295,8 @@ func (r *Relay) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 	t, err := templates.Compile(storedSource(store.StoredTemplate{TemplateKey: key, Parts: parts, Version: 1}))
 	if err != nil {
 		var pe *templates.ParseError
-		if errors.As(err, &pe) {
+		var be *templates.BudgetError
+		if errors.As(err, &pe) || errors.As(err, &be) {
 			return store.StoredTemplate{}, false, err
 		}
 		return store.StoredTemplate{}, false, invalid("parts", "%s", strings.TrimPrefix(err.Error(), "template "))

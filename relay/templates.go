@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -56,7 +57,7 @@ type payloadWithTemplates struct {
 // renderTargets renders each target's message from s, in fan-out order,
 // and returns the sources used. A failure is an *InvalidEventError that
 // names the recipient, the template, its line and the missing field.
-func renderTargets(s *templates.Set, name string, ev *Event, ts []store.Target) ([]templates.Source, error) {
+func renderTargets(ctx context.Context, s *templates.Set, name string, ev *Event, ts []store.Target) ([]templates.Source, error) {
 	byID := make(map[string]int, len(ev.Recipients))
 	for i, rc := range ev.Recipients {
 		byID[rc.ID] = i
@@ -75,7 +76,7 @@ func renderTargets(s *templates.Set, name string, ev *Event, ts []store.Target) 
 			return nil, invalid(field, "no template %q for channel %q (it has templates for: %v%s; or give the event a subject or body)",
 				name, ts[k].Channel, s.Channels(ev.Tenant, name), retired)
 		}
-		out, err := t.Render(templates.Input{
+		out, err := t.RenderContext(ctx, templates.Input{
 			Data:      ev.Data,
 			Event:     map[string]string{"id": ev.ID, "type": ev.Type, "purpose": ev.Purpose, "tenant": ev.Tenant},
 			Recipient: map[string]any{"id": rc.ID, "address": ts[k].Address, "locale": rc.Locale, "timezone": rc.Timezone},
@@ -83,7 +84,8 @@ func renderTargets(s *templates.Set, name string, ev *Event, ts []store.Target) 
 			TimeZone:  rc.Timezone,
 		})
 		if err != nil {
-			return nil, invalid(field, "%v", err)
+			// The *templates.BudgetError stays reachable: a budget is its own problem.
+			return nil, &InvalidEventError{Field: field, Reason: err.Error(), Err: err}
 		}
 		src := t.Source()
 		msg, err := json.Marshal(message{Subject: out.Subject, Body: out.Body, HTML: out.HTML, Data: out.Data,
@@ -127,17 +129,17 @@ func storedTemplates(payload []byte) (*templates.Set, string, error) {
 
 // renderIfTemplated renders ts from set when the event was rendered at
 // accept (set is not nil).
-func renderIfTemplated(set *templates.Set, name string, ev *Event, ts []store.Target) ([]templates.Source, error) {
+func renderIfTemplated(ctx context.Context, set *templates.Set, name string, ev *Event, ts []store.Target) ([]templates.Source, error) {
 	if set == nil {
 		return nil, nil
 	}
-	return renderTargets(set, name, ev, ts)
+	return renderTargets(ctx, set, name, ev, ts)
 }
 
 // Preview renders what an event would send one recipient on one channel,
 // as accept renders it, without writing anything: the message as it
 // would be stored. ev needs Type (or Purpose), Data and one recipient.
-func Preview(set *templates.Set, ev Event, channel string) ([]byte, error) {
+func Preview(ctx context.Context, set *templates.Set, ev Event, channel string) ([]byte, error) {
 	if ev.ID == "" {
 		ev.ID = "preview"
 	}
@@ -150,7 +152,7 @@ func Preview(set *templates.Set, ev Event, channel string) ([]byte, error) {
 		return nil, invalid("type", "no template named %q or %q", ev.Purpose, ev.Type)
 	}
 	ts := ev.targets()
-	if _, err := renderTargets(set, name, &ev, ts); err != nil {
+	if _, err := renderTargets(ctx, set, name, &ev, ts); err != nil {
 		return nil, err
 	}
 	return ts[0].Message, nil

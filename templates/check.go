@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
@@ -180,7 +181,11 @@ func escapeCheck(name, part, body string, t *htmltemplate.Template) error {
 	if err != nil {
 		return err
 	}
-	err = c.Execute(&limitWriter{deadline: deadlineNow()}, nil)
+	b := newBudget(context.Background())
+	err = c.Funcs(htmltemplate.FuncMap(b.funcs())).Execute(&limitWriter{b: b}, nil)
+	if be := (*BudgetError)(nil); errors.As(err, &be) {
+		return &BudgetError{Limit: be.Limit, Budget: be.Budget, File: name}
+	}
 	var he *htmltemplate.Error
 	if !errors.As(err, &he) || he.ErrorCode == htmltemplate.OK {
 		return nil

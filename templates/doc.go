@@ -9,9 +9,13 @@
 // names the template, line and field, never "<no value>". HTML parts are
 // html/template: data is escaped for its context.
 //
-// It must never do I/O while rendering, nor read a clock: the same
-// template and data give the same bytes, which is what lets the relay
-// render once at accept and send those bytes on every attempt.
+// Every rendering runs under budgets (budget.go: loop iterations, time,
+// memory, output), since any tenant's token can store a template.
+//
+// It must never do I/O while rendering, nor let a clock change what it
+// renders (the time budget only stops a rendering): the same template and
+// data give the same bytes, which is what lets the relay render once at
+// accept and send those bytes on every attempt.
 package templates
 
 //go:generate go run gen_locales.go

@@ -17,7 +17,7 @@ import (
 
 // placeholderFuncs has every helper's name, for parsing; each rendering
 // binds its own (the recipient's locale and zone).
-var placeholderFuncs = helpers("en", time.UTC, time.Time{})
+var placeholderFuncs = helpers("en", time.UTC, &budget{noLimits: true})
 
 // helpers are the functions a template may call, bound to one rendering's
 // locale and time zone:
@@ -31,14 +31,9 @@ var placeholderFuncs = helpers("en", time.UTC, time.Time{})
 //	json V                               V as JSON (for push data and webhook bodies)
 //
 // V for dates is RFC 3339 text or Unix seconds.
-func helpers(locale string, loc *time.Location, deadline time.Time) map[string]any {
+func helpers(locale string, loc *time.Location, b *budget) map[string]any {
 	tr := translator(locale)
-	check := func() error {
-		if !deadline.IsZero() && time.Now().After(deadline) {
-			return ErrTooSlow
-		}
-		return nil
-	}
+	check := b.check
 	dt := func(kind string) func(v any, style ...string) (string, error) {
 		return func(v any, style ...string) (string, error) {
 			if err := check(); err != nil {
@@ -69,7 +64,7 @@ func helpers(locale string, loc *time.Location, deadline time.Time) map[string]a
 			return d(t) + " " + tm(t), nil
 		}
 	}
-	return map[string]any{
+	fm := map[string]any{
 		"date":     dt("date"),
 		"time":     dt("time"),
 		"datetime": dt("datetime"),
@@ -132,10 +127,17 @@ func helpers(locale string, loc *time.Location, deadline time.Time) map[string]a
 			if err := check(); err != nil {
 				return "", err
 			}
-			b, err := json.Marshal(v)
-			return string(b), err
+			out, err := json.Marshal(v)
+			if err == nil {
+				err = b.charge(len(out))
+			}
+			return string(out), err
 		},
 	}
+	for k, f := range b.funcs() {
+		fm[k] = f
+	}
+	return fm
 }
 
 var plainDecimal = regexp.MustCompile(`^[+-]?[0-9]+(\.[0-9]+)?$`)

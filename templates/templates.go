@@ -2,6 +2,7 @@ package templates
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,12 +18,13 @@ import (
 	"time"
 )
 
-// Limits on one rendering. A part longer than MaxPartBytes, or a rendering
-// that runs past MaxRenderTime (checked at every write and helper call),
-// is an error, not a truncated message.
+// Limits on one rendering (see budget.go for the others). A part longer
+// than MaxPartBytes, or a rendering that runs past MaxRenderTime (checked
+// at every loop iteration, function call and write), is an error, not a
+// truncated message.
 const (
 	MaxPartBytes  = 64 << 10
-	MaxRenderTime = 2 * time.Second
+	MaxRenderTime = 250 * time.Millisecond
 )
 
 // channelParts are the parts each channel's template has, in the order
@@ -161,6 +163,7 @@ func Compile(src Source) (*Template, error) {
 				err = forbidden(name, p, body, t.html.Tree, len(t.html.Templates()))
 			}
 			if err == nil {
+				addTicks(t.html.Tree)
 				err = escapeCheck(name, p, body, t.html)
 			}
 		} else {
@@ -174,9 +177,13 @@ func Compile(src Source) (*Template, error) {
 					err = &ParseError{Part: p, File: name, Line: 1, Column: 1, Msg: err.Error()}
 				}
 			}
+			if err == nil {
+				addTicks(t.text[p].Tree)
+			}
 		}
 		var pe *ParseError
-		if err != nil && !errors.As(err, &pe) {
+		var be *BudgetError
+		if err != nil && !errors.As(err, &pe) && !errors.As(err, &be) {
 			err = parseFailure(name, p, body, err)
 		}
 		if err != nil {
@@ -189,8 +196,6 @@ func Compile(src Source) (*Template, error) {
 	}
 	return t, nil
 }
-
-func deadlineNow() time.Time { return time.Now().Add(MaxRenderTime) }
 
 func (t *Template) file(part string) string {
 	if f := t.src.Files[part]; f != "" {
@@ -253,15 +258,16 @@ func (e *RenderError) Error() string {
 
 func (e *RenderError) Unwrap() error { return e.Err }
 
-// ErrTooLong and ErrTooSlow are the limits of one rendering.
-var (
-	ErrTooLong = fmt.Errorf("output longer than %d bytes", MaxPartBytes)
-	ErrTooSlow = fmt.Errorf("rendering took longer than %s", MaxRenderTime)
-)
-
 // Render renders every part of t for in. The same t and in give the same
 // bytes.
 func (t *Template) Render(in Input) (Output, error) {
+	return t.RenderContext(context.Background(), in)
+}
+
+// RenderContext is Render that stops when ctx ends (the request was
+// abandoned). A rendering past a budget is a *RenderError wrapping a
+// *BudgetError.
+func (t *Template) RenderContext(ctx context.Context, in Input) (Output, error) {
 	fail := func(err error) (Output, error) {
 		return Output{}, &RenderError{Name: t.src.Name, Channel: t.src.Channel, Locale: t.src.Locale, Version: t.version, Err: err}
 	}
@@ -288,14 +294,14 @@ func (t *Template) Render(in Input) (Output, error) {
 		}
 	}
 	root := map[string]any{"data": data, "recipient": rec, "event": ev, "locale": locale}
-	deadline := time.Now().Add(MaxRenderTime)
-	fm := helpers(locale, loc, deadline)
+	b := newBudget(ctx)
+	fm := helpers(locale, loc, b)
 	var out Output
 	for _, p := range Parts(t.src.Channel) {
 		if _, ok := t.src.Parts[p]; !ok {
 			continue
 		}
-		w := &limitWriter{deadline: deadline}
+		w := &limitWriter{b: b}
 		if p == "html" {
 			c, err := t.html.Clone()
 			if err != nil {
@@ -368,16 +374,16 @@ func nullsToEmpty(v any) any {
 
 // limitWriter bounds a part's output and the rendering's time.
 type limitWriter struct {
-	buf      bytes.Buffer
-	deadline time.Time
+	buf bytes.Buffer
+	b   *budget
 }
 
 func (w *limitWriter) Write(p []byte) (int, error) {
 	if w.buf.Len()+len(p) > MaxPartBytes {
 		return 0, ErrTooLong
 	}
-	if time.Now().After(w.deadline) {
-		return 0, ErrTooSlow
+	if err := w.b.check(); err != nil {
+		return 0, err
 	}
 	return w.buf.Write(p)
 }
