@@ -174,8 +174,8 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	}
 
 	// Rare states, written by hand: a quarantined event, an address a
-	// provider refused, a lease its process left to lapse, a retry from the
-	// console.
+	// provider refused, a lease its process left to lapse, a console
+	// sign-in (not moved: people sign in again), a retry from the console.
 	lite, err := sql.Open("sqlite", "file:"+src+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +187,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO suppressions (tenant, channel, address, reason, source, provider, detail, created_at) VALUES ('default', 'email', 'gone@example.com', 'hard_bounce', 'provider', 'email', '550 5.1.1', ` + jsonInt(now) + `)`,
 		`INSERT INTO suppressions (tenant, channel, address, reason, source, notification, created_at, expires_at) VALUES ('default', 'sms', '+15550100', 'soft_bounce', 'dsn', 1, ` + jsonInt(now) + `, ` + jsonInt(now+86400000) + `)`,
 		`INSERT INTO leases VALUES ('schedules', 'box/1/ab', ` + jsonInt(now-60000) + `)`,
+		`INSERT INTO console_sessions VALUES ('` + strings.Repeat("ab", 32) + `', 'default', '', 'open console', ` + jsonInt(now) + `, ` + jsonInt(now+3600000) + `)`,
 		`INSERT INTO throttle_slots VALUES (1, 'default', 'ada', 'marketing', ` + jsonInt(now) + `)`,
 		`INSERT INTO provider_pauses VALUES ('resend', ` + jsonInt(now+3600000) + `)`,
 		`INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES ((SELECT min(id) FROM notifications), ` +
