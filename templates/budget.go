@@ -62,9 +62,20 @@ var (
 	errMemory  = &BudgetError{Limit: "memory", Budget: fmt.Sprintf("%d bytes", MaxRenderMemory)}
 )
 
+// clockKey is the context key of a rendering's clock (WithClock).
+type clockKey struct{}
+
+// WithClock returns a context whose renderings read the time budget's
+// clock from now instead of time.Now. Tests use a frozen clock, so that
+// the budget under test, not the machine's speed, is the one met.
+func WithClock(ctx context.Context, now func() time.Time) context.Context {
+	return context.WithValue(ctx, clockKey{}, now)
+}
+
 // budget is what one rendering has left.
 type budget struct {
 	ctx      context.Context
+	now      func() time.Time
 	deadline time.Time
 	ticks    int
 	memory   int
@@ -72,7 +83,11 @@ type budget struct {
 }
 
 func newBudget(ctx context.Context) *budget {
-	return &budget{ctx: ctx, deadline: time.Now().Add(MaxRenderTime)}
+	now := time.Now
+	if c, ok := ctx.Value(clockKey{}).(func() time.Time); ok {
+		now = c
+	}
+	return &budget{ctx: ctx, now: now, deadline: now().Add(MaxRenderTime)}
 }
 
 // check is the time budget and the caller's context.
@@ -83,7 +98,7 @@ func (b *budget) check() error {
 	if err := b.ctx.Err(); err != nil {
 		return fmt.Errorf("rendering stopped: %w", err)
 	}
-	if time.Now().After(b.deadline) {
+	if b.now().After(b.deadline) {
 		return ErrTooSlow
 	}
 	return nil
