@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"edgerelay/internal/addrkey"
 	"edgerelay/store"
 	"edgerelay/templates"
 )
@@ -399,9 +400,7 @@ func (ev *Event) targets() []store.Target {
 				Channel:   c,
 				Address:   a,
 			}
-			if k := SuppressionKey(c, a); k != a {
-				tg.AddressKey = k // the suppression list's key for it (issue 17)
-			}
+			tg.AddressKey = addrkey.Stored(c, a) // the suppression list's key for it (issue 17)
 			out = append(out, tg)
 		}
 	}

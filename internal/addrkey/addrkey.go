@@ -48,6 +48,15 @@ func Key(channel, address string) string {
 	return norm.NFC.String(address)
 }
 
+// Stored is what a notification keeps as its address_key: Key, or "" when
+// that is the address itself (the stores keep NULL then).
+func Stored(channel, address string) string {
+	if k := Key(channel, address); k != address {
+		return k
+	}
+	return ""
+}
+
 func email(address string) string {
 	a := norm.NFC.String(address)
 	at := strings.LastIndexByte(a, '@')

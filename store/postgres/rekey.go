@@ -61,11 +61,7 @@ func rekeySuppressions(ctx context.Context, tx pgx.Tx) error {
 			rows.Close()
 			return err
 		}
-		k := addrkey.Key(channel, address)
-		if k == address {
-			k = ""
-		}
-		if k != old {
+		if k := addrkey.Stored(channel, address); k != old {
 			ids, keys = append(ids, id), append(keys, strPtr(k))
 		}
 	}

@@ -70,11 +70,7 @@ func rekeySuppressions(ctx context.Context, tx *sql.Tx) error {
 			rows.Close()
 			return err
 		}
-		k := addrkey.Key(channel, address)
-		if k == address {
-			k = ""
-		}
-		if k != old {
+		if k := addrkey.Stored(channel, address); k != old {
 			ns = append(ns, rekey{id, nullStr(k)})
 		}
 	}
