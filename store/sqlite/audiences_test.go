@@ -2,11 +2,8 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"edgerelay/store"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -90,31 +87,11 @@ func TestAudienceMemberUsesTheIndex(t *testing.T) {
 // members read back whole and in order.
 func TestMigrationGivesAudienceMembersTheirIDs(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "relay.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob("migrations/*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := -1 // how many migrations come before the recipient ids'
-	for i, f := range files {
-		if strings.HasSuffix(f, "_audience_member_ids.sql") {
-			before = i
-		}
-	}
+	path, db, before := schemaBefore(t, "_audience_member_ids.sql")
 	if before < 2 {
-		t.Fatalf("no audience member ids migration in %v", files)
+		t.Fatalf("the audience member ids migration is number %d", before+1)
 	}
-	for _, f := range files[:before] {
-		b, _ := os.ReadFile(f)
-		if _, err := db.Exec(string(b)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-	}
-	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d;", before) + `
+	if _, err := db.Exec(`
 		INSERT INTO audiences (tenant, name, members, updated_at) VALUES ('acme', 'team', 4, 1000), ('beta', 'team', 1, 1000);
 		INSERT INTO audience_members (tenant, audience, seq, recipient) VALUES
 			('acme', 'team', 0, '{"id":"ada","email":"ada@example.com"}'), ('acme', 'team', 1, '{"email":"noid@example.com"}'),

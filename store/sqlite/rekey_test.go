@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"edgerelay/store"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -17,20 +15,9 @@ import (
 // notifications' keys are rewritten so the entry stops them.
 func TestMigrationRekeysSuppressions(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "relay.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob("migrations/*.sql")
-	if err != nil || len(files) < 24 {
-		t.Fatalf("migrations %v, %v", files, err)
-	}
-	for _, f := range files[:23] {
-		b, _ := os.ReadFile(f)
-		if _, err := db.Exec(string(b)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	path, db, before := schemaBefore(t, "_address_normal_form.sql")
+	if before != 23 {
+		t.Fatalf("the normal form migration is number %d, want 24", before+1)
 	}
 	exec := func(q string, args ...any) {
 		t.Helper()
@@ -38,7 +25,6 @@ func TestMigrationRekeysSuppressions(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	exec(`PRAGMA user_version = 23`)
 	exec(`INSERT INTO events (id, tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
 		VALUES (7, 'acme', 'e', 'p', 't', '{}', '{}', 'fp', 4, 1, 1000)`)
 	for _, n := range []struct {

@@ -308,32 +308,12 @@ func TestOpenWaitsForTheLockToSwitchToWAL(t *testing.T) {
 // check takes 'suppressed' and still refuses what no status is.
 func TestMigrationMovesAddressMarksIntoSuppressions(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "relay.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob("migrations/*.sql")
-	if err != nil || len(files) < 9 {
-		t.Fatalf("migrations %v, %v", files, err)
-	}
-	before := -1 // how many migrations come before suppressions'
-	for i, f := range files {
-		if strings.HasSuffix(f, "_suppressions.sql") {
-			before = i
-		}
-	}
+	path, db, before := schemaBefore(t, "_suppressions.sql")
 	if before < 8 {
-		t.Fatalf("no suppressions migration after 0008 in %v", files)
-	}
-	for _, f := range files[:before] {
-		b, _ := os.ReadFile(f)
-		if _, err := db.Exec(string(b)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+		t.Fatalf("the suppressions migration is number %d, want after 0008", before+1)
 	}
 	expires := t0.Add(24 * time.Hour).UnixMilli()
-	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d;", before)+`
+	if _, err := db.Exec(`
 		INSERT INTO events (id, tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
 			VALUES (7, 'acme', 'e', 'p', 't', '{}', '{}', 'fp', 1, 1, 1000);
 		INSERT INTO notifications (id, key, event, seq, tenant, type, recipient, channel, address, status, next_attempt_at, cycle_started_at, created_at, updated_at)
@@ -372,4 +352,42 @@ func TestMigrationMovesAddressMarksIntoSuppressions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// schemaBefore is a new database file with the migrations before the one
+// whose file name ends in suffix applied by hand, and its user_version set
+// to match: the schema an old release left, for a migration test to fill
+// and then open with the code. It returns the file's path, the open
+// database and the version.
+func schemaBefore(t *testing.T, suffix string) (string, *sql.DB, int) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "relay.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := -1
+	for i, f := range files {
+		if strings.HasSuffix(f, suffix) {
+			before = i
+		}
+	}
+	if before < 0 {
+		t.Fatalf("no migration *%s in %v", suffix, files)
+	}
+	for _, f := range files[:before] {
+		b, _ := os.ReadFile(f)
+		if _, err := db.Exec(string(b)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", before)); err != nil {
+		t.Fatal(err)
+	}
+	return path, db, before
 }
