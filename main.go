@@ -33,7 +33,7 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(profiled(os.Stderr, func() int { return run(os.Args, os.Stdin, os.Stdout, os.Stderr) }))
 }
 
 // run is main without the process: tests call it with buffers.
