@@ -110,7 +110,7 @@ Exit status:
 			&cli.DurationFlag{Name: "max-wait", Value: time.Minute, EnvVars: []string{"EDGERELAY_MAX_WAIT"}, Usage: "with --dispatch: the longest wait for a retry before exiting"},
 			&cli.IntFlag{Name: "group", Aliases: []string{"concurrency"}, Value: batch.DefaultGroup, EnvVars: []string{"EDGERELAY_BATCH_GROUP", "EDGERELAY_BATCH_CONCURRENCY"},
 				Usage: "events accepted together, in one commit (1 to 1024)"},
-			&cli.IntFlag{Name: "workers", EnvVars: []string{"EDGERELAY_WORKERS"}, Usage: "with --dispatch: concurrent provider calls (default 32, or dispatch.workers in the config)"},
+			&cli.IntFlag{Name: "workers", EnvVars: []string{"EDGERELAY_WORKERS"}, Usage: "with --dispatch: the most provider calls in flight, over all providers (default 2048, or dispatch.workers in the config); each provider also has its own window (default 1024 for an HTTP API, 8 for SMTP)"},
 			&cli.DurationFlag{Name: "lease", EnvVars: []string{"EDGERELAY_LEASE"}, Usage: "with --dispatch: how long a claim lasts (default 1m)"},
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, EnvVars: []string{"EDGERELAY_PROGRESS_EVERY"}, Usage: "when stderr is not a terminal: how often to print a progress line (0: never)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the counts (and the dispatch summary) as JSON on stdout"},

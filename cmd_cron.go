@@ -107,7 +107,7 @@ Exit status:
 			&cli.StringFlag{Name: "at", Usage: "repeat the run scheduled for this `TIME` (RFC 3339), one of the job's scheduled times"},
 			&cli.BoolFlag{Name: "dispatch", EnvVars: []string{"EDGERELAY_CRON_DISPATCH"}, Usage: "deliver what is due once the run is done (as dispatch --until-idle)"},
 			&cli.DurationFlag{Name: "max-wait", Value: time.Minute, EnvVars: []string{"EDGERELAY_MAX_WAIT"}, Usage: "with --dispatch: the longest wait for a retry before exiting"},
-			&cli.IntFlag{Name: "workers", EnvVars: []string{"EDGERELAY_WORKERS"}, Usage: "with --dispatch: concurrent provider calls (default 32, or dispatch.workers in the config)"},
+			&cli.IntFlag{Name: "workers", EnvVars: []string{"EDGERELAY_WORKERS"}, Usage: "with --dispatch: the most provider calls in flight, over all providers (default 2048, or dispatch.workers in the config); each provider also has its own window (default 1024 for an HTTP API, 8 for SMTP)"},
 			&cli.DurationFlag{Name: "lease", EnvVars: []string{"EDGERELAY_LEASE"}, Usage: "with --dispatch: how long a claim lasts (default 1m)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the run (and the dispatch summary) as JSON on stdout"},
 		),

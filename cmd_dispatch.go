@@ -41,7 +41,7 @@ is further off than --max-wait. Exit status:
 			&cli.BoolFlag{Name: "until-idle", EnvVars: []string{"EDGERELAY_UNTIL_IDLE"}, Usage: "exit when nothing is due within --max-wait (cron mode)"},
 			&cli.DurationFlag{Name: "max-wait", Value: time.Minute, EnvVars: []string{"EDGERELAY_MAX_WAIT"}, Usage: "with --until-idle: the longest wait for a retry before exiting"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"}, Usage: "on shutdown: how long to wait for calls in flight"},
-			&cli.IntFlag{Name: "workers", EnvVars: []string{"EDGERELAY_WORKERS"}, Usage: "concurrent provider calls (default 32, or dispatch.workers in the config)"},
+			&cli.IntFlag{Name: "workers", EnvVars: []string{"EDGERELAY_WORKERS"}, Usage: "the most provider calls in flight, over all providers (default 2048, or dispatch.workers in the config); each provider also has its own window (default 1024 for an HTTP API, 8 for SMTP)"},
 			&cli.DurationFlag{Name: "lease", EnvVars: []string{"EDGERELAY_LEASE"}, Usage: "how long a claim lasts; a call is cut off before it ends (default 1m)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the --until-idle summary as JSON on stdout"},
 		),

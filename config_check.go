@@ -30,7 +30,7 @@ const (
 	defaultBodyTimeout   = 10 * time.Second
 	defaultMaxConns      = 1024
 	defaultShedAbove     = 100000
-	defaultWorkers       = 32
+	defaultWorkers       = relay.DefaultWorkers
 	defaultLease         = time.Minute
 	defaultMaxRecipients = 10000
 	defaultDigestItems   = 50

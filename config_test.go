@@ -60,7 +60,7 @@ var everyProblemWant = []string{
 	`line 7 (providers.bad): provider URL "ftp://x?name=bad": unknown scheme "ftp"`,
 	`line 12 (retry.max_attempts): want a whole number, got "ten"`,
 	"line 15 (channels.sms.max_attempts): max_attempts must be positive, got -3 (leave it out for the default, 10)",
-	"line 17 (dispatch.workers): workers must be positive, got 0 (leave it out for the default, 32)",
+	"line 17 (dispatch.workers): workers must be positive, got 0 (leave it out for the default, 2048)",
 	"line 19 (api.max_body): max_body must be positive, got -1 (leave it out for the default, 1048576)",
 	`line 23 (jobs.weekly.timezone): time zone "Mars/Olympus": unknown time zone Mars/Olympus`,
 	`line 26 (jobs.weekly.digest.channel): channel "pigeon" has no route (routes: email; add one under routes:, or a "*" route)`,
@@ -199,7 +199,7 @@ func TestConfigProblemsOneByOne(t *testing.T) {
 			"line 3: a second YAML document (after ---) would be ignored: keep the config in one"},
 
 		{"zero workers", "dispatch:\n  workers: 0\n",
-			"line 2 (dispatch.workers): workers must be positive, got 0 (leave it out for the default, 32)"},
+			"line 2 (dispatch.workers): workers must be positive, got 0 (leave it out for the default, 2048)"},
 		{"zero lease", "dispatch:\n  lease: 0s\n",
 			"line 2 (dispatch.lease): lease must be positive, got 0s (leave it out for the default, 1m0s)"},
 		{"zero invalid address ttl", "dispatch:\n  invalid_address_ttl: 0s\n",

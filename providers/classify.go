@@ -30,11 +30,24 @@ const (
 // where an HTTP answer, or its absence, becomes an Outcome:
 //
 //   - 2xx: Sent, whatever the body holds.
-//   - 408, 409, 425, 429, 503: Refused, retryable, with Retry-After.
+//   - 408, 409, 425, 429, 503: Refused, retryable, with Retry-After;
+//     429 and 503 are Overloaded too.
 //   - 3xx (but 303) and other 4xx: Refused, permanent.
 //   - 303 and 5xx (but 503): Unknown.
 //   - no answer: Refused if the request never fully left, Unknown if it did.
 func doHTTP(ctx context.Context, client *http.Client, req *http.Request, idKeys ...string) Result {
+	if client.Timeout > 0 {
+		// The client's timeout as the request's deadline: the same bound,
+		// without the two goroutines net/http starts per request to
+		// enforce Client.Timeout (a relay with a thousand calls in flight
+		// kept 16 MB of stacks for them).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, client.Timeout)
+		defer cancel()
+		c := *client
+		c.Timeout = 0
+		client = &c
+	}
 	var x exchange
 	req = req.WithContext(httptrace.WithClientTrace(ctx, x.trace()))
 	resp, err := client.Do(req)
@@ -186,8 +199,9 @@ func responseResult(resp *http.Response, body []byte, readErr error, idKeys []st
 			r.Detail += ": " + loc
 		}
 		r.Detail += ")"
-	case code == http.StatusRequestTimeout, code == http.StatusTooEarly,
-		code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
+		r.Outcome, r.Overloaded = Refused, true
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly:
 		r.Outcome = Refused
 	case code == http.StatusConflict:
 		// Idempotency-Key draft: a request with this key is still being

@@ -93,6 +93,9 @@ func TestStatusClassification(t *testing.T) {
 					t.Errorf("got %s permanent=%v status=%d, want %s permanent=%v status=%d (%s)",
 						r.Outcome, r.Permanent, r.HTTPStatus, c.outcome, c.permanent, c.status, r.Detail)
 				}
+				if want := c.status == 429 || c.status == 503; r.Overloaded != want {
+					t.Errorf("Overloaded = %v, want %v: 429 and 503 ask the relay to call less", r.Overloaded, want)
+				}
 				if r.RetryAfter < c.minWait || r.RetryAfter > c.maxWait {
 					t.Errorf("RetryAfter = %v, want within [%v, %v]", r.RetryAfter, c.minWait, c.maxWait)
 				}

@@ -23,5 +23,5 @@ func ExampleNew() {
 	// Output:
 	// {"key":"n-1","tenant":"acme","event_id":"evt-1","type":"welcome","channel":"email","recipient_id":"u-1","address":"ada@example.com","subject":"Hello","body":"Welcome aboard.","attempt":1}
 	// log://stdout sent
-	// provider URL "webhook+https://hooks.example.com/in?token=REDACTED&timout=REDACTED": unknown parameter "timout" (supported: allow, allow_prefix, allow_private, idempotency, name, secret, timeout, to, token)
+	// provider URL "webhook+https://hooks.example.com/in?token=REDACTED&timout=REDACTED": unknown parameter "timout" (supported: allow, allow_prefix, allow_private, concurrency, idempotency, name, secret, timeout, to, token)
 }

@@ -33,7 +33,7 @@ var fcmKind = &Kind{
 		{"credentials", "the service account's JSON key file, read when the provider is built"},
 		{"project", "the Firebase project id (default: the file's `project_id`)"},
 		{"token_url", "the OAuth2 token endpoint (default: the file's `token_uri`)"},
-		paramIdempotency, paramName, paramTimeout},
+		paramConcurrency, paramIdempotency, paramName, paramTimeout},
 	Keys:      "no: FCM has none (`idempotency=honoured` is refused)",
 	Example:   "fcm+https://fcm.googleapis.com?project=demo&credentials=/etc/edgerelay/fcm.json",
 	explained: []string{"token"},

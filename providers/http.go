@@ -19,12 +19,14 @@ type httpEndpoint struct {
 	name    string
 	url     string // the URL actually called: no userinfo, no query
 	timeout time.Duration
-	honours bool
-	token   string
-	user    string
-	pass    string
-	basic   bool
-	client  *http.Client
+	// concurrency is the most calls in flight (Concurrency).
+	concurrency int
+	honours     bool
+	token       string
+	user        string
+	pass        string
+	basic       bool
+	client      *http.Client
 
 	// dial opens the TCP connection and tlsConfig (nil for the defaults)
 	// configures TLS; tests swap them to inject faults and trust a test CA.
@@ -37,6 +39,7 @@ type httpEndpoint struct {
 
 func (e *httpEndpoint) Name() string      { return e.name }
 func (e *httpEndpoint) HonoursKeys() bool { return e.honours }
+func (e *httpEndpoint) Concurrency() int  { return e.concurrency }
 
 // Close drops idle connections. Calls in flight are unaffected.
 func (e *httpEndpoint) Close() error {

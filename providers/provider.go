@@ -73,6 +73,10 @@ type Result struct {
 	Response string
 	// RetryAfter is the provider's Retry-After, 0 when it gave none.
 	RetryAfter time.Duration
+	// Overloaded says the provider asked to be called less: HTTP 429 or
+	// 503, SMTP 421 or 451. The relay halves the calls it has in flight to
+	// it (and, with RetryAfter, pauses it).
+	Overloaded bool
 	// Detail is a short human-readable reason ("503 Service Unavailable",
 	// "timeout after the request was written").
 	Detail string

@@ -16,7 +16,7 @@ var slackKind = &Kind{
 	URLs: []string{"slack+https://hooks.slack.com/services/…"},
 	Summary: "Slack incoming webhooks (the path is the secret and is never printed); subject and body posted as text, " +
 		"Slack markup escaped",
-	Params:  []Param{paramName, paramTimeout},
+	Params:  []Param{paramConcurrency, paramName, paramTimeout},
 	Keys:    "no: Slack takes none",
 	Example: "slack+https://hooks.slack.com/services/T000/B000/XXXXXXXX",
 	build:   newSlackURL,

@@ -111,7 +111,7 @@ func TestSlackURLProblems(t *testing.T) {
 		{"slack+https://hooks.slack.com", "missing path"},
 		{"slack+https://hooks.slack.com/", "missing path"},
 		{"slack+https://u:p@hooks.slack.com" + slackPath, "slack URLs take no credentials"},
-		{"slack+https://hooks.slack.com" + slackPath + "?token=abc", `unknown parameter "token" (supported: name, timeout)`},
+		{"slack+https://hooks.slack.com" + slackPath + "?token=abc", `unknown parameter "token" (supported: concurrency, name, timeout)`},
 		{"slack+https://hooks.slack.com" + slackPath + "?idempotency=honoured", `unknown parameter "idempotency"`},
 		{"slack+https://hooks.slack.com" + slackPath + "?timeout=soon", `parameter "timeout": "soon" is not a positive Go duration`},
 		{"slack+https://hooks.slack.com" + slackPath + "?name=", `parameter "name" is empty`},

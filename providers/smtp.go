@@ -36,7 +36,7 @@ var smtpKind = &Kind{
 		paramListUnsubscribe,
 		Param{"return_path", "`bounces@example.com`: VERP: each message's envelope sender is `bounces+KEY@example.com`, " +
 			"so a bounce report names its notification even without the original's Message-ID (`POST /v1/bounces`)"},
-		paramName, paramTimeout),
+		paramConcurrency, paramName, paramTimeout),
 	Keys: "no: SMTP has none; `Message-ID: <KEY@sender-domain>` and `X-Edgerelay-Key` are the same on every attempt, " +
 		"and so is the whole message (Date, MIME boundary, DKIM signature) when the notification's creation time is known, " +
 		"so a receiving system can recognise a repeat",
@@ -85,6 +85,7 @@ type SMTP struct {
 	from        string
 	idDomain    string // the right-hand side of Message-IDs
 	timeout     time.Duration
+	concurrency int         // the most connections at once (Concurrency)
 	dkim        *dkimConfig // nil: no signature
 	// unsub gives commercial mail its List-Unsubscribe (SetCommercial,
 	// list_unsubscribe=) and the relay's link its place.
@@ -104,6 +105,10 @@ func (p *SMTP) Name() string { return p.name }
 // HonoursKeys is false: SMTP has no idempotency key, and no server
 // deduplicates by Message-ID at submission.
 func (p *SMTP) HonoursKeys() bool { return false }
+
+// Concurrency is the most messages in flight at once: each is a connection
+// of its own.
+func (p *SMTP) Concurrency() int { return p.concurrency }
 
 // Close does nothing: every Send opens and closes its own connection.
 func (p *SMTP) Close() error { return nil }
@@ -171,6 +176,9 @@ func newSMTPURL(u *url.URL, q url.Values) (Provider, string) {
 		p.timeout = d
 	}
 	var problem string
+	if p.concurrency, problem = parseConcurrency(q, SMTPConcurrency); problem != "" {
+		return nil, problem
+	}
 	if p.dkim, problem = parseDKIM(q, addr.Address[strings.LastIndexByte(addr.Address, '@')+1:]); problem != "" {
 		return nil, problem
 	}
@@ -391,7 +399,7 @@ func smtpDialResult(ctx context.Context, err error) Result {
 	auth := strings.Contains(msg, "SMTP AUTH") || errors.Is(err, gomail.ErrNoSupportedAuthDiscovered)
 	switch {
 	case errors.As(err, &reply):
-		r.Permanent = reply.Code >= 500
+		r.Permanent, r.Overloaded = reply.Code >= 500, smtpOverloaded(reply.Code)
 		r.Detail = "refused before the message was sent: " + firstLine(replyString(reply))
 		if auth {
 			r.Detail = "authentication failed: " + firstLine(replyString(reply))
@@ -441,6 +449,7 @@ func smtpSendResult(ctx context.Context, err error, failedWrites int64) Result {
 			r.Detail = firstLine(reply)
 			rcpt := se.Reason == gomail.ErrSMTPRcptTo
 			r.Permanent = code >= 500 && !(rcpt && code == 552)
+			r.Overloaded = smtpOverloaded(code)
 			r.InvalidAddress = r.Permanent && rcpt && deadMailbox.MatchString(reply)
 			return r
 		}
@@ -463,6 +472,11 @@ func smtpSendResult(ctx context.Context, err error, failedWrites int64) Result {
 	}
 	return r
 }
+
+// smtpOverloaded reports whether a reply code asks the client to send
+// less: 421 (service not available, often "too many connections") and 451
+// (local error, often a rate limit or greylisting).
+func smtpOverloaded(code int) bool { return code == 421 || code == 451 }
 
 // deadMailbox matches the address statuses (RFC 3463) that say the
 // recipient's address itself is bad: mailbox or system unknown, address

@@ -35,6 +35,7 @@ const (
 	accept             rcptBehaviour = iota
 	reject550                        // RCPT: 550 5.1.1, no such user
 	reject450                        // RCPT: 450 4.2.1, try later
+	reject451                        // RCPT: 451 4.7.1, a rate limit: send less
 	rejectData452                    // end of DATA: 452 4.3.1
 	dropAfterData                    // take the message, close without a reply
 	hangAfterData                    // take the message, never reply
@@ -182,6 +183,8 @@ func (ss *smtpSession) Rcpt(to string, _ *gosmtp.RcptOptions) error {
 		return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "no such user"}
 	case reject450:
 		return &gosmtp.SMTPError{Code: 450, EnhancedCode: gosmtp.EnhancedCode{4, 2, 1}, Message: "mailbox busy, try later"}
+	case reject451:
+		return &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 7, 1}, Message: "rate limited, slow down"}
 	}
 	ss.to = append(ss.to, to)
 	return nil
@@ -479,6 +482,7 @@ func TestSMTPRefusals(t *testing.T) {
 	behave := map[string]rcptBehaviour{
 		"gone@example.com": reject550,
 		"busy@example.com": reject450,
+		"slow@example.com": reject451,
 		"full@example.com": rejectData452,
 		"drop@example.com": dropAfterData,
 		"hang@example.com": hangAfterData,
@@ -490,12 +494,16 @@ func TestSMTPRefusals(t *testing.T) {
 		invalid   bool
 		detail    string
 		delivered bool // the server took the message
+		// overloaded: the reply asks the relay to send less (its window
+		// for this server shrinks).
+		overloaded bool
 	}{
-		{"gone@example.com", Refused, true, true, "550 5.1.1 no such user", false},
-		{"busy@example.com", Refused, false, false, "450 4.2.1 mailbox busy, try later", false},
-		{"full@example.com", Refused, false, false, "452 4.3.1 insufficient system storage", false},
-		{"drop@example.com", Unknown, false, false, "connection lost after the message was sent", true},
-		{"hang@example.com", Unknown, false, false, "timeout after the message was sent", true},
+		{"gone@example.com", Refused, true, true, "550 5.1.1 no such user", false, false},
+		{"busy@example.com", Refused, false, false, "450 4.2.1 mailbox busy, try later", false, false},
+		{"slow@example.com", Refused, false, false, "451 4.7.1 rate limited, slow down", false, true},
+		{"full@example.com", Refused, false, false, "452 4.3.1 insufficient system storage", false, false},
+		{"drop@example.com", Unknown, false, false, "connection lost after the message was sent", true, false},
+		{"hang@example.com", Unknown, false, false, "timeout after the message was sent", true, false},
 	}
 	for _, c := range cases {
 		t.Run(c.to, func(t *testing.T) {
@@ -506,9 +514,9 @@ func TestSMTPRefusals(t *testing.T) {
 			m.Address = c.to
 			res := send(p, m)
 			if res.Outcome != c.outcome || res.Permanent != c.permanent || res.InvalidAddress != c.invalid ||
-				res.Detail != c.detail || res.HTTPStatus != 0 {
-				t.Errorf("Send = %+v\nwant %s, permanent %v, invalid address %v, detail %q",
-					res, c.outcome, c.permanent, c.invalid, c.detail)
+				res.Detail != c.detail || res.HTTPStatus != 0 || res.Overloaded != c.overloaded {
+				t.Errorf("Send = %+v\nwant %s, permanent %v, invalid address %v, detail %q, overloaded %v",
+					res, c.outcome, c.permanent, c.invalid, c.detail, c.overloaded)
 			}
 			if c.outcome == Refused && !strings.HasPrefix(c.detail, "connection") && !strings.HasPrefix(res.Response, c.detail) {
 				t.Errorf("Response = %q, want the server's reply %q", res.Response, c.detail)
@@ -671,7 +679,7 @@ func TestSMTPURL(t *testing.T) {
 		{"smtp://u:hunter2@mail.example.com", `missing parameter "from"`},
 		{"smtp://u:hunter2@mail.example.com?from=nobody", `parameter "from": "nobody" is not an email address`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&starttls=maybe", `parameter "starttls": "maybe" is not required, opportunistic or none`},
-		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&pasword=hunter2", `unknown parameter "pasword" (supported: dkim_domain, dkim_key, dkim_selector, from, list_unsubscribe, name, return_path, starttls, timeout)`},
+		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&pasword=hunter2", `unknown parameter "pasword" (supported: concurrency, dkim_domain, dkim_key, dkim_selector, from, list_unsubscribe, name, return_path, starttls, timeout)`},
 		{"smtps://u:hunter2@mail.example.com?from=a%40b.c&starttls=required", `parameter "starttls" applies to smtp:// only`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&timeout=soon", `parameter "timeout": "soon" is not a positive Go duration`},
 		{"smtp://u:hunter2@mail.example.com?from=a%40b.c&starttls=none", `clear text`},

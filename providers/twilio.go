@@ -32,7 +32,7 @@ var twilioKind = &Kind{
 		{"messaging_service", "a Messaging Service SID (`MG…`), instead of or beside `from`"},
 		{"status_callback", "where Twilio posts delivery status, an absolute http(s) URL (percent-encoded), " +
 			"e.g. this relay's `/v1/receipts/NAME`"},
-		paramIdempotency, paramName, paramTimeout},
+		paramConcurrency, paramIdempotency, paramName, paramTimeout},
 	Keys: "no (Twilio documents none for sends); the key still goes out in `I-Twilio-Idempotency-Token` and " +
 		"`Idempotency-Key`, for an account or proxy known to dedupe (`idempotency=honoured`)",
 	Example:   "twilio+https://AC0123:auth-token@api.twilio.com?from=%2B15550100",
@@ -173,7 +173,7 @@ func twilioResult(r Result) Result {
 	case te.Code == 20429 || r.HTTPStatus == http.StatusTooManyRequests:
 		// Twilio: a request answered 429 "is never processed and is always
 		// safe to retry".
-		r.Outcome, r.Permanent = Refused, false
+		r.Outcome, r.Permanent, r.Overloaded = Refused, false, true
 	case r.HTTPStatus == http.StatusUnauthorized:
 		r.Detail += " (check the account SID and auth token)"
 	case r.Outcome == Refused && r.Permanent:

@@ -76,7 +76,7 @@ func TestNewErrors(t *testing.T) {
 		{"log:///nonexistent-dir/x/y.log", `open log file`},
 		{"webhook+http://h/x?timeout=fast", `parameter "timeout": "fast" is not a positive Go duration`},
 		{"webhook+http://h/x?timeout=-1s", `parameter "timeout": "-1s"`},
-		{"webhook+http://h/x?tokn=abc&timout=1s", `unknown parameters "timout", "tokn" (supported: allow, allow_prefix, allow_private, idempotency, name, secret, timeout, to, token)`},
+		{"webhook+http://h/x?tokn=abc&timout=1s", `unknown parameters "timout", "tokn" (supported: allow, allow_prefix, allow_private, concurrency, idempotency, name, secret, timeout, to, token)`},
 		{"webhook+http://h/x?timeout=1s&timeout=2s", `parameter "timeout" given 2 times`},
 		{"webhook+http://h/x?idempotency=yes", `parameter "idempotency": "yes" is neither honoured nor none`},
 		{"webhook+http://h/x?token=", `parameter "token" is empty`},
@@ -86,8 +86,10 @@ func TestNewErrors(t *testing.T) {
 		{"webhook+http://u:p@h/x?token=t", `both userinfo and parameter "token" set`},
 		{"email-http+https://api.example.com/emails", `missing parameter "from"`},
 		{"email-http+https://api.example.com/emails?from=nobody", `parameter "from": "nobody" is not an email address`},
-		{"email-http+https://api.example.com/emails?from=a%40b.c&fromm=x", `unknown parameter "fromm" (supported: from, idempotency, list_unsubscribe, message_stream, name, preset, timeout, token)`},
+		{"email-http+https://api.example.com/emails?from=a%40b.c&fromm=x", `unknown parameter "fromm" (supported: concurrency, from, idempotency, list_unsubscribe, message_stream, name, preset, timeout, token)`},
 		{"webhook+http://h:port/x", `not a valid URL: invalid port ":port" after host`},
+		{"webhook+http://h/x?concurrency=0", `parameter "concurrency": "0" is not a positive whole number (try 64)`},
+		{"smtp://mail.example.com?from=a%40b.c&concurrency=many", `parameter "concurrency": "many" is not a positive whole number`},
 	}
 	for _, c := range cases {
 		_, err := New(c.url)
@@ -196,4 +198,26 @@ func FuzzRedact(f *testing.F) {
 			t.Errorf("Redact(%q) = %q keeps the fragment", raw, r)
 		}
 	})
+}
+
+// A provider's window ceiling: its URL's concurrency, else its kind's
+// default; the log provider is unbounded.
+func TestConcurrency(t *testing.T) {
+	t.Parallel()
+	for url, want := range map[string]int{
+		"webhook+http://h/x":                                 HTTPConcurrency,
+		"webhook+http://h/x?concurrency=64":                  64,
+		"email-http+https://api.example.com/e?from=a%40b.c":  HTTPConcurrency,
+		"smtp://mail.example.com?from=a%40b.c":               SMTPConcurrency,
+		"smtp://mail.example.com?from=a%40b.c&concurrency=2": 2,
+		"log://stdout": 0,
+	} {
+		p, err := New(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Concurrency(p); got != want {
+			t.Errorf("Concurrency(%s) = %d, want %d", url, got, want)
+		}
+	}
 }

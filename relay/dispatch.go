@@ -628,7 +628,7 @@ func (d *dispatcher) call(cp *callPlan) {
 	res := cp.p.Send(ctx, cp.msg)
 	cancel()
 	took := r.now().Sub(start)
-	cp.gate.leave(took)
+	cp.gate.leave(took, res.Overloaded || res.RetryAfter > 0)
 	if res.Outcome == providers.Refused && res.RetryAfter > 0 {
 		// The provider asked for a pause: claim nothing for it until then,
 		// here and in every process on the store.

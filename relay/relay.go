@@ -82,6 +82,12 @@ func (p Policy) withDefaults() Policy {
 // that refuses, short enough that it comes back by itself.
 const DefaultSoftBounceTTL = 72 * time.Hour
 
+// DefaultWorkers is the most provider calls in flight in one process, by
+// default: two HTTP APIs' windows (providers.HTTPConcurrency), each enough
+// to hide a 300 ms answer behind a thousand calls at once, so that one slow
+// provider at its window leaves half the workers to the others.
+const DefaultWorkers = 2048
+
 // Options configure a Relay. Path (or Store) is required.
 type Options struct {
 	// Path of the SQLite database file, created if missing; or a
@@ -118,7 +124,10 @@ type Options struct {
 	// TypeRetry overrides the retry policy per notification type (or
 	// purpose); it takes precedence over ChannelRetry.
 	TypeRetry map[string]Policy
-	// Workers bounds concurrent provider calls. Default 32.
+	// Workers bounds the provider calls in flight in this process, over
+	// every provider: a bound on its memory. Each provider's own window
+	// (Limit, window.go) bounds its share, so a slow provider cannot take
+	// the calls a fast one needs. Default DefaultWorkers.
 	Workers int
 	// Lease is how long a claimed notification is reserved for its call.
 	// Calls are cancelled before it ends; a lease found expired means the
@@ -227,7 +236,7 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		opts.Now = time.Now
 	}
 	if opts.Workers <= 0 {
-		opts.Workers = 32
+		opts.Workers = DefaultWorkers
 	}
 	if opts.Lease <= 0 {
 		opts.Lease = time.Minute

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -29,8 +28,10 @@ type Routes map[string]Route
 // Limit bounds the calls to one provider, so that one slow or throttling
 // provider does not take every worker.
 type Limit struct {
-	// Concurrency is the most calls in flight at once; 0 is unbounded
-	// (the dispatcher's workers bound it).
+	// Concurrency is the most calls in flight at once: the ceiling of the
+	// provider's window (window.go). 0 is the default of the provider's
+	// kind (providers.Concurrency: hundreds for an HTTP API, a few
+	// connections for an SMTP relay).
 	Concurrency int
 	// Rate is the most calls per second, with bursts of Burst; 0 is
 	// unbounded.
@@ -38,7 +39,15 @@ type Limit struct {
 	Burst int
 }
 
-// gate enforces one provider's Limit, and its pauses: after a 429 or 503
+// ceiling is the most calls l lets p have in flight; 0 is unbounded.
+func (l Limit) ceiling(p providers.Provider) int {
+	if l.Concurrency > 0 {
+		return l.Concurrency
+	}
+	return providers.Concurrency(p)
+}
+
+// gate enforces one provider's Limit, its window, and its pauses: after a 429 or 503
 // with Retry-After, no notification for it is called until then. A call
 // enters the gate only if it can start now (tryEnter): a notification
 // that cannot goes back to the queue until the time the gate names, which
@@ -46,12 +55,12 @@ type Limit struct {
 //
 // A gate belongs to one provider value. When SetRoutes replaces a provider
 // by one of the same name, the new gate shares the old one's pace (pauses
-// and call times) and, if the Limit is the same, its slots and rate tokens:
-// the calls still running on the old provider count against the new one's
-// bound.
+// and call times) and, if the ceiling is the same, its window and, if the
+// rate is, its rate tokens: the calls still running on the old provider
+// count against the new one's bound.
 type gate struct {
 	limit Limit
-	sem   chan struct{} // nil: no concurrency bound
+	win   *window
 	rl    *rate.Limiter // nil: no rate bound
 	pace  *pace
 	// calls counts the calls in flight through this gate, so that a
@@ -66,31 +75,32 @@ type pace struct {
 	took  time.Duration // a moving average of call durations, for the wait when every slot is taken
 }
 
-func newGate(l Limit) *gate {
-	g := &gate{limit: l, pace: &pace{took: 100 * time.Millisecond}}
-	if l.Concurrency > 0 {
-		g.sem = make(chan struct{}, l.Concurrency)
-	}
+func newGate(p providers.Provider, l Limit) *gate {
+	g := &gate{limit: l, win: newWindow(l.ceiling(p)), pace: &pace{took: 100 * time.Millisecond}}
 	if l.Rate > 0 {
 		g.rl = rate.NewLimiter(rate.Limit(l.Rate), max(l.Burst, 1))
 	}
 	return g
 }
 
-// successor is the gate for a provider that replaces prev's (same name):
-// prev's pace, and prev's slots and tokens while the limit is unchanged.
-func (prev *gate) successor(l Limit) *gate {
-	if l == prev.limit {
-		return &gate{limit: l, sem: prev.sem, rl: prev.rl, pace: prev.pace}
-	}
-	g := newGate(l)
+// successor is the gate for p, which replaces prev's provider (same name):
+// prev's pace; prev's window while the ceiling is unchanged, and its rate
+// tokens while the rate is.
+func (prev *gate) successor(p providers.Provider, l Limit) *gate {
+	g := newGate(p, l)
 	g.pace = prev.pace
+	if g.win.ceiling == prev.win.ceiling {
+		g.win = prev.win
+	}
+	if l.Rate == prev.limit.Rate && l.Burst == prev.limit.Burst {
+		g.rl = prev.rl
+	}
 	return g
 }
 
 // bounded reports whether the gate can refuse a call now.
 func (g *gate) bounded(now time.Time) bool {
-	return g.sem != nil || g.rl != nil || g.paused(now)
+	return g.win.bounded() || g.rl != nil || g.paused(now)
 }
 
 func (g *gate) paused(now time.Time) bool {
@@ -104,10 +114,7 @@ func (g *gate) capacity(now time.Time) int {
 	if g.paused(now) {
 		return 0
 	}
-	n := math.MaxInt
-	if g.sem != nil {
-		n = cap(g.sem) - len(g.sem)
-	}
+	n := g.win.free()
 	if g.rl != nil {
 		n = min(n, int(g.rl.TokensAt(now)))
 	}
@@ -142,15 +149,11 @@ func (g *gate) tryEnter(now time.Time) (time.Time, bool) {
 	if now.Before(until) {
 		return until, false
 	}
-	if g.sem != nil {
-		select {
-		case g.sem <- struct{}{}:
-		default:
-			return now.Add(took), false
-		}
+	if !g.win.enter() {
+		return now.Add(took), false
 	}
 	if g.rl != nil && !g.rl.AllowN(now, 1) {
-		g.release()
+		g.win.cancel()
 		r := g.rl.ReserveN(now, 1)
 		next := now.Add(r.DelayFrom(now))
 		r.CancelAt(now) // only asking when: the token stays for whoever comes then
@@ -160,19 +163,15 @@ func (g *gate) tryEnter(now time.Time) (time.Time, bool) {
 	return now, true
 }
 
-// leave gives the call slot back after a call that took this long.
-func (g *gate) leave(took time.Duration) {
+// leave gives the call's place back after a call that took this long;
+// overloaded says the provider asked to be called less (its window
+// shrinks).
+func (g *gate) leave(took time.Duration, overloaded bool) {
 	g.pace.mu.Lock()
 	g.pace.took = (7*g.pace.took + took) / 8
 	g.pace.mu.Unlock()
-	g.release()
+	g.win.leave(took, overloaded, time.Now())
 	g.calls.Done()
-}
-
-func (g *gate) release() {
-	if g.sem != nil {
-		<-g.sem
-	}
 }
 
 // pause holds calls for this provider until t.
@@ -251,13 +250,13 @@ func newTable(routes Routes, tenant map[string]Routes, limits map[string]Limit, 
 				}
 				switch {
 				case prev == nil:
-					t.gates[p] = newGate(limits[p.Name()])
+					t.gates[p] = newGate(p, limits[p.Name()])
 				case prev.gates[p] != nil:
 					t.gates[p] = prev.gates[p]
 				case prev.named[p.Name()] != nil:
-					t.gates[p] = prev.gates[prev.named[p.Name()]].successor(limits[p.Name()])
+					t.gates[p] = prev.gates[prev.named[p.Name()]].successor(p, limits[p.Name()])
 				default:
-					t.gates[p] = newGate(limits[p.Name()])
+					t.gates[p] = newGate(p, limits[p.Name()])
 				}
 			}
 		}
@@ -421,59 +420,67 @@ type claimPlan struct {
 }
 
 // plan splits free workers among claims so that no provider is handed
-// more notifications than it can take now (its concurrency, its rate
-// tokens, none while paused), and the claims together never take more than
-// free: a bounded provider's notifications wait in the queue instead of
-// holding workers that other channels need. It looks at the first provider
-// of each default route; a notification routed elsewhere (a tenant's
-// route, a failover position) whose provider cannot take it now is sent
-// back by the policy, without an attempt, until the gate's time.
+// more notifications than it can take now (its window, its rate tokens,
+// none while paused), and the claims together never take more than free:
+// a bounded provider's notifications wait in the queue instead of holding
+// workers that other channels need.
+//
+// A channel whose provider can take all of free is not held to a claim of
+// its own: such channels share one claim, which takes the due
+// notifications of them all in their order, so that none waits behind
+// another's backlog. Only a channel whose provider has less room than free
+// gets its own claim, of that room (none while it has none); the dispatcher
+// gives what one claim leaves to the next (dispatch.go).
+//
+// It looks at the first provider of each default route; a notification
+// routed elsewhere (a tenant's route, a failover position) whose provider
+// cannot take it now is sent back by the policy, without an attempt, until
+// the gate's time.
 func (rt *router) plan(now time.Time, free int) []claimPlan {
 	rt.adopt() // a claim starts on the latest routes
 	var plans []claimPlan
-	// Several channels may share one provider: its capacity is handed out
+	// Several channels may share one provider: its room is handed out
 	// once.
 	left := map[*gate]int{}
-	capacity := func(g *gate) int {
+	room := func(g *gate) int {
 		n, ok := left[g]
 		if !ok {
 			n = g.capacity(now)
 		}
 		return n
 	}
-	take := func(g *gate, f store.ClaimFilter) {
-		if n := min(capacity(g), free); n > 0 {
+	// limit gives a channel (or the channels f names) a claim of its own
+	// when its provider has less room than free; it reports false when the
+	// provider can take all of free.
+	limit := func(g *gate, f store.ClaimFilter) bool {
+		n := room(g)
+		if n >= free {
+			return false
+		}
+		if n > 0 {
 			plans = append(plans, claimPlan{f, n})
-			left[g] = capacity(g) - n
-			free -= n
-		} else {
-			left[g] = 0
 		}
+		left[g] = 0
+		return true
 	}
-	var bounded, unbounded []string
+	var limited, roomy []string
 	for _, ch := range rt.explicit() {
-		g := rt.gates[rt.routes[ch][0]]
-		if !g.bounded(now) {
-			unbounded = append(unbounded, ch)
-			continue
+		if limit(rt.gates[rt.routes[ch][0]], store.ClaimFilter{Only: []string{ch}}) {
+			limited = append(limited, ch)
+		} else {
+			roomy = append(roomy, ch)
 		}
-		bounded = append(bounded, ch)
-		take(g, store.ClaimFilter{Only: []string{ch}})
-	}
-	if free <= 0 {
-		return plans
 	}
 	star, ok := rt.routes["*"]
-	if ok && len(star) > 0 && rt.gates[star[0]].bounded(now) {
-		// Channels routed by "*" share its provider's capacity; the
-		// unbounded explicit channels take what is left.
-		take(rt.gates[star[0]], store.ClaimFilter{Exclude: rt.explicit()})
-		if len(unbounded) > 0 && free > 0 {
-			plans = append(plans, claimPlan{store.ClaimFilter{Only: unbounded}, free})
+	if ok && len(star) > 0 && limit(rt.gates[star[0]], store.ClaimFilter{Exclude: rt.explicit()}) {
+		// The channels routed by "*" have their claim; the roomy explicit
+		// channels share what is left.
+		if len(roomy) > 0 {
+			plans = append(plans, claimPlan{store.ClaimFilter{Only: roomy}, free})
 		}
 		return plans
 	}
-	return append(plans, claimPlan{store.ClaimFilter{Exclude: bounded}, free})
+	return append(plans, claimPlan{store.ClaimFilter{Exclude: limited}, free})
 }
 
 // nextOpen is the earliest time a closed gate of a default route opens

@@ -186,11 +186,11 @@ func TestSetRoutesCarriesGateState(t *testing.T) {
 	if _, ok := g2.tryEnter(now); ok {
 		t.Fatal("same limit: the new provider entered while the old one's call held the only slot")
 	}
-	g1.leave(time.Millisecond) // the old call ends
+	g1.leave(time.Millisecond, false) // the old call ends
 	if _, ok := g2.tryEnter(now); !ok {
 		t.Fatal("the slot the old call freed is not the new provider's")
 	}
-	g2.leave(time.Millisecond)
+	g2.leave(time.Millisecond, false)
 
 	// A pause (a Retry-After) carries over to a successor with a new limit;
 	// a provider of another name is not paused.
@@ -203,8 +203,8 @@ func TestSetRoutesCarriesGateState(t *testing.T) {
 	if !rt.gates[a3].paused(now) {
 		t.Error("the pause did not carry over to the provider of the same name")
 	}
-	if cap(rt.gates[a3].sem) != 2 {
-		t.Errorf("new limit: %d slots, want 2", cap(rt.gates[a3].sem))
+	if n := rt.gates[a3].win.current(); n != 2 {
+		t.Errorf("new limit: %d slots, want 2", n)
 	}
 	if rt.gates[b].paused(now) {
 		t.Error("a provider of another name inherited the pause")
