@@ -6,13 +6,16 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 )
 
 // profiled runs fn with profiles, for finding where a command spends its
 // time and memory (go tool pprof FILE; docs/PROOF.md): a CPU profile in
 // EDGERELAY_CPUPROFILE, and in EDGERELAY_MEMPROFILE the heap as it was when
-// the most was in use (looked at every 100 ms). Unset, it is fn.
+// the most was in use (looked at every 100 ms), and an execution trace in
+// EDGERELAY_TRACE (go tool trace -pprof=sync FILE: where goroutines wait).
+// Unset, it is fn.
 func profiled(stderr *os.File, fn func() int) int {
 	if path := os.Getenv("EDGERELAY_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
@@ -25,6 +28,18 @@ func profiled(stderr *os.File, fn func() int) int {
 		}
 		defer f.Close()
 		defer pprof.StopCPUProfile()
+	}
+	if path := os.Getenv("EDGERELAY_TRACE"); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "edgerelay: EDGERELAY_TRACE:", err)
+			return exitError
+		}
+		defer f.Close()
+		defer trace.Stop()
 	}
 	if path := os.Getenv("EDGERELAY_MEMPROFILE"); path != "" {
 		stop := make(chan struct{})
