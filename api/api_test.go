@@ -1203,6 +1203,30 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// Each bounded provider's window is a gauge: its size, its ceiling and the
+// calls in flight (the log provider, unbounded, has none).
+func TestMetricsProviderWindow(t *testing.T) {
+	t.Parallel()
+	p, err := providers.New("webhook+http://127.0.0.1:9/hook?concurrency=7&name=hook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{Metrics: true, Relay: relay.Options{Routes: relay.Routes{"*": {providers.NewLog(io.Discard, "log://discard")}, "webhook": {p}}}})
+	text := string(b.do(t, "GET", "/metrics", "").body)
+	for _, want := range []string{
+		"\nedgerelay_provider_window{provider=\"hook\"} 7\n",
+		"\nedgerelay_provider_window_ceiling{provider=\"hook\"} 7\n",
+		"\nedgerelay_provider_calls_in_flight{provider=\"hook\"} 0\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", strings.TrimSpace(want))
+		}
+	}
+	if strings.Contains(text, "log://discard\"}") {
+		t.Errorf("the unbounded log provider has a window:\n%s", text)
+	}
+}
+
 func TestNoMetricsRoute(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})

@@ -76,7 +76,7 @@ func NewMetrics() *Metrics {
 // Watch adds the store's queue depth and lag (read at each scrape) and its
 // writer's commits.
 func (m *Metrics) Watch(r *relay.Relay) {
-	m.reg.MustRegister(queueCollector{r}, writerCollector{r})
+	m.reg.MustRegister(queueCollector{r}, writerCollector{r}, windowCollector{r})
 	r.OnCommit(m.Committed)
 }
 
@@ -98,6 +98,31 @@ func (w writerCollector) Collect(ch chan<- prometheus.Metric) {
 		cs := st.Classes[c]
 		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(cs.Writes), string(c))
 		ch <- prometheus.MustNewConstMetric(busyDesc, prometheus.CounterValue, cs.Busy.Seconds(), string(c))
+	}
+}
+
+// windowCollector reads each provider's window at scrape time: a window
+// below its ceiling says the provider pushed back (429, 503, SMTP 421 or
+// 451) and the relay calls it less.
+type windowCollector struct{ r *relay.Relay }
+
+var (
+	windowDesc   = prometheus.NewDesc("edgerelay_provider_window", "The most calls the relay makes to the provider at once now: its window, halved when the provider pushes back.", []string{"provider"}, nil)
+	ceilingDesc  = prometheus.NewDesc("edgerelay_provider_window_ceiling", "The most calls the provider's window ever allows (its concurrency).", []string{"provider"}, nil)
+	inFlightDesc = prometheus.NewDesc("edgerelay_provider_calls_in_flight", "Calls to the provider in flight now.", []string{"provider"}, nil)
+)
+
+func (w windowCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- windowDesc
+	ch <- ceilingDesc
+	ch <- inFlightDesc
+}
+
+func (w windowCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, win := range w.r.Windows() {
+		ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.GaugeValue, float64(win.Size), win.Provider)
+		ch <- prometheus.MustNewConstMetric(ceilingDesc, prometheus.GaugeValue, float64(win.Ceiling), win.Provider)
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(win.InFlight), win.Provider)
 	}
 }
 

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -85,4 +87,31 @@ func (w *window) current() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return int(w.size)
+}
+
+// Window is one provider's window as Windows reports it.
+type Window struct {
+	Provider string
+	// InFlight is the calls to it now; Size what its window allows now;
+	// Ceiling what the window starts at and never passes.
+	InFlight, Size, Ceiling int
+}
+
+// Windows reports the window of every routed provider whose calls are
+// bounded (not the log provider's), by provider name: a Size below its
+// Ceiling says the provider pushed back lately.
+func (r *Relay) Windows() []Window {
+	t := r.router.published()
+	var out []Window
+	for name, p := range t.named {
+		w := t.gates[p].win
+		if !w.bounded() {
+			continue
+		}
+		w.mu.Lock()
+		out = append(out, Window{Provider: name, InFlight: w.inflight, Size: int(w.size), Ceiling: w.ceiling})
+		w.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Window) int { return strings.Compare(a.Provider, b.Provider) })
+	return out
 }

@@ -133,6 +133,10 @@ func TestPushbackShrinksTheWindow(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls refused with 429 for %d delivered", refused.Load(), served.Load())
+	if ws := r.Windows(); len(ws) != 1 || ws[0].Provider != p.Name() || ws[0].Ceiling != providers.HTTPConcurrency ||
+		ws[0].Size >= ws[0].Ceiling || ws[0].InFlight != 0 {
+		t.Errorf("Windows() = %+v, want %s's shrunk below its ceiling %d, nothing in flight", ws, p.Name(), providers.HTTPConcurrency)
+	}
 	if refused.Load() >= n {
 		t.Errorf("%d calls refused with 429 for %d notifications: the window did not shrink to what the provider takes", refused.Load(), n)
 	}
