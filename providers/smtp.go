@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,7 +27,7 @@ var smtpKind = &Kind{
 	Name: "smtp", Schemes: []string{"smtp", "smtps"},
 	URLs: []string{"smtp://user:pass@host:587?from=ADDR[&starttls=required|opportunistic|none]", "smtps://…:465"},
 	Summary: "real SMTP (go-mail) with STARTTLS or TLS from the first byte, and AUTH with the URL's userinfo; " +
-		"one connection per message",
+		"sessions stay open between messages (up to `concurrency` of them, 100 messages each, 30 s idle)",
 	Params: append(append([]Param{
 		{"from", "the sender, an address with or without a display name (percent-encoded); its domain ends every Message-ID"},
 		{"starttls", "`required` (the default), `opportunistic` or `none`; `smtp://` only"}},
@@ -98,6 +97,8 @@ type SMTP struct {
 	// configures TLS; tests swap them to inject faults and trust a test CA.
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	tlsConfig *tls.Config
+
+	pool smtpPool // sessions between messages
 }
 
 func (p *SMTP) Name() string { return p.name }
@@ -106,12 +107,16 @@ func (p *SMTP) Name() string { return p.name }
 // deduplicates by Message-ID at submission.
 func (p *SMTP) HonoursKeys() bool { return false }
 
-// Concurrency is the most messages in flight at once: each is a connection
-// of its own.
+// Concurrency is the most messages in flight at once, each on a session of
+// its own; as many sessions stay open between messages (smtppool.go).
 func (p *SMTP) Concurrency() int { return p.concurrency }
 
-// Close does nothing: every Send opens and closes its own connection.
-func (p *SMTP) Close() error { return nil }
+// Close quits the idle sessions; those in use are quit when their message
+// is done.
+func (p *SMTP) Close() error {
+	p.pool.close()
+	return nil
+}
 
 func newSMTPURL(u *url.URL, q url.Values) (Provider, string) {
 	host := u.Hostname()
@@ -235,77 +240,22 @@ func (p *SMTP) Send(ctx context.Context, m *Message) Result {
 		return *refused
 	}
 
-	// go-mail honours ctx only while dialling and bounds each step with its
-	// own timeout; closing the connection when ctx ends bounds the rest.
-	// The deferred cancel also closes a connection go-mail left open after
-	// a failed handshake.
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	var conn atomic.Pointer[trackedConn]
-	dial := func(dctx context.Context, network, _ string) (net.Conn, error) {
-		// go-mail's address is host:port unbracketed, wrong for IPv6.
-		raw, err := p.dial(dctx, network, p.addr)
-		if err != nil {
-			return nil, err
+	for try := 1; ; try++ {
+		s := p.pool.get(time.Now())
+		if s == nil {
+			var refused *Result
+			if s, refused = p.open(ctx); refused != nil {
+				return *refused
+			}
 		}
-		// trackedConn sits below TLS, where a failed write means the bytes
-		// (or the TLS record holding them) never reached the server.
-		tc := &trackedConn{Conn: raw}
-		conn.Store(tc)
-		context.AfterFunc(ctx, func() { tc.Close() })
-		if !p.implicitTLS {
-			return tc, nil
+		res, stale := p.sendOn(ctx, s, msg, id)
+		if stale && try == 1 {
+			continue // a session the server closed while it was idle: nothing was sent
 		}
-		// A *tls.Conn, so that go-mail's SMTP client knows it is encrypted.
-		c := tls.Client(tc, p.tls())
-		if err := c.HandshakeContext(dctx); err != nil {
-			tc.Close()
-			return nil, tlsError{err}
-		}
-		return c, nil
+		return res
 	}
-	opts := []gomail.Option{
-		gomail.WithPort(p.port),
-		gomail.WithTimeout(p.timeout),
-		gomail.WithTLSConfig(p.tls()),
-		gomail.WithDialContextFunc(dial),
-		// A fresh connection needs no NOOP before MAIL, and nothing follows
-		// the message but QUIT.
-		gomail.WithoutNoop(),
-		gomail.WithoutRset(),
-	}
-	if p.implicitTLS {
-		opts = append(opts, gomail.WithSSL())
-	} else {
-		opts = append(opts, gomail.WithTLSPolicy(p.policy))
-	}
-	if p.user != "" {
-		opts = append(opts, gomail.WithUsername(p.user), gomail.WithPassword(p.pass),
-			gomail.WithOpportunisticSMTPAuth(smtpAuthPreference...))
-	}
-	// A client per Send: go-mail's Client changes its own auth settings
-	// while dialling, so one cannot be shared between concurrent calls.
-	client, err := gomail.NewClient(p.host, opts...)
-	if err != nil {
-		return Result{Outcome: Refused, Permanent: true, Response: err.Error(), Detail: "cannot configure the smtp client"}
-	}
-	sc, err := client.DialToSMTPClientWithContext(ctx)
-	if err != nil {
-		return smtpDialResult(ctx, err)
-	}
-	err = client.SendWithSMTPClient(sc, msg)
-	var failedWrites int64 // read before QUIT, whose own write may fail
-	if c := conn.Load(); c != nil {
-		failedWrites = c.failedWrites.Load()
-	}
-	_ = client.CloseWithSMTPClient(sc)
-	if msg.IsDelivered() {
-		// The server answered 250 to the end of DATA; an error after that
-		// (the connection dropping before QUIT) changes nothing.
-		reply := "250 " + msg.ServerResponse()
-		return Result{Outcome: Sent, MessageID: "<" + id + ">", Response: truncate([]byte(reply)), Detail: firstLine(reply)}
-	}
-	return smtpSendResult(ctx, err, failedWrites)
 }
 
 // compose builds the message m becomes, the same bytes on every attempt:

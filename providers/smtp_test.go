@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -18,6 +19,7 @@ import (
 	"net"
 	"net/mail"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,6 +73,23 @@ type smtpServer struct {
 
 	mu    sync.Mutex
 	taken map[string]int // messages taken, by recipient
+	conns []*gosmtp.Conn // every connection, in the order they came
+}
+
+// connections is how many connections the server has had.
+func (s *smtpServer) connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// hangUp closes every connection, as a server does with idle sessions.
+func (s *smtpServer) hangUp() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.Close()
+	}
 }
 
 type smtpServerOpts struct {
@@ -88,6 +107,11 @@ func startSMTP(t *testing.T, o smtpServerOpts) *smtpServer {
 		got: make(chan received, 16), release: make(chan struct{}), taken: map[string]int{},
 	}
 	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(c *gosmtp.Conn) (gosmtp.Session, error) {
+		s.mu.Lock()
+		if !slices.Contains(s.conns, c) { // a session starts again on its connection after STARTTLS
+			s.conns = append(s.conns, c)
+		}
+		s.mu.Unlock()
 		return &smtpSession{s: s, conn: c}, nil
 	}))
 	srv.Domain = "localhost"
@@ -855,5 +879,52 @@ func TestSMTPHeaders(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `parameter "list_unsubscribe": `) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("list_unsubscribe=%q: %v, want %s", c.tmpl, err, c.want)
 		}
+	}
+}
+
+// Messages share sessions: one after another they go on one connection,
+// with one handshake (here STARTTLS and AUTH), and each is taken once.
+func TestSMTPSessionsCarryManyMessages(t *testing.T) {
+	t.Parallel()
+	s := startSMTP(t, smtpServerOpts{tls: startTLSSMTP, user: "relay", pass: "secret"})
+	p := newSMTP(t, smtpURL("smtp", "relay:secret", s.addr, ""), s.roots)
+	for i := range 20 {
+		m := testMessage(fmt.Sprint("er1_many", i))
+		m.Address = fmt.Sprintf("u%d@example.com", i)
+		if res := send(p, m); res.Outcome != Sent {
+			t.Fatalf("message %d: %+v", i, res)
+		}
+		if got := s.one(t); got.to != m.Address || !got.tls || got.authUser != "relay" {
+			t.Fatalf("message %d: the server took %+v", i, got)
+		}
+	}
+	if n := s.connections(); n != 1 {
+		t.Errorf("20 messages took %d connections, want 1", n)
+	}
+}
+
+// A session the server closed while it waited in the pool costs nothing:
+// the message goes on a fresh session, in the same call, once.
+func TestSMTPStaleSessionIsReplaced(t *testing.T) {
+	t.Parallel()
+	s := startSMTP(t, smtpServerOpts{})
+	p := newSMTP(t, smtpURL("smtp", "", s.addr, "starttls=none"), nil)
+	first := testMessage("er1_first")
+	if res := send(p, first); res.Outcome != Sent {
+		t.Fatalf("first: %+v", res)
+	}
+	s.one(t)
+	s.hangUp()
+	second := testMessage("er1_second")
+	second.Address = "ben@example.com"
+	if res := send(p, second); res.Outcome != Sent {
+		t.Fatalf("after the server hung up the idle session: %+v, want Sent on a fresh one", res)
+	}
+	if got := s.one(t); got.to != "ben@example.com" {
+		t.Errorf("the server took %+v", got)
+	}
+	s.none(t)
+	if n := s.connections(); n != 2 {
+		t.Errorf("%d connections, want 2: the first, closed by the server, and a fresh one", n)
 	}
 }
