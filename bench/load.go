@@ -24,8 +24,9 @@ type LoadOptions struct {
 	Prefix string // event ids are Prefix0, Prefix1 …: new in each run
 	// Rate, when positive, offers Rate events per second for For (open
 	// loop: event i is due at start + i/Rate, whether or not earlier ones
-	// were answered). Zero posts Events as fast as the connections allow
-	// (closed loop).
+	// were answered; what the connections could not send by then is not
+	// sent, and counted). Zero posts Events as fast as the connections
+	// allow (closed loop).
 	Rate   float64
 	For    time.Duration
 	Events int
@@ -37,10 +38,13 @@ type LoadResult struct {
 	Accepted int `json:"accepted"` // 202
 	Shed     int `json:"shed"`     // 503 overloaded
 	// ShedNoRetryAfter counts 503 answers without a Retry-After header.
-	ShedNoRetryAfter int    `json:"shed_no_retry_after"`
-	Other            int    `json:"other"`  // any other status
-	Errors           int    `json:"errors"` // no answer (connection refused or reset, timeout)
-	FirstError       string `json:"first_error,omitempty"`
+	ShedNoRetryAfter int `json:"shed_no_retry_after"`
+	Other            int `json:"other"`  // any other status
+	Errors           int `json:"errors"` // no answer (connection refused or reset, timeout)
+	// Unsent counts the events of an open-loop load still unsent at its
+	// end: every connection was waiting for an answer when they were due.
+	Unsent     int    `json:"unsent"`
+	FirstError string `json:"first_error,omitempty"`
 	// Start and End are Unix milliseconds: the first request's start and
 	// the last answer's end, on the clock the store writes.
 	Start int64 `json:"start_ms"`
@@ -81,10 +85,14 @@ func Load(ctx context.Context, o LoadOptions) (LoadResult, error) {
 	var firstShed time.Time
 	lat := make([]time.Duration, 0, total)
 	start := time.Now()
+	deadline := start.Add(o.For)
 	var wg sync.WaitGroup
 	for range o.Conns {
 		wg.Go(func() {
 			for ctx.Err() == nil {
+				if o.Rate > 0 && time.Now().After(deadline) {
+					return
+				}
 				i := int(next.Add(1)) - 1
 				if i >= total {
 					return
@@ -156,6 +164,7 @@ func Load(ctx context.Context, o LoadOptions) (LoadResult, error) {
 		return LoadResult{}, err
 	}
 	res.Start, res.End = start.UnixMilli(), end.UnixMilli()
+	res.Unsent = total - res.Sent - res.Errors
 	if !firstShed.IsZero() {
 		res.FirstShed = firstShed.Sub(start)
 	}

@@ -48,7 +48,7 @@ func TestLoadCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Sent != 20 || r.Other != 20 || !strings.Contains(r.FirstError, "401") {
+	if r.Sent != 20 || r.Unsent != 0 || r.Other != 20 || !strings.Contains(r.FirstError, "401") {
 		t.Fatalf("open-loop load: %+v", r)
 	}
 }
