@@ -464,19 +464,33 @@ func AsRunRows(ctx context.Context, cfg Config, ceiling Rate) ([]Row, error) {
 		return nil, err
 	}
 	defer sim.Stop()
-	say("as run: the dispatch floor, %d notifications, 128 callers, one transaction per 128 deliveries", n)
-	if err := sim.Reset(ctx); err != nil {
+	// The floor is measured twice, before and after the drain at zero
+	// latency, on fresh files; the higher is the baseline (a neighbour's
+	// load can only lower it).
+	var floors [2]DispatchRun
+	var floor DispatchRun
+	measureFloor := func(i int) error {
+		say("as run: the dispatch floor (%d of 2), %d notifications, 128 callers, one transaction per 128 deliveries", i+1, n)
+		if err := sim.Reset(ctx); err != nil {
+			return err
+		}
+		d, err := os.MkdirTemp(cfg.Dir, "floor-")
+		if err != nil {
+			return err
+		}
+		if floors[i], err = Floor(ctx, d, sim, n, 128); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		if i == 0 || floors[i].PerSecond() > floor.PerSecond() {
+			floor = floors[i]
+		}
+		return nil
+	}
+	if err := measureFloor(0); err != nil {
 		return nil, err
 	}
-	floor, err := Floor(ctx, cfg.Dir, sim, n, 128)
-	if err != nil {
-		return nil, fmt.Errorf("floor: %w", err)
-	}
-	floorCPU := floor.RelayCPU / time.Duration(n)
-	rows = append(rows, Row{"as run: dispatch floor, no relay: 128 callers over loopback HTTP to the simulator (no latency), one claim+record transaction per 128 deliveries, synchronous=FULL",
-		fmt.Sprintf("%s; CPU per delivery: client and database %s, simulator %s", perSec(floor.PerSecond(), "deliveries"),
-			us(floorCPU), us(floor.SimCPU/time.Duration(n))), "the baseline for every latency"})
-
+	floorRow := len(rows)
+	rows = append(rows, Row{})
 	for _, lat := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond} {
 		s, count := sim, n
 		if lat > 0 {
@@ -493,6 +507,12 @@ func AsRunRows(ctx context.Context, cfg Config, ceiling Rate) ([]Row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("drain at latency %s: %w", lat, err)
 		}
+		if lat == 0 {
+			if err := measureFloor(1); err != nil {
+				return nil, err
+			}
+		}
+		floorCPU := floor.RelayCPU / time.Duration(floor.N)
 		target := map[time.Duration]string{0: "target 75%, CPU ≤ 1.5×", 100 * time.Millisecond: "target 50%", 300 * time.Millisecond: "target 30%"}[lat]
 		rows = append(rows, Row{fmt.Sprintf("as run: drain %s notifications, `batch send` then `dispatch --until-idle` (defaults), provider latency %s",
 			thousands(float64(count)), latText(lat)),
@@ -501,9 +521,14 @@ func AsRunRows(ctx context.Context, cfg Config, ceiling Rate) ([]Row, error) {
 			fmt.Sprintf("%.2f of the floor (%s)", d.PerSecond()/floor.PerSecond(), target)})
 	}
 
-	// The ingest is measured as the issue states it, at 256 connections;
-	// a steady load needs more, so that a slow answer does not hold the
-	// offer back (serve's default --max-conns is 1,024).
+	rows[floorRow] = Row{"as run: dispatch floor, no relay: 128 callers over loopback HTTP to the simulator (no latency), one claim+record transaction per 128 deliveries, synchronous=FULL; measured before and after the drain at latency 0, the higher kept",
+		fmt.Sprintf("%s and %s; CPU per delivery of the higher: client and database %s, simulator %s",
+			perSec(floors[0].PerSecond(), "deliveries"), perSec(floors[1].PerSecond(), "deliveries"),
+			us(floor.RelayCPU/time.Duration(floor.N)), us(floor.SimCPU/time.Duration(floor.N))), "the baseline for every latency"}
+
+	// Ingest is measured at 256 connections; a steady load gets more, so
+	// that slow answers do not hold the offer back (serve's default
+	// --max-conns is 1,024).
 	const conns, fairConns = 256, 512
 	say("as run: `serve` (defaults) taking %d new events over HTTP from `bench load` (%d connections), delivering them", n, conns)
 	in, err := MeasureServeIngest(ctx, cfg.Exe, cfg.Dir, sim, n, conns)

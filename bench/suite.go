@@ -48,12 +48,24 @@ func Suite(ctx context.Context, cfg Config) ([]Row, error) {
 			fmt.Fprintf(cfg.Progress, format+"\n", args...)
 		}
 	}
-	say("ingest: the raw SQLite ceiling, %d events", n)
-	ceiling, err := Ceiling(ctx, cfg.Dir, n)
-	if err != nil {
-		return nil, fmt.Errorf("ceiling: %w", err)
+	// The best of three: on a shared machine one run can lose its core to
+	// a neighbour, and a ceiling is what the file can take.
+	say("ingest: the raw SQLite ceiling, %d events, best of 3", n)
+	var ceiling Rate
+	for i := range 3 {
+		d, err := os.MkdirTemp(cfg.Dir, "ceiling-") // a fresh file each time
+		if err != nil {
+			return nil, err
+		}
+		c, err := Ceiling(ctx, d, n)
+		if err != nil {
+			return nil, fmt.Errorf("ceiling: %w", err)
+		}
+		if i == 0 || c.PerSecond() > ceiling.PerSecond() {
+			ceiling = c
+		}
 	}
-	rows = append(rows, Row{"ingest ceiling: raw SQLite, 1 goroutine, 1,000 rows per transaction", perSec(ceiling.PerSecond(), "events"), "the baseline"})
+	rows = append(rows, Row{"ingest ceiling: raw SQLite, 1 goroutine, 1,000 rows per transaction (best of 3)", perSec(ceiling.PerSecond(), "events"), "the baseline"})
 	if cfg.AsRunOnly {
 		more, err := AsRunRows(ctx, cfg, ceiling)
 		return append(rows, more...), err
