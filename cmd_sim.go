@@ -20,7 +20,7 @@ func simCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "sim",
 		Usage:     "run a simulated email provider that honours Idempotency-Key and injects faults",
-		UsageText: "edgerelay sim [--listen ADDR] [--faults FILE] [--no-keys] [--quiet]",
+		UsageText: "edgerelay sim [--listen ADDR] [--faults FILE] [--no-keys] [--latency D] [--quiet]",
 		Description: `Runs an email-style HTTP API on loopback for trying the relay against a
 provider that misbehaves on cue. It prints the URL to route to, logs one line
 per request (recipient, attempt, action, status) on stderr, and counts what
@@ -38,6 +38,11 @@ Idempotency-Key: the first processed answer for a key (2xx, or a permanent
 while the first is still being processed gets 409. Refusals (503, 429) and
 failures without delivery are not kept, so a retry is processed.
 --no-keys ignores keys: every request sends.
+
+--latency D makes every well-formed send request wait D before it is
+handled, as a real provider's round trip (email and SMS APIs answer in 50 to
+300 ms): a timer per request, no CPU held, so thousands can wait at once.
+A slow rule waits its delay on top.
 
 Fault script (--faults FILE), JSON:
   {"honour_keys": true,
@@ -68,7 +73,8 @@ Actions:
 Examples:
   edgerelay sim
   edgerelay sim --faults testdata/faults/acceptance.json
-  edgerelay sim --listen 127.0.0.1:0 --no-keys`,
+  edgerelay sim --listen 127.0.0.1:0 --no-keys
+  edgerelay sim --latency 100ms --quiet`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{
 				Name:    "listen",
@@ -86,6 +92,11 @@ Examples:
 				Name:    "no-keys",
 				Usage:   "ignore Idempotency-Key, so every request sends (overrides honour_keys in the script)",
 				EnvVars: []string{"EDGERELAY_SIM_NO_KEYS"},
+			},
+			&cli.DurationFlag{
+				Name:    "latency",
+				Usage:   "wait `D` (e.g. 100ms) before handling each send request, as a provider's round trip",
+				EnvVars: []string{"EDGERELAY_SIM_LATENCY"},
 			},
 			&cli.BoolFlag{
 				Name:    "quiet",
@@ -111,7 +122,11 @@ func runSim(c *cli.Context) error {
 	if c.Bool("quiet") {
 		level = slog.LevelWarn
 	}
+	if c.Duration("latency") < 0 {
+		return cli.Exit(fmt.Sprintf("sim: --latency %s: want 0 or more (e.g. 100ms)", c.Duration("latency")), exitUsage)
+	}
 	opts := sim.Options{
+		Latency:    c.Duration("latency"),
 		HonourKeys: true,
 		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", "sim"),
 	}
@@ -141,6 +156,9 @@ func runSim(c *cli.Context) error {
 	keys, idem := "keys honoured", "honoured"
 	if !srv.HonoursKeys() {
 		keys, idem = "keys ignored", "none"
+	}
+	if d := c.Duration("latency"); d > 0 {
+		keys += ", latency " + d.String()
 	}
 	fmt.Fprintf(stderr, "sim: listening on %s (%s, %s); route with --route 'email=email-http+%s?from=relay@example.com&idempotency=%s'\n",
 		url, keys, faults, url, idem)

@@ -29,10 +29,11 @@ type Sim struct {
 
 var simURL = regexp.MustCompile(`listening on (http://\S+)`)
 
-// StartSim runs `exe sim --listen 127.0.0.1:0 --quiet` and waits for the
-// URL it prints. exe is an edgerelay binary.
-func StartSim(ctx context.Context, exe string) (*Sim, error) {
-	cmd := exec.Command(exe, "sim", "--listen", "127.0.0.1:0", "--quiet")
+// StartSim runs `exe sim --listen 127.0.0.1:0 --quiet` with any extra
+// flags ("--latency", "100ms") and waits for the URL it prints. exe is an
+// edgerelay binary.
+func StartSim(ctx context.Context, exe string, extra ...string) (*Sim, error) {
+	cmd := exec.Command(exe, append([]string{"sim", "--listen", "127.0.0.1:0", "--quiet"}, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

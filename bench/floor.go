@@ -24,12 +24,14 @@ import (
 
 // The dispatch floor: what this machine can do for one delivery with none
 // of the relay around it. A backlog of pending notifications (written by
-// the relay, so the schema, indexes and rows are the real ones) is claimed
-// in batches with one UPDATE … RETURNING, each claimed row is POSTed to the
-// simulator over loopback HTTP by as many workers as the dispatcher gets,
-// and each batch of results is recorded with one multi-row INSERT of the
-// attempts and one UPDATE … FROM (VALUES …) of the notifications, all on
-// one connection with edgerelay's pragmas (synchronous=FULL). The relay's
+// the relay, so the schema, indexes and rows are the real ones) is POSTed
+// to the simulator over loopback HTTP by `workers` callers that are never
+// short of work, and the database sees one transaction per `workers`
+// deliveries: it records a batch's results (one UPDATE … FROM (VALUES …)
+// of the notifications, one multi-row INSERT of the attempts) and claims
+// as many rows again (one UPDATE … RETURNING), on one connection with
+// edgerelay's pragmas (synchronous=FULL). Three batches are claimed ahead,
+// so the callers keep working while a batch is recorded. The relay's
 // dispatch is reported as a share of it: what the relay adds is the gap.
 
 // Floor drains a backlog of n notifications to the simulator as above.
@@ -48,31 +50,19 @@ func Floor(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 		DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}}
 	defer client.CloseIdleConnections()
 
+	const ahead = 3
 	type job struct {
-		id          int64
-		claims, n   int
-		key, to     string
-		start       time.Time
-		status      int
-		end         time.Time
-		messageID   string
-		transportOK bool
+		id        int64
+		claims, n int
+		key, to   string
+		start     time.Time
+		status    int
+		end       time.Time
+		messageID string
 	}
-	work, done := make(chan *job, workers), make(chan *job, workers)
-	slots := make(chan struct{}, workers)
-	for range workers {
-		slots <- struct{}{}
-	}
-	var mu sync.Mutex // the one connection, as the relay's one writer
-	var failed error
-	var fmu sync.Mutex
-	fail := func(err error) {
-		fmu.Lock()
-		if failed == nil {
-			failed = err
-		}
-		fmu.Unlock()
-	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work, done := make(chan *job, ahead*workers), make(chan *job, ahead*workers)
 
 	cpu0, err1 := ProcessCPU(0)
 	sim0, err2 := ProcessCPU(sim.PID())
@@ -80,112 +70,102 @@ func Floor(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for j := range work {
+			for {
+				var j *job
+				select {
+				case j = <-work:
+				case <-ctx.Done():
+					return
+				}
+				if j == nil { // work closed: all claimed
+					return
+				}
 				body, _ := json.Marshal(map[string]any{"from": "relay@example.com", "to": []string{j.to},
 					"subject": "Your receipt", "text": "Thanks for your order."})
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, sim.URL, bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Idempotency-Key", j.key)
 				j.start = time.Now()
-				if rep, err := client.Do(req); err == nil {
-					var v struct {
-						ID string `json:"id"`
-					}
-					b, _ := io.ReadAll(rep.Body)
-					rep.Body.Close()
-					json.Unmarshal(b, &v)
-					j.status, j.messageID, j.transportOK = rep.StatusCode, v.ID, true
-				} else {
-					fail(err)
+				rep, err := client.Do(req)
+				if err != nil {
+					cancel(err)
+					return
 				}
-				j.end = time.Now()
-				slots <- struct{}{}
+				var v struct {
+					ID string `json:"id"`
+				}
+				b, _ := io.ReadAll(rep.Body)
+				rep.Body.Close()
+				json.Unmarshal(b, &v)
+				j.status, j.messageID, j.end = rep.StatusCode, v.ID, time.Now()
 				done <- j
 			}
 		})
 	}
-	// The recorder: what is done, in one transaction per batch.
-	recorded := make(chan int, 1)
-	go func() {
-		total := 0
-		for total < n {
-			j, ok := <-done
-			if !ok {
-				break
-			}
-			batch := []*job{j}
-		fill:
-			for len(batch) < 256 {
-				select {
-				case j, ok := <-done:
-					if !ok {
-						break fill
-					}
-					batch = append(batch, j)
-				default:
-					break fill
-				}
-			}
-			mu.Lock()
-			err := recordBatch(ctx, db, batch, func(j *job) []any {
+	// The one writer: claim `ahead` batches, then for each batch done, one
+	// transaction that records it and claims the next.
+	claimed, recorded, closed := 0, 0, false
+	step := func(batch []*job) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if len(batch) > 0 {
+			if err := recordTx(ctx, tx, batch, func(j *job) []any {
 				now := j.end.UnixMilli()
 				return []any{j.id, j.claims, "sent", now, now, j.messageID, "200 OK"}
 			}, func(j *job) []any {
 				return []any{j.id, j.n, "sim", j.start.UnixMilli(), j.end.UnixMilli(), "sent", j.status, j.messageID, "200 OK", "sent"}
-			})
-			mu.Unlock()
-			if err != nil {
-				fail(err)
-				break
-			}
-			total += len(batch)
-		}
-		recorded <- total
-	}()
-	// The claimer: as many rows as there are free workers (a worker is free
-	// when its call has ended, as in the relay).
-	claimed := 0
-	for claimed < n && ctx.Err() == nil {
-		<-slots
-		free := 1
-	more:
-		for free < workers {
-			select {
-			case <-slots:
-				free++
-			default:
-				break more
+			}); err != nil {
+				return err
 			}
 		}
-		mu.Lock()
-		js, err := claimBatch(ctx, db, free)
-		mu.Unlock()
-		if err != nil {
-			fail(err)
-			break
+		want := min(n-claimed, workers)
+		if len(batch) == 0 {
+			want = min(n, ahead*workers)
 		}
-		for range free - len(js) {
-			slots <- struct{}{}
+		var cs []claimedRow
+		if want > 0 {
+			if cs, err = claimTx(ctx, tx, want); err != nil {
+				return err
+			}
 		}
-		if len(js) == 0 {
-			time.Sleep(time.Millisecond) // all claimed: the rest is in flight
-			continue
+		if err := tx.Commit(); err != nil {
+			return err
 		}
-		claimed += len(js)
-		for _, c := range js {
+		recorded += len(batch)
+		claimed += len(cs)
+		for _, c := range cs {
 			work <- &job{id: c.id, claims: c.claims, n: c.n, key: c.key, to: c.to}
 		}
+		if claimed == n && !closed {
+			close(work)
+			closed = true
+		}
+		return nil
 	}
-	close(work)
+	err = step(nil)
+	batch := make([]*job, 0, workers)
+	for err == nil && recorded < n {
+		select {
+		case j := <-done:
+			batch = append(batch, j)
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+			continue
+		}
+		if len(batch) == workers || recorded+len(batch) == n {
+			err = step(batch)
+			batch = batch[:0]
+		}
+	}
+	if err != nil {
+		cancel(err) // a worker never waits on done: at most `ahead` batches are out
+		wg.Wait()
+		return DispatchRun{}, fmt.Errorf("floor: %w", err)
+	}
 	wg.Wait()
-	close(done)
-	total := <-recorded
-	if failed != nil {
-		return DispatchRun{}, failed
-	}
-	if total != n {
-		return DispatchRun{}, fmt.Errorf("floor: recorded %d of %d", total, n)
-	}
 	run := DispatchRun{N: n, Elapsed: time.Since(st0)}
 	cpu1, err3 := ProcessCPU(0)
 	sim1, err4 := ProcessCPU(sim.PID())
@@ -223,12 +203,8 @@ type claimedRow struct {
 	key, to   string
 }
 
-func claimBatch(ctx context.Context, db *sql.DB, limit int) ([]claimedRow, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
+// claimTx claims up to limit due rows, as the relay's claim does.
+func claimTx(ctx context.Context, tx *sql.Tx, limit int) ([]claimedRow, error) {
 	now := time.Now().UnixMilli()
 	rows, err := tx.QueryContext(ctx, `UPDATE notifications SET status = 'sending', claims = claims + 1, claimed_at = ?1, lease_until = ?2, updated_at = ?1
 		WHERE id IN (SELECT id FROM notifications INDEXED BY notifications_due WHERE status = 'pending' AND next_attempt_at <= ?1
@@ -237,29 +213,20 @@ func claimBatch(ctx context.Context, db *sql.DB, limit int) ([]claimedRow, error
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	var out []claimedRow
 	for rows.Next() {
 		var c claimedRow
 		if err := rows.Scan(&c.id, &c.claims, &c.n, &c.key, &c.to); err != nil {
-			rows.Close()
 			return nil, err
 		}
 		out = append(out, c)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return out, tx.Commit()
+	return out, rows.Err()
 }
 
-// recordBatch writes a batch's states and attempts in one transaction.
-func recordBatch[T any](ctx context.Context, db *sql.DB, batch []T, state func(T) []any, attempt func(T) []any) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
+// recordTx writes a batch's states and attempts.
+func recordTx[T any](ctx context.Context, tx *sql.Tx, batch []T, state func(T) []any, attempt func(T) []any) error {
 	var sargs, aargs []any
 	for _, b := range batch {
 		sargs = append(sargs, state(b)...)
@@ -272,11 +239,9 @@ func recordBatch[T any](ctx context.Context, db *sql.DB, batch []T, state func(T
 		WHERE notifications.id = v.column1 AND notifications.status = 'sending' AND notifications.claims = v.column2`, sargs...); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, http_status,
-			provider_message_id, response, decision) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(batch)), ", "), aargs...); err != nil {
-		return err
-	}
-	return tx.Commit()
+	_, err := tx.ExecContext(ctx, `INSERT INTO attempts (notification, n, provider, started_at, ended_at, outcome, http_status,
+			provider_message_id, response, decision) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(batch)), ", "), aargs...)
+	return err
 }
 
 // Drain measures the relay delivering a backlog: n notifications accepted

@@ -21,6 +21,15 @@ type Config struct {
 	FanOut int
 	// Progress, if set, gets a line as each measurement starts.
 	Progress io.Writer
+	// AsRunOnly measures only the rows made the way an operator runs
+	// edgerelay (AsRunRows), beside the ceiling and the floor.
+	AsRunOnly bool
+	// LatencyEvents is the backlog drained through a simulator with
+	// latency (0: Events, at most 4,000, which 32 calls in flight take
+	// 38 s to send through a provider answering in 300 ms).
+	LatencyEvents int
+	// FairFor is how long each fairness load lasts (0: 15 s).
+	FairFor time.Duration
 }
 
 // Row is one line of the table: what was measured, the figure, and what it
@@ -39,12 +48,28 @@ func Suite(ctx context.Context, cfg Config) ([]Row, error) {
 			fmt.Fprintf(cfg.Progress, format+"\n", args...)
 		}
 	}
-	say("ingest: the raw SQLite ceiling, %d events", n)
-	ceiling, err := Ceiling(ctx, cfg.Dir, n)
-	if err != nil {
-		return nil, fmt.Errorf("ceiling: %w", err)
+	// The best of three: on a shared machine one run can lose its core to
+	// a neighbour, and a ceiling is what the file can take.
+	say("ingest: the raw SQLite ceiling, %d events, best of 3", n)
+	var ceiling Rate
+	for i := range 3 {
+		d, err := os.MkdirTemp(cfg.Dir, "ceiling-") // a fresh file each time
+		if err != nil {
+			return nil, err
+		}
+		c, err := Ceiling(ctx, d, n)
+		if err != nil {
+			return nil, fmt.Errorf("ceiling: %w", err)
+		}
+		if i == 0 || c.PerSecond() > ceiling.PerSecond() {
+			ceiling = c
+		}
 	}
-	rows = append(rows, Row{"ingest ceiling: raw SQLite, 1 goroutine, 1,000 rows per transaction", perSec(ceiling.PerSecond(), "events"), "the baseline"})
+	rows = append(rows, Row{"ingest ceiling: raw SQLite, 1 goroutine, 1,000 rows per transaction (best of 3)", perSec(ceiling.PerSecond(), "events"), "the baseline"})
+	if cfg.AsRunOnly {
+		more, err := AsRunRows(ctx, cfg, ceiling)
+		return append(rows, more...), err
+	}
 	pct := func(r Rate) string {
 		return fmt.Sprintf("%.0f%% of the ceiling", 100*r.PerSecond()/ceiling.PerSecond())
 	}
@@ -146,7 +171,8 @@ func Suite(ctx context.Context, cfg Config) ([]Row, error) {
 		Row{"that load: accepted / all delivered", fmt.Sprintf("%s / %s (%s)", secs(f.LoadElapsed), secs(f.Delivered),
 			perSec(float64(f.LoadEvents)/f.Delivered.Seconds(), "deliveries")), ""},
 	)
-	return rows, nil
+	more, err := AsRunRows(ctx, cfg, ceiling)
+	return append(rows, more...), err
 }
 
 // WriteTable prints rows as a Markdown table, after a line naming the

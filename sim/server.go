@@ -34,6 +34,11 @@ type Options struct {
 	Script *Script
 	// Logger gets one line per send request; nil discards.
 	Logger *slog.Logger
+	// Latency is how long every well-formed send request waits before it
+	// is handled, as a real provider's round trip (50–300 ms for email and
+	// SMS APIs). It is a timer: a request waiting holds no CPU. A slow rule
+	// waits its delay on top.
+	Latency time.Duration
 }
 
 // Delivery is one email a recipient really received.
@@ -58,11 +63,12 @@ type Delivery struct {
 // request but not as an attempt, meets no fault rule and is not stored for
 // its key: like Stripe, only requests that began processing are.
 type Server struct {
-	log  *slog.Logger
-	ttl  time.Duration
-	mux  *http.ServeMux
-	stop chan struct{}
-	once sync.Once
+	log     *slog.Logger
+	ttl     time.Duration
+	latency time.Duration
+	mux     *http.ServeMux
+	stop    chan struct{}
+	once    sync.Once
 
 	// Hooks for tests in this package; set before serving.
 	now    func() time.Time
@@ -106,6 +112,7 @@ func New(opts Options) *Server {
 	s := &Server{
 		log:      opts.Logger,
 		ttl:      opts.KeyTTL,
+		latency:  max(0, opts.Latency),
 		stop:     make(chan struct{}),
 		now:      time.Now,
 		honour:   opts.HonourKeys,
@@ -278,6 +285,14 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rcpts := req.To
+	if s.latency > 0 {
+		if err := s.wait(r.Context(), ActionOK, s.latency); err != nil {
+			rec.Outcome = "gave up during the latency" // the client, or the simulator on Close
+			finish()
+			dropConnection(w)
+			return
+		}
+	}
 
 	s.mu.Lock()
 	attempts := make([]int, len(rcpts))

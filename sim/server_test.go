@@ -663,3 +663,53 @@ func TestSetScriptPanicsOnInvalid(t *testing.T) {
 	}()
 	New(Options{Script: script(nil, Rule{To: "*", Action: "loose-answer"})})
 }
+
+// Latency: every well-formed send waits it before it is handled, and many
+// wait at once (a timer each); a malformed one is answered at once.
+func TestLatency(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	waiting := make(chan time.Duration, n)
+	release := make(chan struct{})
+	srv, b := setup(t, Options{Latency: time.Hour}, func(s *Server) {
+		s.wait = func(ctx context.Context, a Action, d time.Duration) error {
+			waiting <- d
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	wantStatus(t, b.do(b.client, "", `{"from": "relay@example.com"}`), 422)
+	got := make(chan reply, n)
+	for i := range n {
+		go func() { got <- b.send("", fmt.Sprintf("u%d@example.com", i)) }()
+	}
+	for range n { // all n wait at the same time
+		select {
+		case d := <-waiting:
+			if d != time.Hour {
+				t.Fatalf("waited %v, want the latency", d)
+			}
+		case <-time.After(bound):
+			t.Fatal("a request did not wait for the latency")
+		}
+	}
+	if d := srv.Deliveries(); len(d) != 0 {
+		t.Fatalf("delivered during the latency: %+v", d)
+	}
+	close(release)
+	for range n {
+		select {
+		case r := <-got:
+			wantStatus(t, r, 200)
+		case <-time.After(bound):
+			t.Fatal("no answer after the latency")
+		}
+	}
+	if d := srv.Deliveries(); len(d) != n {
+		t.Fatalf("%d deliveries, want %d", len(d), n)
+	}
+}
