@@ -25,7 +25,7 @@ import (
 // are written whatever it was. err is a failure of the write itself: then
 // nothing was written.
 func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
-	err = s.write(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.grouped(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
 		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
 		if slices.ContainsFunc(in, func(a store.AcceptInput) bool { return len(a.First) > 0 }) {
 			if err := s.drawingIDs(ctx, tx); err != nil {
@@ -50,9 +50,18 @@ func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now ti
 // drawingIDs takes, for the rest of tx, the shared side of the lock that
 // ListNotifications takes exclusively: a transaction that will draw
 // notification ids holds it from before its first id until its commit.
+//
+// Writes grouped in one transaction take it once.
 func (s *Store) drawingIDs(ctx context.Context, tx pgx.Tx) error {
+	st, _ := ctx.Value(txStateKey{}).(*txState)
+	if st != nil && st.drawing {
+		return nil
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.listLock); err != nil {
 		return fmt.Errorf("lock notification ids: %w", err)
+	}
+	if st != nil {
+		st.drawing = true
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		where += " AND channel <> ALL($" + strconv.Itoa(len(args)) + "::text[])"
 	}
 	var out []store.Claimed
-	err := s.write(ctx, store.WriteClaim, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.grouped(ctx, store.WriteClaim, func(ctx context.Context, tx pgx.Tx) error {
 		out = out[:0]
 		rows, err := tx.Query(ctx, `WITH due AS MATERIALIZED (
 				SELECT id FROM notifications
@@ -187,7 +187,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // settlement that applies.
 func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
-	err := s.write(ctx, store.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.grouped(ctx, store.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
 		clear(applied)
 		return settle(ctx, tx, ss, applied)
 	})

@@ -1,0 +1,173 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"edgerelay/internal/pgtest"
+	"edgerelay/store"
+	"edgerelay/store/postgres"
+)
+
+// Concurrent accepts share commits: 256 callers at once make far fewer
+// than 256 transactions, and each caller's event is there once it is
+// answered.
+func TestConcurrentAcceptsShareCommits(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	s := open(t, url)
+	const n = 256
+	before := s.Stats()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, _, errs[i] = s.AcceptEvents(t.Context(), []store.AcceptInput{event("acme", fmt.Sprintf("e%d", i), 1)}, t0)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	after := s.Stats()
+	commits, writes := after.Commits-before.Commits, after.Writes-before.Writes
+	t.Logf("%d accepts in %d commits (largest group %d)", writes, commits, after.MaxBatch)
+	if writes != n || commits > n/4 {
+		t.Errorf("%d concurrent accepts: %d writes in %d commits; want %d writes in at most %d", n, writes, commits, n, n/4)
+	}
+	var rows int
+	if err := conn(t, url).QueryRow(t.Context(), `SELECT count(*) FROM notifications`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n {
+		t.Errorf("%d notifications; want %d", rows, n)
+	}
+}
+
+// The writes queued while a committer is busy go into one transaction,
+// and one that fails for a reason of its own (PostgreSQL refuses its
+// statement; its request key was used for another request) is rolled back
+// alone: the others of its group are committed and answered done.
+func TestGroupMemberFailsAlone(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	s := open(t, url)
+	ctx := t.Context()
+	key := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "request A"}
+	hold := store.RequestHold{Now: t0, Until: t0.Add(time.Minute), Owner: "node-1"}
+	if _, err := s.ClaimRequest(ctx, key, hold); err != nil {
+		t.Fatal(err)
+	}
+	accept(t, s, event("acme", "due", 1))
+	cs, err := s.Claim(ctx, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("claim: %d, %v", len(cs), err)
+	}
+	accept(t, s, event("acme", "later", 1))
+
+	queued, release := postgres.HoldGroups(s)
+	before := s.Stats()
+	var wg sync.WaitGroup
+	const good = 5
+	goodErrs := make([]error, good)
+	for i := range good {
+		wg.Go(func() {
+			_, _, goodErrs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("g%d", i), 1)}, t0)
+		})
+	}
+	var badErr, reusedErr, claimErr, settleErr error
+	var claimed []store.Claimed
+	var applied []bool
+	wg.Go(func() {
+		// A NUL byte: PostgreSQL refuses it in text, and the transaction
+		// is aborted with it.
+		_, _, badErr = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", "bad\x00id", 1)}, t0)
+	})
+	wg.Go(func() {
+		_, reusedErr = s.ClaimRequest(ctx, store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "request B"}, hold)
+	})
+	wg.Go(func() {
+		claimed, claimErr = s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
+	})
+	wg.Go(func() {
+		a := store.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
+		applied, settleErr = s.Settle(ctx, []store.Settlement{{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a,
+			Decision: store.Decision{Status: store.StatusSent}}})
+	})
+	for range good + 4 {
+		select {
+		case <-queued:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the writes were not queued")
+		}
+	}
+	release()
+	wg.Wait()
+
+	if err := errors.Join(goodErrs...); err != nil {
+		t.Errorf("the good accepts failed with another's error: %v", err)
+	}
+	if badErr == nil {
+		t.Error("an event id with a NUL byte was accepted")
+	}
+	if !errors.Is(reusedErr, store.ErrKeyReused) {
+		t.Errorf("claim of a key used for another request: %v; want ErrKeyReused", reusedErr)
+	}
+	if claimErr != nil || len(claimed) != 1 || claimed[0].EventID != "later" {
+		t.Errorf("claim in the group: %v, %v; want the one due notification", claimed, claimErr)
+	}
+	if settleErr != nil || len(applied) != 1 || !applied[0] {
+		t.Errorf("settle in the group: %v, %v; want applied", applied, settleErr)
+	}
+	after := s.Stats()
+	if c := after.Commits - before.Commits; c > 2 {
+		t.Errorf("%d writes took %d commits; want them grouped (at most 2)", good+4, c)
+	}
+	if f := after.Failed - before.Failed; f != 2 {
+		t.Errorf("%d writes counted failed; want 2", f)
+	}
+	var events int
+	if err := conn(t, url).QueryRow(ctx, `SELECT count(*) FROM events WHERE event_id LIKE 'g%'`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if events != good {
+		t.Errorf("%d of the %d good events are stored", events, good)
+	}
+	n, err := s.Notification(ctx, "acme", cs[0].ID, "")
+	if err != nil || n.Status != store.StatusSent || len(n.AttemptLog) != 1 {
+		t.Errorf("the settled notification: %+v, %v; want sent with one attempt row", n, err)
+	}
+}
+
+// A group whose COMMIT answer is lost is resolved by asking the server:
+// every member is answered done, and nothing is written twice.
+func TestGroupLostCommitAnswerIsResolved(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.Start(t))
+	ctx := t.Context()
+	queued, release := postgres.HoldGroups(s)
+	postgres.LoseCommitAnswers(s, 1)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() {
+			_, _, errs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("e%d", i), 1)}, t0)
+		})
+	}
+	for range errs {
+		<-queued
+	}
+	release()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("accepts whose group's answer was lost: %v", err)
+	}
+	cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 100, Now: t0, Lease: time.Minute})
+	if err != nil || len(cs) != len(errs) {
+		t.Errorf("claimed %d, %v; want %d", len(cs), err, len(errs))
+	}
+}
