@@ -17,11 +17,14 @@ import (
 // Group commit. The hot writes (accepts, claims, settlements, request
 // keys) are queued; a committer takes what is queued (up to maxGroup, the
 // dispatcher's writes first), runs each write in ONE transaction on its
-// connection, commits, and only then answers each caller. A few committers
-// run at once (one per connection), started by the writes that find fewer
-// running and ending when the queue is empty: one caller alone still gets
-// a transaction of its own at once, and under load each commit, and the
-// WAL flush it waits for, is shared by many writes.
+// connection, commits, and only then answers each caller. A committer is
+// started by a write that finds none running, and ends when the queue is
+// empty: one caller alone still gets a transaction of its own at once,
+// and under load each commit, and the WAL flush it waits for, is shared by
+// the writes that came while the one before ran. More committers (each
+// on its own connection, up to a quarter of the pool) run only while
+// more writes wait than the running ones can take in their next groups,
+// or a claim waits (see needMore).
 //
 // The writes of a group first run one after the other without savepoints.
 // If one fails for a reason of its own (a statement PostgreSQL refused, a
@@ -45,8 +48,11 @@ const maxGroup = 128
 type groupOp struct {
 	class store.WriteClass
 	fn    func(ctx context.Context, tx pgx.Tx) error
-	done  chan error
-	state atomic.Int32 // opQueued, then opTaken by a committer or opAbandoned by its caller
+	// accept, for an AcceptEvents call: the accepts of a group are
+	// written together (acceptMany) rather than by their fns one by one.
+	accept *acceptCall
+	done   chan error
+	state  atomic.Int32 // opQueued, then opTaken by a committer or opAbandoned by its caller
 }
 
 const (
@@ -85,6 +91,10 @@ type txStateKey struct{}
 // once taken it runs to its end (WriteTimeout bounds the transaction), so
 // a caller never gives up on a write that then commits.
 func (s *Store) grouped(ctx context.Context, class store.WriteClass, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.groupedOp(ctx, &groupOp{class: class, fn: fn})
+}
+
+func (s *Store) groupedOp(ctx context.Context, op *groupOp) error {
 	done, err := s.enter()
 	if err != nil {
 		return err
@@ -93,15 +103,15 @@ func (s *Store) grouped(ctx context.Context, class store.WriteClass, fn func(ctx
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op := &groupOp{class: class, fn: fn, done: make(chan error, 1)}
+	op.done = make(chan error, 1)
 	g := &s.group
 	g.mu.Lock()
-	if class == store.WriteClaim || class == store.WriteRecord {
+	if op.class == store.WriteClaim || op.class == store.WriteRecord {
 		g.urgent = append(g.urgent, op)
 	} else {
 		g.queue = append(g.queue, op)
 	}
-	start := g.running < g.committers
+	start := g.needMore(g.running)
 	if start {
 		g.running++
 		s.busy.Add(1) // the caller's own count keeps Close waiting meanwhile
@@ -127,10 +137,16 @@ func (s *Store) grouped(ctx context.Context, class store.WriteClass, fn func(ctx
 // take removes up to maxGroup writes from the queue, claims and
 // settlements first, skipping those their callers gave up on. With none,
 // the committer ends (counted under the same lock as the queue, so a
-// write queued meanwhile starts another).
-func (g *grouper) take() []*groupOp {
+// write queued meanwhile starts another); so does one of several whose
+// next group the others can take (more, see needMore, only while more
+// is waiting). first: the committer has just started.
+func (g *grouper) take(first bool) []*groupOp {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if !first && g.running > 1 && !g.needMore(g.running-1) {
+		g.running--
+		return nil
+	}
 	var batch []*groupOp
 	for _, q := range []*[]*groupOp{&g.urgent, &g.queue} {
 		i := 0
@@ -149,6 +165,31 @@ func (g *grouper) take() []*groupOp {
 	return batch
 }
 
+// needMore: running committers are too few for what is queued. One
+// committer while the writes fit in its next group: the others wait for
+// its commit and share the next (two committers with a write each would
+// make two commits where one would do). More only when more than the
+// running ones can take is waiting, or for a claim: a dispatcher waits
+// for its claim before it starts any call, and a claim queued behind a
+// group of accepts or settlements would wait for two commits.
+func (g *grouper) needMore(running int) bool {
+	if running == 0 {
+		return true
+	}
+	if running >= g.committers {
+		return false
+	}
+	if len(g.urgent)+len(g.queue) > maxGroup*running {
+		return true
+	}
+	for _, op := range g.urgent {
+		if op.class == store.WriteClaim && op.state.Load() == opQueued {
+			return true
+		}
+	}
+	return false
+}
+
 // commitLoop is one committer: it commits groups on one connection until
 // the queue is empty.
 func (s *Store) commitLoop() {
@@ -159,7 +200,7 @@ func (s *Store) commitLoop() {
 			conn.Release()
 		}
 	}()
-	for {
+	for first := true; ; first = false {
 		var acqErr error
 		if conn == nil {
 			// A connection first, then the writes: while it waits for
@@ -171,7 +212,7 @@ func (s *Store) commitLoop() {
 		if h := s.group.beforeGroup.Load(); h != nil {
 			(*h)()
 		}
-		batch := s.group.take()
+		batch := s.group.take(first)
 		if len(batch) == 0 {
 			return
 		}
@@ -288,7 +329,34 @@ func (s *Store) runGroupTx(ctx context.Context, conn *pgxpool.Conn, batch []*gro
 	}
 	st := &txState{}
 	tctx := context.WithValue(ctx, txStateKey{}, st)
+	merged := false
+	if !savepoints {
+		var calls []*acceptCall
+		var at []int
+		for i, op := range batch {
+			if op.accept != nil {
+				calls, at = append(calls, op.accept), append(at, i)
+			}
+		}
+		if merged = len(calls) > 1; merged {
+			t0 := time.Now()
+			err := s.acceptMany(tctx, tx, calls)
+			for _, i := range at {
+				took[i] = time.Since(t0) / time.Duration(len(at))
+			}
+			if err != nil {
+				tx.Rollback(ctx)
+				if groupWide(ctx, err) {
+					return "", false, err
+				}
+				return "", false, errMemberFailed
+			}
+		}
+	}
 	for i, op := range batch {
+		if merged && op.accept != nil {
+			continue // written above
+		}
 		if savepoints {
 			sp := "RELEASE SAVEPOINT w; SAVEPOINT w" // one round trip
 			if i == 0 {

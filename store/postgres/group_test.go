@@ -171,3 +171,68 @@ func TestGroupLostCommitAnswerIsResolved(t *testing.T) {
 		t.Errorf("claimed %d, %v; want %d", len(cs), err, len(errs))
 	}
 }
+
+// The same event accepted by several callers whose accepts share a
+// transaction is written once: the first is new, the others duplicates of
+// it, and one with other content a conflict.
+func TestGroupedDuplicates(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	s := open(t, url)
+	ctx := t.Context()
+	queued, release := postgres.HoldGroups(s)
+	const n = 4
+	outs := make([][]store.Accepted, n+1)
+	errs := make([][]error, n+1)
+	fails := make([]error, n+1)
+	var wg sync.WaitGroup
+	for i := range n + 1 {
+		if i == n {
+			for range n {
+				<-queued
+			}
+		}
+		wg.Go(func() {
+			ev := event("acme", "e1", 2)
+			if i == n { // queued last: the others' content is the event's
+				ev.Event.Fingerprint = "other content"
+			}
+			outs[i], errs[i], fails[i] = s.AcceptEvents(ctx, []store.AcceptInput{ev, event("acme", fmt.Sprintf("own%d", i), 1)}, t0)
+		})
+	}
+	<-queued
+	release()
+	wg.Wait()
+	if err := errors.Join(fails...); err != nil {
+		t.Fatal(err)
+	}
+	news, dups, conflicts := 0, 0, 0
+	for i := range n + 1 {
+		switch {
+		case errors.Is(errs[i][0], store.ErrEventConflict):
+			conflicts++
+		case errs[i][0] != nil:
+			t.Errorf("caller %d: %v", i, errs[i][0])
+		case outs[i][0].Duplicate:
+			dups++
+		default:
+			news++
+			if len(outs[i][0].Notifications) != 2 || outs[i][0].Notifications[1].ID == 0 {
+				t.Errorf("the new event's notifications: %+v", outs[i][0].Notifications)
+			}
+		}
+		if errs[i][1] != nil || outs[i][1].Duplicate || len(outs[i][1].Notifications) != 1 || outs[i][1].Notifications[0].ID == 0 {
+			t.Errorf("caller %d's own event: %+v, %v", i, outs[i][1], errs[i][1])
+		}
+	}
+	if news != 1 || dups != n-1 || conflicts != 1 {
+		t.Errorf("%d new, %d duplicates, %d conflicts; want 1, %d, 1", news, dups, conflicts, n-1)
+	}
+	var rows int
+	if err := conn(t, url).QueryRow(ctx, `SELECT count(*) FROM notifications`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2+n+1 {
+		t.Errorf("%d notifications; want %d", rows, 2+n+1)
+	}
+}
