@@ -51,6 +51,8 @@ type groupOp struct {
 	// accept, for an AcceptEvents call: the accepts of a group are
 	// written together (acceptMany) rather than by their fns one by one.
 	accept *acceptCall
+	// settle, for a Settle call: likewise (settleMany).
+	settle *settleCall
 	done   chan error
 	state  atomic.Int32 // opQueued, then opTaken by a committer or opAbandoned by its caller
 }
@@ -329,20 +331,47 @@ func (s *Store) runGroupTx(ctx context.Context, conn *pgxpool.Conn, batch []*gro
 	}
 	st := &txState{}
 	tctx := context.WithValue(ctx, txStateKey{}, st)
-	merged := false
+	// Without savepoints, the group's accepts are written by one
+	// acceptMany, and its settlements of different notifications by one
+	// settleMany; the others by their own functions, below.
+	done := make([]bool, len(batch))
 	if !savepoints {
-		var calls []*acceptCall
-		var at []int
+		var accepts []*acceptCall
+		var settles []*settleCall
+		var at, st []int
+		ids := map[int64]bool{}
+	ops:
 		for i, op := range batch {
-			if op.accept != nil {
-				calls, at = append(calls, op.accept), append(at, i)
+			switch {
+			case op.accept != nil:
+				accepts, at = append(accepts, op.accept), append(at, i)
+			case op.settle != nil:
+				for _, x := range op.settle.ss {
+					if ids[x.ID] {
+						continue ops
+					}
+				}
+				for _, x := range op.settle.ss {
+					ids[x.ID] = true
+				}
+				settles, st = append(settles, op.settle), append(st, i)
 			}
 		}
-		if merged = len(calls) > 1; merged {
+		for _, m := range []struct {
+			n   int
+			at  []int
+			run func() error
+		}{
+			{len(accepts), at, func() error { return s.acceptMany(tctx, tx, accepts) }},
+			{len(settles), st, func() error { return settleMany(tctx, tx, settles) }},
+		} {
+			if m.n < 2 {
+				continue
+			}
 			t0 := time.Now()
-			err := s.acceptMany(tctx, tx, calls)
-			for _, i := range at {
-				took[i] = time.Since(t0) / time.Duration(len(at))
+			err := m.run()
+			for _, i := range m.at {
+				took[i], done[i] = time.Since(t0)/time.Duration(m.n), true
 			}
 			if err != nil {
 				tx.Rollback(ctx)
@@ -354,7 +383,7 @@ func (s *Store) runGroupTx(ctx context.Context, conn *pgxpool.Conn, batch []*gro
 		}
 	}
 	for i, op := range batch {
-		if merged && op.accept != nil {
+		if done[i] {
 			continue // written above
 		}
 		if savepoints {

@@ -236,3 +236,52 @@ func TestGroupedDuplicates(t *testing.T) {
 		t.Errorf("%d notifications; want %d", rows, 2+n+1)
 	}
 }
+
+// The settlements of a group are written together where they settle
+// different notifications; a second settlement of the same claim in the
+// group still finds the first's done (not applied), as it would alone.
+func TestGroupedSettlements(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.Start(t))
+	ctx := t.Context()
+	accept(t, s, event("acme", "e1", 1), event("acme", "e2", 1))
+	cs, err := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("claim: %d, %v", len(cs), err)
+	}
+	queued, release := postgres.HoldGroups(s)
+	a := store.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
+	sets := []store.Settlement{
+		{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a, Decision: store.Decision{Status: store.StatusSent}},
+		{ID: cs[1].ID, Token: cs[1].Token, At: t0, Attempt: &a, Decision: store.Decision{Status: store.StatusSent}},
+		{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a, Decision: store.Decision{Status: store.StatusFailed}},
+	}
+	applied := make([][]bool, len(sets))
+	errs := make([]error, len(sets))
+	var wg sync.WaitGroup
+	for i := range sets {
+		wg.Go(func() { applied[i], errs[i] = s.Settle(ctx, sets[i:i+1]) })
+		<-queued // in this order
+	}
+	before := s.Stats()
+	release()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if !applied[0][0] || !applied[1][0] || applied[2][0] {
+		t.Errorf("applied %v; want the first two, not the repeat", applied)
+	}
+	if c := s.Stats().Commits - before.Commits; c != 1 {
+		t.Errorf("%d commits; want 1", c)
+	}
+	for i, c := range cs {
+		n, err := s.Notification(ctx, "acme", c.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []int{2, 1}[i]; n.Status != store.StatusSent || len(n.AttemptLog) != want {
+			t.Errorf("notification %d: %s with %d attempt rows; want sent with %d", c.ID, n.Status, len(n.AttemptLog), want)
+		}
+	}
+}
