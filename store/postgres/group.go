@@ -204,6 +204,10 @@ func (s *Store) commitLoop() {
 	}()
 	for first := true; ; first = false {
 		var acqErr error
+		if conn != nil && conn.Conn().IsClosed() { // broken in the last group
+			conn.Release()
+			conn = nil
+		}
 		if conn == nil {
 			// A connection first, then the writes: while it waits for
 			// one, the callers can still give up on theirs.

@@ -43,10 +43,10 @@ type Options struct {
 	// same.
 	SimpleProtocol bool
 	// MaxConns bounds the pool. Default: pool_max_conns in the URL, else
-	// 16. Concurrent transactions share PostgreSQL's WAL flushes, so more
-	// connections accept more (256 callers here: 760 events/s with 4, about
-	// 2,250 with 16, 2,600 with 32); three nodes of 16 stay well inside
-	// max_connections' default of 100.
+	// 16. A quarter of it (at least 2) may commit groups of writes at once
+	// (group.go); the rest serves reads and the writes that are not
+	// grouped. Three nodes of 16 stay well inside max_connections' default
+	// of 100.
 	MaxConns int32
 	// WriteTimeout bounds one write transaction once it has started (a
 	// caller's context bounds only the wait for a connection: a write that
