@@ -43,6 +43,18 @@ type acceptCall struct {
 	errs []error
 }
 
+// rows is how many notifications c writes at most (0 for nil).
+func (c *acceptCall) rows() int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, a := range c.in {
+		n += len(a.First)
+	}
+	return n
+}
+
 // acceptMany writes the events of calls, in their order, in a few
 // statements for them all: one INSERT of the events, one of their first
 // chunks, and a lookup per duplicate (an event accepted before, or earlier

@@ -42,8 +42,14 @@ import (
 // locks taken in sorted order, which two groups would interleave) and the
 // rest stay one transaction each (write).
 
-// maxGroup bounds how many writes share one transaction.
-const maxGroup = 128
+// maxGroup bounds how many writes share one transaction; maxGroupRows
+// how many notifications its accepts may write (a write larger than that
+// goes alone), so that a few large fan-outs do not make one transaction
+// that all its members wait for, against one WriteTimeout.
+const (
+	maxGroup     = 128
+	maxGroupRows = 4096
+)
 
 type groupOp struct {
 	class store.WriteClass
@@ -150,11 +156,17 @@ func (g *grouper) take(first bool) []*groupOp {
 		return nil
 	}
 	var batch []*groupOp
+	rows := 0
 	for _, q := range []*[]*groupOp{&g.urgent, &g.queue} {
 		i := 0
 		for ; i < len(*q) && len(batch) < maxGroup; i++ {
-			if op := (*q)[i]; op.state.CompareAndSwap(opQueued, opTaken) {
-				batch = append(batch, op)
+			op := (*q)[i]
+			n := op.accept.rows()
+			if len(batch) > 0 && rows+n > maxGroupRows && op.state.Load() == opQueued {
+				break // for the next group
+			}
+			if op.state.CompareAndSwap(opQueued, opTaken) {
+				batch, rows = append(batch, op), rows+n
 			}
 		}
 		rest := copy(*q, (*q)[i:])

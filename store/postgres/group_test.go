@@ -285,3 +285,30 @@ func TestGroupedSettlements(t *testing.T) {
 		}
 	}
 }
+
+// Large fan-outs do not all share one transaction: a group's accepts
+// write at most a few thousand notifications, the rest wait for the next.
+func TestGroupBoundsItsRows(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.Start(t))
+	ctx := t.Context()
+	queued, release := postgres.HoldGroups(s)
+	const n = 3
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, _, errs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("big%d", i), 2000)}, t0) })
+	}
+	for range n {
+		<-queued
+	}
+	before := s.Stats()
+	release()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Stats().Commits - before.Commits; c != 2 {
+		t.Errorf("3 accepts of 2,000 notifications each in %d commits; want 2 (4,000 and 2,000)", c)
+	}
+}
