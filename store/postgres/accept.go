@@ -5,7 +5,6 @@ import (
 	"edgerelay/store"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,77 +24,217 @@ import (
 // are written whatever it was. err is a failure of the write itself: then
 // nothing was written.
 func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
-	err = s.write(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
-		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
-		if slices.ContainsFunc(in, func(a store.AcceptInput) bool { return len(a.First) > 0 }) {
-			if err := s.drawingIDs(ctx, tx); err != nil {
-				return err
-			}
+	call := &acceptCall{in: in, now: now}
+	op := &groupOp{class: store.WriteAccept, accept: call, fn: func(ctx context.Context, tx pgx.Tx) error {
+		return s.acceptMany(ctx, tx, []*acceptCall{call})
+	}}
+	if err := s.groupedOp(ctx, op); err != nil {
+		return nil, nil, err
+	}
+	return call.out, call.errs, nil
+}
+
+// acceptCall is one AcceptEvents call: the accepts of a group are written
+// together (acceptMany).
+type acceptCall struct {
+	in   []store.AcceptInput
+	now  time.Time
+	out  []store.Accepted
+	errs []error
+}
+
+// rows is how many notifications c writes at most (0 for nil).
+func (c *acceptCall) rows() int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, a := range c.in {
+		n += len(a.First)
+	}
+	return n
+}
+
+// acceptMany writes the events of calls, in their order, in a few
+// statements for them all: one INSERT of the events, one of their first
+// chunks, and a lookup per duplicate (an event accepted before, or earlier
+// in these calls). It starts from scratch each time it is run.
+func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, calls []*acceptCall) error {
+	type ref struct{ c, i int }
+	var refs []ref
+	drawing := false
+	for ci, c := range calls {
+		c.out, c.errs = make([]store.Accepted, len(c.in)), make([]error, len(c.in))
+		for i, a := range c.in {
+			refs = append(refs, ref{ci, i})
+			drawing = drawing || len(a.First) > 0
 		}
-		for i, a := range in {
-			res, err := acceptEvent(ctx, tx, a.Event, a.First, now)
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	if drawing {
+		if err := s.drawingIDs(ctx, tx); err != nil {
+			return err
+		}
+	}
+	n := len(refs)
+	tenants, eids, purposes, types, fps := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	payloads, msgs := make([][]byte, n), make([][]byte, n)
+	targets, expanded, created := make([]int32, n), make([]int32, n), make([]int64, n)
+	for k, r := range refs {
+		a := calls[r.c].in[r.i]
+		ev := a.Event
+		tenants[k], eids[k], purposes[k], types[k], fps[k] = ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Fingerprint
+		payloads[k], msgs[k], targets[k], expanded[k], created[k] = ev.Payload, ev.Message, int32(ev.Targets), int32(len(a.First)), ms(calls[r.c].now)
+	}
+	// The event rows record their first chunks as expanded: they are
+	// written in this same transaction. The unique constraint decides
+	// which events are new: of two nodes accepting one event at once, the
+	// second's insert waits for the first's commit and then does nothing.
+	rows, err := tx.Query(ctx, `INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
+		SELECT tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::text[], $8::integer[], $9::integer[], $10::bigint[])
+			WITH ORDINALITY AS e (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at, ord)
+		ORDER BY ord
+		ON CONFLICT (tenant, event_id, purpose) DO NOTHING
+		RETURNING id, tenant, event_id, purpose`, tenants, eids, purposes, types, payloads, msgs, fps, targets, expanded, created)
+	if err != nil {
+		return fmt.Errorf("insert %d events: %w", n, err)
+	}
+	type key struct{ tenant, id, purpose string }
+	inserted := make(map[key]int64, n)
+	for rows.Next() {
+		var k key
+		var id int64
+		if err := rows.Scan(&id, &k.tenant, &k.id, &k.purpose); err != nil {
+			rows.Close()
+			return fmt.Errorf("insert %d events: %w", n, err)
+		}
+		inserted[k] = id
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("insert %d events: %w", n, err)
+	}
+	var chunk []store.Target
+	var chunkRef []ref // whose target each of chunk is
+	var events []int64
+	var seqs []int64
+	for _, r := range refs {
+		c, a := calls[r.c], calls[r.c].in[r.i]
+		ev := a.Event
+		k := key{ev.Tenant, ev.EventID, ev.Purpose}
+		row, ok := inserted[k]
+		if !ok { // accepted before, or earlier in these calls
+			res, err := duplicateEvent(ctx, tx, ev)
 			if err != nil && !errors.Is(err, store.ErrEventConflict) {
 				return err
 			}
-			out[i], errs[i] = res, err
+			c.out[r.i], c.errs[r.i] = res, err
+			continue
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
+		delete(inserted, k)
+		res := store.Accepted{Targets: ev.Targets, EventRow: row, Expanded: len(a.First)}
+		if res.FeedItems, err = insertFeedItems(ctx, tx, ev.Tenant, row, ev.Feeds, c.now); err != nil {
+			return err
+		}
+		res.Notifications = make([]store.EventNotification, len(a.First))
+		for i, tg := range a.First {
+			res.Notifications[i] = store.EventNotification{Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: store.StatusPending}
+			chunk, chunkRef, events, seqs = append(chunk, tg), append(chunkRef, r), append(events, row), append(seqs, int64(i))
+		}
+		c.out[r.i] = res
 	}
-	return out, errs, nil
+	if len(chunk) == 0 {
+		return nil
+	}
+	m := len(chunk)
+	keys, rcpts, chans, addrs, tns, typs := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+	addrKeys := make([]*string, m) // NULL where the address is its own key
+	tmsgs := make([][]byte, m)     // nil: NULL, the event's message
+	nows := make([]int64, m)
+	for i, tg := range chunk {
+		r := chunkRef[i]
+		ev := calls[r.c].in[r.i].Event
+		keys[i], rcpts[i], chans[i], addrs[i], addrKeys[i], tmsgs[i] = tg.Key, tg.Recipient, tg.Channel, tg.Address, strPtr(tg.AddressKey), tg.Message
+		tns[i], typs[i], nows[i] = ev.Tenant, ev.Type, ms(calls[r.c].now)
+	}
+	// Ids are drawn in the events' order, each fan-out in its order.
+	rows, err = tx.Query(ctx, `INSERT INTO notifications (key, event, seq, tenant, type, recipient, channel, address, address_key,
+			next_attempt_at, cycle_started_at, created_at, updated_at, message)
+		SELECT t.key, t.event, t.seq, t.tenant, t.type, t.recipient, t.channel, t.address, t.address_key, t.now, t.now, t.now, t.now, t.message
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bytea[])
+			WITH ORDINALITY AS t (key, event, seq, tenant, type, recipient, channel, address, address_key, now, message, ord)
+		ORDER BY t.ord
+		ON CONFLICT DO NOTHING
+		RETURNING id, event, seq`, keys, events, seqs, tns, typs, rcpts, chans, addrs, addrKeys, nows, tmsgs)
+	if err != nil {
+		return fmt.Errorf("insert the notifications of %d events: %w", n, err)
+	}
+	type pos struct {
+		event int64
+		seq   int
+	}
+	ids := make(map[pos]int64, m)
+	for rows.Next() {
+		var p pos
+		var id int64
+		if err := rows.Scan(&id, &p.event, &p.seq); err != nil {
+			rows.Close()
+			return fmt.Errorf("insert the notifications of %d events: %w", n, err)
+		}
+		ids[p] = id
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("insert the notifications of %d events: %w", n, err)
+	}
+	for i := range chunk {
+		r := chunkRef[i]
+		res := &calls[r.c].out[r.i]
+		res.Notifications[seqs[i]].ID = ids[pos{events[i], int(seqs[i])}] // 0: the key was another's
+	}
+	return nil
 }
 
 // drawingIDs takes, for the rest of tx, the shared side of the lock that
 // ListNotifications takes exclusively: a transaction that will draw
 // notification ids holds it from before its first id until its commit.
+//
+// Writes grouped in one transaction take it once.
 func (s *Store) drawingIDs(ctx context.Context, tx pgx.Tx) error {
+	st, _ := ctx.Value(txStateKey{}).(*txState)
+	if st != nil && st.drawing {
+		return nil
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.listLock); err != nil {
 		return fmt.Errorf("lock notification ids: %w", err)
+	}
+	if st != nil {
+		st.drawing = true
 	}
 	return nil
 }
 
-func acceptEvent(ctx context.Context, tx pgx.Tx, ev store.NewEvent, first []store.Target, now time.Time) (store.Accepted, error) {
+// duplicateEvent is what accepting ev, already stored, says: Duplicate if
+// its content is the same (and its feed items), ErrEventConflict if not.
+func duplicateEvent(ctx context.Context, tx pgx.Tx, ev store.NewEvent) (store.Accepted, error) {
 	res := store.Accepted{Targets: ev.Targets}
-	// The event row records the first chunk as expanded: it is written in
-	// this same transaction.
-	err := tx.QueryRow(ctx, `INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-		ON CONFLICT (tenant, event_id, purpose) DO NOTHING RETURNING id`,
-		ev.Tenant, ev.EventID, ev.Purpose, ev.Type, ev.Payload, ev.Message, ev.Fingerprint, ev.Targets, len(first), ms(now)).Scan(&res.EventRow)
-	if isNoRows(err) {
-		var fp string
-		if err := tx.QueryRow(ctx, `SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = $1 AND event_id = $2 AND purpose = $3`,
-			ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
-			return res, fmt.Errorf("read duplicate event: %w", err)
+	var fp string
+	if err := tx.QueryRow(ctx, `SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = $1 AND event_id = $2 AND purpose = $3`,
+		ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
+		return res, fmt.Errorf("read duplicate event: %w", err)
+	}
+	if fp != ev.Fingerprint {
+		return store.Accepted{Targets: ev.Targets}, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+	}
+	res.Duplicate = true
+	if len(ev.Feeds) > 0 { // the same content: the same feeds
+		var err error
+		if res.FeedItems, err = eventFeedItems(ctx, tx, ev.Tenant, res.EventRow); err != nil {
+			return res, err
 		}
-		if fp != ev.Fingerprint {
-			return store.Accepted{Targets: ev.Targets}, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
-		}
-		res.Duplicate = true
-		if len(ev.Feeds) > 0 { // the same content: the same feeds
-			if res.FeedItems, err = eventFeedItems(ctx, tx, ev.Tenant, res.EventRow); err != nil {
-				return res, err
-			}
-		}
-		return res, nil
-	}
-	if err != nil {
-		return res, fmt.Errorf("insert event: %w", err)
-	}
-	if res.FeedItems, err = insertFeedItems(ctx, tx, ev.Tenant, res.EventRow, ev.Feeds, now); err != nil {
-		return res, err
-	}
-	res.Expanded = len(first)
-	ids, err := insertTargets(ctx, tx, res.EventRow, ev.Tenant, ev.Type, 0, first, now)
-	if err != nil {
-		return res, err
-	}
-	res.Notifications = make([]store.EventNotification, len(first))
-	for i, tg := range first {
-		res.Notifications[i] = store.EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: store.StatusPending}
 	}
 	return res, nil
 }

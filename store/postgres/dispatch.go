@@ -56,7 +56,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		where += " AND channel <> ALL($" + strconv.Itoa(len(args)) + "::text[])"
 	}
 	var out []store.Claimed
-	err := s.write(ctx, store.WriteClaim, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.grouped(ctx, store.WriteClaim, func(ctx context.Context, tx pgx.Tx) error {
 		out = out[:0]
 		rows, err := tx.Query(ctx, `WITH due AS MATERIALIZED (
 				SELECT id FROM notifications
@@ -186,12 +186,39 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // (it is what happened); one presumed by lease recovery only by the
 // settlement that applies.
 func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
+	call := &settleCall{ss: ss, applied: make([]bool, len(ss))}
+	err := s.groupedOp(ctx, &groupOp{class: store.WriteRecord, settle: call, fn: func(ctx context.Context, tx pgx.Tx) error {
+		clear(call.applied)
+		return settle(ctx, tx, ss, call.applied)
+	}})
+	return call.applied, err
+}
+
+// settleCall is one Settle call: the settlements of a group are written
+// together (settleMany) where they settle different notifications.
+type settleCall struct {
+	ss      []store.Settlement
+	applied []bool
+}
+
+// settleMany writes calls as one Settle of all their settlements: the
+// same statements, once. The calls must name different notifications: of
+// two settling one claim, the second must find the first's done, which
+// one statement for both would not.
+func settleMany(ctx context.Context, tx pgx.Tx, calls []*settleCall) error {
+	var ss []store.Settlement
+	for _, c := range calls {
+		ss = append(ss, c.ss...)
+	}
 	applied := make([]bool, len(ss))
-	err := s.write(ctx, store.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
-		clear(applied)
-		return settle(ctx, tx, ss, applied)
-	})
-	return applied, err
+	if err := settle(ctx, tx, ss, applied); err != nil {
+		return err
+	}
+	for _, c := range calls {
+		n := copy(c.applied, applied)
+		applied = applied[n:]
+	}
+	return nil
 }
 
 func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {

@@ -25,7 +25,7 @@ import (
 // commit and then finds the key held.
 func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.RequestHold) (store.RequestClaim, error) {
 	var claim store.RequestClaim
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		claim = store.RequestClaim{}
 		var one int
 		err := tx.QueryRow(ctx, `INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at, owner)
@@ -77,7 +77,7 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.Re
 // RenewRequest extends owner's claim on k, if it still has it.
 func (s *Store) RenewRequest(ctx context.Context, k store.RequestKey, owner string, until time.Time) (bool, error) {
 	var held bool
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE request_keys SET locked_until = $1, expires_at = $1
 			WHERE tenant = $2 AND key = $3 AND state = 'in_flight' AND owner = $4 AND fingerprint = $5`,
 			ms(until), k.Tenant, k.Key, owner, k.Fingerprint)
@@ -92,7 +92,7 @@ func (s *Store) RenewRequest(ctx context.Context, k store.RequestKey, owner stri
 
 // ReleaseRequest deletes this request's claim, if it still holds one.
 func (s *Store) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM request_keys WHERE tenant = $1 AND key = $2 AND state = 'in_flight' AND fingerprint = $3`,
 			k.Tenant, k.Key, k.Fingerprint); err != nil {
 			return fmt.Errorf("release request key %q: %w", k.Key, err)
@@ -142,7 +142,7 @@ func (s *Store) SaveResponse(ctx context.Context, k store.RequestKey, resp store
 	if body == nil {
 		body = []byte{} // an empty body, not a missing one
 	}
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, status, content_type, body, created_at, expires_at)
 			VALUES ($1, $2, $3, 'done', $4, $5, $6, $7, $4, $8)
 			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'done',

@@ -43,10 +43,10 @@ type Options struct {
 	// same.
 	SimpleProtocol bool
 	// MaxConns bounds the pool. Default: pool_max_conns in the URL, else
-	// 16. Concurrent transactions share PostgreSQL's WAL flushes, so more
-	// connections accept more (256 callers here: 760 events/s with 4, about
-	// 2,250 with 16, 2,600 with 32); three nodes of 16 stay well inside
-	// max_connections' default of 100.
+	// 16. A quarter of it (at least 2) may commit groups of writes at once
+	// (group.go); the rest serves reads and the writes that are not
+	// grouped. Three nodes of 16 stay well inside max_connections' default
+	// of 100.
 	MaxConns int32
 	// WriteTimeout bounds one write transaction once it has started (a
 	// caller's context bounds only the wait for a connection: a write that
@@ -65,8 +65,9 @@ func IsURL(s string) bool {
 }
 
 // Store is one PostgreSQL schema (the first of the URL's search_path, or
-// the user's default). Every write is one transaction on a pooled
-// connection; reads use the pool directly.
+// the user's default). The hot writes share transactions (group.go); the
+// others are one transaction each on a pooled connection; reads use the
+// pool directly.
 type Store struct {
 	pool         *pgxpool.Pool
 	where        string
@@ -82,6 +83,8 @@ type Store struct {
 	gate   sync.RWMutex // held for reading while entering an operation, for writing by Close
 	closed bool
 	busy   sync.WaitGroup // operations under way
+
+	group grouper
 
 	smu      sync.Mutex
 	stats    store.WriterStats
@@ -135,6 +138,9 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %s", where, scrub(err.Error(), secrets))
 	}
 	s := &Store{pool: pool, where: where, log: opts.Logger, writeTimeout: opts.WriteTimeout, pin: pin}
+	// A quarter of the pool commits groups; the rest is left to reads
+	// and the writes that are not grouped.
+	s.group.committers = max(2, int(cfg.MaxConns)/4)
 	if err := s.init(ctx); err != nil {
 		pool.Close()
 		return nil, s.openError(err, secrets)
@@ -233,13 +239,15 @@ func (s *Store) enter() (func(), error) {
 // session), on a new connection.
 const maxTries = 4
 
-// write runs fn in one transaction and commits it. ctx bounds the wait for
-// a connection; once the transaction has begun it runs to its end under
-// WriteTimeout instead, so a caller never gives up on a write that then
-// commits. fn may run more than once (see maxTries): it must start from
-// scratch each time.
+// write runs fn in a transaction of its own and commits it: for the
+// writes that are not grouped (see group.go), on the caller's goroutine.
+// ctx bounds the wait for a connection; once the transaction has begun it
+// runs to its end under WriteTimeout instead, so a caller never gives up
+// on a write that then commits. fn may run more than once (see maxTries):
+// it must start from scratch each time.
 //
 // A commit whose answer is lost (the connection breaks during COMMIT) is
+// resolved by asking the server (commitOutcome); if it cannot tell, it is
 // reported as store.ErrUnavailable although it may have committed: an
 // accept repeated is a duplicate and a settlement repeated is fenced off,
 // but a claim lost so is left to lease recovery (an unknown attempt).
@@ -259,82 +267,12 @@ func (s *Store) write(ctx context.Context, class store.WriteClass, fn func(ctx c
 		}
 		return s.failure(err)
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
-	defer cancel()
-	defer func() {
-		if conn != nil {
-			conn.Release()
-		}
-	}()
-	resolve := class == store.WriteClaim || class == store.WriteRecord
-	for try := 1; ; try++ {
-		start := time.Now()
-		xid, committing, err := s.runTx(wctx, conn, fn, resolve)
-		if err != nil && committing && xid != "" && brokenConn(err) {
-			// The COMMIT went out and its answer was lost with the
-			// connection: ask the server what became of the transaction.
-			switch st := s.commitOutcome(wctx, xid); st {
-			case "committed":
-				s.committed(class, time.Since(start))
-				return nil
-			case "aborted":
-				committing = false // nothing was committed: running it again is safe
-			default:
-				err = fmt.Errorf("%w (transaction %s: %s)", err, xid, st)
-			}
-		}
-		if err == nil {
-			s.committed(class, time.Since(start))
-			return nil
-		}
-		again := try < maxTries && wctx.Err() == nil && (retryable(err) || !committing && brokenConn(err))
-		if !again {
-			s.smu.Lock()
-			s.stats.Failed++
-			s.smu.Unlock()
-			if wctx.Err() != nil && errors.Is(err, wctx.Err()) {
-				err = fmt.Errorf("no answer within %s: %w", s.writeTimeout, err)
-			}
-			return s.failure(err)
-		}
-		if conn.Conn().IsClosed() {
-			conn.Release()
-			if conn, err = s.pool.Acquire(wctx); err != nil {
-				conn = nil
-				s.smu.Lock()
-				s.stats.Failed++
-				s.smu.Unlock()
-				return s.failure(err)
-			}
-		}
+	op := &groupOp{class: class, fn: fn, done: make(chan error, 1)}
+	s.runGroup(&conn, []*groupOp{op})
+	if conn != nil {
+		conn.Release()
 	}
-}
-
-// runTx runs fn in a transaction on conn; committing reports that the
-// error (if any) came from COMMIT, whose outcome may be unknown. With
-// withXid, the transaction's id is read before the COMMIT, so that a lost
-// answer can be resolved (commitOutcome).
-func (s *Store) runTx(ctx context.Context, conn *pgxpool.Conn, fn func(ctx context.Context, tx pgx.Tx) error, withXid bool) (xid string, committing bool, err error) {
-	tx, err := conn.BeginTx(ctx, s.begin(""))
-	if err != nil {
-		return "", false, err
-	}
-	if err := fn(ctx, tx); err != nil {
-		tx.Rollback(ctx)
-		return "", false, err
-	}
-	if withXid {
-		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
-			tx.Rollback(ctx)
-			return "", false, err
-		}
-	}
-	err = tx.Commit(ctx)
-	if err == nil && s.loseCommitAnswer != nil && s.loseCommitAnswer() {
-		conn.Conn().Close(ctx) // the fault a test injects: committed, but the answer is lost
-		err = fmt.Errorf("commit: %w", io.ErrUnexpectedEOF)
-	}
-	return xid, true, err
+	return <-op.done
 }
 
 // commitOutcome asks, on another connection, what became of the
@@ -370,27 +308,8 @@ func (s *Store) commitOutcome(ctx context.Context, xid string) string {
 	}
 }
 
-func (s *Store) committed(class store.WriteClass, d time.Duration) {
-	s.smu.Lock()
-	s.stats.Commits++
-	s.stats.Writes++
-	s.stats.CommitTime += d
-	s.stats.MaxBatch = max(s.stats.MaxBatch, 1)
-	if s.stats.Classes == nil {
-		s.stats.Classes = map[store.WriteClass]store.ClassStats{}
-	}
-	c := s.stats.Classes[class]
-	c.Writes++
-	c.Busy += d // the transaction's time, waits for locks included
-	s.stats.Classes[class] = c
-	s.smu.Unlock()
-	if fn := s.onCommit.Load(); fn != nil {
-		(*fn)(1, d)
-	}
-}
-
-// Stats counts the store's commits: one write per commit (this store does
-// not batch writes).
+// Stats counts the store's commits and the writes they made durable (a
+// grouped commit holds many).
 func (s *Store) Stats() store.WriterStats {
 	s.smu.Lock()
 	defer s.smu.Unlock()
@@ -400,8 +319,8 @@ func (s *Store) Stats() store.WriterStats {
 }
 
 // OnCommit sets a function called after every commit with the number of
-// writes it made durable (1) and how long the transaction took. It runs on
-// the writing goroutine: it must be quick.
+// writes it made durable and how long the transaction took. It runs on
+// the committing goroutine: it must be quick.
 func (s *Store) OnCommit(fn func(writes int, took time.Duration)) {
 	s.onCommit.Store(&fn)
 }
