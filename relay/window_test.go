@@ -148,8 +148,11 @@ func TestSlowProviderLeavesWorkersToTheFastOne(t *testing.T) {
 	t.Parallel()
 	slow := setupSim(t, true, sim.Rule{To: "*", Action: sim.ActionHang})
 	fast := setupSim(t, true)
-	ps, pf := slow.provider(t, "honoured", "&concurrency=4&name=slow"), fast.provider(t, "honoured", "&name=fast")
-	r := setupRelay(t, Options{Workers: 8, Routes: Routes{"email": {ps}, "chat": {pf}}})
+	// Neither the provider's timeout nor the lease ends a held call before
+	// the test does: a loaded machine may take its time over the fast
+	// provider's notifications, and a retried call would count as a fifth.
+	ps, pf := slow.provider(t, "honoured", "&concurrency=4&name=slow&timeout=1h"), fast.provider(t, "honoured", "&name=fast")
+	r := setupRelay(t, Options{Workers: 8, Lease: time.Hour, Routes: Routes{"email": {ps}, "chat": {pf}}})
 	var rcpts []Recipient
 	for i := range 40 {
 		rcpts = append(rcpts, Recipient{ID: fmt.Sprint("u", i), Email: fmt.Sprintf("u%d@example.com", i),
