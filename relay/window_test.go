@@ -83,7 +83,9 @@ func TestWindowAIMD(t *testing.T) {
 // A provider that answers 429 to every call beyond the few it can take at
 // once gets about that many: the window shrinks to it, instead of most
 // calls being refused and retried. With a fixed pool of 64 calls, each
-// notification would hear about 15 refusals before it went through.
+// notification would hear about 5 refusals before it went through (1,546
+// for 300 in one run, with the cut disabled); with the window, runs see
+// 95-232 in all, under -race and beside other tests.
 func TestPushbackShrinksTheWindow(t *testing.T) {
 	t.Parallel()
 	const capacity, n = 4, 300
@@ -137,7 +139,7 @@ func TestPushbackShrinksTheWindow(t *testing.T) {
 		ws[0].Size >= ws[0].Ceiling || ws[0].InFlight != 0 {
 		t.Errorf("Windows() = %+v, want %s's shrunk below its ceiling %d, nothing in flight", ws, p.Name(), providers.HTTPConcurrency)
 	}
-	if refused.Load() >= n {
+	if refused.Load() >= 2*n {
 		t.Errorf("%d calls refused with 429 for %d notifications: the window did not shrink to what the provider takes", refused.Load(), n)
 	}
 }
