@@ -131,8 +131,9 @@ type ProviderConfig struct {
 	// Options are added to the URL's query: a place for secrets
 	// (token: ${RESEND_TOKEN}) and values awkward to escape in a URL.
 	Options map[string]string `yaml:"options"`
-	// Concurrency, Rate (calls per second) and Burst bound the calls to
-	// this provider; 0 is unbounded.
+	// Concurrency is the ceiling of the provider's window of calls in
+	// flight (0: its kind's default, providers.Concurrency); Rate (calls
+	// per second) and Burst bound its calls per second (0: unbounded).
 	Concurrency int     `yaml:"concurrency"`
 	Rate        float64 `yaml:"rate"`
 	Burst       int     `yaml:"burst"`

@@ -200,11 +200,11 @@ func (c *checker) providers() {
 		at := keyPath{"providers", name}
 		pc := c.cfg.Providers[name]
 		for _, n := range []struct {
-			key string
-			neg bool
-		}{{"concurrency", pc.Concurrency < 0}, {"rate", pc.Rate < 0}, {"burst", pc.Burst < 0}} {
+			key, zero string
+			neg       bool
+		}{{"concurrency", "the default of the provider's kind", pc.Concurrency < 0}, {"rate", "unbounded", pc.Rate < 0}, {"burst", "unbounded", pc.Burst < 0}} {
 			if n.neg {
-				c.add(at.with(n.key), "%s cannot be negative (0 is unbounded)", n.key)
+				c.add(at.with(n.key), "%s cannot be negative (0 is %s)", n.key, n.zero)
 			}
 		}
 		if pc.Burst > 0 && pc.Rate == 0 {

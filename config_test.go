@@ -235,7 +235,7 @@ func TestConfigProblemsOneByOne(t *testing.T) {
 		{"metrics on the API's address", "api:\n  listen: 127.0.0.1:8025\n  metrics_listen: 127.0.0.1:8025\n",
 			`line 3 (api.metrics_listen): metrics_listen "127.0.0.1:8025" is the API's address: give metrics an address of their own, or use metrics_token`},
 		{"negative concurrency", "providers:\n  p: {url: log://stderr, concurrency: -1}\n",
-			"line 2 (providers.p.concurrency): concurrency cannot be negative (0 is unbounded)"},
+			"line 2 (providers.p.concurrency): concurrency cannot be negative (0 is the default of the provider's kind)"},
 		{"burst without rate", "providers:\n  p: {url: log://stderr, burst: 5}\n",
 			"line 2 (providers.p.burst): burst has no effect without rate"},
 		{"provider without url", "providers:\n  p: {concurrency: 1}\n",

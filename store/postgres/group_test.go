@@ -297,7 +297,9 @@ func TestGroupBoundsItsRows(t *testing.T) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { _, _, errs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("big%d", i), 2000)}, t0) })
+		wg.Go(func() {
+			_, _, errs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("big%d", i), 2000)}, t0)
+		})
 	}
 	for range n {
 		<-queued
