@@ -53,6 +53,7 @@ The same measurements as Go benchmarks:
 			&cli.IntFlag{Name: "events", Value: 20000, Usage: "events per ingest and dispatch measurement"},
 			&cli.StringFlag{Name: "dir", Usage: "`DIR` for the databases (default: a new temporary directory, removed after)"},
 			&cli.StringFlag{Name: "db", Usage: "measure the PostgreSQL store on this `postgres://` database instead (schemas of its own, dropped after)"},
+			&cli.IntFlag{Name: "latency-events", Usage: "the backlog drained through the simulator with latency (default 4000, or --events if fewer; a small one is mostly the wait for its first and last windows)"},
 			&cli.BoolFlag{Name: "as-run", Usage: "measure only the rows made as an operator runs edgerelay (the binary's defaults, load from another process), beside the ceiling and the floor"},
 		},
 		Subcommands: []*cli.Command{benchLoadCommand()},
@@ -75,7 +76,7 @@ The same measurements as Go benchmarks:
 			if c.App.ErrWriter != nil {
 				stderr = c.App.ErrWriter
 			}
-			cfg := bench.Config{Exe: exe, Dir: dir, Events: c.Int("events"), Progress: stderr, AsRunOnly: c.Bool("as-run")}
+			cfg := bench.Config{Exe: exe, Dir: dir, Events: c.Int("events"), LatencyEvents: c.Int("latency-events"), Progress: stderr, AsRunOnly: c.Bool("as-run")}
 			var rows []bench.Row
 			if db := c.String("db"); db != "" {
 				if cfg.AsRunOnly {
