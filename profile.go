@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -17,29 +18,25 @@ import (
 // EDGERELAY_TRACE (go tool trace -pprof=sync FILE: where goroutines wait).
 // Unset, it is fn.
 func profiled(stderr *os.File, fn func() int) int {
-	if path := os.Getenv("EDGERELAY_CPUPROFILE"); path != "" {
+	for _, p := range []struct {
+		env   string
+		start func(io.Writer) error
+		stop  func()
+	}{{"EDGERELAY_CPUPROFILE", pprof.StartCPUProfile, pprof.StopCPUProfile}, {"EDGERELAY_TRACE", trace.Start, trace.Stop}} {
+		path := os.Getenv(p.env)
+		if path == "" {
+			continue
+		}
 		f, err := os.Create(path)
 		if err == nil {
-			err = pprof.StartCPUProfile(f)
+			err = p.start(f)
 		}
 		if err != nil {
-			fmt.Fprintln(stderr, "edgerelay: EDGERELAY_CPUPROFILE:", err)
+			fmt.Fprintf(stderr, "edgerelay: %s: %v\n", p.env, err)
 			return exitError
 		}
 		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
-	if path := os.Getenv("EDGERELAY_TRACE"); path != "" {
-		f, err := os.Create(path)
-		if err == nil {
-			err = trace.Start(f)
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, "edgerelay: EDGERELAY_TRACE:", err)
-			return exitError
-		}
-		defer f.Close()
-		defer trace.Stop()
+		defer p.stop()
 	}
 	if path := os.Getenv("EDGERELAY_MEMPROFILE"); path != "" {
 		stop := make(chan struct{})

@@ -928,3 +928,21 @@ func TestSMTPStaleSessionIsReplaced(t *testing.T) {
 		t.Errorf("%d connections, want 2: the first, closed by the server, and a fresh one", n)
 	}
 }
+
+// A session carries at most smtpMaxMessages messages, then is closed: some
+// servers limit messages per connection.
+func TestSMTPSessionCarriesAtMostItsShare(t *testing.T) {
+	t.Parallel()
+	s := startSMTP(t, smtpServerOpts{})
+	p := newSMTP(t, smtpURL("smtp", "", s.addr, "starttls=none"), nil)
+	for i := range smtpMaxMessages + 1 {
+		m := testMessage(fmt.Sprint("er1_share", i))
+		if res := send(p, m); res.Outcome != Sent {
+			t.Fatalf("message %d: %+v", i, res)
+		}
+		s.one(t)
+	}
+	if n := s.connections(); n != 2 {
+		t.Errorf("%d messages took %d connections, want 2: %d on the first, one on a fresh one", smtpMaxMessages+1, n, smtpMaxMessages)
+	}
+}

@@ -63,7 +63,7 @@ func (pl *smtpPool) get(now time.Time) *pooledSession {
 			s.reused = true
 			return s
 		}
-		go s.quit() // stale: the oldest are below it, but one at a time is enough
+		go s.quit() // stale, and so is every older one below it: they go too
 	}
 	return nil
 }

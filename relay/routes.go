@@ -98,11 +98,6 @@ func (prev *gate) successor(p providers.Provider, l Limit) *gate {
 	return g
 }
 
-// bounded reports whether the gate can refuse a call now.
-func (g *gate) bounded(now time.Time) bool {
-	return g.win.bounded() || g.rl != nil || g.paused(now)
-}
-
 func (g *gate) paused(now time.Time) bool {
 	g.pace.mu.Lock()
 	defer g.pace.mu.Unlock()
