@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 func audienceCommand() *cli.Command {
@@ -77,7 +77,7 @@ in name order; --json prints {"name", "members", "updated_at"} lines.`,
 						return err
 					}
 					defer r.Close()
-					var all []store.AudienceInfo
+					var all []model.AudienceInfo
 					for after := ""; ; {
 						as, err := r.ListAudiences(c.Context, c.String("tenant"), after, 1000)
 						if err != nil {
@@ -177,7 +177,7 @@ func audienceErr(err error, tenant, name string) error {
 			field = "--" + field
 		}
 		return cli.Exit(fmt.Sprintf("%s: %s", field, inv.Reason), exitUsage)
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, model.ErrNotFound):
 		return cli.Exit(fmt.Sprintf("no audience %q in tenant %q (see edgerelay audience list --tenant %s)", name, tenant, tenant), exitError)
 	}
 	return err

@@ -16,8 +16,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"edgerelay/batch"
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 func batchCommand() *cli.Command {
@@ -595,15 +595,15 @@ func (d *deliveryCounts) record(r slog.Record) {
 	}
 	delete(d.waiting, id)
 	switch status {
-	case store.StatusPending:
+	case model.StatusPending:
 		d.waiting[id] = true
-	case store.StatusSent:
+	case model.StatusSent:
 		d.sum.Sent++
-	case store.StatusFailed:
+	case model.StatusFailed:
 		d.sum.Failed++
-	case store.StatusDead:
+	case model.StatusDead:
 		d.sum.Dead++
-	case store.StatusUnknown:
+	case model.StatusUnknown:
 		d.sum.Unknown++
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"edgerelay/batch"
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/schedule"
-	"edgerelay/store"
 )
 
 func cronCommand() *cli.Command {
@@ -255,8 +255,8 @@ func fmtTime(t time.Time) string {
 // so the same file sent by two runs is two sends, and the same run
 // repeated (a restart, an overlap, a crash half way, a second cron run)
 // sends nothing twice.
-func batchJob(r *relay.Relay, name, file string) func(context.Context, store.JobRun) (schedule.Outcome, error) {
-	return func(ctx context.Context, run store.JobRun) (schedule.Outcome, error) {
+func batchJob(r *relay.Relay, name, file string) func(context.Context, model.JobRun) (schedule.Outcome, error) {
+	return func(ctx context.Context, run model.JobRun) (schedule.Outcome, error) {
 		var out schedule.Outcome
 		format, err := batch.FormatFor(file)
 		if err != nil {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 func feedCommand() *cli.Command {
@@ -39,7 +39,7 @@ a feed by accident.
 			OnUsageError: usageErr,
 			Action: func(c *cli.Context) error {
 				feed := c.Args().First()
-				if c.NArg() < 1 || !relay.ValidFeed(feed) || feed == store.TenantFeed || feed[0] == '@' {
+				if c.NArg() < 1 || !relay.ValidFeed(feed) || feed == model.TenantFeed || feed[0] == '@' {
 					return cli.Exit(`feed members takes a topic or team FEED ("team:ops") and its USERs`, exitUsage)
 				}
 				users := c.Args().Slice()[1:]
@@ -74,7 +74,7 @@ func printFeedMembers(c *cli.Context, feed string) error {
 		return err
 	}
 	defer r.Close()
-	var all []store.FeedMember
+	var all []model.FeedMember
 	for after := ""; ; {
 		ms, err := r.FeedMembers(c.Context, c.String("tenant"), feed, after, 1000)
 		var inv *relay.InvalidEventError

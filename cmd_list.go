@@ -12,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // listFlags select notifications, for list and for retry's bulk form.
@@ -29,10 +29,10 @@ func listFlags(statusUsage string) []cli.Flag {
 }
 
 // listFilter reads the selection flags; now is what an age counts back from.
-func listFilter(c *cli.Context, now time.Time) (store.ListFilter, error) {
-	f := store.ListFilter{Status: c.String("status"), Tenant: c.String("tenant"), Recipient: c.String("recipient")}
-	if f.Status != "" && !slices.Contains(store.Statuses, f.Status) {
-		return f, cli.Exit(fmt.Sprintf("--status %q: want one of %s", f.Status, strings.Join(store.Statuses, ", ")), exitUsage)
+func listFilter(c *cli.Context, now time.Time) (model.ListFilter, error) {
+	f := model.ListFilter{Status: c.String("status"), Tenant: c.String("tenant"), Recipient: c.String("recipient")}
+	if f.Status != "" && !slices.Contains(model.Statuses, f.Status) {
+		return f, cli.Exit(fmt.Sprintf("--status %q: want one of %s", f.Status, strings.Join(model.Statuses, ", ")), exitUsage)
 	}
 	if f.Tenant != "" {
 		if err := relay.CheckTenant("--tenant", f.Tenant); err != nil {
@@ -69,11 +69,11 @@ func parseSince(c *cli.Context, name string, now time.Time) (time.Time, error) {
 // eachMatch calls fn with the notifications f selects, a page at a time, in
 // id order, until limit have been seen (0: all) or fn says stop. more says
 // whether another notification matched beyond limit.
-func eachMatch(ctx context.Context, r *relay.Relay, f store.ListFilter, limit int, fn func([]store.Notification) error) (seen int, more bool, err error) {
+func eachMatch(ctx context.Context, r *relay.Relay, f model.ListFilter, limit int, fn func([]model.Notification) error) (seen int, more bool, err error) {
 	for {
-		f.Limit = store.MaxListLimit
+		f.Limit = model.MaxListLimit
 		if limit > 0 {
-			f.Limit = min(store.MaxListLimit, limit-seen+1) // one beyond: is there more?
+			f.Limit = min(model.MaxListLimit, limit-seen+1) // one beyond: is there more?
 		}
 		ns, err := r.List(ctx, f)
 		if err != nil {
@@ -106,7 +106,7 @@ func newNotificationTable(w io.Writer) *notificationTable {
 	return &notificationTable{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
 }
 
-func (t *notificationTable) add(ns []store.Notification) {
+func (t *notificationTable) add(ns []model.Notification) {
 	if !t.header && len(ns) > 0 {
 		fmt.Fprintln(t.tw, "ID\tSTATUS\tATTEMPTS\tCHANGED\tTENANT\tRECIPIENT\tCHANNEL\tADDRESS\tWHY")
 		t.header = true
@@ -139,7 +139,7 @@ says so). edgerelay retry takes the same flags to send them again.
 --since reads the notifications the other flags select and keeps those that
 changed since: with --status (failed, dead, unknown hold few) that is quick;
 with none, it reads the whole table once.`,
-		Flags: commonFlags(append(listFlags("only notifications in this `STATUS`: "+strings.Join(store.Statuses, ", ")),
+		Flags: commonFlags(append(listFlags("only notifications in this `STATUS`: "+strings.Join(model.Statuses, ", ")),
 			&cli.IntFlag{Name: "limit", Value: 100, Usage: "print at most `N` (0: all)"},
 			&cli.Int64Flag{Name: "after", Usage: "start after this notification `ID` (the last one of the previous listing)"},
 			&cli.BoolFlag{Name: "json", Usage: `print {"notifications": [...], "next_after": ID} (next_after only when more match)`},
@@ -163,10 +163,10 @@ with none, it reads the whole table once.`,
 				return err
 			}
 			defer r.Close()
-			var all []store.Notification
+			var all []model.Notification
 			table := newNotificationTable(c.App.Writer)
 			var last int64
-			n, more, err := eachMatch(c.Context, r, f, limit, func(ns []store.Notification) error {
+			n, more, err := eachMatch(c.Context, r, f, limit, func(ns []model.Notification) error {
 				last = ns[len(ns)-1].ID
 				if c.Bool("json") {
 					all = append(all, ns...)
@@ -180,11 +180,11 @@ with none, it reads the whole table once.`,
 			}
 			if c.Bool("json") {
 				out := struct {
-					Notifications []store.Notification `json:"notifications"`
+					Notifications []model.Notification `json:"notifications"`
 					NextAfter     int64                `json:"next_after,omitempty"`
 				}{Notifications: all}
 				if out.Notifications == nil {
-					out.Notifications = []store.Notification{}
+					out.Notifications = []model.Notification{}
 				}
 				if more {
 					out.NextAfter = last

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // preferencesCommand shows and changes what a recipient lets reach them
@@ -79,7 +79,7 @@ a preference forbids ends skipped, with the reason, without an attempt.`,
 					if err != nil {
 						return err
 					}
-					p, err := r.PutPreferences(c.Context, t, id, in, store.SetByCLI)
+					p, err := r.PutPreferences(c.Context, t, id, in, model.SetByCLI)
 					if err != nil {
 						return prefErr(err)
 					}

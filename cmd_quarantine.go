@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 func quarantineCommand() *cli.Command {
@@ -76,7 +76,7 @@ for good (the notifications never created are counted, not sent).`,
 					if err != nil {
 						return err
 					}
-					if err := r.RetryQuarantined(c.Context, "", id); errors.Is(err, store.ErrNotFound) {
+					if err := r.RetryQuarantined(c.Context, "", id); errors.Is(err, model.ErrNotFound) {
 						return cli.Exit(err.Error(), exitError)
 					} else if err != nil {
 						return err
@@ -113,7 +113,7 @@ for good (the notifications never created are counted, not sent).`,
 						return err
 					}
 					n, err := r.DropQuarantined(c.Context, "", id)
-					if errors.Is(err, store.ErrNotFound) {
+					if errors.Is(err, model.ErrNotFound) {
 						return cli.Exit(err.Error(), exitError)
 					}
 					if err != nil {

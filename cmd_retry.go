@@ -8,12 +8,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // retryable are the statuses retry can put back.
-var retryable = []string{store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed}
+var retryable = []string{model.StatusFailed, model.StatusDead, model.StatusUnknown, model.StatusSuppressed}
 
 func retryCommand() *cli.Command {
 	return &cli.Command{
@@ -69,11 +69,11 @@ was listed); then it exits 1.`,
 			if err != nil {
 				return err
 			}
-			var se *store.StateError
-			var sup *store.SuppressedError
+			var se *model.StateError
+			var sup *model.SuppressedError
 			if err := r.RetryLifting(c.Context, "", id, c.Bool("lift")); errors.As(err, &sup) {
 				return cli.Exit(err.Error()+"\n(edgerelay retry "+arg+" --lift removes the entry and retries it)", exitError)
-			} else if errors.As(err, &se) || errors.Is(err, store.ErrNotFound) {
+			} else if errors.As(err, &se) || errors.Is(err, model.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
 			} else if err != nil {
 				return err
@@ -109,18 +109,18 @@ func retryMatching(c *cli.Context) error {
 	// Pages are read by id after the last one seen, so a notification
 	// retried (now pending) is not met again, and neither is one that
 	// reaches the status after the walk passed its id.
-	n, more, err := eachMatch(c.Context, r, f, limit, func(ns []store.Notification) error {
+	n, more, err := eachMatch(c.Context, r, f, limit, func(ns []model.Notification) error {
 		if dry {
 			table.add(ns)
 			return nil
 		}
 		for _, n := range ns {
-			var se *store.StateError
-			var sup *store.SuppressedError
+			var se *model.StateError
+			var sup *model.SuppressedError
 			switch err := r.RetryLifting(c.Context, n.Tenant, n.ID, c.Bool("lift")); {
 			case err == nil:
 				retried++
-			case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, store.ErrNotFound):
+			case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, model.ErrNotFound):
 				failed++
 				fmt.Fprintf(c.App.ErrWriter, "edgerelay: not retried: %v\n", err)
 			default:

@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 func sendCommand() *cli.Command {
@@ -80,7 +80,7 @@ id was accepted with different content; nothing written), 1 could not work.`,
 			defer r.Close()
 			res, err := r.Accept(c.Context, ev)
 			var inv *relay.InvalidEventError
-			if errors.As(err, &inv) || errors.Is(err, store.ErrEventConflict) {
+			if errors.As(err, &inv) || errors.Is(err, model.ErrEventConflict) {
 				return cli.Exit(err.Error(), exitRejected)
 			}
 			if err != nil {

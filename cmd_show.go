@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 func showCommand() *cli.Command {
@@ -35,7 +35,7 @@ the answer to "did my OTP go out?".`,
 			}
 			defer r.Close()
 			n, err := r.Notification(c.Context, c.Args().First())
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, model.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
 			}
 			if errors.Is(err, relay.ErrNotAnID) {
@@ -63,7 +63,7 @@ the answer to "did my OTP go out?".`,
 }
 
 // printNotification prints n; apiID, when known, is the id the API shows.
-func printNotification(w io.Writer, n store.Notification, apiID string) {
+func printNotification(w io.Writer, n model.Notification, apiID string) {
 	fmt.Fprintf(w, "notification %d  %s\n", n.ID, n.Key)
 	if apiID != "" {
 		fmt.Fprintf(w, "  api id     %s\n", apiID)

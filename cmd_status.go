@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 func statusCommand() *cli.Command {
@@ -57,7 +57,7 @@ such; the rest are still shown.`,
 			w := c.App.Writer
 			if c.Bool("json") {
 				type out struct {
-					store.Status
+					model.Status
 					OldestDueSeconds float64        `json:"oldest_due_seconds"`
 					Sources          []sourceStatus `json:"sources"`
 				}
@@ -73,11 +73,11 @@ such; the rest are still shown.`,
 // printStatus writes the status as aligned columns: the counts, with the
 // newest ids of the statuses that need a person beside theirs, then the
 // queue, then the attempts by provider.
-func printStatus(w io.Writer, st store.Status) {
+func printStatus(w io.Writer, st model.Status) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	newest := map[string][]int64{store.StatusFailed: st.Failed, store.StatusDead: st.Dead, store.StatusUnknown: st.Unknown}
+	newest := map[string][]int64{model.StatusFailed: st.Failed, model.StatusDead: st.Dead, model.StatusUnknown: st.Unknown}
 	fmt.Fprintln(tw, "notifications") // no tab: a heading, not a cell of the columns below
-	for _, s := range store.Statuses {
+	for _, s := range model.Statuses {
 		ids := newest[s]
 		if len(ids) == 0 {
 			fmt.Fprintf(tw, "  %s\t%d\n", s, st.Counts[s])

@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 // sourceStatus is a tailed outbox as edgerelay status shows it: its saved
@@ -49,7 +49,7 @@ func tailStatus(ctx context.Context, r *relay.Relay, specs []*sources.Spec) ([]s
 		return nil, err
 	}
 	now := r.Now()
-	saved := func(name string, st store.SourceState) sourceStatus {
+	saved := func(name string, st model.SourceState) sourceStatus {
 		ss := sourceStatus{Source: name, Position: st.Position, Gaps: len(st.Gaps)}
 		var oldest time.Time
 		for _, g := range st.Gaps {
@@ -93,7 +93,7 @@ func tailStatus(ctx context.Context, r *relay.Relay, specs []*sources.Spec) ([]s
 
 // measureSource opens one configured source and measures its backlog
 // after its saved state.
-func measureSource(ctx context.Context, spec *sources.Spec, states map[string]store.SourceState, saved func(string, store.SourceState) sourceStatus) sourceStatus {
+func measureSource(ctx context.Context, spec *sources.Spec, states map[string]model.SourceState, saved func(string, model.SourceState) sourceStatus) sourceStatus {
 	ss := saved(spec.Name(), states[spec.Name()])
 	ss.Configured = true
 	src, err := spec.Open(ctx)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // suppressionsCommand is each tenant's suppression list on the host
@@ -116,7 +116,7 @@ imported entry's source is import). An export reads back as it was.`,
 				Usage:     "put one address on a tenant's list",
 				ArgsUsage: "CHANNEL ADDRESS",
 				Flags: commonFlags(tenantFlag("the tenant whose list it is"),
-					&cli.StringFlag{Name: "reason", Value: store.ReasonManual, Usage: "hard_bounce, soft_bounce, complaint or manual"},
+					&cli.StringFlag{Name: "reason", Value: model.ReasonManual, Usage: "hard_bounce, soft_bounce, complaint or manual"},
 					&cli.DurationFlag{Name: "ttl", Usage: "lapse after this long (0: never)"},
 					&cli.StringFlag{Name: "detail", Usage: "a note kept with the entry"}),
 				OnUsageError: usageErr,
@@ -132,13 +132,13 @@ imported entry's source is import). An export reads back as it was.`,
 						return err
 					}
 					defer r.Close()
-					e := store.Suppression{Tenant: c.String("tenant"), Channel: c.Args().Get(0), Address: c.Args().Get(1),
-						Reason: c.String("reason"), Source: store.SourceCLI, Detail: c.String("detail")}
+					e := model.Suppression{Tenant: c.String("tenant"), Channel: c.Args().Get(0), Address: c.Args().Get(1),
+						Reason: c.String("reason"), Source: model.SourceCLI, Detail: c.String("detail")}
 					if d := c.Duration("ttl"); d > 0 {
 						t := time.Now().Add(d)
 						e.ExpiresAt = &t
 					}
-					n, err := r.Suppress(c.Context, []store.Suppression{e})
+					n, err := r.Suppress(c.Context, []model.Suppression{e})
 					var se *relay.SuppressionError
 					if errors.As(err, &se) {
 						return cli.Exit(fmt.Sprintf("%s: %s", se.Field, se.Why), exitUsage)
@@ -170,7 +170,7 @@ imported entry's source is import). An export reads back as it was.`,
 					}
 					defer r.Close()
 					ch, addr := c.Args().Get(0), c.Args().Get(1)
-					if err := r.Unsuppress(c.Context, c.String("tenant"), ch, addr); errors.Is(err, store.ErrNotFound) {
+					if err := r.Unsuppress(c.Context, c.String("tenant"), ch, addr); errors.Is(err, model.ErrNotFound) {
 						return cli.Exit(err.Error(), exitError)
 					} else if err != nil {
 						return err
@@ -229,7 +229,7 @@ each once; one that could not be read is left in new/ and named.`,
 							case err == nil:
 								fmt.Fprintf(c.App.Writer, "%s: %s %s of notification %d (%s %q of %s)%s\n", f, b.Kind, b.Status, b.Notification,
 									b.Channel, b.Address, b.Tenant, suppressedNote(b))
-							case errors.Is(err, relay.ErrNotBounce), errors.Is(err, store.ErrNotFound):
+							case errors.Is(err, relay.ErrNotBounce), errors.Is(err, model.ErrNotFound):
 								fmt.Fprintf(c.App.ErrWriter, "edgerelay: %s: %v\n", f, err)
 								failed++
 							default:
@@ -264,14 +264,14 @@ func suppressedNote(b relay.Bounced) string {
 }
 
 // allSuppressions reads every live entry the flags select, page by page.
-func allSuppressions(c *cli.Context) ([]store.Suppression, error) {
+func allSuppressions(c *cli.Context) ([]model.Suppression, error) {
 	r, err := openExistingFor(c, true)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	all := []store.Suppression{}
-	f := store.SuppressionFilter{Tenant: c.String("tenant"), Channel: c.String("channel"), Limit: 500}
+	all := []model.Suppression{}
+	f := model.SuppressionFilter{Tenant: c.String("tenant"), Channel: c.String("channel"), Limit: 500}
 	for {
 		page, err := r.Suppressions(c.Context, f)
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // The suppression list through the commands (issue 17): a DSN dropped in a
@@ -91,11 +91,11 @@ func TestSuppressionsCommands(t *testing.T) {
 	if r := runCLI(t, "", "suppressions", "add", "--db", db, "--tenant", "beta", "email", "not an address"); r.code != exitUsage || !strings.Contains(r.stderr, "address:") {
 		t.Errorf("add of a bad address: %d %s", r.code, r.stderr)
 	}
-	var es []store.Suppression
+	var es []model.Suppression
 	if err := json.Unmarshal([]byte(runCLI(t, "", "suppressions", "list", "--db", db, "--tenant", "beta", "--json").stdout), &es); err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != 3 || es[0].Address != "ada@example.com" || es[0].Source != store.SourceImport || es[0].Reason != store.ReasonHardBounce ||
+	if len(es) != 3 || es[0].Address != "ada@example.com" || es[0].Source != model.SourceImport || es[0].Reason != model.ReasonHardBounce ||
 		es[1].Channel != "push" || es[1].ExpiresAt == nil || es[2].Address != "+15550100" {
 		t.Fatalf("beta's list: %+v", es)
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 // tailRejectsCommand is `tail rejects`: the outbox rows whose event was
@@ -57,8 +57,8 @@ tail --source took.`,
 							return err
 						}
 					}
-					var all []store.SourceReject
-					f := store.SourceRejectFilter{Source: name, Limit: 1000}
+					var all []model.SourceReject
+					f := model.SourceRejectFilter{Source: name, Limit: 1000}
 					for {
 						page, err := r.SourceRejects(c.Context, f)
 						if err != nil {
@@ -72,7 +72,7 @@ tail --source took.`,
 					}
 					if c.Bool("json") {
 						if all == nil {
-							all = []store.SourceReject{}
+							all = []model.SourceReject{}
 						}
 						return json.NewEncoder(c.App.Writer).Encode(all)
 					}
@@ -174,7 +174,7 @@ func actOnRejects(c *cli.Context, verb string, act func(r *relay.Relay, name str
 // (the URL tail --source took); else the name as given.
 func rejectSource(c *cli.Context, r *relay.Relay) (string, error) {
 	v := c.String("source")
-	rs, err := r.SourceRejects(c.Context, store.SourceRejectFilter{Source: v, Limit: 1})
+	rs, err := r.SourceRejects(c.Context, model.SourceRejectFilter{Source: v, Limit: 1})
 	if err != nil || len(rs) > 0 || !strings.Contains(v, ":") {
 		return v, err
 	}
@@ -188,7 +188,7 @@ func rejectSource(c *cli.Context, r *relay.Relay) (string, error) {
 
 // describeReject is a record's line: its event, how often and when it was
 // rejected, and a retry or a disappearance pending a person.
-func describeReject(x store.SourceReject) string {
+func describeReject(x model.SourceReject) string {
 	var b strings.Builder
 	if x.EventID != "" {
 		fmt.Fprintf(&b, "event %s\t", relay.ShowControls(x.EventID))

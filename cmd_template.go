@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 	"edgerelay/templates"
 )
 
@@ -169,9 +169,9 @@ func templateFlags(own ...cli.Flag) []cli.Flag {
 }
 
 // cliTemplateKey is the key the flags name.
-func cliTemplateKey(c *cli.Context, r *relay.Relay) (store.TemplateKey, error) {
+func cliTemplateKey(c *cli.Context, r *relay.Relay) (model.TemplateKey, error) {
 	if c.NArg() != 1 {
-		return store.TemplateKey{}, cli.Exit("takes one NAME (a notification type or purpose)", exitUsage)
+		return model.TemplateKey{}, cli.Exit("takes one NAME (a notification type or purpose)", exitUsage)
 	}
 	locale := c.String("locale")
 	if locale == "" {
@@ -307,7 +307,7 @@ tenant, name, channel, locale, version, parts, created_at, retired_at), or with
 				return nil
 			}
 			st, err := r.TemplateVersion(c.Context, key, c.Int("version"))
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, model.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
 			}
 			if err != nil {

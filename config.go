@@ -15,11 +15,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/schedule"
 	"edgerelay/sources"
-	"edgerelay/store"
 	"edgerelay/templates"
 )
 
@@ -562,7 +562,7 @@ func (cfg *Config) jobs(r *relay.Relay) ([]*schedule.Job, error) {
 			if err != nil {
 				return nil, fmt.Errorf("job %s: %w", name, err)
 			}
-			j.Run = func(ctx context.Context, _ store.JobRun) (schedule.Outcome, error) {
+			j.Run = func(ctx context.Context, _ model.JobRun) (schedule.Outcome, error) {
 				res, err := r.Prune(ctx, age)
 				return schedule.Outcome{Note: fmt.Sprintf("pruned what finished more than %s ago: %d notifications, %d events, %d feed items",
 					res.OlderThan, res.Notifications, res.Events, res.FeedItems)}, err

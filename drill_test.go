@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"edgerelay/internal/longtest"
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/store"
@@ -80,7 +81,7 @@ type drillEvent struct {
 // apiNote is a line of an accept's answer: the API shows opaque ids.
 type apiNote struct {
 	ID string `json:"id"`
-	store.EventNotification
+	model.EventNotification
 }
 
 type drill struct {
@@ -666,7 +667,7 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 			if c > 1 {
 				duplicates += c - 1
 			}
-			if n.Status == store.StatusUnknown {
+			if n.Status == model.StatusUnknown {
 				unknown++
 				unknownList = append(unknownList, fmt.Sprintf("%d %s (%s, delivered %d)", n.ID, n.Key, e.ev.ID, c))
 			}
@@ -678,23 +679,23 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 				if c == 0 {
 					lost++
 				}
-				if c != 1 || n.Status != store.StatusSent {
+				if c != 1 || n.Status != model.StatusSent {
 					t.Errorf("honoured keys: %s; want sent, delivered exactly once", what)
 				}
 			case n.Type == drillOTP:
 				// At most once: never a second copy; unknown only after an
 				// attempt of unknown outcome.
-				if n.Status == store.StatusSent && c == 0 {
+				if n.Status == model.StatusSent && c == 0 {
 					lost++
 				}
 				switch {
 				case c > 1:
 					t.Errorf("at-most-once delivered more than once: %s", what)
-				case n.Status == store.StatusSent && c != 1:
+				case n.Status == model.StatusSent && c != 1:
 					t.Errorf("at-most-once sent but not delivered: %s", what)
-				case n.Status == store.StatusUnknown && maybe == 0:
+				case n.Status == model.StatusUnknown && maybe == 0:
 					t.Errorf("at-most-once unknown without an attempt of unknown outcome: %s", what)
-				case n.Status != store.StatusSent && n.Status != store.StatusUnknown:
+				case n.Status != model.StatusSent && n.Status != model.StatusUnknown:
 					t.Errorf("at-most-once: %s; want sent or unknown", what)
 				}
 			default:
@@ -704,7 +705,7 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 					lost++
 				}
 				switch {
-				case c == 0 || n.Status != store.StatusSent:
+				case c == 0 || n.Status != model.StatusSent:
 					t.Errorf("at-least-once: %s; want sent, delivered at least once", what)
 				case c-1 > maybe:
 					t.Errorf("at-least-once duplicate not explained by an attempt of unknown outcome: %s", what)
@@ -728,7 +729,7 @@ func (d *drill) verifyStore(st store.Store, server *sim.Server, took time.Durati
 	for _, c := range status.Counts {
 		total += c
 	}
-	if total != int64(notes+len(others)) || status.Counts[store.StatusSent]+status.Counts[store.StatusUnknown] != total {
+	if total != int64(notes+len(others)) || status.Counts[model.StatusSent]+status.Counts[model.StatusUnknown] != total {
 		t.Errorf("statuses %v: want %d notifications, all sent or unknown", status.Counts, notes+len(others))
 	}
 	// Each claimed or called kill left at least one attempt in flight.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // badProviders answers /fail with a 422 (failed for good) and drops the
@@ -114,7 +114,7 @@ func TestStatusListsFailedDeadUnknownInColumns(t *testing.T) {
 	r = runCLI(t, "", "status", "--db", o.db)
 	lines := strings.Split(r.stdout, "\n")
 	col := -1 // where the counts start, the same on every status line
-	for _, s := range store.Statuses {
+	for _, s := range model.Statuses {
 		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "  "+s+" ") })
 		if i < 0 {
 			t.Fatalf("status has no line for %s:\n%s", s, r.stdout)
@@ -159,7 +159,7 @@ func TestListByStatusAndTime(t *testing.T) {
 	list := func(args ...string) []int64 {
 		t.Helper()
 		r := runCLI(t, "", append([]string{"list", "--db", o.db, "--json", "--limit", "0"}, args...)...)
-		var out struct{ Notifications []store.Notification }
+		var out struct{ Notifications []model.Notification }
 		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 0 {
 			t.Fatalf("list %v: exit %d, %v: %s%s", args, r.code, err, r.stdout, r.stderr)
 		}
@@ -229,7 +229,7 @@ func TestRetryInBulk(t *testing.T) {
 	second := o.round(t, 2, "default")
 	statusOf := func(id int64) string {
 		t.Helper()
-		var n store.Notification
+		var n model.Notification
 		json.Unmarshal([]byte(runCLI(t, "", "show", "--json", "--db", o.db, fmt.Sprint(id)).stdout), &n)
 		return n.Status
 	}
@@ -241,7 +241,7 @@ func TestRetryInBulk(t *testing.T) {
 		t.Fatalf("retry --dry-run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	for _, id := range []int64{first[0], first[2], second[0], second[2]} {
-		if s := statusOf(id); s != store.StatusUnknown {
+		if s := statusOf(id); s != model.StatusUnknown {
 			t.Fatalf("after a dry run notification %d is %s", id, s)
 		}
 	}

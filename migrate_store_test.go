@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/sim"
-	"edgerelay/store"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -124,7 +124,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	off := false
 	if _, err := r.PutPreferences(ctx, "acme", "ada", relay.PreferencesInput{TimeZone: "Europe/Berlin",
 		Switches:   []relay.SwitchInput{{Category: "marketing", Enabled: &off}},
-		QuietHours: []relay.QuietPreference{{Window: "21:00-08:00"}}}, store.SetByAPI); err != nil {
+		QuietHours: []relay.QuietPreference{{Window: "21:00-08:00"}}}, model.SetByAPI); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.UnsubscribeToken(ctx, relay.UnsubscribeLink{Tenant: "acme", Recipient: "ada", Category: "marketing", Channel: "email"}); err != nil {
@@ -143,19 +143,19 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if err := r.MarkItem(ctx, "acme", "ada", "read", items[0].Seq); err != nil { // and the newest
 		t.Fatal(err)
 	}
-	if err := r.SettleSource(ctx, "sqlite:/srv/app/app.db", store.SourceSettle{State: store.SourceState{Position: 42,
-		Gaps: []store.SourceGap{{First: 40, Last: 41, Since: time.UnixMilli(1_700_000_000_000).UTC(), Mark: 7}}},
-		Rejects: []store.SourceReject{{Row: 39, EventID: "ord_39", Reason: "invalid event: type: required"}}}); err != nil {
+	if err := r.SettleSource(ctx, "sqlite:/srv/app/app.db", model.SourceSettle{State: model.SourceState{Position: 42,
+		Gaps: []model.SourceGap{{First: 40, Last: 41, Since: time.UnixMilli(1_700_000_000_000).UTC(), Mark: 7}}},
+		Rejects: []model.SourceReject{{Row: 39, EventID: "ord_39", Reason: "invalid event: type: required"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.AddReceipts(ctx, "email", []providers.Receipt{{ID: "rcpt-1", MessageID: "msg-unknown", Status: providers.ReceiptDelivered, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	k := store.RequestKey{Tenant: "acme", Key: "req-1", Fingerprint: "fp"}
+	k := model.RequestKey{Tenant: "acme", Key: "req-1", Fingerprint: "fp"}
 	if _, err := r.ClaimRequest(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.SaveResponse(ctx, k, store.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}, time.Hour); err != nil {
+	if err := r.SaveResponse(ctx, k, model.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	srcIDs, err := r.IDs(ctx) // the key of the API's ids, as serve makes it
@@ -335,7 +335,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		t.Errorf("the stored response of req-1: %+v %v", c, err)
 	}
 	// The stored template's versions, and the next is 3.
-	tk := store.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
+	tk := model.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
 	if vs, err := r.TemplateVersions(ctx, tk); err != nil || len(vs) != 2 || vs[0].Parts["subject"] != "Receipt" {
 		t.Errorf("the template's versions on PostgreSQL: %+v %v", vs, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // The holes found in the once-in-effect promise (issue 11), each through
@@ -93,7 +93,7 @@ func TestBadStoredEventIsQuarantinedAndTheRestFlows(t *testing.T) {
 	if !strings.Contains(st.stdout, "quarantined events  2  newest 2 1") {
 		t.Errorf("status:\n%s", st.stdout)
 	}
-	var status store.Status
+	var status model.Status
 	json.Unmarshal([]byte(runCLI(t, "", "status", "--db", db, "--json").stdout), &status)
 	if status.Quarantined != 2 || len(status.QuarantinedIDs) != 2 {
 		t.Errorf("status --json: %+v", status)
@@ -102,7 +102,7 @@ func TestBadStoredEventIsQuarantinedAndTheRestFlows(t *testing.T) {
 		!strings.Contains(sh.stdout, "no longer decodes") || !strings.Contains(sh.stdout, "1 of 3") {
 		t.Errorf("show 1:\n%s", sh.stdout)
 	}
-	var qs []store.QuarantinedEvent
+	var qs []model.QuarantinedEvent
 	if err := json.Unmarshal([]byte(runCLI(t, "", "quarantine", "list", "--db", db, "--json").stdout), &qs); err != nil || len(qs) != 2 {
 		t.Fatalf("quarantine list: %v %+v", err, qs)
 	}
@@ -217,10 +217,10 @@ tenants:
 		!strings.Contains(sh.stdout, "after 0 attempts") {
 		t.Errorf("show 3:\n%s", sh.stdout)
 	}
-	var marks []store.Suppression
+	var marks []model.Suppression
 	json.Unmarshal([]byte(runCLI(t, "", "suppressions", "list", "--db", db, "--json").stdout), &marks)
 	if len(marks) != 1 || marks[0].Tenant != "mallory" || marks[0].Channel != "sms" || marks[0].Address != "+15550123" ||
-		marks[0].Reason != store.ReasonHardBounce || marks[0].Source != store.SourceProvider || marks[0].Notification != 1 ||
+		marks[0].Reason != model.ReasonHardBounce || marks[0].Source != model.SourceProvider || marks[0].Notification != 1 ||
 		!strings.HasPrefix(marks[0].Provider, "twilio://") || !strings.Contains(marks[0].Detail, "21211") || marks[0].ExpiresAt != nil {
 		t.Fatalf("suppressions %+v", marks)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // run runs the binary with args (and env added to the environment), and
@@ -70,10 +70,10 @@ func TestTailRejectsThroughTheCLI(t *testing.T) {
 		}
 		return code, sum, e
 	}
-	list := func(args ...string) []store.SourceReject {
+	list := func(args ...string) []model.SourceReject {
 		t.Helper()
 		code, out, e := runBin(t, bin, nil, append([]string{"tail", "rejects", "list", "--db", db, "--json"}, args...)...)
-		var rs []store.SourceReject
+		var rs []model.SourceReject
 		if code != 0 || json.Unmarshal([]byte(out), &rs) != nil {
 			t.Fatalf("tail rejects list: exit %d, stdout %q\n%s", code, out, e)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // template set stores a version from part files named as in templates.dir,
@@ -46,7 +46,7 @@ func TestTemplateSetGetListRenderThroughTheCLI(t *testing.T) {
 	}
 
 	r = runCLI(t, "", "--db", db, "template", "get", "receipt", "--channel", "email", "--tenant", "acme")
-	var st store.StoredTemplate
+	var st model.StoredTemplate
 	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil || st.Version != 1 || st.Parts["subject"] != "Your receipt, {{.data.name}}" || st.Locale != "en" {
 		t.Fatalf("template get: exit %d %s%s (%v)", r.code, r.stdout, r.stderr, err)
 	}

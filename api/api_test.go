@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"edgerelay/api"
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // bound is how long a test waits for something that should happen at once;
@@ -243,7 +243,7 @@ type acceptBody struct {
 	Count         int                 `json:"count"`
 	Notifications []eventNotification `json:"notifications"`
 	Next          string              `json:"next"`
-	FeedItems     []store.FeedPost    `json:"feed_items"`
+	FeedItems     []model.FeedPost    `json:"feed_items"`
 }
 
 // The API shows opaque ids (n_…, ev_…), never row ids: its bodies are the
@@ -251,16 +251,16 @@ type acceptBody struct {
 type (
 	eventNotification struct {
 		ID string `json:"id"`
-		store.EventNotification
+		model.EventNotification
 	}
 	notification struct {
 		ID string `json:"id"`
-		store.Notification
+		model.Notification
 		Quarantine *quarantined `json:"event_quarantined,omitempty"`
 	}
 	quarantined struct {
 		ID string `json:"id"`
-		store.QuarantinedEvent
+		model.QuarantinedEvent
 	}
 )
 
@@ -412,7 +412,7 @@ func TestPostEvent(t *testing.T) {
 	}
 	for i, n := range res.Notifications {
 		k := relay.Key("default", "evt_api_1", "receipt", want[i].recipient, want[i].channel)
-		if !strings.HasPrefix(n.ID, "n_") || len(n.ID) != 15 || n.Key != k || n.Recipient != want[i].recipient || n.Channel != want[i].channel || n.Status != store.StatusPending {
+		if !strings.HasPrefix(n.ID, "n_") || len(n.ID) != 15 || n.Key != k || n.Recipient != want[i].recipient || n.Channel != want[i].channel || n.Status != model.StatusPending {
 			t.Errorf("notification %d: %+v, want %s/%s key %s pending", i, n, want[i].recipient, want[i].channel, k)
 		}
 	}
@@ -866,7 +866,7 @@ func TestListPaging(t *testing.T) {
 			if len(order) > 0 && row < order[len(order)-1] {
 				t.Fatalf("page %d: row %d after %d", page, row, order[len(order)-1])
 			}
-			if n.Status != store.StatusPending {
+			if n.Status != model.StatusPending {
 				t.Errorf("status filter: %+v", n)
 			}
 			seen[n.ID] = true
@@ -950,7 +950,7 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("dispatch: %v", err)
 	}
 	n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+id, ""))
-	if n.Status != store.StatusFailed || len(n.AttemptLog) != 1 {
+	if n.Status != model.StatusFailed || len(n.AttemptLog) != 1 {
 		t.Fatalf("after a 422: %+v, want failed after one attempt", n)
 	}
 
@@ -962,10 +962,10 @@ func TestRetry(t *testing.T) {
 		ID     string `json:"id"`
 		Status string `json:"status"`
 	}](t, rep)
-	if got.ID != id || got.Status != store.StatusPending {
+	if got.ID != id || got.Status != model.StatusPending {
 		t.Errorf("retry answered %+v", got)
 	}
-	if n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+id, "")); n.Status != store.StatusPending || n.Key != res.Notifications[0].Key {
+	if n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+id, "")); n.Status != model.StatusPending || n.Key != res.Notifications[0].Key {
 		t.Errorf("after retry: %+v, want pending with the same key", n)
 	}
 	// The same retry again is the same answer, not a 409.

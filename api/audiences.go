@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // The audience endpoints: named recipient lists of the caller's tenant (on
@@ -66,7 +66,7 @@ func (s *Server) getAudience(w http.ResponseWriter, r *http.Request, c caller) r
 	}
 	name := r.PathValue("name")
 	ms, err := s.r.Audience(r.Context(), tenant, name)
-	if errors.Is(err, store.ErrNotFound) { // the name and tenant are valid: checked first
+	if errors.Is(err, model.ErrNotFound) { // the name and tenant are valid: checked first
 		return problem(http.StatusNotFound, probNotFound, "Not found", fmt.Sprintf("no audience %q in tenant %q", name, tenant))
 	}
 	if err != nil {
@@ -82,7 +82,7 @@ func (s *Server) deleteAudience(w http.ResponseWriter, r *http.Request, c caller
 	}
 	name := r.PathValue("name")
 	err := s.r.DeleteAudience(r.Context(), tenant, name)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return problem(http.StatusNotFound, probNotFound, "Not found", fmt.Sprintf("no audience %q in tenant %q", name, tenant))
 	}
 	if err != nil {
@@ -94,7 +94,7 @@ func (s *Server) deleteAudience(w http.ResponseWriter, r *http.Request, c caller
 // audienceList is the body of GET /v1/audiences.
 type audienceList struct {
 	Tenant    string               `json:"tenant"`
-	Audiences []store.AudienceInfo `json:"audiences"`
+	Audiences []model.AudienceInfo `json:"audiences"`
 	// Next continues the listing (?after= the last name); absent on the
 	// last page.
 	Next string `json:"next,omitempty"`

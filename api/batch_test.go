@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 	"edgerelay/store/sqlite"
 )
 
@@ -206,7 +206,7 @@ type fullWhileExpanding struct {
 	unfill func()
 }
 
-func (s *fullWhileExpanding) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []store.Target, now time.Time) (int, error) {
+func (s *fullWhileExpanding) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []model.Target, now time.Time) (int, error) {
 	if s.armed.CompareAndSwap(true, false) {
 		s.fill()
 		defer s.unfill()

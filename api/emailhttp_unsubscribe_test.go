@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // postmarkAPI stands in for Postmark's POST /email: it keeps each request
@@ -103,18 +103,18 @@ func TestEmailHTTPOneClickUnsubscribe(t *testing.T) {
 		t.Fatalf("one-click POST of the mail's link: %s", rep)
 	}
 	if m := marketing(t, b, "ada"); len(m.Channels) != 1 || m.Channels[0].Channel != "email" || m.Channels[0].Enabled ||
-		m.Channels[0].SetBy != store.SetByUnsubscribe {
+		m.Channels[0].SetBy != model.SetByUnsubscribe {
 		t.Fatalf("ada's marketing after the one-click: %+v", m)
 	}
 
 	nl := accepted(t, b.do(t, "POST", "/v1/events", event("n2", "newsletter", "ada")))
 	otp := accepted(t, b.do(t, "POST", "/v1/events", event("o1", "otp", "ada")))
 	runIdle(t, b.r)
-	if n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+nl.Notifications[0].ID, "")); n.Status != store.StatusSkipped ||
+	if n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+nl.Notifications[0].ID, "")); n.Status != model.StatusSkipped ||
 		len(n.AttemptLog) != 0 || !strings.Contains(n.Reason, "by unsubscribe") {
 		t.Errorf("ada's next newsletter: %s %q, %d attempts; want skipped by the unsubscribe, no attempt", n.Status, n.Reason, len(n.AttemptLog))
 	}
-	if n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+otp.Notifications[0].ID, "")); n.Status != store.StatusSent {
+	if n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+otp.Notifications[0].ID, "")); n.Status != model.StatusSent {
 		t.Errorf("ada's OTP: %s %q, want sent", n.Status, n.Reason)
 	}
 	sent = pm.sent()

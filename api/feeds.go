@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // The in-app feed endpoints. The tenant is the token's (or, on an open API,
@@ -17,10 +17,10 @@ func (s *Server) feedRoutes() {
 	s.handle("GET /v1/feeds/{feed}/members", s.auth(s.getFeedMembers))
 	s.handle("GET /v1/users/{user}/feed", s.auth(s.getFeed))
 	s.handle("GET /v1/users/{user}/feed/unread_count", s.auth(s.getUnreadCount))
-	s.handle("POST /v1/users/{user}/feed/read-all", s.auth(s.markAll(store.MarkRead)))
-	s.handle("POST /v1/users/{user}/feed/dismiss-all", s.auth(s.markAll(store.MarkDismissed)))
-	s.handle("POST /v1/users/{user}/feed/{seq}/read", s.auth(s.markItem(store.MarkRead)))
-	s.handle("POST /v1/users/{user}/feed/{seq}/dismiss", s.auth(s.markItem(store.MarkDismissed)))
+	s.handle("POST /v1/users/{user}/feed/read-all", s.auth(s.markAll(model.MarkRead)))
+	s.handle("POST /v1/users/{user}/feed/dismiss-all", s.auth(s.markAll(model.MarkDismissed)))
+	s.handle("POST /v1/users/{user}/feed/{seq}/read", s.auth(s.markItem(model.MarkRead)))
+	s.handle("POST /v1/users/{user}/feed/{seq}/dismiss", s.auth(s.markItem(model.MarkDismissed)))
 }
 
 // feedTenant resolves the tenant of a feed request.
@@ -66,7 +66,7 @@ func (s *Server) putFeedMembers(w http.ResponseWriter, r *http.Request, c caller
 type membersPage struct {
 	Tenant  string             `json:"tenant"`
 	Feed    string             `json:"feed"`
-	Members []store.FeedMember `json:"members"`
+	Members []model.FeedMember `json:"members"`
 	// Next continues the listing (?after= the last user); absent on the
 	// last page.
 	Next string `json:"next,omitempty"`
@@ -99,7 +99,7 @@ func (s *Server) getFeedMembers(w http.ResponseWriter, r *http.Request, c caller
 
 // feedItem is an item as the API shows it: the event's message inline.
 type feedItem struct {
-	store.FeedItem
+	model.FeedItem
 	Message json.RawMessage `json:"message"`
 }
 
@@ -207,7 +207,7 @@ func (s *Server) markItem(kind string) authedHandler {
 			return problem(http.StatusNotFound, probNotFound, "Not found", "no feed item "+strconv.Quote(r.PathValue("seq")))
 		}
 		err = s.r.MarkItem(r.Context(), tenant, r.PathValue("user"), kind, seq)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, model.ErrNotFound) {
 			return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
 		}
 		if err != nil {

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Every id the API shows is opaque (relay.IDs): a notification is n_…, an
@@ -33,11 +33,11 @@ func (s *Server) codec(ctx context.Context) (*relay.IDs, *response) {
 // The fields declared here hide the embedded ones of the same JSON name.
 type notificationJSON struct {
 	ID string `json:"id"`
-	store.Notification
+	model.Notification
 	Quarantine *quarantinedJSON `json:"event_quarantined,omitempty"`
 }
 
-func notificationView(x *relay.IDs, n store.Notification) notificationJSON {
+func notificationView(x *relay.IDs, n model.Notification) notificationJSON {
 	out := notificationJSON{ID: x.Notification(n.ID), Notification: n}
 	if n.Quarantine != nil {
 		q := quarantinedView(x, *n.Quarantine)
@@ -46,7 +46,7 @@ func notificationView(x *relay.IDs, n store.Notification) notificationJSON {
 	return out
 }
 
-func notificationViews(x *relay.IDs, ns []store.Notification) []notificationJSON {
+func notificationViews(x *relay.IDs, ns []model.Notification) []notificationJSON {
 	out := make([]notificationJSON, len(ns))
 	for i, n := range ns {
 		out[i] = notificationView(x, n)
@@ -57,10 +57,10 @@ func notificationViews(x *relay.IDs, ns []store.Notification) []notificationJSON
 // eventNotificationJSON is a line of an accept's fan-out.
 type eventNotificationJSON struct {
 	ID string `json:"id"`
-	store.EventNotification
+	model.EventNotification
 }
 
-func eventNotificationViews(x *relay.IDs, ns []store.EventNotification) []eventNotificationJSON {
+func eventNotificationViews(x *relay.IDs, ns []model.EventNotification) []eventNotificationJSON {
 	out := make([]eventNotificationJSON, len(ns))
 	for i, n := range ns {
 		out[i] = eventNotificationJSON{ID: x.Notification(n.ID), EventNotification: n}
@@ -71,10 +71,10 @@ func eventNotificationViews(x *relay.IDs, ns []store.EventNotification) []eventN
 // quarantinedJSON is a quarantined event, by its opaque id.
 type quarantinedJSON struct {
 	ID string `json:"id"`
-	store.QuarantinedEvent
+	model.QuarantinedEvent
 }
 
-func quarantinedView(x *relay.IDs, q store.QuarantinedEvent) quarantinedJSON {
+func quarantinedView(x *relay.IDs, q model.QuarantinedEvent) quarantinedJSON {
 	return quarantinedJSON{ID: x.Event(q.EventRow), QuarantinedEvent: q}
 }
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // The recipients' own pages (issue 17), reached through signed links, no
@@ -348,7 +348,7 @@ func (s *Server) postPreferencesPage(w http.ResponseWriter, r *http.Request) res
 	if from, to := r.PostForm.Get("quiet_from"), r.PostForm.Get("quiet_to"); from != "" || to != "" {
 		in.QuietHours = append(in.QuietHours, relay.QuietPreference{Window: from + "-" + to})
 	}
-	if _, err := s.r.PutPreferences(r.Context(), l.Tenant, l.Recipient, in, store.SetByPage); err != nil {
+	if _, err := s.r.PutPreferences(r.Context(), l.Tenant, l.Recipient, in, model.SetByPage); err != nil {
 		var inv *relay.InvalidEventError
 		if errors.As(err, &inv) {
 			return renderPage(http.StatusBadRequest, "refused", "Not saved: "+inv.Reason)

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // linksReply is the body of POST /v1/recipients/{id}/links.
@@ -116,7 +116,7 @@ func TestOneClickUnsubscribe(t *testing.T) {
 		t.Fatalf("one-click POST: %s", rep)
 	}
 	m := marketing(t, b, "ada")
-	if len(m.Channels) != 1 || m.Channels[0].Channel != "email" || m.Channels[0].Enabled || m.Channels[0].SetBy != store.SetByUnsubscribe || !m.Enabled {
+	if len(m.Channels) != 1 || m.Channels[0].Channel != "email" || m.Channels[0].Enabled || m.Channels[0].SetBy != model.SetByUnsubscribe || !m.Enabled {
 		t.Fatalf("after the one-click: %+v, want marketing off on email only, by unsubscribe", m)
 	}
 	first := m.Channels[0].SetAt
@@ -261,7 +261,7 @@ func TestPreferencesPageOptOut(t *testing.T) {
 	if rep.status != http.StatusOK || !strings.Contains(string(rep.body), "Saved.") || strings.Contains(string(rep.body), `value="marketing" checked`) {
 		t.Fatalf("save: %s", rep)
 	}
-	if c := marketing(t, b, "ada"); c.Enabled || c.SetBy != store.SetByPage {
+	if c := marketing(t, b, "ada"); c.Enabled || c.SetBy != model.SetByPage {
 		t.Fatalf("after the page's save: %+v, want marketing off, set by page", c)
 	}
 	accepted(t, b.do(t, "POST", "/v1/events", event("n1", "newsletter", "ada")))
@@ -377,7 +377,7 @@ func TestRecipientPagesHeadersAndCrossSite(t *testing.T) {
 	if rep.status != http.StatusOK || !strings.Contains(string(rep.body), "Saved.") || rep.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("same-origin save: %s", rep)
 	}
-	if c := marketing(t, b, "ada"); c.Enabled || c.SetBy != store.SetByPage {
+	if c := marketing(t, b, "ada"); c.Enabled || c.SetBy != model.SetByPage {
 		t.Fatalf("after the same-origin save: %+v", c)
 	}
 	// A browser's form POST from a no-referrer page says Origin: null.
@@ -387,7 +387,7 @@ func TestRecipientPagesHeadersAndCrossSite(t *testing.T) {
 	if rep := postForm(t, b, u, oneClick); rep.status != http.StatusOK || !strings.Contains(string(rep.body), "Unsubscribed") {
 		t.Fatalf("header-less one-click POST: %s", rep)
 	}
-	if c := marketing(t, b, "ada"); len(c.Channels) != 1 || c.Channels[0].Enabled || c.Channels[0].SetBy != store.SetByUnsubscribe {
+	if c := marketing(t, b, "ada"); len(c.Channels) != 1 || c.Channels[0].Enabled || c.Channels[0].SetBy != model.SetByUnsubscribe {
 		t.Fatalf("after the one-click: %+v", c)
 	}
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Metrics are the Prometheus metrics of a relay: what it accepted, what
@@ -94,7 +94,7 @@ func (w writerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- writesDesc
 
 func (w writerCollector) Collect(ch chan<- prometheus.Metric) {
 	st := w.r.WriterStats()
-	for _, c := range []store.WriteClass{store.WriteAccept, store.WriteClaim, store.WriteRecord, store.WriteOther} {
+	for _, c := range []model.WriteClass{model.WriteAccept, model.WriteClaim, model.WriteRecord, model.WriteOther} {
 		cs := st.Classes[c]
 		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(cs.Writes), string(c))
 		ch <- prometheus.MustNewConstMetric(busyDesc, prometheus.CounterValue, cs.Busy.Seconds(), string(c))
@@ -141,7 +141,7 @@ func (m *Metrics) Attempted(channel, provider string, outcome providers.Outcome,
 	m.attempts.WithLabelValues(channel, provider, string(outcome)).Inc()
 	m.latency.WithLabelValues(channel, provider).Observe(took.Seconds())
 	switch status {
-	case store.StatusSent, store.StatusFailed, store.StatusDead, store.StatusUnknown:
+	case model.StatusSent, model.StatusFailed, model.StatusDead, model.StatusUnknown:
 		m.finished.WithLabelValues(channel, provider, status).Inc()
 	}
 }
@@ -151,7 +151,7 @@ func (m *Metrics) shed() { m.shedTotal.Inc() }
 // Quarantined implements relay.Observer.
 func (m *Metrics) Quarantined(tenant string) { m.quarantined.Inc() }
 
-// Committed records one writer commit (store.Options.OnCommit).
+// Committed records one writer commit (model.Options.OnCommit).
 func (m *Metrics) Committed(writes int, took time.Duration) {
 	m.batch.Observe(float64(writes))
 	m.commit.Observe(took.Seconds())
@@ -196,7 +196,7 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(depthDesc, err)
 		return
 	}
-	for _, s := range store.Statuses {
+	for _, s := range model.Statuses {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(st.Counts[s]), s)
 	}
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestDue.Seconds())

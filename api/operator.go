@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // What an operator (or a tenant's support staff) looks at and acts on over
@@ -64,7 +64,7 @@ func (s *Server) retryQuarantine(w http.ResponseWriter, r *http.Request, c calle
 	}
 	id := r.PathValue("id")
 	err := s.r.RetryQuarantined(r.Context(), c.tenant, row)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return noQuarantined(id)
 	}
 	if err != nil {
@@ -89,7 +89,7 @@ func (s *Server) dropQuarantine(w http.ResponseWriter, r *http.Request, c caller
 	}
 	id := r.PathValue("id")
 	n, err := s.r.DropQuarantined(r.Context(), c.tenant, row)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return noQuarantined(id)
 	}
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 
 	_ "modernc.org/sqlite"
 )
@@ -117,7 +117,7 @@ func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 	}
 	a := decode[apage](t, b.do(t, "GET", "/v1/suppressions", "", acme...))
 	if len(a.Suppressions) != 1 || a.Suppressions[0].Address != "tok-1" || a.Suppressions[0].Provider != "dead-push" ||
-		a.Suppressions[0].Reason != store.ReasonHardBounce || a.Suppressions[0].ExpiresAt != nil {
+		a.Suppressions[0].Reason != model.ReasonHardBounce || a.Suppressions[0].ExpiresAt != nil {
 		t.Fatalf("acme's entries: %+v", a.Suppressions)
 	}
 	wantProblem(t, b.do(t, "DELETE", "/v1/suppressions?channel=push&address=tok-1", "", beta...), http.StatusNotFound, "not-found")

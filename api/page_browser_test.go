@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // The preferences page in a real headless browser (Debian's chromium): the
@@ -72,7 +72,7 @@ func TestPreferencesPageInABrowser(t *testing.T) {
 	if !strings.Contains(status, "Saved.") {
 		t.Fatalf("after Save the page says %q", status)
 	}
-	if c := marketing(t, b, "ada"); c.Enabled || c.SetBy != store.SetByPage {
+	if c := marketing(t, b, "ada"); c.Enabled || c.SetBy != model.SetByPage {
 		t.Fatalf("after the browser's save: %+v, want marketing off, set by page", c)
 	}
 	accepted(t, b.do(t, "POST", "/v1/events", event("n1", "newsletter", "ada")))

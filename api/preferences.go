@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net/http"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // The preference endpoints (issue 17): what a recipient of the caller's
@@ -48,7 +48,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, c caller
 	if perr != nil {
 		return *perr
 	}
-	p, err := s.r.PutPreferences(r.Context(), tenant, r.PathValue("id"), in, store.SetByAPI)
+	p, err := s.r.PutPreferences(r.Context(), tenant, r.PathValue("id"), in, model.SetByAPI)
 	if err != nil {
 		return s.preferenceError(err)
 	}

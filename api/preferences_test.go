@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // sink is a webhook receiver that records what reached it: the real HTTP
@@ -108,7 +108,7 @@ func TestPreferencesOptOutSkipsMarketingNotOTP(t *testing.T) {
 		t.Fatalf("put: %s", rep)
 	}
 	got = decode[relay.Preferences](t, b.do(t, "GET", "/v1/recipients/ada/preferences", ""))
-	if m := got.Categories[0]; m.Enabled || m.SetBy != store.SetByAPI || m.SetAt.IsZero() {
+	if m := got.Categories[0]; m.Enabled || m.SetBy != model.SetByAPI || m.SetAt.IsZero() {
 		t.Fatalf("after the opt-out: %+v", m)
 	}
 
@@ -128,7 +128,7 @@ func TestPreferencesOptOutSkipsMarketingNotOTP(t *testing.T) {
 		}
 	}
 	n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+adaID, ""))
-	if n.Status != store.StatusSkipped || len(n.AttemptLog) != 0 || !strings.Contains(n.Reason, `recipient ada turned category "marketing" off on every channel`) ||
+	if n.Status != model.StatusSkipped || len(n.AttemptLog) != 0 || !strings.Contains(n.Reason, `recipient ada turned category "marketing" off on every channel`) ||
 		!strings.Contains(n.Reason, "by api") {
 		t.Fatalf("ada's newsletter: %s %q, %d attempts; want skipped naming the switch, no attempt", n.Status, n.Reason, len(n.AttemptLog))
 	}
@@ -202,7 +202,7 @@ func TestQuietHoursSendAtEightBerlinOnce(t *testing.T) {
 	}
 	id := nl.Notifications[0].ID
 	n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+id, ""))
-	if n.Status != store.StatusPending || len(n.AttemptLog) != 0 || !strings.Contains(n.Reason, "quiet hours 21:00-08:00 in Europe/Berlin") {
+	if n.Status != model.StatusPending || len(n.AttemptLog) != 0 || !strings.Contains(n.Reason, "quiet hours 21:00-08:00 in Europe/Berlin") {
 		t.Fatalf("at 23:00 the newsletter is %s %q with %d attempts; want pending in quiet hours, no attempt", n.Status, n.Reason, len(n.AttemptLog))
 	}
 	clk.set(time.Date(2026, 12, 2, 7, 59, 59, 0, berlin))
@@ -226,7 +226,7 @@ func TestQuietHoursSendAtEightBerlinOnce(t *testing.T) {
 		t.Fatalf("newsletter sent at %s under key %s; want at %s under %s", m.at.In(berlin), m.Key, eight, nl.Notifications[0].Key)
 	}
 	n = decode[notification](t, b.do(t, "GET", "/v1/notifications/"+id, ""))
-	if n.Status != store.StatusSent || len(n.AttemptLog) != 1 {
+	if n.Status != model.StatusSent || len(n.AttemptLog) != 1 {
 		t.Fatalf("after 08:00: %s with %d attempts, want sent after 1", n.Status, len(n.AttemptLog))
 	}
 }
@@ -254,7 +254,7 @@ func TestThrottleSkipsTheExcess(t *testing.T) {
 		t.Fatalf("delivered %q, want 2 to ada and bob's", d)
 	}
 	n := decode[notification](t, b.do(t, "GET", "/v1/notifications/"+ids[2], ""))
-	if n.Status != store.StatusSkipped || len(n.AttemptLog) != 0 || !strings.Contains(n.Reason, "skipped (throttled)") {
+	if n.Status != model.StatusSkipped || len(n.AttemptLog) != 0 || !strings.Contains(n.Reason, "skipped (throttled)") {
 		t.Fatalf("the third: %s %q %d attempts, want skipped (throttled)", n.Status, n.Reason, len(n.AttemptLog))
 	}
 	clk.set(clk.Now().Add(24*time.Hour + time.Second))

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"edgerelay/api"
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // The Twilio account the fake API and the signatures use.
@@ -175,7 +175,7 @@ func (b *bundle) deliver(tb testing.TB) {
 }
 
 // notification reads one notification through the API.
-func (b *bundle) notification(tb testing.TB, id string) store.Notification {
+func (b *bundle) notification(tb testing.TB, id string) model.Notification {
 	tb.Helper()
 	rep := b.do(tb, "GET", "/v1/notifications/"+id, "")
 	if rep.status != http.StatusOK {
@@ -185,7 +185,7 @@ func (b *bundle) notification(tb testing.TB, id string) store.Notification {
 }
 
 // receiptStatuses lists a notification's receipts as provider/message/status.
-func receiptStatuses(n store.Notification) []string {
+func receiptStatuses(n model.Notification) []string {
 	out := []string{}
 	for _, r := range n.Receipts {
 		out = append(out, r.Provider+"/"+r.MessageID+"/"+r.Status)
@@ -194,7 +194,7 @@ func receiptStatuses(n store.Notification) []string {
 }
 
 // wantState checks a notification's status and receipts.
-func (b *bundle) wantState(tb testing.TB, id string, status string, receipts ...string) store.Notification {
+func (b *bundle) wantState(tb testing.TB, id string, status string, receipts ...string) model.Notification {
 	tb.Helper()
 	n := b.notification(tb, id)
 	if got := receiptStatuses(n); n.Status != status || !slices.Equal(got, append([]string{}, receipts...)) {
@@ -210,7 +210,7 @@ func TestTwilioReceipts(t *testing.T) {
 
 	id := b.acceptOne(t, sms("evt_1", "+15550111"))
 	b.deliver(t)
-	n := b.wantState(t, id, store.StatusSent)
+	n := b.wantState(t, id, model.StatusSent)
 	if n.Provider != "twilio" || n.ProviderMessageID != "SM1" {
 		t.Fatalf("after the send: provider %q message id %q, want twilio and SM1 (%+v)", n.Provider, n.ProviderMessageID, n)
 	}
@@ -240,13 +240,13 @@ func TestTwilioReceipts(t *testing.T) {
 			t.Errorf("%s: the problem quotes the auth token: %q", c.name, p.Detail)
 		}
 	}
-	b.wantState(t, id, store.StatusSent)
+	b.wantState(t, id, model.StatusSent)
 
 	// sent, then delivered: delivered, with both receipts in the audit trail.
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM1", "sent")), 1, 1)
-	b.wantState(t, id, store.StatusSent, "twilio/SM1/sent")
+	b.wantState(t, id, model.StatusSent, "twilio/SM1/sent")
 	wantReceived(t, b.signedTwilio(t, delivered), 1, 1)
-	n = b.wantState(t, id, store.StatusDelivered, "twilio/SM1/sent", "twilio/SM1/delivered")
+	n = b.wantState(t, id, model.StatusDelivered, "twilio/SM1/sent", "twilio/SM1/delivered")
 	for _, r := range n.Receipts {
 		if r.ReceivedAt.IsZero() || r.At != nil {
 			t.Errorf("receipt %+v: want a received_at and no at (Twilio does not say when)", r)
@@ -256,25 +256,25 @@ func TestTwilioReceipts(t *testing.T) {
 	wantReceived(t, b.signedTwilio(t, delivered), 1, 0)
 	// A late "sent" (a replay here too) does not move it back.
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM1", "sent")), 1, 0)
-	b.wantState(t, id, store.StatusDelivered, "twilio/SM1/sent", "twilio/SM1/delivered")
+	b.wantState(t, id, model.StatusDelivered, "twilio/SM1/sent", "twilio/SM1/delivered")
 
 	// A second message: undelivered is a bounce, and the set of receipts,
 	// not their order, decides: a new "sent" and even a "delivered" that
 	// arrive later leave it bounced.
 	id2 := b.acceptOne(t, sms("evt_2", "+15550122"))
 	b.deliver(t)
-	b.wantState(t, id2, store.StatusSent)
+	b.wantState(t, id2, model.StatusSent)
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM3", "undelivered", "ErrorCode", "30003")), 1, 1)
-	n2 := b.wantState(t, id2, store.StatusBounced, "twilio/SM3/bounced")
+	n2 := b.wantState(t, id2, model.StatusBounced, "twilio/SM3/bounced")
 	if len(n2.Receipts) == 1 && n2.Receipts[0].Detail != "undelivered 30003" {
 		t.Errorf("bounce detail %q, want Twilio's words: undelivered 30003", n2.Receipts[0].Detail)
 	}
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM3", "sent")), 1, 1)
-	b.wantState(t, id2, store.StatusBounced, "twilio/SM3/bounced", "twilio/SM3/sent")
+	b.wantState(t, id2, model.StatusBounced, "twilio/SM3/bounced", "twilio/SM3/sent")
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM3", "delivered")), 1, 1)
-	b.wantState(t, id2, store.StatusBounced, "twilio/SM3/bounced", "twilio/SM3/sent", "twilio/SM3/delivered")
+	b.wantState(t, id2, model.StatusBounced, "twilio/SM3/bounced", "twilio/SM3/sent", "twilio/SM3/delivered")
 	// The first message is untouched by the second's receipts.
-	b.wantState(t, id, store.StatusDelivered, "twilio/SM1/sent", "twilio/SM1/delivered")
+	b.wantState(t, id, model.StatusDelivered, "twilio/SM1/sent", "twilio/SM1/delivered")
 }
 
 // A receipt can overtake the send it is about (the callback arrives while
@@ -288,7 +288,7 @@ func TestTwilioReceiptBeforeSend(t *testing.T) {
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM2", "delivered")), 1, 1)
 	id := b.acceptOne(t, sms("evt_early", "+15550133"))
 	b.deliver(t)
-	n := b.wantState(t, id, store.StatusDelivered, "twilio/SM2/delivered")
+	n := b.wantState(t, id, model.StatusDelivered, "twilio/SM2/delivered")
 	if n.ProviderMessageID != "SM2" {
 		t.Errorf("provider message id %q, want SM2", n.ProviderMessageID)
 	}
@@ -330,7 +330,7 @@ func TestTwilioReceiptPublicURL(t *testing.T) {
 	// port spelled out, it must still verify.
 	delivered := twilioStatus("SM4", "delivered")
 	wantReceived(t, b.postTwilio(t, delivered, twilioSign(twilioToken, "https://relay.example.com:443/v1/receipts/twilio", delivered)), 1, 1)
-	b.wantState(t, id, store.StatusDelivered, "twilio/SM4/sent", "twilio/SM4/delivered")
+	b.wantState(t, id, model.StatusDelivered, "twilio/SM4/sent", "twilio/SM4/delivered")
 }
 
 // newSecret returns a Standard Webhooks secret: whsec_ and 32 random bytes.
@@ -385,7 +385,7 @@ func TestWebhookReceipts(t *testing.T) {
 
 	id := b.acceptOne(t, receipt("evt_1", 1))
 	b.deliver(t)
-	n := b.wantState(t, id, store.StatusSent)
+	n := b.wantState(t, id, model.StatusSent)
 	if n.Provider != "hooks" || n.ProviderMessageID != "msg_1" {
 		t.Fatalf("after the send: provider %q message id %q, want hooks and msg_1", n.Provider, n.ProviderMessageID)
 	}
@@ -409,10 +409,10 @@ func TestWebhookReceipts(t *testing.T) {
 	wantProblem(t, b.do(t, "POST", "/v1/receipts/hooks", strings.Replace(bounced, "bounced", "delivered", 1),
 		"webhook-id", "rcpt_1", "webhook-timestamp", strconv.FormatInt(now.Unix(), 10), "webhook-signature", sig),
 		http.StatusUnauthorized, "bad-signature")
-	b.wantState(t, id, store.StatusSent)
+	b.wantState(t, id, model.StatusSent)
 
 	wantReceived(t, b.postHook(t, "hooks", secret, "rcpt_1", now, bounced), 1, 1)
-	n = b.wantState(t, id, store.StatusBounced, "hooks/msg_1/bounced")
+	n = b.wantState(t, id, model.StatusBounced, "hooks/msg_1/bounced")
 	if len(n.Receipts) == 1 && n.Receipts[0].Detail != "mailbox full" {
 		t.Errorf("receipt detail %q, want the receiver's", n.Receipts[0].Detail)
 	}
@@ -421,7 +421,7 @@ func TestWebhookReceipts(t *testing.T) {
 	batch := `[{"id": "rcpt_2", "message_id": "msg_1", "status": "delivered", "at": "2025-01-02T15:04:05Z"},
 		{"id": "rcpt_2", "message_id": "msg_1", "status": "delivered", "at": "2025-01-02T15:04:05Z"}]`
 	wantReceived(t, b.postHook(t, "hooks", secret, "batch_1", now, batch), 2, 1)
-	n = b.wantState(t, id, store.StatusBounced, "hooks/msg_1/bounced", "hooks/msg_1/delivered")
+	n = b.wantState(t, id, model.StatusBounced, "hooks/msg_1/bounced", "hooks/msg_1/delivered")
 	if len(n.Receipts) == 2 && (n.Receipts[1].At == nil || !n.Receipts[1].At.Equal(time.Date(2025, 1, 2, 15, 4, 5, 0, time.UTC))) {
 		t.Errorf("receipt at %v, want 2025-01-02T15:04:05Z", n.Receipts[1].At)
 	}
@@ -437,7 +437,7 @@ func TestWebhookReceipts(t *testing.T) {
 	} {
 		wantProblem(t, b.postHook(t, "hooks", secret, "rcpt_bad", now, body), http.StatusBadRequest, "invalid-receipt")
 	}
-	b.wantState(t, id, store.StatusBounced, "hooks/msg_1/bounced", "hooks/msg_1/delivered")
+	b.wantState(t, id, model.StatusBounced, "hooks/msg_1/bounced", "hooks/msg_1/delivered")
 
 	// A webhook without a secret refuses every receipt, signed or not.
 	wantProblem(t, b.postHook(t, "plain", secret, "rcpt_3", now, bounced), http.StatusUnauthorized, "bad-signature")
@@ -497,7 +497,7 @@ func TestReceiptMetrics(t *testing.T) {
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM5", "delivered")), 1, 1)
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM5", "delivered")), 1, 0)
 	wantProblem(t, b.postTwilio(t, twilioStatus("SM5", "delivered"), ""), http.StatusUnauthorized, "bad-signature")
-	b.wantState(t, id, store.StatusDelivered, "twilio/SM5/sent", "twilio/SM5/delivered")
+	b.wantState(t, id, model.StatusDelivered, "twilio/SM5/sent", "twilio/SM5/delivered")
 	// The request counter is bumped after each answer went out: wait for
 	// all six requests so far (accept, three receipts, the refused one,
 	// the GET above).

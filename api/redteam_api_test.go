@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Red-team findings in the API (issues 16 and 17): each test showed a
@@ -96,7 +96,7 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	beta := accepted(t, b.do(t, "POST", "/v1/events?tenant=beta", ev("e1", "beta", betaCustomer.URL+"/hooks"))).Notifications[0].ID
 	b.deliver(t)
 	for _, id := range []string{acme, beta} {
-		if n := b.wantState(t, id, store.StatusSent); n.ProviderMessageID != "1" {
+		if n := b.wantState(t, id, model.StatusSent); n.ProviderMessageID != "1" {
 			t.Fatalf("notification %s: message id %q, want 1 (its customer's answer)", id, n.ProviderMessageID)
 		}
 	}
@@ -114,7 +114,7 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 		}
 	}
 	for _, id := range []string{acme, beta} {
-		if n := b.notification(t, id); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+		if n := b.notification(t, id); n.Status != model.StatusSent || len(n.Receipts) != 0 {
 			t.Errorf("notification %s after a receipt about message 1 of two: %s with %d receipts, want sent with none", id, n.Status, len(n.Receipts))
 		}
 	}
@@ -126,8 +126,8 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	an := b.notification(t, acme)
 	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_1", time.Now(),
 		fmt.Sprintf(`{"webhook_id": %q, "message_id": "1", "id": "r1", "status": "bounced", "bounce": "hard"}`, an.Key)), 1, 1)
-	b.wantState(t, acme, store.StatusBounced, "customers/1/bounced")
-	if n := b.notification(t, beta); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+	b.wantState(t, acme, model.StatusBounced, "customers/1/bounced")
+	if n := b.notification(t, beta); n.Status != model.StatusSent || len(n.Receipts) != 0 {
 		t.Errorf("beta's notification %s is %s with %d receipts after acme's customer's receipt, want sent with none", beta, n.Status, len(n.Receipts))
 	}
 	rep := b.do(t, "GET", "/v1/suppressions?tenant=beta", "")
@@ -141,7 +141,7 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	bn := b.notification(t, beta)
 	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_2", time.Now(),
 		fmt.Sprintf(`{"webhook_id": %q, "id": "r1", "status": "delivered"}`, bn.Key)), 1, 1)
-	b.wantState(t, beta, store.StatusDelivered, "customers/1/delivered")
+	b.wantState(t, beta, model.StatusDelivered, "customers/1/delivered")
 
 	// A key that is no notification's, or a message id that is not the
 	// key's, is refused and records nothing.
@@ -151,7 +151,7 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 			t.Errorf("receipt %s: %s, want 400", body, rep)
 		}
 	}
-	b.wantState(t, beta, store.StatusDelivered, "customers/1/delivered")
+	b.wantState(t, beta, model.StatusDelivered, "customers/1/delivered")
 
 	// A receipt that comes before its send is recorded (a receiver that
 	// reports at once) names the key and the message id; by the key alone
@@ -167,9 +167,9 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	wantReceived(t, b.postHook(t, "customers", secret, "rcpt_early", time.Now(),
 		fmt.Sprintf(`{"webhook_id": %q, "message_id": "1", "status": "delivered"}`, en.Key)), 1, 1)
 	b.deliver(t)
-	b.wantState(t, early, store.StatusDelivered, "customers/1/delivered")
-	b.wantState(t, beta, store.StatusDelivered, "customers/1/delivered")
-	b.wantState(t, acme, store.StatusBounced, "customers/1/bounced")
+	b.wantState(t, early, model.StatusDelivered, "customers/1/delivered")
+	b.wantState(t, beta, model.StatusDelivered, "customers/1/delivered")
+	b.wantState(t, acme, model.StatusBounced, "customers/1/bounced")
 }
 
 // The same hole needs no secret: a tenant's own token is enough. acme
@@ -203,7 +203,7 @@ func TestRedteamBounceReportOfOneTenantSuppressesAnotherTenantsWebhook(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if an.Status != store.StatusSent || bn.Status != store.StatusSent || an.ProviderMessageID != "1" || bn.ProviderMessageID != "1" {
+	if an.Status != model.StatusSent || bn.Status != model.StatusSent || an.ProviderMessageID != "1" || bn.ProviderMessageID != "1" {
 		t.Fatalf("after the sends: acme %s %q, beta %s %q; want both sent with message id 1", an.Status, an.ProviderMessageID, bn.Status, bn.ProviderMessageID)
 	}
 	raw, err := os.ReadFile("../bounce/testdata/arf-abuse.eml")

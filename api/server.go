@@ -22,9 +22,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Options configure the API. The zero value is usable for an open API.
@@ -311,7 +311,7 @@ func (s *Server) auth(h authedHandler) handler {
 		}
 		// Looked up on every request: a revoked token stops working at once.
 		t, err := s.TokenByHash(r.Context(), HashToken(token))
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, model.ErrNotFound) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
 			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")
 		}
@@ -437,11 +437,11 @@ func idempotencyKey(r *http.Request) (string, *response) {
 // key, within the tenant, and a fingerprint of the method, the path and
 // body: the request's content as decoded (see decodeEvent), so the same
 // request serialised differently is the same request.
-func requestKey(r *http.Request, tenant, key string, body []byte) store.RequestKey {
+func requestKey(r *http.Request, tenant, key string, body []byte) model.RequestKey {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %s\n", r.Method, r.URL.Path)
 	h.Write(body)
-	return store.RequestKey{Tenant: tenant, Key: key, Fingerprint: hex.EncodeToString(h.Sum(nil))}
+	return model.RequestKey{Tenant: tenant, Key: key, Fingerprint: hex.EncodeToString(h.Sum(nil))}
 }
 
 // claimKey holds k for the request running now, in the store, so that a
@@ -450,10 +450,10 @@ func requestKey(r *http.Request, tenant, key string, body []byte) store.RequestK
 // whose request can no longer be running is taken over at once (see
 // relay's requestKeys). It returns the stored response instead, if one
 // completed meanwhile.
-func (s *Server) claimKey(ctx context.Context, k store.RequestKey) (*store.StoredResponse, *response) {
+func (s *Server) claimKey(ctx context.Context, k model.RequestKey) (*model.StoredResponse, *response) {
 	claim, err := s.r.ClaimRequest(ctx, k)
 	switch {
-	case errors.Is(err, store.ErrKeyReused):
+	case errors.Is(err, model.ErrKeyReused):
 		p := problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
 			"this Idempotency-Key was used for a different request")
 		return nil, &p
@@ -471,7 +471,7 @@ func (s *Server) claimKey(ctx context.Context, k store.RequestKey) (*store.Store
 
 // release ends a claim whose request saved no response, with a context of
 // its own (the client may have gone): its retry runs at once.
-func (s *Server) release(k store.RequestKey) {
+func (s *Server) release(k model.RequestKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.r.ReleaseRequest(ctx, k); err != nil {
@@ -481,17 +481,17 @@ func (s *Server) release(k store.RequestKey) {
 
 // lockOf is the key a batch's run is held under, apart from the records it
 // keeps under k (a NUL no client can send keeps the two apart).
-func lockOf(k store.RequestKey) store.RequestKey {
+func lockOf(k model.RequestKey) model.RequestKey {
 	k.Key = "\x00lock\x00" + k.Key
 	return k
 }
 
 // lookup returns the response stored under k, if any; a key used for
 // another request is 422.
-func (s *Server) lookup(ctx context.Context, k store.RequestKey) (*store.StoredResponse, *response) {
+func (s *Server) lookup(ctx context.Context, k model.RequestKey) (*model.StoredResponse, *response) {
 	stored, err := s.r.LookupResponse(ctx, k)
 	switch {
-	case errors.Is(err, store.ErrKeyReused):
+	case errors.Is(err, model.ErrKeyReused):
 		p := problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
 			"this Idempotency-Key was used for a different request")
 		return nil, &p
@@ -506,7 +506,7 @@ func (s *Server) lookup(ctx context.Context, k store.RequestKey) (*store.StoredR
 // have gone, but its retry must find the answer. If this fails, a retry
 // runs again, which the effects underneath make harmless (an event is a
 // duplicate).
-func (s *Server) save(k store.RequestKey, resp store.StoredResponse) {
+func (s *Server) save(k model.RequestKey, resp model.StoredResponse) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.r.SaveResponse(ctx, k, resp, s.opts.KeyTTL); err != nil {
@@ -525,7 +525,7 @@ func (s *Server) save(k store.RequestKey, resp store.StoredResponse) {
 // retry after the audience exists, the limit was raised or the disk has
 // room again runs afresh. A batch applies the same rule to each of its
 // events (postBatch).
-func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k store.RequestKey, run func() response) response {
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k model.RequestKey, run func() response) response {
 	if k.Key == "" {
 		return run()
 	}
@@ -544,7 +544,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k store.Requ
 	}
 	resp := run()
 	if final(resp.status) {
-		s.save(k, store.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body})
+		s.save(k, model.StoredResponse{Status: resp.status, ContentType: resp.ctype, Body: resp.body})
 	} else {
 		s.release(k)
 	}
@@ -556,7 +556,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, k store.Requ
 func final(status int) bool { return status >= 200 && status < 300 }
 
 func (s *Server) internal(err error) response {
-	if store.IsUnavailable(err) {
+	if model.IsUnavailable(err) {
 		// The database file refused the write (full, read-only, corrupt):
 		// nothing was committed, and a retry later may succeed.
 		s.log.Error("storage unavailable", "err", err)
@@ -585,7 +585,7 @@ type acceptResponse struct {
 	// FeedItems are the items the event posted, one per feed, with their
 	// seqs ([] for an event posted to no feed); a duplicate has those of
 	// the first accept.
-	FeedItems []store.FeedPost `json:"feed_items"`
+	FeedItems []model.FeedPost `json:"feed_items"`
 }
 
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) response {
@@ -661,7 +661,7 @@ func (s *Server) acceptAnswer(x *relay.IDs, res relay.AcceptResult, err error, c
 	out := acceptResponse{Tenant: res.Tenant, EventID: res.EventID, Purpose: res.Purpose, Duplicate: res.Duplicate,
 		Count: res.Count, Notifications: eventNotificationViews(x, res.Notifications), FeedItems: res.FeedItems}
 	if out.FeedItems == nil {
-		out.FeedItems = []store.FeedPost{}
+		out.FeedItems = []model.FeedPost{}
 	}
 	if res.Count > len(out.Notifications) && len(out.Notifications) > 0 {
 		q := url.Values{"event_id": {res.EventID}, "purpose": {res.Purpose},
@@ -685,7 +685,7 @@ func (s *Server) eventError(err error) response {
 		return problemField(http.StatusRequestEntityTooLarge, probTooLarge, "Too many recipients", inv.Reason, inv.Field)
 	case errors.As(err, &inv):
 		return problemField(http.StatusBadRequest, probInvalidEvent, "Invalid event", inv.Reason, inv.Field)
-	case errors.Is(err, store.ErrEventConflict):
+	case errors.Is(err, model.ErrEventConflict):
 		return problem(http.StatusConflict, probEventConflict, "Event already accepted with different content", err.Error())
 	}
 	return s.internal(err)
@@ -726,8 +726,8 @@ type batchRecord struct {
 
 // chainKey names the record of a batch's run n (from 1) under key: a NUL
 // keeps it apart from every key a client can send (printable ASCII).
-func chainKey(k store.RequestKey, chain string, n int) store.RequestKey {
-	return store.RequestKey{Tenant: k.Tenant, Key: k.Key + "\x00" + chain + "\x00" + strconv.Itoa(n), Fingerprint: k.Fingerprint}
+func chainKey(k model.RequestKey, chain string, n int) model.RequestKey {
+	return model.RequestKey{Tenant: k.Tenant, Key: k.Key + "\x00" + chain + "\x00" + strconv.Itoa(n), Fingerprint: k.Fingerprint}
 }
 
 // batchEvent is one event of a batch as decoded: perr is its answer when it
@@ -806,7 +806,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 // batchRecords reads the records stored for a batch under k into results
 // (setting have for each), and returns the first record and how many runs
 // have left one (0: none).
-func (s *Server) batchRecords(ctx context.Context, k store.RequestKey, results []batchResult, have []bool) (first batchRecord, runs int, perr *response) {
+func (s *Server) batchRecords(ctx context.Context, k model.RequestKey, results []batchResult, have []bool) (first batchRecord, runs int, perr *response) {
 	for runs = 0; slices.Contains(have, false); runs++ {
 		rk := k
 		if runs > 0 {
@@ -873,13 +873,13 @@ func (s *Server) runBatch(ctx context.Context, x *relay.IDs, evs []batchEvent, r
 }
 
 // saveRecord stores a batch record under k.
-func (s *Server) saveRecord(k store.RequestKey, rec batchRecord) {
+func (s *Server) saveRecord(k model.RequestKey, rec batchRecord) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		s.log.Error("encode a batch record", "err", err)
 		return
 	}
-	s.save(k, store.StoredResponse{Status: http.StatusOK, ContentType: "application/json", Body: b})
+	s.save(k, model.StoredResponse{Status: http.StatusOK, ContentType: "application/json", Body: b})
 }
 
 func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, c caller) response {
@@ -888,7 +888,7 @@ func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, c calle
 		return *perr
 	}
 	n, err := s.r.TenantNotification(r.Context(), c.tenant, row, "")
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return noNotification(r.PathValue("id"))
 	}
 	if err != nil {
@@ -905,7 +905,7 @@ func (s *Server) notificationByKey(ctx context.Context, c caller, key string) re
 		return *perr
 	}
 	n, err := s.r.TenantNotification(ctx, c.tenant, 0, key)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification with key "+strconv.Quote(key))
 	}
 	if err != nil {
@@ -931,10 +931,10 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 	if perr != nil {
 		return *perr
 	}
-	f := store.ListFilter{Tenant: c.tenant, Status: q.Get("status"), Recipient: q.Get("recipient"), Limit: s.opts.PageSize}
+	f := model.ListFilter{Tenant: c.tenant, Status: q.Get("status"), Recipient: q.Get("recipient"), Limit: s.opts.PageSize}
 	if f.Status != "" && !validStatus(f.Status) {
 		return problem(http.StatusBadRequest, probInvalidQuery, "Invalid status",
-			fmt.Sprintf("status %q: want one of %s", f.Status, strings.Join(store.Statuses, ", ")))
+			fmt.Sprintf("status %q: want one of %s", f.Status, strings.Join(model.Statuses, ", ")))
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -989,7 +989,7 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 		}
 		f.Tenant = tenant
 	}
-	var ns []store.Notification
+	var ns []model.Notification
 	var err error
 	if events != nil {
 		ns, err = s.r.ListEvents(r.Context(), f, events)
@@ -1011,22 +1011,22 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 
 // eventRefs finds the events an event_id names in a tenant: every purpose
 // it was accepted under, or, with purpose= given, that one.
-func (s *Server) eventRefs(ctx context.Context, tenant, eventID string, purpose []string) ([]store.EventRef, error) {
+func (s *Server) eventRefs(ctx context.Context, tenant, eventID string, purpose []string) ([]model.EventRef, error) {
 	if purpose == nil {
 		return s.r.EventRows(ctx, tenant, eventID)
 	}
 	row, err := s.r.EventRow(ctx, tenant, eventID, purpose[0])
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return []store.EventRef{{Row: row, Purpose: purpose[0]}}, nil
+	return []model.EventRef{{Row: row, Purpose: purpose[0]}}, nil
 }
 
 func validStatus(s string) bool {
-	for _, v := range store.Statuses {
+	for _, v := range model.Statuses {
 		if v == s {
 			return true
 		}
@@ -1054,10 +1054,10 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 	}
 	return s.idempotent(w, r, requestKey(r, c.tenant, key, nil), func() response {
 		err := s.r.RetryLifting(r.Context(), c.tenant, row, lift)
-		var se *store.StateError
-		var sup *store.SuppressedError
+		var se *model.StateError
+		var sup *model.SuppressedError
 		switch {
-		case errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, model.ErrNotFound):
 			return noNotification(id)
 		case errors.As(err, &sup):
 			return s.suppressedProblem(r, sup, id)
@@ -1067,7 +1067,7 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 		case err != nil:
 			return s.internal(err)
 		}
-		return jsonResponse(http.StatusOK, map[string]any{"id": id, "status": store.StatusPending})
+		return jsonResponse(http.StatusOK, map[string]any{"id": id, "status": model.StatusPending})
 	})
 }
 

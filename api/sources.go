@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Tailed outboxes' rejected rows over HTTP, as `edgerelay tail rejects`.
@@ -31,7 +31,7 @@ func (s *Server) operatorOnly(h authedHandler) authedHandler {
 
 // rejectJSON is a recorded rejected row as the API shows it.
 type rejectJSON struct {
-	store.SourceReject
+	model.SourceReject
 	Source string `json:"source,omitempty"` // in the path already
 }
 
@@ -50,7 +50,7 @@ func (s *Server) listRejects(w http.ResponseWriter, r *http.Request, c caller) r
 		}
 		after = n
 	}
-	rs, err := s.r.SourceRejects(r.Context(), store.SourceRejectFilter{Source: name, AfterSource: name, AfterRow: after, Limit: limit})
+	rs, err := s.r.SourceRejects(r.Context(), model.SourceRejectFilter{Source: name, AfterSource: name, AfterRow: after, Limit: limit})
 	if err != nil {
 		return s.internal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"edgerelay/model"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 // A tailed outbox's rejected rows over HTTP: listed with their reasons,
@@ -62,7 +62,7 @@ func TestSourceRejectsOverHTTP(t *testing.T) {
 	path := "/v1/sources/" + url.PathEscape(src.Name()) + "/rejects"
 	type page struct {
 		Source  string               `json:"source"`
-		Rejects []store.SourceReject `json:"rejects"`
+		Rejects []model.SourceReject `json:"rejects"`
 		Next    string               `json:"next"`
 	}
 	p := decode[page](t, b.do(t, "GET", path, ""))

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/sim"
-	"edgerelay/store"
 )
 
 // The duplicate storm: 1,000 concurrent submissions over HTTP of 100
@@ -80,7 +80,7 @@ func TestDuplicateStorm(t *testing.T) {
 	for _, n := range st.Counts {
 		total += n
 	}
-	if total != events || st.Counts[store.StatusSent] != events {
+	if total != events || st.Counts[model.StatusSent] != events {
 		t.Fatalf("notifications %v, want %d, all sent", st.Counts, events)
 	}
 	if got := len(provider.Deliveries()); got != events || provider.Requests() != events {

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Suppression lists over HTTP (issue 17), each scoped to the caller's
@@ -30,11 +30,11 @@ const (
 // suppressionJSON is an entry as the API shows it: the notification that
 // put it there by its opaque id.
 type suppressionJSON struct {
-	store.Suppression
+	model.Suppression
 	Notification string `json:"notification,omitempty"`
 }
 
-func suppressionViews(x *relay.IDs, es []store.Suppression) []suppressionJSON {
+func suppressionViews(x *relay.IDs, es []model.Suppression) []suppressionJSON {
 	out := make([]suppressionJSON, len(es))
 	for i, e := range es {
 		out[i] = suppressionJSON{Suppression: e}
@@ -76,7 +76,7 @@ func (s *Server) listSuppressions(w http.ResponseWriter, r *http.Request, c call
 	if perr != nil {
 		return *perr
 	}
-	f := store.SuppressionFilter{Tenant: tenant, Channel: q.Get("channel"), Address: q.Get("address")}
+	f := model.SuppressionFilter{Tenant: tenant, Channel: q.Get("channel"), Address: q.Get("address")}
 	if q.Get("format") == "csv" || strings.HasPrefix(r.Header.Get("Accept"), "text/csv") {
 		// The whole list, page by page, into one CSV.
 		var b bytes.Buffer
@@ -101,7 +101,7 @@ func (s *Server) listSuppressions(w http.ResponseWriter, r *http.Request, c call
 		return *perr
 	}
 	f.Limit = limit
-	f.After = store.Suppression{Tenant: q.Get("after_tenant"), Channel: q.Get("after_channel"), Address: q.Get("after_address")}
+	f.After = model.Suppression{Tenant: q.Get("after_tenant"), Channel: q.Get("after_channel"), Address: q.Get("after_address")}
 	es, err := s.r.Suppressions(r.Context(), f)
 	if err != nil {
 		return s.internal(err)
@@ -162,13 +162,13 @@ func (s *Server) addSuppressions(w http.ResponseWriter, r *http.Request, c calle
 		return problemField(http.StatusBadRequest, probInvalidRequest, "No entries", "suppressions: at least one entry", "suppressions")
 	}
 	now := time.Now()
-	entries := make([]store.Suppression, len(in.Suppressions))
+	entries := make([]model.Suppression, len(in.Suppressions))
 	for i, e := range in.Suppressions {
 		if e.Reason == "" {
-			e.Reason = store.ReasonManual
+			e.Reason = model.ReasonManual
 		}
-		entries[i] = store.Suppression{Tenant: tenant, Channel: e.Channel, Address: e.Address, Reason: e.Reason,
-			Source: store.SourceAPI, Detail: e.Detail, ExpiresAt: e.ExpiresAt}
+		entries[i] = model.Suppression{Tenant: tenant, Channel: e.Channel, Address: e.Address, Reason: e.Reason,
+			Source: model.SourceAPI, Detail: e.Detail, ExpiresAt: e.ExpiresAt}
 		if e.TTL != "" {
 			d, err := time.ParseDuration(e.TTL)
 			if err != nil || d <= 0 || e.ExpiresAt != nil {
@@ -213,7 +213,7 @@ func (s *Server) removeSuppression(w http.ResponseWriter, r *http.Request, c cal
 		return problem(http.StatusBadRequest, probInvalidQuery, "Missing address", "give channel= and address= of the entry to remove")
 	}
 	err := s.r.Unsuppress(r.Context(), tenant, channel, address)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
 	}
 	if err != nil {
@@ -238,7 +238,7 @@ func (s *Server) postBounce(w http.ResponseWriter, r *http.Request, c caller) re
 	switch {
 	case errors.Is(err, relay.ErrNotBounce):
 		return problem(http.StatusBadRequest, probBadBounce, "Unreadable bounce", err.Error())
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, model.ErrNotFound):
 		return problem(http.StatusNotFound, probNotFound, "No matching notification", err.Error())
 	case err != nil:
 		return s.internal(err)
@@ -255,7 +255,7 @@ type bouncedJSON struct {
 // suppressedProblem is a retry of notification id refused because its
 // address is suppressed: 409 with the entry in words (no row ids), and how
 // to lift it.
-func (s *Server) suppressedProblem(r *http.Request, se *store.SuppressedError, id string) response {
+func (s *Server) suppressedProblem(r *http.Request, se *model.SuppressedError, id string) response {
 	e := se.Entry
 	return problem(http.StatusConflict, probSuppressed, "Address suppressed",
 		"notification "+strconv.Quote(id)+": "+e.Channel+" "+strconv.Quote(e.Address)+" is on tenant "+strconv.Quote(e.Tenant)+

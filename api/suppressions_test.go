@@ -16,9 +16,9 @@ import (
 
 	gosmtp "github.com/emersion/go-smtp"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Suppression lists over HTTP (issue 17).
@@ -73,7 +73,7 @@ func (f *countingTwilio) provider(t *testing.T) providers.Provider {
 // its opaque id. bounced is POST /v1/bounces' answer, likewise.
 type (
 	shownSuppression struct {
-		store.Suppression
+		model.Suppression
 		Notification string `json:"notification,omitempty"`
 	}
 	bounced struct {
@@ -107,7 +107,7 @@ func (b *bundle) acceptAs(t *testing.T, as []string, ev relay.Event) string {
 	return res.Notifications[0].ID
 }
 
-func (b *bundle) notificationAs(t *testing.T, as []string, id string) store.Notification {
+func (b *bundle) notificationAs(t *testing.T, as []string, id string) model.Notification {
 	t.Helper()
 	rep := b.do(t, "GET", "/v1/notifications/"+id, "", as...)
 	if rep.status != http.StatusOK {
@@ -131,7 +131,7 @@ func TestBounceReceiptSuppressesForThatTenantOnly(t *testing.T) {
 	off := b.acceptAs(t, asAcme, sms("s0", "+15550199"))
 	b.deliver(t)
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM1", "undelivered", "ErrorCode", "30003")), 1, 1)
-	if n := b.notificationAs(t, asAcme, off); n.Status != store.StatusBounced {
+	if n := b.notificationAs(t, asAcme, off); n.Status != model.StatusBounced {
 		t.Fatalf("after 30003: %s, want bounced", n.Status)
 	}
 	if es := b.suppressions(t, asAcme); len(es) != 0 {
@@ -139,13 +139,13 @@ func TestBounceReceiptSuppressesForThatTenantOnly(t *testing.T) {
 	}
 	first := b.acceptAs(t, asAcme, sms("s1", phone))
 	b.deliver(t)
-	if n := b.notificationAs(t, asAcme, first); n.Status != store.StatusSent || n.ProviderMessageID != "SM2" {
+	if n := b.notificationAs(t, asAcme, first); n.Status != model.StatusSent || n.ProviderMessageID != "SM2" {
 		t.Fatalf("first: %s %q", n.Status, n.ProviderMessageID)
 	}
 	wantReceived(t, b.signedTwilio(t, twilioStatus("SM2", "undelivered", "ErrorCode", "30005")), 1, 1)
 	es := b.suppressions(t, asAcme)
-	if len(es) != 1 || es[0].Tenant != "acme" || es[0].Channel != "sms" || es[0].Address != phone || es[0].Reason != store.ReasonHardBounce ||
-		es[0].Source != store.SourceReceipt || es[0].Provider != "twilio" || es[0].Notification != first || es[0].ExpiresAt != nil ||
+	if len(es) != 1 || es[0].Tenant != "acme" || es[0].Channel != "sms" || es[0].Address != phone || es[0].Reason != model.ReasonHardBounce ||
+		es[0].Source != model.SourceReceipt || es[0].Provider != "twilio" || es[0].Notification != first || es[0].ExpiresAt != nil ||
 		!strings.Contains(es[0].Detail, "30005") {
 		t.Fatalf("acme's list: %+v", es)
 	}
@@ -157,10 +157,10 @@ func TestBounceReceiptSuppressesForThatTenantOnly(t *testing.T) {
 	theirs := b.acceptAs(t, asBeta, sms("s3", phone))
 	b.deliver(t)
 	n := b.notificationAs(t, asAcme, second)
-	if n.Status != store.StatusSuppressed || n.Attempts != 0 || !strings.Contains(n.Reason, "suppression list: hard_bounce (from twilio's receipt") {
+	if n.Status != model.StatusSuppressed || n.Attempts != 0 || !strings.Contains(n.Reason, "suppression list: hard_bounce (from twilio's receipt") {
 		t.Errorf("acme's second: %s after %d attempts (%s), want suppressed without one", n.Status, n.Attempts, n.Reason)
 	}
-	if n := b.notificationAs(t, asBeta, theirs); n.Status != store.StatusSent {
+	if n := b.notificationAs(t, asBeta, theirs); n.Status != model.StatusSent {
 		t.Errorf("beta's: %s (%s), want sent", n.Status, n.Reason)
 	}
 	if got := tw.sends(phone); got != 2 {
@@ -182,7 +182,7 @@ func TestBounceReceiptSuppressesForThatTenantOnly(t *testing.T) {
 		t.Errorf("entries after lifting: %+v", es)
 	}
 	b.deliver(t)
-	if n := b.notificationAs(t, asAcme, second); n.Status != store.StatusSent || tw.sends(phone) != 3 {
+	if n := b.notificationAs(t, asAcme, second); n.Status != model.StatusSent || tw.sends(phone) != 3 {
 		t.Errorf("after lifting: %s, %d sends; want sent, 3", n.Status, tw.sends(phone))
 	}
 }
@@ -266,7 +266,7 @@ func TestDSNFileSuppressesByMessageID(t *testing.T) {
 	id := b.acceptAs(t, asAcme, email("evt_dsn", "Ada@Example.com"))
 	b.deliver(t)
 	n := b.notificationAs(t, asAcme, id)
-	if n.Status != store.StatusSent || n.ProviderMessageID != "<"+n.Key+"@example.com>" || sink.count("Ada@Example.com") != 1 {
+	if n.Status != model.StatusSent || n.ProviderMessageID != "<"+n.Key+"@example.com>" || sink.count("Ada@Example.com") != 1 {
 		t.Fatalf("sent: %s, message id %q, key %s; %d delivered", n.Status, n.ProviderMessageID, n.Key, sink.count("Ada@Example.com"))
 	}
 	dsn, err := os.ReadFile("../bounce/testdata/dsn-hard-5.1.1.eml")
@@ -281,14 +281,14 @@ func TestDSNFileSuppressesByMessageID(t *testing.T) {
 	}
 	got := decode[bounced](t, rep)
 	if got.Notification != id || got.Bounced != (relay.Bounced{Kind: "dsn", Tenant: "acme", Channel: "email", Address: "Ada@Example.com",
-		Status: "bounced", Suppressed: store.ReasonHardBounce, New: true, MatchedBy: "message-id"}) {
+		Status: "bounced", Suppressed: model.ReasonHardBounce, New: true, MatchedBy: "message-id"}) {
 		t.Errorf("answer %+v", got)
 	}
-	if n := b.notificationAs(t, asAcme, id); n.Status != store.StatusBounced || len(n.Receipts) != 1 || n.Receipts[0].Source != "dsn" {
+	if n := b.notificationAs(t, asAcme, id); n.Status != model.StatusBounced || len(n.Receipts) != 1 || n.Receipts[0].Source != "dsn" {
 		t.Errorf("after the DSN: %s, receipts %+v; want bounced with the DSN's receipt", n.Status, n.Receipts)
 	}
 	es := b.suppressions(t, asAcme)
-	if len(es) != 1 || es[0].Address != "ada@example.com" || es[0].Reason != store.ReasonHardBounce || es[0].Source != store.SourceDSN ||
+	if len(es) != 1 || es[0].Address != "ada@example.com" || es[0].Reason != model.ReasonHardBounce || es[0].Source != model.SourceDSN ||
 		es[0].Provider != "smtp" || es[0].Notification != id || !strings.Contains(es[0].Detail, "5.1.1") {
 		t.Fatalf("acme's list: %+v", es)
 	}
@@ -299,7 +299,7 @@ func TestDSNFileSuppressesByMessageID(t *testing.T) {
 
 	next := b.acceptAs(t, asAcme, email("evt_dsn_2", "ada@example.com"))
 	b.deliver(t)
-	if n := b.notificationAs(t, asAcme, next); n.Status != store.StatusSuppressed || n.Attempts != 0 ||
+	if n := b.notificationAs(t, asAcme, next); n.Status != model.StatusSuppressed || n.Attempts != 0 ||
 		!strings.Contains(n.Reason, "from smtp's delivery status notification") {
 		t.Errorf("the next email: %s after %d attempts (%s), want suppressed without one", n.Status, n.Attempts, n.Reason)
 	}
@@ -362,8 +362,8 @@ func TestSuppressionsListExportImportRemove(t *testing.T) {
 		t.Errorf("bad import: %q, want line 3 named", p.Detail)
 	}
 	es := b.suppressions(t, asBeta)
-	if len(es) != 2 || es[0].Address != "carol@example.com" || es[0].Reason != store.ReasonComplaint || es[0].Source != store.SourceImport ||
-		es[1].ExpiresAt == nil || es[1].Reason != store.ReasonManual {
+	if len(es) != 2 || es[0].Address != "carol@example.com" || es[0].Reason != model.ReasonComplaint || es[0].Source != model.SourceImport ||
+		es[1].ExpiresAt == nil || es[1].Reason != model.ReasonManual {
 		t.Fatalf("beta's list: %+v", es)
 	}
 	if es := b.suppressions(t, asAcme); len(es) != 2 {
@@ -406,23 +406,23 @@ func TestARFAndVERPBounces(t *testing.T) {
 	}
 	arf := strings.ReplaceAll(read("arf-abuse.eml"), "<k%2Fnews%20001@example.com>", nb.ProviderMessageID)
 	got := decode[bounced](t, b.do(t, "POST", "/v1/bounces", arf))
-	if got.Kind != "arf" || got.Notification != bob || got.Status != "complained" || got.Suppressed != store.ReasonComplaint || got.MatchedBy != "message-id" {
+	if got.Kind != "arf" || got.Notification != bob || got.Status != "complained" || got.Suppressed != model.ReasonComplaint || got.MatchedBy != "message-id" {
 		t.Errorf("ARF: %+v", got)
 	}
 	verp := strings.ReplaceAll(read("dsn-soft-verp.eml"), "k%2Fverp-1", nc.Key)
 	got = decode[bounced](t, b.do(t, "POST", "/v1/bounces", verp))
-	if got.Kind != "dsn" || got.Notification != cy || got.Status != "bounced" || got.Suppressed != store.ReasonSoftBounce || got.MatchedBy != "verp" {
+	if got.Kind != "dsn" || got.Notification != cy || got.Status != "bounced" || got.Suppressed != model.ReasonSoftBounce || got.MatchedBy != "verp" {
 		t.Errorf("VERP DSN: %+v", got)
 	}
 	es := b.suppressions(t, nil)
-	if len(es) != 2 || es[0].Address != "bob@example.org" || es[0].Reason != store.ReasonComplaint || es[0].Source != store.SourceARF || es[0].ExpiresAt != nil ||
-		es[1].Address != "cy@example.net" || es[1].Reason != store.ReasonSoftBounce || es[1].ExpiresAt == nil {
+	if len(es) != 2 || es[0].Address != "bob@example.org" || es[0].Reason != model.ReasonComplaint || es[0].Source != model.SourceARF || es[0].ExpiresAt != nil ||
+		es[1].Address != "cy@example.net" || es[1].Reason != model.ReasonSoftBounce || es[1].ExpiresAt == nil {
 		t.Fatalf("entries %+v", es)
 	}
 	if ttl := es[1].ExpiresAt.Sub(es[1].CreatedAt); ttl < 59*time.Minute || ttl > time.Hour {
 		t.Errorf("the soft bounce lasts %s, want the configured hour", ttl)
 	}
-	if n := b.notification(t, bob); n.Status != store.StatusDelivered && n.Status != store.StatusSent {
+	if n := b.notification(t, bob); n.Status != model.StatusDelivered && n.Status != model.StatusSent {
 		t.Errorf("after a complaint: %s (a complaint is not a bounce)", n.Status)
 	}
 }
@@ -457,11 +457,11 @@ func TestSuppressionMatchesOtherSpellings(t *testing.T) {
 	control := b.acceptAs(t, asAcme, email("evt_ada", "ada@example.com"))
 	b.deliver(t)
 	for i, id := range ids {
-		if n := b.notificationAs(t, asAcme, id); n.Status != store.StatusSuppressed || n.Attempts != 0 {
+		if n := b.notificationAs(t, asAcme, id); n.Status != model.StatusSuppressed || n.Attempts != 0 {
 			t.Errorf("email to %q: %s after %d attempts (%s), want suppressed without one", spellings[i], n.Status, n.Attempts, n.Reason)
 		}
 	}
-	if n := b.notificationAs(t, asAcme, control); n.Status != store.StatusSent {
+	if n := b.notificationAs(t, asAcme, control); n.Status != model.StatusSent {
 		t.Errorf("email to ada: %s (%s), want sent", n.Status, n.Reason)
 	}
 	for _, a := range spellings {

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 	"edgerelay/templates"
 )
 
@@ -44,11 +44,11 @@ func (s *Server) templateRoutes() {
 }
 
 // templateKey is the path's template in the caller's tenant.
-func (s *Server) templateKey(r *http.Request, c caller, verb string) (store.TemplateKey, *response) {
+func (s *Server) templateKey(r *http.Request, c caller, verb string) (model.TemplateKey, *response) {
 	tenant, ok := c.tenantFor(r.URL.Query().Get("tenant"))
 	if !ok {
 		p := problem(http.StatusForbidden, probTenantMismatch, "Tenant mismatch", "this token cannot "+verb+" another tenant's templates")
-		return store.TemplateKey{}, &p
+		return model.TemplateKey{}, &p
 	}
 	k, err := relay.TemplateKey(tenant, r.PathValue("name"), r.PathValue("channel"), r.PathValue("locale"))
 	if err != nil {
@@ -60,11 +60,11 @@ func (s *Server) templateKey(r *http.Request, c caller, verb string) (store.Temp
 
 // templateJSON is one stored version as the API shows it.
 type templateJSON struct {
-	store.StoredTemplate
+	model.StoredTemplate
 	Retired bool `json:"retired"`
 }
 
-func templateView(st store.StoredTemplate) templateJSON {
+func templateView(st model.StoredTemplate) templateJSON {
 	return templateJSON{StoredTemplate: st, Retired: st.RetiredAt != nil}
 }
 
@@ -104,7 +104,7 @@ func (s *Server) templateError(err error) response {
 			field+": line "+strconv.Itoa(pe.Line)+", column "+strconv.Itoa(pe.Column)+": "+pe.Msg, field)
 	case errors.As(err, &ce):
 		return problem(http.StatusConflict, probTemplateConflict, "Template defined by a file", err.Error())
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, model.ErrNotFound):
 		return problem(http.StatusNotFound, probNotFound, "Not found", err.Error())
 	}
 	var inv *relay.InvalidEventError

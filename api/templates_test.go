@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 	"edgerelay/templates"
 )
 
@@ -35,7 +35,7 @@ func partsBody(t *testing.T, parts map[string]string) string {
 }
 
 type storedJSON struct {
-	store.StoredTemplate
+	model.StoredTemplate
 	Retired bool `json:"retired"`
 }
 

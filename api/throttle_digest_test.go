@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/schedule"
-	"edgerelay/store"
 )
 
 // A throttle whose excess folds into digest weekly (issue 17), over HTTP
@@ -51,7 +51,7 @@ func TestThrottleFoldsOnlyWhatTheDigestCarries(t *testing.T) {
 		if n.Recipient == "bob" {
 			want = `skipped (throttled), not sent and not folded into digest weekly (recipient bob is not in digest weekly's audience "team")`
 		}
-		if got.Status != store.StatusSkipped || len(got.AttemptLog) != 0 || !strings.Contains(got.Reason, want) {
+		if got.Status != model.StatusSkipped || len(got.AttemptLog) != 0 || !strings.Contains(got.Reason, want) {
 			t.Fatalf("%s's second: %s %q, want skipped: %s", n.Recipient, got.Status, got.Reason, want)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Token resolution, shared with the console (which holds this Server):
@@ -14,10 +14,10 @@ import (
 // TokenByHash resolves the hex SHA-256 of a bearer token as every request
 // does: a token of the config file (ID 0, named "config"), else one stored
 // by `edgerelay token create`, looked up each time so that a revoked token
-// stops at once. store.ErrNotFound for an unknown token.
-func (s *Server) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+// stops at once. model.ErrNotFound for an unknown token.
+func (s *Server) TokenByHash(ctx context.Context, hash string) (model.Token, error) {
 	if tenant, ok := (*s.tokens.Load())[hash]; ok {
-		return store.Token{Tenant: tenant, Name: "config"}, nil
+		return model.Token{Tenant: tenant, Name: "config"}, nil
 	}
 	return s.r.TokenByHash(ctx, hash)
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"iter"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // DefaultGroup is how many lines' events go to one relay.AcceptAll call,
@@ -193,7 +193,7 @@ func count(g group, accs []relay.AcceptResult, errs []error, opts Options, check
 				rej = &LineError{Line: l.Line, Err: l.Err}
 			}
 		case err == nil:
-		case errors.As(err, &inv), errors.Is(err, store.ErrEventConflict):
+		case errors.As(err, &inv), errors.Is(err, model.ErrEventConflict):
 			rej = &LineError{Line: l.Line, Err: err}
 		default:
 			return fmt.Errorf("line %d: %w", l.Line, err)

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // testLogger routes the relay's log to the test's output.
@@ -176,7 +176,7 @@ func TestAcceptBatchBadLines(t *testing.T) {
 		t.Fatalf("rejects %q", got)
 	}
 	// Accepted in file order: the notifications' ids follow the lines.
-	ns, err := r.List(ctx, store.ListFilter{Limit: 100})
+	ns, err := r.List(ctx, model.ListFilter{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestAcceptBatchStopsOnStoreError(t *testing.T) {
 	}
 	r.Close()
 	res, err := Accept(context.Background(), r, lines(batchEvent(1), batchEvent(2)), Options{})
-	if !errors.Is(err, store.ErrClosed) || !strings.HasPrefix(err.Error(), "line ") || res.Accepted() != 0 {
+	if !errors.Is(err, model.ErrClosed) || !strings.HasPrefix(err.Error(), "line ") || res.Accepted() != 0 {
 		t.Fatalf("%+v, %v", res, err)
 	}
 }

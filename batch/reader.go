@@ -65,7 +65,7 @@ func FormatFor(path string) (Format, error) {
 // not accepted, the others are.
 type LineError struct {
 	Line int
-	Err  error // a *relay.InvalidEventError, store.ErrEventConflict, or a format problem
+	Err  error // a *relay.InvalidEventError, model.ErrEventConflict, or a format problem
 }
 
 func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }

@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"edgerelay/api"
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -68,8 +68,8 @@ func Ceiling(ctx context.Context, dir string, n int) (Rate, error) {
 		return Rate{}, err
 	}
 	type item struct {
-		ev store.NewEvent
-		tg store.Target
+		ev model.NewEvent
+		tg model.Target
 	}
 	items := make([]item, n)
 	for i := range items {

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"edgerelay/api"
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Fairness: serve's API and dispatcher on one writer, under a steady
@@ -36,7 +36,7 @@ type FairnessRun struct {
 	PendingMax        int64         // the largest backlog (due + sending) seen
 	PendingEnd        int64         // the backlog when the load stopped
 	P50, P99          time.Duration // accept to sent, for the load's notifications
-	Busy              map[store.WriteClass]time.Duration
+	Busy              map[model.WriteClass]time.Duration
 	DrainAfter        time.Duration // from the load's end to the last send
 	AcceptP50, AccP99 time.Duration // the HTTP accept's own latency
 }
@@ -64,7 +64,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	}
 	defer r.Stop(context.Background())
 
-	run := FairnessRun{Offered: rate, Busy: map[store.WriteClass]time.Duration{}}
+	run := FairnessRun{Offered: rate, Busy: map[model.WriteClass]time.Duration{}}
 	st0 := r.WriterStats()
 	// The pacer: event i is due at start + i/rate; 64 connections send
 	// them, none before its time (an open-loop load, like many clients).
@@ -208,7 +208,7 @@ func (f FairnessRun) BusyShares() string {
 		all += d
 	}
 	var parts []string
-	for _, c := range []store.WriteClass{store.WriteAccept, store.WriteClaim, store.WriteRecord, store.WriteOther} {
+	for _, c := range []model.WriteClass{model.WriteAccept, model.WriteClaim, model.WriteRecord, model.WriteOther} {
 		if d := f.Busy[c]; d > 0 && all > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.0f%%", c, 100*float64(d)/float64(all)))
 		}

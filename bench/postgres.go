@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 	"edgerelay/store/postgres"
 )
 
@@ -102,8 +102,8 @@ func CeilingPostgres(ctx context.Context, dbURL string, n int) (Rate, error) {
 		return Rate{}, err
 	}
 	type item struct {
-		ev store.NewEvent
-		tg store.Target
+		ev model.NewEvent
+		tg model.Target
 	}
 	items := make([]item, n)
 	for i := range items {

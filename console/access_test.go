@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // A browser without JavaScript: a cookie jar, no redirects followed
@@ -151,7 +151,7 @@ func TestConsoleAccess(t *testing.T) {
 			t.Fatalf("retry with %s: %d, want 403", tc.name, resp.StatusCode)
 		}
 	}
-	if n, _ := f.r.TenantNotification(t.Context(), "", f.dan, ""); n.Status != store.StatusDead || len(n.Audit) != 0 {
+	if n, _ := f.r.TenantNotification(t.Context(), "", f.dan, ""); n.Status != model.StatusDead || len(n.Audit) != 0 {
 		t.Fatalf("after refused POSTs dan is %s with audit %v; want dead, untouched", n.Status, n.Audit)
 	}
 	resp, page = c.do("POST", "/console/retry", url.Values{"id": {f.danID}, "csrf": {tok}}, "Origin", f.srv.URL)

@@ -6,8 +6,8 @@ import (
 	"html/template"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // The overview's chart: accepts and attempts per minute over the last hour,
@@ -48,7 +48,7 @@ type tick struct {
 	Text string
 }
 
-func newChart(o store.Overview) chart {
+func newChart(o model.Overview) chart {
 	n := len(o.Accepted)
 	c := chart{W: chartW, H: chartH, Left: chartLeft, Baseline: chartH - chartBottom}
 	if n == 0 {

@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/schedule"
-	"edgerelay/store"
 )
 
 //go:embed templates/*.html
@@ -29,8 +29,8 @@ var staticFS embed.FS
 // console accepts exactly the API's tokens and follows its open mode.
 type Auth interface {
 	// TokenByHash finds the token whose hex SHA-256 is hash:
-	// store.ErrNotFound if none (or revoked).
-	TokenByHash(ctx context.Context, hash string) (store.Token, error)
+	// model.ErrNotFound if none (or revoked).
+	TokenByHash(ctx context.Context, hash string) (model.Token, error)
 	// Open reports whether requests are served without a token now.
 	Open(ctx context.Context) (bool, error)
 }
@@ -250,7 +250,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, code 
 
 // internal answers a failure of the relay or the store.
 func (c *Console) internal(w http.ResponseWriter, r *http.Request, s *session, err error) {
-	if store.IsUnavailable(err) {
+	if model.IsUnavailable(err) {
 		c.fail(w, r, s, http.StatusServiceUnavailable, "Storage unavailable",
 			"The database could not be written, so nothing was changed. Try again later.")
 		return

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"edgerelay/console"
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/schedule"
-	"edgerelay/store"
 )
 
 // The overview, read without JavaScript: acme's counts by status, its
@@ -29,7 +29,7 @@ func TestConsoleOverview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := &schedule.Job{Name: "nightly", Schedule: sch, Run: func(context.Context, store.JobRun) (schedule.Outcome, error) {
+	job := &schedule.Job{Name: "nightly", Schedule: sch, Run: func(context.Context, model.JobRun) (schedule.Outcome, error) {
 		return schedule.Outcome{}, nil
 	}}
 	var caught, oldest, gap time.Time

@@ -11,14 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // overviewData is the first page: the tenant's state and the process's
 // health.
 type overviewData struct {
-	O          store.Overview
+	O          model.Overview
 	Statuses   []statusCount
 	Total      int64
 	Chart      chart
@@ -38,7 +38,7 @@ type overviewData struct {
 	// on loopback where the API serves every tenant, does.
 	Process   bool
 	Sources   []SourceStatus
-	Writer    store.WriterStats
+	Writer    model.WriterStats
 	WriterErr string
 	Dispatch  string
 	Now       time.Time
@@ -80,7 +80,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	if d.Process {
 		d.Writer = c.r.WriterStats()
 	}
-	for _, st := range store.Statuses {
+	for _, st := range model.Statuses {
 		d.Statuses = append(d.Statuses, statusCount{st, o.Counts[st]})
 		d.Total += o.Counts[st]
 	}
@@ -106,7 +106,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		d.Providers = append(d.Providers, providerRow{name, oc["sent"], oc["refused"], oc["unknown"]})
 	}
 	slices.SortFunc(d.Providers, func(a, b providerRow) int { return strings.Compare(a.Name, b.Name) })
-	for _, l := range []decideRow{{store.StatusUnknown, o.Unknown}, {store.StatusDead, o.Dead}, {store.StatusFailed, o.Failed}} {
+	for _, l := range []decideRow{{model.StatusUnknown, o.Unknown}, {model.StatusDead, o.Dead}, {model.StatusFailed, o.Failed}} {
 		if len(l.IDs) > 0 {
 			d.Decide = append(d.Decide, l)
 		}
@@ -139,7 +139,7 @@ type searchForm struct {
 type searchData struct {
 	Q        searchForm
 	Statuses []string
-	Results  []store.Notification
+	Results  []model.Notification
 	Next     string // the next page's URL, "" on the last
 	Errors   []string
 	Searched bool
@@ -165,11 +165,11 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 	form := searchForm{Key: strings.TrimSpace(q.Get("key")), EventID: strings.TrimSpace(q.Get("event_id")),
 		Recipient: strings.TrimSpace(q.Get("recipient")), Address: strings.TrimSpace(q.Get("address")),
 		Status: q.Get("status"), Type: strings.TrimSpace(q.Get("type")), From: q.Get("from"), To: q.Get("to")}
-	d := searchData{Q: form, Statuses: store.Statuses}
+	d := searchData{Q: form, Statuses: model.Statuses}
 	if form.Key != "" {
 		// A key names one notification: open it.
 		n, err := c.r.TenantNotification(r.Context(), s.Tenant, 0, form.Key)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, model.ErrNotFound) {
 			d.Errors = append(d.Errors, "No notification has the key "+strconv.Quote(form.Key)+".")
 			c.render(w, r, s, http.StatusNotFound, "search", "Search", d)
 			return
@@ -181,11 +181,11 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 		http.Redirect(w, r, c.opts.Prefix+"/notifications/"+c.nid(n.ID), http.StatusSeeOther)
 		return
 	}
-	f := store.ListFilter{Tenant: s.Tenant, Recipient: form.Recipient, Address: form.Address, Type: form.Type, EventID: form.EventID,
+	f := model.ListFilter{Tenant: s.Tenant, Recipient: form.Recipient, Address: form.Address, Type: form.Type, EventID: form.EventID,
 		Limit: searchPage}
 	if form.Status != "" {
-		if !slices.Contains(store.Statuses, form.Status) {
-			d.Errors = append(d.Errors, fmt.Sprintf("Status %q: choose one of %s.", form.Status, strings.Join(store.Statuses, ", ")))
+		if !slices.Contains(model.Statuses, form.Status) {
+			d.Errors = append(d.Errors, fmt.Sprintf("Status %q: choose one of %s.", form.Status, strings.Join(model.Statuses, ", ")))
 		}
 		f.Status = form.Status
 	}
@@ -229,7 +229,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 
 // notificationData is one notification's page.
 type notificationData struct {
-	N         store.Notification
+	N         model.Notification
 	Guarantee string
 	Message   message
 	Retryable bool
@@ -245,7 +245,7 @@ type message struct {
 }
 
 func retryable(status string) bool {
-	return status == store.StatusFailed || status == store.StatusDead || status == store.StatusUnknown
+	return status == model.StatusFailed || status == model.StatusDead || status == model.StatusUnknown
 }
 
 func (c *Console) notification(w http.ResponseWriter, r *http.Request, s *session) {
@@ -255,7 +255,7 @@ func (c *Console) notification(w http.ResponseWriter, r *http.Request, s *sessio
 		return
 	}
 	n, err := c.r.TenantNotification(r.Context(), s.Tenant, id, "")
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		c.notFound(w, r, s, r.PathValue("id"))
 		return
 	}
@@ -278,8 +278,8 @@ func (c *Console) notFound(w http.ResponseWriter, r *http.Request, s *session, i
 
 // retryData is the confirmation before a retry, and the result after.
 type retryData struct {
-	Notifications []store.Notification // to retry
-	Skipped       []store.Notification // not failed, dead or unknown
+	Notifications []model.Notification // to retry
+	Skipped       []model.Notification // not failed, dead or unknown
 	Missing       []string
 	Done          []int64
 	Refused       []string
@@ -307,7 +307,7 @@ func (c *Console) selected(w http.ResponseWriter, r *http.Request, s *session, v
 		seen[id] = true
 		n, err := c.r.TenantNotification(r.Context(), s.Tenant, id, "")
 		switch {
-		case errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, model.ErrNotFound):
 			d.Missing = append(d.Missing, v)
 		case err != nil:
 			c.internal(w, r, s, err)
@@ -338,12 +338,12 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, s *session) {
 	d.Back = c.safeNext(r.PostForm.Get("back"))
 	for _, n := range d.Notifications {
 		err := c.r.RetryAs(r.Context(), s.Tenant, n.ID, s.Who)
-		var se *store.StateError
-		var sup *store.SuppressedError
+		var se *model.StateError
+		var sup *model.SuppressedError
 		switch {
 		case err == nil:
 			d.Done = append(d.Done, n.ID)
-		case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, store.ErrNotFound):
+		case errors.As(err, &se), errors.As(err, &sup), errors.Is(err, model.ErrNotFound):
 			d.Refused = append(d.Refused, fmt.Sprintf("%s: %v", c.nid(n.ID), err))
 		default:
 			c.internal(w, r, s, err)
@@ -355,9 +355,9 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 type quarantineData struct {
-	Events []store.QuarantinedEvent
+	Events []model.QuarantinedEvent
 	Next   string
-	Event  store.QuarantinedEvent
+	Event  model.QuarantinedEvent
 	Action string
 	Result string
 }
@@ -377,21 +377,21 @@ func (c *Console) quarantine(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 // quarantined finds one of the tenant's quarantined events.
-func (c *Console) quarantined(w http.ResponseWriter, r *http.Request, s *session) (store.QuarantinedEvent, string, bool) {
+func (c *Console) quarantined(w http.ResponseWriter, r *http.Request, s *session) (model.QuarantinedEvent, string, bool) {
 	action := r.PathValue("action")
 	id, err := c.r.EventRowOf(r.Context(), r.PathValue("id"))
 	if (action != "retry" && action != "drop") || err != nil || id <= 0 {
 		c.fail(w, r, s, http.StatusNotFound, "Not found", "No such quarantine action.")
-		return store.QuarantinedEvent{}, "", false
+		return model.QuarantinedEvent{}, "", false
 	}
 	qs, err := c.r.Quarantined(r.Context(), s.Tenant, id+1, 1)
 	if err != nil {
 		c.internal(w, r, s, err)
-		return store.QuarantinedEvent{}, "", false
+		return model.QuarantinedEvent{}, "", false
 	}
 	if len(qs) != 1 || qs[0].EventRow != id {
 		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("Event %s of tenant %s is not quarantined.", c.eid(id), s.Tenant))
-		return store.QuarantinedEvent{}, "", false
+		return model.QuarantinedEvent{}, "", false
 	}
 	return qs[0], action, true
 }
@@ -411,7 +411,7 @@ func (c *Console) quarantineAct(w http.ResponseWriter, r *http.Request, s *sessi
 	}
 	d := quarantineData{Event: q, Action: action}
 	if action == "retry" {
-		if err := c.r.RetryQuarantined(r.Context(), s.Tenant, q.EventRow); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := c.r.RetryQuarantined(r.Context(), s.Tenant, q.EventRow); err != nil && !errors.Is(err, model.ErrNotFound) {
 			c.internal(w, r, s, err)
 			return
 		}
@@ -421,7 +421,7 @@ func (c *Console) quarantineAct(w http.ResponseWriter, r *http.Request, s *sessi
 		}
 	} else {
 		n, err := c.r.DropQuarantined(r.Context(), s.Tenant, q.EventRow)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err != nil && !errors.Is(err, model.ErrNotFound) {
 			c.internal(w, r, s, err)
 			return
 		}
@@ -432,7 +432,7 @@ func (c *Console) quarantineAct(w http.ResponseWriter, r *http.Request, s *sessi
 }
 
 type audienceData struct {
-	Audiences []store.AudienceInfo
+	Audiences []model.AudienceInfo
 	Next      string
 	Name      string
 	Members   []memberRow
@@ -459,7 +459,7 @@ func (c *Console) audiences(w http.ResponseWriter, r *http.Request, s *session) 
 func (c *Console) audience(w http.ResponseWriter, r *http.Request, s *session) {
 	name := r.PathValue("name")
 	ms, err := c.r.Audience(r.Context(), s.Tenant, name)
-	if inv := (*relay.InvalidEventError)(nil); errors.Is(err, store.ErrNotFound) || errors.As(err, &inv) {
+	if inv := (*relay.InvalidEventError)(nil); errors.Is(err, model.ErrNotFound) || errors.As(err, &inv) {
 		// A name no audience can have is one the tenant has not.
 		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("Tenant %s has no audience %q.", s.Tenant, name))
 		return
@@ -487,13 +487,13 @@ func (c *Console) audience(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 type feedData struct {
-	Members []store.FeedMembership
+	Members []model.FeedMembership
 	Next    string
 }
 
 func (c *Console) feeds(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
-	after := store.FeedMembership{Tenant: s.Tenant, Feed: q.Get("after_feed"), User: q.Get("after_user")}
+	after := model.FeedMembership{Tenant: s.Tenant, Feed: q.Get("after_feed"), User: q.Get("after_user")}
 	ms, err := c.r.FeedMemberships(r.Context(), s.Tenant, after, searchPage)
 	if err != nil {
 		c.internal(w, r, s, err)

@@ -13,7 +13,7 @@ import (
 // went wrong" with an ERROR in the log. Seen: /console/audiences/-1,
 // /console/audiences/%00 and a 3,000-byte name answer 500 (console/pages.go
 // audience: relay.Audience's *relay.InvalidEventError from checkAudience
-// goes to c.internal; only store.ErrNotFound is a 404).
+// goes to c.internal; only model.ErrNotFound is a 404).
 func TestRedteamConsoleAudienceBadNameIsNotFound(t *testing.T) {
 	t.Parallel()
 	f := setup(t, false)

@@ -14,13 +14,13 @@ import (
 	"strings"
 
 	"edgerelay/api"
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Sessions. A login exchanges an API token for a cookie holding a random
 // 256-bit session id; the store keeps only the id's SHA-256, with the
-// tenant, the token's hash and the expiry (store.Sessions). Every request
+// tenant, the token's hash and the expiry (model.Sessions). Every request
 // looks the session up in the store, then resolves the token's hash again
 // as the API resolves a token. So a logout (the row deleted) and a revoked
 // token end the session on every process sharing the store at once, a
@@ -117,7 +117,7 @@ func (c *Console) current(r *http.Request) (*session, error) {
 		return nil, errSignedOut
 	}
 	ss, err := c.r.Session(r.Context(), idHash(ck.Value), c.opts.Now())
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return nil, errSignedOut // ended, expired, or never made
 	}
 	if err != nil {
@@ -135,7 +135,7 @@ func (c *Console) current(r *http.Request) (*session, error) {
 		return s, nil
 	}
 	t, err := c.opts.Auth.TokenByHash(r.Context(), s.Hash)
-	if errors.Is(err, store.ErrNotFound) || err == nil && t.Tenant != s.Tenant {
+	if errors.Is(err, model.ErrNotFound) || err == nil && t.Tenant != s.Tenant {
 		return nil, errSignedOut
 	}
 	if err != nil {
@@ -259,7 +259,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.opts.Now()
 	id := newSessionID()
-	ss := store.Session{IDHash: idHash(id), CreatedAt: now, ExpiresAt: now.Add(c.opts.SessionTTL)}
+	ss := model.Session{IDHash: idHash(id), CreatedAt: now, ExpiresAt: now.Add(c.opts.SessionTTL)}
 	client := c.clientAddr(r)
 	if open {
 		ss.Tenant = strings.TrimSpace(r.PostForm.Get("tenant"))
@@ -282,7 +282,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		}
 		token := strings.TrimSpace(r.PostForm.Get("token"))
 		t, err := c.opts.Auth.TokenByHash(r.Context(), api.HashToken(token))
-		if errors.Is(err, store.ErrNotFound) || token == "" {
+		if errors.Is(err, model.ErrNotFound) || token == "" {
 			c.log.Warn("console: sign-in refused: unknown token", "remote", client)
 			c.showLogin(w, r, http.StatusUnauthorized, "That token is not known: use an API token of your tenant.", "")
 			return

@@ -13,10 +13,10 @@ import (
 
 	"edgerelay/api"
 	"edgerelay/console"
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/sim"
-	"edgerelay/store"
 )
 
 // fixture is a relay on a fresh database delivering through the simulator
@@ -111,9 +111,9 @@ func setupAt(t *testing.T, path string, open bool, opts console.Options) *fixtur
 		t.Fatal(err)
 	}
 	f.adaID, f.danID, f.eveID = ids.Notification(f.ada), ids.Notification(f.dan), ids.Notification(f.eve)
-	waitStatus(t, r, f.ada, store.StatusSent)
-	waitStatus(t, r, f.dan, store.StatusDead)
-	waitStatus(t, r, f.eve, store.StatusSent)
+	waitStatus(t, r, f.ada, model.StatusSent)
+	waitStatus(t, r, f.dan, model.StatusDead)
+	waitStatus(t, r, f.eve, model.StatusSent)
 
 	apiOpts := api.Options{Open: open, TokenHashes: map[string]string{}, TokenCheck: 10 * time.Millisecond}
 	if !open {

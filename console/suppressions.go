@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // The tenant's suppression list: addresses that bounced, complained or
@@ -16,16 +16,16 @@ import (
 // is retried from its page, or by `retry --lift`).
 
 type suppressionsData struct {
-	Entries []store.Suppression
+	Entries []model.Suppression
 	Next    string
-	Entry   store.Suppression
+	Entry   model.Suppression
 	Result  string
 }
 
 func (c *Console) suppressions(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
-	f := store.SuppressionFilter{Tenant: s.Tenant, Limit: searchPage,
-		After: store.Suppression{Tenant: s.Tenant, Channel: q.Get("after_channel"), Address: q.Get("after_address")}}
+	f := model.SuppressionFilter{Tenant: s.Tenant, Limit: searchPage,
+		After: model.Suppression{Tenant: s.Tenant, Channel: q.Get("after_channel"), Address: q.Get("after_address")}}
 	es, err := c.r.Suppressions(r.Context(), f)
 	if err != nil {
 		c.internal(w, r, s, err)
@@ -41,16 +41,16 @@ func (c *Console) suppressions(w http.ResponseWriter, r *http.Request, s *sessio
 
 // suppressed finds one of the tenant's live entries, named by the
 // request's channel and address.
-func (c *Console) suppressed(w http.ResponseWriter, r *http.Request, s *session) (store.Suppression, bool) {
+func (c *Console) suppressed(w http.ResponseWriter, r *http.Request, s *session) (model.Suppression, bool) {
 	channel, address := r.FormValue("channel"), r.FormValue("address")
-	es, err := c.r.Suppressions(r.Context(), store.SuppressionFilter{Tenant: s.Tenant, Channel: channel, Address: address, Limit: 1})
+	es, err := c.r.Suppressions(r.Context(), model.SuppressionFilter{Tenant: s.Tenant, Channel: channel, Address: address, Limit: 1})
 	if err != nil {
 		c.internal(w, r, s, err)
-		return store.Suppression{}, false
+		return model.Suppression{}, false
 	}
 	if channel == "" || address == "" || len(es) != 1 || es[0].Channel != channel {
 		c.fail(w, r, s, http.StatusNotFound, "Not found", fmt.Sprintf("%s %q is not on tenant %s's suppression list.", channel, address, s.Tenant))
-		return store.Suppression{}, false
+		return model.Suppression{}, false
 	}
 	return es[0], true
 }
@@ -68,7 +68,7 @@ func (c *Console) lift(w http.ResponseWriter, r *http.Request, s *session) {
 	if !ok {
 		return
 	}
-	if err := c.r.Unsuppress(r.Context(), s.Tenant, e.Channel, e.Address); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := c.r.Unsuppress(r.Context(), s.Tenant, e.Channel, e.Address); err != nil && !errors.Is(err, model.ErrNotFound) {
 		c.internal(w, r, s, err)
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // The suppression list is the tenant's own: acme sees and lifts its entry
@@ -17,8 +17,8 @@ func TestConsoleSuppressions(t *testing.T) {
 	f := setup(t, false)
 	ctx := t.Context()
 	for _, tenant := range []string{"acme", "beta"} {
-		if _, err := f.r.Suppress(ctx, []store.Suppression{{Tenant: tenant, Channel: "email", Address: "gone@example.com",
-			Reason: store.ReasonHardBounce, Source: store.SourceAPI, Detail: "550 5.1.1 " + tenant}}); err != nil {
+		if _, err := f.r.Suppress(ctx, []model.Suppression{{Tenant: tenant, Channel: "email", Address: "gone@example.com",
+			Reason: model.ReasonHardBounce, Source: model.SourceAPI, Detail: "550 5.1.1 " + tenant}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,7 +42,7 @@ func TestConsoleSuppressions(t *testing.T) {
 	}
 	left := map[string]int{}
 	for _, tenant := range []string{"acme", "beta"} {
-		es, err := f.r.Suppressions(ctx, store.SuppressionFilter{Tenant: tenant, Limit: 10})
+		es, err := f.r.Suppressions(ctx, model.SuppressionFilter{Tenant: tenant, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

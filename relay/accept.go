@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Accepting: the one way events come in, whoever sends them (the API, a
@@ -28,10 +28,10 @@ type AcceptResult struct {
 	EventRow  int64 `json:"-"`
 	// Count is how many notifications the event fanned out to.
 	Count         int                       `json:"count"`
-	Notifications []store.EventNotification `json:"notifications"`
+	Notifications []model.EventNotification `json:"notifications"`
 	// FeedItems are the items the event posted, one per feed, in seq
 	// order (for a duplicate, those posted when it was first accepted).
-	FeedItems []store.FeedPost `json:"feed_items"`
+	FeedItems []model.FeedPost `json:"feed_items"`
 }
 
 // ListAll, as AcceptAll's list, lists every notification of each event.
@@ -53,7 +53,7 @@ func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
 // many there are).
 //
 // errs[i] is why events[i] was not accepted: an *InvalidEventError or a
-// store.ErrEventConflict concern that event alone, and the others are
+// model.ErrEventConflict concern that event alone, and the others are
 // written. Any other error (the database could not be read or written)
 // stops the run there: that event and every later one get an error and
 // were not written, so a caller that retries from the first failed event
@@ -62,10 +62,10 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 	res, errs := make([]AcceptResult, len(events)), make([]error, len(events))
 	type prepared struct {
 		i       int
-		targets []store.Target
+		targets []model.Target
 	}
 	var (
-		in    []store.AcceptInput
+		in    []model.AcceptInput
 		preps []prepared
 		stop  = len(events)
 	)
@@ -80,7 +80,7 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 			}
 			continue
 		}
-		in = append(in, store.AcceptInput{Event: rec, First: targets[:min(len(targets), r.opts.Chunk)]})
+		in = append(in, model.AcceptInput{Event: rec, First: targets[:min(len(targets), r.opts.Chunk)]})
 		preps = append(preps, prepared{i, targets})
 	}
 	for j := stop + 1; j < len(events); j++ {
@@ -124,7 +124,7 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 
 // listed returns at most limit of an accepted event's notifications (all
 // when limit < 0): those the accept wrote, else read back.
-func (r *Relay) listed(ctx context.Context, acc store.Accepted, limit int) ([]store.EventNotification, error) {
+func (r *Relay) listed(ctx context.Context, acc model.Accepted, limit int) ([]model.EventNotification, error) {
 	if limit < 0 || limit > acc.Targets {
 		limit = acc.Targets
 	}
@@ -141,15 +141,15 @@ func (r *Relay) listed(ctx context.Context, acc store.Accepted, limit int) ([]st
 // prepare resolves an event's audience, validates and normalises it,
 // checks that a route (and its first provider) takes each notification,
 // and makes its rows: all an accept does before it writes.
-func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store.Target, error) {
+func (r *Relay) prepare(ctx context.Context, ev *Event) (model.NewEvent, []model.Target, error) {
 	if err := r.resolveAudience(ctx, ev); err != nil {
-		return store.NewEvent{}, nil, err
+		return model.NewEvent{}, nil, err
 	}
 	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
-		return store.NewEvent{}, nil, err
+		return model.NewEvent{}, nil, err
 	}
 	if err := r.checkRoutes(ev); err != nil {
-		return store.NewEvent{}, nil, err
+		return model.NewEvent{}, nil, err
 	}
 	rec, targets, err := ev.record()
 	if err != nil {
@@ -157,17 +157,17 @@ func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store
 	}
 	set, err := r.Templates(ctx)
 	if err != nil {
-		return store.NewEvent{}, nil, err
+		return model.NewEvent{}, nil, err
 	}
 	if name := templateName(set, ev); name != "" {
 		srcs, err := renderTargets(ctx, set, name, ev, targets)
 		if err != nil {
-			return store.NewEvent{}, nil, err
+			return model.NewEvent{}, nil, err
 		}
 		// The fingerprint stays that of the event as submitted: a resend
 		// after a template changed is still a duplicate.
 		if rec.Payload, err = json.Marshal(payloadWithTemplates{Event: *ev, Templates: srcs, DefaultLocale: set.DefaultLocale()}); err != nil {
-			return store.NewEvent{}, nil, err
+			return model.NewEvent{}, nil, err
 		}
 	}
 	return rec, targets, nil
@@ -177,7 +177,7 @@ func (r *Relay) prepare(ctx context.Context, ev *Event) (store.NewEvent, []store
 // a large fan-out, each chunk its own transaction (if this is cut short,
 // the dispatcher finishes the expansion from the stored payload), and the
 // observer.
-func (r *Relay) accepted(ctx context.Context, ev Event, acc store.Accepted, targets []store.Target) error {
+func (r *Relay) accepted(ctx context.Context, ev Event, acc model.Accepted, targets []model.Target) error {
 	var err error
 	if acc.Duplicate && acc.Expanded < acc.Targets {
 		// The first accept of this event was cut short: finish it from what
@@ -198,14 +198,14 @@ func (r *Relay) accepted(ctx context.Context, ev Event, acc store.Accepted, targ
 // expand writes targets[from:] in chunks. A fan-out that stops advancing
 // (the event row keeps naming a position the chunks do not move) is
 // errNoProgress rather than a loop without end.
-func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []store.Target) error {
+func (r *Relay) expand(ctx context.Context, eventRow int64, from int, targets []model.Target) error {
 	for tries := 0; from < len(targets); tries++ {
 		if tries > len(targets)/max(r.opts.Chunk, 1)+2 {
 			return fmt.Errorf("%w: still at %d of %d after %d chunks", errNoProgress, from, len(targets), tries)
 		}
 		end := min(len(targets), from+r.opts.Chunk)
 		next, err := r.store.ExpandEvent(ctx, eventRow, from, targets[from:end], r.now())
-		if errors.Is(err, store.ErrFanOutEnded) {
+		if errors.Is(err, model.ErrFanOutEnded) {
 			return nil // an operator dropped the rest while this chunk was on its way
 		}
 		if err != nil {
@@ -253,7 +253,7 @@ func (r *Relay) finishFanOut(ctx context.Context) error {
 			}
 			after = u.EventRow
 			if err := r.finishEvent(ctx, u); err != nil {
-				if store.IsUnavailable(err) || errors.Is(err, store.ErrClosed) || ctx.Err() != nil {
+				if model.IsUnavailable(err) || errors.Is(err, model.ErrClosed) || ctx.Err() != nil {
 					return err
 				}
 				r.log.Warn("fan-out: writing the rest of an event failed; the next sweep tries again",
@@ -272,7 +272,7 @@ func (r *Relay) finishFanOut(ctx context.Context) error {
 // payload, or quarantines it when that cannot work: the payload no longer
 // decodes, gives another number of notifications than the event was
 // accepted with, the fan-out does not advance, or its writes keep failing.
-func (r *Relay) finishEvent(ctx context.Context, u store.Unexpanded) error {
+func (r *Relay) finishEvent(ctx context.Context, u model.Unexpanded) error {
 	why := ""
 	var ev Event
 	if err := json.Unmarshal(u.Payload, &ev); err != nil {
@@ -292,7 +292,7 @@ func (r *Relay) finishEvent(ctx context.Context, u store.Unexpanded) error {
 			return nil
 		case errors.Is(err, errNoProgress):
 			why = err.Error()
-		case store.IsUnavailable(err) || errors.Is(err, store.ErrClosed) || ctx.Err() != nil:
+		case model.IsUnavailable(err) || errors.Is(err, model.ErrClosed) || ctx.Err() != nil:
 			return err
 		default:
 			n, _ := r.expandFailures.LoadOrStore(u.EventRow, new(atomic.Int32))

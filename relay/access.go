@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -27,16 +28,16 @@ import (
 // person pasted: its row id (as the commands print it), the id the API
 // showed (n_…), or its idempotency key. An event's id (ev_…) is
 // ErrNotAnID, not a key that is missing.
-func (r *Relay) Notification(ctx context.Context, idOrKey string) (store.Notification, error) {
+func (r *Relay) Notification(ctx context.Context, idOrKey string) (model.Notification, error) {
 	_, isRow := ParseRow(idOrKey)
 	if isRow || strings.HasPrefix(idOrKey, NotificationIDPrefix) || strings.HasPrefix(idOrKey, EventIDPrefix) {
 		row, err := r.NotificationRow(ctx, idOrKey)
 		if err != nil {
-			return store.Notification{}, err
+			return model.Notification{}, err
 		}
 		n, err := r.store.Notification(ctx, "", row, "")
-		if errors.Is(err, store.ErrNotFound) && !isRow {
-			err = fmt.Errorf("notification %s: %w", idOrKey, store.ErrNotFound) // not the row it decodes to
+		if errors.Is(err, model.ErrNotFound) && !isRow {
+			err = fmt.Errorf("notification %s: %w", idOrKey, model.ErrNotFound) // not the row it decodes to
 		}
 		return n, err
 	}
@@ -104,13 +105,13 @@ func (r *Relay) row(ctx context.Context, id, prefix string, decode func(*IDs, st
 }
 
 // TenantNotification is one notification of a tenant ("" for any), by id
-// or, when id is 0, by key: another tenant's is store.ErrNotFound.
-func (r *Relay) TenantNotification(ctx context.Context, tenant string, id int64, key string) (store.Notification, error) {
+// or, when id is 0, by key: another tenant's is model.ErrNotFound.
+func (r *Relay) TenantNotification(ctx context.Context, tenant string, id int64, key string) (model.Notification, error) {
 	return r.store.Notification(ctx, tenant, id, key)
 }
 
 // List pages through notifications in id order.
-func (r *Relay) List(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
+func (r *Relay) List(ctx context.Context, f model.ListFilter) ([]model.Notification, error) {
 	return r.store.ListNotifications(ctx, f)
 }
 
@@ -124,7 +125,7 @@ func (r *Relay) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 
 // EventRows lists the events a tenant accepted under eventID, one per
 // purpose, in row order (none: an empty list).
-func (r *Relay) EventRows(ctx context.Context, tenant, eventID string) ([]store.EventRef, error) {
+func (r *Relay) EventRows(ctx context.Context, tenant, eventID string) ([]model.EventRef, error) {
 	if err := CheckTenant("tenant", tenant); err != nil {
 		return nil, err
 	}
@@ -136,12 +137,12 @@ func (r *Relay) EventRows(ctx context.Context, tenant, eventID string) ([]store.
 // each event's page from f.After on is read (one index range each) and the
 // pages merged, so the merged page holds the lowest ids of them all and a
 // cursor continues it as it continues one event's.
-func (r *Relay) ListEvents(ctx context.Context, f store.ListFilter, rows []int64) ([]store.Notification, error) {
+func (r *Relay) ListEvents(ctx context.Context, f model.ListFilter, rows []int64) ([]model.Notification, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100 // as ListFilter says
 	}
-	f.Limit = min(f.Limit, store.MaxListLimit)
-	all := []store.Notification{}
+	f.Limit = min(f.Limit, model.MaxListLimit)
+	all := []model.Notification{}
 	for _, row := range rows {
 		g := f
 		g.EventRow = row
@@ -151,12 +152,12 @@ func (r *Relay) ListEvents(ctx context.Context, f store.ListFilter, rows []int64
 		}
 		all = append(all, ns...)
 	}
-	slices.SortFunc(all, func(a, b store.Notification) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(all, func(a, b model.Notification) int { return cmp.Compare(a.ID, b.ID) })
 	return all[:min(len(all), f.Limit)], nil
 }
 
 // Status counts notifications by status and attempts by provider.
-func (r *Relay) Status(ctx context.Context) (store.Status, error) {
+func (r *Relay) Status(ctx context.Context) (model.Status, error) {
 	return r.store.Status(ctx, r.now())
 }
 
@@ -176,7 +177,7 @@ func (r *Relay) Queue(ctx context.Context) (due, later, sending int64, err error
 func (r *Relay) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
 
 // WriterStats counts the store's commits since it opened.
-func (r *Relay) WriterStats() store.WriterStats { return r.store.Stats() }
+func (r *Relay) WriterStats() model.WriterStats { return r.store.Stats() }
 
 // OnCommit sets a function told of each commit (metrics); it must be quick.
 func (r *Relay) OnCommit(fn func(writes int, took time.Duration)) { r.store.OnCommit(fn) }
@@ -206,12 +207,12 @@ func (r *Relay) LastJobRun(ctx context.Context, job string) (time.Time, bool, er
 
 // CreateToken makes a new API token for tenant and returns it, once: only
 // its hash is stored.
-func (r *Relay) CreateToken(ctx context.Context, tenant, name string) (store.Token, string, error) {
+func (r *Relay) CreateToken(ctx context.Context, tenant, name string) (model.Token, string, error) {
 	if err := CheckTenant("tenant", tenant); err != nil {
-		return store.Token{}, "", err
+		return model.Token{}, "", err
 	}
 	if err := checkLabel("name", name, MaxNameLen); err != nil {
-		return store.Token{}, "", err
+		return model.Token{}, "", err
 	}
 	secret := make([]byte, 32)
 	rand.Read(secret)
@@ -226,13 +227,13 @@ func TokenHash(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// TokenByHash finds a stored token; store.ErrNotFound if there is none.
-func (r *Relay) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+// TokenByHash finds a stored token; model.ErrNotFound if there is none.
+func (r *Relay) TokenByHash(ctx context.Context, hash string) (model.Token, error) {
 	return r.store.TokenByHash(ctx, hash)
 }
 
 // Tokens lists the stored tokens (never the secrets).
-func (r *Relay) Tokens(ctx context.Context) ([]store.Token, error) { return r.store.Tokens(ctx) }
+func (r *Relay) Tokens(ctx context.Context) ([]model.Token, error) { return r.store.Tokens(ctx) }
 
 // RevokeToken deletes a token; it stops working at once.
 func (r *Relay) RevokeToken(ctx context.Context, id int64) error { return r.store.DeleteToken(ctx, id) }
@@ -243,8 +244,8 @@ func (r *Relay) HasTokens(ctx context.Context) (bool, error) { return r.store.Ha
 // Request idempotency: completed responses kept under their key.
 
 // LookupResponse returns the live response stored for k, if any
-// (store.ErrKeyReused for another request under the same key).
-func (r *Relay) LookupResponse(ctx context.Context, k store.RequestKey) (*store.StoredResponse, error) {
+// (model.ErrKeyReused for another request under the same key).
+func (r *Relay) LookupResponse(ctx context.Context, k model.RequestKey) (*model.StoredResponse, error) {
 	return r.store.LookupRequest(ctx, k, r.now())
 }
 
@@ -273,7 +274,7 @@ func (r *Relay) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 // FeedMembers lists a topic or team feed's members in user order, those
 // after after ("" from the first), at most limit, each with where it
 // joined.
-func (r *Relay) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]store.FeedMember, error) {
+func (r *Relay) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]model.FeedMember, error) {
 	if err := checkMemberFeed(tenant, feed); err != nil {
 		return nil, err
 	}
@@ -289,14 +290,14 @@ func checkMemberFeed(tenant, feed string) error {
 	if len(feed) > MaxNameLen {
 		return invalid("feed", "longer than %d bytes", MaxNameLen)
 	}
-	if !ValidFeed(feed) || feed == store.TenantFeed || feed[0] == '@' {
+	if !ValidFeed(feed) || feed == model.TenantFeed || feed[0] == '@' {
 		return invalid("feed", "%q: members are set on topic and team feeds (1 to 64 letters, digits, '.', '_', ':' or '-'); \"*\" and \"@USER\" need none", feed)
 	}
 	return nil
 }
 
 // FeedPage is a user's merged feed, newest first, before the cursor.
-func (r *Relay) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]store.FeedItem, int64, error) {
+func (r *Relay) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]model.FeedItem, int64, error) {
 	if err := checkReader(tenant, user); err != nil {
 		return nil, 0, err
 	}
@@ -381,7 +382,7 @@ func checkLabel(field, v string, max int) error {
 // BeginJobRun records the start of a run of a job scheduled for at, or
 // finds the run begun before (a restart, a second instance); the run's
 // range is in tenant's feed sequence.
-func (r *Relay) BeginJobRun(ctx context.Context, job, tenant string, at time.Time) (store.JobRun, error) {
+func (r *Relay) BeginJobRun(ctx context.Context, job, tenant string, at time.Time) (model.JobRun, error) {
 	return r.store.BeginJobRun(ctx, job, tenant, at, r.now())
 }
 
@@ -392,17 +393,17 @@ func (r *Relay) FinishJobRun(ctx context.Context, job string, at time.Time, runE
 
 // SourceState is how far a tailed source has been relayed, and the ids
 // below that it still awaits.
-func (r *Relay) SourceState(ctx context.Context, name string) (store.SourceState, error) {
+func (r *Relay) SourceState(ctx context.Context, name string) (model.SourceState, error) {
 	return r.store.SourceState(ctx, name)
 }
 
 // SourceStates are every saved source's states, by name.
-func (r *Relay) SourceStates(ctx context.Context) (map[string]store.SourceState, error) {
+func (r *Relay) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
 	return r.store.SourceStates(ctx)
 }
 
 // SaveSourceState saves a source's state; its position only moves forward.
-func (r *Relay) SaveSourceState(ctx context.Context, name string, st store.SourceState) error {
+func (r *Relay) SaveSourceState(ctx context.Context, name string, st model.SourceState) error {
 	return r.store.SaveSourceState(ctx, name, st, r.now())
 }
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // Each channel's addresses are checked at accept, and the error names the
@@ -143,7 +143,7 @@ func TestAcceptChecksRoutes(t *testing.T) {
 		if tenant == "" {
 			tenant = "default"
 		}
-		if _, err := r.store.EventRow(ctx, tenant, tc.ev.ID, tc.ev.Type); !errors.Is(err, store.ErrNotFound) {
+		if _, err := r.store.EventRow(ctx, tenant, tc.ev.ID, tc.ev.Type); !errors.Is(err, model.ErrNotFound) {
 			t.Errorf("%s: the refused event was written (%v)", tc.name, err)
 		}
 	}
@@ -186,7 +186,7 @@ func TestStoredEventsAreNotRevalidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Written with none of its fan-out, as by an accept cut short.
-	accs, errs, err := r.store.AcceptEvents(ctx, []store.AcceptInput{{Event: rec}}, r.now())
+	accs, errs, err := r.store.AcceptEvents(ctx, []model.AcceptInput{{Event: rec}}, r.now())
 	if err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // resolveAudience replaces an event's audience name by its members, read
@@ -26,7 +26,7 @@ func (r *Relay) resolveAudience(ctx context.Context, ev *Event) error {
 		return invalid("audience", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", ev.Audience)
 	}
 	members, err := r.store.Audience(ctx, ev.Tenant, ev.Audience)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return invalid("audience", "no audience %q in tenant %q", ev.Audience, ev.Tenant)
 	}
 	if err != nil {
@@ -67,13 +67,13 @@ func (r *Relay) PutAudience(ctx context.Context, tenant, name string, members []
 		}
 		return err
 	}
-	docs := make([]store.Member, len(members))
+	docs := make([]model.Member, len(members))
 	for i, m := range members {
 		b, err := json.Marshal(m)
 		if err != nil {
 			return err
 		}
-		docs[i] = store.Member{ID: m.ID, Doc: b}
+		docs[i] = model.Member{ID: m.ID, Doc: b}
 	}
 	return r.store.PutAudience(ctx, tenant, name, docs, r.now())
 }
@@ -94,7 +94,7 @@ func checkAudience(tenant, name string) error {
 }
 
 // Audience returns a stored audience's members, in order;
-// store.ErrNotFound if there is none.
+// model.ErrNotFound if there is none.
 func (r *Relay) Audience(ctx context.Context, tenant, name string) ([]Recipient, error) {
 	if err := checkAudience(tenant, name); err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func (r *Relay) Audience(ctx context.Context, tenant, name string) ([]Recipient,
 // ListAudiences lists a tenant's audiences in name order, those after
 // after ("" from the first), at most limit: names, member counts and when
 // each was put.
-func (r *Relay) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]store.AudienceInfo, error) {
+func (r *Relay) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]model.AudienceInfo, error) {
 	if err := CheckTenant("tenant", tenant); err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func (r *Relay) ListAudiences(ctx context.Context, tenant, after string, limit i
 
 // DeleteAudience deletes an audience: events accepted afterwards that name
 // it are refused; those accepted before keep their recipients.
-// store.ErrNotFound if there is none.
+// model.ErrNotFound if there is none.
 func (r *Relay) DeleteAudience(ctx context.Context, tenant, name string) error {
 	if err := checkAudience(tenant, name); err != nil {
 		return err

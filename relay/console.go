@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // What the console asks of the relay beyond the API's reads: an overview of
@@ -14,7 +14,7 @@ import (
 
 // Overview is a tenant's state now and its activity over the window before
 // now, in buckets.
-func (r *Relay) Overview(ctx context.Context, tenant string, window, bucket time.Duration) (store.Overview, error) {
+func (r *Relay) Overview(ctx context.Context, tenant string, window, bucket time.Duration) (model.Overview, error) {
 	now := r.now()
 	return r.store.Overview(ctx, tenant, now, now.Add(-window), bucket)
 }
@@ -31,7 +31,7 @@ func (r *Relay) RetryAs(ctx context.Context, tenant string, id int64, actor stri
 
 // FeedMemberships lists a tenant's topic and team feed memberships, every
 // feed's, by feed and user.
-func (r *Relay) FeedMemberships(ctx context.Context, tenant string, after store.FeedMembership, limit int) ([]store.FeedMembership, error) {
+func (r *Relay) FeedMemberships(ctx context.Context, tenant string, after model.FeedMembership, limit int) ([]model.FeedMembership, error) {
 	return r.store.FeedMemberships(ctx, tenant, after, limit)
 }
 
@@ -39,7 +39,7 @@ func (r *Relay) FeedMemberships(ctx context.Context, tenant string, after store.
 // the relay knows now: whether each provider that answered honours
 // idempotency keys (as configured now), the delivery mode of n's type, and
 // the outcomes of its attempts.
-func (r *Relay) Guarantee(n store.Notification) string {
+func (r *Relay) Guarantee(n model.Notification) string {
 	g := guaranteeInput{status: n.Status, mode: AtLeastOnce}
 	for _, k := range []string{n.Type, n.Purpose} {
 		if m, ok := r.opts.Delivery[k]; ok {
@@ -92,12 +92,12 @@ func guarantee(g guaranteeInput) string {
 			oneKeyed = false
 		}
 	}
-	final := g.status == store.StatusSent || g.status == store.StatusDelivered || g.status == store.StatusBounced
+	final := g.status == model.StatusSent || g.status == model.StatusDelivered || g.status == model.StatusBounced
 	after := ""
 	switch g.status {
-	case store.StatusDelivered:
+	case model.StatusDelivered:
 		after = "; the provider reports it delivered"
-	case store.StatusBounced:
+	case model.StatusBounced:
 		after = "; the provider reports it bounced"
 	}
 	notConfigured := ""
@@ -110,12 +110,12 @@ func guarantee(g guaranteeInput) string {
 	switch {
 	case len(maybe) == 0:
 		switch g.status {
-		case store.StatusPending, store.StatusSending:
+		case model.StatusPending, model.StatusSending:
 			if len(g.attempts) > 0 {
 				return "not sent yet: every call so far was refused (a definite no), so it cannot have arrived; it will be tried again"
 			}
 			return "not sent yet: no provider has been called"
-		case store.StatusFailed, store.StatusDead:
+		case model.StatusFailed, model.StatusDead:
 			return "not sent: every call was refused (a definite no), so it cannot have arrived"
 		}
 		return "not sent: no provider accepted it"
@@ -123,10 +123,10 @@ func guarantee(g guaranteeInput) string {
 		return "sent once: the provider accepted it and no earlier call can have delivered it" + after
 	case len(maybe) == 1:
 		switch g.status {
-		case store.StatusUnknown:
+		case model.StatusUnknown:
 			return "at most once: the answer to its one call that may have sent it was lost and it was not resent (" +
 				string(g.mode) + ", no keys); it may not have arrived"
-		case store.StatusFailed, store.StatusDead:
+		case model.StatusFailed, model.StatusDead:
 			return "at most once: one call's answer was lost (it may have arrived), then it was given up"
 		}
 		if maybe[0].known && maybe[0].honours {
@@ -178,12 +178,12 @@ func plural(n int, one, many string) string {
 // lifetimes, and passes its clock (the store only records).
 
 // CreateSession keeps a console session.
-func (r *Relay) CreateSession(ctx context.Context, s store.Session) error {
+func (r *Relay) CreateSession(ctx context.Context, s model.Session) error {
 	return r.store.CreateSession(ctx, s)
 }
 
-// Session finds a console session live at now: store.ErrNotFound if none.
-func (r *Relay) Session(ctx context.Context, idHash string, now time.Time) (store.Session, error) {
+// Session finds a console session live at now: model.ErrNotFound if none.
+func (r *Relay) Session(ctx context.Context, idHash string, now time.Time) (model.Session, error) {
 	return r.store.Session(ctx, idHash, now)
 }
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // The sentence the console shows for each situation: one row per way a
@@ -18,39 +18,39 @@ func TestGuarantee(t *testing.T) {
 		in   guaranteeInput
 		want string
 	}{
-		{"new", guaranteeInput{status: store.StatusPending}, "not sent yet: no provider has been called"},
-		{"refused so far", guaranteeInput{status: store.StatusPending, attempts: nokeys("refused", "refused")},
+		{"new", guaranteeInput{status: model.StatusPending}, "not sent yet: no provider has been called"},
+		{"refused so far", guaranteeInput{status: model.StatusPending, attempts: nokeys("refused", "refused")},
 			"not sent yet: every call so far was refused (a definite no), so it cannot have arrived; it will be tried again"},
-		{"refused for good", guaranteeInput{status: store.StatusFailed, attempts: nokeys("refused")},
+		{"refused for good", guaranteeInput{status: model.StatusFailed, attempts: nokeys("refused")},
 			"not sent: every call was refused (a definite no), so it cannot have arrived"},
-		{"dead after refusals", guaranteeInput{status: store.StatusDead, attempts: keyed("refused", "refused", "refused")},
+		{"dead after refusals", guaranteeInput{status: model.StatusDead, attempts: keyed("refused", "refused", "refused")},
 			"not sent: every call was refused (a definite no), so it cannot have arrived"},
-		{"sent at once", guaranteeInput{status: store.StatusSent, attempts: nokeys("sent")},
+		{"sent at once", guaranteeInput{status: model.StatusSent, attempts: nokeys("sent")},
 			"sent once: the provider accepted it and no earlier call can have delivered it"},
-		{"sent after a 503", guaranteeInput{status: store.StatusSent, attempts: nokeys("refused", "sent")},
+		{"sent after a 503", guaranteeInput{status: model.StatusSent, attempts: nokeys("refused", "sent")},
 			"sent once: the provider accepted it and no earlier call can have delivered it"},
-		{"delivered", guaranteeInput{status: store.StatusDelivered, attempts: nokeys("sent")},
+		{"delivered", guaranteeInput{status: model.StatusDelivered, attempts: nokeys("sent")},
 			"sent once: the provider accepted it and no earlier call can have delivered it; the provider reports it delivered"},
-		{"ada with keys: two lost answers, then sent", guaranteeInput{status: store.StatusSent, attempts: keyed("unknown", "unknown", "sent")},
+		{"ada with keys: two lost answers, then sent", guaranteeInput{status: model.StatusSent, attempts: keyed("unknown", "unknown", "sent")},
 			"sent once: the provider honours keys, so the 3 calls that may have sent it (2 with a lost answer) count once"},
-		{"ada without keys, at-least-once", guaranteeInput{status: store.StatusSent, attempts: nokeys("unknown", "unknown", "sent")},
+		{"ada without keys, at-least-once", guaranteeInput{status: model.StatusSent, attempts: nokeys("unknown", "unknown", "sent")},
 			"maybe sent three times: retried after 2 unknowns, no keys"},
-		{"one lost answer without keys, then sent", guaranteeInput{status: store.StatusSent, attempts: nokeys("unknown", "sent")},
+		{"one lost answer without keys, then sent", guaranteeInput{status: model.StatusSent, attempts: nokeys("unknown", "sent")},
 			"maybe sent twice: retried after an unknown, no keys"},
-		{"ada without keys, at-most-once", guaranteeInput{status: store.StatusUnknown, mode: AtMostOnce, attempts: nokeys("unknown")},
+		{"ada without keys, at-most-once", guaranteeInput{status: model.StatusUnknown, mode: AtMostOnce, attempts: nokeys("unknown")},
 			"at most once: the answer to its one call that may have sent it was lost and it was not resent (at-most-once, no keys); it may not have arrived"},
-		{"lost answer, retry with the key next", guaranteeInput{status: store.StatusPending, attempts: keyed("unknown")},
+		{"lost answer, retry with the key next", guaranteeInput{status: model.StatusPending, attempts: keyed("unknown")},
 			"at most once so far: one answer was lost; the next call uses the same key, which resend honours"},
-		{"lost answer, retry without keys next", guaranteeInput{status: store.StatusPending, mode: AtLeastOnce, attempts: nokeys("unknown")},
+		{"lost answer, retry without keys next", guaranteeInput{status: model.StatusPending, mode: AtLeastOnce, attempts: nokeys("unknown")},
 			"at most once so far: one answer was lost; the next call may deliver a second copy (at-least-once, no keys)"},
-		{"dead after lost answers with keys", guaranteeInput{status: store.StatusDead, attempts: keyed("unknown", "unknown")},
+		{"dead after lost answers with keys", guaranteeInput{status: model.StatusDead, attempts: keyed("unknown", "unknown")},
 			"at most once: the provider honours keys, so the 2 calls whose answers were lost count once; it may not have arrived"},
-		{"dead after lost answers without keys", guaranteeInput{status: store.StatusDead, attempts: nokeys("unknown", "unknown")},
+		{"dead after lost answers without keys", guaranteeInput{status: model.StatusDead, attempts: nokeys("unknown", "unknown")},
 			"maybe sent up to twice: 2 answers lost, no keys; none confirmed"},
-		{"keys, but two providers (a manual retry after failover)", guaranteeInput{status: store.StatusSent,
+		{"keys, but two providers (a manual retry after failover)", guaranteeInput{status: model.StatusSent,
 			attempts: append(keyed("unknown"), attemptsBy("postmark", true, true, "sent")...)},
 			"maybe sent twice: retried after an unknown, through more than one provider"},
-		{"the provider is no longer configured", guaranteeInput{status: store.StatusSent, attempts: attemptsBy("old", false, false, "unknown", "sent")},
+		{"the provider is no longer configured", guaranteeInput{status: model.StatusSent, attempts: attemptsBy("old", false, false, "unknown", "sent")},
 			"maybe sent twice: retried after an unknown, no keys (provider old is not configured now, so whether it honours keys is not known)"},
 	}
 	for _, c := range cases {

@@ -11,17 +11,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // The dispatch cycle of one notification, and where each step lives:
 //
-//	accepted  Accept → store.AcceptEvent/ExpandEvent: row committed, status pending
-//	claimed   dispatcher.claim → store.Claim: pending → sending, with a lease
+//	accepted  Accept → model.AcceptEvent/ExpandEvent: row committed, status pending
+//	claimed   dispatcher.claim → model.Claim: pending → sending, with a lease
 //	          and the name of the provider the call goes to
 //	sent      dispatcher.call → Provider.Send, outside the writer, on a worker
-//	recorded  dispatcher.call → decide → store.Record: the attempt row and the new status
+//	recorded  dispatcher.call → decide → model.Record: the attempt row and the new status
 //
 // A process that dies between claim and record leaves the row in sending;
 // when its lease has expired, recoverLeases records that attempt as unknown,
@@ -247,17 +247,17 @@ func (d *dispatcher) summary() Summary {
 	s := Summary{Attempts: d.tries}
 	for _, st := range d.final {
 		switch st {
-		case store.StatusSent:
+		case model.StatusSent:
 			s.Sent++
-		case store.StatusFailed:
+		case model.StatusFailed:
 			s.Failed++
-		case store.StatusDead:
+		case model.StatusDead:
 			s.Dead++
-		case store.StatusUnknown:
+		case model.StatusUnknown:
 			s.Unknown++
-		case store.StatusSuppressed:
+		case model.StatusSuppressed:
 			s.Suppressed++
-		case store.StatusSkipped:
+		case model.StatusSkipped:
 			s.Skipped++
 		}
 	}
@@ -457,7 +457,7 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 	}
 	r := d.r
 	now := r.now()
-	var cs []store.Claimed
+	var cs []model.Claimed
 	var claimErr error
 	r.router.adopt()       // the gates of the latest routes take the shared pauses
 	d.readPauses(ctx, now) // pauses other processes heard close these gates too
@@ -467,7 +467,7 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 			break
 		}
 		// The claim records where each call goes (Routes), before any call.
-		got, err := r.store.Claim(ctx, store.ClaimRequest{Limit: limit, Now: now, Lease: r.opts.Lease, Filter: p.filter, Routes: r.router.names()})
+		got, err := r.store.Claim(ctx, model.ClaimRequest{Limit: limit, Now: now, Lease: r.opts.Lease, Filter: p.filter, Routes: r.router.names()})
 		if err != nil {
 			if ctx.Err() == nil {
 				claimErr = err
@@ -517,7 +517,7 @@ func (d *dispatcher) giveSlots(n int) {
 
 // callPlan is a claimed notification cleared for its call.
 type callPlan struct {
-	c        store.Claimed
+	c        model.Claimed
 	p        providers.Provider
 	gate     *gate
 	msg      *providers.Message
@@ -530,8 +530,8 @@ type callPlan struct {
 // pending is a settlement waiting to be written, with what the run counts
 // of it.
 type pending struct {
-	c         store.Claimed
-	s         store.Settlement
+	c         model.Claimed
+	s         model.Settlement
 	provider  string
 	res       *providers.Result // the call's outcome, nil when none was made
 	took      time.Duration
@@ -542,7 +542,7 @@ type pending struct {
 // notification before its call and asks it: either a call to make now
 // (with the provider's gate entered), or the settlement that ends the claim
 // without one.
-func (d *dispatcher) prepare(ctx context.Context, c store.Claimed, pref prefInputs) (*callPlan, pending) {
+func (d *dispatcher) prepare(ctx context.Context, c model.Claimed, pref prefInputs) (*callPlan, pending) {
 	r := d.r
 	now := r.now()
 	route := r.router.route(c.Tenant, c.Channel)
@@ -579,7 +579,7 @@ func (d *dispatcher) prepare(ctx context.Context, c store.Claimed, pref prefInpu
 		}
 	}
 	if !v.call {
-		return nil, pending{c: c, provider: s.provider, s: store.Settlement{ID: c.ID, Token: c.Token, At: now, Decision: v.Decision}}
+		return nil, pending{c: c, provider: s.provider, s: model.Settlement{ID: c.ID, Token: c.Token, At: now, Decision: v.Decision}}
 	}
 	// The provider sees the id the API shows (a webhook may be the
 	// tenant's own server): a row id would count every tenant's traffic.
@@ -597,7 +597,7 @@ func (d *dispatcher) prepare(ctx context.Context, c store.Claimed, pref prefInpu
 }
 
 // situation is the policy's view of a claimed notification on its route.
-func (d *dispatcher) situation(c store.Claimed, route Route, p providers.Provider, now time.Time) situation {
+func (d *dispatcher) situation(c model.Claimed, route Route, p providers.Provider, now time.Time) situation {
 	r := d.r
 	s := situation{c: c, mode: r.mode(c), pol: r.policy(c), routeLen: len(route), provider: "none",
 		now: now, hardBounceTTL: r.opts.HardBounceTTL}
@@ -686,7 +686,7 @@ func (d *dispatcher) recordLoop() {
 // longer lists it: no other provider may be given the call in its place.
 // A claim that named none (made without routes, or by an older binary)
 // goes by its route position.
-func (rt Route) providerFor(c store.Claimed) (providers.Provider, int) {
+func (rt Route) providerFor(c model.Claimed) (providers.Provider, int) {
 	name := callee(c)
 	if name == "" {
 		return rt.at(c.RoutePos), c.RoutePos
@@ -703,10 +703,10 @@ func (rt Route) providerFor(c store.Claimed) (providers.Provider, int) {
 }
 
 // callee is the provider a claimed notification's call goes to, by name:
-// the one its claim recorded (store.Claimed.Provider: the provider it is
+// the one its claim recorded (model.Claimed.Provider: the provider it is
 // pinned to, or the one at its route position when it was claimed), else
 // the one it is pinned to; "" if neither names one.
-func callee(c store.Claimed) string {
+func callee(c model.Claimed) string {
 	if c.Provider != "" {
 		return c.Provider
 	}
@@ -730,19 +730,19 @@ func (rt Route) at(pos int) providers.Provider {
 
 // decided asks the policy what a call's outcome means and makes the
 // settlement that records the attempt and the decision together.
-func (d *dispatcher) decided(c store.Claimed, p providers.Provider, routeLen int, start time.Time, res providers.Result, recovered bool) pending {
+func (d *dispatcher) decided(c model.Claimed, p providers.Provider, routeLen int, start time.Time, res providers.Result, recovered bool) pending {
 	r := d.r
 	now := r.now()
 	s := d.situation(c, Route{p}, p, now)
 	s.routeLen, s.result = routeLen, &res
 	v := decide(s, d.jitter)
-	a := &store.Attempt{
+	a := &model.Attempt{
 		N: c.Attempt, Provider: s.provider, StartedAt: start, EndedAt: now, Outcome: string(res.Outcome),
 		Permanent: res.Permanent, HTTPStatus: res.HTTPStatus, MessageID: res.MessageID,
 		Response: res.Response, Detail: res.Detail,
 	}
 	return pending{c: c, provider: s.provider, res: &res, took: now.Sub(start), recovered: recovered,
-		s: store.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: a, Recovered: recovered, Decision: v.Decision}}
+		s: model.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: a, Recovered: recovered, Decision: v.Decision}}
 }
 
 // settle writes settlements in one store write, retried while the first
@@ -751,7 +751,7 @@ func (d *dispatcher) decided(c store.Claimed, p providers.Provider, routeLen int
 // dispatcher settles them as unknown.
 func (d *dispatcher) settle(what string, ps []pending) {
 	r := d.r
-	ss := make([]store.Settlement, len(ps))
+	ss := make([]model.Settlement, len(ps))
 	lease := ps[0].c.LeaseUntil
 	for i, p := range ps {
 		ss[i] = p.s
@@ -765,7 +765,7 @@ func (d *dispatcher) settle(what string, ps []pending) {
 		applied, err = r.store.Settle(context.Background(), ss)
 		return err
 	})
-	if err != nil && len(ps) > 1 && !store.IsUnavailable(err) && !errors.Is(err, store.ErrClosed) && d.callCtx.Err() == nil {
+	if err != nil && len(ps) > 1 && !model.IsUnavailable(err) && !errors.Is(err, model.ErrClosed) && d.callCtx.Err() == nil {
 		// A write that fails for a reason of its own (one settlement the
 		// store refuses) must not take the others with it: one at a time.
 		r.log.Warn(what+": a batch failed; writing its settlements one by one", "settlements", len(ps), "err", err)
@@ -815,7 +815,7 @@ func (d *dispatcher) settle(what string, ps []pending) {
 // past that, lease recovery is the fallback. Retrying stops at once when
 // the store is closed, and when a stop ran out of time (callCtx): shutdown
 // is not held up by a failing disk beyond its drain timeout.
-func (d *dispatcher) persist(lease time.Time, c store.Claimed, what string, write func() error) error {
+func (d *dispatcher) persist(lease time.Time, c model.Claimed, what string, write func() error) error {
 	r := d.r
 	// The relay's clock may be a test's: the retries are timed on the real one.
 	deadline := time.Now().Add(lease.Sub(r.now()) - recordGuard(r.opts.Lease))
@@ -829,7 +829,7 @@ func (d *dispatcher) persist(lease time.Time, c store.Claimed, what string, writ
 			}
 			return nil
 		}
-		if errors.Is(err, store.ErrClosed) || d.callCtx.Err() != nil || time.Until(deadline) < wait {
+		if errors.Is(err, model.ErrClosed) || d.callCtx.Err() != nil || time.Until(deadline) < wait {
 			return err
 		}
 		if first == nil {
@@ -879,7 +879,7 @@ func (d *dispatcher) recoverLeases(ctx context.Context) error {
 		// The lease has expired: no retry of the write here. An error ends
 		// the sweep (the same rows would be listed again); the next sweep
 		// tries again.
-		ss := make([]store.Settlement, len(ps))
+		ss := make([]model.Settlement, len(ps))
 		for i := range ps {
 			ss[i] = ps[i].s
 		}

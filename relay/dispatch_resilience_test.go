@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/store/sqlite"
 )
 
@@ -153,7 +153,7 @@ func TestDispatcherSurvivesFailingWrites(t *testing.T) {
 	failed := r.store.Stats().Failed
 	waitFor(t, 5*time.Second, "a claim after the accept", func() bool { return r.store.Stats().Failed > failed })
 	for _, id := range []int64{during.Notifications[0].ID, during2.Notifications[0].ID} {
-		if st := statusOf(t, r, id); st != store.StatusPending {
+		if st := statusOf(t, r, id); st != model.StatusPending {
 			t.Errorf("notification %d is %s while claims fail, want pending", id, st)
 		}
 	}
@@ -166,7 +166,7 @@ func TestDispatcherSurvivesFailingWrites(t *testing.T) {
 	ids := []int64{during.Notifications[0].ID, during2.Notifications[0].ID, after.Notifications[0].ID}
 	waitFor(t, 5*time.Second, "every notification sent once the writes work", func() bool {
 		for _, id := range ids {
-			if statusOf(t, r, id) != store.StatusSent {
+			if statusOf(t, r, id) != model.StatusSent {
 				return false
 			}
 		}
@@ -251,7 +251,7 @@ func TestRunUntilIdleReturnsStoreError(t *testing.T) {
 	if sum := runIdle(t, r, 0); sum.Sent != 1 || !sum.OK() {
 		t.Errorf("second run: %+v, want one sent", sum)
 	}
-	if st := statusOf(t, r, res.Notifications[0].ID); st != store.StatusSent {
+	if st := statusOf(t, r, res.Notifications[0].ID); st != model.StatusSent {
 		t.Errorf("status %s, want sent", st)
 	}
 }
@@ -280,7 +280,7 @@ func TestRecordRetriedWhileLeaseHolds(t *testing.T) {
 		return r.store.Stats().Failed >= k
 	})
 	n := notification(t, r, id)
-	if n.Status != store.StatusSending || len(n.AttemptLog) != 0 {
+	if n.Status != model.StatusSending || len(n.AttemptLog) != 0 {
 		t.Fatalf("while the attempt's writes fail: %s with %d attempts, want sending with none", n.Status, len(n.AttemptLog))
 	}
 	if n.LeaseUntil == nil || time.Until(*n.LeaseUntil) < time.Second {
@@ -288,9 +288,9 @@ func TestRecordRetriedWhileLeaseHolds(t *testing.T) {
 	}
 	execSQL(t, db, dropFailRecords)
 
-	waitFor(t, 3*time.Second, "the attempt recorded", func() bool { return statusOf(t, r, id) != store.StatusSending })
+	waitFor(t, 3*time.Second, "the attempt recorded", func() bool { return statusOf(t, r, id) != model.StatusSending })
 	n = notification(t, r, id)
-	if n.Status != store.StatusSent || len(n.AttemptLog) != 1 || n.AttemptLog[0].Outcome != "sent" {
+	if n.Status != model.StatusSent || len(n.AttemptLog) != 1 || n.AttemptLog[0].Outcome != "sent" {
 		t.Fatalf("status %s, attempts %v; want sent after one attempt that was sent", n.Status, outcomes(n))
 	}
 	if c := s.srv.Counts()["ada@example.com"]; c != 1 || s.srv.Requests() != 1 {
@@ -364,7 +364,7 @@ func TestRecordRetryEndsOnShutdown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.Status != store.StatusSending || len(n.AttemptLog) != 0 {
+			if n.Status != model.StatusSending || len(n.AttemptLog) != 0 {
 				t.Errorf("after shutdown: %s with %d attempts, want sending (for lease recovery)", n.Status, len(n.AttemptLog))
 			}
 		})

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/sim"
-	"edgerelay/store"
 )
 
 func idempotency(honour bool) string {
@@ -31,7 +31,7 @@ type deliverCase struct {
 	rules  []sim.Rule
 }
 
-func deliverToAda(t *testing.T, c deliverCase) (*simBundle, *Relay, store.Notification, Summary) {
+func deliverToAda(t *testing.T, c deliverCase) (*simBundle, *Relay, model.Notification, Summary) {
 	t.Helper()
 	s := setupSim(t, c.honour, c.rules...)
 	opts := Options{Routes: Routes{"email": {s.provider(t, idempotency(c.honour))}}, Retry: c.retry}
@@ -44,7 +44,7 @@ func deliverToAda(t *testing.T, c deliverCase) (*simBundle, *Relay, store.Notifi
 	return s, r, notification(t, r, res.Notifications[0].ID), sum
 }
 
-func outcomes(n store.Notification) []string {
+func outcomes(n model.Notification) []string {
 	var out []string
 	for _, a := range n.AttemptLog {
 		out = append(out, a.Outcome)
@@ -64,28 +64,28 @@ func TestOutcomes(t *testing.T) {
 	}{
 		{"503 then ok", deliverCase{honour: true, rules: []sim.Rule{
 			{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionRefuse, Status: 503}}},
-			store.StatusSent, []string{"refused", "sent"}, 1, ""},
+			model.StatusSent, []string{"refused", "sent"}, 1, ""},
 		{"429 then ok", deliverCase{honour: false, rules: []sim.Rule{
 			{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionRefuse, Status: 429}}},
-			store.StatusSent, []string{"refused", "sent"}, 1, ""},
+			model.StatusSent, []string{"refused", "sent"}, 1, ""},
 		{"reject 422", deliverCase{honour: true, rules: []sim.Rule{
 			{To: "*", Action: sim.ActionReject, Status: 422}}},
-			store.StatusFailed, []string{"refused"}, 0, "422"},
+			model.StatusFailed, []string{"refused"}, 0, "422"},
 		{"fail 500 until dead", deliverCase{honour: false, retry: Policy{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
 			rules: []sim.Rule{{To: "*", Action: sim.ActionFail, Status: 500}}},
-			store.StatusDead, []string{"unknown", "unknown", "unknown"}, 0, "gave up after 3 attempts"},
+			model.StatusDead, []string{"unknown", "unknown", "unknown"}, 0, "gave up after 3 attempts"},
 		{"lose answer, keys honoured", deliverCase{honour: true, mode: AtMostOnce, rules: []sim.Rule{
 			{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionLoseAnswer}}},
-			store.StatusSent, []string{"unknown", "sent"}, 1, ""},
+			model.StatusSent, []string{"unknown", "sent"}, 1, ""},
 		{"lose answer, no keys, at-most-once", deliverCase{honour: false, mode: AtMostOnce, rules: []sim.Rule{
 			{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionLoseAnswer}}},
-			store.StatusUnknown, []string{"unknown"}, 1, "at-most-once"},
+			model.StatusUnknown, []string{"unknown"}, 1, "at-most-once"},
 		{"lose answer, no keys, at-least-once", deliverCase{honour: false, mode: AtLeastOnce, rules: []sim.Rule{
 			{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionLoseAnswer}}},
-			store.StatusSent, []string{"unknown", "sent"}, 2, ""},
+			model.StatusSent, []string{"unknown", "sent"}, 2, ""},
 		{"500 after delivering, keys honoured", deliverCase{honour: true, rules: []sim.Rule{
 			{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionFail, Status: 502, Deliver: true}}},
-			store.StatusSent, []string{"unknown", "sent"}, 1, ""},
+			model.StatusSent, []string{"unknown", "sent"}, 1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,7 +105,7 @@ func TestOutcomes(t *testing.T) {
 			if n.Attempts != len(tt.outcomes) || sum.Attempts != len(tt.outcomes) {
 				t.Errorf("notification counts %d attempts, summary %d; want %d", n.Attempts, sum.Attempts, len(tt.outcomes))
 			}
-			final := map[string]int{store.StatusSent: sum.Sent, store.StatusFailed: sum.Failed, store.StatusDead: sum.Dead, store.StatusUnknown: sum.Unknown}
+			final := map[string]int{model.StatusSent: sum.Sent, model.StatusFailed: sum.Failed, model.StatusDead: sum.Dead, model.StatusUnknown: sum.Unknown}
 			if final[tt.status] != 1 || sum.Sent+sum.Failed+sum.Dead+sum.Unknown != 1 || sum.Waiting != 0 {
 				t.Errorf("summary %+v, want one %s", sum, tt.status)
 			}
@@ -137,7 +137,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
 	_, _, n, _ := deliverToAda(t, deliverCase{honour: true, rules: []sim.Rule{
 		{To: "ada@example.com", Attempts: []int{1}, Action: sim.ActionRefuse, Status: 429, RetryAfter: time.Second}}})
-	if n.Status != store.StatusSent || len(n.AttemptLog) != 2 {
+	if n.Status != model.StatusSent || len(n.AttemptLog) != 2 {
 		t.Fatalf("status %s after %d attempts, want sent after 2", n.Status, len(n.AttemptLog))
 	}
 	first, second := n.AttemptLog[0], n.AttemptLog[1]
@@ -155,7 +155,7 @@ func TestMaxAgeEndsDead(t *testing.T) {
 	_, _, n, sum := deliverToAda(t, deliverCase{honour: true,
 		retry: Policy{MaxAge: 50 * time.Millisecond, MaxAttempts: 1000, BaseDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
 		rules: []sim.Rule{{To: "*", Action: sim.ActionRefuse, Status: 503}}})
-	if n.Status != store.StatusDead || !strings.Contains(n.Reason, "max age") {
+	if n.Status != model.StatusDead || !strings.Contains(n.Reason, "max age") {
 		t.Errorf("status %s, reason %q; want dead for max age", n.Status, n.Reason)
 	}
 	// How many attempts fit in 50ms depends on the machine's load (on a
@@ -179,7 +179,7 @@ func TestRetryDeadNotification(t *testing.T) {
 		retry: Policy{MaxAttempts: 2, BaseDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
 		rules: []sim.Rule{{To: "*", Action: sim.ActionRefuse, Status: 503}}})
 	ctx := context.Background()
-	if n.Status != store.StatusDead || len(n.AttemptLog) != 2 {
+	if n.Status != model.StatusDead || len(n.AttemptLog) != 2 {
 		t.Fatalf("status %s after %d attempts, want dead after 2", n.Status, len(n.AttemptLog))
 	}
 
@@ -187,23 +187,23 @@ func TestRetryDeadNotification(t *testing.T) {
 	if err := r.Retry(ctx, n.ID); err != nil {
 		t.Fatal(err)
 	}
-	if p := notification(t, r, n.ID); p.Status != store.StatusPending || p.Reason != "" || p.NextAttemptAt == nil {
+	if p := notification(t, r, n.ID); p.Status != model.StatusPending || p.Reason != "" || p.NextAttemptAt == nil {
 		t.Errorf("after Retry: %+v, want pending, due, with no reason", p)
 	}
 	sum := runIdle(t, r, time.Second)
 	n = notification(t, r, n.ID)
-	if n.Status != store.StatusSent || sum.Sent != 1 || len(n.AttemptLog) != 3 || n.AttemptLog[2].N != 3 {
+	if n.Status != model.StatusSent || sum.Sent != 1 || len(n.AttemptLog) != 3 || n.AttemptLog[2].N != 3 {
 		t.Errorf("after Retry and a run: status %s, attempts %v, summary %+v; want sent on attempt 3", n.Status, outcomes(n), sum)
 	}
 	if ds := s.srv.Deliveries(); len(ds) != 1 || ds[0].Key != n.Key {
 		t.Errorf("deliveries %+v, want one with key %s", ds, n.Key)
 	}
 
-	var se *store.StateError
-	if err := r.Retry(ctx, n.ID); !errors.As(err, &se) || se.Status != store.StatusSent {
+	var se *model.StateError
+	if err := r.Retry(ctx, n.ID); !errors.As(err, &se) || se.Status != model.StatusSent {
 		t.Errorf("Retry of a sent notification: %v, want a StateError saying sent", err)
 	}
-	if err := r.Retry(ctx, n.ID+1000); !errors.Is(err, store.ErrNotFound) {
+	if err := r.Retry(ctx, n.ID+1000); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("Retry of no notification: %v, want ErrNotFound", err)
 	}
 }
@@ -227,9 +227,9 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 		outcomes []string
 		requests int
 	}{
-		{"keys honoured", true, AtMostOnce, store.StatusSent, []string{"unknown", "sent"}, 1},
-		{"no keys, at-least-once", false, AtLeastOnce, store.StatusSent, []string{"unknown", "sent"}, 1},
-		{"no keys, at-most-once", false, AtMostOnce, store.StatusUnknown, []string{"unknown"}, 0},
+		{"keys honoured", true, AtMostOnce, model.StatusSent, []string{"unknown", "sent"}, 1},
+		{"no keys, at-least-once", false, AtLeastOnce, model.StatusSent, []string{"unknown", "sent"}, 1},
+		{"no keys, at-most-once", false, AtMostOnce, model.StatusUnknown, []string{"unknown"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,7 +251,7 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs, err := dying.store.Claim(ctx, store.ClaimRequest{Limit: 10, Now: clk.now(), Lease: time.Minute})
+			cs, err := dying.store.Claim(ctx, model.ClaimRequest{Limit: 10, Now: clk.now(), Lease: time.Minute})
 			if err != nil || len(cs) != 1 {
 				t.Fatalf("claim: %v, %v", cs, err)
 			}
@@ -278,7 +278,7 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 			if len(s.srv.Deliveries()) != tt.requests {
 				t.Errorf("deliveries %+v, want %d", s.srv.Deliveries(), tt.requests)
 			}
-			if sum.Attempts != len(tt.outcomes) || (tt.status == store.StatusUnknown) != (sum.Unknown == 1) {
+			if sum.Attempts != len(tt.outcomes) || (tt.status == model.StatusUnknown) != (sum.Unknown == 1) {
 				t.Errorf("summary %+v", sum)
 			}
 		})
@@ -317,7 +317,7 @@ func TestStopWaitsForCallsInFlight(t *testing.T) {
 	if err := r.Stop(ctx); err != nil {
 		t.Fatalf("Stop: %v, want nil: the calls end well within 5s", err)
 	}
-	if c := counts(t, r); c[store.StatusSent] != 5 || c[store.StatusSending] != 0 || c[store.StatusPending] != 0 {
+	if c := counts(t, r); c[model.StatusSent] != 5 || c[model.StatusSending] != 0 || c[model.StatusPending] != 0 {
 		t.Errorf("counts after Stop %v, want all 5 sent", c)
 	}
 	if n := len(s.srv.Deliveries()); n != 5 {
@@ -342,7 +342,7 @@ func TestStopPastDeadlineCancelsCalls(t *testing.T) {
 	if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop: %v, want context.DeadlineExceeded", err)
 	}
-	if c := counts(t, r); c[store.StatusPending] != 5 || c[store.StatusSending] != 0 {
+	if c := counts(t, r); c[model.StatusPending] != 5 || c[model.StatusSending] != 0 {
 		t.Errorf("counts after Stop %v, want all 5 pending, none left sending", c)
 	}
 	for _, en := range res.Notifications {
@@ -418,7 +418,7 @@ func TestStopDuringClaimLeavesNothingSending(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Stop %d: %v", i, err)
 		}
-		if c := counts(t, r); c[store.StatusSending] != 0 {
+		if c := counts(t, r); c[model.StatusSending] != 0 {
 			t.Fatalf("after Start and Stop %d: counts %v, want none left sending", i, c)
 		}
 	}
@@ -452,7 +452,7 @@ func TestNoRetryPastMaxAgeAfterDowntime(t *testing.T) {
 		a := n.AttemptLog[1]
 		t.Errorf("attempt 2 made %s after creation, past the max age of 1m (%s, %s)", a.StartedAt.Sub(n.CreatedAt).Round(time.Second), a.Outcome, a.Decision)
 	}
-	if n.Status != store.StatusDead || !strings.Contains(n.Reason, "max age") {
+	if n.Status != model.StatusDead || !strings.Contains(n.Reason, "max age") {
 		t.Errorf("status %s (%q), summary %+v; want dead for max age", n.Status, n.Reason, sum)
 	}
 	if c := s.srv.Counts()["ada@example.com"]; c != 1 {

@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 
 	"edgerelay/internal/addrkey"
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/templates"
 )
 
@@ -389,12 +389,12 @@ func Key(tenant, eventID, purpose, recipient, channel string) string {
 
 // targets is the event's fan-out, in order: recipients in the order given,
 // and for each its channels.
-func (ev *Event) targets() []store.Target {
-	out := make([]store.Target, 0, len(ev.Recipients))
+func (ev *Event) targets() []model.Target {
+	out := make([]model.Target, 0, len(ev.Recipients))
 	for _, r := range ev.Recipients {
 		for _, c := range r.channels(ev.Channels) {
 			a := r.Address(c)
-			tg := store.Target{
+			tg := model.Target{
 				Key:       Key(ev.Tenant, ev.ID, ev.Purpose, r.ID, c),
 				Recipient: r.ID,
 				Channel:   c,
@@ -420,18 +420,18 @@ type message struct {
 // Rows returns what Accept would write for ev, an event with its
 // recipients listed: the event row and one target per notification. For
 // tools that compare the relay with raw SQL on the same rows (bench).
-func (ev Event) Rows(maxRecipients int) (store.NewEvent, []store.Target, error) {
+func (ev Event) Rows(maxRecipients int) (model.NewEvent, []model.Target, error) {
 	if err := ev.Normalize(maxRecipients); err != nil {
-		return store.NewEvent{}, nil, err
+		return model.NewEvent{}, nil, err
 	}
 	return ev.record()
 }
 
 // record turns a normalised event into the store's form.
-func (ev *Event) record() (store.NewEvent, []store.Target, error) {
+func (ev *Event) record() (model.NewEvent, []model.Target, error) {
 	payload, err := json.Marshal(ev)
 	if err != nil {
-		return store.NewEvent{}, nil, err
+		return model.NewEvent{}, nil, err
 	}
 	// The fingerprint is of the event as submitted: for an audience event,
 	// without the members it resolved to, so a resend after the audience
@@ -441,16 +441,16 @@ func (ev *Event) record() (store.NewEvent, []store.Target, error) {
 		e := *ev
 		e.Recipients = nil
 		if submitted, err = json.Marshal(e); err != nil {
-			return store.NewEvent{}, nil, err
+			return model.NewEvent{}, nil, err
 		}
 	}
 	msg, err := json.Marshal(message{Subject: ev.Subject, Body: ev.Body, HTML: ev.HTML, Data: ev.Data})
 	if err != nil {
-		return store.NewEvent{}, nil, err
+		return model.NewEvent{}, nil, err
 	}
 	sum := sha256.Sum256(submitted)
 	ts := ev.targets()
-	return store.NewEvent{
+	return model.NewEvent{
 		Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Type: ev.Type,
 		Payload: payload, Message: msg, Fingerprint: hex.EncodeToString(sum[:]), Targets: len(ts), Feeds: ev.Feeds,
 	}, ts, nil

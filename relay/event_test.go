@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 func TestKeyDeterministicAndDistinct(t *testing.T) {
@@ -184,11 +184,11 @@ func TestAcceptFingerprint(t *testing.T) {
 		changed := ev
 		change(&changed)
 		_, err := r.Accept(ctx, changed)
-		if !errors.Is(err, store.ErrEventConflict) {
+		if !errors.Is(err, model.ErrEventConflict) {
 			t.Errorf("changed %s: %v, want ErrEventConflict", name, err)
 		}
 	}
-	if c := counts(t, r); c[store.StatusPending] != 1 {
+	if c := counts(t, r); c[model.StatusPending] != 1 {
 		t.Errorf("counts %v, want the one notification of the first accept", c)
 	}
 	// A different purpose is a different event, not a conflict.

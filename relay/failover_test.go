@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/sim"
-	"edgerelay/store"
 )
 
 // endpoint is a webhook receiver that answers every request with status
@@ -65,7 +65,7 @@ func TestFailoverOnRefusal(t *testing.T) {
 		acc := accept(t, r, webhookEvent("evt_1"))
 		sum := runIdle(t, r, time.Second)
 		n := notification(t, r, acc.Notifications[0].ID)
-		if n.Status != store.StatusSent || sum.Sent != 1 || len(n.AttemptLog) != 2 ||
+		if n.Status != model.StatusSent || sum.Sent != 1 || len(n.AttemptLog) != 2 ||
 			n.AttemptLog[0].Provider != "a" || n.AttemptLog[0].Outcome != "refused" ||
 			n.AttemptLog[1].Provider != "b" || n.AttemptLog[1].Outcome != "sent" {
 			t.Fatalf("status %d: %+v", status, n)
@@ -92,7 +92,7 @@ func TestUnknownPinsToProvider(t *testing.T) {
 	acc := accept(t, r, receipt("evt_1", Recipient{ID: "ada", Email: "ada@example.com"}))
 	runIdle(t, r, time.Second)
 	n := notification(t, r, acc.Notifications[0].ID)
-	if n.Status != store.StatusSent || len(n.AttemptLog) != 2 || n.AttemptLog[0].Outcome != "unknown" ||
+	if n.Status != model.StatusSent || len(n.AttemptLog) != 2 || n.AttemptLog[0].Outcome != "unknown" ||
 		n.AttemptLog[1].Provider != first.Name() {
 		t.Fatalf("%+v", n.AttemptLog)
 	}
@@ -122,7 +122,7 @@ func TestInvalidAddressIsNotTriedAgain(t *testing.T) {
 	acc := accept(t, r, ev)
 	sum := runIdle(t, r, time.Second)
 	n := notification(t, r, acc.Notifications[0].ID)
-	if calls.Load() != 1 || n.Status != store.StatusSuppressed || len(n.AttemptLog) != 0 || n.Attempts != 0 || sum.Suppressed != 1 || sum.Failed != 0 {
+	if calls.Load() != 1 || n.Status != model.StatusSuppressed || len(n.AttemptLog) != 0 || n.Attempts != 0 || sum.Suppressed != 1 || sum.Failed != 0 {
 		t.Fatalf("calls %d, second notification %+v", calls.Load(), n)
 	}
 }
@@ -160,7 +160,7 @@ func TestProviderLimitDoesNotStarveOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for counts(t, r)[store.StatusSent] < 20 {
+	for counts(t, r)[model.StatusSent] < 20 {
 		if time.Now().After(deadline) {
 			t.Fatalf("sms not delivered while the slow provider holds its call: %v", counts(t, r))
 		}
@@ -172,7 +172,7 @@ func TestProviderLimitDoesNotStarveOthers(t *testing.T) {
 	unblock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for counts(t, r)[store.StatusSent] < 25 {
+	for counts(t, r)[model.StatusSent] < 25 {
 		if ctx.Err() != nil {
 			t.Fatalf("email not delivered after release: %v", counts(t, r))
 		}
@@ -204,13 +204,13 @@ func TestPolicyAndModeByTypeOrPurpose(t *testing.T) {
 		ChannelRetry: map[string]Policy{"sms": {MaxAttempts: 4}},
 	})
 	for _, tc := range []struct {
-		c        store.Claimed
+		c        model.Claimed
 		attempts int
 		mode     Mode
 	}{
-		{store.Claimed{Type: "payment", Purpose: "receipt", Channel: "sms"}, 2, AtLeastOnce},
-		{store.Claimed{Type: "otp", Purpose: "login", Channel: "sms"}, 4, AtMostOnce},
-		{store.Claimed{Type: "billing", Purpose: "alert", Channel: "email"}, DefaultPolicy.MaxAttempts, AtMostOnce},
+		{model.Claimed{Type: "payment", Purpose: "receipt", Channel: "sms"}, 2, AtLeastOnce},
+		{model.Claimed{Type: "otp", Purpose: "login", Channel: "sms"}, 4, AtMostOnce},
+		{model.Claimed{Type: "billing", Purpose: "alert", Channel: "email"}, DefaultPolicy.MaxAttempts, AtMostOnce},
 	} {
 		if got := r.policy(tc.c).MaxAttempts; got != tc.attempts {
 			t.Errorf("%+v: max attempts %d, want %d", tc.c, got, tc.attempts)

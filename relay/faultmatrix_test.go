@@ -31,8 +31,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 	"edgerelay/store/sqlite"
 )
 
@@ -143,12 +143,12 @@ type fmExpect struct {
 }
 
 var (
-	xSent       = fmExpect{outcome: providers.Sent, status: store.StatusSent}
-	xFailed     = fmExpect{outcome: providers.Refused, permanent: true, status: store.StatusFailed}
-	xInvalid    = fmExpect{outcome: providers.Refused, permanent: true, invalid: true, status: store.StatusFailed}
-	xRefused    = fmExpect{outcome: providers.Refused, status: store.StatusPending, retry: retryBackoff}
-	xRefusedRA  = fmExpect{outcome: providers.Refused, status: store.StatusPending, retry: retryAfter30}
-	xUnknown    = fmExpect{outcome: providers.Unknown, status: store.StatusPending, retry: retryBackoff}
+	xSent       = fmExpect{outcome: providers.Sent, status: model.StatusSent}
+	xFailed     = fmExpect{outcome: providers.Refused, permanent: true, status: model.StatusFailed}
+	xInvalid    = fmExpect{outcome: providers.Refused, permanent: true, invalid: true, status: model.StatusFailed}
+	xRefused    = fmExpect{outcome: providers.Refused, status: model.StatusPending, retry: retryBackoff}
+	xRefusedRA  = fmExpect{outcome: providers.Refused, status: model.StatusPending, retry: retryAfter30}
+	xUnknown    = fmExpect{outcome: providers.Unknown, status: model.StatusPending, retry: retryBackoff}
 	fmPolicy    = DefaultPolicy
 	fmRetryWait = 30 * time.Second // the Retry-After the 429 case sends
 )
@@ -217,10 +217,10 @@ var fmFaults = []fmFault{
 		if p.honours {
 			return xUnknown // the key makes the retry safe
 		}
-		return fmExpect{outcome: providers.Unknown, status: store.StatusUnknown}
+		return fmExpect{outcome: providers.Unknown, status: model.StatusUnknown}
 	}},
 	{name: "503 on the last attempt (max_attempts=1)", play: playStatus, status: 503, maxAttempts: 1,
-		want: fmExpect{outcome: providers.Refused, status: store.StatusDead}},
+		want: fmExpect{outcome: providers.Refused, status: model.StatusDead}},
 }
 
 // fmSlowTimeout is the route's timeout in the slow cases. The retry of a
@@ -359,7 +359,7 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 				// may have been sent and retrying cannot settle it, so the
 				// notification ends unknown instead of spending its retries.
 				name: "409 invalid_idempotent_request", play: playBody, status: 409,
-				want: fmExpect{outcome: providers.Unknown, permanent: true, status: store.StatusUnknown}, detail: "invalid_idempotent_request",
+				want: fmExpect{outcome: providers.Unknown, permanent: true, status: model.StatusUnknown}, detail: "invalid_idempotent_request",
 				body: resendErr(409, "invalid_idempotent_request", "Same idempotency key used with a different request payload."),
 			}},
 		},
@@ -775,7 +775,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if n.Status != want.status {
 		t.Errorf("notification %s (%s), want %s", n.Status, n.Reason, want.status)
 	}
-	marks, err := r.Suppressions(ctx, store.SuppressionFilter{Tenant: n.Tenant})
+	marks, err := r.Suppressions(ctx, model.SuppressionFilter{Tenant: n.Tenant})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,7 +840,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if len(n.AttemptLog) != 2 {
 		t.Fatalf("%d attempts after the retry was due, want 2: %+v", len(n.AttemptLog), n.AttemptLog)
 	}
-	if a2 := n.AttemptLog[1]; a2.Outcome != string(providers.Sent) || a2.HTTPStatus != p.ok.status || a2.MessageID != p.ok.id || n.Status != store.StatusSent {
+	if a2 := n.AttemptLog[1]; a2.Outcome != string(providers.Sent) || a2.HTTPStatus != p.ok.status || a2.MessageID != p.ok.id || n.Status != model.StatusSent {
 		t.Errorf("attempt 2: %s http %d id %q (%s), notification %s; want sent, %d, %q", a2.Outcome, a2.HTTPStatus, a2.MessageID, a2.Detail, n.Status, p.ok.status, p.ok.id)
 	} else if !a2.StartedAt.Equal(next) {
 		t.Errorf("attempt 2 started at %s, want when it was due, %s", a2.StartedAt, next)

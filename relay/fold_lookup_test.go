@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // unfoldable reads the audience as it is at that moment: a member removed
@@ -19,9 +19,9 @@ func TestUnfoldableSeesTheAudienceAsItIsNow(t *testing.T) {
 	r := setupRelay(t, Options{})
 	ctx := t.Context()
 	dg := FoldDigest{Job: "weekly", Tenant: "default", Audience: "team", Channel: "email"}
-	ada := store.Claimed{Tenant: "default", Recipient: "ada"}
-	ben := store.Claimed{Tenant: "default", Recipient: "ben"}
-	want := func(c store.Claimed, prefix string) {
+	ada := model.Claimed{Tenant: "default", Recipient: "ada"}
+	ben := model.Claimed{Tenant: "default", Recipient: "ben"}
+	want := func(c model.Claimed, prefix string) {
 		t.Helper()
 		got, err := r.unfoldable(ctx, c, dg)
 		if err != nil || !strings.HasPrefix(got, prefix) || (prefix == "") != (got == "") {
@@ -70,7 +70,7 @@ func BenchmarkFoldDecision(b *testing.B) {
 		b.Fatal(err)
 	}
 	dg := FoldDigest{Job: "weekly", Tenant: "default", Audience: "everyone", Channel: "email"}
-	c := store.Claimed{Tenant: "default", Recipient: members[n/2].ID}
+	c := model.Claimed{Tenant: "default", Recipient: members[n/2].ID}
 	b.Run("one-member", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -12,8 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // fuzzAudience is stored in tenant "default" as "team", so audience events
@@ -113,12 +113,12 @@ func FuzzDecodeEvent(f *testing.F) {
 			// A valid event is refused only as a conflict with an earlier
 			// one; an audience event can also be refused for its audience.
 			if nerr == nil && !(ev.Audience != "" && !viaAudience) {
-				if !errors.Is(aerr, store.ErrEventConflict) || !accepted[id] {
+				if !errors.Is(aerr, model.ErrEventConflict) || !accepted[id] {
 					t.Fatalf("valid event refused: %v", aerr)
 				}
 			}
 			if !accepted[id] && nerr == nil {
-				if _, err := r.store.EventRow(ctx, id[0], id[1], id[2]); !errors.Is(err, store.ErrNotFound) {
+				if _, err := r.store.EventRow(ctx, id[0], id[1], id[2]); !errors.Is(err, model.ErrNotFound) {
 					t.Fatalf("refused event %v has a row: %v", id, err)
 				}
 			}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Signed links for recipients (issue 17): a one-click unsubscribe link
@@ -114,7 +114,7 @@ func (r *Relay) verify(ctx context.Context, token string) (byte, []string, error
 		return 0, nil, ErrBadLink
 	}
 	key, err := r.tenantKey(ctx, fields[0], false)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		return 0, nil, ErrBadLink // a tenant that never had a link made has no key: never make one here
 	}
 	if err != nil {
@@ -171,7 +171,7 @@ func (r *Relay) Unsubscribe(ctx context.Context, token string) (UnsubscribeLink,
 		return l, false, err
 	}
 	_, changed, err := r.store.SetSwitch(ctx, l.Tenant, l.Recipient,
-		store.Switch{Category: l.Category, Channel: l.Channel, Enabled: false, SetBy: store.SetByUnsubscribe}, r.now())
+		model.Switch{Category: l.Category, Channel: l.Channel, Enabled: false, SetBy: model.SetByUnsubscribe}, r.now())
 	return l, changed, err
 }
 
@@ -234,7 +234,7 @@ func (r *Relay) CheckForm(ctx context.Context, l PageLink, token, form string) b
 // category is optional, "" if there is none (no public URL configured, a
 // required category, no category, or the key cannot be read: the message
 // then goes without one rather than not at all).
-func (r *Relay) unsubscribeURL(ctx context.Context, c store.Claimed) string {
+func (r *Relay) unsubscribeURL(ctx context.Context, c model.Claimed) string {
 	if r.opts.PublicURL == "" {
 		return ""
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // What an operator looks at and decides on: quarantined fan-outs (and
@@ -13,7 +13,7 @@ import (
 
 // Quarantined lists events whose fan-out is quarantined, newest first, with
 // row ids below before (0 for the newest).
-func (r *Relay) Quarantined(ctx context.Context, tenant string, before int64, limit int) ([]store.QuarantinedEvent, error) {
+func (r *Relay) Quarantined(ctx context.Context, tenant string, before int64, limit int) ([]model.QuarantinedEvent, error) {
 	return r.store.QuarantinedEvents(ctx, tenant, before, limit)
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // A Retry-After heard by one process holds the provider in every process
@@ -28,7 +28,7 @@ func TestRetryAfterPauseIsSeenByEveryProcess(t *testing.T) {
 	if aCalls.Load() != 1 {
 		t.Fatalf("%d calls on the first relay, want 1 (the 429)", aCalls.Load())
 	}
-	if n := notification(t, a, first); n.Status != store.StatusPending || len(n.AttemptLog) != 1 {
+	if n := notification(t, a, first); n.Status != model.StatusPending || len(n.AttemptLog) != 1 {
 		t.Fatalf("after the 429: %s with %d attempts, want pending after 1", n.Status, len(n.AttemptLog))
 	}
 
@@ -52,9 +52,9 @@ func TestRetryAfterPauseIsSeenByEveryProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, bound, "the SMS sent by the second relay", func() bool {
-		return statusOf(t, b, acc.Notifications[0].ID) == store.StatusSent
+		return statusOf(t, b, acc.Notifications[0].ID) == model.StatusSent
 	})
-	if n := notification(t, b, ben); n.Status != store.StatusPending || len(n.AttemptLog) != 0 || bCalls.Load() != 0 {
+	if n := notification(t, b, ben); n.Status != model.StatusPending || len(n.AttemptLog) != 0 || bCalls.Load() != 0 {
 		t.Fatalf("the second relay's email: %s, %d attempts, %d calls; want pending and never called while the provider is paused",
 			n.Status, len(n.AttemptLog), bCalls.Load())
 	}

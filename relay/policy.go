@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // The delivery policy: every decision about a claimed notification's next
@@ -47,7 +47,7 @@ import (
 
 // situation is everything the policy looks at for one claimed notification.
 type situation struct {
-	c    store.Claimed // its attempt counts, cycle start, route position, pin, suppression entry
+	c    model.Claimed // its attempt counts, cycle start, route position, pin, suppression entry
 	mode Mode
 	pol  Policy
 	// routeLen is how many providers its route lists (0: no route serves
@@ -81,7 +81,7 @@ type situation struct {
 // notification's next state (Decision).
 type verdict struct {
 	call bool
-	store.Decision
+	model.Decision
 }
 
 // jitter returns a duration in [0, n]; decide draws backoff jitter from it.
@@ -100,36 +100,36 @@ const minGateWait = 10 * time.Millisecond
 // decide is the whole delivery policy.
 func decide(s situation, j jitter) verdict {
 	c := s.c
-	keep := store.Decision{RoutePos: c.RoutePos, Pinned: c.Pinned, NextAttemptAt: s.now}
+	keep := model.Decision{RoutePos: c.RoutePos, Pinned: c.Pinned, NextAttemptAt: s.now}
 	if s.result == nil {
 		return beforeCall(s, keep)
 	}
 	res := *s.result
 	switch res.Outcome {
 	case providers.Sent:
-		keep.Status = store.StatusSent
+		keep.Status = model.StatusSent
 		return verdict{Decision: keep}
 	case providers.Refused:
 		if res.Permanent && res.InvalidAddress {
 			// The address is dead, whichever provider is asked: it goes on
 			// this tenant's suppression list.
-			keep.Status, keep.Reason = store.StatusFailed, "refused for good, address invalid: "+res.Detail+" (address suppressed: hard_bounce)"
-			keep.Suppress = &store.Suppress{Reason: store.ReasonHardBounce, Detail: res.Detail, ExpiresAt: after(s.now, s.hardBounceTTL)}
+			keep.Status, keep.Reason = model.StatusFailed, "refused for good, address invalid: "+res.Detail+" (address suppressed: hard_bounce)"
+			keep.Suppress = &model.Suppress{Reason: model.ReasonHardBounce, Detail: res.Detail, ExpiresAt: after(s.now, s.hardBounceTTL)}
 			return verdict{Decision: keep}
 		}
 		// A refusal means this provider did not send: the next provider of
 		// the route may, straight away (never after an unknown: pinned).
 		if !c.Pinned && c.RoutePos+1 < s.routeLen {
 			if c.CycleAttempts >= s.pol.MaxAttempts {
-				keep.Status, keep.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: refused: %s", c.CycleAttempts, res.Detail)
+				keep.Status, keep.Reason = model.StatusDead, fmt.Sprintf("gave up after %d attempts; last: refused: %s", c.CycleAttempts, res.Detail)
 				return verdict{Decision: keep}
 			}
-			keep.Status, keep.RoutePos = store.StatusPending, c.RoutePos+1
+			keep.Status, keep.RoutePos = model.StatusPending, c.RoutePos+1
 			keep.Reason = fmt.Sprintf("refused (%s); failing over to provider %d of %d", res.Detail, c.RoutePos+2, s.routeLen)
 			return verdict{Decision: keep}
 		}
 		if res.Permanent {
-			keep.Status, keep.Reason = store.StatusFailed, "refused for good: "+res.Detail
+			keep.Status, keep.Reason = model.StatusFailed, "refused for good: "+res.Detail
 			return verdict{Decision: keep}
 		}
 		if !c.Pinned {
@@ -141,14 +141,14 @@ func decide(s situation, j jitter) verdict {
 		// deliver a second copy.
 		keep.Pinned = true
 		if res.Permanent {
-			keep.Status, keep.Reason = store.StatusUnknown, "outcome unknown and retrying cannot settle it ("+res.Detail+"): it may or may not have arrived"
+			keep.Status, keep.Reason = model.StatusUnknown, "outcome unknown and retrying cannot settle it ("+res.Detail+"): it may or may not have arrived"
 			return verdict{Decision: keep}
 		}
 		if s.honours {
 			return retry(s, j, "outcome unknown ("+res.Detail+"); retrying with the same key, which the provider honours", keep)
 		}
 		if s.mode == AtMostOnce {
-			keep.Status, keep.Reason = store.StatusUnknown, fmt.Sprintf(
+			keep.Status, keep.Reason = model.StatusUnknown, fmt.Sprintf(
 				"outcome unknown (%s); type %q is at-most-once and the provider does not honour idempotency keys, so it is not resent: it may or may not have arrived",
 				res.Detail, c.Type)
 			return verdict{Decision: keep}
@@ -158,25 +158,25 @@ func decide(s situation, j jitter) verdict {
 }
 
 // beforeCall decides whether a claimed notification is called now.
-func beforeCall(s situation, keep store.Decision) verdict {
+func beforeCall(s situation, keep model.Decision) verdict {
 	c := s.c
 	// The recipient's side refused the address (or an operator did): no
 	// call, whatever else holds.
 	if c.Suppression != nil {
-		keep.Status, keep.Reason = store.StatusSuppressed, "not sent: the address is on the tenant's suppression list: "+c.Suppression.Describe()
+		keep.Status, keep.Reason = model.StatusSuppressed, "not sent: the address is on the tenant's suppression list: "+c.Suppression.Describe()
 		return verdict{Decision: keep}
 	}
 	// A retry that became due while no dispatcher ran may be past its max
 	// age: the provider may have forgotten the key, so sending now could
 	// deliver a second copy.
 	if age := s.now.Sub(c.CycleStartedAt); age > s.pol.MaxAge {
-		keep.Status, keep.Reason = store.StatusDead, fmt.Sprintf(
+		keep.Status, keep.Reason = model.StatusDead, fmt.Sprintf(
 			"gave up before attempt %d: %s after the first, past the max age of %s (the provider may have forgotten the key)",
 			c.Attempt, age.Round(time.Second), s.pol.MaxAge)
 		return verdict{Decision: keep}
 	}
 	if s.unreadable != "" {
-		keep.Status, keep.Reason = store.StatusFailed, "not sent: its stored message cannot be read: "+s.unreadable
+		keep.Status, keep.Reason = model.StatusFailed, "not sent: its stored message cannot be read: "+s.unreadable
 		return verdict{Decision: keep}
 	}
 	if v, ok := preference(s, keep); ok {
@@ -185,7 +185,7 @@ func beforeCall(s situation, keep store.Decision) verdict {
 	// Waiting is not an attempt: the notification goes back to the queue
 	// with its budget untouched, no later than its max age allows.
 	wait := func(until time.Time, why string) verdict {
-		keep.Status, keep.Reason = store.StatusPending, "waiting, not an attempt: "+why
+		keep.Status, keep.Reason = model.StatusPending, "waiting, not an attempt: "+why
 		keep.NextAttemptAt = maxTime(until, s.now.Add(minGateWait))
 		if end := c.CycleStartedAt.Add(s.pol.MaxAge + time.Millisecond); keep.NextAttemptAt.After(end) {
 			keep.NextAttemptAt = maxTime(end, s.now.Add(minGateWait))
@@ -199,12 +199,12 @@ func beforeCall(s situation, keep store.Decision) verdict {
 		// Only the provider that may have sent it could tell a retry from
 		// a second copy, and it is no longer routed.
 		if s.mode == AtMostOnce {
-			keep.Status, keep.Reason = store.StatusUnknown, fmt.Sprintf(
+			keep.Status, keep.Reason = model.StatusUnknown, fmt.Sprintf(
 				"not resent: its last outcome at provider %s was unknown, the route of channel %q no longer lists %s, and type %q is at-most-once: another provider could deliver a second copy; it may or may not have arrived",
 				s.provider, c.Channel, s.provider, c.Type)
 			return verdict{Decision: keep}
 		}
-		keep.Status, keep.Pinned, keep.RoutePos = store.StatusPending, false, 0
+		keep.Status, keep.Pinned, keep.RoutePos = model.StatusPending, false, 0
 		keep.Reason = fmt.Sprintf(
 			"waiting, not an attempt: its last outcome at provider %s was unknown and the route of channel %q no longer lists %s; type %q is at-least-once, so it goes to the route's first provider (a duplicate is possible)",
 			s.provider, c.Channel, s.provider, c.Type)
@@ -222,10 +222,10 @@ func beforeCall(s situation, keep store.Decision) verdict {
 
 // retry schedules the next attempt with exponential backoff and jitter,
 // honouring Retry-After, or gives up when the budget is spent.
-func retry(s situation, j jitter, why string, d store.Decision) verdict {
+func retry(s situation, j jitter, why string, d model.Decision) verdict {
 	c, pol, res := s.c, s.pol, s.result
 	if c.CycleAttempts >= pol.MaxAttempts {
-		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up after %d attempts; last: %s", c.CycleAttempts, why)
+		d.Status, d.Reason = model.StatusDead, fmt.Sprintf("gave up after %d attempts; last: %s", c.CycleAttempts, why)
 		return verdict{Decision: d}
 	}
 	delay := backoff(pol, c.CycleAttempts, j)
@@ -234,10 +234,10 @@ func retry(s situation, j jitter, why string, d store.Decision) verdict {
 	}
 	next := s.now.Add(delay)
 	if next.Sub(c.CycleStartedAt) > pol.MaxAge {
-		d.Status, d.Reason = store.StatusDead, fmt.Sprintf("gave up: the next attempt (in %s) would be past the max age of %s; last: %s", delay.Round(time.Millisecond), pol.MaxAge, why)
+		d.Status, d.Reason = model.StatusDead, fmt.Sprintf("gave up: the next attempt (in %s) would be past the max age of %s; last: %s", delay.Round(time.Millisecond), pol.MaxAge, why)
 		return verdict{Decision: d}
 	}
-	d.Status, d.NextAttemptAt = store.StatusPending, next
+	d.Status, d.NextAttemptAt = model.StatusPending, next
 	d.Reason = fmt.Sprintf("%s; next attempt in %s", why, delay.Round(time.Millisecond))
 	return verdict{Decision: d}
 }
@@ -278,19 +278,19 @@ func maxTime(a, b time.Time) time.Time {
 // change the recipient made at any time before the claim applies (an
 // opt-out stops a retry too); one made while a call is in flight cannot
 // reach that call.
-func preference(s situation, keep store.Decision) (verdict, bool) {
+func preference(s situation, keep model.Decision) (verdict, bool) {
 	c, p := s.c, s.pref
 	if p.category == "" || p.cat.Required {
 		return verdict{}, false
 	}
 	if p.err != "" {
 		// Sending could reach someone who opted out: wait instead.
-		keep.Status, keep.Reason = store.StatusPending, "waiting, not an attempt: the recipient's preferences cannot be applied: "+p.err
+		keep.Status, keep.Reason = model.StatusPending, "waiting, not an attempt: the recipient's preferences cannot be applied: "+p.err
 		keep.NextAttemptAt = s.now.Add(time.Second)
 		return verdict{Decision: keep}, true
 	}
 	if on, why := switchFor(p, c); !on {
-		keep.Status, keep.Reason = store.StatusSkipped, "skipped, not sent: "+why
+		keep.Status, keep.Reason = model.StatusSkipped, "skipped, not sent: "+why
 		if c.Attempt > 1 {
 			keep.Reason += fmt.Sprintf(" (after %d earlier attempts", c.Attempt-1)
 			if c.Pinned {
@@ -304,7 +304,7 @@ func preference(s situation, keep store.Decision) (verdict, bool) {
 	// already under way and its provider may hold the key only so long.
 	if w, why, ok := quietFor(p); ok && c.Attempt == 1 {
 		if end, in := quietEnd(s.now, p.loc, w); in {
-			keep.Status, keep.NextAttemptAt, keep.CycleStartsAt = store.StatusPending, end, end
+			keep.Status, keep.NextAttemptAt, keep.CycleStartsAt = model.StatusPending, end, end
 			keep.Reason = fmt.Sprintf("waiting, not an attempt: quiet hours %s in %s (%s) until %s; the retry budget counts from then",
 				w, p.loc, why, end.In(p.loc).Format("2006-01-02 15:04 MST"))
 			return verdict{Decision: keep}, true
@@ -313,7 +313,7 @@ func preference(s situation, keep store.Decision) (verdict, bool) {
 	if p.throttled {
 		over := fmt.Sprintf("recipient %s already got %d of category %q in the last %s",
 			c.Recipient, p.cat.Throttle.Max, p.category, p.cat.Throttle.Per)
-		keep.Status, keep.Reason = store.StatusSkipped, "skipped (throttled), not sent: "+over
+		keep.Status, keep.Reason = model.StatusSkipped, "skipped (throttled), not sent: "+over
 		if dg := p.cat.Throttle.Digest; dg != nil {
 			if p.unfoldable != "" {
 				keep.Reason = fmt.Sprintf("skipped (throttled), not sent and not folded into digest %s (%s): %s", dg.Job, p.unfoldable, over)
@@ -322,7 +322,7 @@ func preference(s situation, keep store.Decision) (verdict, bool) {
 			// The item is written with this decision, in one transaction:
 			// never one without the other.
 			keep.Reason = fmt.Sprintf("skipped (throttled), folded into digest %s: its next run carries it; %s", dg.Job, over)
-			keep.Fold = &store.Fold{Feed: store.PersonalFeed(c.Recipient)}
+			keep.Fold = &model.Fold{Feed: model.PersonalFeed(c.Recipient)}
 		}
 		return verdict{Decision: keep}, true
 	}
@@ -332,8 +332,8 @@ func preference(s situation, keep store.Decision) (verdict, bool) {
 // switchFor is whether the category reaches the recipient on c's channel,
 // and which switch says so: the channel's own, else the category's on
 // every channel, else the default.
-func switchFor(p prefInputs, c store.Claimed) (bool, string) {
-	var all, one *store.Switch
+func switchFor(p prefInputs, c model.Claimed) (bool, string) {
+	var all, one *model.Switch
 	for i, sw := range p.stored.Switches {
 		if sw.Category != p.category {
 			continue
@@ -345,7 +345,7 @@ func switchFor(p prefInputs, c store.Claimed) (bool, string) {
 			one = &p.stored.Switches[i]
 		}
 	}
-	set := func(sw *store.Switch, where string) (bool, string) {
+	set := func(sw *model.Switch, where string) (bool, string) {
 		return sw.Enabled, fmt.Sprintf("recipient %s turned category %q off %s (set %s by %s)",
 			c.Recipient, p.category, where, sw.SetAt.UTC().Format(time.RFC3339), sw.SetBy)
 	}
@@ -363,7 +363,7 @@ func switchFor(p prefInputs, c store.Claimed) (bool, string) {
 // quietFor is the recipient's quiet hours for the category: their own for
 // it, else their own for every category, else the category's default.
 func quietFor(p prefInputs) (QuietWindow, string, bool) {
-	var all *store.QuietHours
+	var all *model.QuietHours
 	for i, q := range p.stored.Quiet {
 		switch q.Category {
 		case p.category:

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // The delivery policy as a table: each row is a sentence of the README's
@@ -15,7 +15,7 @@ func TestPolicy(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	pol := Policy{MaxAttempts: 3, MaxAge: time.Hour, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
-	fresh := store.Claimed{ID: 1, Type: "payment.succeeded", Attempt: 1, CycleAttempts: 1, CycleStartedAt: now, Channel: "email"}
+	fresh := model.Claimed{ID: 1, Type: "payment.succeeded", Attempt: 1, CycleAttempts: 1, CycleStartedAt: now, Channel: "email"}
 	base := situation{c: fresh, mode: AtLeastOnce, pol: pol, routeLen: 1, provider: "p", leaseLeft: time.Minute, now: now}
 	result := func(o providers.Outcome, permanent bool) *providers.Result {
 		return &providers.Result{Outcome: o, Permanent: permanent, Detail: "the detail"}
@@ -43,141 +43,141 @@ func TestPolicy(t *testing.T) {
 		{"a due notification with a free provider is called", base, want{call: true}},
 		{"a retry past its max age is not called: the provider may have forgotten the key",
 			with(func(s *situation) { s.c.CycleStartedAt = now.Add(-pol.MaxAge - time.Second) }),
-			want{status: store.StatusDead, reason: "past the max age"}},
+			want{status: model.StatusDead, reason: "past the max age"}},
 		{"an address on its tenant's suppression list ends suppressed, not called, and the reason says why",
 			with(func(s *situation) {
-				s.c.Suppression = &store.Suppression{Tenant: "acme", Channel: "push", Address: "tok", Reason: store.ReasonHardBounce,
-					Source: store.SourceProvider, Provider: "fcm", Notification: 7, Detail: "UNREGISTERED", CreatedAt: now.Add(-time.Hour)}
+				s.c.Suppression = &model.Suppression{Tenant: "acme", Channel: "push", Address: "tok", Reason: model.ReasonHardBounce,
+					Source: model.SourceProvider, Provider: "fcm", Notification: 7, Detail: "UNREGISTERED", CreatedAt: now.Add(-time.Hour)}
 			}),
-			want{status: store.StatusSuppressed, reason: "suppression list: hard_bounce (from fcm's answer, 2026-03-01T11:00:00Z, never expires): UNREGISTERED"}},
+			want{status: model.StatusSuppressed, reason: "suppression list: hard_bounce (from fcm's answer, 2026-03-01T11:00:00Z, never expires): UNREGISTERED"}},
 		{"a suppressed address is not called even on a notification's last allowed attempt or past its max age",
 			with(func(s *situation) {
 				s.c.CycleStartedAt = now.Add(-pol.MaxAge - time.Second)
 				until := now.Add(time.Hour)
-				s.c.Suppression = &store.Suppression{Reason: store.ReasonSoftBounce, Source: store.SourceDSN, CreatedAt: now, ExpiresAt: &until}
+				s.c.Suppression = &model.Suppression{Reason: model.ReasonSoftBounce, Source: model.SourceDSN, CreatedAt: now, ExpiresAt: &until}
 			}),
-			want{status: store.StatusSuppressed, reason: "soft_bounce (from a delivery status notification"}},
+			want{status: model.StatusSuppressed, reason: "soft_bounce (from a delivery status notification"}},
 		{"a stored message that cannot be read fails without a call",
 			with(func(s *situation) { s.unreadable = "unexpected end of JSON input" }),
-			want{status: store.StatusFailed, reason: "cannot be read"}},
+			want{status: model.StatusFailed, reason: "cannot be read"}},
 		{"a channel no route serves waits, and that is not an attempt",
 			with(func(s *situation) { s.routeLen = 0 }),
-			want{status: store.StatusPending, in: noRouteWait, reason: "not an attempt: no route serves channel \"email\""}},
+			want{status: model.StatusPending, in: noRouteWait, reason: "not an attempt: no route serves channel \"email\""}},
 		{"waiting at our own gate is never an attempt: it waits until the gate opens",
 			with(func(s *situation) { s.gateUntil = now.Add(700 * time.Millisecond) }),
-			want{status: store.StatusPending, in: 700 * time.Millisecond, reason: "not an attempt: provider p cannot take a call"}},
+			want{status: model.StatusPending, in: 700 * time.Millisecond, reason: "not an attempt: provider p cannot take a call"}},
 		{"waiting at the gate keeps the budget, even the last attempt's",
 			with(func(s *situation) { s.gateUntil = now.Add(time.Second); s.c.CycleAttempts = pol.MaxAttempts }),
-			want{status: store.StatusPending, in: time.Second, reason: "not an attempt"}},
+			want{status: model.StatusPending, in: time.Second, reason: "not an attempt"}},
 		{"waiting keeps the route position and the pin",
 			with(func(s *situation) {
 				s.gateUntil = now.Add(time.Second)
 				s.c.RoutePos, s.c.Pinned = 1, true
 				s.routeLen = 2
 			}),
-			want{status: store.StatusPending, in: time.Second, pinned: true, pos: 1}},
+			want{status: model.StatusPending, in: time.Second, pinned: true, pos: 1}},
 		{"a wait never outlives the max age: the notification is looked at again when it ends",
 			with(func(s *situation) {
 				s.c.CycleStartedAt = now.Add(-pol.MaxAge + time.Second)
 				s.gateUntil = now.Add(time.Hour)
 			}),
-			want{status: store.StatusPending, in: time.Second + time.Millisecond, reason: "not an attempt"}},
+			want{status: model.StatusPending, in: time.Second + time.Millisecond, reason: "not an attempt"}},
 		{"pinned to a provider no longer routed, an at-most-once type is not resent elsewhere: it ends unknown",
 			with(func(s *situation) {
 				s.c.Pinned, s.pinnedGone, s.provider, s.mode = true, true, "gone", AtMostOnce
 			}),
-			want{status: store.StatusUnknown, pinned: true, reason: "no longer lists gone"}},
+			want{status: model.StatusUnknown, pinned: true, reason: "no longer lists gone"}},
 		{"pinned to a provider no longer routed, an at-least-once type starts the route over, unpinned, without an attempt",
 			with(func(s *situation) {
 				s.c.Pinned, s.c.RoutePos, s.pinnedGone, s.provider, s.routeLen = true, 1, true, "gone", 2
 				s.c.CycleAttempts = pol.MaxAttempts
 			}),
-			want{status: store.StatusPending, in: 0, reason: "not an attempt: its last outcome at provider gone was unknown"}},
+			want{status: model.StatusPending, in: 0, reason: "not an attempt: its last outcome at provider gone was unknown"}},
 		{"a claim whose lease ran short goes back to the queue uncalled",
 			with(func(s *situation) { s.leaseLeft = 0 }),
-			want{status: store.StatusPending, in: minGateWait, reason: "lease ran short"}},
+			want{status: model.StatusPending, in: minGateWait, reason: "lease ran short"}},
 
 		// After the answer.
 		{"sent (2xx) is done", with(func(s *situation) { s.result = result(providers.Sent, false) }),
-			want{status: store.StatusSent}},
+			want{status: model.StatusSent}},
 		{"refused is retried with backoff", with(func(s *situation) { s.result = result(providers.Refused, false) }),
-			want{status: store.StatusPending, in: backoff, reason: "refused: the detail"}},
+			want{status: model.StatusPending, in: backoff, reason: "refused: the detail"}},
 		{"refused for good fails", with(func(s *situation) { s.result = result(providers.Refused, true) }),
-			want{status: store.StatusFailed, reason: "refused for good: the detail"}},
+			want{status: model.StatusFailed, reason: "refused for good: the detail"}},
 		{"refused for good with a dead address fails and puts it on the tenant's list, a hard bounce, for good by default",
 			with(func(s *situation) {
 				s.result = result(providers.Refused, true)
 				s.result.InvalidAddress = true
 			}),
-			want{status: store.StatusFailed, reason: "address invalid", suppress: store.ReasonHardBounce}},
+			want{status: model.StatusFailed, reason: "address invalid", suppress: model.ReasonHardBounce}},
 		{"a hard bounce lasts the configured TTL when there is one",
 			with(func(s *situation) {
 				s.result = result(providers.Refused, true)
 				s.result.InvalidAddress = true
 				s.hardBounceTTL = 24 * time.Hour
 			}),
-			want{status: store.StatusFailed, reason: "address invalid", suppress: store.ReasonHardBounce}},
+			want{status: model.StatusFailed, reason: "address invalid", suppress: model.ReasonHardBounce}},
 		{"refused with another provider on the route fails over at once",
 			with(func(s *situation) { s.result = result(providers.Refused, false); s.routeLen = 2 }),
-			want{status: store.StatusPending, in: 0, pos: 1, reason: "failing over to provider 2 of 2"}},
+			want{status: model.StatusPending, in: 0, pos: 1, reason: "failing over to provider 2 of 2"}},
 		{"refused for good with another provider on the route fails over too",
 			with(func(s *situation) { s.result = result(providers.Refused, true); s.routeLen = 2 }),
-			want{status: store.StatusPending, in: 0, pos: 1, reason: "failing over"}},
+			want{status: model.StatusPending, in: 0, pos: 1, reason: "failing over"}},
 		{"refused by every provider starts the route over after the backoff",
 			with(func(s *situation) { s.result = result(providers.Refused, false); s.routeLen = 2; s.c.RoutePos = 1 }),
-			want{status: store.StatusPending, in: backoff, pos: 0}},
+			want{status: model.StatusPending, in: backoff, pos: 0}},
 		{"after an unknown, a refusal never fails over: another provider could send a second copy",
 			with(func(s *situation) { s.result = result(providers.Refused, false); s.routeLen = 2; s.c.Pinned = true }),
-			want{status: store.StatusPending, in: backoff, pinned: true, pos: 0}},
+			want{status: model.StatusPending, in: backoff, pinned: true, pos: 0}},
 		{"unknown from a provider that honours keys is retried with the same key",
 			with(func(s *situation) { s.result = result(providers.Unknown, false); s.honours = true; s.mode = AtMostOnce }),
-			want{status: store.StatusPending, in: backoff, pinned: true, reason: "which the provider honours"}},
+			want{status: model.StatusPending, in: backoff, pinned: true, reason: "which the provider honours"}},
 		{"unknown without keys, at-least-once: retried, a duplicate is possible",
 			with(func(s *situation) { s.result = result(providers.Unknown, false) }),
-			want{status: store.StatusPending, in: backoff, pinned: true, reason: "a duplicate is possible"}},
+			want{status: model.StatusPending, in: backoff, pinned: true, reason: "a duplicate is possible"}},
 		{"unknown without keys, at-most-once: not resent, it ends unknown",
 			with(func(s *situation) { s.result = result(providers.Unknown, false); s.mode = AtMostOnce }),
-			want{status: store.StatusUnknown, pinned: true, reason: "is at-most-once"}},
+			want{status: model.StatusUnknown, pinned: true, reason: "is at-most-once"}},
 		{"no usable outcome counts as unknown",
 			with(func(s *situation) { s.result = result("", false); s.mode = AtMostOnce }),
-			want{status: store.StatusUnknown, pinned: true}},
+			want{status: model.StatusUnknown, pinned: true}},
 		{"an unknown that retrying cannot settle ends unknown without spending the budget",
 			with(func(s *situation) { s.result = result(providers.Unknown, true); s.honours = true }),
-			want{status: store.StatusUnknown, pinned: true, reason: "retrying cannot settle it"}},
+			want{status: model.StatusUnknown, pinned: true, reason: "retrying cannot settle it"}},
 		{"the last attempt's refusal ends dead",
 			with(func(s *situation) { s.result = result(providers.Refused, false); s.c.CycleAttempts = pol.MaxAttempts }),
-			want{status: store.StatusDead, reason: "gave up after 3 attempts"}},
+			want{status: model.StatusDead, reason: "gave up after 3 attempts"}},
 		{"the budget counts this cycle only (a manual retry starts a new one)",
 			with(func(s *situation) { s.result = result(providers.Refused, false); s.c.CycleAttempts, s.c.Attempt = 2, 9 }),
-			want{status: store.StatusPending, in: backoff}},
+			want{status: model.StatusPending, in: backoff}},
 		{"a failover on the last attempt ends dead",
 			with(func(s *situation) {
 				s.result = result(providers.Refused, false)
 				s.routeLen = 2
 				s.c.CycleAttempts = pol.MaxAttempts
 			}),
-			want{status: store.StatusDead, reason: "gave up after 3 attempts"}},
+			want{status: model.StatusDead, reason: "gave up after 3 attempts"}},
 		{"Retry-After longer than the backoff wins, even past MaxDelay",
 			with(func(s *situation) {
 				s.result = result(providers.Refused, false)
 				s.result.RetryAfter = 10 * time.Second
 			}),
-			want{status: store.StatusPending, in: 10 * time.Second}},
+			want{status: model.StatusPending, in: 10 * time.Second}},
 		{"Retry-After shorter than the backoff does not shorten it",
 			with(func(s *situation) {
 				s.result = result(providers.Refused, false)
 				s.result.RetryAfter = time.Millisecond
 			}),
-			want{status: store.StatusPending, in: backoff}},
+			want{status: model.StatusPending, in: backoff}},
 		{"a next attempt past the max age ends dead now",
 			with(func(s *situation) { s.result = result(providers.Refused, false); s.result.RetryAfter = 2 * time.Hour }),
-			want{status: store.StatusDead, reason: "max age"}},
+			want{status: model.StatusDead, reason: "max age"}},
 		{"a backoff that crosses the max age ends dead",
 			with(func(s *situation) {
 				s.result = result(providers.Refused, false)
 				s.c.CycleStartedAt = now.Add(-pol.MaxAge + 10*time.Millisecond)
 			}),
-			want{status: store.StatusDead, reason: "max age"}},
+			want{status: model.StatusDead, reason: "max age"}},
 	}
 	for _, row := range rows {
 		// The jitter source is injected: the lowest and the highest draw
@@ -208,7 +208,7 @@ func TestPolicy(t *testing.T) {
 			}
 			in := v.NextAttemptAt.Sub(now)
 			switch {
-			case w.status != store.StatusPending:
+			case w.status != model.StatusPending:
 				if in != 0 {
 					t.Errorf("%s: final, yet next attempt in %s", row.guarantee, in)
 				}
@@ -220,10 +220,10 @@ func TestPolicy(t *testing.T) {
 			case in != w.in:
 				t.Errorf("%s: next attempt in %s, want %s", row.guarantee, in, w.in)
 			}
-			if w.status != store.StatusSent && w.status != "" && row.s.result != nil && !strings.Contains(v.Reason, "the detail") {
+			if w.status != model.StatusSent && w.status != "" && row.s.result != nil && !strings.Contains(v.Reason, "the detail") {
 				t.Errorf("%s: reason %q does not carry the provider's detail", row.guarantee, v.Reason)
 			}
-			if w.status == store.StatusSent && v.Reason != "" {
+			if w.status == model.StatusSent && v.Reason != "" {
 				t.Errorf("%s: sent with reason %q", row.guarantee, v.Reason)
 			}
 		}

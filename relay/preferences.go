@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Preferences (issue 17): a tenant's notification types belong to
@@ -120,7 +120,7 @@ type prefInputs struct {
 	cat      Category
 	// stored is what the recipient set (the zero value if nothing); err,
 	// if set, is why it could not be read.
-	stored store.RecipientPreferences
+	stored model.RecipientPreferences
 	err    string
 	// loc is the recipient's time zone (UTC if they set none).
 	loc *time.Location
@@ -137,7 +137,7 @@ type prefKey struct{ tenant, recipient string }
 // gatherPreferences reads, in one store read per tenant, the preferences
 // of the recipients of claimed notifications whose category is optional
 // (a required one needs none). A tenant whose read fails is named in errs.
-func (d *dispatcher) gatherPreferences(ctx context.Context, cs []store.Claimed) (map[prefKey]store.RecipientPreferences, map[string]string) {
+func (d *dispatcher) gatherPreferences(ctx context.Context, cs []model.Claimed) (map[prefKey]model.RecipientPreferences, map[string]string) {
 	r := d.r
 	want := map[string][]string{}
 	for _, c := range cs {
@@ -145,7 +145,7 @@ func (d *dispatcher) gatherPreferences(ctx context.Context, cs []store.Claimed) 
 			want[c.Tenant] = append(want[c.Tenant], c.Recipient)
 		}
 	}
-	got := map[prefKey]store.RecipientPreferences{}
+	got := map[prefKey]model.RecipientPreferences{}
 	errs := map[string]string{}
 	for tenant, rs := range want {
 		ps, err := r.store.RecipientPreferences(ctx, tenant, rs)
@@ -161,7 +161,7 @@ func (d *dispatcher) gatherPreferences(ctx context.Context, cs []store.Claimed) 
 }
 
 // prefsFor is the policy's view of c's category and preferences.
-func (r *Relay) prefsFor(c store.Claimed, stored map[prefKey]store.RecipientPreferences, errs map[string]string) prefInputs {
+func (r *Relay) prefsFor(c model.Claimed, stored map[prefKey]model.RecipientPreferences, errs map[string]string) prefInputs {
 	name, cat, ok := r.categoryOf(c.Tenant, c.Type, c.Purpose)
 	if !ok {
 		return prefInputs{}
@@ -188,7 +188,7 @@ func needsSlot(s situation) bool {
 // promises at most Max, so it never lets one through uncounted.
 func (d *dispatcher) takeSlot(ctx context.Context, s *situation) {
 	c, th := s.c, s.pref.cat.Throttle
-	g, err := d.r.store.TakeThrottleSlots(ctx, []store.ThrottleTake{{Notification: c.ID, Tenant: c.Tenant, Recipient: c.Recipient,
+	g, err := d.r.store.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: c.ID, Tenant: c.Tenant, Recipient: c.Recipient,
 		Category: s.pref.category, Max: th.Max, Since: s.now.Add(-th.Per)}}, s.now)
 	if err != nil {
 		s.pref.err = "its throttle's slot could not be taken: " + err.Error()
@@ -218,7 +218,7 @@ func (d *dispatcher) takeSlot(ctx context.Context, s *situation) {
 // removed is no longer folded for, at once). Reading the whole audience
 // instead was a multi-megabyte read and decode on the dispatcher's
 // goroutine for a 100,000-member audience (BenchmarkFoldDecision).
-func (r *Relay) unfoldable(ctx context.Context, c store.Claimed, dg FoldDigest) (string, error) {
+func (r *Relay) unfoldable(ctx context.Context, c model.Claimed, dg FoldDigest) (string, error) {
 	if c.Tenant != dg.Tenant {
 		return fmt.Sprintf("digest %s is tenant %s's, not %s's", dg.Job, dg.Tenant, c.Tenant), nil
 	}
@@ -228,7 +228,7 @@ func (r *Relay) unfoldable(ctx context.Context, c store.Claimed, dg FoldDigest) 
 	}
 	doc, err := r.store.AudienceMember(ctx, dg.Tenant, dg.Audience, c.Recipient)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, model.ErrNotFound):
 		return fmt.Sprintf("digest %s's audience %q does not exist", dg.Job, dg.Audience), nil
 	case err != nil:
 		return "", err
@@ -259,7 +259,7 @@ type CategoryPreference struct {
 	Enabled  bool            `json:"enabled"`
 	SetAt    time.Time       `json:"set_at,omitzero"`
 	SetBy    string          `json:"set_by,omitempty"`
-	Channels []store.Switch  `json:"channels"`
+	Channels []model.Switch  `json:"channels"`
 	Quiet    string          `json:"quiet_hours,omitempty"` // the category's default quiet hours
 	Throttle *ThrottleConfig `json:"throttle,omitempty"`
 }
@@ -320,12 +320,12 @@ func (r *Relay) RecipientPreferences(ctx context.Context, tenant, recipient stri
 	return r.preferencesView(tenant, recipient, got[recipient]), nil
 }
 
-func (r *Relay) preferencesView(tenant, recipient string, p store.RecipientPreferences) Preferences {
+func (r *Relay) preferencesView(tenant, recipient string, p model.RecipientPreferences) Preferences {
 	out := Preferences{Tenant: tenant, Recipient: recipient, TimeZone: p.TimeZone, Categories: []CategoryPreference{}, Quiet: []QuietPreference{}}
 	cats := r.categories(tenant)
 	for _, name := range slices.Sorted(maps.Keys(cats)) {
 		cat := cats[name]
-		cp := CategoryPreference{Name: name, Required: cat.Required, Default: !cat.Off, Enabled: !cat.Off, Channels: []store.Switch{}}
+		cp := CategoryPreference{Name: name, Required: cat.Required, Default: !cat.Off, Enabled: !cat.Off, Channels: []model.Switch{}}
 		if cat.Required {
 			cp.Default, cp.Enabled = true, true
 		}
@@ -386,7 +386,7 @@ func (r *Relay) PutPreferences(ctx context.Context, tenant, recipient string, in
 	return r.preferencesView(tenant, recipient, stored), nil
 }
 
-func (r *Relay) checkPreferences(tenant string, in PreferencesInput) (store.RecipientPreferences, error) {
+func (r *Relay) checkPreferences(tenant string, in PreferencesInput) (model.RecipientPreferences, error) {
 	cats := r.categories(tenant)
 	known := func(field, name string, any bool) error {
 		if name == "" && any {
@@ -401,7 +401,7 @@ func (r *Relay) checkPreferences(tenant string, in PreferencesInput) (store.Reci
 		}
 		return nil
 	}
-	var p store.RecipientPreferences
+	var p model.RecipientPreferences
 	if in.TimeZone != "" {
 		if _, err := time.LoadLocation(in.TimeZone); err != nil || in.TimeZone == "Local" {
 			return p, &InvalidEventError{Field: "timezone", Reason: fmt.Sprintf("%q is not an IANA time zone (e.g. Europe/Berlin)", in.TimeZone)}
@@ -428,7 +428,7 @@ func (r *Relay) checkPreferences(tenant string, in PreferencesInput) (store.Reci
 			return p, &InvalidEventError{Field: f, Reason: fmt.Sprintf("category %q channel %q is set twice", sw.Category, sw.Channel)}
 		}
 		seen[k] = true
-		p.Switches = append(p.Switches, store.Switch{Category: sw.Category, Channel: sw.Channel, Enabled: *sw.Enabled})
+		p.Switches = append(p.Switches, model.Switch{Category: sw.Category, Channel: sw.Channel, Enabled: *sw.Enabled})
 	}
 	seenQ := map[string]bool{}
 	for i, q := range in.QuietHours {
@@ -447,7 +447,7 @@ func (r *Relay) checkPreferences(tenant string, in PreferencesInput) (store.Reci
 			return p, &InvalidEventError{Field: f, Reason: fmt.Sprintf("quiet hours of category %q are set twice", q.Category)}
 		}
 		seenQ[q.Category] = true
-		p.Quiet = append(p.Quiet, store.QuietHours{Category: q.Category, Start: w.Start, End: w.End})
+		p.Quiet = append(p.Quiet, model.QuietHours{Category: q.Category, Start: w.Start, End: w.End})
 	}
 	return p, nil
 }

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/sim"
-	"edgerelay/store"
 )
 
 // Hole 2: a provider call must never outlive its lease. Two dispatchers on
@@ -54,14 +54,14 @@ func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 	}
 	waitFor(t, bound, "every notification final", func() bool {
 		c := counts(t, a)
-		return c[store.StatusPending]+c[store.StatusSending] == 0
+		return c[model.StatusPending]+c[model.StatusSending] == 0
 	})
 	for _, r := range []*Relay{a, b} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r.Stop(ctx)
 		cancel()
 	}
-	if c := counts(t, a); c[store.StatusSent] != 2*n {
+	if c := counts(t, a); c[model.StatusSent] != 2*n {
 		t.Errorf("counts %v, want all %d sent", c, 2*n)
 	}
 	for i := range n {
@@ -110,7 +110,7 @@ func TestGateWaitIsNotAnAttempt(t *testing.T) {
 		t.Fatalf("summary %+v, want all %d sent with one attempt each", sum, n)
 	}
 	for id := int64(1); id <= n; id++ {
-		if nt := notification(t, r, id); nt.Status != store.StatusSent || len(nt.AttemptLog) != 1 {
+		if nt := notification(t, r, id); nt.Status != model.StatusSent || len(nt.AttemptLog) != 1 {
 			t.Errorf("notification %d: %s after %d attempts, want sent after 1", id, nt.Status, len(nt.AttemptLog))
 		}
 	}
@@ -176,12 +176,12 @@ func TestAddressMarkExpires(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("%d calls within the mark's hour, want 1", calls)
 	}
-	marks, _ := r.Suppressions(context.Background(), store.SuppressionFilter{})
+	marks, _ := r.Suppressions(context.Background(), model.SuppressionFilter{})
 	if len(marks) != 1 || marks[0].ExpiresAt == nil || !marks[0].ExpiresAt.Equal(marks[0].CreatedAt.Add(time.Hour)) {
 		t.Fatalf("marks %+v", marks)
 	}
 	clk.advance(2 * time.Minute)
-	if marks, _ := r.Suppressions(context.Background(), store.SuppressionFilter{}); len(marks) != 0 {
+	if marks, _ := r.Suppressions(context.Background(), model.SuppressionFilter{}); len(marks) != 0 {
 		t.Errorf("an expired mark is still listed: %+v", marks)
 	}
 	push("e3")

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Retention: prune is the relay's, since only it knows the retry windows
@@ -15,7 +15,7 @@ import (
 
 // PruneResult is what Prune deleted, and the age it used.
 type PruneResult struct {
-	store.PruneResult
+	model.PruneResult
 	OlderThan time.Duration
 	// Raised is set when the asked age was younger than the longest retry
 	// window, and OlderThan was raised to it: a notification's row is its

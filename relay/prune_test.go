@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 	"edgerelay/store/sqlite"
 )
 
@@ -91,7 +91,7 @@ func TestBackupWhileWriting(t *testing.T) {
 	}
 	defer b.Close()
 	st, _ := b.Status(ctx, time.Now())
-	if n := st.Counts[store.StatusPending]; n < 50 || n > 100 {
+	if n := st.Counts[model.StatusPending]; n < 50 || n > 100 {
 		t.Fatalf("backup holds %d notifications", n)
 	}
 }

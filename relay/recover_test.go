@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // callLog is a provider that notes each call's key; block, if set, holds
@@ -73,11 +73,11 @@ func TestRecoveredCallKeepsTheProviderItWasMadeTo(t *testing.T) {
 		status string
 	}{
 		{"reordered to y, x: the retry goes to x with the same key", AtLeastOnce,
-			func(x, y providers.Provider) Routes { return Routes{"email": {y, x}} }, []string{"x", "x"}, false, store.StatusSent},
+			func(x, y providers.Provider) Routes { return Routes{"email": {y, x}} }, []string{"x", "x"}, false, model.StatusSent},
 		{"x dropped, at-most-once: not resent, unknown", AtMostOnce,
-			func(x, y providers.Provider) Routes { return Routes{"email": {y}} }, []string{"x"}, false, store.StatusUnknown},
+			func(x, y providers.Provider) Routes { return Routes{"email": {y}} }, []string{"x"}, false, model.StatusUnknown},
 		{"x dropped, at-least-once: the new route, unpinned, after the attempt at x", AtLeastOnce,
-			func(x, y providers.Provider) Routes { return Routes{"email": {y}} }, []string{"x", "y"}, true, store.StatusSent},
+			func(x, y providers.Provider) Routes { return Routes{"email": {y}} }, []string{"x", "y"}, true, model.StatusSent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -137,7 +137,7 @@ func TestRecoveredCallKeepsTheProviderItWasMadeTo(t *testing.T) {
 // The routes a claim is given name, for every tenant, channel and route
 // position, the provider the dispatcher's own lookup finds (table.route,
 // then Route.at): the stores resolve the names in SQL by
-// store.ClaimRoutes.Provider (the conformance suite holds them to it), so
+// model.ClaimRoutes.Provider (the conformance suite holds them to it), so
 // the provider a claim records is the one the call is made to.
 func TestClaimRoutesNameTheProviderTheRouteGives(t *testing.T) {
 	t.Parallel()

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/store"
 	"edgerelay/store/postgres"
@@ -141,7 +142,7 @@ type Options struct {
 	// Chunk is how many notifications one fan-out transaction writes.
 	// Default 500.
 	Chunk int
-	// BusyTimeout: see store.Options.
+	// BusyTimeout: see model.Options.
 	BusyTimeout time.Duration
 	// ReadOnly is for commands that only read (status, show): a database
 	// file that cannot be written is opened anyway. Without it, Open
@@ -383,13 +384,13 @@ func (r *Relay) notify() {
 
 // Retry puts a failed, dead, unknown or suppressed notification back to
 // pending with a fresh retry budget and the same key. One whose address is
-// suppressed is a *store.SuppressedError (RetryLifting lifts the entry).
+// suppressed is a *model.SuppressedError (RetryLifting lifts the entry).
 func (r *Relay) Retry(ctx context.Context, id int64) error {
 	return r.RetryTenant(ctx, "", id)
 }
 
 // RetryTenant is Retry for a notification of one tenant ("" for any): a
-// notification of another tenant is store.ErrNotFound.
+// notification of another tenant is model.ErrNotFound.
 func (r *Relay) RetryTenant(ctx context.Context, tenant string, id int64) error {
 	return r.RetryLifting(ctx, tenant, id, false)
 }
@@ -397,7 +398,7 @@ func (r *Relay) RetryTenant(ctx context.Context, tenant string, id int64) error 
 // RetryLifting is RetryTenant that, if lift, first removes the tenant's
 // suppression entry for the notification's address (in the same
 // transaction); without lift such a notification is a
-// *store.SuppressedError and nothing changes.
+// *model.SuppressedError and nothing changes.
 func (r *Relay) RetryLifting(ctx context.Context, tenant string, id int64, lift bool) error {
 	if err := r.store.Retry(ctx, tenant, id, lift, r.now()); err != nil {
 		return err
@@ -420,7 +421,7 @@ func (r *Relay) Provider(name string) providers.Provider {
 // message's key is about that notification, which must be this
 // provider's (else an *InvalidReceiptError, and nothing is recorded).
 func (r *Relay) AddReceipts(ctx context.Context, provider string, rs []providers.Receipt) (int, error) {
-	in := make([]store.Receipt, len(rs))
+	in := make([]model.Receipt, len(rs))
 	for i, x := range rs {
 		// What identifies a receipt: the provider's receipt id where it
 		// gives one, else message id and status (the message id alone would
@@ -430,12 +431,12 @@ func (r *Relay) AddReceipts(ctx context.Context, provider string, rs []providers
 		if x.ID == "" {
 			dedupe = "msg:" + x.MessageID + "/" + string(x.Status)
 		}
-		in[i] = store.Receipt{Provider: provider, MessageID: x.MessageID, Status: string(x.Status), Detail: x.Detail,
+		in[i] = model.Receipt{Provider: provider, MessageID: x.MessageID, Status: string(x.Status), Detail: x.Detail,
 			Suppress: r.receiptSuppress(x)}
 		if x.Key != "" {
 			n, err := r.store.Notification(ctx, "", 0, x.Key)
 			switch {
-			case errors.Is(err, store.ErrNotFound):
+			case errors.Is(err, model.ErrNotFound):
 				return 0, &InvalidReceiptError{fmt.Sprintf("receipt %d: no notification has key %q", i, x.Key)}
 			case err != nil:
 				return 0, err
@@ -467,7 +468,7 @@ func (e *InvalidReceiptError) Error() string { return e.Reason }
 
 // mode is a notification's delivery mode: its type's, else its purpose's,
 // else at-least-once.
-func (r *Relay) mode(c store.Claimed) Mode {
+func (r *Relay) mode(c model.Claimed) Mode {
 	for _, k := range []string{c.Type, c.Purpose} {
 		if m, ok := r.opts.Delivery[k]; ok {
 			return m
@@ -478,7 +479,7 @@ func (r *Relay) mode(c store.Claimed) Mode {
 
 // policy is a notification's retry policy: its type's (or purpose's),
 // else its channel's, else the default.
-func (r *Relay) policy(c store.Claimed) Policy {
+func (r *Relay) policy(c model.Claimed) Policy {
 	for _, k := range []string{c.Type, c.Purpose} {
 		if p, ok := r.opts.TypeRetry[k]; ok {
 			return p

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/sim"
-	"edgerelay/store"
 	"edgerelay/store/sqlite"
 )
 
@@ -159,7 +159,7 @@ func accept(t *testing.T, r *Relay, ev Event) AcceptResult {
 	return res
 }
 
-func notification(t *testing.T, r *Relay, id int64) store.Notification {
+func notification(t *testing.T, r *Relay, id int64) model.Notification {
 	t.Helper()
 	n, err := r.Notification(context.Background(), fmt.Sprint(id))
 	if err != nil {
@@ -211,7 +211,7 @@ func TestAcceptInvalidEventWritesNothing(t *testing.T) {
 					tenant = "default"
 				}
 				k := Key(tenant, ev.ID, ev.Type, rc.ID, ch)
-				if _, err := r.Notification(ctx, k); !errors.Is(err, store.ErrNotFound) {
+				if _, err := r.Notification(ctx, k); !errors.Is(err, model.ErrNotFound) {
 					t.Errorf("notification %s after invalid event %q: %v, want ErrNotFound", k, ev.ID, err)
 				}
 			}
@@ -265,7 +265,7 @@ func TestAcceptSameEventConcurrently(t *testing.T) {
 	if fresh != 1 {
 		t.Errorf("%d accepts were not duplicates, want exactly 1", fresh)
 	}
-	if c := counts(t, r); c[store.StatusPending] != 1 {
+	if c := counts(t, r); c[model.StatusPending] != 1 {
 		t.Errorf("counts %v, want one pending notification", c)
 	}
 
@@ -339,7 +339,7 @@ func TestAcceptWithoutChannelsUsesEveryAddress(t *testing.T) {
 	if len(res.Notifications) != len(want) {
 		t.Fatalf("notifications %+v, want %v", res.Notifications, want)
 	}
-	byKey := map[string]store.EventNotification{}
+	byKey := map[string]model.EventNotification{}
 	for i, w := range want {
 		n := res.Notifications[i]
 		k := Key("default", "evt_7", "order.shipped", w.rcpt, w.ch)
@@ -393,7 +393,7 @@ func manyRecipients(n int) []Recipient {
 }
 
 // checkFanOut checks that ns is exactly ev's fan-out (email only), in order.
-func checkFanOut(t *testing.T, ev Event, ns []store.EventNotification) {
+func checkFanOut(t *testing.T, ev Event, ns []model.EventNotification) {
 	t.Helper()
 	if len(ns) != len(ev.Recipients) {
 		t.Fatalf("%d notifications, want %d", len(ns), len(ev.Recipients))
@@ -439,7 +439,7 @@ func TestAcceptTenThousandRecipients(t *testing.T) {
 			t.Fatalf("re-accept notification %d: %+v, want %+v", i, again.Notifications[i], res.Notifications[i])
 		}
 	}
-	if c := counts(t, r); c[store.StatusPending] != 10000 {
+	if c := counts(t, r); c[model.StatusPending] != 10000 {
 		t.Errorf("counts %v, want 10000 pending", c)
 	}
 
@@ -486,7 +486,7 @@ func TestFanOutFinishedAfterCrash(t *testing.T) {
 	var out syncBuffer
 	r := setupRelay(t, Options{Path: path, Workers: 64, Logger: testLogger(t, slog.LevelWarn),
 		Routes: Routes{"*": {providers.NewLog(&out, "log://test")}}})
-	if c := counts(t, r); c[store.StatusPending] != 500 {
+	if c := counts(t, r); c[model.StatusPending] != 500 {
 		t.Fatalf("counts before dispatch %v, want the first chunk of 500 pending", c)
 	}
 	sum := runIdle(t, r, time.Second)
@@ -499,7 +499,7 @@ func TestFanOutFinishedAfterCrash(t *testing.T) {
 	}
 	checkFanOut(t, ev, ns)
 	for _, n := range ns {
-		if n.Status != store.StatusSent {
+		if n.Status != model.StatusSent {
 			t.Fatalf("notification %+v not sent", n)
 		}
 	}
@@ -569,7 +569,7 @@ func TestAcceptAll(t *testing.T) {
 		t.Errorf("e2 without a type: %v, want an invalid event", errs[1])
 	case errs[2] != nil || res[2].Duplicate:
 		t.Errorf("e3: %+v, %v; want accepted", res[2], errs[2])
-	case !errors.Is(errs[3], store.ErrEventConflict):
+	case !errors.Is(errs[3], model.ErrEventConflict):
 		t.Errorf("e1 with other content: %v, want a conflict", errs[3])
 	case errs[4] != nil || !res[4].Duplicate || res[4].EventRow != res[2].EventRow:
 		t.Errorf("e3 again: %+v, %v; want a duplicate of %d", res[4], errs[4], res[2].EventRow)

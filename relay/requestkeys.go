@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Request idempotency: an Idempotency-Key is held in the store by the
@@ -39,14 +39,14 @@ type requestKeys struct {
 // keyRun is one request of this process holding its key.
 type keyRun struct{ renew *time.Timer }
 
-func keyID(k store.RequestKey) string { return k.Tenant + "\x00" + k.Key }
+func keyID(k model.RequestKey) string { return k.Tenant + "\x00" + k.Key }
 
 // ClaimRequest takes an Idempotency-Key for the request running under it,
 // across every process that shares the store (see requestKeys).
-func (r *Relay) ClaimRequest(ctx context.Context, k store.RequestKey) (store.RequestClaim, error) {
+func (r *Relay) ClaimRequest(ctx context.Context, k model.RequestKey) (model.RequestClaim, error) {
 	id := keyID(k)
 	now := r.now()
-	h := store.RequestHold{Now: now, Until: now.Add(r.opts.RequestHold), Owner: r.holder}
+	h := model.RequestHold{Now: now, Until: now.Add(r.opts.RequestHold), Owner: r.holder}
 	run := &keyRun{}
 	r.requests.mu.Lock()
 	_, runningHere := r.requests.runs[id]
@@ -80,7 +80,7 @@ func (r *Relay) ClaimRequest(ctx context.Context, k store.RequestKey) (store.Req
 
 // renewKey extends a running request's claim and schedules the next
 // renewal, until the request ends.
-func (r *Relay) renewKey(id string, k store.RequestKey, run *keyRun, every time.Duration) {
+func (r *Relay) renewKey(id string, k model.RequestKey, run *keyRun, every time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), every)
 	held, err := r.store.RenewRequest(ctx, k, r.holder, r.now().Add(r.opts.RequestHold))
 	cancel()
@@ -104,7 +104,7 @@ func (r *Relay) renewKey(id string, k store.RequestKey, run *keyRun, every time.
 // its response saved (or that write failed: then the claim is still in the
 // store, owned by this process and not running, and a retry here takes it
 // over at once).
-func (r *Relay) endKey(k store.RequestKey) {
+func (r *Relay) endKey(k model.RequestKey) {
 	id := keyID(k)
 	r.requests.mu.Lock()
 	defer r.requests.mu.Unlock()
@@ -117,14 +117,14 @@ func (r *Relay) endKey(k store.RequestKey) {
 }
 
 // ReleaseRequest ends the claim of a request that saved no response.
-func (r *Relay) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
+func (r *Relay) ReleaseRequest(ctx context.Context, k model.RequestKey) error {
 	defer r.endKey(k)
 	return r.store.ReleaseRequest(ctx, k)
 }
 
 // SaveResponse keeps a completed response under k for ttl, ending its
 // claim.
-func (r *Relay) SaveResponse(ctx context.Context, k store.RequestKey, resp store.StoredResponse, ttl time.Duration) error {
+func (r *Relay) SaveResponse(ctx context.Context, k model.RequestKey, resp model.StoredResponse, ttl time.Duration) error {
 	defer r.endKey(k)
 	return r.store.SaveResponse(ctx, k, resp, r.now(), ttl)
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // A request whose release or saved response never reached the store (the
@@ -16,7 +16,7 @@ import (
 func TestRequestKeyOfAFailedReleaseIsFreeHereAtOnce(t *testing.T) {
 	t.Parallel()
 	r := setupRelay(t, Options{RequestHold: time.Hour})
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	c, err := r.ClaimRequest(t.Context(), k)
 	if err != nil || !c.Held() {
 		t.Fatalf("first claim: %+v, %v", c, err)
@@ -40,14 +40,14 @@ func TestRequestKeyRenewedWhileItsRequestRuns(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	r := setupRelay(t, Options{RequestHold: hold, Now: clock})
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	if c, err := r.ClaimRequest(t.Context(), k); err != nil || !c.Held() {
 		t.Fatalf("claim: %+v, %v", c, err)
 	}
 	start := clock()
 	set := func(d time.Duration) { mu.Lock(); now = start.Add(d); mu.Unlock() }
 	// Seen from another process: busy until when?
-	other := store.RequestHold{Owner: "elsewhere/1/x"}
+	other := model.RequestHold{Owner: "elsewhere/1/x"}
 	busy := func(at time.Duration) time.Time {
 		t.Helper()
 		other.Now = start.Add(at)
@@ -66,7 +66,7 @@ func TestRequestKeyRenewedWhileItsRequestRuns(t *testing.T) {
 	if until := busy(200 * time.Millisecond); until.Before(start.Add(250 * time.Millisecond)) {
 		t.Fatalf("busy until %s", until)
 	}
-	if err := r.SaveResponse(t.Context(), k, store.StoredResponse{Status: 202, Body: []byte("x")}, time.Hour); err != nil {
+	if err := r.SaveResponse(t.Context(), k, model.StoredResponse{Status: 202, Body: []byte("x")}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	r.requests.mu.Lock()

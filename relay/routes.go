@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // Route is the providers that serve a channel, in failover order. A
@@ -208,8 +208,8 @@ type table struct {
 	gates  map[providers.Provider]*gate
 	named  map[string]providers.Provider
 	// names are the routes by provider name, for the claim to record
-	// where each call goes (store.ClaimRequest.Routes).
-	names *store.ClaimRoutes
+	// where each call goes (model.ClaimRequest.Routes).
+	names *model.ClaimRoutes
 }
 
 // newRouter refuses two different providers with one name: receipts, limits
@@ -229,7 +229,7 @@ func newRouter(routes Routes, tenant map[string]Routes, limits map[string]Limit)
 // name gets its successor.
 func newTable(routes Routes, tenant map[string]Routes, limits map[string]Limit, prev *table) (*table, error) {
 	t := &table{routes: routes, tenant: tenant, gates: map[providers.Provider]*gate{}, named: map[string]providers.Provider{},
-		names: &store.ClaimRoutes{Default: routeNames(routes), Tenant: map[string]map[string][]string{}}}
+		names: &model.ClaimRoutes{Default: routeNames(routes), Tenant: map[string]map[string][]string{}}}
 	for tn, rs := range tenant {
 		t.names.Tenant[tn] = routeNames(rs)
 	}
@@ -356,7 +356,7 @@ func (rt *router) published() *table { return rt.next.Load() }
 func (rt *router) route(tenant, channel string) Route { return rt.cur.route(tenant, channel) }
 
 // names is the dispatcher's table by provider name, for a claim.
-func (rt *router) names() *store.ClaimRoutes { return rt.cur.names }
+func (rt *router) names() *model.ClaimRoutes { return rt.cur.names }
 
 // channels lists the channels of the dispatcher's table (see table.channels).
 func (rt *router) channels(tenant string) []string { return rt.cur.channels(tenant) }
@@ -410,7 +410,7 @@ func (rt *table) channels(tenant string) []string {
 
 // claimPlan is one claim the dispatcher makes: which channels, how many.
 type claimPlan struct {
-	filter store.ClaimFilter
+	filter model.ClaimFilter
 	limit  int
 }
 
@@ -447,7 +447,7 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 	// limit gives a channel (or the channels f names) a claim of its own
 	// when its provider has less room than free; it reports false when the
 	// provider can take all of free.
-	limit := func(g *gate, f store.ClaimFilter) bool {
+	limit := func(g *gate, f model.ClaimFilter) bool {
 		n := room(g)
 		if n >= free {
 			return false
@@ -460,22 +460,22 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 	}
 	var limited, roomy []string
 	for _, ch := range rt.explicit() {
-		if limit(rt.gates[rt.routes[ch][0]], store.ClaimFilter{Only: []string{ch}}) {
+		if limit(rt.gates[rt.routes[ch][0]], model.ClaimFilter{Only: []string{ch}}) {
 			limited = append(limited, ch)
 		} else {
 			roomy = append(roomy, ch)
 		}
 	}
 	star, ok := rt.routes["*"]
-	if ok && len(star) > 0 && limit(rt.gates[star[0]], store.ClaimFilter{Exclude: rt.explicit()}) {
+	if ok && len(star) > 0 && limit(rt.gates[star[0]], model.ClaimFilter{Exclude: rt.explicit()}) {
 		// The channels routed by "*" have their claim; the roomy explicit
 		// channels share what is left.
 		if len(roomy) > 0 {
-			plans = append(plans, claimPlan{store.ClaimFilter{Only: roomy}, free})
+			plans = append(plans, claimPlan{model.ClaimFilter{Only: roomy}, free})
 		}
 		return plans
 	}
-	return append(plans, claimPlan{store.ClaimFilter{Exclude: limited}, free})
+	return append(plans, claimPlan{model.ClaimFilter{Exclude: limited}, free})
 }
 
 // nextOpen is the earliest time a closed gate of a default route opens

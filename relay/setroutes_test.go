@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // closingProvider counts its calls in flight and notes a Close that came
@@ -115,11 +115,11 @@ func TestSetRoutesSwitchesWhileACallRunsOnTheOld(t *testing.T) {
 		t.Fatal("the old provider was closed while its call ran")
 	}
 	ended()
-	waitFor(t, 10*time.Second, "the first notification recorded", func() bool { return statusOf(t, r, first) == store.StatusSent })
+	waitFor(t, 10*time.Second, "the first notification recorded", func() bool { return statusOf(t, r, first) == model.StatusSent })
 	if n := notification(t, r, first); n.Provider != "old" {
 		t.Errorf("the call in flight was recorded as %q's, want old's", n.Provider)
 	}
-	if n := notification(t, r, second); n.Status != store.StatusSent || n.Provider != "new" {
+	if n := notification(t, r, second); n.Status != model.StatusSent || n.Provider != "new" {
 		t.Errorf("second: %s by %q", n.Status, n.Provider)
 	}
 	waitFor(t, 10*time.Second, "the old provider closed", old.closed.Load)
@@ -152,7 +152,7 @@ func TestSetRoutesRefusesAndKeepsTheOld(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := acceptOne(t, r, "evt_1", "ada")
-	waitFor(t, 10*time.Second, "sent through the old route", func() bool { return statusOf(t, r, id) == store.StatusSent })
+	waitFor(t, 10*time.Second, "sent through the old route", func() bool { return statusOf(t, r, id) == model.StatusSent })
 	if p := notification(t, r, id).Provider; p != "a" {
 		t.Fatalf("sent by %q", p)
 	}
@@ -323,11 +323,11 @@ func TestSetRoutesKeepsAPinnedNotificationOnItsProvider(t *testing.T) {
 		status     string
 	}{
 		{"reordered: the pinned provider again", "at-least-once",
-			func(a, b providers.Provider) Routes { return Routes{"email": {b, a}} }, []string{"a", "a"}, store.StatusSent},
+			func(a, b providers.Provider) Routes { return Routes{"email": {b, a}} }, []string{"a", "a"}, model.StatusSent},
 		{"dropped, at-most-once: no call, unknown", "at-most-once",
-			func(a, b providers.Provider) Routes { return Routes{"email": {b}} }, []string{"a"}, store.StatusUnknown},
+			func(a, b providers.Provider) Routes { return Routes{"email": {b}} }, []string{"a"}, model.StatusUnknown},
 		{"dropped, at-least-once: the new route", "at-least-once",
-			func(a, b providers.Provider) Routes { return Routes{"email": {b}} }, []string{"a", "b"}, store.StatusSent},
+			func(a, b providers.Provider) Routes { return Routes{"email": {b}} }, []string{"a", "b"}, model.StatusSent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -348,7 +348,7 @@ func TestSetRoutesKeepsAPinnedNotificationOnItsProvider(t *testing.T) {
 			first := <-calls
 			waitFor(t, 10*time.Second, "the unknown recorded", func() bool {
 				n := notification(t, r, id)
-				return n.Status == store.StatusPending || n.Status == store.StatusUnknown
+				return n.Status == model.StatusPending || n.Status == model.StatusUnknown
 			})
 			if err := r.SetRoutes(tc.reroute(a, b), nil, nil); err != nil {
 				t.Fatal(err)

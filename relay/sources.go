@@ -3,7 +3,7 @@ package relay
 import (
 	"context"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Tailed outboxes' rejected rows (package sources records them; the CLI,
@@ -13,14 +13,14 @@ import (
 
 // SettleSource saves a tailer's batch in one transaction: the state it
 // leads to (the position only moves forward), the rows it rejected and the
-// answers to the retries it read (store.SourceSettle).
-func (r *Relay) SettleSource(ctx context.Context, name string, set store.SourceSettle) error {
+// answers to the retries it read (model.SourceSettle).
+func (r *Relay) SettleSource(ctx context.Context, name string, set model.SourceSettle) error {
 	r.hooks.at(PhaseSettle)
 	return r.store.SettleSource(ctx, name, set, r.now())
 }
 
 // SourceRejects lists recorded rejected rows in (source, row) order.
-func (r *Relay) SourceRejects(ctx context.Context, f store.SourceRejectFilter) ([]store.SourceReject, error) {
+func (r *Relay) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
 	return r.store.SourceRejects(ctx, f)
 }
 

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/templates"
 )
 
@@ -18,7 +18,7 @@ import (
 // in-memory set (Relay.templates): the config's files merged with the
 // store's live templates. Every change to stored templates raises the
 // store's template generation; RefreshTemplates reads that one number and,
-// when it moved, reads only the keys changed since (store.TemplateChanges)
+// when it moved, reads only the keys changed since (model.TemplateChanges)
 // and compiles only those: the compiled templates are kept by key and
 // version, and a refresh publishes a new set built from the old one plus
 // the changes (accepts in flight keep the set they loaded). A PUT on one
@@ -40,7 +40,7 @@ import (
 
 // TemplateConflictError refuses a stored template that a file defines.
 type TemplateConflictError struct {
-	Key  store.TemplateKey
+	Key  model.TemplateKey
 	File string
 }
 
@@ -55,7 +55,7 @@ type storedState struct {
 	gen int64
 	// byKey is every stored key's latest version as loaded. A published
 	// map is never written: a refresh copies it and publishes the copy.
-	byKey map[store.TemplateKey]storedEntry
+	byKey map[model.TemplateKey]storedEntry
 	// ready: the set is loaded (set under tmu, read without it by
 	// accepts); first queues the accepts that find it false, so that one
 	// of them loads.
@@ -75,7 +75,7 @@ type storedEntry struct {
 }
 
 // same reports whether e is st as loaded: then nothing is compiled again.
-func (e storedEntry) same(st store.StoredTemplate) bool {
+func (e storedEntry) same(st model.StoredTemplate) bool {
 	return e.version == st.Version && e.retired == (st.RetiredAt != nil)
 }
 
@@ -158,7 +158,7 @@ func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template)
 	r.tmu.Lock()
 	loaded, gen, cur := r.stored.ready.Load(), r.stored.gen, r.stored.byKey
 	r.tmu.Unlock()
-	var changed []store.StoredTemplate
+	var changed []model.StoredTemplate
 	full := !loaded
 	if loaded {
 		g, err := r.store.TemplateGeneration(ctx)
@@ -185,7 +185,7 @@ func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template)
 		}
 	}
 	// Compiled outside tmu: a refresh never holds up another's publish.
-	entries := make(map[store.TemplateKey]storedEntry, len(changed))
+	entries := make(map[model.TemplateKey]storedEntry, len(changed))
 	for _, st := range changed {
 		if e, ok := cur[st.TemplateKey]; ok && e.same(st) {
 			entries[st.TemplateKey] = e
@@ -200,7 +200,7 @@ func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template)
 	}
 	// Built on what is published now, which a racing refresh may have
 	// moved past cur: what this one read since cur is newer still.
-	next := make(map[store.TemplateKey]storedEntry, len(r.stored.byKey)+len(entries))
+	next := make(map[model.TemplateKey]storedEntry, len(r.stored.byKey)+len(entries))
 	if !full {
 		for k, e := range r.stored.byKey {
 			next[k] = e
@@ -216,14 +216,14 @@ func (r *Relay) refreshTemplates(ctx context.Context, fresh *templates.Template)
 }
 
 // storedEntry compiles st (or takes fresh, if it is st compiled).
-func (r *Relay) storedEntry(st store.StoredTemplate, fresh *templates.Template) storedEntry {
+func (r *Relay) storedEntry(st model.StoredTemplate, fresh *templates.Template) storedEntry {
 	src := storedSource(st)
 	e := storedEntry{version: st.Version, retired: st.RetiredAt != nil, src: src}
 	if e.retired {
 		return e
 	}
 	if fresh != nil {
-		if fs := fresh.Source(); fs.Version == st.Version && (store.TemplateKey{Tenant: fs.Tenant, Name: fs.Name, Channel: fs.Channel, Locale: fs.Locale}) == st.TemplateKey {
+		if fs := fresh.Source(); fs.Version == st.Version && (model.TemplateKey{Tenant: fs.Tenant, Name: fs.Name, Channel: fs.Channel, Locale: fs.Locale}) == st.TemplateKey {
 			e.t = fresh
 			return e
 		}
@@ -266,20 +266,20 @@ func (r *Relay) WatchTemplates(ctx context.Context, period time.Duration) {
 	}
 }
 
-func storedSource(st store.StoredTemplate) templates.Source {
+func storedSource(st model.StoredTemplate) templates.Source {
 	return templates.Source{Tenant: st.Tenant, Name: st.Name, Channel: st.Channel, Locale: st.Locale, Parts: st.Parts, Version: st.Version}
 }
 
 // TemplateKey checks a stored template's key as Compile does and gives its
 // locale the form lookups use (de-at → de-AT).
-func TemplateKey(tenant, name, channel, locale string) (store.TemplateKey, error) {
+func TemplateKey(tenant, name, channel, locale string) (model.TemplateKey, error) {
 	if tenant == "" {
-		return store.TemplateKey{}, invalid("tenant", "a stored template belongs to one tenant")
+		return model.TemplateKey{}, invalid("tenant", "a stored template belongs to one tenant")
 	}
 	if field, err := templates.CheckKey(tenant, name, channel, locale); err != nil {
-		return store.TemplateKey{}, invalid(field, "%v", err)
+		return model.TemplateKey{}, invalid(field, "%v", err)
 	}
-	return store.TemplateKey{Tenant: tenant, Name: name, Channel: channel, Locale: templates.Fallback(locale)[0]}, nil
+	return model.TemplateKey{Tenant: tenant, Name: name, Channel: channel, Locale: templates.Fallback(locale)[0]}, nil
 }
 
 // PutTemplate saves parts as key's next version (created), or finds them
@@ -287,22 +287,22 @@ func TemplateKey(tenant, name, channel, locale string) (store.TemplateKey, error
 // compile are a *templates.ParseError (the part, line and column) or an
 // *InvalidEventError; a key the config's files define is a
 // *TemplateConflictError. Nothing is written then.
-func (r *Relay) PutTemplate(ctx context.Context, key store.TemplateKey, parts map[string]string) (store.StoredTemplate, bool, error) {
+func (r *Relay) PutTemplate(ctx context.Context, key model.TemplateKey, parts map[string]string) (model.StoredTemplate, bool, error) {
 	if len(parts) == 0 {
-		return store.StoredTemplate{}, false, invalid("parts", "at least one part (%s)", strings.Join(templates.Parts(key.Channel), ", "))
+		return model.StoredTemplate{}, false, invalid("parts", "at least one part (%s)", strings.Join(templates.Parts(key.Channel), ", "))
 	}
 	r.stored.compiles.Add(1)
-	t, err := templates.Compile(storedSource(store.StoredTemplate{TemplateKey: key, Parts: parts, Version: 1}))
+	t, err := templates.Compile(storedSource(model.StoredTemplate{TemplateKey: key, Parts: parts, Version: 1}))
 	if err != nil {
 		var pe *templates.ParseError
 		var be *templates.BudgetError
 		if errors.As(err, &pe) || errors.As(err, &be) {
-			return store.StoredTemplate{}, false, err
+			return model.StoredTemplate{}, false, err
 		}
-		return store.StoredTemplate{}, false, invalid("parts", "%s", strings.TrimPrefix(err.Error(), "template "))
+		return model.StoredTemplate{}, false, invalid("parts", "%s", strings.TrimPrefix(err.Error(), "template "))
 	}
 	if f, ok := r.FileTemplates().Defined(key.Tenant, key.Name, key.Channel, key.Locale); ok {
-		return store.StoredTemplate{}, false, &TemplateConflictError{Key: key, File: f.File()}
+		return model.StoredTemplate{}, false, &TemplateConflictError{Key: key, File: f.File()}
 	}
 	st, created, err := r.store.PutTemplate(ctx, key, parts, r.now())
 	if err != nil {
@@ -316,7 +316,7 @@ func (r *Relay) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 // RetireTemplate deletes key: accepts from now on no longer use it (an
 // event naming it without wording of its own is refused), every version
 // stays readable, and messages already accepted keep what they rendered.
-func (r *Relay) RetireTemplate(ctx context.Context, key store.TemplateKey) (store.StoredTemplate, error) {
+func (r *Relay) RetireTemplate(ctx context.Context, key model.TemplateKey) (model.StoredTemplate, error) {
 	st, err := r.store.RetireTemplate(ctx, key, r.now())
 	if err != nil {
 		return st, err
@@ -345,12 +345,12 @@ func (r *Relay) refreshAfterChange(ctx context.Context, fresh *templates.Templat
 }
 
 // TemplateVersion reads one version of a stored template (0: the latest).
-func (r *Relay) TemplateVersion(ctx context.Context, key store.TemplateKey, version int) (store.StoredTemplate, error) {
+func (r *Relay) TemplateVersion(ctx context.Context, key model.TemplateKey, version int) (model.StoredTemplate, error) {
 	return r.store.TemplateVersion(ctx, key, version)
 }
 
 // TemplateVersions lists a stored template's versions, oldest first.
-func (r *Relay) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]store.StoredTemplate, error) {
+func (r *Relay) TemplateVersions(ctx context.Context, key model.TemplateKey) ([]model.StoredTemplate, error) {
 	return r.store.TemplateVersions(ctx, key)
 }
 

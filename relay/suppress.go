@@ -11,8 +11,8 @@ import (
 
 	"edgerelay/bounce"
 	"edgerelay/internal/addrkey"
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // Suppression (issue 17): each tenant's list of addresses nothing is sent
@@ -31,20 +31,20 @@ func SuppressionKey(channel, address string) string {
 
 // receiptSuppress is the entry a receipt makes for its notification's
 // address, or nil.
-func (r *Relay) receiptSuppress(x providers.Receipt) *store.Suppress {
+func (r *Relay) receiptSuppress(x providers.Receipt) *model.Suppress {
 	reason := ""
 	switch x.Bounce {
 	case providers.BounceNone:
 	case providers.BounceHard:
-		reason = store.ReasonHardBounce
+		reason = model.ReasonHardBounce
 	case providers.BounceSoft:
-		reason = store.ReasonSoftBounce
+		reason = model.ReasonSoftBounce
 	default:
 		switch x.Status {
 		case providers.ReceiptBounced:
-			reason = store.ReasonHardBounce
+			reason = model.ReasonHardBounce
 		case providers.ReceiptComplained:
-			reason = store.ReasonComplaint
+			reason = model.ReasonComplaint
 		}
 	}
 	return r.suppressFor(reason, x.Detail)
@@ -52,20 +52,20 @@ func (r *Relay) receiptSuppress(x providers.Receipt) *store.Suppress {
 
 // suppressFor is an entry of this reason made now, with the TTL its reason
 // has, or nil for no reason.
-func (r *Relay) suppressFor(reason, detail string) *store.Suppress {
+func (r *Relay) suppressFor(reason, detail string) *model.Suppress {
 	if reason == "" {
 		return nil
 	}
 	ttl := r.opts.HardBounceTTL
-	if reason == store.ReasonSoftBounce {
+	if reason == model.ReasonSoftBounce {
 		ttl = r.opts.SoftBounceTTL
 	}
-	return &store.Suppress{Reason: reason, Detail: detail, ExpiresAt: after(r.now(), ttl)}
+	return &model.Suppress{Reason: reason, Detail: detail, ExpiresAt: after(r.now(), ttl)}
 }
 
 // Suppressions lists live entries as f selects (f.Address is normalised
 // for f.Channel).
-func (r *Relay) Suppressions(ctx context.Context, f store.SuppressionFilter) ([]store.Suppression, error) {
+func (r *Relay) Suppressions(ctx context.Context, f model.SuppressionFilter) ([]model.Suppression, error) {
 	if f.Address != "" {
 		f.Address = SuppressionKey(f.Channel, f.Address)
 	}
@@ -89,9 +89,9 @@ func (e *SuppressionError) Error() string {
 // address (normalised here), a reason and a source; CreatedAt is now when
 // zero; an ExpiresAt must be after it. It returns how many entries were
 // written (an address already listed for longer keeps its entry).
-func (r *Relay) Suppress(ctx context.Context, entries []store.Suppression) (int, error) {
+func (r *Relay) Suppress(ctx context.Context, entries []model.Suppression) (int, error) {
 	now := r.now()
-	out := make([]store.Suppression, len(entries))
+	out := make([]model.Suppression, len(entries))
 	for i, e := range entries {
 		bad := func(field, format string, args ...any) error {
 			return &SuppressionError{Index: i, Field: field, Why: fmt.Sprintf(format, args...)}
@@ -110,11 +110,11 @@ func (r *Relay) Suppress(ctx context.Context, entries []store.Suppression) (int,
 				return 0, bad("address", "%q: %s", e.Address, why)
 			}
 		}
-		if !slices.Contains(store.SuppressionReasons, e.Reason) {
-			return 0, bad("reason", "%q: want one of %s", e.Reason, strings.Join(store.SuppressionReasons, ", "))
+		if !slices.Contains(model.SuppressionReasons, e.Reason) {
+			return 0, bad("reason", "%q: want one of %s", e.Reason, strings.Join(model.SuppressionReasons, ", "))
 		}
-		if !slices.Contains(store.SuppressionSources, e.Source) {
-			return 0, bad("source", "%q: want one of %s", e.Source, strings.Join(store.SuppressionSources, ", "))
+		if !slices.Contains(model.SuppressionSources, e.Source) {
+			return 0, bad("source", "%q: want one of %s", e.Source, strings.Join(model.SuppressionSources, ", "))
 		}
 		if e.CreatedAt.IsZero() {
 			e.CreatedAt = now
@@ -130,14 +130,14 @@ func (r *Relay) Suppress(ctx context.Context, entries []store.Suppression) (int,
 }
 
 // Unsuppress removes a tenant's entry for an address, so the next
-// notification to it is sent; store.ErrNotFound if there was none.
+// notification to it is sent; model.ErrNotFound if there was none.
 func (r *Relay) Unsuppress(ctx context.Context, tenant, channel, address string) error {
 	ok, err := r.store.Unsuppress(ctx, tenant, channel, SuppressionKey(channel, address))
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%s address %q is not on tenant %q's suppression list: %w", channel, address, tenant, store.ErrNotFound)
+		return fmt.Errorf("%s address %q is not on tenant %q's suppression list: %w", channel, address, tenant, model.ErrNotFound)
 	}
 	return nil
 }
@@ -177,7 +177,7 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 		return Bounced{}, err
 	}
 	if n.Provider == "" || n.ProviderMessageID == "" {
-		return Bounced{}, fmt.Errorf("the notification the report names (%s) has no recorded send to match it to: %w", n.Status, store.ErrNotFound)
+		return Bounced{}, fmt.Errorf("the notification the report names (%s) has no recorded send to match it to: %w", n.Status, model.ErrNotFound)
 	}
 	// The notification's recipient block: the one naming its address, else
 	// the only one.
@@ -191,10 +191,10 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 		rc = rep.Recipients[0]
 	}
 	out := Bounced{Kind: rep.Kind, Notification: n.ID, Tenant: n.Tenant, Channel: n.Channel, Address: n.Address, MatchedBy: by}
-	rcpt := store.Receipt{Provider: n.Provider, MessageID: n.ProviderMessageID, Source: rep.Kind, Notification: n.ID}
+	rcpt := model.Receipt{Provider: n.Provider, MessageID: n.ProviderMessageID, Source: rep.Kind, Notification: n.ID}
 	switch {
 	case rep.Kind == bounce.ARF:
-		out.Status, out.Suppressed = string(providers.ReceiptComplained), store.ReasonComplaint
+		out.Status, out.Suppressed = string(providers.ReceiptComplained), model.ReasonComplaint
 		rcpt.Detail = "complaint: " + rep.FeedbackType
 		rcpt.Dedupe = "arf:" + rep.FeedbackType
 	case rc.Action == "":
@@ -210,9 +210,9 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 		}
 		switch rc.Class() {
 		case bounce.Hard:
-			out.Suppressed = store.ReasonHardBounce
+			out.Suppressed = model.ReasonHardBounce
 		case bounce.Soft:
-			out.Suppressed = store.ReasonSoftBounce
+			out.Suppressed = model.ReasonSoftBounce
 		}
 		rcpt.Detail = strings.TrimSpace(rc.Action + " " + rc.Status + ": " + rc.Diagnostic)
 		rcpt.Dedupe = "dsn:" + rc.Action + "/" + rc.Status
@@ -220,7 +220,7 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 	rcpt.Dedupe += "/" + n.ProviderMessageID
 	rcpt.Status = out.Status
 	rcpt.Suppress = r.suppressFor(out.Suppressed, rcpt.Detail)
-	added, err := r.store.AddReceipts(ctx, []store.Receipt{rcpt}, r.now())
+	added, err := r.store.AddReceipts(ctx, []model.Receipt{rcpt}, r.now())
 	if err != nil {
 		return Bounced{}, err
 	}
@@ -230,14 +230,14 @@ func (r *Relay) AddBounce(ctx context.Context, tenant string, raw []byte) (Bounc
 
 // bouncedNotification finds the notification a report is about, and says
 // how.
-func (r *Relay) bouncedNotification(ctx context.Context, tenant string, rep *bounce.Report) (store.Notification, string, error) {
+func (r *Relay) bouncedNotification(ctx context.Context, tenant string, rep *bounce.Report) (model.Notification, string, error) {
 	var tried []string
 	if key, ok := providers.KeyFromMessageID(rep.MessageID); ok {
 		n, err := r.store.Notification(ctx, tenant, 0, key)
 		if err == nil {
 			return n, "message-id", nil
 		}
-		if !errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, model.ErrNotFound) {
 			return n, "", err
 		}
 	}
@@ -259,14 +259,14 @@ func (r *Relay) bouncedNotification(ctx context.Context, tenant string, rep *bou
 		if err == nil {
 			return n, "verp", nil
 		}
-		if !errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, model.ErrNotFound) {
 			return n, "", err
 		}
 	}
 	if len(tried) == 0 {
-		return store.Notification{}, "", fmt.Errorf("%w: the report returns no Message-ID and was not sent to a VERP address (LOCAL+KEY@domain)", ErrNotBounce)
+		return model.Notification{}, "", fmt.Errorf("%w: the report returns no Message-ID and was not sent to a VERP address (LOCAL+KEY@domain)", ErrNotBounce)
 	}
-	return store.Notification{}, "", fmt.Errorf("no notification matches the report (%s): %w", strings.Join(tried, ", "), store.ErrNotFound)
+	return model.Notification{}, "", fmt.Errorf("no notification matches the report (%s): %w", strings.Join(tried, ", "), model.ErrNotFound)
 }
 
 // unescapeVERP reads a VERP tag: the key as a Message-ID's left-hand side

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
-	"edgerelay/store"
 )
 
 // SuppressionKey is addrkey.Key (whose table test holds the spellings); here
@@ -27,8 +27,8 @@ func TestSuppressOtherSpellingsOfAnAddress(t *testing.T) {
 	}}
 	r := setupRelay(t, Options{Routes: Routes{"email": {p}}})
 	ctx := context.Background()
-	if _, err := r.Suppress(ctx, []store.Suppression{{Tenant: "default", Channel: "email", Address: "jörg@example.com",
-		Reason: store.ReasonManual, Source: store.SourceAPI}}); err != nil {
+	if _, err := r.Suppress(ctx, []model.Suppression{{Tenant: "default", Channel: "email", Address: "jörg@example.com",
+		Reason: model.ReasonManual, Source: model.SourceAPI}}); err != nil {
 		t.Fatal(err)
 	}
 	spellings := []string{"jo\u0308rg@example.com", "JÖRG@example.com", "JO\u0308RG@Example.COM"}
@@ -40,7 +40,7 @@ func TestSuppressOtherSpellingsOfAnAddress(t *testing.T) {
 	}
 	runIdle(t, r, time.Second)
 	for i, id := range ids {
-		if n := notification(t, r, id); n.Status != store.StatusSuppressed || n.Attempts != 0 {
+		if n := notification(t, r, id); n.Status != model.StatusSuppressed || n.Attempts != 0 {
 			t.Errorf("to %q: %s after %d attempts, want suppressed", spellings[i], n.Status, n.Attempts)
 		}
 	}
@@ -49,7 +49,7 @@ func TestSuppressOtherSpellingsOfAnAddress(t *testing.T) {
 		t.Errorf("sent to %q", sent)
 	}
 	mu.Unlock()
-	es, err := r.Suppressions(ctx, store.SuppressionFilter{Tenant: "default", Channel: "email", Address: "JO\u0308RG@example.com"})
+	es, err := r.Suppressions(ctx, model.SuppressionFilter{Tenant: "default", Channel: "email", Address: "JO\u0308RG@example.com"})
 	if err != nil || len(es) != 1 || es[0].Address != "jörg@example.com" {
 		t.Fatalf("lookup by another spelling: %+v, %v", es, err)
 	}
@@ -59,8 +59,8 @@ func TestSuppressOtherSpellingsOfAnAddress(t *testing.T) {
 	// Not UTF-8: refused, on a channel without a shape check too.
 	for _, c := range []string{"email", "chat"} {
 		var se *SuppressionError
-		if _, err := r.Suppress(ctx, []store.Suppression{{Tenant: "default", Channel: c, Address: "j\xf6rg@example.com",
-			Reason: store.ReasonManual, Source: store.SourceAPI}}); !errors.As(err, &se) || se.Field != "address" {
+		if _, err := r.Suppress(ctx, []model.Suppression{{Tenant: "default", Channel: c, Address: "j\xf6rg@example.com",
+			Reason: model.ReasonManual, Source: model.SourceAPI}}); !errors.As(err, &se) || se.Field != "address" {
 			t.Errorf("%s address not UTF-8: %v, want a SuppressionError about the address", c, err)
 		}
 	}

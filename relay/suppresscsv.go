@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // SuppressionCSVHeader is the header line of an export, and the columns an
@@ -36,7 +36,7 @@ var RowNote = NoteID{
 // WriteSuppressionsCSV writes entries as CSV (RFC 4180), a header line
 // first when header; times are RFC 3339 in UTC, an entry that never
 // expires has an empty expires_at.
-func WriteSuppressionsCSV(w io.Writer, entries []store.Suppression, header bool, note NoteID) error {
+func WriteSuppressionsCSV(w io.Writer, entries []model.Suppression, header bool, note NoteID) error {
 	cw := csv.NewWriter(w)
 	if header {
 		if err := cw.Write(SuppressionCSVHeader); err != nil {
@@ -68,13 +68,13 @@ func WriteSuppressionsCSV(w io.Writer, entries []store.Suppression, header bool,
 // is always import (what the entry came from before is kept in detail as
 // given); created_at defaults to now, expires_at to never. An error names
 // the line and column; nothing is returned with it.
-func ReadSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID) ([]store.Suppression, error) {
+func ReadSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID) ([]model.Suppression, error) {
 	out, _, err := readSuppressionsCSV(r, tenant, anyTenant, note)
 	return out, err
 }
 
 // readSuppressionsCSV is ReadSuppressionsCSV, with each entry's line.
-func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID) ([]store.Suppression, []int, error) {
+func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID) ([]model.Suppression, []int, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = 0 // every line as long as the header
 	head, err := cr.Read()
@@ -104,7 +104,7 @@ func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID
 			return nil, nil, fmt.Errorf("line 1: no %q column (the header needs channel and address)", need)
 		}
 	}
-	var out []store.Suppression
+	var out []model.Suppression
 	var lines []int
 	for {
 		rec, err := cr.Read()
@@ -124,8 +124,8 @@ func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID
 		bad := func(k, format string, args ...any) error {
 			return fmt.Errorf("line %d, column %s: %s", line, k, fmt.Sprintf(format, args...))
 		}
-		e := store.Suppression{Tenant: tenant, Channel: get("channel"), Address: get("address"), Reason: get("reason"),
-			Source: store.SourceImport, Provider: get("provider"), Detail: get("detail")}
+		e := model.Suppression{Tenant: tenant, Channel: get("channel"), Address: get("address"), Reason: get("reason"),
+			Source: model.SourceImport, Provider: get("provider"), Detail: get("detail")}
 		if t := get("tenant"); t != "" && t != tenant {
 			if !anyTenant {
 				return nil, nil, bad("tenant", "%q: this import is for tenant %q only", t, tenant)
@@ -133,7 +133,7 @@ func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID
 			e.Tenant = t
 		}
 		if e.Reason == "" {
-			e.Reason = store.ReasonManual
+			e.Reason = model.ReasonManual
 		}
 		if v := get("notification"); v != "" {
 			n, ok := note.Parse(v)

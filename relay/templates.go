@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/templates"
 )
 
@@ -57,7 +57,7 @@ type payloadWithTemplates struct {
 // renderTargets renders each target's message from s, in fan-out order,
 // and returns the sources used. A failure is an *InvalidEventError that
 // names the recipient, the template, its line and the missing field.
-func renderTargets(ctx context.Context, s *templates.Set, name string, ev *Event, ts []store.Target) ([]templates.Source, error) {
+func renderTargets(ctx context.Context, s *templates.Set, name string, ev *Event, ts []model.Target) ([]templates.Source, error) {
 	byID := make(map[string]int, len(ev.Recipients))
 	for i, rc := range ev.Recipients {
 		byID[rc.ID] = i
@@ -129,7 +129,7 @@ func storedTemplates(payload []byte) (*templates.Set, string, error) {
 
 // renderIfTemplated renders ts from set when the event was rendered at
 // accept (set is not nil).
-func renderIfTemplated(ctx context.Context, set *templates.Set, name string, ev *Event, ts []store.Target) ([]templates.Source, error) {
+func renderIfTemplated(ctx context.Context, set *templates.Set, name string, ev *Event, ts []model.Target) ([]templates.Source, error) {
 	if set == nil {
 		return nil, nil
 	}

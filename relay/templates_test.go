@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/templates"
 )
 
@@ -41,7 +41,7 @@ func TestFanOutFinishedFromTheTemplatesOfItsAccept(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Written with its first notification only, as by an accept cut short.
-	accs, errs, err := r.store.AcceptEvents(ctx, []store.AcceptInput{{Event: rec, First: targets[:1]}}, r.now())
+	accs, errs, err := r.store.AcceptEvents(ctx, []model.AcceptInput{{Event: rec, First: targets[:1]}}, r.now())
 	if err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}

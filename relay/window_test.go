@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/sim"
-	"edgerelay/store"
 )
 
 // The window starts at its ceiling, is halved by an overload at most once
@@ -124,7 +124,7 @@ func TestPushbackShrinksTheWindow(t *testing.T) {
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "every notification sent", func() bool { return counts(t, r)[store.StatusSent] == n })
+	waitFor(t, time.Minute, "every notification sent", func() bool { return counts(t, r)[model.StatusSent] == n })
 	stop(t, r)
 	if len(got) != n {
 		t.Errorf("%d notifications delivered, want %d", len(got), n)

@@ -10,8 +10,8 @@ import (
 	"text/template"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // DigestConfig is a digest job: one message per member of an audience with
@@ -43,7 +43,7 @@ const DefaultDigestTemplate = `{{len .Items}} new item{{if ne (len .Items) 1}}s{
 // second). The message of each member is an event keyed by the job, the
 // run and the member, so repeating a run sends nothing twice. The
 // messages of a run are accepted together (relay.AcceptAll).
-func Digest(r *relay.Relay, job string, cfg DigestConfig) (func(context.Context, store.JobRun) (Outcome, error), error) {
+func Digest(r *relay.Relay, job string, cfg DigestConfig) (func(context.Context, model.JobRun) (Outcome, error), error) {
 	if cfg.Template == "" {
 		cfg.Template = DefaultDigestTemplate
 	}
@@ -57,7 +57,7 @@ func Digest(r *relay.Relay, job string, cfg DigestConfig) (func(context.Context,
 	if err != nil {
 		return nil, fmt.Errorf("digest %s: template: %w", job, err)
 	}
-	return func(ctx context.Context, run store.JobRun) (Outcome, error) {
+	return func(ctx context.Context, run model.JobRun) (Outcome, error) {
 		var out Outcome
 		members, err := r.Audience(ctx, cfg.Tenant, cfg.Audience)
 		if err != nil {
@@ -81,7 +81,7 @@ func Digest(r *relay.Relay, job string, cfg DigestConfig) (func(context.Context,
 			res, errs := r.AcceptAll(ctx, events[:n], 0)
 			for i, err := range errs {
 				switch {
-				case errors.Is(err, store.ErrEventConflict):
+				case errors.Is(err, model.ErrEventConflict):
 					// This run's digest for this member went out before,
 					// when they had other unread items (they read some
 					// since): it is not sent again.
@@ -124,12 +124,12 @@ func CheckDigest(job string, cfg DigestConfig) error {
 	}
 	sample := digestData(relay.Recipient{ID: "ada", Email: "ada@example.com"},
 		[]digestItem{{Seq: 1, Feed: "ops", Subject: "Subject", Body: "Body", Created: time.Unix(0, 0).UTC()}}, 1,
-		store.JobRun{Job: job, ScheduledAt: time.Unix(0, 0).UTC()})
+		model.JobRun{Job: job, ScheduledAt: time.Unix(0, 0).UTC()})
 	return tmpl.Execute(io.Discard, sample)
 }
 
 // digestData is what a digest template renders.
-func digestData(rcpt relay.Recipient, items []digestItem, more int, run store.JobRun) map[string]any {
+func digestData(rcpt relay.Recipient, items []digestItem, more int, run model.JobRun) map[string]any {
 	return map[string]any{"User": rcpt, "Items": items, "More": more, "Run": run}
 }
 
@@ -142,7 +142,7 @@ type digestItem struct {
 
 // digestFor builds one member's digest event, or false when they have
 // nothing new.
-func digestFor(ctx context.Context, r *relay.Relay, job string, cfg DigestConfig, tmpl *template.Template, run store.JobRun, rcpt relay.Recipient) (relay.Event, bool, error) {
+func digestFor(ctx context.Context, r *relay.Relay, job string, cfg DigestConfig, tmpl *template.Template, run model.JobRun, rcpt relay.Recipient) (relay.Event, bool, error) {
 	page, _, err := r.FeedPage(ctx, cfg.Tenant, rcpt.ID, run.UpperSeq+1, cfg.MaxItems*4)
 	if err != nil {
 		return relay.Event{}, false, err

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Missed says what a job does about runs it missed while no process ran
@@ -32,7 +32,7 @@ type Job struct {
 	Name     string
 	Schedule *Schedule
 	Missed   Missed
-	Run      func(ctx context.Context, run store.JobRun) (Outcome, error)
+	Run      func(ctx context.Context, run model.JobRun) (Outcome, error)
 	Tenant   string // whose feed sequence a run's range is in (digests); "" is "default"
 }
 

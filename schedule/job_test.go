@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // setupRelay opens a relay on a fresh database in t.TempDir(), closed when
@@ -168,7 +168,7 @@ func TestDigestEachItemOnce(t *testing.T) {
 	}
 	// Read items are left out.
 	post(t, r, "e5", "*")
-	if _, err := r.MarkAll(ctx, "default", "ben", store.MarkRead, -1); err != nil {
+	if _, err := r.MarkAll(ctx, "default", "ben", model.MarkRead, -1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := RunJob(ctx, r, j, t1.Add(2*time.Hour), RunOptions{}); err != nil {
@@ -202,7 +202,7 @@ func TestMissedRunOnce(t *testing.T) {
 	r := setupRelay(t, relay.Options{})
 	ctx := context.Background()
 	sched := mustParse(t, "0 * * * *", "") // hourly, on the hour
-	j := &Job{Name: "hourly", Schedule: sched, Missed: MissedRunOnce, Run: func(context.Context, store.JobRun) (Outcome, error) {
+	j := &Job{Name: "hourly", Schedule: sched, Missed: MissedRunOnce, Run: func(context.Context, model.JobRun) (Outcome, error) {
 		return Outcome{}, nil
 	}}
 	now := time.Now()
@@ -238,7 +238,7 @@ func TestTakeoverFinishesTheLastRunAndRunsTheHandedOverOnes(t *testing.T) {
 	var mu sync.Mutex
 	ran := map[int64]int{}
 	j := &Job{Name: "tick", Schedule: mustParse(t, "@every 1s", ""), Missed: MissedSkip,
-		Run: func(_ context.Context, run store.JobRun) (Outcome, error) {
+		Run: func(_ context.Context, run model.JobRun) (Outcome, error) {
 			mu.Lock()
 			ran[run.ScheduledAt.Unix()]++
 			mu.Unlock()
@@ -291,7 +291,7 @@ func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
 	var mu sync.Mutex
 	var ran []int64
 	j := &Job{Name: "slow", Schedule: mustParse(t, "@every 1s", ""),
-		Run: func(_ context.Context, run store.JobRun) (Outcome, error) {
+		Run: func(_ context.Context, run model.JobRun) (Outcome, error) {
 			mu.Lock()
 			first := len(ran) == 0
 			ran = append(ran, run.ScheduledAt.Unix())

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // LagSource is a source that can measure how far behind it the tailer is.
@@ -17,7 +17,7 @@ type LagSource interface {
 	// Backlog measures the committed rows not relayed yet: those with
 	// id > after, and those in gaps (committed late; the next round reads
 	// them).
-	Backlog(ctx context.Context, after int64, gaps []store.SourceGap) (Backlog, error)
+	Backlog(ctx context.Context, after int64, gaps []model.SourceGap) (Backlog, error)
 }
 
 // Backlog is what a source holds that the tailer has not relayed yet.
@@ -58,7 +58,7 @@ type lagQueries struct {
 }
 
 // measure runs the queries on db.
-func (q *lagQueries) measure(ctx context.Context, db *sql.DB, after int64, gaps []store.SourceGap) (Backlog, error) {
+func (q *lagQueries) measure(ctx context.Context, db *sql.DB, after int64, gaps []model.SourceGap) (Backlog, error) {
 	b := Backlog{AgeKnown: q.dated}
 	var age sql.NullInt64
 	if err := db.QueryRowContext(ctx, q.afterQ, after, BacklogExact+1).Scan(&b.Rows, &age); err != nil {

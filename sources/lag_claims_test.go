@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"edgerelay/internal/mysqltest"
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 // The README's claims about how the oldest row's age is read ("Seeing the
@@ -203,7 +203,7 @@ func (c *counting) Read(ctx context.Context, after int64, limit int) ([]sources.
 	return c.Source.Read(ctx, after, limit)
 }
 
-func (c *counting) Backlog(ctx context.Context, after int64, gaps []store.SourceGap) (sources.Backlog, error) {
+func (c *counting) Backlog(ctx context.Context, after int64, gaps []model.SourceGap) (sources.Backlog, error) {
 	c.backlogs.Add(1)
 	return c.Source.(sources.LagSource).Backlog(ctx, after, gaps)
 }
@@ -215,7 +215,7 @@ type countingGap struct {
 	gs sources.GapSource
 }
 
-func (c countingGap) ReadGaps(ctx context.Context, gaps []store.SourceGap, limit int) ([]sources.Row, error) {
+func (c countingGap) ReadGaps(ctx context.Context, gaps []model.SourceGap, limit int) ([]sources.Row, error) {
 	return c.gs.ReadGaps(ctx, gaps, limit)
 }
 func (c countingGap) Clock(ctx context.Context) (int64, error)   { return c.gs.Clock(ctx) }

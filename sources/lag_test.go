@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 // kinds runs f as one parallel subtest per database: the two servers and
@@ -39,7 +39,7 @@ func (a *legacyApp) insertAged(t *testing.T, ev relay.Event) {
 	}
 }
 
-func backlog(t *testing.T, src sources.Source, after int64, gaps ...store.SourceGap) sources.Backlog {
+func backlog(t *testing.T, src sources.Source, after int64, gaps ...model.SourceGap) sources.Backlog {
 	t.Helper()
 	ls, ok := src.(sources.LagSource)
 	if !ok {
@@ -91,7 +91,7 @@ func TestSourceBacklog(t *testing.T) {
 		if b := backlog(t, src, 1); b.Rows != want-1 || b.OldestAge > time.Minute {
 			t.Fatalf("after 1: %+v, want %d rows, all new", b, want-1)
 		}
-		gap := store.SourceGap{First: 2, Last: 2}
+		gap := model.SourceGap{First: 2, Last: 2}
 		if held != nil {
 			if b := backlog(t, src, 5, gap); b.Rows != 0 || b.GapRows != 0 || b.OldestAge != 0 {
 				t.Fatalf("id 2 still open: %+v, want nothing behind", b)
@@ -230,7 +230,7 @@ func BenchmarkBacklog(b *testing.B) {
 			}
 			defer src.Close()
 			ls := src.(sources.LagSource)
-			gap := []store.SourceGap{{First: 5, Last: 5}}
+			gap := []model.SourceGap{{First: 5, Last: 5}}
 			b.ResetTimer()
 			for b.Loop() {
 				bl, err := ls.Backlog(context.Background(), 0, gap)

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 // exec runs one statement of the application's, written with ? for
@@ -76,13 +76,13 @@ func testRejectedRowRecordedAndRetried(t *testing.T, app *legacyApp) {
 		}
 		return tl.Stats()
 	}
-	rejects := func() map[int64]store.SourceReject {
+	rejects := func() map[int64]model.SourceReject {
 		t.Helper()
-		rs, err := r.SourceRejects(ctx, store.SourceRejectFilter{Source: name})
+		rs, err := r.SourceRejects(ctx, model.SourceRejectFilter{Source: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[int64]store.SourceReject{}
+		out := map[int64]model.SourceReject{}
 		for _, x := range rs {
 			out[x.Row] = x
 		}
@@ -174,7 +174,7 @@ func TestTailRunningPicksUpARetry(t *testing.T) {
 	// The counters move before the batch is settled; the record goes with
 	// the settle.
 	rn.waitStats(t, "the row read again and accepted", func(s sources.TailStats) bool {
-		rs, err := r.SourceRejects(t.Context(), store.SourceRejectFilter{})
+		rs, err := r.SourceRejects(t.Context(), model.SourceRejectFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}

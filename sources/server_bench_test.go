@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 var benchKinds = []string{"sqlite", "postgres", "mariadb"}
@@ -169,7 +169,7 @@ func BenchmarkTailLag(b *testing.B) {
 			var lags []time.Duration
 			onBatch := func(st sources.TailStats) {
 				now := time.Now()
-				var gaps []store.SourceGap
+				var gaps []model.SourceGap
 				if st.Gaps > 0 {
 					saved, err := r.SourceState(ctx, st.Source)
 					if err != nil {
@@ -182,7 +182,7 @@ func BenchmarkTailLag(b *testing.B) {
 				mu.Lock()
 				defer mu.Unlock()
 				for id, at := range committing {
-					if id <= st.Position && !slices.ContainsFunc(gaps, func(g store.SourceGap) bool { return id >= g.First && id <= g.Last }) {
+					if id <= st.Position && !slices.ContainsFunc(gaps, func(g model.SourceGap) bool { return id >= g.First && id <= g.Last }) {
 						lags = append(lags, now.Sub(at))
 						delete(committing, id)
 					}

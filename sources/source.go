@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Row is one outbox row.
@@ -54,7 +54,7 @@ type GapSource interface {
 	Source
 	// ReadGaps returns at most limit committed rows whose ids fall in
 	// gaps, in id order.
-	ReadGaps(ctx context.Context, gaps []store.SourceGap, limit int) ([]Row, error)
+	ReadGaps(ctx context.Context, gaps []model.SourceGap, limit int) ([]Row, error)
 	// Clock is the database's clock now, in microseconds since the epoch:
 	// a gap's Mark, read after the read that found it.
 	Clock(ctx context.Context) (int64, error)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // sqlDB is an outbox in a server database with concurrent writers
@@ -139,7 +139,7 @@ func (s *sqlDB) Read(ctx context.Context, after int64, limit int) ([]Row, error)
 }
 
 // ReadGaps returns at most limit committed rows in the gaps, in id order.
-func (s *sqlDB) ReadGaps(ctx context.Context, gaps []store.SourceGap, limit int) ([]Row, error) {
+func (s *sqlDB) ReadGaps(ctx context.Context, gaps []model.SourceGap, limit int) ([]Row, error) {
 	var out []Row
 	for i := 0; i < len(gaps) && len(out) < limit; i += gapChunk {
 		chunk := gaps[i:min(i+gapChunk, len(gaps))]
@@ -212,7 +212,7 @@ func (s *sqlDB) Horizon(ctx context.Context) (int64, error) {
 }
 
 // Backlog measures the committed rows not relayed yet (lag.go).
-func (s *sqlDB) Backlog(ctx context.Context, after int64, gaps []store.SourceGap) (Backlog, error) {
+func (s *sqlDB) Backlog(ctx context.Context, after int64, gaps []model.SourceGap) (Backlog, error) {
 	b, err := s.lag.measure(ctx, s.db, after, gaps)
 	if err != nil {
 		return b, fmt.Errorf("measure the backlog of %s: %w", s.name, s.scrub(err))

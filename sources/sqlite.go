@@ -15,7 +15,7 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // SQLite is an outbox table in an application's SQLite database:
@@ -317,7 +317,7 @@ func (s *SQLite) MarkProcessed(ctx context.Context, ids []int64) error {
 
 // Backlog measures the rows not relayed yet (lag.go); an SQLite source
 // has no gaps.
-func (s *SQLite) Backlog(ctx context.Context, after int64, gaps []store.SourceGap) (Backlog, error) {
+func (s *SQLite) Backlog(ctx context.Context, after int64, gaps []model.SourceGap) (Backlog, error) {
 	b, err := s.lag.measure(ctx, s.db, after, gaps)
 	if err != nil {
 		return b, fmt.Errorf("measure the backlog of %s: %w", s.name, err)

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/relay"
-	"edgerelay/store"
 )
 
 // Tailing an outbox: an application writes its business row and an event
@@ -211,7 +211,7 @@ func (t *Tailer) Stats() TailStats {
 // Run reads the source from its saved position and accepts every row's
 // event, polling when it has caught up, until ctx ends; then it returns
 // nil (with Once: see TailOptions). Failures of the source or the database are logged and retried with
-// backoff; the only error returned is a closed relay (store.ErrClosed).
+// backoff; the only error returned is a closed relay (model.ErrClosed).
 // Running two tailers of one source (two processes) is safe: each accepts
 // what the other did as a duplicate, and the saved position only moves
 // forward. A tailer made by NewTailerFor opens its source first (a
@@ -253,7 +253,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 		wait = t.opts.Poll
 	}
 
-	var st store.SourceState
+	var st model.SourceState
 	for {
 		s, err := t.r.SourceState(ctx, name)
 		if err == nil {
@@ -263,7 +263,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, store.ErrClosed) {
+		if errors.Is(err, model.ErrClosed) {
 			return err
 		}
 		if !backoff("reading the saved position", err) {
@@ -279,7 +279,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, store.ErrClosed) {
+			if errors.Is(err, model.ErrClosed) {
 				return err // the round's first read is on the relay's store
 			}
 			if !backoff("reading the source", err) {
@@ -316,7 +316,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 			}
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, store.ErrClosed):
+		case errors.Is(err, model.ErrClosed):
 			return err
 		default:
 			if !backoff("relaying a batch", err) {
@@ -341,13 +341,13 @@ type round struct {
 	// requests whose row the source no longer has.
 	retry []Row
 	asked map[int64]time.Time
-	gone  []store.SourceReject
+	gone  []model.SourceReject
 }
 
 // read reads one round: the gaps' rows first (after the horizon, so that
 // a gap the horizon has passed and the read did not find is known to be
 // empty for good), then the rows after the position.
-func (t *Tailer) read(ctx context.Context, st store.SourceState) (round, error) {
+func (t *Tailer) read(ctx context.Context, st model.SourceState) (round, error) {
 	var r round
 	if err := t.readRetries(ctx, &r); err != nil {
 		return r, err
@@ -392,7 +392,7 @@ func (t *Tailer) readRetries(ctx context.Context, r *round) error {
 	if !t.retriesLeft && !t.retriesAt.IsZero() && now.Sub(t.retriesAt) < t.opts.Poll {
 		return nil
 	}
-	reqs, err := t.r.SourceRejects(ctx, store.SourceRejectFilter{Source: t.src.Name(), Requested: true, Limit: t.opts.Batch})
+	reqs, err := t.r.SourceRejects(ctx, model.SourceRejectFilter{Source: t.src.Name(), Requested: true, Limit: t.opts.Batch})
 	if err != nil {
 		return fmt.Errorf("read the retries asked for: %w", err)
 	}
@@ -419,7 +419,7 @@ func (t *Tailer) readRetries(ctx context.Context, r *round) error {
 	for _, id := range ids {
 		if !found[id] {
 			at := r.asked[id]
-			r.gone = append(r.gone, store.SourceReject{Row: id, RetryAt: &at})
+			r.gone = append(r.gone, model.SourceReject{Row: id, RetryAt: &at})
 		}
 	}
 	return nil
@@ -431,9 +431,9 @@ func (t *Tailer) readRetries(ctx context.Context, r *round) error {
 // ranges one id wide, else one read per id (retries are few).
 func readIDs(ctx context.Context, src Source, ids []int64) ([]Row, error) {
 	if gs, ok := src.(GapSource); ok {
-		ranges := make([]store.SourceGap, len(ids))
+		ranges := make([]model.SourceGap, len(ids))
 		for i, id := range ids {
-			ranges[i] = store.SourceGap{First: id, Last: id}
+			ranges[i] = model.SourceGap{First: id, Last: id}
 		}
 		return gs.ReadGaps(ctx, ranges, len(ids))
 	}
@@ -455,7 +455,7 @@ func readIDs(ctx context.Context, src Source, ids []int64) ([]Row, error) {
 // settles the ones handled: marks those relayed and saves the state they
 // lead to. It returns that state and the failure, if any; rows after a
 // failure are read again.
-func (t *Tailer) relay(ctx context.Context, st store.SourceState, r round) (store.SourceState, error) {
+func (t *Tailer) relay(ctx context.Context, st model.SourceState, r round) (model.SourceState, error) {
 	var failed error
 	rows := r.rows
 	prev := st.Position
@@ -510,7 +510,7 @@ func (t *Tailer) relay(ctx context.Context, st store.SourceState, r round) (stor
 	t.count(func(s *TailStats) { s.Read += int64(len(all)) })
 	handled := 0
 	var relayed []int64
-	set := store.SourceSettle{Gone: r.gone}
+	set := model.SourceSettle{Gone: r.gone}
 rows:
 	for i, row := range all {
 		err, eventID := decodeErrs[i], ""
@@ -534,12 +534,12 @@ rows:
 			if retried {
 				set.Accepted = append(set.Accepted, row.ID)
 			}
-		case errors.As(err, &inv) || errors.Is(err, store.ErrEventConflict):
+		case errors.As(err, &inv) || errors.Is(err, model.ErrEventConflict):
 			// Permanent: the same row would fail the same way forever, and
 			// must not hold up the rows behind it. Recorded with the
 			// position, for an operator to retry once the app fixed it.
 			t.reject(row, eventID, err)
-			rej := store.SourceReject{Row: row.ID, EventID: eventID, Reason: err.Error()}
+			rej := model.SourceReject{Row: row.ID, EventID: eventID, Reason: err.Error()}
 			if retried {
 				rej.RetryAt = &asked
 			}
@@ -570,7 +570,7 @@ rows:
 // it is left (complete: the whole round was handled, so every committed
 // row of the gap was seen) or when it has been waited for past the gap
 // timeout.
-func (t *Tailer) advance(st store.SourceState, r round, late, rows []Row, complete bool) store.SourceState {
+func (t *Tailer) advance(st model.SourceState, r round, late, rows []Row, complete bool) model.SourceState {
 	now := t.r.Now()
 	gaps := st.Gaps
 	for _, row := range late {
@@ -578,7 +578,7 @@ func (t *Tailer) advance(st store.SourceState, r round, late, rows []Row, comple
 	}
 	var lateN int64 = int64(len(late))
 	gs, isGap := t.src.(GapSource)
-	var kept []store.SourceGap
+	var kept []model.SourceGap
 	var ended, gaveUp int64
 	for _, g := range gaps {
 		switch {
@@ -598,7 +598,7 @@ func (t *Tailer) advance(st store.SourceState, r round, late, rows []Row, comple
 	pos := st.Position
 	for _, row := range rows {
 		if isGap && row.ID > pos+1 {
-			kept = append(kept, store.SourceGap{First: pos + 1, Last: row.ID - 1, Since: now, Mark: r.mark})
+			kept = append(kept, model.SourceGap{First: pos + 1, Last: row.ID - 1, Since: now, Mark: r.mark})
 		}
 		pos = row.ID
 	}
@@ -609,13 +609,13 @@ func (t *Tailer) advance(st store.SourceState, r round, late, rows []Row, comple
 		s.GaveUp += gaveUp
 		s.setGaps(kept)
 	})
-	return store.SourceState{Position: pos, Gaps: kept}
+	return model.SourceState{Position: pos, Gaps: kept}
 }
 
 // settle marks the rows relayed and saves the state set leads to with its
 // rejects and retries, and returns the state saved (st if saving failed)
 // and failed.
-func (t *Tailer) settle(ctx context.Context, st store.SourceState, set store.SourceSettle, relayed []int64, failed error) (store.SourceState, error) {
+func (t *Tailer) settle(ctx context.Context, st model.SourceState, set model.SourceSettle, relayed []int64, failed error) (model.SourceState, error) {
 	next := set.State
 	// Settle what was accepted even if ctx has ended, so a clean stop does
 	// not leave it to be read again.
@@ -646,7 +646,7 @@ func (t *Tailer) settle(ctx context.Context, st store.SourceState, set store.Sou
 
 // measureLag updates the lag in the stats: none after a whole round, else
 // the source's backlog after st, at most every LagEvery.
-func (t *Tailer) measureLag(ctx context.Context, st store.SourceState, whole bool) {
+func (t *Tailer) measureLag(ctx context.Context, st model.SourceState, whole bool) {
 	ls, ok := t.src.(LagSource)
 	if !ok {
 		return
@@ -698,7 +698,7 @@ func (t *Tailer) count(f func(*TailStats)) {
 	t.mu.Unlock()
 }
 
-func (s *TailStats) setGaps(gaps []store.SourceGap) {
+func (s *TailStats) setGaps(gaps []model.SourceGap) {
 	s.Gaps, s.GapIDs, s.OldestGap = len(gaps), 0, time.Time{}
 	for _, g := range gaps {
 		s.GapIDs += g.Last - g.First + 1
@@ -709,7 +709,7 @@ func (s *TailStats) setGaps(gaps []store.SourceGap) {
 }
 
 // sameState reports whether two states are the same position and gaps.
-func sameState(a, b store.SourceState) bool {
+func sameState(a, b model.SourceState) bool {
 	if a.Position != b.Position || len(a.Gaps) != len(b.Gaps) {
 		return false
 	}
@@ -721,7 +721,7 @@ func sameState(a, b store.SourceState) bool {
 	return true
 }
 
-func inGaps(gaps []store.SourceGap, id int64) bool {
+func inGaps(gaps []model.SourceGap, id int64) bool {
 	for _, g := range gaps {
 		if id >= g.First && id <= g.Last {
 			return true
@@ -731,8 +731,8 @@ func inGaps(gaps []store.SourceGap, id int64) bool {
 }
 
 // removeID returns gaps without id, splitting the range that holds it.
-func removeID(gaps []store.SourceGap, id int64) []store.SourceGap {
-	out := make([]store.SourceGap, 0, len(gaps)+1)
+func removeID(gaps []model.SourceGap, id int64) []model.SourceGap {
+	out := make([]model.SourceGap, 0, len(gaps)+1)
 	for _, g := range gaps {
 		if id < g.First || id > g.Last {
 			out = append(out, g)
@@ -752,7 +752,7 @@ func removeID(gaps []store.SourceGap, id int64) []store.SourceGap {
 	return out
 }
 
-func sortGaps(gaps []store.SourceGap) {
+func sortGaps(gaps []model.SourceGap) {
 	sort.Slice(gaps, func(i, j int) bool { return gaps[i].First < gaps[j].First })
 }
 

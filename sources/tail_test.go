@@ -19,11 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/sources"
-	"edgerelay/store"
 )
 
 // bound is how long a test waits for something that should happen soon;
@@ -196,7 +196,7 @@ func relayCounts(t *testing.T, r *relay.Relay) (map[string]int, []string) {
 	per := map[string]int{}
 	var order []string
 	for after := int64(0); ; {
-		ns, err := r.List(context.Background(), store.ListFilter{After: after, Limit: store.MaxListLimit})
+		ns, err := r.List(context.Background(), model.ListFilter{After: after, Limit: model.MaxListLimit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -735,7 +735,7 @@ func TestTailStopsWhenTheRelayCloses(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, store.ErrClosed) {
+		if !errors.Is(err, model.ErrClosed) {
 			t.Fatalf("Run after the relay closed: %v, want store.ErrClosed", err)
 		}
 	case <-time.After(10 * time.Second):

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"edgerelay/model"
 	"time"
 )
 
@@ -47,14 +48,14 @@ type Console interface {
 	// age, the newest ids needing a decision, and its activity since
 	// since (accepts and attempts per bucket, attempts per provider),
 	// reading at most OverviewMaxRows of each.
-	Overview(ctx context.Context, tenant string, now, since time.Time, bucket time.Duration) (Overview, error)
+	Overview(ctx context.Context, tenant string, now, since time.Time, bucket time.Duration) (model.Overview, error)
 	// RetryAs is Retry that also records, in the same transaction, who
 	// asked (actor) in the notification's audit log (Notification.Audit).
 	RetryAs(ctx context.Context, tenant string, id int64, now time.Time, actor string) error
 	// FeedMemberships lists a tenant's ("" for any) topic and team feed
 	// memberships by tenant, feed and user (bytewise), after the one
 	// named by after (zero for the first).
-	FeedMemberships(ctx context.Context, tenant string, after FeedMembership, limit int) ([]FeedMembership, error)
+	FeedMemberships(ctx context.Context, tenant string, after model.FeedMembership, limit int) ([]model.FeedMembership, error)
 }
 
 // Sessions are the console's sign-ins, kept by the hash of their id (the
@@ -64,10 +65,10 @@ type Console interface {
 type Sessions interface {
 	// CreateSession keeps s. Its IDHash must be new (the caller draws the
 	// id at random) and not empty.
-	CreateSession(ctx context.Context, s Session) error
+	CreateSession(ctx context.Context, s model.Session) error
 	// Session returns the session whose id hashes to idHash, if it has not
 	// expired by now: ErrNotFound if none, or expired.
-	Session(ctx context.Context, idHash string, now time.Time) (Session, error)
+	Session(ctx context.Context, idHash string, now time.Time) (model.Session, error)
 	// DeleteSession ends a session; ending one that is not kept (ended
 	// before, or expired and pruned) is no error.
 	DeleteSession(ctx context.Context, idHash string) error
@@ -84,23 +85,23 @@ type Events interface {
 	// a duplicate (nothing written) or, with other content, ErrEventConflict
 	// in errs; the others are written. err is a failure of the write itself:
 	// then nothing was written.
-	AcceptEvents(ctx context.Context, in []AcceptInput, now time.Time) (out []Accepted, errs []error, err error)
+	AcceptEvents(ctx context.Context, in []model.AcceptInput, now time.Time) (out []model.Accepted, errs []error, err error)
 	// ExpandEvent writes the next chunk of an event's fan-out, if the event
 	// has expanded exactly from targets so far, and returns how far it has
 	// expanded now. A chunk written twice adds no notification. A chunk at
 	// or past the event's end (a fan-out an operator dropped while this
 	// chunk was on its way) writes nothing: ErrFanOutEnded.
-	ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []Target, now time.Time) (int, error)
+	ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []model.Target, now time.Time) (int, error)
 	// UnexpandedEvents lists events whose fan-out stopped part way and is
 	// not quarantined, oldest first.
-	UnexpandedEvents(ctx context.Context, limit int) ([]Unexpanded, error)
+	UnexpandedEvents(ctx context.Context, limit int) ([]model.Unexpanded, error)
 	// QuarantineEvent stops an event's fan-out where it is, with the reason:
 	// it leaves UnexpandedEvents until ReleaseEvent. Its notifications
 	// written so far are untouched.
 	QuarantineEvent(ctx context.Context, eventRow int64, reason string, now time.Time) error
 	// QuarantinedEvents lists quarantined events of a tenant ("" for any),
 	// newest first, with row ids below before (0 for the newest).
-	QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]QuarantinedEvent, error)
+	QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]model.QuarantinedEvent, error)
 	// ReleaseEvent lifts an event's quarantine, so its fan-out is tried
 	// again; ErrNotFound if the tenant's event is not quarantined.
 	ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error
@@ -110,12 +111,12 @@ type Events interface {
 	DropEvent(ctx context.Context, tenant string, eventRow int64, now time.Time) (int, error)
 	// EventNotifications lists an event's notifications in fan-out order,
 	// after position after (-1 for the start).
-	EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]EventNotification, error)
+	EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]model.EventNotification, error)
 	// EventRow finds an event's row by its identity; ErrNotFound if none.
 	EventRow(ctx context.Context, tenant, eventID, purpose string) (int64, error)
 	// EventRows lists every event tenant accepted under eventID (one per
 	// purpose), in row order; none is an empty list, not an error.
-	EventRows(ctx context.Context, tenant, eventID string) ([]EventRef, error)
+	EventRows(ctx context.Context, tenant, eventID string) ([]model.EventRef, error)
 }
 
 // Dispatch is the life of a claim: claim, then settle (record a call,
@@ -126,13 +127,13 @@ type Dispatch interface {
 	// in order of when they became due, each with a lease and a new fence
 	// token, and returns them with their event's message. Nobody else can
 	// claim them until the lease ends.
-	Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error)
+	Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error)
 	// Settle ends claims, each as its Settlement says, fenced by its token;
 	// applied[i] reports whether settlement i was the current claim's.
-	Settle(ctx context.Context, ss []Settlement) (applied []bool, err error)
+	Settle(ctx context.Context, ss []model.Settlement) (applied []bool, err error)
 	// ExpiredLeases lists claims whose lease ended before now: their
 	// process stopped between claim and record.
-	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]Claimed, error)
+	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]model.Claimed, error)
 	// Retry puts a failed, dead, unknown or suppressed notification back
 	// to pending with a fresh retry budget; tenant "" is any tenant. If its
 	// address is on its tenant's suppression list, it is a
@@ -150,22 +151,22 @@ type Dispatch interface {
 type Reads interface {
 	// Notification returns one notification with its audit trail, by id or
 	// by key; tenant "" is any tenant, another tenant's is ErrNotFound.
-	Notification(ctx context.Context, tenant string, id int64, key string) (Notification, error)
-	ListNotifications(ctx context.Context, f ListFilter) ([]Notification, error)
-	Status(ctx context.Context, now time.Time) (Status, error)
+	Notification(ctx context.Context, tenant string, id int64, key string) (model.Notification, error)
+	ListNotifications(ctx context.Context, f model.ListFilter) ([]model.Notification, error)
+	Status(ctx context.Context, now time.Time) (model.Status, error)
 }
 
 // Receipts are providers' status callbacks.
 type Receipts interface {
 	// AddReceipts keeps each receipt once and moves the notification it is
 	// about; it returns how many were new.
-	AddReceipts(ctx context.Context, rs []Receipt, now time.Time) (int, error)
+	AddReceipts(ctx context.Context, rs []model.Receipt, now time.Time) (int, error)
 }
 
 // Audiences are named recipient lists; members are opaque JSON documents,
 // each kept with the recipient id the relay gives it.
 type Audiences interface {
-	PutAudience(ctx context.Context, tenant, name string, members []Member, now time.Time) error
+	PutAudience(ctx context.Context, tenant, name string, members []model.Member, now time.Time) error
 	Audience(ctx context.Context, tenant, name string) ([][]byte, error)
 	// AudienceMember is the document of the audience's member whose
 	// recipient id is id (the first in order if several have it), read
@@ -176,15 +177,7 @@ type Audiences interface {
 	// ListAudiences lists a tenant's audiences in name order (bytewise),
 	// those named after after ("" from the first), at most limit: each
 	// with its member count and when it was last put.
-	ListAudiences(ctx context.Context, tenant, after string, limit int) ([]AudienceInfo, error)
-}
-
-// Member is one member of an audience as put: its recipient id, by which
-// AudienceMember finds it, and its document, which the store keeps as it
-// is (it never reads the id out of it).
-type Member struct {
-	ID  string
-	Doc []byte
+	ListAudiences(ctx context.Context, tenant, after string, limit int) ([]model.AudienceInfo, error)
 }
 
 // Feeds are in-app feeds, fanned out on read, with watermarks that only
@@ -197,10 +190,10 @@ type Feeds interface {
 	// FeedMembers lists a feed's members in user order (bytewise), those
 	// after after ("" from the first), at most limit, each with where it
 	// joined. A feed nobody was made a member of has none (an empty list).
-	FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]FeedMember, error)
+	FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]model.FeedMember, error)
 	MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error)
 	MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error
-	FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]FeedItem, int64, error)
+	FeedPage(ctx context.Context, tenant, user string, before int64, limit int) ([]model.FeedItem, int64, error)
 	UnreadCount(ctx context.Context, tenant, user string) (int64, error)
 }
 
@@ -208,7 +201,7 @@ type Feeds interface {
 type Jobs interface {
 	// BeginJobRun records a run's start, or finds the run begun before,
 	// fixing at the first start the newest item of tenant's feed sequence.
-	BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (JobRun, error)
+	BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (model.JobRun, error)
 	FinishJobRun(ctx context.Context, job string, at time.Time, runErr error, now time.Time) error
 	LastJobRun(ctx context.Context, job string) (time.Time, bool, error)
 }
@@ -217,18 +210,18 @@ type Jobs interface {
 type Sources interface {
 	// SourceState returns a source's position and gaps (in id order), the
 	// zero state for a source never saved.
-	SourceState(ctx context.Context, name string) (SourceState, error)
+	SourceState(ctx context.Context, name string) (model.SourceState, error)
 	// SaveSourceState saves st in one transaction, unless st.Position is
 	// below the saved position (a second tailer behind the first): the
 	// position only moves forward. When it is saved, st.Gaps replace the
 	// saved gaps.
-	SaveSourceState(ctx context.Context, name string, st SourceState, now time.Time) error
+	SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error
 	// SettleSource saves a batch's state, rejects and retried rows in one
 	// transaction (see SourceSettle): a crash leaves all or none of it, so
 	// the position never passes a rejected row whose record is lost.
-	SettleSource(ctx context.Context, name string, s SourceSettle, now time.Time) error
+	SettleSource(ctx context.Context, name string, s model.SourceSettle, now time.Time) error
 	// SourceRejects lists recorded rejects (see SourceRejectFilter).
-	SourceRejects(ctx context.Context, f SourceRejectFilter) ([]SourceReject, error)
+	SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error)
 	// RetrySourceRejects asks for a source's rows (every recorded one if
 	// rows is nil) to be read again: their RetryAt becomes now. It returns
 	// the rows that have a record, in row order.
@@ -238,7 +231,7 @@ type Sources interface {
 	DropSourceRejects(ctx context.Context, source string, rows []int64) ([]int64, error)
 	// SourceStates returns every saved source's state by name (for
 	// edgerelay status).
-	SourceStates(ctx context.Context) (map[string]SourceState, error)
+	SourceStates(ctx context.Context) (map[string]model.SourceState, error)
 }
 
 // Requests are completed API requests kept under their Idempotency-Key.
@@ -250,17 +243,17 @@ type Requests interface {
 	// its end unless its owner renews it, and is taken over at once when
 	// its owner is h.Abandoned; a different request under a live key is
 	// ErrKeyReused.
-	ClaimRequest(ctx context.Context, k RequestKey, h RequestHold) (RequestClaim, error)
+	ClaimRequest(ctx context.Context, k model.RequestKey, h model.RequestHold) (model.RequestClaim, error)
 	// RenewRequest extends owner's in-flight claim on k to until, while
 	// its request still runs; it reports whether owner still held it.
-	RenewRequest(ctx context.Context, k RequestKey, owner string, until time.Time) (bool, error)
+	RenewRequest(ctx context.Context, k model.RequestKey, owner string, until time.Time) (bool, error)
 	// ReleaseRequest drops this request's claim when it saved no response,
 	// so that a retry runs at once.
-	ReleaseRequest(ctx context.Context, k RequestKey) error
-	LookupRequest(ctx context.Context, k RequestKey, now time.Time) (*StoredResponse, error)
+	ReleaseRequest(ctx context.Context, k model.RequestKey) error
+	LookupRequest(ctx context.Context, k model.RequestKey, now time.Time) (*model.StoredResponse, error)
 	// SaveResponse keeps a completed request's response (ending its claim)
 	// until now+ttl; a live response already stored stays.
-	SaveResponse(ctx context.Context, k RequestKey, resp StoredResponse, now time.Time, ttl time.Duration) error
+	SaveResponse(ctx context.Context, k model.RequestKey, resp model.StoredResponse, now time.Time, ttl time.Duration) error
 	PruneRequests(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
@@ -289,9 +282,9 @@ type Pauses interface {
 
 // Tokens are API tokens, kept as hashes.
 type Tokens interface {
-	CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (Token, error)
-	TokenByHash(ctx context.Context, hash string) (Token, error)
-	Tokens(ctx context.Context) ([]Token, error)
+	CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (model.Token, error)
+	TokenByHash(ctx context.Context, hash string) (model.Token, error)
+	Tokens(ctx context.Context) ([]model.Token, error)
 	DeleteToken(ctx context.Context, id int64) error
 	HasTokens(ctx context.Context) (bool, error)
 }
@@ -316,18 +309,18 @@ type Secrets interface {
 type Preferences interface {
 	// RecipientPreferences reads what recipients of a tenant set, by
 	// recipient id; one who set nothing is not in the map.
-	RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]RecipientPreferences, error)
+	RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]model.RecipientPreferences, error)
 	// PutPreferences makes p (its Tenant and Recipient name whose) what the
 	// recipient set, in one write, and returns what is stored then. An
 	// entry whose value is unchanged keeps its SetAt and SetBy; a new or
 	// changed one is set at now by by; one p leaves out is removed (back
 	// to the default).
-	PutPreferences(ctx context.Context, p RecipientPreferences, by string, now time.Time) (RecipientPreferences, error)
+	PutPreferences(ctx context.Context, p model.RecipientPreferences, by string, now time.Time) (model.RecipientPreferences, error)
 	// SetSwitch sets one switch of a recipient (sw.Category, sw.Channel,
 	// sw.Enabled, sw.SetBy) and leaves the rest. Setting the value it has
 	// changes nothing, its SetAt and SetBy included: a repeat is
 	// idempotent. It returns the switch as stored and whether it changed.
-	SetSwitch(ctx context.Context, tenant, recipient string, sw Switch, now time.Time) (Switch, bool, error)
+	SetSwitch(ctx context.Context, tenant, recipient string, sw model.Switch, now time.Time) (model.Switch, bool, error)
 	// TenantKey returns the tenant's signing key. A tenant without one gets
 	// fresh, stored once for good: of processes racing to store theirs,
 	// every one gets the first stored. With fresh nil, a tenant without a
@@ -338,18 +331,18 @@ type Preferences interface {
 	// of its tenant, recipient and category were taken after Since (then
 	// it takes one, at now). The count is the store's, so dispatchers
 	// taking slots at once never grant more than Max.
-	TakeThrottleSlots(ctx context.Context, takes []ThrottleTake, now time.Time) ([]bool, error)
+	TakeThrottleSlots(ctx context.Context, takes []model.ThrottleTake, now time.Time) ([]bool, error)
 }
 
 // Maintenance is what keeps the store healthy and observable.
 type Maintenance interface {
 	// Prune deletes what finished before cutoff, in writes of at most batch
 	// rows.
-	Prune(ctx context.Context, cutoff, now time.Time, batch int) (PruneResult, error)
+	Prune(ctx context.Context, cutoff, now time.Time, batch int) (model.PruneResult, error)
 	// Ping checks that writes succeed now.
 	Ping(ctx context.Context) error
 	// Stats counts the store's commits; OnCommit hears of each (metrics).
-	Stats() WriterStats
+	Stats() model.WriterStats
 	OnCommit(fn func(writes int, took time.Duration))
 	// Where names the database for people (a path, a URL without
 	// credentials).
@@ -368,10 +361,10 @@ type Suppressions interface {
 	// all of them or, on error, none. An address already listed keeps its
 	// entry unless the new one lasts longer (no expiry outlasts any) or
 	// the old one has lapsed. It returns how many entries were written.
-	Suppress(ctx context.Context, entries []Suppression, now time.Time) (int, error)
+	Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error)
 	// Suppressions lists live entries (not lapsed at now) in (tenant,
 	// channel, address) order, as f selects.
-	Suppressions(ctx context.Context, f SuppressionFilter, now time.Time) ([]Suppression, error)
+	Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error)
 	// Unsuppress removes a tenant's entry for an address; false if there
 	// was none.
 	Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error)

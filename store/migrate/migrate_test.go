@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/store/migrate"
 	"edgerelay/store/postgres"
 	"edgerelay/store/sqlite"
@@ -217,7 +217,7 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = migrate.Run(ctx, path, url, migrate.Options{})
-		if !errors.Is(err, store.ErrTooNew) {
+		if !errors.Is(err, model.ErrTooNew) {
 			t.Fatalf("err %v, want ErrTooNew", err)
 		}
 		var n int

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"time"
@@ -23,9 +23,9 @@ import (
 // of it is written, so it needs no savepoint: the other events of the call
 // are written whatever it was. err is a failure of the write itself: then
 // nothing was written.
-func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
+func (s *Store) AcceptEvents(ctx context.Context, in []model.AcceptInput, now time.Time) (out []model.Accepted, errs []error, err error) {
 	call := &acceptCall{in: in, now: now}
-	op := &groupOp{class: store.WriteAccept, accept: call, fn: func(ctx context.Context, tx pgx.Tx) error {
+	op := &groupOp{class: model.WriteAccept, accept: call, fn: func(ctx context.Context, tx pgx.Tx) error {
 		return s.acceptMany(ctx, tx, []*acceptCall{call})
 	}}
 	if err := s.groupedOp(ctx, op); err != nil {
@@ -37,9 +37,9 @@ func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now ti
 // acceptCall is one AcceptEvents call: the accepts of a group are written
 // together (acceptMany).
 type acceptCall struct {
-	in   []store.AcceptInput
+	in   []model.AcceptInput
 	now  time.Time
-	out  []store.Accepted
+	out  []model.Accepted
 	errs []error
 }
 
@@ -64,7 +64,7 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, calls []*acceptCall) 
 	var refs []ref
 	drawing := false
 	for ci, c := range calls {
-		c.out, c.errs = make([]store.Accepted, len(c.in)), make([]error, len(c.in))
+		c.out, c.errs = make([]model.Accepted, len(c.in)), make([]error, len(c.in))
 		for i, a := range c.in {
 			refs = append(refs, ref{ci, i})
 			drawing = drawing || len(a.First) > 0
@@ -117,7 +117,7 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, calls []*acceptCall) 
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("insert %d events: %w", n, err)
 	}
-	var chunk []store.Target
+	var chunk []model.Target
 	var chunkRef []ref // whose target each of chunk is
 	var events []int64
 	var seqs []int64
@@ -128,20 +128,20 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, calls []*acceptCall) 
 		row, ok := inserted[k]
 		if !ok { // accepted before, or earlier in these calls
 			res, err := duplicateEvent(ctx, tx, ev)
-			if err != nil && !errors.Is(err, store.ErrEventConflict) {
+			if err != nil && !errors.Is(err, model.ErrEventConflict) {
 				return err
 			}
 			c.out[r.i], c.errs[r.i] = res, err
 			continue
 		}
 		delete(inserted, k)
-		res := store.Accepted{Targets: ev.Targets, EventRow: row, Expanded: len(a.First)}
+		res := model.Accepted{Targets: ev.Targets, EventRow: row, Expanded: len(a.First)}
 		if res.FeedItems, err = insertFeedItems(ctx, tx, ev.Tenant, row, ev.Feeds, c.now); err != nil {
 			return err
 		}
-		res.Notifications = make([]store.EventNotification, len(a.First))
+		res.Notifications = make([]model.EventNotification, len(a.First))
 		for i, tg := range a.First {
-			res.Notifications[i] = store.EventNotification{Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: store.StatusPending}
+			res.Notifications[i] = model.EventNotification{Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: model.StatusPending}
 			chunk, chunkRef, events, seqs = append(chunk, tg), append(chunkRef, r), append(events, row), append(seqs, int64(i))
 		}
 		c.out[r.i] = res
@@ -219,15 +219,15 @@ func (s *Store) drawingIDs(ctx context.Context, tx pgx.Tx) error {
 
 // duplicateEvent is what accepting ev, already stored, says: Duplicate if
 // its content is the same (and its feed items), ErrEventConflict if not.
-func duplicateEvent(ctx context.Context, tx pgx.Tx, ev store.NewEvent) (store.Accepted, error) {
-	res := store.Accepted{Targets: ev.Targets}
+func duplicateEvent(ctx context.Context, tx pgx.Tx, ev model.NewEvent) (model.Accepted, error) {
+	res := model.Accepted{Targets: ev.Targets}
 	var fp string
 	if err := tx.QueryRow(ctx, `SELECT id, fingerprint, expanded, targets FROM events WHERE tenant = $1 AND event_id = $2 AND purpose = $3`,
 		ev.Tenant, ev.EventID, ev.Purpose).Scan(&res.EventRow, &fp, &res.Expanded, &res.Targets); err != nil {
 		return res, fmt.Errorf("read duplicate event: %w", err)
 	}
 	if fp != ev.Fingerprint {
-		return store.Accepted{Targets: ev.Targets}, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+		return model.Accepted{Targets: ev.Targets}, fmt.Errorf("%w: tenant %q, event %q, purpose %q", model.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
 	}
 	res.Duplicate = true
 	if len(ev.Feeds) > 0 { // the same content: the same feeds
@@ -245,9 +245,9 @@ func duplicateEvent(ctx context.Context, tx pgx.Tx, ev store.NewEvent) (store.Ac
 // (the other got there first) nothing is written and the real count is
 // returned. Inserts are ON CONFLICT DO NOTHING, so even a chunk written
 // twice adds no notification.
-func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []store.Target, now time.Time) (int, error) {
+func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []model.Target, now time.Time) (int, error) {
 	var expanded int
-	err := s.write(ctx, store.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteAccept, func(ctx context.Context, tx pgx.Tx) error {
 		if err := s.drawingIDs(ctx, tx); err != nil {
 			return err
 		}
@@ -262,7 +262,7 @@ func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk
 			return nil
 		}
 		if from >= targets { // dropped meanwhile (DropEvent sets targets = expanded)
-			return fmt.Errorf("expand event %d from %d of %d: %w", eventRow, from, targets, store.ErrFanOutEnded)
+			return fmt.Errorf("expand event %d from %d of %d: %w", eventRow, from, targets, model.ErrFanOutEnded)
 		}
 		if _, err := insertTargets(ctx, tx, eventRow, tenant, typ, from, chunk, now); err != nil {
 			return err
@@ -280,7 +280,7 @@ func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk
 // statement, and returns the ids it wrote by position (a notification that
 // was already there, or whose key another has, is not in the map). Ids are
 // drawn in fan-out order.
-func insertTargets(ctx context.Context, tx pgx.Tx, eventRow int64, tenant, typ string, from int, chunk []store.Target, now time.Time) (map[int]int64, error) {
+func insertTargets(ctx context.Context, tx pgx.Tx, eventRow int64, tenant, typ string, from int, chunk []model.Target, now time.Time) (map[int]int64, error) {
 	ids := make(map[int]int64, len(chunk))
 	if len(chunk) == 0 {
 		return ids, nil
@@ -321,16 +321,16 @@ func insertTargets(ctx context.Context, tx pgx.Tx, eventRow int64, tenant, typ s
 
 // UnexpandedEvents lists events whose fan-out stopped part way and is not
 // quarantined, oldest first, from the partial index of such events.
-func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]store.Unexpanded, error) {
-	var out []store.Unexpanded
+func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]model.Unexpanded, error) {
+	var out []model.Unexpanded
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT id, tenant, event_id, payload, expanded, targets FROM events
 			WHERE expanded < targets AND quarantined_at IS NULL ORDER BY id LIMIT $1`, limit)
 		if err != nil {
 			return fmt.Errorf("unexpanded events: %w", err)
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Unexpanded, error) {
-			var u store.Unexpanded
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Unexpanded, error) {
+			var u model.Unexpanded
 			err := r.Scan(&u.EventRow, &u.Tenant, &u.EventID, &u.Payload, &u.Expanded, &u.Targets)
 			return u, err
 		})
@@ -344,7 +344,7 @@ func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]store.Unexpa
 
 // QuarantineEvent takes an event's fan-out off the work list.
 func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason string, now time.Time) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE events SET quarantined_at = $1, quarantine_reason = $2 WHERE id = $3 AND quarantined_at IS NULL`,
 			ms(now), reason, eventRow); err != nil {
 			return fmt.Errorf("quarantine event %d: %w", eventRow, err)
@@ -355,8 +355,8 @@ func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason stri
 
 const quarantinedCols = `id, tenant, event_id, purpose, type, expanded, targets, coalesce(quarantine_reason, ''), quarantined_at`
 
-func scanQuarantined(row pgx.Row) (store.QuarantinedEvent, error) {
-	var q store.QuarantinedEvent
+func scanQuarantined(row pgx.Row) (model.QuarantinedEvent, error) {
+	var q model.QuarantinedEvent
 	var at int64
 	err := row.Scan(&q.EventRow, &q.Tenant, &q.EventID, &q.Purpose, &q.Type, &q.Expanded, &q.Targets, &q.Reason, &at)
 	q.At = fromMS(at)
@@ -364,11 +364,11 @@ func scanQuarantined(row pgx.Row) (store.QuarantinedEvent, error) {
 }
 
 // QuarantinedEvents lists quarantined events, newest first.
-func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]store.QuarantinedEvent, error) {
+func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]model.QuarantinedEvent, error) {
 	if before <= 0 {
 		before = 1<<63 - 1
 	}
-	out := []store.QuarantinedEvent{}
+	out := []model.QuarantinedEvent{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT `+quarantinedCols+` FROM events
 			WHERE quarantined_at IS NOT NULL AND ($1 = '' OR tenant = $1) AND id < $2 ORDER BY id DESC LIMIT $3`, tenant, before, limit)
@@ -390,14 +390,14 @@ func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int
 
 // ReleaseEvent lifts a quarantine: the expander tries the fan-out again.
 func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE events SET quarantined_at = NULL, quarantine_reason = NULL
 			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND quarantined_at IS NOT NULL`, eventRow, tenant)
 		if err != nil {
 			return fmt.Errorf("release event %d: %w", eventRow, err)
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+			return fmt.Errorf("quarantined event %d: %w", eventRow, model.ErrNotFound)
 		}
 		return nil
 	})
@@ -409,13 +409,13 @@ func (s *Store) DropEvent(ctx context.Context, tenant string, eventRow int64, no
 	var dropped int
 	// The same words as store/sqlite's, to the second.
 	stamp := "dropped by an operator at " + now.UTC().Format("2006-01-02T15:04:05Z") + ": "
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `UPDATE events SET dropped = dropped + targets - expanded, targets = expanded,
 				quarantined_at = NULL, quarantine_reason = $3::text || quarantine_reason
 			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND quarantined_at IS NOT NULL
 			RETURNING dropped`, eventRow, tenant, stamp).Scan(&dropped)
 		if isNoRows(err) {
-			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+			return fmt.Errorf("quarantined event %d: %w", eventRow, model.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("drop event %d: %w", eventRow, err)

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"time"
 
@@ -17,14 +17,14 @@ import (
 // transaction, so a reader sees the old list or the new one, never a mix.
 // The audience row is written first: two nodes replacing one audience at
 // once take turns on its lock.
-func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []store.Member, now time.Time) error {
+func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []model.Member, now time.Time) error {
 	docs := make([]string, len(members))
 	ids := make([]string, len(members))
 	seqs := make([]int64, len(members))
 	for i, m := range members {
 		docs[i], ids[i], seqs[i] = string(m.Doc), m.ID, int64(i)
 	}
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO audiences (tenant, name, members, updated_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (tenant, name) DO UPDATE SET members = excluded.members, updated_at = excluded.updated_at`,
 			tenant, name, len(members), ms(now)); err != nil {
@@ -75,7 +75,7 @@ func (s *Store) Audience(ctx context.Context, tenant, name string) ([][]byte, er
 			return fmt.Errorf("read audience %q: %w", name, err)
 		}
 		if !found {
-			return fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+			return fmt.Errorf("audience %q: %w", name, model.ErrNotFound)
 		}
 		return nil
 	})
@@ -100,7 +100,7 @@ func (s *Store) AudienceMember(ctx context.Context, tenant, name, id string) ([]
 			FROM audiences a WHERE a.tenant = $1 AND a.name = $2`, tenant, name, id).Scan(&m)
 	})
 	if isNoRows(err) {
-		return nil, fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+		return nil, fmt.Errorf("audience %q: %w", name, model.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read member %q of audience %q: %w", id, name, err)
@@ -114,13 +114,13 @@ func (s *Store) AudienceMember(ctx context.Context, tenant, name, id string) ([]
 // DeleteAudience deletes the audience and its members (ON DELETE CASCADE).
 // ErrNotFound if there is no such audience.
 func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM audiences WHERE tenant = $1 AND name = $2`, tenant, name)
 		if err != nil {
 			return fmt.Errorf("delete audience %q: %w", name, err)
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+			return fmt.Errorf("audience %q: %w", name, model.ErrNotFound)
 		}
 		return nil
 	})
@@ -129,8 +129,8 @@ func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
 // ListAudiences lists a tenant's audiences in name order (bytewise:
 // COLLATE "C", whatever the database's collation), a page at a time; the
 // member count is kept on the audience's row.
-func (s *Store) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]store.AudienceInfo, error) {
-	out := []store.AudienceInfo{}
+func (s *Store) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]model.AudienceInfo, error) {
+	out := []model.AudienceInfo{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT name, members, updated_at FROM audiences
 			WHERE tenant = $1 AND name COLLATE "C" > $2 ORDER BY name COLLATE "C" LIMIT $3`, tenant, after, limit)
@@ -139,7 +139,7 @@ func (s *Store) ListAudiences(ctx context.Context, tenant, after string, limit i
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var a store.AudienceInfo
+			var a model.AudienceInfo
 			var at int64
 			if err := rows.Scan(&a.Name, &a.Members, &at); err != nil {
 				return fmt.Errorf("list audiences: %w", err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/store/postgres"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkAcceptEvents(b *testing.B) {
 			var seq atomic.Int64
 			accept := func() {
 				in := event("default", fmt.Sprintf("evt_%d", seq.Add(1)), 1)
-				if _, _, err := s.AcceptEvents(context.Background(), []store.AcceptInput{in}, time.Now()); err != nil {
+				if _, _, err := s.AcceptEvents(context.Background(), []model.AcceptInput{in}, time.Now()); err != nil {
 					b.Error(err)
 				}
 			}
@@ -60,19 +60,19 @@ func BenchmarkAcceptEvents(b *testing.B) {
 // with the routes the dispatcher passes (each claim records its call's
 // provider) and without (what a claim cost before it did).
 func BenchmarkClaimSettle(b *testing.B) {
-	routes := &store.ClaimRoutes{
+	routes := &model.ClaimRoutes{
 		Default: map[string][]string{"email": {"p", "q"}, "*": {"log"}},
 		Tenant:  map[string]map[string][]string{"acme": {"email": {"acme-p"}}},
 	}
 	for _, rc := range []struct {
 		name   string
-		routes *store.ClaimRoutes
+		routes *model.ClaimRoutes
 	}{{"routes=given", routes}, {"routes=none", nil}} {
 		b.Run(rc.name, func(b *testing.B) { benchClaimSettle(b, rc.routes) })
 	}
 }
 
-func benchClaimSettle(b *testing.B, routes *store.ClaimRoutes) {
+func benchClaimSettle(b *testing.B, routes *model.ClaimRoutes) {
 	s, err := postgres.Open(context.Background(), pgtest.Start(b), postgres.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -81,23 +81,23 @@ func benchClaimSettle(b *testing.B, routes *store.ClaimRoutes) {
 	now := time.Now()
 	for i := 0; i < b.N; i += 500 {
 		in := event("default", fmt.Sprintf("evt_%d", i), min(500, b.N-i))
-		if _, _, err := s.AcceptEvents(context.Background(), []store.AcceptInput{in}, now); err != nil {
+		if _, _, err := s.AcceptEvents(context.Background(), []model.AcceptInput{in}, now); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ResetTimer()
 	for done := 0; done < b.N; {
-		cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 32, Now: now, Lease: time.Minute, Routes: routes})
+		cs, err := s.Claim(context.Background(), model.ClaimRequest{Limit: 32, Now: now, Lease: time.Minute, Routes: routes})
 		if err != nil || len(cs) == 0 {
 			b.Fatalf("claim: %d, %v", len(cs), err)
 		}
 		if routes != nil && cs[0].Provider == "" {
 			b.Fatalf("a claim with routes recorded no provider: %+v", cs[0])
 		}
-		ss := make([]store.Settlement, len(cs))
+		ss := make([]model.Settlement, len(cs))
 		for i, c := range cs {
-			a := store.Attempt{N: c.Attempt, Provider: "p", StartedAt: now, EndedAt: now, Outcome: "sent", MessageID: fmt.Sprint("m", c.ID)}
-			ss[i] = store.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: &a, Decision: store.Decision{Status: store.StatusSent, NextAttemptAt: now}}
+			a := model.Attempt{N: c.Attempt, Provider: "p", StartedAt: now, EndedAt: now, Outcome: "sent", MessageID: fmt.Sprint("m", c.ID)}
+			ss[i] = model.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: &a, Decision: model.Decision{Status: model.StatusSent, NextAttemptAt: now}}
 		}
 		if _, err := s.Settle(context.Background(), ss); err != nil {
 			b.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/store/postgres"
 )
 
@@ -19,19 +19,19 @@ func TestLostCommitAnswerIsResolved(t *testing.T) {
 	t.Parallel()
 	s := open(t, pgtest.Start(t))
 	ctx := t.Context()
-	if _, _, err := s.AcceptEvents(ctx, []store.AcceptInput{event("acme", "e1", 1)}, t0); err != nil {
+	if _, _, err := s.AcceptEvents(ctx, []model.AcceptInput{event("acme", "e1", 1)}, t0); err != nil {
 		t.Fatal(err)
 	}
 	postgres.LoseCommitAnswers(s, 1)
-	cs, err := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
+	cs, err := s.Claim(ctx, model.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("a claim whose answer was lost: %d claimed, %v; want 1, nil", len(cs), err)
 	}
 	c := cs[0]
 	postgres.LoseCommitAnswers(s, 1)
-	a := store.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
-	applied, err := s.Settle(ctx, []store.Settlement{{ID: c.ID, Token: c.Token, At: t0, Attempt: &a,
-		Decision: store.Decision{Status: store.StatusSent}}})
+	a := model.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
+	applied, err := s.Settle(ctx, []model.Settlement{{ID: c.ID, Token: c.Token, At: t0, Attempt: &a,
+		Decision: model.Decision{Status: model.StatusSent}}})
 	if err != nil || len(applied) != 1 || !applied[0] {
 		t.Fatalf("a settlement whose answer was lost: %v, %v; want applied", applied, err)
 	}
@@ -39,7 +39,7 @@ func TestLostCommitAnswerIsResolved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Status != store.StatusSent || n.Attempts != 1 || len(n.AttemptLog) != 1 {
+	if n.Status != model.StatusSent || n.Attempts != 1 || len(n.AttemptLog) != 1 {
 		t.Errorf("after both lost answers: status %s, %d attempts, %d attempt rows; want sent, 1, 1", n.Status, n.Attempts, len(n.AttemptLog))
 	}
 	st := s.Stats()

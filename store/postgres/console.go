@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -28,20 +28,20 @@ const overviewChunk = 1000
 
 // Overview reads a tenant's state in one snapshot. Counts come from the
 // status indexes; activity is read newest first, by id, until a margin
-// before the window's start, at most store.OverviewMaxRows rows of each.
-func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Time, bucket time.Duration) (store.Overview, error) {
+// before the window's start, at most model.OverviewMaxRows rows of each.
+func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Time, bucket time.Duration) (model.Overview, error) {
 	if bucket <= 0 || !now.After(since) {
-		return store.Overview{}, fmt.Errorf("overview: want a window after since and a positive bucket, got %s to %s by %s", since, now, bucket)
+		return model.Overview{}, fmt.Errorf("overview: want a window after since and a positive bucket, got %s to %s by %s", since, now, bucket)
 	}
 	n := int((now.Sub(since) + bucket - 1) / bucket)
-	var o store.Overview
+	var o model.Overview
 	err := s.snapshot(ctx, func(q querier) error {
-		o = store.Overview{Counts: map[string]int64{}, Since: since, Bucket: bucket,
+		o = model.Overview{Counts: map[string]int64{}, Since: since, Bucket: bucket,
 			Attempted: map[string][]int64{}, Providers: map[string]map[string]int64{}, Accepted: make([]int64, n)}
 		for _, oc := range []string{"sent", "refused", "unknown"} {
 			o.Attempted[oc] = make([]int64, n)
 		}
-		for _, st := range store.Statuses {
+		for _, st := range model.Statuses {
 			o.Counts[st] = 0
 		}
 		// "($1 = '' OR tenant = $1)" (here and across this store) is safe
@@ -81,7 +81,7 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 		for _, l := range []struct {
 			status string
 			ids    *[]int64
-		}{{store.StatusUnknown, &o.Unknown}, {store.StatusDead, &o.Dead}, {store.StatusFailed, &o.Failed}} {
+		}{{model.StatusUnknown, &o.Unknown}, {model.StatusDead, &o.Dead}, {model.StatusFailed, &o.Failed}} {
 			if *l.ids, err = ids(ctx, q, `SELECT id FROM notifications WHERE status = $1 AND ($3 = '' OR tenant = $3)
 				ORDER BY id DESC LIMIT $2`, l.status, overviewListed, tenant); err != nil {
 				return err
@@ -111,7 +111,7 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 						past = true
 						break
 					}
-					if read++; read > store.OverviewMaxRows {
+					if read++; read > model.OverviewMaxRows {
 						o.Capped = true
 						past = true
 						break
@@ -165,7 +165,7 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 		return nil
 	})
 	if err != nil {
-		return store.Overview{}, fmt.Errorf("overview: %w", err)
+		return model.Overview{}, fmt.Errorf("overview: %w", err)
 	}
 	return o, nil
 }
@@ -174,7 +174,7 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 // one write: a retry is never without its audit row, nor a row without its
 // retry.
 func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.Time, actor string) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		// A person's retry never lifts a suppression: the entry is named
 		// in the refusal (SuppressedError), lifted where suppressions are.
 		from, err := retryRow(ctx, tx, tenant, id, false, now)
@@ -182,7 +182,7 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES ($1, $2, $3, $4, $5)`,
-			id, ms(now), actor, store.AuditRetry, "was "+from); err != nil {
+			id, ms(now), actor, model.AuditRetry, "was "+from); err != nil {
 			return fmt.Errorf("retry notification %d: audit: %w", id, err)
 		}
 		return nil
@@ -191,16 +191,16 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 
 // notificationExtras reads what Notification shows beyond the row and its
 // attempts: the audit log and the event's message.
-func notificationExtras(ctx context.Context, q querier, n *store.Notification) error {
+func notificationExtras(ctx context.Context, q querier, n *model.Notification) error {
 	rows, err := q.Query(ctx, `SELECT at, actor, action, coalesce(detail, '') FROM notification_audit
 		WHERE notification = $1 ORDER BY id`, n.ID)
 	if err != nil {
 		return fmt.Errorf("read audit: %w", err)
 	}
 	defer rows.Close()
-	n.Audit = []store.AuditEntry{}
+	n.Audit = []model.AuditEntry{}
 	for rows.Next() {
-		var a store.AuditEntry
+		var a model.AuditEntry
 		var at int64
 		if err := rows.Scan(&at, &a.Actor, &a.Action, &a.Detail); err != nil {
 			return fmt.Errorf("read audit: %w", err)
@@ -217,8 +217,8 @@ func notificationExtras(ctx context.Context, q querier, n *store.Notification) e
 
 // FeedMemberships lists a tenant's feed memberships by feed and user
 // (bytewise: COLLATE "C", whatever the database's collation).
-func (s *Store) FeedMemberships(ctx context.Context, tenant string, after store.FeedMembership, limit int) ([]store.FeedMembership, error) {
-	out := []store.FeedMembership{}
+func (s *Store) FeedMemberships(ctx context.Context, tenant string, after model.FeedMembership, limit int) ([]model.FeedMembership, error) {
+	out := []model.FeedMembership{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT tenant, feed, "user", joined_seq FROM feed_members
 			WHERE ($1 = '' OR tenant = $1)
@@ -230,7 +230,7 @@ func (s *Store) FeedMemberships(ctx context.Context, tenant string, after store.
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var m store.FeedMembership
+			var m model.FeedMembership
 			if err := rows.Scan(&m.Tenant, &m.Feed, &m.User, &m.JoinedSeq); err != nil {
 				return err
 			}

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -19,8 +19,8 @@ import (
 const claimedCols = `n.id, n.key, n.event, n.tenant, n.type, n.claims, n.recipient, n.channel, n.address, n.attempts + 1, n.cycle_attempts + 1,
 	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), coalesce(n.claimed_provider, ''), ` + suppressionEntry + `, e.event_id, e.purpose`
 
-func scanClaimed(row pgx.Row, extra ...any) (store.Claimed, error) {
-	var c store.Claimed
+func scanClaimed(row pgx.Row, extra ...any) (model.Claimed, error) {
+	var c model.Claimed
 	var cycle, claimed, lease, created int64
 	var entry *string
 	dest := append([]any{&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
@@ -38,10 +38,10 @@ func scanClaimed(row pgx.Row, extra ...any) (store.Claimed, error) {
 // each take other rows, never wait for one another, and never take a row
 // twice: a row another node claimed meanwhile is rechecked and is no
 // longer pending. Each claim takes claims + 1 as its fence token, and
-// records its claimed_provider (store.ClaimRoutes.Provider) from $4, the
+// records its claimed_provider (model.ClaimRoutes.Provider) from $4, the
 // routes as routesJSON encodes them: its pin, else the provider at its
 // route position of the first route that exists (a key lookup each).
-func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
+func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	if req.Filter.Only != nil && len(req.Filter.Only) == 0 || req.Limit <= 0 {
 		return nil, nil // no channel, or no row, is asked for
 	}
@@ -55,8 +55,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		args = append(args, f.Exclude)
 		where += " AND channel <> ALL($" + strconv.Itoa(len(args)) + "::text[])"
 	}
-	var out []store.Claimed
-	err := s.grouped(ctx, store.WriteClaim, func(ctx context.Context, tx pgx.Tx) error {
+	var out []model.Claimed
+	err := s.grouped(ctx, model.WriteClaim, func(ctx context.Context, tx pgx.Tx) error {
 		out = out[:0]
 		rows, err := tx.Query(ctx, `WITH due AS MATERIALIZED (
 				SELECT id FROM notifications
@@ -105,14 +105,14 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 var lastRoutes atomic.Pointer[encodedRoutes]
 
 type encodedRoutes struct {
-	src *store.ClaimRoutes
+	src *model.ClaimRoutes
 	enc any
 }
 
 // claimRoutes is routesJSON(routes), from lastRoutes when routes are the
 // ones it holds (the same pointer: a ClaimRoutes is not changed once
 // passed to a claim).
-func claimRoutes(routes *store.ClaimRoutes) any {
+func claimRoutes(routes *model.ClaimRoutes) any {
 	if routes == nil {
 		return nil
 	}
@@ -126,7 +126,7 @@ func claimRoutes(routes *store.ClaimRoutes) any {
 
 // routesJSON encodes routes for the claim statement, nil (NULL) for none:
 // {"d": {CHANNEL: [names]}, "t": {TENANT: {CHANNEL: [names]}}}.
-func routesJSON(routes *store.ClaimRoutes) any {
+func routesJSON(routes *model.ClaimRoutes) any {
 	if routes == nil {
 		return nil
 	}
@@ -155,8 +155,8 @@ func routesJSON(routes *store.ClaimRoutes) any {
 // before now: their process stopped between the claim and recording the
 // outcome. Several nodes may list the same ones; the fence token in
 // Settle lets one settle each.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]store.Claimed, error) {
-	var out []store.Claimed
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]model.Claimed, error) {
+	var out []model.Claimed
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT `+claimedCols+` FROM notifications n JOIN events e ON e.id = n.event
 			WHERE n.status = 'sending' AND n.lease_until < $1 ORDER BY n.lease_until LIMIT $2`, ms(now), limit)
@@ -185,9 +185,9 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // The attempt row of a call that really happened is written regardless
 // (it is what happened); one presumed by lease recovery only by the
 // settlement that applies.
-func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
+func (s *Store) Settle(ctx context.Context, ss []model.Settlement) ([]bool, error) {
 	call := &settleCall{ss: ss, applied: make([]bool, len(ss))}
-	err := s.groupedOp(ctx, &groupOp{class: store.WriteRecord, settle: call, fn: func(ctx context.Context, tx pgx.Tx) error {
+	err := s.groupedOp(ctx, &groupOp{class: model.WriteRecord, settle: call, fn: func(ctx context.Context, tx pgx.Tx) error {
 		clear(call.applied)
 		return settle(ctx, tx, ss, call.applied)
 	}})
@@ -197,7 +197,7 @@ func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, erro
 // settleCall is one Settle call: the settlements of a group are written
 // together (settleMany) where they settle different notifications.
 type settleCall struct {
-	ss      []store.Settlement
+	ss      []model.Settlement
 	applied []bool
 }
 
@@ -206,7 +206,7 @@ type settleCall struct {
 // two settling one claim, the second must find the first's done, which
 // one statement for both would not.
 func settleMany(ctx context.Context, tx pgx.Tx, calls []*settleCall) error {
-	var ss []store.Settlement
+	var ss []model.Settlement
 	for _, c := range calls {
 		ss = append(ss, c.ss...)
 	}
@@ -221,7 +221,7 @@ func settleMany(ctx context.Context, tx pgx.Tx, calls []*settleCall) error {
 	return nil
 }
 
-func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {
+func settle(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []bool) error {
 	if len(ss) == 0 {
 		return nil
 	}
@@ -295,12 +295,12 @@ func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []boo
 			if a != nil {
 				provider = a.Provider
 			}
-			if _, err := tx.Exec(ctx, suppressNotification, st.ID, d.Suppress.Reason, store.SourceProvider, provider,
+			if _, err := tx.Exec(ctx, suppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
 				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
 				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
 			}
 		}
-		if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
+		if a != nil && d.Status == model.StatusSent && a.MessageID != "" {
 			sentProviders, sentIDs = append(sentProviders, a.Provider), append(sentIDs, a.MessageID)
 			sentAt[msg{a.Provider, a.MessageID}] = a.EndedAt
 		}
@@ -336,7 +336,7 @@ func settle(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []boo
 // recordAttempts writes, in one INSERT, the audit trail of settlements:
 // every call made, applied or not, and a presumed one only where it
 // settled the claim.
-func recordAttempts(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {
+func recordAttempts(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []bool) error {
 	var (
 		ids, starts, ends              []int64
 		ns, statuses                   []int32
@@ -387,7 +387,7 @@ func strPtr(s string) *string {
 // transaction. A sent notification cannot be retried: that would be a
 // second message, not a retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := retryRow(ctx, tx, tenant, id, lift, now)
 		return err
 	})
@@ -400,22 +400,22 @@ func retryRow(ctx context.Context, tx pgx.Tx, tenant string, id int64, lift bool
 	err := tx.QueryRow(ctx, `SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
 		WHERE id = $1 AND ($2 = '' OR tenant = $2) FOR UPDATE`, id, tenant).Scan(&status, &t, &channel, &address)
 	if isNoRows(err) {
-		return "", fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
+		return "", fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
 	}
 	if err != nil {
 		return "", fmt.Errorf("retry notification %d: %w", id, err)
 	}
 	switch status {
-	case store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed:
+	case model.StatusFailed, model.StatusDead, model.StatusUnknown, model.StatusSuppressed:
 	default:
-		return "", &store.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
+		return "", &model.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
 	}
 	entry, err := liveSuppression(ctx, tx, t, channel, address, now)
 	if err != nil {
 		return "", fmt.Errorf("retry notification %d: %w", id, err)
 	}
 	if entry != nil && !lift {
-		return "", &store.SuppressedError{ID: id, Entry: *entry}
+		return "", &model.SuppressedError{ID: id, Entry: *entry}
 	}
 	if entry != nil {
 		if _, err := tx.Exec(ctx, `DELETE FROM suppressions WHERE tenant = $1 AND channel = $2 AND address = $3`, t, channel, address); err != nil {

@@ -1,4 +1,4 @@
-// Package postgres is the store.Store on PostgreSQL, through pgx's pool:
+// Package postgres is the model.Store on PostgreSQL, through pgx's pool:
 // its schema and numbered migrations (in the same numbering as
 // store/sqlite's), and PostgreSQL's own SQL for every method, beside it.
 //

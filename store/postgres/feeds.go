@@ -3,7 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"math"
 	"slices"
@@ -36,7 +36,7 @@ import (
 // 11 committed later). pos, max + 1 per feed, is safe under the same lock.
 //
 // It returns the items in seq order (the feeds' order, each feed once).
-func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]store.FeedPost, error) {
+func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]model.FeedPost, error) {
 	var uniq []string
 	for _, f := range feeds {
 		if !slices.Contains(uniq, f) {
@@ -52,9 +52,9 @@ func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int
 		return nil, fmt.Errorf("number feed items: %w", err)
 	}
 	first := last - int64(len(uniq)) + 1
-	posts := make([]store.FeedPost, len(uniq))
+	posts := make([]model.FeedPost, len(uniq))
 	for i, f := range uniq {
-		posts[i] = store.FeedPost{Feed: f, Seq: first + int64(i)}
+		posts[i] = model.FeedPost{Feed: f, Seq: first + int64(i)}
 		if _, err := tx.Exec(ctx, `INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at)
 			VALUES ($1, $2, $3, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = $1 AND feed = $3), 0) + 1, $4, $5, $6)`,
 			tenant, posts[i].Seq, f, eventRow, len(uniq), ms(now)); err != nil {
@@ -83,7 +83,7 @@ func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int
 // sees every item committed before them: its "does the feed hold the
 // event" and "the feed's last position" are exact, and it needs no ON
 // CONFLICT (a conflict would be a broken lock and fails the settlement).
-func foldItems(ctx context.Context, tx pgx.Tx, ss []store.Settlement, applied []bool) error {
+func foldItems(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []bool) error {
 	var ids, ats []int64
 	var feeds []string
 	for i, st := range ss {
@@ -151,15 +151,15 @@ const (
 
 // eventFeedItems reads back the items an accepted event posted (a
 // duplicate's answer), in seq order, from the event index.
-func eventFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64) ([]store.FeedPost, error) {
+func eventFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64) ([]model.FeedPost, error) {
 	rows, err := tx.Query(ctx, `SELECT feed, seq FROM feed_items WHERE event = $1 AND tenant = $2 ORDER BY seq`, eventRow, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
 	}
 	defer rows.Close()
-	var out []store.FeedPost
+	var out []model.FeedPost
 	for rows.Next() {
-		var p store.FeedPost
+		var p model.FeedPost
 		if err := rows.Scan(&p.Feed, &p.Seq); err != nil {
 			return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
 		}
@@ -170,8 +170,8 @@ func eventFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int6
 
 // FeedMembers lists a feed's members in user order (bytewise: COLLATE "C",
 // whatever the database's collation), a page at a time.
-func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]store.FeedMember, error) {
-	out := []store.FeedMember{}
+func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]model.FeedMember, error) {
+	out := []model.FeedMember{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT "user", joined_seq FROM feed_members
 			WHERE tenant = $1 AND feed = $2 AND "user" COLLATE "C" > $3 ORDER BY "user" COLLATE "C" LIMIT $4`, tenant, feed, after, limit)
@@ -180,7 +180,7 @@ func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, lim
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var m store.FeedMember
+			var m model.FeedMember
 			if err := rows.Scan(&m.User, &m.JoinedSeq); err != nil {
 				return fmt.Errorf("members of feed %q: %w", feed, err)
 			}
@@ -227,7 +227,7 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 	if users == nil {
 		users = []string{} // an empty array, not NULL: every member leaves
 	}
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		var joined int64
 		if !history {
 			if err := tx.QueryRow(ctx, newestSeqSQL, tenant).Scan(&joined); err != nil {
@@ -254,7 +254,7 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 // the watermark after the move. Constant time: two rows.
 func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error) {
 	var mark int64
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		// Never past the newest item: a client's up_to from the future
 		// would otherwise swallow items not yet posted. The counter is
 		// read committed: every item up to it has committed (they commit
@@ -295,12 +295,12 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 		var event int64
 		if err := q.QueryRow(ctx, itemSQL, tenant, seq).Scan(&feed, &event); err != nil {
 			if isNoRows(err) {
-				return fmt.Errorf("feed item %d: %w", seq, store.ErrNotFound)
+				return fmt.Errorf("feed item %d: %w", seq, model.ErrNotFound)
 			}
 			return err
 		}
 		if !v.reads(feed, seq) {
-			return fmt.Errorf("feed item %d: %w", seq, store.ErrNotFound)
+			return fmt.Errorf("feed item %d: %w", seq, model.ErrNotFound)
 		}
 		rows, err := q.Query(ctx, eventItemsSQL, event)
 		if err != nil {
@@ -324,7 +324,7 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 	if len(copies) == 0 {
 		return nil
 	}
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		for _, c := range copies {
 			if _, err := tx.Exec(ctx, `INSERT INTO feed_item_marks (tenant, "user", kind, seq, feed)
 				SELECT $1, $2, $3, $4, $5
@@ -344,7 +344,7 @@ type userFeed struct {
 }
 
 func userFeeds(ctx context.Context, q querier, tenant, user string) ([]userFeed, error) {
-	fs := []userFeed{{feed: store.TenantFeed}, {feed: store.PersonalFeed(user)}}
+	fs := []userFeed{{feed: model.TenantFeed}, {feed: model.PersonalFeed(user)}}
 	rows, err := q.Query(ctx, membershipsSQL, tenant, user)
 	if err != nil {
 		return nil, fmt.Errorf("read memberships: %w", err)
@@ -380,7 +380,7 @@ func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed
 		if err := rows.Scan(&kind, &mark); err != nil {
 			return 0, 0, err
 		}
-		if kind == store.MarkRead {
+		if kind == model.MarkRead {
 			read = mark
 		} else {
 			dismissed = mark
@@ -392,7 +392,7 @@ func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed
 // itemMarks are the items a user read or dismissed one by one, above
 // seq.
 func itemMarks(ctx context.Context, q querier, tenant, user string, above int64) (map[string]map[int64]bool, error) {
-	out := map[string]map[int64]bool{store.MarkRead: {}, store.MarkDismissed: {}}
+	out := map[string]map[int64]bool{model.MarkRead: {}, model.MarkDismissed: {}}
 	rows, err := q.Query(ctx, itemMarksSQL, tenant, user, above)
 	if err != nil {
 		return nil, fmt.Errorf("read item marks: %w", err)
@@ -427,10 +427,10 @@ func (v view) reads(feed string, seq int64) bool {
 // visible says whether the item is in the user's view: theirs, and not
 // dismissed.
 func (v view) visible(feed string, seq int64) bool {
-	return v.reads(feed, seq) && seq > v.dismissed && !v.items[store.MarkDismissed][seq]
+	return v.reads(feed, seq) && seq > v.dismissed && !v.items[model.MarkDismissed][seq]
 }
 
-func (v view) isRead(seq int64) bool { return seq <= v.read || v.items[store.MarkRead][seq] }
+func (v view) isRead(seq int64) bool { return seq <= v.read || v.items[model.MarkRead][seq] }
 
 // FeedPage is a user's feed, newest first: at most limit items from the
 // feeds the user reads (each from when they joined it), without dismissed
@@ -438,7 +438,7 @@ func (v view) isRead(seq int64) bool { return seq <= v.read || v.items[store.Mar
 // to. An event's place (its Seq, Feed) is its newest copy the user sees;
 // it is read when every copy is. Items are those with seq < before (0 for
 // the newest). ReadMark is the user's read watermark.
-func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []store.FeedItem, readMark int64, err error) {
+func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []model.FeedItem, readMark int64, err error) {
 	err = s.snapshot(ctx, func(q querier) error {
 		items, readMark, err = feedPage(ctx, q, tenant, user, before, limit)
 		return err
@@ -452,7 +452,7 @@ type pageCandidate struct {
 	feed       string
 }
 
-func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]store.FeedItem, int64, error) {
+func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]model.FeedItem, int64, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -500,7 +500,7 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 // only down to there, and there are enough of them, since a feed holds an
 // event once.
 func pageCandidates(ctx context.Context, q querier, tenant string, feeds []userFeed, v view, before int64, need int) ([]pageCandidate, bool, error) {
-	n := need + len(v.items[store.MarkDismissed])
+	n := need + len(v.items[model.MarkDismissed])
 	var pool []pageCandidate
 	known := int64(0) // every visible item at or above it is in pool
 	for _, f := range feeds {
@@ -516,7 +516,7 @@ func pageCandidates(ctx context.Context, q querier, tenant string, feeds []userF
 				return nil, false, err
 			}
 			got, last = got+1, c.seq
-			if !v.items[store.MarkDismissed][c.seq] {
+			if !v.items[model.MarkDismissed][c.seq] {
 				pool = append(pool, c)
 			}
 		}
@@ -551,8 +551,8 @@ func pageCandidates(ctx context.Context, q querier, tenant string, feeds []userF
 // (one query through the event index): an event with a visible item at or
 // above the cursor is left out (an earlier page showed it), and an event is
 // read when each of its visible items is.
-func pageItems(ctx context.Context, q querier, tenant string, v view, cands []pageCandidate, before int64) ([]store.FeedItem, error) {
-	items := make([]store.FeedItem, 0, len(cands))
+func pageItems(ctx context.Context, q querier, tenant string, v view, cands []pageCandidate, before int64) ([]model.FeedItem, error) {
+	items := make([]model.FeedItem, 0, len(cands))
 	if len(cands) == 0 {
 		return items, nil
 	}
@@ -566,14 +566,14 @@ func pageItems(ctx context.Context, q querier, tenant string, v view, cands []pa
 	}
 	defer rows.Close()
 	type event struct {
-		it    store.FeedItem
+		it    model.FeedItem
 		above bool // a visible item at or above the cursor
 		read  bool
 	}
 	events := make(map[int64]*event, len(cands))
 	for rows.Next() {
 		var row int64
-		var it store.FeedItem
+		var it model.FeedItem
 		var created int64
 		if err := rows.Scan(&row, &it.Seq, &it.Feed, &created, &it.EventID, &it.Type, &it.Message); err != nil {
 			return nil, err
@@ -707,7 +707,7 @@ func extraCopies(ctx context.Context, q querier, tenant, user string, counted []
 	}
 	perEvent := map[int64]int64{}
 	for _, it := range items {
-		if !marked[store.MarkRead][it.seq] && !marked[store.MarkDismissed][it.seq] {
+		if !marked[model.MarkRead][it.seq] && !marked[model.MarkDismissed][it.seq] {
 			perEvent[it.event]++
 		}
 	}

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"io"
@@ -52,7 +52,7 @@ const (
 )
 
 type groupOp struct {
-	class store.WriteClass
+	class model.WriteClass
 	fn    func(ctx context.Context, tx pgx.Tx) error
 	// accept, for an AcceptEvents call: the accepts of a group are
 	// written together (acceptMany) rather than by their fns one by one.
@@ -98,7 +98,7 @@ type txStateKey struct{}
 // commit failed. ctx bounds the wait for a committer to take the write:
 // once taken it runs to its end (WriteTimeout bounds the transaction), so
 // a caller never gives up on a write that then commits.
-func (s *Store) grouped(ctx context.Context, class store.WriteClass, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (s *Store) grouped(ctx context.Context, class model.WriteClass, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return s.groupedOp(ctx, &groupOp{class: class, fn: fn})
 }
 
@@ -114,7 +114,7 @@ func (s *Store) groupedOp(ctx context.Context, op *groupOp) error {
 	op.done = make(chan error, 1)
 	g := &s.group
 	g.mu.Lock()
-	if op.class == store.WriteClaim || op.class == store.WriteRecord {
+	if op.class == model.WriteClaim || op.class == model.WriteRecord {
 		g.urgent = append(g.urgent, op)
 	} else {
 		g.queue = append(g.queue, op)
@@ -197,7 +197,7 @@ func (g *grouper) needMore(running int) bool {
 		return true
 	}
 	for _, op := range g.urgent {
-		if op.class == store.WriteClaim && op.state.Load() == opQueued {
+		if op.class == model.WriteClaim && op.state.Load() == opQueued {
 			return true
 		}
 	}
@@ -467,7 +467,7 @@ func (s *Store) committed(batch []*groupOp, errs []error, took []time.Duration, 
 	s.stats.CommitTime += d
 	s.stats.MaxBatch = max(s.stats.MaxBatch, len(batch))
 	if s.stats.Classes == nil {
-		s.stats.Classes = map[store.WriteClass]store.ClassStats{}
+		s.stats.Classes = map[model.WriteClass]model.ClassStats{}
 	}
 	for i, op := range batch {
 		if errs[i] != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
-	"edgerelay/store"
+	"edgerelay/model"
 	"edgerelay/store/postgres"
 )
 
@@ -26,7 +26,7 @@ func TestConcurrentAcceptsShareCommits(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, _, errs[i] = s.AcceptEvents(t.Context(), []store.AcceptInput{event("acme", fmt.Sprintf("e%d", i), 1)}, t0)
+			_, _, errs[i] = s.AcceptEvents(t.Context(), []model.AcceptInput{event("acme", fmt.Sprintf("e%d", i), 1)}, t0)
 		})
 	}
 	wg.Wait()
@@ -57,13 +57,13 @@ func TestGroupMemberFailsAlone(t *testing.T) {
 	url := pgtest.Start(t)
 	s := open(t, url)
 	ctx := t.Context()
-	key := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "request A"}
-	hold := store.RequestHold{Now: t0, Until: t0.Add(time.Minute), Owner: "node-1"}
+	key := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "request A"}
+	hold := model.RequestHold{Now: t0, Until: t0.Add(time.Minute), Owner: "node-1"}
 	if _, err := s.ClaimRequest(ctx, key, hold); err != nil {
 		t.Fatal(err)
 	}
 	accept(t, s, event("acme", "due", 1))
-	cs, err := s.Claim(ctx, store.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})
+	cs, err := s.Claim(ctx, model.ClaimRequest{Limit: 1, Now: t0, Lease: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("claim: %d, %v", len(cs), err)
 	}
@@ -76,27 +76,27 @@ func TestGroupMemberFailsAlone(t *testing.T) {
 	goodErrs := make([]error, good)
 	for i := range good {
 		wg.Go(func() {
-			_, _, goodErrs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("g%d", i), 1)}, t0)
+			_, _, goodErrs[i] = s.AcceptEvents(ctx, []model.AcceptInput{event("acme", fmt.Sprintf("g%d", i), 1)}, t0)
 		})
 	}
 	var badErr, reusedErr, claimErr, settleErr error
-	var claimed []store.Claimed
+	var claimed []model.Claimed
 	var applied []bool
 	wg.Go(func() {
 		// A NUL byte: PostgreSQL refuses it in text, and the transaction
 		// is aborted with it.
-		_, _, badErr = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", "bad\x00id", 1)}, t0)
+		_, _, badErr = s.AcceptEvents(ctx, []model.AcceptInput{event("acme", "bad\x00id", 1)}, t0)
 	})
 	wg.Go(func() {
-		_, reusedErr = s.ClaimRequest(ctx, store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "request B"}, hold)
+		_, reusedErr = s.ClaimRequest(ctx, model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "request B"}, hold)
 	})
 	wg.Go(func() {
-		claimed, claimErr = s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
+		claimed, claimErr = s.Claim(ctx, model.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
 	})
 	wg.Go(func() {
-		a := store.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
-		applied, settleErr = s.Settle(ctx, []store.Settlement{{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a,
-			Decision: store.Decision{Status: store.StatusSent}}})
+		a := model.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
+		applied, settleErr = s.Settle(ctx, []model.Settlement{{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a,
+			Decision: model.Decision{Status: model.StatusSent}}})
 	})
 	for range good + 4 {
 		select {
@@ -114,7 +114,7 @@ func TestGroupMemberFailsAlone(t *testing.T) {
 	if badErr == nil {
 		t.Error("an event id with a NUL byte was accepted")
 	}
-	if !errors.Is(reusedErr, store.ErrKeyReused) {
+	if !errors.Is(reusedErr, model.ErrKeyReused) {
 		t.Errorf("claim of a key used for another request: %v; want ErrKeyReused", reusedErr)
 	}
 	if claimErr != nil || len(claimed) != 1 || claimed[0].EventID != "later" {
@@ -138,7 +138,7 @@ func TestGroupMemberFailsAlone(t *testing.T) {
 		t.Errorf("%d of the %d good events are stored", events, good)
 	}
 	n, err := s.Notification(ctx, "acme", cs[0].ID, "")
-	if err != nil || n.Status != store.StatusSent || len(n.AttemptLog) != 1 {
+	if err != nil || n.Status != model.StatusSent || len(n.AttemptLog) != 1 {
 		t.Errorf("the settled notification: %+v, %v; want sent with one attempt row", n, err)
 	}
 }
@@ -155,7 +155,7 @@ func TestGroupLostCommitAnswerIsResolved(t *testing.T) {
 	errs := make([]error, 8)
 	for i := range errs {
 		wg.Go(func() {
-			_, _, errs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("e%d", i), 1)}, t0)
+			_, _, errs[i] = s.AcceptEvents(ctx, []model.AcceptInput{event("acme", fmt.Sprintf("e%d", i), 1)}, t0)
 		})
 	}
 	for range errs {
@@ -166,7 +166,7 @@ func TestGroupLostCommitAnswerIsResolved(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("accepts whose group's answer was lost: %v", err)
 	}
-	cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 100, Now: t0, Lease: time.Minute})
+	cs, err := s.Claim(context.Background(), model.ClaimRequest{Limit: 100, Now: t0, Lease: time.Minute})
 	if err != nil || len(cs) != len(errs) {
 		t.Errorf("claimed %d, %v; want %d", len(cs), err, len(errs))
 	}
@@ -182,7 +182,7 @@ func TestGroupedDuplicates(t *testing.T) {
 	ctx := t.Context()
 	queued, release := postgres.HoldGroups(s)
 	const n = 4
-	outs := make([][]store.Accepted, n+1)
+	outs := make([][]model.Accepted, n+1)
 	errs := make([][]error, n+1)
 	fails := make([]error, n+1)
 	var wg sync.WaitGroup
@@ -197,7 +197,7 @@ func TestGroupedDuplicates(t *testing.T) {
 			if i == n { // queued last: the others' content is the event's
 				ev.Event.Fingerprint = "other content"
 			}
-			outs[i], errs[i], fails[i] = s.AcceptEvents(ctx, []store.AcceptInput{ev, event("acme", fmt.Sprintf("own%d", i), 1)}, t0)
+			outs[i], errs[i], fails[i] = s.AcceptEvents(ctx, []model.AcceptInput{ev, event("acme", fmt.Sprintf("own%d", i), 1)}, t0)
 		})
 	}
 	<-queued
@@ -209,7 +209,7 @@ func TestGroupedDuplicates(t *testing.T) {
 	news, dups, conflicts := 0, 0, 0
 	for i := range n + 1 {
 		switch {
-		case errors.Is(errs[i][0], store.ErrEventConflict):
+		case errors.Is(errs[i][0], model.ErrEventConflict):
 			conflicts++
 		case errs[i][0] != nil:
 			t.Errorf("caller %d: %v", i, errs[i][0])
@@ -245,16 +245,16 @@ func TestGroupedSettlements(t *testing.T) {
 	s := open(t, pgtest.Start(t))
 	ctx := t.Context()
 	accept(t, s, event("acme", "e1", 1), event("acme", "e2", 1))
-	cs, err := s.Claim(ctx, store.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
+	cs, err := s.Claim(ctx, model.ClaimRequest{Limit: 10, Now: t0, Lease: time.Minute})
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("claim: %d, %v", len(cs), err)
 	}
 	queued, release := postgres.HoldGroups(s)
-	a := store.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
-	sets := []store.Settlement{
-		{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a, Decision: store.Decision{Status: store.StatusSent}},
-		{ID: cs[1].ID, Token: cs[1].Token, At: t0, Attempt: &a, Decision: store.Decision{Status: store.StatusSent}},
-		{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a, Decision: store.Decision{Status: store.StatusFailed}},
+	a := model.Attempt{Provider: "p", StartedAt: t0, EndedAt: t0, Outcome: "sent", HTTPStatus: 202}
+	sets := []model.Settlement{
+		{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a, Decision: model.Decision{Status: model.StatusSent}},
+		{ID: cs[1].ID, Token: cs[1].Token, At: t0, Attempt: &a, Decision: model.Decision{Status: model.StatusSent}},
+		{ID: cs[0].ID, Token: cs[0].Token, At: t0, Attempt: &a, Decision: model.Decision{Status: model.StatusFailed}},
 	}
 	applied := make([][]bool, len(sets))
 	errs := make([]error, len(sets))
@@ -280,7 +280,7 @@ func TestGroupedSettlements(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []int{2, 1}[i]; n.Status != store.StatusSent || len(n.AttemptLog) != want {
+		if want := []int{2, 1}[i]; n.Status != model.StatusSent || len(n.AttemptLog) != want {
 			t.Errorf("notification %d: %s with %d attempt rows; want sent with %d", c.ID, n.Status, len(n.AttemptLog), want)
 		}
 	}
@@ -298,7 +298,7 @@ func TestGroupBoundsItsRows(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, _, errs[i] = s.AcceptEvents(ctx, []store.AcceptInput{event("acme", fmt.Sprintf("big%d", i), 2000)}, t0)
+			_, _, errs[i] = s.AcceptEvents(ctx, []model.AcceptInput{event("acme", fmt.Sprintf("big%d", i), 2000)}, t0)
 		})
 	}
 	for range n {

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"time"
 
@@ -17,10 +17,10 @@ import (
 // feed sequence (a digest covers the items after the previous run's and up
 // to its own); a repeat asked for another tenant is an error, as its range
 // would be in another sequence.
-func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (store.JobRun, error) {
-	var run store.JobRun
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		run = store.JobRun{Job: job, ScheduledAt: at}
+func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (model.JobRun, error) {
+	var run model.JobRun
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		run = model.JobRun{Job: job, ScheduledAt: at}
 		var upper, legacy int64
 		err := tx.QueryRow(ctx, `SELECT seq, legacy_seq FROM feed_counters WHERE tenant = $1`, tenant).Scan(&upper, &legacy)
 		if err != nil && !isNoRows(err) {
@@ -93,7 +93,7 @@ func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runE
 	if runErr != nil {
 		status, detail = "failed", runErr.Error()
 	}
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE job_runs SET status = $1, detail = $2, finished_at = $3 WHERE job = $4 AND scheduled_at = $5`,
 			status, nullStr(detail), ms(now), job, ms(at))
 		return err
@@ -121,8 +121,8 @@ func (s *Store) LastJobRun(ctx context.Context, job string) (time.Time, bool, er
 // batch rows, so no write holds locks for long, and skips rows another
 // transaction holds (a node settling or retrying them) rather than
 // waiting: the next prune gets them.
-func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (store.PruneResult, error) {
-	var res store.PruneResult
+func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (model.PruneResult, error) {
+	var res model.PruneResult
 	if batch <= 0 {
 		batch = 500 // a step ends when it deletes fewer than batch rows: 0 would never end
 	}
@@ -130,7 +130,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (st
 	step := func(count *int64, fn func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error)) error {
 		for {
 			var n int64
-			err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+			err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 				tag, err := fn(ctx, tx)
 				n = tag.RowsAffected()
 				return err
@@ -289,7 +289,7 @@ func (s *Store) pruneFeedItems(ctx context.Context, cutoff int64, batch int) (in
 	for len(cuts) > 0 {
 		var deleted int64
 		var done int
-		err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 			deleted, done = 0, 0
 			for _, ct := range cuts {
 				left := int64(batch) - deleted

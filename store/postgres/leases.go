@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"time"
 
@@ -16,7 +16,7 @@ import (
 // live and another's, and changes nothing.
 func (s *Store) HoldLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error) {
 	var held bool
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		var who string
 		err := tx.QueryRow(ctx, `INSERT INTO leases (name, holder, until) VALUES ($1, $2, $3)
 			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
@@ -37,7 +37,7 @@ func (s *Store) HoldLease(ctx context.Context, name, holder string, now time.Tim
 
 // DropLease deletes the holder's lease.
 func (s *Store) DropLease(ctx context.Context, name, holder string) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM leases WHERE name = $1 AND holder = $2`, name, holder); err != nil {
 			return fmt.Errorf("drop lease %q: %w", name, err)
 		}

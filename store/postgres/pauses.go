@@ -7,13 +7,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // PauseProvider keeps a provider's pause in one upsert that never moves
 // its end earlier (of two nodes pausing at once, the later end stays).
 func (s *Store) PauseProvider(ctx context.Context, provider string, until time.Time) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO provider_pauses (provider, until) VALUES ($1, $2)
 			ON CONFLICT (provider) DO UPDATE SET until = excluded.until WHERE excluded.until > provider_pauses.until`,
 			provider, ms(until)); err != nil {

@@ -10,15 +10,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Preferences, quiet hours, tenant keys and throttle slots (issue 17), as
 // store/sqlite's.
 
 // RecipientPreferences reads what recipients of a tenant set.
-func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]store.RecipientPreferences, error) {
-	out := map[string]store.RecipientPreferences{}
+func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]model.RecipientPreferences, error) {
+	out := map[string]model.RecipientPreferences{}
 	seen := map[string]bool{}
 	err := s.read(ctx, func(q querier) error {
 		for _, r := range recipients {
@@ -42,8 +42,8 @@ func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipie
 	return out, nil
 }
 
-func readPreferences(ctx context.Context, q querier, tenant, recipient string) (store.RecipientPreferences, error) {
-	p := store.RecipientPreferences{Tenant: tenant, Recipient: recipient, Switches: []store.Switch{}, Quiet: []store.QuietHours{}}
+func readPreferences(ctx context.Context, q querier, tenant, recipient string) (model.RecipientPreferences, error) {
+	p := model.RecipientPreferences{Tenant: tenant, Recipient: recipient, Switches: []model.Switch{}, Quiet: []model.QuietHours{}}
 	var at int64
 	err := q.QueryRow(ctx, `SELECT timezone, set_at, set_by FROM pref_zones WHERE tenant = $1 AND recipient = $2`, tenant, recipient).
 		Scan(&p.TimeZone, &at, &p.ZoneSetBy)
@@ -59,8 +59,8 @@ func readPreferences(ctx context.Context, q querier, tenant, recipient string) (
 	if err != nil {
 		return p, err
 	}
-	p.Switches, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Switch, error) {
-		var sw store.Switch
+	p.Switches, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Switch, error) {
+		var sw model.Switch
 		var at int64
 		err := r.Scan(&sw.Category, &sw.Channel, &sw.Enabled, &at, &sw.SetBy)
 		sw.SetAt = fromMS(at)
@@ -74,8 +74,8 @@ func readPreferences(ctx context.Context, q querier, tenant, recipient string) (
 	if err != nil {
 		return p, err
 	}
-	p.Quiet, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.QuietHours, error) {
-		var qh store.QuietHours
+	p.Quiet, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.QuietHours, error) {
+		var qh model.QuietHours
 		var at int64
 		err := r.Scan(&qh.Category, &qh.Start, &qh.End, &at, &qh.SetBy)
 		qh.SetAt = fromMS(at)
@@ -86,9 +86,9 @@ func readPreferences(ctx context.Context, q querier, tenant, recipient string) (
 
 // PutPreferences replaces what the recipient set, in one transaction: an
 // entry's set_at and set_by change only where its value does.
-func (s *Store) PutPreferences(ctx context.Context, p store.RecipientPreferences, by string, now time.Time) (store.RecipientPreferences, error) {
-	var out store.RecipientPreferences
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+func (s *Store) PutPreferences(ctx context.Context, p model.RecipientPreferences, by string, now time.Time) (model.RecipientPreferences, error) {
+	var out model.RecipientPreferences
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		t, r, at := p.Tenant, p.Recipient, ms(now)
 		if p.TimeZone == "" {
 			if _, err := tx.Exec(ctx, `DELETE FROM pref_zones WHERE tenant = $1 AND recipient = $2`, t, r); err != nil {
@@ -135,16 +135,16 @@ func (s *Store) PutPreferences(ctx context.Context, p store.RecipientPreferences
 		return err
 	})
 	if err != nil {
-		return store.RecipientPreferences{}, fmt.Errorf("put preferences: %w", err)
+		return model.RecipientPreferences{}, fmt.Errorf("put preferences: %w", err)
 	}
 	return out, nil
 }
 
 // SetSwitch upserts one switch; the same value again changes nothing.
-func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw store.Switch, now time.Time) (store.Switch, bool, error) {
-	var out store.Switch
+func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw model.Switch, now time.Time) (model.Switch, bool, error) {
+	var out model.Switch
 	var changed bool
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO pref_switches AS p (tenant, recipient, category, channel, enabled, set_at, set_by)
 				VALUES ($1, $2, $3, $4, $5, $6, $7)
 				ON CONFLICT (tenant, recipient, category, channel) DO UPDATE
@@ -155,7 +155,7 @@ func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw stor
 		}
 		changed = tag.RowsAffected() > 0
 		var at int64
-		out = store.Switch{Category: sw.Category, Channel: sw.Channel}
+		out = model.Switch{Category: sw.Category, Channel: sw.Channel}
 		if err := tx.QueryRow(ctx, `SELECT enabled, set_at, set_by FROM pref_switches
 				WHERE tenant = $1 AND recipient = $2 AND category = $3 AND channel = $4`,
 			tenant, recipient, sw.Category, sw.Channel).Scan(&out.Enabled, &at, &out.SetBy); err != nil {
@@ -165,7 +165,7 @@ func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw stor
 		return nil
 	})
 	if err != nil {
-		return store.Switch{}, false, fmt.Errorf("set preference %s/%s: %w", sw.Category, sw.Channel, err)
+		return model.Switch{}, false, fmt.Errorf("set preference %s/%s: %w", sw.Category, sw.Channel, err)
 	}
 	return out, changed, nil
 }
@@ -183,9 +183,9 @@ func (s *Store) TenantKey(ctx context.Context, tenant string, fresh []byte, now 
 	case !isNoRows(err):
 		return nil, fmt.Errorf("read tenant key: %w", err)
 	case fresh == nil:
-		return nil, fmt.Errorf("tenant %q has no key: %w", tenant, store.ErrNotFound)
+		return nil, fmt.Errorf("tenant %q has no key: %w", tenant, model.ErrNotFound)
 	}
-	err = s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO tenant_keys (tenant, key, created_at) VALUES ($1, $2, $3) ON CONFLICT (tenant) DO NOTHING`,
 			tenant, fresh, ms(now)); err != nil {
 			return err
@@ -201,9 +201,9 @@ func (s *Store) TenantKey(ctx context.Context, tenant string, fresh []byte, now 
 // TakeThrottleSlots decides the takes in order in one transaction. Each
 // window's takes hold a transaction-scoped advisory lock on it, so
 // processes taking slots at once count one after another.
-func (s *Store) TakeThrottleSlots(ctx context.Context, takes []store.ThrottleTake, now time.Time) ([]bool, error) {
+func (s *Store) TakeThrottleSlots(ctx context.Context, takes []model.ThrottleTake, now time.Time) ([]bool, error) {
 	granted := make([]bool, len(takes))
-	err := s.write(ctx, store.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
 		clear(granted)
 		// The locks in one order (sorted), so two takers never wait on
 		// each other in a cycle.

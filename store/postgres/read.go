@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -16,8 +16,8 @@ const notificationCols = `n.id, n.key, n.tenant, e.event_id, e.purpose, n.type, 
 	n.attempts, n.next_attempt_at, n.lease_until, n.provider, n.provider_message_id, n.last_response, n.reason,
 	n.created_at, n.updated_at`
 
-func scanNotification(row pgx.Row) (store.Notification, error) {
-	var n store.Notification
+func scanNotification(row pgx.Row) (model.Notification, error) {
+	var n model.Notification
 	var next, created, updated int64
 	var lease *int64
 	var provider, msgID, resp, reason *string
@@ -26,11 +26,11 @@ func scanNotification(row pgx.Row) (store.Notification, error) {
 	if err != nil {
 		return n, err
 	}
-	if n.Status == store.StatusPending {
+	if n.Status == model.StatusPending {
 		t := fromMS(next)
 		n.NextAttemptAt = &t
 	}
-	if lease != nil && n.Status == store.StatusSending {
+	if lease != nil && n.Status == model.StatusSending {
 		t := fromMS(*lease)
 		n.LeaseUntil = &t
 	}
@@ -48,8 +48,8 @@ func deref(s *string) string {
 
 // Notification returns one notification, by id or by idempotency key, with
 // every attempt, in one snapshot. tenant "" means any tenant.
-func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (store.Notification, error) {
-	var n store.Notification
+func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (model.Notification, error) {
+	var n model.Notification
 	err := s.snapshot(ctx, func(q querier) error {
 		var err error
 		n, err = scanNotification(q.QueryRow(ctx, `SELECT `+notificationCols+`
@@ -57,9 +57,9 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 			WHERE (n.id = $1 OR n.key = $2) AND ($3 = '' OR n.tenant = $3)`, id, key, tenant))
 		if isNoRows(err) {
 			if key != "" {
-				return fmt.Errorf("notification with key %q: %w", key, store.ErrNotFound)
+				return fmt.Errorf("notification with key %q: %w", key, model.ErrNotFound)
 			}
-			return fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
+			return fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("read notification: %w", err)
@@ -95,7 +95,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	return n, err
 }
 
-func attempts(ctx context.Context, q querier, id int64) ([]store.Attempt, error) {
+func attempts(ctx context.Context, q querier, id int64) ([]model.Attempt, error) {
 	rows, err := q.Query(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
 			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
 			coalesce(decision, '')
@@ -104,9 +104,9 @@ func attempts(ctx context.Context, q querier, id int64) ([]store.Attempt, error)
 		return nil, fmt.Errorf("read attempts: %w", err)
 	}
 	defer rows.Close()
-	out := []store.Attempt{}
+	out := []model.Attempt{}
 	for rows.Next() {
-		var a store.Attempt
+		var a model.Attempt
 		var start, end int64
 		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
 			return nil, err
@@ -119,8 +119,8 @@ func attempts(ctx context.Context, q querier, id int64) ([]store.Attempt, error)
 
 // EventNotifications lists an event's notifications in fan-out order,
 // after position after (-1 for the start), at most limit.
-func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]store.EventNotification, error) {
-	var out []store.EventNotification
+func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]model.EventNotification, error) {
+	var out []model.EventNotification
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT id, key, recipient, channel, status FROM notifications
 			WHERE event = $1 AND seq > $2 ORDER BY seq LIMIT $3`, eventRow, after, limit)
@@ -129,7 +129,7 @@ func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, l
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var n store.EventNotification
+			var n model.EventNotification
 			if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
 				return err
 			}
@@ -142,11 +142,11 @@ func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, l
 
 // Status counts notifications by status and attempts by provider and
 // outcome, in one snapshot.
-func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error) {
-	var st store.Status
+func (s *Store) Status(ctx context.Context, now time.Time) (model.Status, error) {
+	var st model.Status
 	err := s.snapshot(ctx, func(q querier) error {
-		st = store.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}, QuarantinedIDs: []int64{}}
-		for _, s := range store.Statuses {
+		st = model.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}, QuarantinedIDs: []int64{}}
+		for _, s := range model.Statuses {
 			st.Counts[s] = 0
 		}
 		rows, err := q.Query(ctx, `SELECT status, count(*) FROM notifications GROUP BY status`)
@@ -182,7 +182,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 		for _, l := range []struct {
 			status string
 			ids    *[]int64
-		}{{store.StatusUnknown, &st.Unknown}, {store.StatusFailed, &st.Failed}, {store.StatusDead, &st.Dead}} {
+		}{{model.StatusUnknown, &st.Unknown}, {model.StatusFailed, &st.Failed}, {model.StatusDead, &st.Dead}} {
 			if *l.ids, err = ids(ctx, q, `SELECT id FROM notifications WHERE status = $1 ORDER BY id DESC LIMIT 20`, l.status); err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
@@ -280,9 +280,9 @@ const defaultListLimit = 100
 // the page sees is committed already, and later ones get higher ids. The
 // page waits for the transactions in flight, and holds new ones back for
 // as long as its query runs.
-func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
+func (s *Store) ListNotifications(ctx context.Context, f model.ListFilter) ([]model.Notification, error) {
 	q, args := listQuery(f)
-	out := []store.Notification{}
+	out := []model.Notification{}
 	err := s.read(ctx, func(db querier) error {
 		// One round trip: a batch runs as one implicit transaction (until
 		// its Sync) or in read's, so the lock holds through the query, and
@@ -322,12 +322,12 @@ func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]st
 // listQuery writes only the conditions f sets, so each combination uses its
 // index ending in id (0002_api.sql): a page is a range read in id order
 // that stops after the limit.
-func listQuery(f store.ListFilter) (string, []any) {
+func listQuery(f model.ListFilter) (string, []any) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	limit = min(limit, store.MaxListLimit)
+	limit = min(limit, model.MaxListLimit)
 	var b strings.Builder
 	args := []any{f.After}
 	cond := func(c string, v any) {
@@ -419,7 +419,7 @@ func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 		err := q.QueryRow(ctx, `SELECT id FROM events WHERE tenant = $1 AND event_id = $2 AND purpose = $3`,
 			tenant, eventID, purpose).Scan(&id)
 		if isNoRows(err) {
-			return fmt.Errorf("event %q (purpose %q): %w", eventID, purpose, store.ErrNotFound)
+			return fmt.Errorf("event %q (purpose %q): %w", eventID, purpose, model.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("read event %q: %w", eventID, err)
@@ -431,8 +431,8 @@ func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 
 // EventRows lists every event tenant accepted under eventID (one per
 // purpose), in row order.
-func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]store.EventRef, error) {
-	out := []store.EventRef{}
+func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]model.EventRef, error) {
+	out := []model.EventRef{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT id, purpose FROM events WHERE tenant = $1 AND event_id = $2 ORDER BY id`, tenant, eventID)
 		if err != nil {
@@ -440,7 +440,7 @@ func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]store.
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var e store.EventRef
+			var e model.EventRef
 			if err := rows.Scan(&e.Row, &e.Purpose); err != nil {
 				return fmt.Errorf("read events %q: %w", eventID, err)
 			}

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"time"
 
@@ -18,9 +18,9 @@ import (
 // The notification's status is a function of the set of its receipts, not
 // of their order: bounced (bounced, failed) outranks delivered (delivered,
 // complained), which outranks sent.
-func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Time) (int, error) {
+func (s *Store) AddReceipts(ctx context.Context, rs []model.Receipt, now time.Time) (int, error) {
 	added := 0
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		added = 0
 		for _, r := range rs {
 			var suppress, until any
@@ -94,9 +94,9 @@ func applyReceipts(ctx context.Context, tx pgx.Tx, provider, messageID string, n
 		var status string
 		switch {
 		case rank != nil && *rank == 3:
-			status = store.StatusBounced
+			status = model.StatusBounced
 		case rank != nil && *rank == 2:
-			status = store.StatusDelivered
+			status = model.StatusDelivered
 		default:
 			continue
 		}
@@ -115,7 +115,7 @@ const receiptAbout = `(notification = $3 OR (notification IS NULL AND $4::boolea
 
 // receiptsFor lists the receipts about notification id, which provider
 // sent as messageID, oldest first (those that apply to it: receiptAbout).
-func receiptsFor(ctx context.Context, q querier, id int64, provider, messageID string) ([]store.Receipt, error) {
+func receiptsFor(ctx context.Context, q querier, id int64, provider, messageID string) ([]model.Receipt, error) {
 	rows, err := q.Query(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at,
 			coalesce(source, ''), suppress, suppress_until
 		FROM receipts WHERE provider = $1 AND message_id = $2 AND (notification = $3 OR (notification IS NULL
@@ -125,9 +125,9 @@ func receiptsFor(ctx context.Context, q querier, id int64, provider, messageID s
 		return nil, fmt.Errorf("read receipts: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Receipt
+	var out []model.Receipt
 	for rows.Next() {
-		var r store.Receipt
+		var r model.Receipt
 		var at, until *int64
 		var recv int64
 		var suppress *string
@@ -135,7 +135,7 @@ func receiptsFor(ctx context.Context, q querier, id int64, provider, messageID s
 			return nil, err
 		}
 		if suppress != nil {
-			r.Suppress = &store.Suppress{Reason: *suppress}
+			r.Suppress = &model.Suppress{Reason: *suppress}
 			if until != nil {
 				t := fromMS(*until)
 				r.Suppress.ExpiresAt = &t

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // A schema at 0023 with suppression entries and notifications keyed the
@@ -71,7 +71,7 @@ func TestMigrationRekeysSuppressions(t *testing.T) {
 	s := open(t, u)
 	got := map[string]string{}
 	for _, tenant := range []string{"acme", "other"} {
-		es, err := s.Suppressions(t.Context(), store.SuppressionFilter{Tenant: tenant}, time.UnixMilli(0))
+		es, err := s.Suppressions(t.Context(), model.SuppressionFilter{Tenant: tenant}, time.UnixMilli(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +107,7 @@ func TestMigrationRekeysSuppressions(t *testing.T) {
 		}
 	}
 	for _, id := range []int64{11, 12, 13} {
-		var se *store.SuppressedError
+		var se *model.SuppressedError
 		if err := s.Retry(t.Context(), "acme", id, false, time.UnixMilli(10000)); !errors.As(err, &se) {
 			t.Errorf("retry of notification %d: %v, want a SuppressedError", id, err)
 		}

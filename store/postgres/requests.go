@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"time"
 
@@ -23,10 +23,10 @@ import (
 // or a claim that lapsed. Otherwise the row says who has it. Of two nodes
 // claiming one key at once, the second's upsert waits for the first's
 // commit and then finds the key held.
-func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.RequestHold) (store.RequestClaim, error) {
-	var claim store.RequestClaim
-	err := s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		claim = store.RequestClaim{}
+func (s *Store) ClaimRequest(ctx context.Context, k model.RequestKey, h model.RequestHold) (model.RequestClaim, error) {
+	var claim model.RequestClaim
+	err := s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		claim = model.RequestClaim{}
 		var one int
 		err := tx.QueryRow(ctx, `INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at, owner)
 				VALUES ($1, $2, $3, 'in_flight', $4, $5, $4, $6)
@@ -56,7 +56,7 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.Re
 		}
 		switch {
 		case fp != k.Fingerprint:
-			return fmt.Errorf("%w: key %q", store.ErrKeyReused, k.Key)
+			return fmt.Errorf("%w: key %q", model.ErrKeyReused, k.Key)
 		case state == "done":
 			if body == nil {
 				body = []byte{}
@@ -65,7 +65,7 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.Re
 			if status != nil {
 				st = *status
 			}
-			claim.Stored = &store.StoredResponse{Status: st, ContentType: deref(ctype), Body: body}
+			claim.Stored = &model.StoredResponse{Status: st, ContentType: deref(ctype), Body: body}
 		default:
 			claim.Busy, claim.Owner = fromMS(locked), owner
 		}
@@ -75,9 +75,9 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.Re
 }
 
 // RenewRequest extends owner's claim on k, if it still has it.
-func (s *Store) RenewRequest(ctx context.Context, k store.RequestKey, owner string, until time.Time) (bool, error) {
+func (s *Store) RenewRequest(ctx context.Context, k model.RequestKey, owner string, until time.Time) (bool, error) {
 	var held bool
-	err := s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE request_keys SET locked_until = $1, expires_at = $1
 			WHERE tenant = $2 AND key = $3 AND state = 'in_flight' AND owner = $4 AND fingerprint = $5`,
 			ms(until), k.Tenant, k.Key, owner, k.Fingerprint)
@@ -91,8 +91,8 @@ func (s *Store) RenewRequest(ctx context.Context, k store.RequestKey, owner stri
 }
 
 // ReleaseRequest deletes this request's claim, if it still holds one.
-func (s *Store) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
-	return s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+func (s *Store) ReleaseRequest(ctx context.Context, k model.RequestKey) error {
+	return s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM request_keys WHERE tenant = $1 AND key = $2 AND state = 'in_flight' AND fingerprint = $3`,
 			k.Tenant, k.Key, k.Fingerprint); err != nil {
 			return fmt.Errorf("release request key %q: %w", k.Key, err)
@@ -104,7 +104,7 @@ func (s *Store) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
 // LookupRequest returns the response stored for k, if a request with its
 // key completed and the key has not expired by now; ErrKeyReused if the
 // key was used for a different fingerprint; (nil, nil) if there is none.
-func (s *Store) LookupRequest(ctx context.Context, k store.RequestKey, now time.Time) (*store.StoredResponse, error) {
+func (s *Store) LookupRequest(ctx context.Context, k model.RequestKey, now time.Time) (*model.StoredResponse, error) {
 	var (
 		fp     string
 		status int
@@ -122,19 +122,19 @@ func (s *Store) LookupRequest(ctx context.Context, k store.RequestKey, now time.
 	case err != nil:
 		return nil, fmt.Errorf("read request key %q: %w", k.Key, err)
 	case fp != k.Fingerprint:
-		return nil, fmt.Errorf("%w: key %q", store.ErrKeyReused, k.Key)
+		return nil, fmt.Errorf("%w: key %q", model.ErrKeyReused, k.Key)
 	}
 	if body == nil {
 		body = []byte{}
 	}
-	return &store.StoredResponse{Status: status, ContentType: deref(ctype), Body: body}, nil
+	return &model.StoredResponse{Status: status, ContentType: deref(ctype), Body: body}, nil
 }
 
 // SaveResponse stores the response of a completed request under k, to be
 // replayed until now+ttl. A live response already stored under the key
 // (another node ran the same request at the same moment) is kept: the
 // first answer stays the answer.
-func (s *Store) SaveResponse(ctx context.Context, k store.RequestKey, resp store.StoredResponse, now time.Time, ttl time.Duration) error {
+func (s *Store) SaveResponse(ctx context.Context, k model.RequestKey, resp model.StoredResponse, now time.Time, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("save response for key %q: need a positive ttl, have %s", k.Key, ttl)
 	}
@@ -142,7 +142,7 @@ func (s *Store) SaveResponse(ctx context.Context, k store.RequestKey, resp store
 	if body == nil {
 		body = []byte{} // an empty body, not a missing one
 	}
-	return s.grouped(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, status, content_type, body, created_at, expires_at)
 			VALUES ($1, $2, $3, 'done', $4, $5, $6, $7, $4, $8)
 			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'done',
@@ -164,7 +164,7 @@ func (s *Store) PruneRequests(ctx context.Context, now time.Time, limit int) (in
 		return 0, nil
 	}
 	var n int64
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		// The rows are chosen once, in a materialized CTE: as an IN
 		// (… LIMIT … SKIP LOCKED) subquery the planner may run it more than
 		// once, and the DELETE then goes past the limit (seen: 6 of a

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Secret reads name's value (every call after the first); only when there
@@ -26,7 +26,7 @@ func (s *Store) Secret(ctx context.Context, name string, fresh []byte) ([]byte, 
 	if !isNoRows(err) {
 		return nil, fmt.Errorf("read setting %q: %w", name, err)
 	}
-	err = s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO settings (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`,
 			name, fresh, ms(time.Now())); err != nil {
 			return fmt.Errorf("keep setting %q: %w", name, err)

@@ -8,15 +8,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // SourceState returns a source's position and its gaps in id order, the
 // zero state for a source never saved.
-func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState, error) {
-	var st store.SourceState
+func (s *Store) SourceState(ctx context.Context, name string) (model.SourceState, error) {
+	var st model.SourceState
 	err := s.read(ctx, func(q querier) error {
-		st = store.SourceState{}
+		st = model.SourceState{}
 		err := q.QueryRow(ctx, `SELECT position FROM source_positions WHERE source = $1`, name).Scan(&st.Position)
 		if isNoRows(err) {
 			return nil
@@ -30,7 +30,7 @@ func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var g store.SourceGap
+			var g model.SourceGap
 			var since int64
 			if err := rows.Scan(&g.First, &g.Last, &since, &g.Mark); err != nil {
 				return fmt.Errorf("read gaps of source %q: %w", name, err)
@@ -48,14 +48,14 @@ func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState
 
 // SaveSourceState saves a source's position and gaps in one transaction,
 // unless the position would move back.
-func (s *Store) SaveSourceState(ctx context.Context, name string, st store.SourceState, now time.Time) error {
-	return s.SettleSource(ctx, name, store.SourceSettle{State: st}, now)
+func (s *Store) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {
+	return s.SettleSource(ctx, name, model.SourceSettle{State: st}, now)
 }
 
 // SettleSource saves a batch's state (unless its position would move
 // back), its rejects and its retried rows in one transaction.
-func (s *Store) SettleSource(ctx context.Context, name string, set store.SourceSettle, now time.Time) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+func (s *Store) SettleSource(ctx context.Context, name string, set model.SourceSettle, now time.Time) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
 		st := set.State
 		tag, err := tx.Exec(ctx, `INSERT INTO source_positions (source, position, updated_at) VALUES ($1, $2, $3)
@@ -112,7 +112,7 @@ func answered(t *time.Time) int64 {
 }
 
 // SourceRejects lists recorded rejects in (source, row) order.
-func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) ([]store.SourceReject, error) {
+func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}
@@ -121,7 +121,7 @@ func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) (
 	if f.Requested {
 		q += ` AND retry_at IS NOT NULL`
 	}
-	var out []store.SourceReject
+	var out []model.SourceReject
 	err := s.read(ctx, func(qr querier) error {
 		out = nil
 		rows, err := qr.Query(ctx, q+` ORDER BY source COLLATE "C", row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
@@ -130,7 +130,7 @@ func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) (
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var r store.SourceReject
+			var r model.SourceReject
 			var first, last int64
 			var retry, gone *int64
 			if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
@@ -170,7 +170,7 @@ func (s *Store) DropSourceRejects(ctx context.Context, source string, rows []int
 // transaction and returns the rows it reached in row order.
 func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stmt string, args ...any) ([]int64, error) {
 	var done []int64
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		var arg any // NULL: every row
 		if rows != nil {
@@ -188,7 +188,7 @@ func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stm
 
 // SourceStates returns every saved source's state by name; each is read
 // as SourceState reads it.
-func (s *Store) SourceStates(ctx context.Context) (map[string]store.SourceState, error) {
+func (s *Store) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
 	var names []string
 	err := s.read(ctx, func(q querier) error {
 		names = nil
@@ -202,7 +202,7 @@ func (s *Store) SourceStates(ctx context.Context) (map[string]store.SourceState,
 	if err != nil {
 		return nil, fmt.Errorf("list sources: %w", err)
 	}
-	out := make(map[string]store.SourceState, len(names))
+	out := make(map[string]model.SourceState, len(names))
 	for _, n := range names {
 		st, err := s.SourceState(ctx, n)
 		if err != nil {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"edgerelay/model"
 	"edgerelay/store"
 	"embed"
 	"errors"
@@ -87,7 +88,7 @@ type Store struct {
 	group grouper
 
 	smu      sync.Mutex
-	stats    store.WriterStats
+	stats    model.WriterStats
 	onCommit atomic.Pointer[func(writes int, took time.Duration)]
 
 	// loseCommitAnswer, set by tests (export_test.go), makes a committed
@@ -151,7 +152,7 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 // openError names the database (without its password) in an error from
 // Open, which may come from connecting with the URL's credentials.
 func (s *Store) openError(err error, secrets []string) error {
-	if errors.Is(err, store.ErrTooNew) || errors.Is(err, errNotDurable) || errors.Is(err, ErrCopying) {
+	if errors.Is(err, model.ErrTooNew) || errors.Is(err, errNotDurable) || errors.Is(err, ErrCopying) {
 		return fmt.Errorf("database %s: %w", s.where, err)
 	}
 	err = s.failure(err)
@@ -163,7 +164,7 @@ func (s *Store) openError(err error, secrets []string) error {
 
 // scrubbed is an error whose message repeated the password: it says the
 // same without it, and still unwraps to what callers test for
-// (store.ErrUnavailable).
+// (model.ErrUnavailable).
 type scrubbed struct {
 	msg string
 	err error
@@ -207,7 +208,7 @@ func (s *Store) init(ctx context.Context) error {
 func (s *Store) Where() string { return s.where }
 
 // Close waits for the operations under way (each is answered: done, or
-// failed), refuses later ones with store.ErrClosed, and closes the pool.
+// failed), refuses later ones with model.ErrClosed, and closes the pool.
 func (s *Store) Close() error {
 	s.gate.Lock()
 	if s.closed {
@@ -227,7 +228,7 @@ func (s *Store) enter() (func(), error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
-		return nil, store.ErrClosed
+		return nil, model.ErrClosed
 	}
 	s.busy.Add(1)
 	return s.busy.Done, nil
@@ -248,10 +249,10 @@ const maxTries = 4
 //
 // A commit whose answer is lost (the connection breaks during COMMIT) is
 // resolved by asking the server (commitOutcome); if it cannot tell, it is
-// reported as store.ErrUnavailable although it may have committed: an
+// reported as model.ErrUnavailable although it may have committed: an
 // accept repeated is a duplicate and a settlement repeated is fenced off,
 // but a claim lost so is left to lease recovery (an unknown attempt).
-func (s *Store) write(ctx context.Context, class store.WriteClass, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (s *Store) write(ctx context.Context, class model.WriteClass, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	done, err := s.enter()
 	if err != nil {
 		return err
@@ -310,7 +311,7 @@ func (s *Store) commitOutcome(ctx context.Context, xid string) string {
 
 // Stats counts the store's commits and the writes they made durable (a
 // grouped commit holds many).
-func (s *Store) Stats() store.WriterStats {
+func (s *Store) Stats() model.WriterStats {
 	s.smu.Lock()
 	defer s.smu.Unlock()
 	st := s.stats
@@ -329,7 +330,7 @@ func (s *Store) OnCommit(fn func(writes int, took time.Duration)) {
 // into the schema's version row. (An empty transaction would commit on a
 // read-only server too.)
 func (s *Store) Ping(ctx context.Context) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE schema_version SET pinged_at = $1`, ms(time.Now()))
 		return err
 	})
@@ -400,9 +401,9 @@ func (e *unavailableError) Error() string {
 	return "database " + e.where + " unavailable: " + e.err.Error()
 }
 func (e *unavailableError) Unwrap() error        { return e.err }
-func (e *unavailableError) Is(target error) bool { return target == store.ErrUnavailable }
+func (e *unavailableError) Is(target error) bool { return target == model.ErrUnavailable }
 
-// failure is err, as a store.ErrUnavailable naming the database if the
+// failure is err, as a model.ErrUnavailable naming the database if the
 // database is the cause.
 func (s *Store) failure(err error) error {
 	var ue *unavailableError
@@ -588,7 +589,7 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 func tooNew(have, know int) error {
-	return fmt.Errorf("%w: it is version %d, this binary knows up to %d; use a newer edgerelay", store.ErrTooNew, have, know)
+	return fmt.Errorf("%w: it is version %d, this binary knows up to %d; use a newer edgerelay", model.ErrTooNew, have, know)
 }
 
 // schemaVersion reads the version, 0 for a schema without edgerelay's

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
+	"edgerelay/model"
 	"edgerelay/store"
 	"edgerelay/store/postgres"
 
@@ -48,18 +49,18 @@ func conn(t *testing.T, url string) *pgx.Conn {
 	return c
 }
 
-func event(tenant, id string, n int, feeds ...string) store.AcceptInput {
-	ev := store.NewEvent{Tenant: tenant, EventID: id, Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
+func event(tenant, id string, n int, feeds ...string) model.AcceptInput {
+	ev := model.NewEvent{Tenant: tenant, EventID: id, Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
 		Message: []byte(`{"subject":"hi"}`), Fingerprint: "fp-" + id, Targets: n, Feeds: feeds}
-	var ts []store.Target
+	var ts []model.Target
 	for i := range n {
-		ts = append(ts, store.Target{Key: fmt.Sprintf("%s/%s/r%d", tenant, id, i), Recipient: fmt.Sprintf("r%d", i),
+		ts = append(ts, model.Target{Key: fmt.Sprintf("%s/%s/r%d", tenant, id, i), Recipient: fmt.Sprintf("r%d", i),
 			Channel: "email", Address: fmt.Sprintf("r%d@example.com", i)})
 	}
-	return store.AcceptInput{Event: ev, First: ts}
+	return model.AcceptInput{Event: ev, First: ts}
 }
 
-func accept(t *testing.T, s store.Store, in ...store.AcceptInput) []store.Accepted {
+func accept(t *testing.T, s store.Store, in ...model.AcceptInput) []model.Accepted {
 	t.Helper()
 	out, errs, err := s.AcceptEvents(context.Background(), in, t0)
 	if err != nil {
@@ -219,7 +220,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := postgres.Open(t.Context(), u, postgres.Options{})
-	if !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "version 99") {
+	if !errors.Is(err, model.ErrTooNew) || !strings.Contains(err.Error(), "version 99") {
 		t.Fatalf("open: %v, want ErrTooNew naming version 99", err)
 	}
 	var v int
@@ -275,7 +276,7 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 	}
 	s := open(t, u)
 	n, err := s.Notification(t.Context(), "", 11, "")
-	if err != nil || n.Status != store.StatusSending || n.Attempts != 0 || n.EventID != "e" || n.Key != "k" {
+	if err != nil || n.Status != model.StatusSending || n.Attempts != 0 || n.EventID != "e" || n.Key != "k" {
 		t.Fatalf("after migrating: %+v, %v; want the row in sending with its attempt given back", n, err)
 	}
 	exp, err := s.ExpiredLeases(t.Context(), time.UnixMilli(62000), 10)
@@ -286,7 +287,7 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 	// the tenant's own highest (acme's watermark included), not the old
 	// sequence's.
 	for tenant, want := range map[string]int64{"acme": 4, "beta": 3} {
-		accept(t, s, event(tenant, "new-"+tenant, 0, store.TenantFeed))
+		accept(t, s, event(tenant, "new-"+tenant, 0, model.TenantFeed))
 		items, _, err := s.FeedPage(t.Context(), tenant, "ada", 0, 10)
 		if err != nil || len(items) == 0 || items[0].Seq != want {
 			t.Fatalf("%s's feed after migrating: %+v, %v; want the new item at seq %d", tenant, items, err, want)
@@ -297,8 +298,8 @@ func TestMigratesOlderSchemaKeepingRows(t *testing.T) {
 	}
 	// 0011: the mark is on acme's suppression list, a hard bounce under
 	// the address folded to lower case, keeping its expiry.
-	marks, err := s.Suppressions(t.Context(), store.SuppressionFilter{Tenant: "acme"}, time.UnixMilli(2000))
-	if err != nil || len(marks) != 1 || marks[0].Address != "a@example.com" || marks[0].Reason != store.ReasonHardBounce ||
+	marks, err := s.Suppressions(t.Context(), model.SuppressionFilter{Tenant: "acme"}, time.UnixMilli(2000))
+	if err != nil || len(marks) != 1 || marks[0].Address != "a@example.com" || marks[0].Reason != model.ReasonHardBounce ||
 		marks[0].Detail != "550" || marks[0].ExpiresAt == nil || !marks[0].ExpiresAt.Equal(time.UnixMilli(1000+30*86400000)) {
 		t.Fatalf("suppressions %+v, %v; want acme's mark, a hard bounce of a@example.com expiring 30 days after it was made", marks, err)
 	}
@@ -321,7 +322,7 @@ func TestCredentialsNeverShown(t *testing.T) {
 	wrong := *u
 	wrong.User = url.UserPassword(u.User.Username(), "s3cret-wrong")
 	_, err = postgres.Open(t.Context(), wrong.String(), postgres.Options{})
-	if err == nil || strings.Contains(err.Error(), "s3cret-wrong") || store.IsUnavailable(err) {
+	if err == nil || strings.Contains(err.Error(), "s3cret-wrong") || model.IsUnavailable(err) {
 		t.Fatalf("wrong password: %v; want an error that does not show it and is not ErrUnavailable", err)
 	}
 
@@ -333,7 +334,7 @@ func TestCredentialsNeverShown(t *testing.T) {
 	closed.Host = l.Addr().String()
 	l.Close() // nothing listens there now
 	_, err = postgres.Open(t.Context(), closed.String(), postgres.Options{})
-	if !store.IsUnavailable(err) || strings.Contains(err.Error(), password) {
+	if !model.IsUnavailable(err) || strings.Contains(err.Error(), password) {
 		t.Fatalf("refused connection: %v; want ErrUnavailable without the password", err)
 	}
 
@@ -377,14 +378,14 @@ func TestReadOnlyDatabaseIsUnavailable(t *testing.T) {
 	if _, err := ro.EventRow(t.Context(), "acme", "before", "receipt"); err != nil {
 		t.Fatalf("a read: %v", err)
 	}
-	if err := ro.Ping(t.Context()); !store.IsUnavailable(err) {
+	if err := ro.Ping(t.Context()); !model.IsUnavailable(err) {
 		t.Fatalf("Ping: %v, want ErrUnavailable", err)
 	}
-	_, _, err := ro.AcceptEvents(t.Context(), []store.AcceptInput{event("acme", "after", 1)}, t0)
-	if !store.IsUnavailable(err) || !strings.Contains(err.Error(), "read-only") {
+	_, _, err := ro.AcceptEvents(t.Context(), []model.AcceptInput{event("acme", "after", 1)}, t0)
+	if !model.IsUnavailable(err) || !strings.Contains(err.Error(), "read-only") {
 		t.Fatalf("accept: %v, want ErrUnavailable saying read-only", err)
 	}
-	if _, err := ro.EventRow(t.Context(), "acme", "after", "receipt"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := ro.EventRow(t.Context(), "acme", "after", "receipt"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("the refused event: %v, want not found", err)
 	}
 }
@@ -409,7 +410,7 @@ func TestWritesGoOnAfterSessionsEnd(t *testing.T) {
 		if ended == 0 {
 			t.Fatalf("round %d: no session ended", i)
 		}
-		if _, _, err := s.AcceptEvents(t.Context(), []store.AcceptInput{event("acme", fmt.Sprint("e", i), 1)}, t0); err != nil {
+		if _, _, err := s.AcceptEvents(t.Context(), []model.AcceptInput{event("acme", fmt.Sprint("e", i), 1)}, t0); err != nil {
 			t.Fatalf("round %d: accept after %d sessions ended: %v", i, ended, err)
 		}
 	}
@@ -442,8 +443,8 @@ func TestFeedItemsVisibleInSeqOrder(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				in := event("acme", fmt.Sprintf("w%d-%d", w, i), 0, store.TenantFeed)
-				if _, _, err := ns[w%len(ns)].AcceptEvents(t.Context(), []store.AcceptInput{in}, t0); err != nil {
+				in := event("acme", fmt.Sprintf("w%d-%d", w, i), 0, model.TenantFeed)
+				if _, _, err := ns[w%len(ns)].AcceptEvents(t.Context(), []model.AcceptInput{in}, t0); err != nil {
 					t.Error(err)
 					return
 				}
@@ -493,7 +494,7 @@ func TestListPagesWhileNodesWrite(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				if _, _, err := ns[w%2].AcceptEvents(t.Context(), []store.AcceptInput{event("acme", fmt.Sprintf("w%d-%d", w, i), 2)}, t0); err != nil {
+				if _, _, err := ns[w%2].AcceptEvents(t.Context(), []model.AcceptInput{event("acme", fmt.Sprintf("w%d-%d", w, i), 2)}, t0); err != nil {
 					t.Error(err)
 					return
 				}
@@ -510,7 +511,7 @@ func TestListPagesWhileNodesWrite(t *testing.T) {
 			finished = true
 		default:
 		}
-		page, err := ns[2].ListNotifications(t.Context(), store.ListFilter{After: after, Limit: 7})
+		page, err := ns[2].ListNotifications(t.Context(), model.ListFilter{After: after, Limit: 7})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -545,7 +546,7 @@ func TestNodesClaimEachNotificationOnce(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for {
-				cs, err := ns[w%len(ns)].Claim(t.Context(), store.ClaimRequest{Limit: 7, Now: t0, Lease: time.Minute})
+				cs, err := ns[w%len(ns)].Claim(t.Context(), model.ClaimRequest{Limit: 7, Now: t0, Lease: time.Minute})
 				if err != nil {
 					t.Error(err)
 					return
@@ -579,7 +580,7 @@ func TestNodesSettleAnExpiredLeaseOnce(t *testing.T) {
 	ns := nodes(t, migrated.Get(t), 4)
 	const rounds = 20
 	accept(t, ns[0], event("acme", "e", rounds))
-	if cs, err := ns[0].Claim(t.Context(), store.ClaimRequest{Limit: rounds, Now: t0, Lease: time.Second}); err != nil || len(cs) != rounds {
+	if cs, err := ns[0].Claim(t.Context(), model.ClaimRequest{Limit: rounds, Now: t0, Lease: time.Second}); err != nil || len(cs) != rounds {
 		t.Fatalf("claimed %d, %v", len(cs), err)
 	}
 	exp, err := ns[1].ExpiredLeases(t.Context(), t0.Add(time.Minute), rounds)
@@ -587,16 +588,16 @@ func TestNodesSettleAnExpiredLeaseOnce(t *testing.T) {
 		t.Fatalf("expired %d, %v", len(exp), err)
 	}
 	for _, c := range exp {
-		un := store.Attempt{N: c.Attempt, Provider: "p", StartedAt: c.ClaimedAt, EndedAt: t0.Add(time.Minute), Outcome: "unknown", Detail: "lease expired"}
-		st := store.Settlement{ID: c.ID, Token: c.Token, At: un.EndedAt, Attempt: &un, Recovered: true,
-			Decision: store.Decision{Status: store.StatusPending, NextAttemptAt: un.EndedAt, Pinned: true}}
+		un := model.Attempt{N: c.Attempt, Provider: "p", StartedAt: c.ClaimedAt, EndedAt: t0.Add(time.Minute), Outcome: "unknown", Detail: "lease expired"}
+		st := model.Settlement{ID: c.ID, Token: c.Token, At: un.EndedAt, Attempt: &un, Recovered: true,
+			Decision: model.Decision{Status: model.StatusPending, NextAttemptAt: un.EndedAt, Pinned: true}}
 		var wg sync.WaitGroup
 		applied := make([]bool, len(ns))
 		start := make(chan struct{})
 		for i, s := range ns {
 			wg.Go(func() {
 				<-start
-				ok, err := s.Settle(t.Context(), []store.Settlement{st})
+				ok, err := s.Settle(t.Context(), []model.Settlement{st})
 				if err != nil {
 					t.Error(err)
 					return
@@ -613,7 +614,7 @@ func TestNodesSettleAnExpiredLeaseOnce(t *testing.T) {
 			}
 		}
 		n, err := ns[0].Notification(t.Context(), "", c.ID, "")
-		if k != 1 || err != nil || len(n.AttemptLog) != 1 || n.Status != store.StatusPending {
+		if k != 1 || err != nil || len(n.AttemptLog) != 1 || n.Status != model.StatusPending {
 			t.Fatalf("notification %d: %d of %d settlements applied; now %s with %d attempt rows (%v); want one applied, one row",
 				c.ID, k, len(ns), n.Status, len(n.AttemptLog), err)
 		}
@@ -716,10 +717,10 @@ func TestLeaseOneNodeAtATime(t *testing.T) {
 func TestRequestClaimAcrossNodes(t *testing.T) {
 	t.Parallel()
 	ns := nodes(t, migrated.Get(t), 4)
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	hold := 30 * time.Second
-	claims := race(t, ns, func(i int, s *postgres.Store) (store.RequestClaim, error) {
-		return s.ClaimRequest(t.Context(), k, store.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"})
+	claims := race(t, ns, func(i int, s *postgres.Store) (model.RequestClaim, error) {
+		return s.ClaimRequest(t.Context(), k, model.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"})
 	})
 	held := 0
 	for _, c := range claims {
@@ -733,30 +734,30 @@ func TestRequestClaimAcrossNodes(t *testing.T) {
 	if held != 1 {
 		t.Fatalf("%d nodes hold one key, want 1: %+v", held, claims)
 	}
-	if _, err := ns[0].ClaimRequest(t.Context(), store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "other"}, store.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"}); !errors.Is(err, store.ErrKeyReused) {
+	if _, err := ns[0].ClaimRequest(t.Context(), model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "other"}, model.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"}); !errors.Is(err, model.ErrKeyReused) {
 		t.Fatalf("another request under the key: %v, want ErrKeyReused", err)
 	}
 	// The holder's process died: at the claim's end another takes it.
-	c, err := ns[1].ClaimRequest(t.Context(), k, store.RequestHold{Now: t0.Add(hold), Until: t0.Add(hold).Add(hold), Owner: "node"})
+	c, err := ns[1].ClaimRequest(t.Context(), k, model.RequestHold{Now: t0.Add(hold), Until: t0.Add(hold).Add(hold), Owner: "node"})
 	if err != nil || !c.Held() {
 		t.Fatalf("after the claim lapsed: %+v, %v; want held", c, err)
 	}
-	resp := store.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	resp := model.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
 	if err := ns[1].SaveResponse(t.Context(), k, resp, t0.Add(hold), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	c, err = ns[2].ClaimRequest(t.Context(), k, store.RequestHold{Now: t0.Add(hold + time.Second), Until: t0.Add(hold + time.Second).Add(hold), Owner: "node"})
+	c, err = ns[2].ClaimRequest(t.Context(), k, model.RequestHold{Now: t0.Add(hold + time.Second), Until: t0.Add(hold + time.Second).Add(hold), Owner: "node"})
 	if err != nil || c.Stored == nil || c.Stored.Status != 202 || string(c.Stored.Body) != `{"ok":true}` {
 		t.Fatalf("after the response was saved: %+v, %v; want it replayed", c, err)
 	}
-	k2 := store.RequestKey{Tenant: "acme", Key: "k2", Fingerprint: "fp"}
-	if c, err := ns[0].ClaimRequest(t.Context(), k2, store.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"}); err != nil || !c.Held() {
+	k2 := model.RequestKey{Tenant: "acme", Key: "k2", Fingerprint: "fp"}
+	if c, err := ns[0].ClaimRequest(t.Context(), k2, model.RequestHold{Now: t0, Until: t0.Add(hold), Owner: "node"}); err != nil || !c.Held() {
 		t.Fatalf("claim k2: %+v, %v", c, err)
 	}
 	if err := ns[0].ReleaseRequest(t.Context(), k2); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := ns[3].ClaimRequest(t.Context(), k2, store.RequestHold{Now: t0.Add(time.Second), Until: t0.Add(time.Second).Add(hold), Owner: "node"}); err != nil || !c.Held() {
+	if c, err := ns[3].ClaimRequest(t.Context(), k2, model.RequestHold{Now: t0.Add(time.Second), Until: t0.Add(time.Second).Add(hold), Owner: "node"}); err != nil || !c.Held() {
 		t.Fatalf("after a release: %+v, %v; want held at once", c, err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -58,9 +58,9 @@ const suppressionEntry = `(SELECT json_build_object('address', s.address, 'reaso
 	  AND (s.expires_at IS NULL OR s.expires_at > $1))`
 
 // Suppress writes entries in one transaction.
-func (s *Store) Suppress(ctx context.Context, entries []store.Suppression, now time.Time) (int, error) {
+func (s *Store) Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error) {
 	written := 0
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		written = 0
 		for _, e := range entries {
 			tag, err := tx.Exec(ctx, `INSERT INTO suppressions (`+suppressionCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`+suppressUpsert,
@@ -77,11 +77,11 @@ func (s *Store) Suppress(ctx context.Context, entries []store.Suppression, now t
 }
 
 // Suppressions lists live entries in (tenant, channel, address) order.
-func (s *Store) Suppressions(ctx context.Context, f store.SuppressionFilter, now time.Time) ([]store.Suppression, error) {
+func (s *Store) Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	out := []store.Suppression{}
+	out := []model.Suppression{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT `+suppressionCols+` FROM suppressions
 			WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR channel = $2) AND ($3 = '' OR address = $3)
@@ -108,7 +108,7 @@ func (s *Store) Suppressions(ctx context.Context, f store.SuppressionFilter, now
 // Unsuppress removes a tenant's entry for an address.
 func (s *Store) Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error) {
 	var removed bool
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM suppressions WHERE tenant = $1 AND channel = $2 AND address = $3`, tenant, channel, address)
 		if err != nil {
 			return fmt.Errorf("remove suppression: %w", err)
@@ -120,7 +120,7 @@ func (s *Store) Unsuppress(ctx context.Context, tenant, channel, address string)
 }
 
 // liveSuppression reads the live entry for an address in tx, or nil.
-func liveSuppression(ctx context.Context, tx pgx.Tx, tenant, channel, address string, now time.Time) (*store.Suppression, error) {
+func liveSuppression(ctx context.Context, tx pgx.Tx, tenant, channel, address string, now time.Time) (*model.Suppression, error) {
 	e, err := scanSuppression(tx.QueryRow(ctx, `SELECT `+suppressionCols+` FROM suppressions
 		WHERE tenant = $1 AND channel = $2 AND address = $3 AND (expires_at IS NULL OR expires_at > $4)`,
 		tenant, channel, address, ms(now)))
@@ -133,8 +133,8 @@ func liveSuppression(ctx context.Context, tx pgx.Tx, tenant, channel, address st
 	return &e, nil
 }
 
-func scanSuppression(row pgx.Row) (store.Suppression, error) {
-	var e store.Suppression
+func scanSuppression(row pgx.Row) (model.Suppression, error) {
+	var e model.Suppression
 	var note, expires *int64
 	var created int64
 	if err := row.Scan(&e.Tenant, &e.Channel, &e.Address, &e.Reason, &e.Source, &e.Provider, &note, &e.Detail,
@@ -165,7 +165,7 @@ type suppressionJSON struct {
 }
 
 // decodeSuppression reads the claim's entry column (nil: none).
-func decodeSuppression(raw *string, tenant, channel string) (*store.Suppression, error) {
+func decodeSuppression(raw *string, tenant, channel string) (*model.Suppression, error) {
 	if raw == nil {
 		return nil, nil
 	}
@@ -173,7 +173,7 @@ func decodeSuppression(raw *string, tenant, channel string) (*store.Suppression,
 	if err := json.Unmarshal([]byte(*raw), &j); err != nil {
 		return nil, fmt.Errorf("read suppression entry: %w", err)
 	}
-	e := &store.Suppression{Tenant: tenant, Channel: channel, Address: j.Address, Reason: j.Reason, Source: j.Source,
+	e := &model.Suppression{Tenant: tenant, Channel: channel, Address: j.Address, Reason: j.Reason, Source: j.Source,
 		Provider: j.Provider, Detail: j.Detail, CreatedAt: fromMS(j.CreatedAt)}
 	if j.Notification != nil {
 		e.Notification = *j.Notification

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,15 +19,15 @@ import (
 // (ON CONFLICT DO NOTHING gave no row); the put starts again.
 var errVersionTaken = errors.New("template version taken")
 
-func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts map[string]string, now time.Time) (store.StoredTemplate, bool, error) {
+func (s *Store) PutTemplate(ctx context.Context, key model.TemplateKey, parts map[string]string, now time.Time) (model.StoredTemplate, bool, error) {
 	body, err := json.Marshal(parts) // keys sorted: equal parts, equal text
 	if err != nil {
-		return store.StoredTemplate{}, false, err
+		return model.StoredTemplate{}, false, err
 	}
 	for try := 0; ; try++ {
-		var out store.StoredTemplate
+		var out model.StoredTemplate
 		created := false
-		err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 			created = false
 			// The generation row's lock queues template writers of every
 			// node, so the latest read below is the one the insert follows
@@ -74,14 +74,14 @@ func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 		case errors.Is(err, errVersionTaken) && try < 5:
 			continue
 		case err != nil:
-			return store.StoredTemplate{}, false, fmt.Errorf("put template %s/%s/%s: %w", key.Name, key.Channel, key.Locale, err)
+			return model.StoredTemplate{}, false, fmt.Errorf("put template %s/%s/%s: %w", key.Name, key.Channel, key.Locale, err)
 		}
 		return out, created, nil
 	}
 }
 
-func scanTemplate(key store.TemplateKey, version int, parts string, created int64, retired *int64) (store.StoredTemplate, error) {
-	t := store.StoredTemplate{TemplateKey: key, Version: version, CreatedAt: fromMS(created)}
+func scanTemplate(key model.TemplateKey, version int, parts string, created int64, retired *int64) (model.StoredTemplate, error) {
+	t := model.StoredTemplate{TemplateKey: key, Version: version, CreatedAt: fromMS(created)}
 	if err := json.Unmarshal([]byte(parts), &t.Parts); err != nil {
 		return t, fmt.Errorf("template %s version %d: parts: %w", key.Name, version, err)
 	}
@@ -92,8 +92,8 @@ func scanTemplate(key store.TemplateKey, version int, parts string, created int6
 	return t, nil
 }
 
-func (s *Store) TemplateVersion(ctx context.Context, key store.TemplateKey, version int) (store.StoredTemplate, error) {
-	var out store.StoredTemplate
+func (s *Store) TemplateVersion(ctx context.Context, key model.TemplateKey, version int) (model.StoredTemplate, error) {
+	var out model.StoredTemplate
 	err := s.read(ctx, func(q querier) error {
 		var v int
 		var parts string
@@ -103,7 +103,7 @@ func (s *Store) TemplateVersion(ctx context.Context, key store.TemplateKey, vers
 			WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4 AND ($5 = 0 OR version = $5)
 			ORDER BY version DESC LIMIT 1`, key.Tenant, key.Name, key.Channel, key.Locale, version).Scan(&v, &parts, &at, &retired)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("template %s/%s/%s version %d: %w", key.Name, key.Channel, key.Locale, version, store.ErrNotFound)
+			return fmt.Errorf("template %s/%s/%s version %d: %w", key.Name, key.Channel, key.Locale, version, model.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("read template %s: %w", key.Name, err)
@@ -114,8 +114,8 @@ func (s *Store) TemplateVersion(ctx context.Context, key store.TemplateKey, vers
 	return out, err
 }
 
-func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]store.StoredTemplate, error) {
-	out := []store.StoredTemplate{}
+func (s *Store) TemplateVersions(ctx context.Context, key model.TemplateKey) ([]model.StoredTemplate, error) {
+	out := []model.StoredTemplate{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT version, parts, created_at, retired_at FROM templates
 			WHERE tenant = $1 AND name = $2 AND channel = $3 AND locale = $4 ORDER BY version`,
@@ -143,9 +143,9 @@ func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]
 	return out, err
 }
 
-func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now time.Time) (store.StoredTemplate, error) {
-	var out store.StoredTemplate
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+func (s *Store) RetireTemplate(ctx context.Context, key model.TemplateKey, now time.Time) (model.StoredTemplate, error) {
+	var out model.StoredTemplate
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		var gen int64
 		if err := tx.QueryRow(ctx, bumpGeneration).Scan(&gen); err != nil {
 			return err
@@ -159,7 +159,7 @@ func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now t
 			RETURNING version, parts, created_at`,
 			key.Tenant, key.Name, key.Channel, key.Locale, ms(now), gen).Scan(&v, &parts, &at)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("template %s/%s/%s: no live version: %w", key.Name, key.Channel, key.Locale, store.ErrNotFound)
+			return fmt.Errorf("template %s/%s/%s: no live version: %w", key.Name, key.Channel, key.Locale, model.ErrNotFound)
 		}
 		if err != nil {
 			return err
@@ -171,14 +171,14 @@ func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now t
 	return out, err
 }
 
-func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]store.StoredTemplate, int64, error) {
+func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]model.StoredTemplate, int64, error) {
 	return s.latestTemplates(ctx, `SELECT DISTINCT ON (tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C")
 			tenant, name, channel, locale, version, parts, created_at, retired_at
 		FROM templates WHERE ($1 = '' OR tenant = $1)
 		ORDER BY tenant COLLATE "C", name COLLATE "C", channel COLLATE "C", locale COLLATE "C", version DESC`, tenant)
 }
 
-func (s *Store) TemplateChanges(ctx context.Context, since int64) ([]store.StoredTemplate, int64, error) {
+func (s *Store) TemplateChanges(ctx context.Context, since int64) ([]model.StoredTemplate, int64, error) {
 	// templates_changed finds the rows changed after since; of those, the
 	// latest version of each key is the change. A snapshot that reads
 	// generation g sees every change numbered up to g: the generation
@@ -194,8 +194,8 @@ func (s *Store) TemplateChanges(ctx context.Context, since int64) ([]store.Store
 // latestTemplates runs query (rows of the latest versions) and reads the
 // generation, in one snapshot: the generation read names exactly the
 // templates listed.
-func (s *Store) latestTemplates(ctx context.Context, query string, arg any) ([]store.StoredTemplate, int64, error) {
-	out := []store.StoredTemplate{}
+func (s *Store) latestTemplates(ctx context.Context, query string, arg any) ([]model.StoredTemplate, int64, error) {
+	out := []model.StoredTemplate{}
 	var gen int64
 	err := s.snapshot(ctx, func(q querier) error {
 		out = out[:0]
@@ -208,7 +208,7 @@ func (s *Store) latestTemplates(ctx context.Context, query string, arg any) ([]s
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var k store.TemplateKey
+			var k model.TemplateKey
 			var v int
 			var parts string
 			var at int64

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"time"
@@ -12,17 +12,17 @@ import (
 
 // CreateToken stores a token's hash (hex sha256) for tenant.
 // ErrTokenExists: a token with that hash is already stored.
-func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (store.Token, error) {
+func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (model.Token, error) {
 	if hash == "" {
 		// An empty hash would match a lookup of an empty token.
-		return store.Token{}, errors.New("create token: empty hash")
+		return model.Token{}, errors.New("create token: empty hash")
 	}
-	tok := store.Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
-	err := s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	tok := model.Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
+	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO tokens (tenant, name, hash, created_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (hash) DO NOTHING RETURNING id`, tenant, name, hash, ms(now)).Scan(&tok.ID)
 		if isNoRows(err) {
-			return fmt.Errorf("create token %q: %w", name, store.ErrTokenExists)
+			return fmt.Errorf("create token %q: %w", name, model.ErrTokenExists)
 		}
 		if err != nil {
 			return fmt.Errorf("create token %q: %w", name, err)
@@ -30,35 +30,35 @@ func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now 
 		return nil
 	})
 	if err != nil {
-		return store.Token{}, err
+		return model.Token{}, err
 	}
 	return tok, nil
 }
 
 // TokenByHash returns the token whose hash is hash. ErrNotFound when absent.
-func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+func (s *Store) TokenByHash(ctx context.Context, hash string) (model.Token, error) {
 	if hash == "" {
-		return store.Token{}, fmt.Errorf("token: %w", store.ErrNotFound)
+		return model.Token{}, fmt.Errorf("token: %w", model.ErrNotFound)
 	}
-	var tok store.Token
+	var tok model.Token
 	var created int64
 	err := s.read(ctx, func(q querier) error {
 		return q.QueryRow(ctx, `SELECT id, tenant, name, created_at FROM tokens WHERE hash = $1`, hash).
 			Scan(&tok.ID, &tok.Tenant, &tok.Name, &created)
 	})
 	if isNoRows(err) {
-		return store.Token{}, fmt.Errorf("token: %w", store.ErrNotFound)
+		return model.Token{}, fmt.Errorf("token: %w", model.ErrNotFound)
 	}
 	if err != nil {
-		return store.Token{}, fmt.Errorf("read token: %w", err)
+		return model.Token{}, fmt.Errorf("read token: %w", err)
 	}
 	tok.CreatedAt = fromMS(created)
 	return tok, nil
 }
 
 // Tokens lists every token, oldest first.
-func (s *Store) Tokens(ctx context.Context) ([]store.Token, error) {
-	out := []store.Token{}
+func (s *Store) Tokens(ctx context.Context) ([]model.Token, error) {
+	out := []model.Token{}
 	err := s.read(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, `SELECT id, tenant, name, created_at FROM tokens ORDER BY id`)
 		if err != nil {
@@ -66,7 +66,7 @@ func (s *Store) Tokens(ctx context.Context) ([]store.Token, error) {
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var tok store.Token
+			var tok model.Token
 			var created int64
 			if err := rows.Scan(&tok.ID, &tok.Tenant, &tok.Name, &created); err != nil {
 				return err
@@ -85,13 +85,13 @@ func (s *Store) Tokens(ctx context.Context) ([]store.Token, error) {
 // DeleteToken deletes a token: it stops working with the next lookup.
 // ErrNotFound when there is no such token.
 func (s *Store) DeleteToken(ctx context.Context, id int64) error {
-	return s.write(ctx, store.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM tokens WHERE id = $1`, id)
 		if err != nil {
 			return fmt.Errorf("delete token %d: %w", id, err)
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("token %d: %w", id, store.ErrNotFound)
+			return fmt.Errorf("token %d: %w", id, model.ErrNotFound)
 		}
 		return nil
 	})

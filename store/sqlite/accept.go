@@ -2,7 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,8 +19,8 @@ import (
 // A resend of an accepted event (same tenant, id and purpose) writes
 // nothing and reports Duplicate; one with different content is
 // ErrEventConflict. The unique constraint decides, not a prior lookup.
-func (s *Store) AcceptEvent(ctx context.Context, ev store.NewEvent, first []store.Target, now time.Time) (store.Accepted, error) {
-	var res store.Accepted
+func (s *Store) AcceptEvent(ctx context.Context, ev model.NewEvent, first []model.Target, now time.Time) (model.Accepted, error) {
+	var res model.Accepted
 	err := s.w.do(ctx, func(tx *Tx) error {
 		var err error
 		res, err = acceptEvent(tx, ev, first, now)
@@ -35,15 +35,15 @@ func (s *Store) AcceptEvent(ctx context.Context, ev store.NewEvent, first []stor
 // (ErrEventConflict) is rolled back alone, in its own savepoint, and
 // reported in errs; the others are written. err is a failure of the write
 // itself (a full disk): then nothing was written.
-func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now time.Time) (out []store.Accepted, errs []error, err error) {
-	err = s.w.doAs(ctx, store.WriteAccept, func(tx *Tx) error {
-		out, errs = make([]store.Accepted, len(in)), make([]error, len(in))
+func (s *Store) AcceptEvents(ctx context.Context, in []model.AcceptInput, now time.Time) (out []model.Accepted, errs []error, err error) {
+	err = s.w.doAs(ctx, model.WriteAccept, func(tx *Tx) error {
+		out, errs = make([]model.Accepted, len(in)), make([]error, len(in))
 		for i, a := range in {
 			// A conflict writes nothing (the event's INSERT did nothing; its
 			// fan-out is written only for a new event), so it needs no
 			// savepoint of its own; any other failure fails the write.
 			res, err := acceptEvent(tx, a.Event, a.First, now)
-			if err != nil && !errors.Is(err, store.ErrEventConflict) {
+			if err != nil && !errors.Is(err, model.ErrEventConflict) {
 				return err
 			}
 			out[i], errs[i] = res, err
@@ -57,8 +57,8 @@ func (s *Store) AcceptEvents(ctx context.Context, in []store.AcceptInput, now ti
 }
 
 // acceptEvent is AcceptEvent's write, in tx.
-func acceptEvent(tx *Tx, ev store.NewEvent, first []store.Target, now time.Time) (store.Accepted, error) {
-	res := store.Accepted{Targets: ev.Targets}
+func acceptEvent(tx *Tx, ev model.NewEvent, first []model.Target, now time.Time) (model.Accepted, error) {
+	res := model.Accepted{Targets: ev.Targets}
 	// The event row records the first chunk as expanded: it is written
 	// in this same transaction.
 	ins, err := tx.exec(`INSERT INTO events (tenant, event_id, purpose, type, payload, message, fingerprint, targets, expanded, created_at)
@@ -75,7 +75,7 @@ func acceptEvent(tx *Tx, ev store.NewEvent, first []store.Target, now time.Time)
 			return res, fmt.Errorf("read duplicate event: %w", err)
 		}
 		if fp != ev.Fingerprint {
-			return res, fmt.Errorf("%w: tenant %q, event %q, purpose %q", store.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
+			return res, fmt.Errorf("%w: tenant %q, event %q, purpose %q", model.ErrEventConflict, ev.Tenant, ev.EventID, ev.Purpose)
 		}
 		res.Duplicate = true
 		if len(ev.Feeds) > 0 { // the same content: the same feeds
@@ -96,9 +96,9 @@ func acceptEvent(tx *Tx, ev store.NewEvent, first []store.Target, now time.Time)
 	if err != nil {
 		return res, err
 	}
-	res.Notifications = make([]store.EventNotification, len(first))
+	res.Notifications = make([]model.EventNotification, len(first))
 	for i, tg := range first {
-		res.Notifications[i] = store.EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: store.StatusPending}
+		res.Notifications[i] = model.EventNotification{ID: ids[i], Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: model.StatusPending}
 	}
 	return res, nil
 }
@@ -108,9 +108,9 @@ func acceptEvent(tx *Tx, ev store.NewEvent, first []store.Target, now time.Time)
 // second expander got there first), nothing is written and the event's real
 // count is returned. Inserts are ON CONFLICT DO NOTHING, so even a chunk
 // written twice adds no notification.
-func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []store.Target, now time.Time) (int, error) {
+func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk []model.Target, now time.Time) (int, error) {
 	var expanded int
-	err := s.w.doAs(ctx, store.WriteAccept, func(tx *Tx) error {
+	err := s.w.doAs(ctx, model.WriteAccept, func(tx *Tx) error {
 		var tenant, typ string
 		var targets int
 		if err := tx.queryRow(`SELECT expanded, targets, tenant, type FROM events WHERE id = ?`, eventRow).Scan(&expanded, &targets, &tenant, &typ); err != nil {
@@ -120,7 +120,7 @@ func (s *Store) ExpandEvent(ctx context.Context, eventRow int64, from int, chunk
 			return nil
 		}
 		if from >= targets { // dropped meanwhile (DropEvent sets targets = expanded)
-			return fmt.Errorf("expand event %d from %d of %d: %w", eventRow, from, targets, store.ErrFanOutEnded)
+			return fmt.Errorf("expand event %d from %d of %d: %w", eventRow, from, targets, model.ErrFanOutEnded)
 		}
 		if _, err := insertTargets(tx, eventRow, tenant, typ, from, chunk, now); err != nil {
 			return err
@@ -141,7 +141,7 @@ const insertRows = 100
 // insertTargets writes notifications from position from on, and returns
 // the ids it wrote by position (a notification that was already there, as
 // after a crash mid-fan-out, is not in the map).
-func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk []store.Target, now time.Time) (map[int]int64, error) {
+func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk []model.Target, now time.Time) (map[int]int64, error) {
 	t := ms(now)
 	ids := make(map[int]int64, len(chunk))
 	args := make([]any, 0, min(len(chunk), insertRows)*14)
@@ -204,16 +204,16 @@ func insertNotifications(n int) string {
 // UnexpandedEvents lists events whose fan-out stopped part way (a crash, or
 // an accept whose caller went away) and is not quarantined, oldest first,
 // from the partial index of such events.
-func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]store.Unexpanded, error) {
+func (s *Store) UnexpandedEvents(ctx context.Context, limit int) ([]model.Unexpanded, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, tenant, event_id, payload, expanded, targets FROM events INDEXED BY events_unexpanded
 		WHERE expanded < targets AND quarantined_at IS NULL ORDER BY id LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("unexpanded events: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Unexpanded
+	var out []model.Unexpanded
 	for rows.Next() {
-		var u store.Unexpanded
+		var u model.Unexpanded
 		if err := rows.Scan(&u.EventRow, &u.Tenant, &u.EventID, &u.Payload, &u.Expanded, &u.Targets); err != nil {
 			return nil, fmt.Errorf("unexpanded events: %w", err)
 		}
@@ -236,8 +236,8 @@ func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason stri
 
 const quarantinedCols = `id, tenant, event_id, purpose, type, expanded, targets, coalesce(quarantine_reason, ''), quarantined_at`
 
-func scanQuarantined(row interface{ Scan(...any) error }) (store.QuarantinedEvent, error) {
-	var q store.QuarantinedEvent
+func scanQuarantined(row interface{ Scan(...any) error }) (model.QuarantinedEvent, error) {
+	var q model.QuarantinedEvent
 	var at int64
 	err := row.Scan(&q.EventRow, &q.Tenant, &q.EventID, &q.Purpose, &q.Type, &q.Expanded, &q.Targets, &q.Reason, &at)
 	q.At = fromMS(at)
@@ -245,7 +245,7 @@ func scanQuarantined(row interface{ Scan(...any) error }) (store.QuarantinedEven
 }
 
 // QuarantinedEvents lists quarantined events, newest first.
-func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]store.QuarantinedEvent, error) {
+func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]model.QuarantinedEvent, error) {
 	if before <= 0 {
 		before = 1<<63 - 1
 	}
@@ -255,7 +255,7 @@ func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int
 		return nil, fmt.Errorf("quarantined events: %w", err)
 	}
 	defer rows.Close()
-	out := []store.QuarantinedEvent{}
+	out := []model.QuarantinedEvent{}
 	for rows.Next() {
 		q, err := scanQuarantined(rows)
 		if err != nil {
@@ -275,7 +275,7 @@ func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64)
 			return fmt.Errorf("release event %d: %w", eventRow, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+			return fmt.Errorf("quarantined event %d: %w", eventRow, model.ErrNotFound)
 		}
 		return nil
 	})
@@ -291,7 +291,7 @@ func (s *Store) DropEvent(ctx context.Context, tenant string, eventRow int64, no
 			WHERE id = ?1 AND (?2 = '' OR tenant = ?2) AND quarantined_at IS NOT NULL
 			RETURNING dropped`, eventRow, tenant, ms(now)).Scan(&dropped)
 		if isNoRows(err) {
-			return fmt.Errorf("quarantined event %d: %w", eventRow, store.ErrNotFound)
+			return fmt.Errorf("quarantined event %d: %w", eventRow, model.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("drop event %d: %w", eventRow, err)

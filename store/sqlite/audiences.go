@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"strings"
 	"time"
@@ -17,7 +17,7 @@ import (
 // one writer op deletes the old members and inserts members in order, so a
 // reader sees the old list or the new one, never a mix. An empty members
 // makes an audience with no one in it.
-func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []store.Member, now time.Time) error {
+func (s *Store) PutAudience(ctx context.Context, tenant, name string, members []model.Member, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
 		if _, err := tx.exec(`INSERT INTO audiences (tenant, name, members, updated_at) VALUES (?1, ?2, ?3, ?4)
 			ON CONFLICT (tenant, name) DO UPDATE SET members = ?3, updated_at = ?4`,
@@ -40,7 +40,7 @@ const membersPerInsert = 200
 var insertMembersSQL = `INSERT INTO audience_members (tenant, audience, seq, recipient, recipient_id) VALUES ` +
 	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", membersPerInsert), ", ")
 
-func insertMembers(tx *Tx, tenant, name string, members []store.Member) error {
+func insertMembers(tx *Tx, tenant, name string, members []model.Member) error {
 	args := make([]any, 0, 5*membersPerInsert)
 	i := 0
 	for ; i+membersPerInsert <= len(members); i += membersPerInsert {
@@ -91,7 +91,7 @@ func (s *Store) Audience(ctx context.Context, tenant, name string) ([][]byte, er
 		return nil, fmt.Errorf("read audience %q: %w", name, err)
 	}
 	if !found {
-		return nil, fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+		return nil, fmt.Errorf("audience %q: %w", name, model.ErrNotFound)
 	}
 	if out == nil {
 		out = [][]byte{}
@@ -107,7 +107,7 @@ func (s *Store) AudienceMember(ctx context.Context, tenant, name, id string) ([]
 	var m sql.NullString
 	err := s.rdb.QueryRowContext(ctx, audienceMemberSQL, tenant, name, id).Scan(&m)
 	if isNoRows(err) {
-		return nil, fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+		return nil, fmt.Errorf("audience %q: %w", name, model.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read member %q of audience %q: %w", id, name, err)
@@ -137,7 +137,7 @@ func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
 			return fmt.Errorf("delete audience %q: %w", name, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("audience %q: %w", name, store.ErrNotFound)
+			return fmt.Errorf("audience %q: %w", name, model.ErrNotFound)
 		}
 		return nil
 	})
@@ -145,16 +145,16 @@ func (s *Store) DeleteAudience(ctx context.Context, tenant, name string) error {
 
 // ListAudiences lists a tenant's audiences in name order, a page at a time,
 // from the primary key; the member count is kept on the audience's row.
-func (s *Store) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]store.AudienceInfo, error) {
+func (s *Store) ListAudiences(ctx context.Context, tenant, after string, limit int) ([]model.AudienceInfo, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT name, members, updated_at FROM audiences
 		WHERE tenant = ? AND name > ? ORDER BY name LIMIT ?`, tenant, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audiences: %w", err)
 	}
 	defer rows.Close()
-	out := []store.AudienceInfo{}
+	out := []model.AudienceInfo{}
 	for rows.Next() {
-		var a store.AudienceInfo
+		var a model.AudienceInfo
 		var at int64
 		if err := rows.Scan(&a.Name, &a.Members, &at); err != nil {
 			return nil, fmt.Errorf("list audiences: %w", err)

@@ -2,18 +2,18 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 )
 
-func members(prefix string, n int) []store.Member {
-	out := make([]store.Member, n)
+func members(prefix string, n int) []model.Member {
+	out := make([]model.Member, n)
 	for i := range out {
 		id := fmt.Sprintf("%s%05d", prefix, i)
-		out[i] = store.Member{ID: id, Doc: fmt.Appendf(nil, `{"id":"%s","email":"%s@example.com"}`, id, id)}
+		out[i] = model.Member{ID: id, Doc: fmt.Appendf(nil, `{"id":"%s","email":"%s@example.com"}`, id, id)}
 	}
 	return out
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // BenchmarkAcceptEvent measures durable accepts (one event, one
@@ -65,7 +65,7 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 // benchRoutes are routes as a dispatcher passes them with each claim (a
 // failover route, a "*" route, one tenant's own), so that a claim records
 // each call's provider as it does in dispatch.
-var benchRoutes = &store.ClaimRoutes{
+var benchRoutes = &model.ClaimRoutes{
 	Default: map[string][]string{"email": {"p", "q"}, "*": {"log"}},
 	Tenant:  map[string]map[string][]string{"acme": {"email": {"acme-p"}}},
 }
@@ -79,7 +79,7 @@ var benchRoutes = &store.ClaimRoutes{
 func BenchmarkClaimSettle(b *testing.B) {
 	for _, rc := range []struct {
 		name   string
-		routes *store.ClaimRoutes
+		routes *model.ClaimRoutes
 	}{{"routes=given", benchRoutes}, {"routes=none", nil}} {
 		b.Run(rc.name, func(b *testing.B) {
 			s, err := Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), Options{})
@@ -96,17 +96,17 @@ func BenchmarkClaimSettle(b *testing.B) {
 			}
 			b.ResetTimer()
 			for done := 0; done < b.N; {
-				cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 32, Now: now, Lease: time.Minute, Routes: rc.routes})
+				cs, err := s.Claim(context.Background(), model.ClaimRequest{Limit: 32, Now: now, Lease: time.Minute, Routes: rc.routes})
 				if err != nil || len(cs) == 0 {
 					b.Fatalf("claim: %d, %v", len(cs), err)
 				}
 				if rc.routes != nil && cs[0].Provider != "p" {
 					b.Fatalf("claimed for provider %q, want p", cs[0].Provider)
 				}
-				ss := make([]store.Settlement, len(cs))
+				ss := make([]model.Settlement, len(cs))
 				for i, c := range cs {
-					a := store.Attempt{N: c.Attempt, Provider: "p", StartedAt: now, EndedAt: now, Outcome: "sent", MessageID: fmt.Sprint("m", c.ID)}
-					ss[i] = store.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: &a, Decision: store.Decision{Status: store.StatusSent, NextAttemptAt: now}}
+					a := model.Attempt{N: c.Attempt, Provider: "p", StartedAt: now, EndedAt: now, Outcome: "sent", MessageID: fmt.Sprint("m", c.ID)}
+					ss[i] = model.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: &a, Decision: model.Decision{Status: model.StatusSent, NextAttemptAt: now}}
 				}
 				if _, err := s.Settle(context.Background(), ss); err != nil {
 					b.Fatal(err)

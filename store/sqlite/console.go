@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"time"
@@ -20,9 +20,9 @@ const overviewListed = 10
 // Overview reads a tenant's state. Counts come from the status indexes;
 // activity is read newest first, by id, until the window's start (ids
 // follow commit order, and the times in a row are within a lease of that
-// order), at most store.OverviewMaxRows rows of each kind.
-func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Time, bucket time.Duration) (store.Overview, error) {
-	o := store.Overview{Counts: map[string]int64{}, Since: since, Bucket: bucket,
+// order), at most model.OverviewMaxRows rows of each kind.
+func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Time, bucket time.Duration) (model.Overview, error) {
+	o := model.Overview{Counts: map[string]int64{}, Since: since, Bucket: bucket,
 		Attempted: map[string][]int64{}, Providers: map[string]map[string]int64{}}
 	if bucket <= 0 || !now.After(since) {
 		return o, fmt.Errorf("overview: want a window after since and a positive bucket, got %s to %s by %s", since, now, bucket)
@@ -32,7 +32,7 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 	for _, oc := range []string{"sent", "refused", "unknown"} {
 		o.Attempted[oc] = make([]int64, n)
 	}
-	for _, st := range store.Statuses {
+	for _, st := range model.Statuses {
 		o.Counts[st] = 0
 	}
 	// Through one read transaction: counts, lists and activity are of one
@@ -69,7 +69,7 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 	for _, l := range []struct {
 		status string
 		ids    *[]int64
-	}{{store.StatusUnknown, &o.Unknown}, {store.StatusDead, &o.Dead}, {store.StatusFailed, &o.Failed}} {
+	}{{model.StatusUnknown, &o.Unknown}, {model.StatusDead, &o.Dead}, {model.StatusFailed, &o.Failed}} {
 		q := `SELECT id FROM notifications WHERE status = ?1 ORDER BY id DESC LIMIT ?2`
 		if tenant != "" {
 			q = `SELECT id FROM notifications WHERE tenant = ?3 AND status = ?1 ORDER BY id DESC LIMIT ?2`
@@ -95,7 +95,7 @@ func (s *Store) Overview(ctx context.Context, tenant string, now, since time.Tim
 			if err := each(rows); err != nil {
 				return err
 			}
-			if read++; read >= store.OverviewMaxRows {
+			if read++; read >= model.OverviewMaxRows {
 				o.Capped = true
 				break
 			}
@@ -190,7 +190,7 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 			return err
 		}
 		if _, err := tx.exec(`INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES (?, ?, ?, ?, ?)`,
-			id, ms(now), actor, store.AuditRetry, "was "+from); err != nil {
+			id, ms(now), actor, model.AuditRetry, "was "+from); err != nil {
 			return fmt.Errorf("retry notification %d: audit: %w", id, err)
 		}
 		return nil
@@ -199,16 +199,16 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 
 // notificationExtras reads what Notification shows beyond the row and
 // its attempts: the audit log and the event's message.
-func (s *Store) notificationExtras(ctx context.Context, n *store.Notification) error {
+func (s *Store) notificationExtras(ctx context.Context, n *model.Notification) error {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT at, actor, action, coalesce(detail, '') FROM notification_audit
 		WHERE notification = ? ORDER BY id`, n.ID)
 	if err != nil {
 		return fmt.Errorf("read audit: %w", err)
 	}
 	defer rows.Close()
-	n.Audit = []store.AuditEntry{}
+	n.Audit = []model.AuditEntry{}
 	for rows.Next() {
-		var a store.AuditEntry
+		var a model.AuditEntry
 		var at int64
 		if err := rows.Scan(&at, &a.Actor, &a.Action, &a.Detail); err != nil {
 			return fmt.Errorf("read audit: %w", err)
@@ -223,7 +223,7 @@ func (s *Store) notificationExtras(ctx context.Context, n *store.Notification) e
 }
 
 // FeedMemberships lists a tenant's feed memberships by feed and user.
-func (s *Store) FeedMemberships(ctx context.Context, tenant string, after store.FeedMembership, limit int) ([]store.FeedMembership, error) {
+func (s *Store) FeedMemberships(ctx context.Context, tenant string, after model.FeedMembership, limit int) ([]model.FeedMembership, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT tenant, feed, user, joined_seq FROM feed_members
 		WHERE (?1 = '' OR tenant = ?1) AND (tenant, feed, user) > (?2, ?3, ?4)
 		ORDER BY tenant, feed, user LIMIT ?5`, tenant, after.Tenant, after.Feed, after.User, max(limit, 1))
@@ -231,9 +231,9 @@ func (s *Store) FeedMemberships(ctx context.Context, tenant string, after store.
 		return nil, fmt.Errorf("list feed members: %w", err)
 	}
 	defer rows.Close()
-	out := []store.FeedMembership{}
+	out := []model.FeedMembership{}
 	for rows.Next() {
-		var m store.FeedMembership
+		var m model.FeedMembership
 		if err := rows.Scan(&m.Tenant, &m.Feed, &m.User, &m.JoinedSeq); err != nil {
 			return nil, fmt.Errorf("list feed members: %w", err)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // BenchmarkConsoleSearch measures the console's reads on a database of
@@ -46,13 +46,13 @@ func BenchmarkConsoleSearch(b *testing.B) {
 	const per = 1000
 	built := time.Now()
 	for i := 0; i < rows; i += per {
-		in := make([]store.AcceptInput, 0, per)
+		in := make([]model.AcceptInput, 0, per)
 		for j := i; j < min(i+per, rows); j++ {
 			tenant := []string{"acme", "beta"}[j%2]
-			in = append(in, store.AcceptInput{
-				Event: store.NewEvent{Tenant: tenant, EventID: fmt.Sprint("evt_", j), Purpose: "p", Type: types[j%4], Payload: []byte(`{}`),
+			in = append(in, model.AcceptInput{
+				Event: model.NewEvent{Tenant: tenant, EventID: fmt.Sprint("evt_", j), Purpose: "p", Type: types[j%4], Payload: []byte(`{}`),
 					Message: []byte(`{}`), Fingerprint: fmt.Sprint(j), Targets: 1},
-				First: []store.Target{{Key: fmt.Sprint("k", j), Recipient: fmt.Sprint("user", j), Channel: "email", Address: fmt.Sprintf("u%d@example.com", j)}},
+				First: []model.Target{{Key: fmt.Sprint("k", j), Recipient: fmt.Sprint("user", j), Channel: "email", Address: fmt.Sprintf("u%d@example.com", j)}},
 			})
 		}
 		at := start.Add(time.Duration(float64(48*time.Hour) * float64(i) / float64(rows)))
@@ -78,21 +78,21 @@ func BenchmarkConsoleSearch(b *testing.B) {
 	mid := int64(rows / 2)
 	cases := []struct {
 		name string
-		f    store.ListFilter
+		f    model.ListFilter
 	}{
-		{"tenant", store.ListFilter{}},
-		{"recipient", store.ListFilter{Recipient: fmt.Sprint("user", rows-2)}},
-		{"address", store.ListFilter{Address: fmt.Sprintf("u%d@example.com", rows-2)}},
-		{"event id", store.ListFilter{EventID: fmt.Sprint("evt_", rows-2)}},
-		{"status dead", store.ListFilter{Status: store.StatusDead}},
-		{"status dead, page in the middle", store.ListFilter{Status: store.StatusDead, After: mid}},
-		{"type", store.ListFilter{Type: "digest"}},
-		{"type and status", store.ListFilter{Type: "digest", Status: store.StatusDead}},
-		{"type and status sent", store.ListFilter{Type: "digest", Status: store.StatusSent}},
-		{"type and a status none has", store.ListFilter{Type: "digest", Status: store.StatusUnknown}},
-		{"last hour", store.ListFilter{CreatedSince: now.Add(-time.Hour)}},
-		{"an hour a day ago", store.ListFilter{CreatedSince: now.Add(-25 * time.Hour), CreatedBefore: now.Add(-24 * time.Hour)}},
-		{"an address none has", store.ListFilter{Address: "nobody@example.com"}},
+		{"tenant", model.ListFilter{}},
+		{"recipient", model.ListFilter{Recipient: fmt.Sprint("user", rows-2)}},
+		{"address", model.ListFilter{Address: fmt.Sprintf("u%d@example.com", rows-2)}},
+		{"event id", model.ListFilter{EventID: fmt.Sprint("evt_", rows-2)}},
+		{"status dead", model.ListFilter{Status: model.StatusDead}},
+		{"status dead, page in the middle", model.ListFilter{Status: model.StatusDead, After: mid}},
+		{"type", model.ListFilter{Type: "digest"}},
+		{"type and status", model.ListFilter{Type: "digest", Status: model.StatusDead}},
+		{"type and status sent", model.ListFilter{Type: "digest", Status: model.StatusSent}},
+		{"type and a status none has", model.ListFilter{Type: "digest", Status: model.StatusUnknown}},
+		{"last hour", model.ListFilter{CreatedSince: now.Add(-time.Hour)}},
+		{"an hour a day ago", model.ListFilter{CreatedSince: now.Add(-25 * time.Hour), CreatedBefore: now.Add(-24 * time.Hour)}},
+		{"an address none has", model.ListFilter{Address: "nobody@example.com"}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // claimedCols are read with each claimed row, in the claim's RETURNING
@@ -28,8 +28,8 @@ const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, a
 		  AND s.address = coalesce(notifications.address_key, notifications.address)
 		  AND (s.expires_at IS NULL OR s.expires_at > ?1)), message`
 
-func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
-	var c store.Claimed
+func scanClaimed(rows *sql.Rows) (model.Claimed, error) {
+	var c model.Claimed
 	var cycle, claimed, lease, created int64
 	var entry sql.NullString
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
@@ -49,7 +49,7 @@ func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 // INDEXED BY the planner may pick the status index and sort every pending
 // row on each claim, which grows with the backlog (TestDispatchQueriesUseIndexes).
 //
-// It records each row's claimed_provider (store.ClaimRoutes.Provider) from
+// It records each row's claimed_provider (model.ClaimRoutes.Provider) from
 // ?4, the routes as routesJSON encodes them: its pin, else the provider at
 // its route position of the first route that exists (a key lookup each,
 // not a scan of the routes).
@@ -75,7 +75,7 @@ const expiredLeasesSQL = `SELECT ` + claimedCols + ` FROM notifications INDEXED 
 		WHERE status = 'sending' AND lease_until < ?1 ORDER BY lease_until LIMIT ?2`
 
 // Claim takes up to req.Limit due notifications in one statement.
-func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
+func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	if req.Filter.Only != nil && len(req.Filter.Only) == 0 || req.Limit <= 0 {
 		return nil, nil // no channel, or no row, is asked for (SQLite finds no plan for an empty IN under INDEXED BY)
 	}
@@ -97,8 +97,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	if f := req.Filter; len(f.Exclude) > 0 {
 		where += " AND channel NOT IN " + list(f.Exclude)
 	}
-	var out []store.Claimed
-	err := s.w.doAs(ctx, store.WriteClaim, func(tx *Tx) error {
+	var out []model.Claimed
+	err := s.w.doAs(ctx, model.WriteClaim, func(tx *Tx) error {
 		out = out[:0]
 		rows, err := tx.query(claimSQL(where), args...)
 		if err != nil {
@@ -127,14 +127,14 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 var lastRoutes atomic.Pointer[encodedRoutes]
 
 type encodedRoutes struct {
-	src *store.ClaimRoutes
+	src *model.ClaimRoutes
 	enc any
 }
 
 // claimRoutes is routesJSON(routes), from lastRoutes when routes are the
 // ones it holds (the same pointer: a ClaimRoutes is not changed once
 // passed to a claim).
-func claimRoutes(routes *store.ClaimRoutes) any {
+func claimRoutes(routes *model.ClaimRoutes) any {
 	if routes == nil {
 		return nil
 	}
@@ -151,7 +151,7 @@ func claimRoutes(routes *store.ClaimRoutes) any {
 // "x" and the upper-case hex of its UTF-8 bytes, as SQL's hex() spells a
 // row's tenant and channel: a JSON path can then name any tenant or
 // channel, quotes and dots included.
-func routesJSON(routes *store.ClaimRoutes) any {
+func routesJSON(routes *model.ClaimRoutes) any {
 	if routes == nil {
 		return nil
 	}
@@ -179,7 +179,7 @@ func routesJSON(routes *store.ClaimRoutes) any {
 
 // attachMessages fills in each claimed notification's event id, purpose and
 // message, with one read of their events per slice (not one per row).
-func attachMessages(tx *Tx, cs []store.Claimed) error {
+func attachMessages(tx *Tx, cs []model.Claimed) error {
 	type ev struct {
 		id, purpose string
 		msg         []byte
@@ -233,13 +233,13 @@ func attachMessages(tx *Tx, cs []store.Claimed) error {
 // before now: their process stopped (crash, kill, power loss) between the
 // claim and recording the outcome. The caller settles each as an unknown
 // attempt; its call may or may not have reached the provider.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]store.Claimed, error) {
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]model.Claimed, error) {
 	rows, err := s.rdb.QueryContext(ctx, expiredLeasesSQL, ms(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("expired leases: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Claimed
+	var out []model.Claimed
 	for rows.Next() {
 		c, err := scanClaimed(rows)
 		if err != nil {
@@ -267,9 +267,9 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // attempt rows are one multi-row INSERT per slice; receipts that came in
 // before a send are looked up once per slice. (One statement per
 // settlement cost more in statement overhead than in B-tree work.)
-func (s *Store) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
+func (s *Store) Settle(ctx context.Context, ss []model.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
-	err := s.w.doAs(ctx, store.WriteRecord, func(tx *Tx) error {
+	err := s.w.doAs(ctx, model.WriteRecord, func(tx *Tx) error {
 		clear(applied)
 		return settle(tx, ss, applied)
 	})
@@ -340,7 +340,7 @@ func buildSettleUpdate(size int) string {
 // (its token); the attempt row of a call that really happened is written
 // regardless (it is what happened), an attempt presumed by lease recovery
 // only by the settlement that applies.
-func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
+func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 	type claim struct{ id, token int64 }
 	at := make(map[claim][]int, len(ss))
 	for i, st := range ss {
@@ -421,12 +421,12 @@ func settle(tx *Tx, ss []store.Settlement, applied []bool) error {
 			if a != nil {
 				provider = a.Provider
 			}
-			if _, err := tx.exec(suppressNotification, st.ID, d.Suppress.Reason, store.SourceProvider, provider,
+			if _, err := tx.exec(suppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
 				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
 				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
 			}
 		}
-		if a != nil && d.Status == store.StatusSent && a.MessageID != "" {
+		if a != nil && d.Status == model.StatusSent && a.MessageID != "" {
 			sent = append(sent, i)
 		}
 	}
@@ -487,22 +487,22 @@ func retryRow(tx *Tx, tenant string, id int64, lift bool, now time.Time) (string
 	err := tx.queryRow(`SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
 		WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant).Scan(&status, &t, &channel, &address)
 	if isNoRows(err) {
-		return "", fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
+		return "", fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
 	}
 	if err != nil {
 		return "", fmt.Errorf("retry notification %d: %w", id, err)
 	}
 	switch status {
-	case store.StatusFailed, store.StatusDead, store.StatusUnknown, store.StatusSuppressed:
+	case model.StatusFailed, model.StatusDead, model.StatusUnknown, model.StatusSuppressed:
 	default:
-		return "", &store.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
+		return "", &model.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
 	}
 	entry, err := liveSuppression(tx, t, channel, address, now)
 	if err != nil {
 		return "", fmt.Errorf("retry notification %d: %w", id, err)
 	}
 	if entry != nil && !lift {
-		return "", &store.SuppressedError{ID: id, Entry: *entry}
+		return "", &model.SuppressedError{ID: id, Entry: *entry}
 	}
 	if entry != nil {
 		if _, err := tx.exec(`DELETE FROM suppressions WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {

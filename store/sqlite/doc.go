@@ -1,4 +1,4 @@
-// Package sqlite is the default store.Store: one SQLite file, its schema and
+// Package sqlite is the default model.Store: one SQLite file, its schema and
 // numbered migrations, the one writer goroutine that makes every write (each
 // queued write in its own savepoint of one group-committed transaction), and
 // a read-only pool.

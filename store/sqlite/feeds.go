@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"math"
 	"slices"
@@ -30,7 +30,7 @@ import (
 // One upsert of the tenant's counter numbers all the event's items (the
 // counter row, not max(seq) + 1: a pruned number is never given again).
 // pos is the feed's next position: the single writer makes max+1 safe.
-func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]store.FeedPost, error) {
+func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]model.FeedPost, error) {
 	var uniq []string
 	for _, f := range feeds {
 		if !slices.Contains(uniq, f) {
@@ -46,9 +46,9 @@ func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now 
 		return nil, fmt.Errorf("number feed items: %w", err)
 	}
 	first := last - int64(len(uniq)) + 1
-	posts := make([]store.FeedPost, len(uniq))
+	posts := make([]model.FeedPost, len(uniq))
 	for i, f := range uniq {
-		posts[i] = store.FeedPost{Feed: f, Seq: first + int64(i)}
+		posts[i] = model.FeedPost{Feed: f, Seq: first + int64(i)}
 		if _, err := tx.exec(`INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at)
 			VALUES (?1, ?2, ?3, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = ?1 AND feed = ?3), 0) + 1, ?4, ?5, ?6)`,
 			tenant, posts[i].Seq, f, eventRow, len(uniq), ms(now)); err != nil {
@@ -65,7 +65,7 @@ func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now 
 // dedupes (a feed holds an event once), and a duplicate takes no number.
 // An event's items count one another (copies), so an event that now has
 // more than one is counted once in an unread count.
-func foldItems(tx *Tx, ss []store.Settlement, applied []bool) error {
+func foldItems(tx *Tx, ss []model.Settlement, applied []bool) error {
 	for i, st := range ss {
 		f := st.Decision.Fold
 		if !applied[i] || f == nil {
@@ -101,15 +101,15 @@ func foldItems(tx *Tx, ss []store.Settlement, applied []bool) error {
 
 // eventFeedItems reads back the items an accepted event posted (a
 // duplicate's answer), in seq order, from the event index.
-func eventFeedItems(tx *Tx, tenant string, eventRow int64) ([]store.FeedPost, error) {
+func eventFeedItems(tx *Tx, tenant string, eventRow int64) ([]model.FeedPost, error) {
 	rows, err := tx.query(`SELECT feed, seq FROM feed_items WHERE event = ? AND tenant = ? ORDER BY seq`, eventRow, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
 	}
 	defer rows.Close()
-	var out []store.FeedPost
+	var out []model.FeedPost
 	for rows.Next() {
-		var p store.FeedPost
+		var p model.FeedPost
 		if err := rows.Scan(&p.Feed, &p.Seq); err != nil {
 			return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
 		}
@@ -198,16 +198,16 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 
 // FeedMembers lists a feed's members in user order, from the feed index
 // (feed_members_feed), a page at a time.
-func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]store.FeedMember, error) {
+func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]model.FeedMember, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT user, joined_seq FROM feed_members
 		WHERE tenant = ? AND feed = ? AND user > ? ORDER BY user LIMIT ?`, tenant, feed, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("members of feed %q: %w", feed, err)
 	}
 	defer rows.Close()
-	out := []store.FeedMember{}
+	out := []model.FeedMember{}
 	for rows.Next() {
-		var m store.FeedMember
+		var m model.FeedMember
 		if err := rows.Scan(&m.User, &m.JoinedSeq); err != nil {
 			return nil, fmt.Errorf("members of feed %q: %w", feed, err)
 		}
@@ -265,12 +265,12 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 		var event int64
 		if err := q.QueryRowContext(ctx, itemSQL, tenant, seq).Scan(&feed, &event); err != nil {
 			if isNoRows(err) {
-				return fmt.Errorf("feed item %d: %w", seq, store.ErrNotFound)
+				return fmt.Errorf("feed item %d: %w", seq, model.ErrNotFound)
 			}
 			return err
 		}
 		if !v.reads(feed, seq) {
-			return fmt.Errorf("feed item %d: %w", seq, store.ErrNotFound)
+			return fmt.Errorf("feed item %d: %w", seq, model.ErrNotFound)
 		}
 		rows, err := q.QueryContext(ctx, eventItemsSQL, event)
 		if err != nil {
@@ -328,7 +328,7 @@ func (s *Store) snapshot(ctx context.Context, fn func(q querier) error) error {
 }
 
 func userFeeds(ctx context.Context, q querier, tenant, user string) ([]userFeed, error) {
-	fs := []userFeed{{feed: store.TenantFeed}, {feed: store.PersonalFeed(user)}}
+	fs := []userFeed{{feed: model.TenantFeed}, {feed: model.PersonalFeed(user)}}
 	rows, err := q.QueryContext(ctx, membershipsSQL, tenant, user)
 	if err != nil {
 		return nil, fmt.Errorf("read memberships: %w", err)
@@ -364,7 +364,7 @@ func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed
 		if err := rows.Scan(&kind, &mark); err != nil {
 			return 0, 0, err
 		}
-		if kind == store.MarkRead {
+		if kind == model.MarkRead {
 			read = mark
 		} else {
 			dismissed = mark
@@ -376,7 +376,7 @@ func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed
 // itemMarks are the items a user read or dismissed one by one, above
 // seq.
 func itemMarks(ctx context.Context, q querier, tenant, user string, above int64) (map[string]map[int64]bool, error) {
-	out := map[string]map[int64]bool{store.MarkRead: {}, store.MarkDismissed: {}}
+	out := map[string]map[int64]bool{model.MarkRead: {}, model.MarkDismissed: {}}
 	rows, err := q.QueryContext(ctx, itemMarksSQL, tenant, user, above)
 	if err != nil {
 		return nil, fmt.Errorf("read item marks: %w", err)
@@ -411,10 +411,10 @@ func (v view) reads(feed string, seq int64) bool {
 // visible says whether the item is in the user's view: theirs, and not
 // dismissed.
 func (v view) visible(feed string, seq int64) bool {
-	return v.reads(feed, seq) && seq > v.dismissed && !v.items[store.MarkDismissed][seq]
+	return v.reads(feed, seq) && seq > v.dismissed && !v.items[model.MarkDismissed][seq]
 }
 
-func (v view) isRead(seq int64) bool { return seq <= v.read || v.items[store.MarkRead][seq] }
+func (v view) isRead(seq int64) bool { return seq <= v.read || v.items[model.MarkRead][seq] }
 
 // FeedPage is a user's feed, newest first: at most limit items from the
 // feeds the user reads (each from when they joined it), without dismissed
@@ -422,7 +422,7 @@ func (v view) isRead(seq int64) bool { return seq <= v.read || v.items[store.Mar
 // to. An event's place (its Seq, Feed) is its newest copy the user sees;
 // it is read when every copy is. Items are those with seq < before (0 for
 // the newest). ReadMark is the user's read watermark.
-func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []store.FeedItem, readMark int64, err error) {
+func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []model.FeedItem, readMark int64, err error) {
 	err = s.snapshot(ctx, func(q querier) error {
 		items, readMark, err = feedPage(ctx, q, tenant, user, before, limit)
 		return err
@@ -436,7 +436,7 @@ type pageCandidate struct {
 	feed       string
 }
 
-func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]store.FeedItem, int64, error) {
+func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]model.FeedItem, int64, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -484,7 +484,7 @@ func feedPage(ctx context.Context, q querier, tenant, user string, before int64,
 // only down to there, and there are enough of them, since a feed holds an
 // event once.
 func pageCandidates(ctx context.Context, q querier, tenant string, feeds []userFeed, v view, before int64, need int) ([]pageCandidate, bool, error) {
-	n := need + len(v.items[store.MarkDismissed])
+	n := need + len(v.items[model.MarkDismissed])
 	var pool []pageCandidate
 	known := int64(0) // every visible item at or above it is in pool
 	for _, f := range feeds {
@@ -500,7 +500,7 @@ func pageCandidates(ctx context.Context, q querier, tenant string, feeds []userF
 				return nil, false, err
 			}
 			got, last = got+1, c.seq
-			if !v.items[store.MarkDismissed][c.seq] {
+			if !v.items[model.MarkDismissed][c.seq] {
 				pool = append(pool, c)
 			}
 		}
@@ -535,8 +535,8 @@ func pageCandidates(ctx context.Context, q querier, tenant string, feeds []userF
 // (one query through the event index): an event with a visible item at or
 // above the cursor is left out (an earlier page showed it), and an event is
 // read when each of its visible items is.
-func pageItems(ctx context.Context, q querier, tenant string, v view, cands []pageCandidate, before int64) ([]store.FeedItem, error) {
-	items := make([]store.FeedItem, 0, len(cands))
+func pageItems(ctx context.Context, q querier, tenant string, v view, cands []pageCandidate, before int64) ([]model.FeedItem, error) {
+	items := make([]model.FeedItem, 0, len(cands))
 	if len(cands) == 0 {
 		return items, nil
 	}
@@ -551,14 +551,14 @@ func pageItems(ctx context.Context, q querier, tenant string, v view, cands []pa
 	}
 	defer rows.Close()
 	type event struct {
-		it    store.FeedItem
+		it    model.FeedItem
 		above bool // a visible item at or above the cursor
 		read  bool
 	}
 	events := make(map[int64]*event, len(cands))
 	for rows.Next() {
 		var row int64
-		var it store.FeedItem
+		var it model.FeedItem
 		var created int64
 		if err := rows.Scan(&row, &it.Seq, &it.Feed, &created, &it.EventID, &it.Type, &it.Message); err != nil {
 			return nil, err
@@ -692,7 +692,7 @@ func extraCopies(ctx context.Context, q querier, tenant, user string, counted []
 	}
 	perEvent := map[int64]int64{}
 	for _, it := range items {
-		if !marked[store.MarkRead][it.seq] && !marked[store.MarkDismissed][it.seq] {
+		if !marked[model.MarkRead][it.seq] && !marked[model.MarkDismissed][it.seq] {
 			perEvent[it.event]++
 		}
 	}

@@ -2,7 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -90,7 +90,7 @@ func BenchmarkFeed(b *testing.B) {
 			t, u := fb.randomUser(rng)
 			newest := fb.maxSeq[t]
 			upTo := newest/2 + rng.Int64N(newest/2+1)
-			if _, err := fb.s.MarkAll(ctx, t, u, store.MarkRead, upTo); err != nil {
+			if _, err := fb.s.MarkAll(ctx, t, u, model.MarkRead, upTo); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -162,12 +162,12 @@ func buildFeedBench(path string, rows int) (*feedBench, error) {
 		var f string
 		switch r := rng.IntN(5); {
 		case r == 0:
-			f = store.TenantFeed
+			f = model.TenantFeed
 			tenantItems[t] = append(tenantItems[t], seq)
 		case r <= 2:
 			f = benchTeam(rng.IntN(benchTeams))
 		default:
-			f = store.PersonalFeed(benchUser(rng.IntN(benchUsersPerTenant)))
+			f = model.PersonalFeed(benchUser(rng.IntN(benchUsersPerTenant)))
 		}
 		k := benchTenant(t) + "\x00" + f
 		pos[k]++

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"os"
@@ -20,7 +20,7 @@ import (
 // feedPost posts event id to feeds in tenant and returns each feed's item
 // seq, read from the table.
 func feedPost(ctx context.Context, s *Store, tenant, id string, feeds ...string) (map[string]int64, error) {
-	acc, err := s.AcceptEvent(ctx, store.NewEvent{Tenant: tenant, EventID: id, Purpose: "feed", Type: "note",
+	acc, err := s.AcceptEvent(ctx, model.NewEvent{Tenant: tenant, EventID: id, Purpose: "feed", Type: "note",
 		Payload: []byte(`{}`), Message: []byte(`{"subject":"` + id + `"}`), Fingerprint: "fp-" + id,
 		Feeds: feeds, Targets: 0}, nil, t0)
 	if err != nil {
@@ -57,7 +57,7 @@ func post1(t *testing.T, s *Store, tenant, id, feed string) int64 {
 	return seq
 }
 
-func feedView(t *testing.T, s *Store, tenant, user string) ([]store.FeedItem, int64) {
+func feedView(t *testing.T, s *Store, tenant, user string) ([]model.FeedItem, int64) {
 	t.Helper()
 	items, mark, err := s.FeedPage(context.Background(), tenant, user, 0, 10000)
 	if err != nil {
@@ -101,12 +101,12 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 	s := setup(t)
 	setMembers(t, s, "acme", "team:ops", false, "ada")
 	for i := range 20 {
-		if _, err := feedPost(context.Background(), s, "acme", fmt.Sprintf("e%d", i), store.TenantFeed, "team:ops"); err != nil {
+		if _, err := feedPost(context.Background(), s, "acme", fmt.Sprintf("e%d", i), model.TenantFeed, "team:ops"); err != nil {
 			t.Fatal(err)
 		}
-		post1(t, s, "beta", fmt.Sprintf("b%d", i), store.TenantFeed)
+		post1(t, s, "beta", fmt.Sprintf("b%d", i), model.TenantFeed)
 	}
-	markItem(t, s, "acme", "ada", store.MarkRead, 5)
+	markItem(t, s, "acme", "ada", model.MarkRead, 5)
 	cases := []struct {
 		name, query string
 		args        []any
@@ -269,7 +269,7 @@ func TestMigrateFeedsToTenantSeq(t *testing.T) {
 	if n := count(t, s, `SELECT copies FROM feed_items WHERE tenant = 'acme' AND seq = 3`); n != 2 {
 		t.Errorf("copies of a2's item %d, want 2", n)
 	}
-	if err := s.MarkItem(ctx, "acme", "ada", store.MarkRead, 4); !errors.Is(err, store.ErrNotFound) {
+	if err := s.MarkItem(ctx, "acme", "ada", model.MarkRead, 4); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("ada marks ben's copy of a2: %v, want ErrNotFound", err)
 	}
 
@@ -278,7 +278,7 @@ func TestMigrateFeedsToTenantSeq(t *testing.T) {
 	// above every old watermark; dee joined team:ops at the global 10,
 	// which becomes acme's 9: she sees acme's next team item, numbered 10.
 	acmeNext := post1(t, s, "acme", "a4", "team:ops")
-	betaNext := post1(t, s, "beta", "b7", store.TenantFeed)
+	betaNext := post1(t, s, "beta", "b7", model.TenantFeed)
 	if acmeNext != 10 || betaNext != 11 {
 		t.Fatalf("next items: acme %d, beta %d; want 10 and 11", acmeNext, betaNext)
 	}
@@ -294,7 +294,7 @@ func TestMigrateFeedsToTenantSeq(t *testing.T) {
 		views[i].unread++
 	}
 	check("after a new item each")
-	post1(t, s, "acme", "a5", store.TenantFeed) // 11
+	post1(t, s, "acme", "a5", model.TenantFeed) // 11
 
 	// A digest's next run starts where its old run ended within the
 	// tenant's items, never past them: acme's weekly covers (5, 11], its

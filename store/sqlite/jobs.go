@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"os"
@@ -16,8 +16,8 @@ import (
 // (a digest covers the items after the previous run's and up to its own);
 // a repeat asked for another tenant is an error, as its range would be in
 // another sequence.
-func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (store.JobRun, error) {
-	run := store.JobRun{Job: job, ScheduledAt: at}
+func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (model.JobRun, error) {
+	run := model.JobRun{Job: job, ScheduledAt: at}
 	err := s.w.do(ctx, func(tx *Tx) error {
 		var upper, legacy int64
 		err := tx.queryRow(`SELECT seq, legacy_seq FROM feed_counters WHERE tenant = ?`, tenant).Scan(&upper, &legacy)
@@ -115,8 +115,8 @@ func (s *Store) LastJobRun(ctx context.Context, job string) (time.Time, bool, er
 // so the writer is never held for long. Deleting a notification forgets
 // its key: the caller must keep cutoff older than any retry window (and
 // any redelivery a source may still make).
-func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (store.PruneResult, error) {
-	var res store.PruneResult
+func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (model.PruneResult, error) {
+	var res model.PruneResult
 	if batch <= 0 {
 		batch = 500 // a step ends when it deletes fewer than batch rows: 0 would never end
 	}

@@ -2,7 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"strings"
 )
@@ -18,7 +18,7 @@ const defaultListLimit = 100
 // row committed after a page was read has a larger id than any row that page
 // could have returned. (A row whose status changes may of
 // course enter or leave a status filter between pages.)
-func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]store.Notification, error) {
+func (s *Store) ListNotifications(ctx context.Context, f model.ListFilter) ([]model.Notification, error) {
 	statusFew := false
 	if f.Tenant != "" && f.Type != "" && f.Status != "" && !fewRows(f) {
 		// A type and a status: each has an index, and a page is quick on
@@ -40,7 +40,7 @@ func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]st
 		return nil, fmt.Errorf("list notifications: %w", err)
 	}
 	defer rows.Close()
-	out := []store.Notification{}
+	out := []model.Notification{}
 	for rows.Next() {
 		n, err := scanNotification(rows)
 		if err != nil {
@@ -59,11 +59,11 @@ func (s *Store) ListNotifications(ctx context.Context, f store.ListFilter) ([]st
 // for it.
 // Each combination has an index ending in id (see 0002_api.sql), so a page
 // is a range read in id order that stops after the limit.
-func listQuery(f store.ListFilter) (string, []any) { return listQueryWith(f, false) }
+func listQuery(f model.ListFilter) (string, []any) { return listQueryWith(f, false) }
 
 // fewRows reports whether f names a filter of few rows (a recipient, an
 // address, an event), whose own index is read and the rest checked on it.
-func fewRows(f store.ListFilter) bool {
+func fewRows(f model.ListFilter) bool {
 	return f.Recipient != "" || f.Address != "" || f.EventID != "" || f.EventRow != 0
 }
 
@@ -74,12 +74,12 @@ const statusProbe = 20000
 // listQueryWith is listQuery; statusFew reads a type and a status from the
 // status's index (the type checked on its rows), else from the type's.
 // (ListNotifications sets it only without a few-row filter.)
-func listQueryWith(f store.ListFilter, statusFew bool) (string, []any) {
+func listQueryWith(f model.ListFilter, statusFew bool) (string, []any) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	limit = min(limit, store.MaxListLimit)
+	limit = min(limit, model.MaxListLimit)
 	var b strings.Builder
 	b.WriteString(`SELECT ` + notificationCols + `
 		FROM notifications n JOIN events e ON e.id = n.event
@@ -199,7 +199,7 @@ func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 	err := s.rdb.QueryRowContext(ctx, `SELECT id FROM events WHERE tenant = ? AND event_id = ? AND purpose = ?`,
 		tenant, eventID, purpose).Scan(&id)
 	if isNoRows(err) {
-		return 0, fmt.Errorf("event %q (purpose %q): %w", eventID, purpose, store.ErrNotFound)
+		return 0, fmt.Errorf("event %q (purpose %q): %w", eventID, purpose, model.ErrNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("read event %q: %w", eventID, err)
@@ -209,15 +209,15 @@ func (s *Store) EventRow(ctx context.Context, tenant, eventID, purpose string) (
 
 // EventRows lists the events tenant accepted under eventID, one per
 // purpose, from the identity's unique index.
-func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]store.EventRef, error) {
+func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]model.EventRef, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, purpose FROM events WHERE tenant = ? AND event_id = ? ORDER BY id`, tenant, eventID)
 	if err != nil {
 		return nil, fmt.Errorf("read events %q: %w", eventID, err)
 	}
 	defer rows.Close()
-	out := []store.EventRef{}
+	out := []model.EventRef{}
 	for rows.Next() {
-		var e store.EventRef
+		var e model.EventRef
 		if err := rows.Scan(&e.Row, &e.Purpose); err != nil {
 			return nil, fmt.Errorf("read events %q: %w", eventID, err)
 		}

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,41 +36,41 @@ func TestListUsesIndexes(t *testing.T) {
 	s := setup(t)
 	row := acceptFor(t, s, "a", "e", 5)
 	type listCase struct {
-		f      store.ListFilter
+		f      model.ListFilter
 		index  string // the index that must serve it
 		sorted bool   // it gives id order: no temp b-tree
 	}
 	cases := []listCase{
-		{store.ListFilter{Tenant: "a"}, "notifications_tenant", true},
-		{store.ListFilter{Tenant: "a", Status: store.StatusPending}, "notifications_tenant_status", true},
-		{store.ListFilter{Tenant: "a", Recipient: "r1"}, "notifications_recipient", true},
-		{store.ListFilter{Tenant: "a", Status: store.StatusPending, Recipient: "r1"}, "notifications_recipient", true},
-		{store.ListFilter{Tenant: "a", EventRow: row}, "notifications_event", true},
-		{store.ListFilter{Status: store.StatusPending}, "notifications_status", true},
-		{store.ListFilter{EventRow: row}, "notifications_event", true},
+		{model.ListFilter{Tenant: "a"}, "notifications_tenant", true},
+		{model.ListFilter{Tenant: "a", Status: model.StatusPending}, "notifications_tenant_status", true},
+		{model.ListFilter{Tenant: "a", Recipient: "r1"}, "notifications_recipient", true},
+		{model.ListFilter{Tenant: "a", Status: model.StatusPending, Recipient: "r1"}, "notifications_recipient", true},
+		{model.ListFilter{Tenant: "a", EventRow: row}, "notifications_event", true},
+		{model.ListFilter{Status: model.StatusPending}, "notifications_status", true},
+		{model.ListFilter{EventRow: row}, "notifications_event", true},
 		// Across tenants the recipient index is read for that recipient and
 		// sorted: a recipient's rows, still no scan.
-		{store.ListFilter{Recipient: "r1"}, "notifications_recipient", false},
-		{store.ListFilter{Status: store.StatusPending, Recipient: "r1"}, "notifications_recipient", false},
+		{model.ListFilter{Recipient: "r1"}, "notifications_recipient", false},
+		{model.ListFilter{Status: model.StatusPending, Recipient: "r1"}, "notifications_recipient", false},
 		// The console's filters: an address has its index, a tenant's type
 		// too; an event id is read through its event rows (any purpose),
 		// sorted across them; a creation range bounds the ids (below).
-		{store.ListFilter{Tenant: "a", Address: "r1@example.com"}, "notifications_address", true},
-		{store.ListFilter{Tenant: "a", Status: store.StatusDead, Address: "r1@example.com"}, "notifications_address", true},
-		{store.ListFilter{Tenant: "a", Recipient: "r1", Address: "r1@example.com"}, "notifications_address", true},
-		{store.ListFilter{Address: "r1@example.com"}, "notifications_address", false},
-		{store.ListFilter{Tenant: "a", EventID: "e"}, "notifications_event", false},
-		{store.ListFilter{Tenant: "a", EventID: "e", Status: store.StatusDead}, "notifications_event", false},
-		{store.ListFilter{Tenant: "a", Type: "payment"}, "notifications_type", true},
-		{store.ListFilter{Tenant: "a", Type: "payment", Status: store.StatusDead}, "notifications_type", true},
-		{store.ListFilter{Tenant: "a", CreatedBefore: time.UnixMilli(1)}, "notifications_tenant", true},
+		{model.ListFilter{Tenant: "a", Address: "r1@example.com"}, "notifications_address", true},
+		{model.ListFilter{Tenant: "a", Status: model.StatusDead, Address: "r1@example.com"}, "notifications_address", true},
+		{model.ListFilter{Tenant: "a", Recipient: "r1", Address: "r1@example.com"}, "notifications_address", true},
+		{model.ListFilter{Address: "r1@example.com"}, "notifications_address", false},
+		{model.ListFilter{Tenant: "a", EventID: "e"}, "notifications_event", false},
+		{model.ListFilter{Tenant: "a", EventID: "e", Status: model.StatusDead}, "notifications_event", false},
+		{model.ListFilter{Tenant: "a", Type: "payment"}, "notifications_type", true},
+		{model.ListFilter{Tenant: "a", Type: "payment", Status: model.StatusDead}, "notifications_type", true},
+		{model.ListFilter{Tenant: "a", CreatedBefore: time.UnixMilli(1)}, "notifications_tenant", true},
 	}
 	// A time filter is checked on the rows the others select: each keeps
 	// its index and order. Alone, it reads the table in id order from the
 	// cursor (a range on the primary key, not a sort).
 	since := time.UnixMilli(1)
 	for _, c := range cases {
-		for _, f := range []store.ListFilter{{UpdatedSince: since}, {CreatedSince: since}, {UpdatedSince: since, CreatedSince: since}} {
+		for _, f := range []model.ListFilter{{UpdatedSince: since}, {CreatedSince: since}, {UpdatedSince: since, CreatedSince: since}} {
 			f.Tenant, f.Status, f.Recipient, f.EventRow = c.f.Tenant, c.f.Status, c.f.Recipient, c.f.EventRow
 			f.Address, f.EventID, f.Type, f.CreatedBefore = c.f.Address, c.f.EventID, c.f.Type, c.f.CreatedBefore
 			cases = append(cases, listCase{f, c.index, c.sorted}) // range read cases once: these are not ranged over here
@@ -79,10 +79,10 @@ func TestListUsesIndexes(t *testing.T) {
 	// A tenant's creation range, without a filter of few rows, bounds the
 	// ids the walk reads by the least and greatest id created in it, each
 	// found on the (tenant, created_at) index alone.
-	for _, f := range []store.ListFilter{
+	for _, f := range []model.ListFilter{
 		{Tenant: "a", CreatedSince: since}, {Tenant: "a", CreatedBefore: since}, {Tenant: "a", CreatedSince: since, CreatedBefore: since},
 		{Tenant: "a", Type: "payment", CreatedSince: since, CreatedBefore: since},
-		{Tenant: "a", Status: store.StatusDead, CreatedSince: since, CreatedBefore: since},
+		{Tenant: "a", Status: model.StatusDead, CreatedSince: since, CreatedBefore: since},
 	} {
 		q, args := listQuery(f)
 		text := strings.Join(queryPlan(t, s, q, args...), "\n")
@@ -97,7 +97,7 @@ func TestListUsesIndexes(t *testing.T) {
 			t.Errorf("%+v does not bound its ids by the creation index:\n%s", f, text)
 		}
 	}
-	for _, f := range []store.ListFilter{{UpdatedSince: since}, {CreatedSince: since}} {
+	for _, f := range []model.ListFilter{{UpdatedSince: since}, {CreatedSince: since}} {
 		q, args := listQuery(f)
 		text := strings.Join(queryPlan(t, s, q, args...), "\n")
 		if !strings.HasPrefix(text, "SEARCH n USING INTEGER PRIMARY KEY (rowid>?)") || strings.Contains(text, "TEMP B-TREE") {
@@ -168,7 +168,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.EventID != "evt_old" || n.Status != store.StatusSent || n.ProviderMessageID != "msg-1" || n.UpdatedAt != fromMS(2000) {
+	if n.EventID != "evt_old" || n.Status != model.StatusSent || n.ProviderMessageID != "msg-1" || n.UpdatedAt != fromMS(2000) {
 		t.Fatalf("old notification after migration: %+v", n)
 	}
 	// The new indexes cover the old rows.
@@ -176,7 +176,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []store.ListFilter{{Tenant: "default", Status: store.StatusSent}, {Tenant: "default", Recipient: "r0"}, {EventRow: row}} {
+	for _, f := range []model.ListFilter{{Tenant: "default", Status: model.StatusSent}, {Tenant: "default", Recipient: "r0"}, {EventRow: row}} {
 		f.Limit = 10
 		got, err := s.ListNotifications(ctx, f)
 		if err != nil || len(got) != 1 || got[0].Key != "old-key" {
@@ -187,14 +187,14 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if _, err := s.CreateToken(ctx, "default", "ci", "h", t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutAudience(ctx, "default", "all", []store.Member{{ID: "r0", Doc: []byte(`{"id":"r0"}`)}}, t0); err != nil {
+	if err := s.PutAudience(ctx, "default", "all", []model.Member{{ID: "r0", Doc: []byte(`{"id":"r0"}`)}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Audience(ctx, "default", "all"); err != nil || len(got) != 1 {
 		t.Fatalf("audience after migration: %q, %v", got, err)
 	}
-	k := store.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp"}
-	if err := s.SaveResponse(ctx, k, store.StoredResponse{Status: 200}, t0, time.Hour); err != nil {
+	k := model.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp"}
+	if err := s.SaveResponse(ctx, k, model.StoredResponse{Status: 200}, t0, time.Hour); err != nil {
 		t.Fatalf("save a response after migration: %v", err)
 	}
 	// New events keep numbering after the old ones.
@@ -209,7 +209,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 // sent notification.
 func TestListTypeAndStatusIndex(t *testing.T) {
 	s := setup(t)
-	f := store.ListFilter{Tenant: "a", Type: "digest", Status: store.StatusDead, Limit: 50}
+	f := model.ListFilter{Tenant: "a", Type: "digest", Status: model.StatusDead, Limit: 50}
 	for _, c := range []struct {
 		statusFew bool
 		index     string

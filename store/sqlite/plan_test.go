@@ -2,7 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +22,13 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 	}{
 		{"claim", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10, routesJSON(nil)}},
 		{"claim with routes", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10,
-			routesJSON(&store.ClaimRoutes{Default: map[string][]string{"email": {"p"}}})}},
+			routesJSON(&model.ClaimRoutes{Default: map[string][]string{"email": {"p"}}})}},
 		{"claim by channel", claimSQL(" AND channel NOT IN (?5)"), "notifications_due", []any{ms(time.Now()), 1, 10, nil, "sms"}},
 		{"expired leases", expiredLeasesSQL, "notifications_leased", []any{ms(time.Now()), 10}},
 		{"next due", nextDueSQL, "notifications_due", nil},
 		// Status lists the newest failed, dead and unknown ids: the status
 		// index read backwards, not a sort of every row in the status.
-		{"newest in a status", newestSQL, "notifications_status", []any{store.StatusDead, 20}},
+		{"newest in a status", newestSQL, "notifications_status", []any{model.StatusDead, 20}},
 	}
 	for _, c := range cases {
 		plan := queryPlan(t, s, c.query, c.args...)
@@ -42,7 +42,7 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		t.Logf("%s:\n%s", c.name, text)
 	}
 	// And the claim takes the oldest due rows first.
-	cs, err := s.Claim(context.Background(), store.ClaimRequest{Limit: 5, Now: time.Now().Add(time.Hour), Lease: time.Minute})
+	cs, err := s.Claim(context.Background(), model.ClaimRequest{Limit: 5, Now: time.Now().Add(time.Hour), Lease: time.Minute})
 	if err != nil || len(cs) != 5 {
 		t.Fatalf("claim: %d, %v", len(cs), err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Preferences, quiet hours, tenant keys and throttle slots (issue 17).
@@ -32,8 +32,8 @@ func (r txReader) QueryRowContext(_ context.Context, q string, args ...any) *sql
 
 // RecipientPreferences reads what recipients of a tenant set: three
 // primary-key range reads per recipient, on the read pool.
-func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]store.RecipientPreferences, error) {
-	out := map[string]store.RecipientPreferences{}
+func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]model.RecipientPreferences, error) {
+	out := map[string]model.RecipientPreferences{}
 	seen := map[string]bool{}
 	for _, r := range recipients {
 		if seen[r] {
@@ -52,8 +52,8 @@ func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipie
 }
 
 // readPreferences reads one recipient's preferences.
-func readPreferences(ctx context.Context, db reader, tenant, recipient string) (store.RecipientPreferences, error) {
-	p := store.RecipientPreferences{Tenant: tenant, Recipient: recipient, Switches: []store.Switch{}, Quiet: []store.QuietHours{}}
+func readPreferences(ctx context.Context, db reader, tenant, recipient string) (model.RecipientPreferences, error) {
+	p := model.RecipientPreferences{Tenant: tenant, Recipient: recipient, Switches: []model.Switch{}, Quiet: []model.QuietHours{}}
 	var at int64
 	err := db.QueryRowContext(ctx, `SELECT timezone, set_at, set_by FROM pref_zones WHERE tenant = ? AND recipient = ?`, tenant, recipient).
 		Scan(&p.TimeZone, &at, &p.ZoneSetBy)
@@ -70,7 +70,7 @@ func readPreferences(ctx context.Context, db reader, tenant, recipient string) (
 		return p, fmt.Errorf("read preferences: %w", err)
 	}
 	for rows.Next() {
-		var sw store.Switch
+		var sw model.Switch
 		if err := rows.Scan(&sw.Category, &sw.Channel, &sw.Enabled, &at, &sw.SetBy); err != nil {
 			rows.Close()
 			return p, fmt.Errorf("read preferences: %w", err)
@@ -89,7 +89,7 @@ func readPreferences(ctx context.Context, db reader, tenant, recipient string) (
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var q store.QuietHours
+		var q model.QuietHours
 		if err := rows.Scan(&q.Category, &q.Start, &q.End, &at, &q.SetBy); err != nil {
 			return p, fmt.Errorf("read preferences: %w", err)
 		}
@@ -105,8 +105,8 @@ func readPreferences(ctx context.Context, db reader, tenant, recipient string) (
 // PutPreferences replaces what the recipient set, in one write: every
 // entry is an upsert that changes set_at and set_by only where the value
 // changes, and the entries p leaves out are deleted.
-func (s *Store) PutPreferences(ctx context.Context, p store.RecipientPreferences, by string, now time.Time) (store.RecipientPreferences, error) {
-	var out store.RecipientPreferences
+func (s *Store) PutPreferences(ctx context.Context, p model.RecipientPreferences, by string, now time.Time) (model.RecipientPreferences, error) {
+	var out model.RecipientPreferences
 	err := s.w.do(ctx, func(tx *Tx) error {
 		t, r, at := p.Tenant, p.Recipient, ms(now)
 		if p.TimeZone == "" {
@@ -177,8 +177,8 @@ func jsonString(s string) string {
 }
 
 // SetSwitch upserts one switch; the same value again changes nothing.
-func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw store.Switch, now time.Time) (store.Switch, bool, error) {
-	var out store.Switch
+func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw model.Switch, now time.Time) (model.Switch, bool, error) {
+	var out model.Switch
 	var changed bool
 	err := s.w.do(ctx, func(tx *Tx) error {
 		res, err := tx.exec(`INSERT INTO pref_switches (tenant, recipient, category, channel, enabled, set_at, set_by)
@@ -192,7 +192,7 @@ func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw stor
 		n, _ := res.RowsAffected()
 		changed = n > 0
 		var at int64
-		out = store.Switch{Category: sw.Category, Channel: sw.Channel}
+		out = model.Switch{Category: sw.Category, Channel: sw.Channel}
 		if err := tx.queryRow(`SELECT enabled, set_at, set_by FROM pref_switches WHERE tenant = ? AND recipient = ? AND category = ? AND channel = ?`,
 			tenant, recipient, sw.Category, sw.Channel).Scan(&out.Enabled, &at, &out.SetBy); err != nil {
 			return fmt.Errorf("set preference %s/%s: %w", sw.Category, sw.Channel, err)
@@ -214,7 +214,7 @@ func (s *Store) TenantKey(ctx context.Context, tenant string, fresh []byte, now 
 	case !isNoRows(err):
 		return nil, fmt.Errorf("read tenant key: %w", err)
 	case fresh == nil:
-		return nil, fmt.Errorf("tenant %q has no key: %w", tenant, store.ErrNotFound)
+		return nil, fmt.Errorf("tenant %q has no key: %w", tenant, model.ErrNotFound)
 	}
 	err = s.w.do(ctx, func(tx *Tx) error {
 		if _, err := tx.exec(`INSERT INTO tenant_keys (tenant, key, created_at) VALUES (?, ?, ?) ON CONFLICT (tenant) DO NOTHING`,
@@ -228,7 +228,7 @@ func (s *Store) TenantKey(ctx context.Context, tenant string, fresh []byte, now 
 
 // TakeThrottleSlots decides the takes one after another in one write: the
 // writer is the only one, so the count each reads is exact.
-func (s *Store) TakeThrottleSlots(ctx context.Context, takes []store.ThrottleTake, now time.Time) ([]bool, error) {
+func (s *Store) TakeThrottleSlots(ctx context.Context, takes []model.ThrottleTake, now time.Time) ([]bool, error) {
 	granted := make([]bool, len(takes))
 	err := s.w.do(ctx, func(tx *Tx) error {
 		clear(granted)

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -13,8 +13,8 @@ const notificationCols = `n.id, n.key, n.tenant, e.event_id, e.purpose, n.type, 
 	n.attempts, n.next_attempt_at, n.lease_until, n.provider, n.provider_message_id, n.last_response, n.reason,
 	n.created_at, n.updated_at`
 
-func scanNotification(row interface{ Scan(...any) error }) (store.Notification, error) {
-	var n store.Notification
+func scanNotification(row interface{ Scan(...any) error }) (model.Notification, error) {
+	var n model.Notification
 	var next int64
 	var lease sql.NullInt64
 	var provider, msgID, resp, reason sql.NullString
@@ -24,11 +24,11 @@ func scanNotification(row interface{ Scan(...any) error }) (store.Notification, 
 	if err != nil {
 		return n, err
 	}
-	if n.Status == store.StatusPending {
+	if n.Status == model.StatusPending {
 		t := fromMS(next)
 		n.NextAttemptAt = &t
 	}
-	if lease.Valid && n.Status == store.StatusSending {
+	if lease.Valid && n.Status == model.StatusSending {
 		t := fromMS(lease.Int64)
 		n.LeaseUntil = &t
 	}
@@ -39,16 +39,16 @@ func scanNotification(row interface{ Scan(...any) error }) (store.Notification, 
 
 // Notification returns one notification, by id or by idempotency key, with
 // every attempt. tenant "" means any tenant.
-func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (store.Notification, error) {
+func (s *Store) Notification(ctx context.Context, tenant string, id int64, key string) (model.Notification, error) {
 	row := s.rdb.QueryRowContext(ctx, `SELECT `+notificationCols+`
 		FROM notifications n JOIN events e ON e.id = n.event
 		WHERE (n.id = ?1 OR n.key = ?2) AND (?3 = '' OR n.tenant = ?3)`, id, key, tenant)
 	n, err := scanNotification(row)
 	if isNoRows(err) {
 		if key != "" {
-			return n, fmt.Errorf("notification with key %q: %w", key, store.ErrNotFound)
+			return n, fmt.Errorf("notification with key %q: %w", key, model.ErrNotFound)
 		}
-		return n, fmt.Errorf("notification %d: %w", id, store.ErrNotFound)
+		return n, fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
 	}
 	if err != nil {
 		return n, fmt.Errorf("read notification: %w", err)
@@ -82,7 +82,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	return n, err
 }
 
-func (s *Store) attempts(ctx context.Context, id int64) ([]store.Attempt, error) {
+func (s *Store) attempts(ctx context.Context, id int64) ([]model.Attempt, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
 			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
 			coalesce(decision, '')
@@ -91,9 +91,9 @@ func (s *Store) attempts(ctx context.Context, id int64) ([]store.Attempt, error)
 		return nil, fmt.Errorf("read attempts: %w", err)
 	}
 	defer rows.Close()
-	out := []store.Attempt{}
+	out := []model.Attempt{}
 	for rows.Next() {
-		var a store.Attempt
+		var a model.Attempt
 		var start, end int64
 		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
 			return nil, err
@@ -106,16 +106,16 @@ func (s *Store) attempts(ctx context.Context, id int64) ([]store.Attempt, error)
 
 // EventNotifications lists an event's notifications in fan-out order,
 // after position after (-1 for the start), at most limit.
-func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]store.EventNotification, error) {
+func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]model.EventNotification, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, key, recipient, channel, status FROM notifications
 		WHERE event = ? AND seq > ? ORDER BY seq LIMIT ?`, eventRow, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list notifications of event %d: %w", eventRow, err)
 	}
 	defer rows.Close()
-	var out []store.EventNotification
+	var out []model.EventNotification
 	for rows.Next() {
-		var n store.EventNotification
+		var n model.EventNotification
 		if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
 			return nil, err
 		}
@@ -125,9 +125,9 @@ func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, l
 }
 
 // Status counts notifications by status and attempts by provider and outcome.
-func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error) {
-	st := store.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}}
-	for _, s := range store.Statuses {
+func (s *Store) Status(ctx context.Context, now time.Time) (model.Status, error) {
+	st := model.Status{Counts: map[string]int64{}, Providers: map[string]map[string]int64{}}
+	for _, s := range model.Statuses {
 		st.Counts[s] = 0
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT status, count(*) FROM notifications GROUP BY status`)
@@ -172,7 +172,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (store.Status, error)
 	for _, l := range []struct {
 		status string
 		ids    *[]int64
-	}{{store.StatusUnknown, &st.Unknown}, {store.StatusFailed, &st.Failed}, {store.StatusDead, &st.Dead}} {
+	}{{model.StatusUnknown, &st.Unknown}, {model.StatusFailed, &st.Failed}, {model.StatusDead, &st.Dead}} {
 		if *l.ids, err = s.newest(ctx, l.status, statusListed); err != nil {
 			return st, fmt.Errorf("status: %w", err)
 		}

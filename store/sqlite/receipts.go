@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"time"
 )
@@ -17,7 +17,7 @@ import (
 // complained), which outranks sent. So a late "sent" never moves it out of
 // delivered or bounced, and a receipt that arrived before the send was
 // recorded is applied when it is (see Record).
-func (s *Store) AddReceipts(ctx context.Context, rs []store.Receipt, now time.Time) (int, error) {
+func (s *Store) AddReceipts(ctx context.Context, rs []model.Receipt, now time.Time) (int, error) {
 	added := 0
 	err := s.w.do(ctx, func(tx *Tx) error {
 		added = 0
@@ -101,9 +101,9 @@ func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
 		var status string
 		switch rank.Int64 {
 		case 3:
-			status = store.StatusBounced
+			status = model.StatusBounced
 		case 2:
-			status = store.StatusDelivered
+			status = model.StatusDelivered
 		default:
 			continue
 		}
@@ -122,7 +122,7 @@ const receiptAbout = `(notification = ?3 OR (notification IS NULL AND ?4))`
 
 // receiptsFor lists the receipts about notification id, which provider
 // sent as messageID, oldest first (those that apply to it: receiptAbout).
-func (s *Store) receiptsFor(ctx context.Context, id int64, provider, messageID string) ([]store.Receipt, error) {
+func (s *Store) receiptsFor(ctx context.Context, id int64, provider, messageID string) ([]model.Receipt, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at,
 			coalesce(source, ''), suppress, suppress_until
 		FROM receipts WHERE provider = ?1 AND message_id = ?2 AND (notification = ?3 OR (notification IS NULL
@@ -132,9 +132,9 @@ func (s *Store) receiptsFor(ctx context.Context, id int64, provider, messageID s
 		return nil, fmt.Errorf("read receipts: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Receipt
+	var out []model.Receipt
 	for rows.Next() {
-		var r store.Receipt
+		var r model.Receipt
 		var at, until sql.NullInt64
 		var recv int64
 		var suppress sql.NullString
@@ -142,7 +142,7 @@ func (s *Store) receiptsFor(ctx context.Context, id int64, provider, messageID s
 			return nil, err
 		}
 		if suppress.Valid {
-			r.Suppress = &store.Suppress{Reason: suppress.String}
+			r.Suppress = &model.Suppress{Reason: suppress.String}
 			if until.Valid {
 				t := fromMS(until.Int64)
 				r.Suppress.ExpiresAt = &t

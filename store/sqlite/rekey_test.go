@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"testing"
 )
@@ -63,7 +63,7 @@ func TestMigrationRekeysSuppressions(t *testing.T) {
 	defer s.Close()
 	got := map[string]string{}
 	for _, tenant := range []string{"acme", "other"} {
-		es, err := s.Suppressions(context.Background(), store.SuppressionFilter{Tenant: tenant}, fromMS(0))
+		es, err := s.Suppressions(context.Background(), model.SuppressionFilter{Tenant: tenant}, fromMS(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestMigrationRekeysSuppressions(t *testing.T) {
 		}
 	}
 	for _, id := range []int64{11, 12, 13} {
-		var se *store.SuppressedError
+		var se *model.SuppressedError
 		if err := s.Retry(context.Background(), "acme", id, false, t0); !errors.As(err, &se) {
 			t.Errorf("retry of notification %d: %v, want a SuppressedError", id, err)
 		}

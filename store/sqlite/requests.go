@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"fmt"
 	"time"
 )
@@ -23,10 +23,10 @@ import (
 // ClaimRequest takes the key for this request in one upsert, which changes
 // the row only where the key is free: a completed response that expired,
 // or a claim that lapsed. Otherwise the row says who has it.
-func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.RequestHold) (store.RequestClaim, error) {
-	var claim store.RequestClaim
+func (s *Store) ClaimRequest(ctx context.Context, k model.RequestKey, h model.RequestHold) (model.RequestClaim, error) {
+	var claim model.RequestClaim
 	err := s.w.do(ctx, func(tx *Tx) error {
-		claim = store.RequestClaim{}
+		claim = model.RequestClaim{}
 		var one int
 		err := tx.queryRow(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at, owner)
 				VALUES (?1, ?2, ?3, 'in_flight', ?4, ?5, ?4, ?6)
@@ -56,9 +56,9 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.Re
 		}
 		switch {
 		case fp != k.Fingerprint:
-			return fmt.Errorf("%w: key %q", store.ErrKeyReused, k.Key)
+			return fmt.Errorf("%w: key %q", model.ErrKeyReused, k.Key)
 		case state == "done":
-			claim.Stored = &store.StoredResponse{Status: int(status.Int64), ContentType: ctype.String, Body: body}
+			claim.Stored = &model.StoredResponse{Status: int(status.Int64), ContentType: ctype.String, Body: body}
 		default:
 			claim.Busy, claim.Owner = fromMS(locked), owner
 		}
@@ -68,7 +68,7 @@ func (s *Store) ClaimRequest(ctx context.Context, k store.RequestKey, h store.Re
 }
 
 // RenewRequest extends owner's claim on k, if it still has it.
-func (s *Store) RenewRequest(ctx context.Context, k store.RequestKey, owner string, until time.Time) (bool, error) {
+func (s *Store) RenewRequest(ctx context.Context, k model.RequestKey, owner string, until time.Time) (bool, error) {
 	var held bool
 	err := s.w.do(ctx, func(tx *Tx) error {
 		res, err := tx.exec(`UPDATE request_keys SET locked_until = ?1, expires_at = ?1
@@ -85,7 +85,7 @@ func (s *Store) RenewRequest(ctx context.Context, k store.RequestKey, owner stri
 }
 
 // ReleaseRequest deletes this request's claim, if it still holds one.
-func (s *Store) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
+func (s *Store) ReleaseRequest(ctx context.Context, k model.RequestKey) error {
 	return s.w.do(ctx, func(tx *Tx) error {
 		_, err := tx.exec(`DELETE FROM request_keys WHERE tenant = ? AND key = ? AND state = 'in_flight' AND fingerprint = ?`,
 			k.Tenant, k.Key, k.Fingerprint)
@@ -104,7 +104,7 @@ func (s *Store) ReleaseRequest(ctx context.Context, k store.RequestKey) error {
 //   - (nil, nil): no live response: run the request.
 //
 // Rows left in_flight by an older version are ignored: they are not answers.
-func (s *Store) LookupRequest(ctx context.Context, k store.RequestKey, now time.Time) (*store.StoredResponse, error) {
+func (s *Store) LookupRequest(ctx context.Context, k model.RequestKey, now time.Time) (*model.StoredResponse, error) {
 	var (
 		fp     string
 		status int
@@ -120,16 +120,16 @@ func (s *Store) LookupRequest(ctx context.Context, k store.RequestKey, now time.
 	case err != nil:
 		return nil, fmt.Errorf("read request key %q: %w", k.Key, err)
 	case fp != k.Fingerprint:
-		return nil, fmt.Errorf("%w: key %q", store.ErrKeyReused, k.Key)
+		return nil, fmt.Errorf("%w: key %q", model.ErrKeyReused, k.Key)
 	}
-	return &store.StoredResponse{Status: status, ContentType: ctype.String, Body: body}, nil
+	return &model.StoredResponse{Status: status, ContentType: ctype.String, Body: body}, nil
 }
 
 // SaveResponse stores the response of a completed request under k, to be
 // replayed until now+ttl. A live response already stored under the key
 // (another process ran the same request at the same moment) is kept: the
 // first answer stays the answer.
-func (s *Store) SaveResponse(ctx context.Context, k store.RequestKey, resp store.StoredResponse, now time.Time, ttl time.Duration) error {
+func (s *Store) SaveResponse(ctx context.Context, k model.RequestKey, resp model.StoredResponse, now time.Time, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("save response for key %q: need a positive ttl, have %s", k.Key, ttl)
 	}

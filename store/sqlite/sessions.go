@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // CreateSession keeps a console session.
-func (s *Store) CreateSession(ctx context.Context, ss store.Session) error {
+func (s *Store) CreateSession(ctx context.Context, ss model.Session) error {
 	if ss.IDHash == "" {
 		return errors.New("create session: empty id hash")
 	}
@@ -24,16 +24,16 @@ func (s *Store) CreateSession(ctx context.Context, ss store.Session) error {
 }
 
 // Session reads a live session from the read pool: one primary-key lookup.
-func (s *Store) Session(ctx context.Context, idHash string, now time.Time) (store.Session, error) {
-	ss := store.Session{IDHash: idHash}
+func (s *Store) Session(ctx context.Context, idHash string, now time.Time) (model.Session, error) {
+	ss := model.Session{IDHash: idHash}
 	var created, expires int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT tenant, token_hash, who, created_at, expires_at FROM console_sessions
 		WHERE id_hash = ? AND expires_at > ?`, idHash, ms(now)).Scan(&ss.Tenant, &ss.TokenHash, &ss.Who, &created, &expires)
 	if isNoRows(err) {
-		return store.Session{}, fmt.Errorf("session: %w", store.ErrNotFound)
+		return model.Session{}, fmt.Errorf("session: %w", model.ErrNotFound)
 	}
 	if err != nil {
-		return store.Session{}, fmt.Errorf("read session: %w", err)
+		return model.Session{}, fmt.Errorf("read session: %w", err)
 	}
 	ss.CreatedAt, ss.ExpiresAt = fromMS(created), fromMS(expires)
 	return ss, nil

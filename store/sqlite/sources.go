@@ -7,13 +7,13 @@ import (
 	"slices"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // SourceState returns a source's position and its gaps in id order, the
 // zero state for a source never saved.
-func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState, error) {
-	var st store.SourceState
+func (s *Store) SourceState(ctx context.Context, name string) (model.SourceState, error) {
+	var st model.SourceState
 	err := s.rdb.QueryRowContext(ctx, `SELECT position FROM source_positions WHERE source = ?`, name).Scan(&st.Position)
 	if isNoRows(err) {
 		return st, nil
@@ -27,7 +27,7 @@ func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var g store.SourceGap
+		var g model.SourceGap
 		var since int64
 		if err := rows.Scan(&g.First, &g.Last, &since, &g.Mark); err != nil {
 			return st, fmt.Errorf("read gaps of source %q: %w", name, err)
@@ -43,13 +43,13 @@ func (s *Store) SourceState(ctx context.Context, name string) (store.SourceState
 
 // SaveSourceState saves a source's position and gaps in one transaction,
 // unless the position would move back.
-func (s *Store) SaveSourceState(ctx context.Context, name string, st store.SourceState, now time.Time) error {
-	return s.SettleSource(ctx, name, store.SourceSettle{State: st}, now)
+func (s *Store) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {
+	return s.SettleSource(ctx, name, model.SourceSettle{State: st}, now)
 }
 
 // SettleSource saves a batch's state (unless its position would move
 // back), its rejects and its retried rows in one transaction.
-func (s *Store) SettleSource(ctx context.Context, name string, set store.SourceSettle, now time.Time) error {
+func (s *Store) SettleSource(ctx context.Context, name string, set model.SourceSettle, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
 		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
 		st := set.State
@@ -111,7 +111,7 @@ func answered(t *time.Time) int64 {
 }
 
 // SourceRejects lists recorded rejects in (source, row) order.
-func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) ([]store.SourceReject, error) {
+func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}
@@ -125,9 +125,9 @@ func (s *Store) SourceRejects(ctx context.Context, f store.SourceRejectFilter) (
 		return nil, fmt.Errorf("read rejected rows: %w", s.closedOr(err))
 	}
 	defer rows.Close()
-	var out []store.SourceReject
+	var out []model.SourceReject
 	for rows.Next() {
-		var r store.SourceReject
+		var r model.SourceReject
 		var first, last int64
 		var retry, gone sql.NullInt64
 		if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
@@ -202,7 +202,7 @@ func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stm
 
 // SourceStates returns every saved source's state by name; each is read
 // as SourceState reads it.
-func (s *Store) SourceStates(ctx context.Context) (map[string]store.SourceState, error) {
+func (s *Store) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT source FROM source_positions ORDER BY source`)
 	if err != nil {
 		return nil, fmt.Errorf("list sources: %w", err)
@@ -220,7 +220,7 @@ func (s *Store) SourceStates(ctx context.Context) (map[string]store.SourceState,
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list sources: %w", err)
 	}
-	out := make(map[string]store.SourceState, len(names))
+	out := make(map[string]model.SourceState, len(names))
 	for _, n := range names {
 		st, err := s.SourceState(ctx, n)
 		if err != nil {

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"edgerelay/model"
 	"edgerelay/store"
 	"embed"
 	"errors"
@@ -443,7 +444,7 @@ func schemaVersion(ctx context.Context, q interface {
 		return 0, fmt.Errorf("read schema version: %w", err)
 	}
 	if v > known {
-		return v, fmt.Errorf("%w: it is version %d, this binary knows up to %d; use a newer edgerelay", store.ErrTooNew, v, known)
+		return v, fmt.Errorf("%w: it is version %d, this binary knows up to %d; use a newer edgerelay", model.ErrTooNew, v, known)
 	}
 	return v, nil
 }

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,12 +29,12 @@ func setup(t *testing.T) *Store {
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func testEvent(id string, n int) (store.NewEvent, []store.Target) {
-	ev := store.NewEvent{Tenant: "default", EventID: id, Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
+func testEvent(id string, n int) (model.NewEvent, []model.Target) {
+	ev := model.NewEvent{Tenant: "default", EventID: id, Purpose: "receipt", Type: "payment", Payload: []byte(`{}`),
 		Message: []byte(`{"subject":"hi"}`), Fingerprint: "fp-" + id, Targets: n}
-	var ts []store.Target
+	var ts []model.Target
 	for i := range n {
-		ts = append(ts, store.Target{Key: fmt.Sprintf("%s-r%d", id, i), Recipient: fmt.Sprintf("r%d", i), Channel: "email", Address: fmt.Sprintf("r%d@example.com", i)})
+		ts = append(ts, model.Target{Key: fmt.Sprintf("%s-r%d", id, i), Recipient: fmt.Sprintf("r%d", i), Channel: "email", Address: fmt.Sprintf("r%d@example.com", i)})
 	}
 	return ev, ts
 }
@@ -122,7 +122,7 @@ func TestRefusesNewerDatabase(t *testing.T) {
 	}
 	db.Close()
 	_, err = Open(context.Background(), path, Options{})
-	if !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "version 99") {
+	if !errors.Is(err, model.ErrTooNew) || !strings.Contains(err.Error(), "version 99") {
 		t.Fatalf("err = %v, want ErrTooNew naming version 99", err)
 	}
 	// Untouched: still version 99 with its table.
@@ -253,7 +253,7 @@ func TestOpenTogetherOnANewFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, err := range together(path) {
-		if !errors.Is(err, store.ErrTooNew) {
+		if !errors.Is(err, model.ErrTooNew) {
 			t.Errorf("a version 99 database: %v, want ErrTooNew", err)
 		}
 	}
@@ -328,12 +328,12 @@ func TestMigrationMovesAddressMarksIntoSuppressions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	es, err := s.Suppressions(context.Background(), store.SuppressionFilter{Tenant: "acme"}, t0)
-	if err != nil || len(es) != 1 || es[0].Address != "a@example.com" || es[0].Reason != store.ReasonHardBounce || es[0].Provider != "p" ||
+	es, err := s.Suppressions(context.Background(), model.SuppressionFilter{Tenant: "acme"}, t0)
+	if err != nil || len(es) != 1 || es[0].Address != "a@example.com" || es[0].Reason != model.ReasonHardBounce || es[0].Provider != "p" ||
 		es[0].Detail != "550 5.1.1" || es[0].ExpiresAt == nil || es[0].ExpiresAt.UnixMilli() != expires {
 		t.Fatalf("suppressions %+v, %v", es, err)
 	}
-	var se *store.SuppressedError
+	var se *model.SuppressedError
 	if err := s.Retry(context.Background(), "acme", 11, false, t0); !errors.As(err, &se) {
 		t.Fatalf("retry of the old notification: %v, want a SuppressedError (its address key found the entry)", err)
 	}

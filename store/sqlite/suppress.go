@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Suppression lists (issue 17): one row per tenant, channel and address
@@ -45,7 +45,7 @@ const suppressFromReceipts = `INSERT INTO suppressions (` + suppressionCols + `)
 	ORDER BY r.id` + suppressUpsert
 
 // Suppress writes entries in one transaction.
-func (s *Store) Suppress(ctx context.Context, entries []store.Suppression, now time.Time) (int, error) {
+func (s *Store) Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error) {
 	written := 0
 	err := s.w.do(ctx, func(tx *Tx) error {
 		written = 0
@@ -65,7 +65,7 @@ func (s *Store) Suppress(ctx context.Context, entries []store.Suppression, now t
 }
 
 // Suppressions lists live entries in (tenant, channel, address) order.
-func (s *Store) Suppressions(ctx context.Context, f store.SuppressionFilter, now time.Time) ([]store.Suppression, error) {
+func (s *Store) Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -79,7 +79,7 @@ func (s *Store) Suppressions(ctx context.Context, f store.SuppressionFilter, now
 		return nil, fmt.Errorf("list suppressions: %w", err)
 	}
 	defer rows.Close()
-	out := []store.Suppression{}
+	out := []model.Suppression{}
 	for rows.Next() {
 		e, err := scanSuppression(rows)
 		if err != nil {
@@ -106,7 +106,7 @@ func (s *Store) Unsuppress(ctx context.Context, tenant, channel, address string)
 }
 
 // liveSuppression reads the live entry for an address in tx, or nil.
-func liveSuppression(tx *Tx, tenant, channel, address string, now time.Time) (*store.Suppression, error) {
+func liveSuppression(tx *Tx, tenant, channel, address string, now time.Time) (*model.Suppression, error) {
 	e, err := scanSuppression(tx.queryRow(`SELECT `+suppressionCols+` FROM suppressions
 		WHERE tenant = ? AND channel = ? AND address = ? AND (expires_at IS NULL OR expires_at > ?)`,
 		tenant, channel, address, ms(now)))
@@ -119,8 +119,8 @@ func liveSuppression(tx *Tx, tenant, channel, address string, now time.Time) (*s
 	return &e, nil
 }
 
-func scanSuppression(row interface{ Scan(...any) error }) (store.Suppression, error) {
-	var e store.Suppression
+func scanSuppression(row interface{ Scan(...any) error }) (model.Suppression, error) {
+	var e model.Suppression
 	var note, expires sql.NullInt64
 	var created int64
 	if err := row.Scan(&e.Tenant, &e.Channel, &e.Address, &e.Reason, &e.Source, &e.Provider, &note, &e.Detail,
@@ -148,8 +148,8 @@ type suppressionJSON struct {
 	ExpiresAt    *int64 `json:"expires_at"`
 }
 
-func (j suppressionJSON) entry(tenant, channel string) *store.Suppression {
-	e := &store.Suppression{Tenant: tenant, Channel: channel, Address: j.Address, Reason: j.Reason, Source: j.Source,
+func (j suppressionJSON) entry(tenant, channel string) *model.Suppression {
+	e := &model.Suppression{Tenant: tenant, Channel: channel, Address: j.Address, Reason: j.Reason, Source: j.Source,
 		Provider: j.Provider, Detail: j.Detail, CreatedAt: fromMS(j.CreatedAt)}
 	if j.Notification != nil {
 		e.Notification = *j.Notification

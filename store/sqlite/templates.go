@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,12 +21,12 @@ import (
 // retry on a taken number, kept from the PostgreSQL store, could not run
 // here and is gone; a taken number would be a broken invariant, and the
 // primary key's error says so.)
-func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts map[string]string, now time.Time) (store.StoredTemplate, bool, error) {
+func (s *Store) PutTemplate(ctx context.Context, key model.TemplateKey, parts map[string]string, now time.Time) (model.StoredTemplate, bool, error) {
 	body, err := json.Marshal(parts) // keys sorted: equal parts, equal text
 	if err != nil {
-		return store.StoredTemplate{}, false, err
+		return model.StoredTemplate{}, false, err
 	}
-	var out store.StoredTemplate
+	var out model.StoredTemplate
 	created := false
 	err = s.w.do(ctx, func(tx *Tx) error {
 		created = false
@@ -61,13 +61,13 @@ func (s *Store) PutTemplate(ctx context.Context, key store.TemplateKey, parts ma
 		return err
 	})
 	if err != nil {
-		return store.StoredTemplate{}, false, fmt.Errorf("put template %s/%s/%s: %w", key.Name, key.Channel, key.Locale, err)
+		return model.StoredTemplate{}, false, fmt.Errorf("put template %s/%s/%s: %w", key.Name, key.Channel, key.Locale, err)
 	}
 	return out, created, nil
 }
 
-func scanTemplate(key store.TemplateKey, version int, parts string, created int64, retired sql.NullInt64) (store.StoredTemplate, error) {
-	t := store.StoredTemplate{TemplateKey: key, Version: version, CreatedAt: fromMS(created)}
+func scanTemplate(key model.TemplateKey, version int, parts string, created int64, retired sql.NullInt64) (model.StoredTemplate, error) {
+	t := model.StoredTemplate{TemplateKey: key, Version: version, CreatedAt: fromMS(created)}
 	if err := json.Unmarshal([]byte(parts), &t.Parts); err != nil {
 		return t, fmt.Errorf("template %s version %d: parts: %w", key.Name, version, err)
 	}
@@ -78,7 +78,7 @@ func scanTemplate(key store.TemplateKey, version int, parts string, created int6
 	return t, nil
 }
 
-func (s *Store) TemplateVersion(ctx context.Context, key store.TemplateKey, version int) (store.StoredTemplate, error) {
+func (s *Store) TemplateVersion(ctx context.Context, key model.TemplateKey, version int) (model.StoredTemplate, error) {
 	q := `SELECT version, parts, created_at, retired_at FROM templates
 		WHERE tenant = ?1 AND name = ?2 AND channel = ?3 AND locale = ?4 AND (?5 = 0 OR version = ?5)
 		ORDER BY version DESC LIMIT 1`
@@ -88,15 +88,15 @@ func (s *Store) TemplateVersion(ctx context.Context, key store.TemplateKey, vers
 	var retired sql.NullInt64
 	err := s.rdb.QueryRowContext(ctx, q, key.Tenant, key.Name, key.Channel, key.Locale, version).Scan(&v, &parts, &at, &retired)
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.StoredTemplate{}, fmt.Errorf("template %s/%s/%s version %d: %w", key.Name, key.Channel, key.Locale, version, store.ErrNotFound)
+		return model.StoredTemplate{}, fmt.Errorf("template %s/%s/%s version %d: %w", key.Name, key.Channel, key.Locale, version, model.ErrNotFound)
 	}
 	if err != nil {
-		return store.StoredTemplate{}, fmt.Errorf("read template %s: %w", key.Name, err)
+		return model.StoredTemplate{}, fmt.Errorf("read template %s: %w", key.Name, err)
 	}
 	return scanTemplate(key, v, parts, at, retired)
 }
 
-func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]store.StoredTemplate, error) {
+func (s *Store) TemplateVersions(ctx context.Context, key model.TemplateKey) ([]model.StoredTemplate, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT version, parts, created_at, retired_at FROM templates
 		WHERE tenant = ? AND name = ? AND channel = ? AND locale = ? ORDER BY version`,
 		key.Tenant, key.Name, key.Channel, key.Locale)
@@ -104,7 +104,7 @@ func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]
 		return nil, fmt.Errorf("read template %s versions: %w", key.Name, err)
 	}
 	defer rows.Close()
-	out := []store.StoredTemplate{}
+	out := []model.StoredTemplate{}
 	for rows.Next() {
 		var v int
 		var parts string
@@ -122,8 +122,8 @@ func (s *Store) TemplateVersions(ctx context.Context, key store.TemplateKey) ([]
 	return out, rows.Err()
 }
 
-func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now time.Time) (store.StoredTemplate, error) {
-	var out store.StoredTemplate
+func (s *Store) RetireTemplate(ctx context.Context, key model.TemplateKey, now time.Time) (model.StoredTemplate, error) {
+	var out model.StoredTemplate
 	err := s.w.do(ctx, func(tx *Tx) error {
 		var gen int64
 		if err := tx.queryRow(bumpGeneration).Scan(&gen); err != nil {
@@ -139,7 +139,7 @@ func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now t
 			key.Tenant, key.Name, key.Channel, key.Locale, ms(now), gen).Scan(&v, &parts, &at)
 		if errors.Is(err, sql.ErrNoRows) {
 			// The transaction (and the bump with it) is rolled back.
-			return fmt.Errorf("template %s/%s/%s: no live version: %w", key.Name, key.Channel, key.Locale, store.ErrNotFound)
+			return fmt.Errorf("template %s/%s/%s: no live version: %w", key.Name, key.Channel, key.Locale, model.ErrNotFound)
 		}
 		if err != nil {
 			return err
@@ -150,7 +150,7 @@ func (s *Store) RetireTemplate(ctx context.Context, key store.TemplateKey, now t
 	return out, err
 }
 
-func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]store.StoredTemplate, int64, error) {
+func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]model.StoredTemplate, int64, error) {
 	// The tenant's condition only when there is one: "(? = '' OR tenant =
 	// ?)" is planned before the value is known and reads every tenant's.
 	if tenant != "" {
@@ -159,7 +159,7 @@ func (s *Store) LatestTemplates(ctx context.Context, tenant string) ([]store.Sto
 	return s.latestTemplates(ctx, "")
 }
 
-func (s *Store) TemplateChanges(ctx context.Context, since int64) ([]store.StoredTemplate, int64, error) {
+func (s *Store) TemplateChanges(ctx context.Context, since int64) ([]model.StoredTemplate, int64, error) {
 	// templates_changed finds the rows changed after since; of those, the
 	// latest version of each key is the change.
 	return s.latestTemplates(ctx, "t.changed_gen > ? AND ", since)
@@ -168,7 +168,7 @@ func (s *Store) TemplateChanges(ctx context.Context, since int64) ([]store.Store
 // latestTemplates lists the latest version of each key whose latest row
 // matches where (a condition on t, ending in AND), and the generation, in
 // one snapshot.
-func (s *Store) latestTemplates(ctx context.Context, where string, args ...any) ([]store.StoredTemplate, int64, error) {
+func (s *Store) latestTemplates(ctx context.Context, where string, args ...any) ([]model.StoredTemplate, int64, error) {
 	// One transaction, so one snapshot: the generation read names exactly
 	// the templates listed.
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -189,9 +189,9 @@ func (s *Store) latestTemplates(ctx context.Context, where string, args ...any) 
 		return nil, 0, fmt.Errorf("read templates: %w", err)
 	}
 	defer rows.Close()
-	out := []store.StoredTemplate{}
+	out := []model.StoredTemplate{}
 	for rows.Next() {
-		var k store.TemplateKey
+		var k model.TemplateKey
 		var v int
 		var parts string
 		var at int64
@@ -216,7 +216,7 @@ func (s *Store) TemplateGeneration(ctx context.Context) (int64, error) {
 	return gen, nil
 }
 
-// closedOr is store.ErrClosed if the store is closed (database/sql says
+// closedOr is model.ErrClosed if the store is closed (database/sql says
 // only "sql: database is closed"), as a write and the PostgreSQL store
 // say: an accept's first read of the stored templates, on a closed relay,
 // is refused as its write would be.
@@ -226,7 +226,7 @@ func (s *Store) closedOr(err error) error {
 		closed := s.w.closed
 		s.w.mu.RUnlock()
 		if closed {
-			return store.ErrClosed
+			return model.ErrClosed
 		}
 	}
 	return err

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"edgerelay/model"
 )
 
 // Two stores on one file (serve and a `template set` beside it) put
@@ -29,7 +29,7 @@ func TestTemplatePutsFromTwoWritersOnOneFile(t *testing.T) {
 		defer s.Close()
 		ss = append(ss, s)
 	}
-	key := store.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
+	key := model.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
 	const each = 10
 	var mu sync.Mutex
 	var versions []int

@@ -2,7 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"time"
@@ -10,17 +10,17 @@ import (
 
 // CreateToken stores a token's hash (hex sha256) for tenant.
 // ErrTokenExists: a token with that hash is already stored.
-func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (store.Token, error) {
+func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (model.Token, error) {
 	if hash == "" {
 		// An empty hash would match a lookup of an empty token.
-		return store.Token{}, errors.New("create token: empty hash")
+		return model.Token{}, errors.New("create token: empty hash")
 	}
-	tok := store.Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
+	tok := model.Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
 	err := s.w.do(ctx, func(tx *Tx) error {
 		err := tx.queryRow(`INSERT INTO tokens (tenant, name, hash, created_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (hash) DO NOTHING RETURNING id`, tenant, name, hash, ms(now)).Scan(&tok.ID)
 		if isNoRows(err) {
-			return fmt.Errorf("create token %q: %w", name, store.ErrTokenExists)
+			return fmt.Errorf("create token %q: %w", name, model.ErrTokenExists)
 		}
 		if err != nil {
 			return fmt.Errorf("create token %q: %w", name, err)
@@ -28,40 +28,40 @@ func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now 
 		return nil
 	})
 	if err != nil {
-		return store.Token{}, err
+		return model.Token{}, err
 	}
 	return tok, nil
 }
 
 // TokenByHash returns the token whose hash is hash. ErrNotFound when absent.
-func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
-	var tok store.Token
+func (s *Store) TokenByHash(ctx context.Context, hash string) (model.Token, error) {
+	var tok model.Token
 	var created int64
 	if hash == "" {
-		return tok, fmt.Errorf("token: %w", store.ErrNotFound)
+		return tok, fmt.Errorf("token: %w", model.ErrNotFound)
 	}
 	err := s.rdb.QueryRowContext(ctx, `SELECT id, tenant, name, created_at FROM tokens WHERE hash = ?`, hash).
 		Scan(&tok.ID, &tok.Tenant, &tok.Name, &created)
 	if isNoRows(err) {
-		return store.Token{}, fmt.Errorf("token: %w", store.ErrNotFound)
+		return model.Token{}, fmt.Errorf("token: %w", model.ErrNotFound)
 	}
 	if err != nil {
-		return store.Token{}, fmt.Errorf("read token: %w", err)
+		return model.Token{}, fmt.Errorf("read token: %w", err)
 	}
 	tok.CreatedAt = fromMS(created)
 	return tok, nil
 }
 
 // Tokens lists every token, oldest first.
-func (s *Store) Tokens(ctx context.Context) ([]store.Token, error) {
+func (s *Store) Tokens(ctx context.Context) ([]model.Token, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, tenant, name, created_at FROM tokens ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
 	defer rows.Close()
-	out := []store.Token{}
+	out := []model.Token{}
 	for rows.Next() {
-		var tok store.Token
+		var tok model.Token
 		var created int64
 		if err := rows.Scan(&tok.ID, &tok.Tenant, &tok.Name, &created); err != nil {
 			return nil, fmt.Errorf("list tokens: %w", err)
@@ -84,7 +84,7 @@ func (s *Store) DeleteToken(ctx context.Context, id int64) error {
 			return fmt.Errorf("delete token %d: %w", id, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("token %d: %w", id, store.ErrNotFound)
+			return fmt.Errorf("token %d: %w", id, model.ErrNotFound)
 		}
 		return nil
 	})

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/store"
+	"edgerelay/model"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,7 +30,7 @@ import (
 type writeOp struct {
 	fn    func(*Tx) error
 	done  chan error
-	class store.WriteClass
+	class model.WriteClass
 }
 
 type writer struct {
@@ -47,7 +47,7 @@ type writer struct {
 	mu        sync.RWMutex // held for reading while enqueueing, for writing by close
 	closed    bool
 
-	stats store.WriterStats
+	stats model.WriterStats
 	smu   sync.Mutex
 
 	stmtCache map[string]*sql.Stmt // only touched by the writer goroutine
@@ -88,21 +88,21 @@ func startWriter(conn *sql.Conn, path string, maxBatch int, busy time.Duration, 
 // the commit failed. ctx bounds only the wait for a place in the queue: if
 // it ends first, nothing was queued and do returns ctx.Err().
 func (w *writer) do(ctx context.Context, fn func(*Tx) error) error {
-	return w.doAs(ctx, store.WriteOther, fn)
+	return w.doAs(ctx, model.WriteOther, fn)
 }
 
 // doAs is do for a write of a class: claims and records are queued ahead
 // of the rest, so a burst of accepts cannot stall delivery.
-func (w *writer) doAs(ctx context.Context, class store.WriteClass, fn func(*Tx) error) error {
+func (w *writer) doAs(ctx context.Context, class model.WriteClass, fn func(*Tx) error) error {
 	op := writeOp{fn: fn, done: make(chan error, 1), class: class}
 	q := w.queue
-	if class == store.WriteClaim || class == store.WriteRecord {
+	if class == model.WriteClaim || class == model.WriteRecord {
 		q = w.urgent
 	}
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
-		return store.ErrClosed
+		return model.ErrClosed
 	}
 	select {
 	case q <- op:
@@ -347,7 +347,7 @@ func (w *writer) finish(tx *Tx, batch []writeOp, errs []error, took []time.Durat
 	w.stats.CommitTime += d
 	w.stats.MaxBatch = max(w.stats.MaxBatch, len(batch))
 	if w.stats.Classes == nil {
-		w.stats.Classes = map[store.WriteClass]store.ClassStats{}
+		w.stats.Classes = map[model.WriteClass]model.ClassStats{}
 	}
 	for i, op := range batch {
 		if errs[i] == nil {
@@ -454,7 +454,7 @@ func (s *Store) OnCommit(fn func(writes int, took time.Duration)) {
 }
 
 // Stats returns the writer's counters.
-func (s *Store) Stats() store.WriterStats {
+func (s *Store) Stats() model.WriterStats {
 	s.w.smu.Lock()
 	defer s.w.smu.Unlock()
 	st := s.w.stats
@@ -541,9 +541,9 @@ type fileErr struct {
 func (e *fileErr) Error() string { return "database " + e.path + e.what + " (" + e.err.Error() + ")" }
 func (e *fileErr) Unwrap() error { return e.err }
 
-// Is makes every file error a store.ErrUnavailable: the write was not
+// Is makes every file error a model.ErrUnavailable: the write was not
 // made, and may succeed once the file is fixed.
-func (e *fileErr) Is(target error) bool { return target == store.ErrUnavailable }
+func (e *fileErr) Is(target error) bool { return target == model.ErrUnavailable }
 
 // IsFileError reports whether err is SQLite failing because of the database
 // file (read-only, full, corrupt, I/O error) rather than the request: the

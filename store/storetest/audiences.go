@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -77,8 +78,8 @@ func wantAudience(t *testing.T, s store.Store, tenant, name string, want [][]byt
 func testAudiencePutReplaceDelete(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	_, err := s.Audience(ctx, "default", "staff")
-	wantErr(t, "a missing audience", err, store.ErrNotFound)
-	wantErr(t, "deleting a missing audience", s.DeleteAudience(ctx, "default", "staff"), store.ErrNotFound)
+	wantErr(t, "a missing audience", err, model.ErrNotFound)
+	wantErr(t, "deleting a missing audience", s.DeleteAudience(ctx, "default", "staff"), model.ErrNotFound)
 
 	first := [][]byte{[]byte(`{"id":"c"}`), []byte(`{"id":"a"}`), []byte(`{"id":"b","email":"b@example.com"}`)}
 	if err := s.PutAudience(ctx, "default", "staff", withIDs(first), t0); err != nil {
@@ -109,8 +110,8 @@ func testAudiencePutReplaceDelete(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	_, err = s.Audience(ctx, "acme", "staff")
-	wantErr(t, "a deleted audience", err, store.ErrNotFound)
-	wantErr(t, "a second delete", s.DeleteAudience(ctx, "acme", "staff"), store.ErrNotFound)
+	wantErr(t, "a deleted audience", err, model.ErrNotFound)
+	wantErr(t, "a second delete", s.DeleteAudience(ctx, "acme", "staff"), model.ErrNotFound)
 	wantAudience(t, s, "default", "staff", [][]byte{})
 	// A deleted audience can be made again, without its old members.
 	if err := s.PutAudience(ctx, "acme", "staff", withIDs(first[:1]), t0); err != nil {
@@ -176,7 +177,7 @@ func testAudienceReplaceAtomic(t *testing.T, s store.Store) {
 	t.Logf("%d reads during 10 replacements", reads)
 }
 
-func listAudiences(t *testing.T, s store.Store, tenant string) []store.AudienceInfo {
+func listAudiences(t *testing.T, s store.Store, tenant string) []model.AudienceInfo {
 	t.Helper()
 	as, err := s.ListAudiences(t.Context(), tenant, "", 1000)
 	if err != nil {
@@ -185,7 +186,7 @@ func listAudiences(t *testing.T, s store.Store, tenant string) []store.AudienceI
 	return as
 }
 
-func wantAudiences(t *testing.T, what string, got []store.AudienceInfo, want ...store.AudienceInfo) {
+func wantAudiences(t *testing.T, what string, got []model.AudienceInfo, want ...model.AudienceInfo) {
 	t.Helper()
 	ok := len(got) == len(want)
 	for i := 0; ok && i < len(want); i++ {
@@ -213,10 +214,10 @@ func testAudienceList(t *testing.T, s store.Store) {
 		}
 	}
 	wantAudiences(t, "default's", listAudiences(t, s, "default"),
-		store.AudienceInfo{Name: "all", Members: 450, UpdatedAt: t0.Add(time.Second)},
-		store.AudienceInfo{Name: "none", Members: 0, UpdatedAt: t0},
-		store.AudienceInfo{Name: "staff", Members: 3, UpdatedAt: t0})
-	wantAudiences(t, "acme's", listAudiences(t, s, "acme"), store.AudienceInfo{Name: "staff", Members: 1, UpdatedAt: t0})
+		model.AudienceInfo{Name: "all", Members: 450, UpdatedAt: t0.Add(time.Second)},
+		model.AudienceInfo{Name: "none", Members: 0, UpdatedAt: t0},
+		model.AudienceInfo{Name: "staff", Members: 3, UpdatedAt: t0})
+	wantAudiences(t, "acme's", listAudiences(t, s, "acme"), model.AudienceInfo{Name: "staff", Members: 1, UpdatedAt: t0})
 
 	if err := s.PutAudience(ctx, "default", "staff", withIDs(members("n", 7)), t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -225,9 +226,9 @@ func testAudienceList(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	wantAudiences(t, "after a replace and a delete", listAudiences(t, s, "default"),
-		store.AudienceInfo{Name: "none", Members: 0, UpdatedAt: t0},
-		store.AudienceInfo{Name: "staff", Members: 7, UpdatedAt: t0.Add(time.Hour)})
-	wantAudiences(t, "acme's, untouched", listAudiences(t, s, "acme"), store.AudienceInfo{Name: "staff", Members: 1, UpdatedAt: t0})
+		model.AudienceInfo{Name: "none", Members: 0, UpdatedAt: t0},
+		model.AudienceInfo{Name: "staff", Members: 7, UpdatedAt: t0.Add(time.Hour)})
+	wantAudiences(t, "acme's, untouched", listAudiences(t, s, "acme"), model.AudienceInfo{Name: "staff", Members: 1, UpdatedAt: t0})
 }
 
 // Audiences page in name order (bytewise), after a cursor, neither

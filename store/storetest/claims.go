@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -24,11 +25,11 @@ func claims(t *testing.T, open opener) {
 }
 
 // keyHold is a claim by process p1 for 10 s from now.
-func keyHold(now time.Time) store.RequestHold {
-	return store.RequestHold{Now: now, Until: now.Add(10 * time.Second), Owner: "p1"}
+func keyHold(now time.Time) model.RequestHold {
+	return model.RequestHold{Now: now, Until: now.Add(10 * time.Second), Owner: "p1"}
 }
 
-func claimKey(t *testing.T, s store.Store, k store.RequestKey, now time.Time) store.RequestClaim {
+func claimKey(t *testing.T, s store.Store, k model.RequestKey, now time.Time) model.RequestClaim {
 	t.Helper()
 	c, err := s.ClaimRequest(t.Context(), k, keyHold(now))
 	if err != nil {
@@ -40,7 +41,7 @@ func claimKey(t *testing.T, s store.Store, k store.RequestKey, now time.Time) st
 // Of many requests with one key at once (many nodes), exactly one holds it;
 // the others are told it is busy until the holder's claim lapses.
 func testClaimOneOfTwo(t *testing.T, s store.Store) {
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	var held, busy int
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -66,18 +67,18 @@ func testClaimOneOfTwo(t *testing.T, s store.Store) {
 		t.Fatalf("%d held, %d busy; want 1 and 7", held, busy)
 	}
 	// Another tenant's key of the same name is another key.
-	if c := claimKey(t, s, store.RequestKey{Tenant: "beta", Key: "k1", Fingerprint: "fp1"}, t0); !c.Held() {
+	if c := claimKey(t, s, model.RequestKey{Tenant: "beta", Key: "k1", Fingerprint: "fp1"}, t0); !c.Held() {
 		t.Errorf("beta's k1: %+v, want held", c)
 	}
 }
 
 // A completed request's response is replayed to a repeat, not run again.
 func testClaimCompletedReplayed(t *testing.T, s store.Store) {
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	if !claimKey(t, s, k, t0).Held() {
 		t.Fatal("first claim not held")
 	}
-	resp := store.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	resp := model.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
 	if err := s.SaveResponse(t.Context(), k, resp, t0, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func testClaimCompletedReplayed(t *testing.T, s store.Store) {
 // A request that saved no response (it failed) releases its claim: a retry
 // runs at once, not after the hold.
 func testClaimReleased(t *testing.T, s store.Store) {
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	claimKey(t, s, k, t0)
 	if err := s.ReleaseRequest(t.Context(), k); err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func testClaimReleased(t *testing.T, s store.Store) {
 		t.Errorf("after release: %+v, want held", c)
 	}
 	// Release leaves a completed response alone.
-	resp := store.StoredResponse{Status: 202, Body: []byte("x")}
+	resp := model.StoredResponse{Status: 202, Body: []byte("x")}
 	s.SaveResponse(t.Context(), k, resp, t0.Add(time.Second), time.Hour)
 	if err := s.ReleaseRequest(t.Context(), k); err != nil {
 		t.Fatal(err)
@@ -116,7 +117,7 @@ func testClaimReleased(t *testing.T, s store.Store) {
 // A claim whose process died blocks the key until its hold lapses, not
 // longer: then the next request under the key takes it.
 func testClaimLapses(t *testing.T, s store.Store) {
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	claimKey(t, s, k, t0)
 	if c := claimKey(t, s, k, t0.Add(9*time.Second)); c.Held() {
 		t.Fatal("a live claim was taken")
@@ -133,15 +134,15 @@ func testClaimLapses(t *testing.T, s store.Store) {
 // Another request (another fingerprint) under a key that is held or
 // answered is ErrKeyReused.
 func testClaimOtherRequest(t *testing.T, s store.Store) {
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	claimKey(t, s, k, t0)
 	other := k
 	other.Fingerprint = "fp2"
-	if _, err := s.ClaimRequest(t.Context(), other, keyHold(t0)); !errors.Is(err, store.ErrKeyReused) {
+	if _, err := s.ClaimRequest(t.Context(), other, keyHold(t0)); !errors.Is(err, model.ErrKeyReused) {
 		t.Errorf("another request while held: %v, want ErrKeyReused", err)
 	}
-	s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 202, Body: []byte("x")}, t0, time.Hour)
-	if _, err := s.ClaimRequest(t.Context(), other, keyHold(t0.Add(time.Minute))); !errors.Is(err, store.ErrKeyReused) {
+	s.SaveResponse(t.Context(), k, model.StoredResponse{Status: 202, Body: []byte("x")}, t0, time.Hour)
+	if _, err := s.ClaimRequest(t.Context(), other, keyHold(t0.Add(time.Minute))); !errors.Is(err, model.ErrKeyReused) {
 		t.Errorf("another request after it was answered: %v, want ErrKeyReused", err)
 	}
 }
@@ -151,9 +152,9 @@ func testClaimOtherRequest(t *testing.T, s store.Store) {
 // over at once, by the same request only; a claim of another owner, or of
 // a live one, still holds until it lapses.
 func testClaimAbandonedOwner(t *testing.T, s store.Store) {
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	claimKey(t, s, k, t0)
-	h := store.RequestHold{Now: t0.Add(time.Second), Until: t0.Add(11 * time.Second), Owner: "p2", Abandoned: "p3"}
+	h := model.RequestHold{Now: t0.Add(time.Second), Until: t0.Add(11 * time.Second), Owner: "p2", Abandoned: "p3"}
 	c, err := s.ClaimRequest(t.Context(), k, h)
 	if err != nil || c.Held() || c.Owner != "p1" {
 		t.Fatalf("p1's live claim, abandoned p3 named: %+v, %v; want busy, owned by p1", c, err)
@@ -172,7 +173,7 @@ func testClaimAbandonedOwner(t *testing.T, s store.Store) {
 // An owner's renewal keeps its claim past the first hold; another owner's
 // renewal does nothing.
 func testClaimRenewed(t *testing.T, s store.Store) {
-	k := store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp1"}
 	claimKey(t, s, k, t0)
 	if ok, err := s.RenewRequest(t.Context(), k, "p2", t0.Add(time.Hour)); err != nil || ok {
 		t.Fatalf("p2 renews p1's claim: %v, %v; want false", ok, err)
@@ -186,7 +187,7 @@ func testClaimRenewed(t *testing.T, s store.Store) {
 	if c := claimKey(t, s, k, t0.Add(30*time.Second)); !c.Held() {
 		t.Fatalf("at the renewed end: %+v; want held", c)
 	}
-	if err := s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 202, Body: []byte("x")}, t0.Add(31*time.Second), time.Hour); err != nil {
+	if err := s.SaveResponse(t.Context(), k, model.StoredResponse{Status: 202, Body: []byte("x")}, t0.Add(31*time.Second), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := s.RenewRequest(t.Context(), k, "p1", t0.Add(time.Hour)); err != nil || ok {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -28,7 +29,7 @@ func console(t *testing.T, open opener) {
 // they name, alone and with the other filters, in id order across pages,
 // and never another tenant's rows.
 func testListConsoleFilters(t *testing.T, s store.Store) {
-	var stored []store.Notification
+	var stored []model.Notification
 	for i, c := range []struct{ tenant, id, purpose, typ string }{
 		{"a", "e1", "receipt", "payment"}, {"a", "e1", "reminder", "payment"}, {"b", "e1", "receipt", "payment"},
 		{"a", "e2", "otp", "login"}, {"b", "e3", "otp", "login"},
@@ -38,7 +39,7 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 		in.First = targets(c.tenant, c.id, c.purpose, 0, 3)
 		accept(t, s, t0.Add(time.Duration(i)*time.Minute), in)
 	}
-	stored = everything(t, s, store.ListFilter{})
+	stored = everything(t, s, model.ListFilter{})
 	if len(stored) != 15 {
 		t.Fatalf("listed %d, want 15", len(stored))
 	}
@@ -49,7 +50,7 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 				for _, ev := range []string{"", "e1", "e3"} {
 					for _, before := range []time.Time{{}, t0.Add(3 * time.Minute)} {
 						for _, rcpt := range []string{"", "r1"} {
-							f := store.ListFilter{Tenant: tenant, Address: addr, Type: typ, EventID: ev, CreatedBefore: before, Recipient: rcpt,
+							f := model.ListFilter{Tenant: tenant, Address: addr, Type: typ, EventID: ev, CreatedBefore: before, Recipient: rcpt,
 								CreatedSince: t0.Add(time.Minute)}
 							if before.IsZero() {
 								f.CreatedSince = time.Time{}
@@ -94,14 +95,14 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 	}
 	// Spot checks that do not go through the model: tenant a's event e1 has
 	// two purposes, three recipients each.
-	got := everything(t, s, store.ListFilter{Tenant: "a", EventID: "e1"})
+	got := everything(t, s, model.ListFilter{Tenant: "a", EventID: "e1"})
 	if len(got) != 6 || got[0].Purpose != "receipt" || got[5].Purpose != "reminder" {
 		t.Fatalf("tenant a, event e1: %d rows (%+v), want 6 of two purposes", len(got), got)
 	}
-	if got := everything(t, s, store.ListFilter{Address: "nobody@example.com"}); len(got) != 0 {
+	if got := everything(t, s, model.ListFilter{Address: "nobody@example.com"}); len(got) != 0 {
 		t.Fatalf("an address no one has: %+v", got)
 	}
-	got = everything(t, s, store.ListFilter{Tenant: "b", Address: "r1@example.com", Type: "login"})
+	got = everything(t, s, model.ListFilter{Tenant: "b", Address: "r1@example.com", Type: "login"})
 	if len(got) != 1 || got[0].EventID != "e3" || got[0].Tenant != "b" {
 		t.Fatalf("tenant b, r1, login: %+v, want e3's", got)
 	}
@@ -118,9 +119,9 @@ func testListRangeOutOfOrder(t *testing.T, s store.Store) {
 		accept(t, s, t0.Add(time.Duration(m)*time.Minute), newEvent("acme", fmt.Sprint("e", i), 2))
 	}
 	accept(t, s, t0.Add(4*time.Minute), newEvent("other", "o", 3))
-	all := everything(t, s, store.ListFilter{Tenant: "acme"})
+	all := everything(t, s, model.ListFilter{Tenant: "acme"})
 	for _, r := range []struct{ since, before int }{{0, 0}, {2, 0}, {0, 6}, {2, 6}, {3, 4}, {6, 9}, {4, 5}, {10, 0}, {0, 1}, {9, 10}} {
-		f := store.ListFilter{Tenant: "acme"}
+		f := model.ListFilter{Tenant: "acme"}
 		if r.since > 0 {
 			f.CreatedSince = t0.Add(time.Duration(r.since) * time.Minute)
 		}
@@ -162,8 +163,8 @@ func testListRangeOutOfOrder(t *testing.T, s store.Store) {
 func testRetryAs(t *testing.T, s store.Store) {
 	a := ids(accept(t, s, t0, newEvent("acme", "e", 3))[0])
 	o := ids(accept(t, s, t0, newEvent("other", "e", 1))[0])
-	settleAll(t, s, t0, map[int64]outcome{a[0]: {status: store.StatusDead}, a[1]: {status: store.StatusSent}, a[2]: {status: store.StatusUnknown},
-		o[0]: {status: store.StatusSent}})
+	settleAll(t, s, t0, map[int64]outcome{a[0]: {status: model.StatusDead}, a[1]: {status: model.StatusSent}, a[2]: {status: model.StatusUnknown},
+		o[0]: {status: model.StatusSent}})
 	n := notification(t, s, a[0])
 	if n.Audit == nil || len(n.Audit) != 0 || string(n.Message) != `{"subject":"hi"}` {
 		t.Fatalf("before any retry: audit %#v, message %q; want an empty log and the event's message", n.Audit, n.Message)
@@ -172,16 +173,16 @@ func testRetryAs(t *testing.T, s store.Store) {
 	if err := s.RetryAs(t.Context(), "acme", a[0], at, "console: ada"); err != nil {
 		t.Fatal(err)
 	}
-	var se *store.StateError
-	if err := s.RetryAs(t.Context(), "acme", a[1], at, "console: ada"); !asStateError(err, &se) || se.Status != store.StatusSent {
+	var se *model.StateError
+	if err := s.RetryAs(t.Context(), "acme", a[1], at, "console: ada"); !asStateError(err, &se) || se.Status != model.StatusSent {
 		t.Fatalf("RetryAs of a sent notification: %v, want a StateError naming sent", err)
 	}
-	wantErr(t, "RetryAs of another tenant's", s.RetryAs(t.Context(), "other", a[2], at, "console: mallory"), store.ErrNotFound)
+	wantErr(t, "RetryAs of another tenant's", s.RetryAs(t.Context(), "other", a[2], at, "console: mallory"), model.ErrNotFound)
 	n = notification(t, s, a[0])
-	if n.Status != store.StatusPending || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(at) {
+	if n.Status != model.StatusPending || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(at) {
 		t.Fatalf("after RetryAs: %s next %v, want pending at %s", n.Status, n.NextAttemptAt, at)
 	}
-	want := []store.AuditEntry{{At: at, Actor: "console: ada", Action: store.AuditRetry, Detail: "was dead"}}
+	want := []model.AuditEntry{{At: at, Actor: "console: ada", Action: model.AuditRetry, Detail: "was dead"}}
 	if !slices.EqualFunc(n.Audit, want, sameEntry) {
 		t.Fatalf("audit %+v, want %+v", n.Audit, want)
 	}
@@ -191,19 +192,19 @@ func testRetryAs(t *testing.T, s store.Store) {
 		}
 	}
 	// Sent again, dead again, retried by someone else: both kept, in order.
-	settleAll(t, s, at, map[int64]outcome{a[0]: {status: store.StatusDead}})
+	settleAll(t, s, at, map[int64]outcome{a[0]: {status: model.StatusDead}})
 	at2 := at.Add(time.Minute)
 	if err := s.RetryAs(t.Context(), "", a[0], at2, "cli"); err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, store.AuditEntry{At: at2, Actor: "cli", Action: store.AuditRetry, Detail: "was dead"})
+	want = append(want, model.AuditEntry{At: at2, Actor: "cli", Action: model.AuditRetry, Detail: "was dead"})
 	if n := notification(t, s, a[0]); !slices.EqualFunc(n.Audit, want, sameEntry) {
 		t.Fatalf("audit %+v, want %+v", n.Audit, want)
 	}
 }
 
-func asStateError(err error, se **store.StateError) bool {
-	e, ok := err.(*store.StateError)
+func asStateError(err error, se **model.StateError) bool {
+	e, ok := err.(*model.StateError)
 	if !ok {
 		return false
 	}
@@ -211,7 +212,7 @@ func asStateError(err error, se **store.StateError) bool {
 	return true
 }
 
-func sameEntry(a, b store.AuditEntry) bool {
+func sameEntry(a, b model.AuditEntry) bool {
 	return a.At.Equal(b.At) && a.Actor == b.Actor && a.Action == b.Action && a.Detail == b.Detail
 }
 
@@ -219,11 +220,11 @@ func sameEntry(a, b store.AuditEntry) bool {
 // with it.
 func testPruneAudit(t *testing.T, s store.Store) {
 	a := ids(accept(t, s, t0, newEvent("acme", "e", 2))[0])
-	settleAll(t, s, t0, map[int64]outcome{a[0]: {status: store.StatusDead}, a[1]: {status: store.StatusDead}})
+	settleAll(t, s, t0, map[int64]outcome{a[0]: {status: model.StatusDead}, a[1]: {status: model.StatusDead}})
 	if err := s.RetryAs(t.Context(), "acme", a[0], t0, "console"); err != nil {
 		t.Fatal(err)
 	}
-	settleAll(t, s, t0, map[int64]outcome{a[0]: {status: store.StatusSent}})
+	settleAll(t, s, t0, map[int64]outcome{a[0]: {status: model.StatusSent}})
 	res, err := s.Prune(t.Context(), t0.Add(time.Hour), t0.Add(2*time.Hour), 500)
 	if err != nil {
 		t.Fatalf("prune of a retried notification: %v", err)
@@ -246,26 +247,26 @@ func testOverview(t *testing.T, s store.Store) {
 	since, bucket := t0.Add(2*time.Hour), 10*time.Minute
 	in := func(m int) time.Time { return since.Add(time.Duration(m) * time.Minute) }
 	settleAll(t, s, in(5), map[int64]outcome{
-		a[0]: {status: store.StatusDead, provider: "p1"}, a[1]: {status: store.StatusUnknown, provider: "p1"},
-		a[2]: {status: store.StatusSent, provider: "p2"}, a[3]: {status: store.StatusFailed, provider: "p2"},
-		b[0]: {status: store.StatusSent, provider: "p1"}, b[1]: {status: store.StatusPending, provider: "p1", retryAt: in(15)},
-		b[2]:     {status: store.StatusSending},
-		other[0]: {status: store.StatusDead, provider: "p1"}, other[1]: {status: store.StatusSent, provider: "p3"},
-		other[2]: {status: store.StatusPending, retryAt: in(100)}, other[3]: {status: store.StatusPending, retryAt: in(100)},
-		other[4]: {status: store.StatusPending, retryAt: in(100)},
+		a[0]: {status: model.StatusDead, provider: "p1"}, a[1]: {status: model.StatusUnknown, provider: "p1"},
+		a[2]: {status: model.StatusSent, provider: "p2"}, a[3]: {status: model.StatusFailed, provider: "p2"},
+		b[0]: {status: model.StatusSent, provider: "p1"}, b[1]: {status: model.StatusPending, provider: "p1", retryAt: in(15)},
+		b[2]:     {status: model.StatusSending},
+		other[0]: {status: model.StatusDead, provider: "p1"}, other[1]: {status: model.StatusSent, provider: "p3"},
+		other[2]: {status: model.StatusPending, retryAt: in(100)}, other[3]: {status: model.StatusPending, retryAt: in(100)},
+		other[4]: {status: model.StatusPending, retryAt: in(100)},
 	})
-	settleAll(t, s, in(25), map[int64]outcome{b[1]: {status: store.StatusSent, provider: "p1"}})
+	settleAll(t, s, in(25), map[int64]outcome{b[1]: {status: model.StatusSent, provider: "p1"}})
 	now := in(30)
 	o, err := s.Overview(t.Context(), "acme", now, since, bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantCounts := map[string]int64{}
-	for _, st := range store.Statuses { // every status present, 0 if none
+	for _, st := range model.Statuses { // every status present, 0 if none
 		wantCounts[st] = 0
 	}
-	maps.Copy(wantCounts, map[string]int64{store.StatusSending: 1, store.StatusSent: 3, store.StatusFailed: 1,
-		store.StatusDead: 1, store.StatusUnknown: 1})
+	maps.Copy(wantCounts, map[string]int64{model.StatusSending: 1, model.StatusSent: 3, model.StatusFailed: 1,
+		model.StatusDead: 1, model.StatusUnknown: 1})
 	if !maps.Equal(o.Counts, wantCounts) {
 		t.Fatalf("counts %v, want %v", o.Counts, wantCounts)
 	}
@@ -295,7 +296,7 @@ func testOverview(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.OldestDue != 10*time.Minute || o.Counts[store.StatusPending] != 3 || len(o.Accepted) != 11 || o.Accepted[0] != 5 {
+	if o.OldestDue != 10*time.Minute || o.Counts[model.StatusPending] != 3 || len(o.Accepted) != 11 || o.Accepted[0] != 5 {
 		t.Fatalf("other: oldest due %s, counts %v, accepted %v", o.OldestDue, o.Counts, o.Accepted)
 	}
 	if _, err := s.Overview(t.Context(), "acme", since, since, bucket); err == nil {
@@ -315,14 +316,14 @@ func testFeedMemberships(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 	}
-	got := func(ms []store.FeedMembership) []string {
+	got := func(ms []model.FeedMembership) []string {
 		var out []string
 		for _, m := range ms {
 			out = append(out, fmt.Sprintf("%s/%s/%s", m.Tenant, m.Feed, m.User))
 		}
 		return out
 	}
-	ms, err := s.FeedMemberships(t.Context(), "acme", store.FeedMembership{}, 2)
+	ms, err := s.FeedMemberships(t.Context(), "acme", model.FeedMembership{}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func testFeedMemberships(t *testing.T, s store.Store) {
 	if ms, err = s.FeedMemberships(t.Context(), "acme", ms[1], 2); err != nil || len(ms) != 0 {
 		t.Fatalf("acme's third page %v, %v; want none", got(ms), err)
 	}
-	if ms, err = s.FeedMemberships(t.Context(), "", store.FeedMembership{}, 10); err != nil || len(ms) != 5 || ms[4].Tenant != "other" {
+	if ms, err = s.FeedMemberships(t.Context(), "", model.FeedMembership{}, 10); err != nil || len(ms) != 5 || ms[4].Tenant != "other" {
 		t.Fatalf("every tenant's: %v, %v", got(ms), err)
 	}
 }

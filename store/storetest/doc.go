@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite of store.Store: every
+// Package storetest is the conformance suite of model.Store: every
 // behaviour the relay relies on, stated as a test that any implementation
 // runs with Run (the way River runs riverdrivertest against every driver).
 //
@@ -9,7 +9,7 @@
 // test runs it with a new store per subtest:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) store.Store {
+//		storetest.Run(t, func(t *testing.T) model.Store {
 //			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "relay.db"), sqlite.Options{})
 //			if err != nil {
 //				t.Fatal(err)

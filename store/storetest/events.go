@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -44,7 +45,7 @@ func testAcceptReadable(t *testing.T, s store.Store) {
 	}
 	for i, n := range a.Notifications {
 		tg := in.First[i]
-		if n.ID == 0 || n.Key != tg.Key || n.Recipient != tg.Recipient || n.Channel != tg.Channel || n.Status != store.StatusPending {
+		if n.ID == 0 || n.Key != tg.Key || n.Recipient != tg.Recipient || n.Channel != tg.Channel || n.Status != model.StatusPending {
 			t.Fatalf("notification %d = %+v, want target %+v, pending", i, n, tg)
 		}
 	}
@@ -57,11 +58,11 @@ func testAcceptReadable(t *testing.T, s store.Store) {
 	for i, id := range ids(a) {
 		n := notification(t, s, id)
 		if n.Key != in.First[i].Key || n.Address != in.First[i].Address || n.EventID != "evt_1" || n.Tenant != "acme" ||
-			n.Status != store.StatusPending || !n.CreatedAt.Equal(t0) {
+			n.Status != model.StatusPending || !n.CreatedAt.Equal(t0) {
 			t.Fatalf("notification %d read back as %+v", id, n)
 		}
 	}
-	if c := counts(t, s, t0); c[store.StatusPending] != 3 {
+	if c := counts(t, s, t0); c[model.StatusPending] != 3 {
 		t.Fatalf("status counts %v, want 3 pending", c)
 	}
 }
@@ -73,7 +74,7 @@ func testResendDuplicate(t *testing.T, s store.Store) {
 	first := accept(t, s, t0, in)[0]
 	again := in
 	again.First = in.First[:1] // a resend may bring any chunk: none of it is written
-	for _, resend := range []store.AcceptInput{in, again} {
+	for _, resend := range []model.AcceptInput{in, again} {
 		d := accept(t, s, t0.Add(time.Second), resend)[0]
 		if !d.Duplicate || d.EventRow != first.EventRow || d.Expanded != 3 || d.Targets != 3 {
 			t.Fatalf("resend accepted as %+v, want a duplicate of %+v", d, first)
@@ -81,7 +82,7 @@ func testResendDuplicate(t *testing.T, s store.Store) {
 		if got := eventNotifications(t, s, first.EventRow); !slices.Equal(got, first.Notifications) {
 			t.Fatalf("after a resend the event's notifications are %+v, want %+v", got, first.Notifications)
 		}
-		if all := everything(t, s, store.ListFilter{}); len(all) != 3 {
+		if all := everything(t, s, model.ListFilter{}); len(all) != 3 {
 			t.Fatalf("%d notifications after a resend, want 3", len(all))
 		}
 	}
@@ -102,7 +103,7 @@ func testIdentity(t *testing.T, s store.Store) {
 	if got[0].EventRow == got[1].EventRow || got[0].EventRow == got[2].EventRow || got[1].EventRow == got[2].EventRow {
 		t.Fatalf("three identities share rows: %+v", got)
 	}
-	if all := everything(t, s, store.ListFilter{}); len(all) != 3 {
+	if all := everything(t, s, model.ListFilter{}); len(all) != 3 {
 		t.Fatalf("%d notifications, want 3", len(all))
 	}
 }
@@ -112,11 +113,11 @@ func testIdentity(t *testing.T, s store.Store) {
 func testConcurrentResends(t *testing.T, s store.Store) {
 	in := newEvent("acme", "evt_501", 2)
 	const callers = 50
-	res := make([]store.Accepted, callers)
+	res := make([]model.Accepted, callers)
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
-			out, errs, err := s.AcceptEvents(t.Context(), []store.AcceptInput{in}, t0)
+			out, errs, err := s.AcceptEvents(t.Context(), []model.AcceptInput{in}, t0)
 			if err != nil || errs[0] != nil {
 				t.Errorf("caller %d: %v, %v", i, err, errs)
 				return
@@ -140,7 +141,7 @@ func testConcurrentResends(t *testing.T, s store.Store) {
 	if news != 1 {
 		t.Fatalf("%d of %d callers created the event, want 1", news, callers)
 	}
-	if all := everything(t, s, store.ListFilter{}); len(all) != 2 {
+	if all := everything(t, s, model.ListFilter{}); len(all) != 2 {
 		t.Fatalf("%d notifications, want 2", len(all))
 	}
 }
@@ -154,23 +155,23 @@ func testConflict(t *testing.T, s store.Store) {
 	other.Event.Fingerprint = "another payload"
 	other.Event.Targets = 3
 	other.First = targets("acme", "evt_1", "other", 0, 3) // keys of its own
-	out, errs, err := s.AcceptEvents(t.Context(), []store.AcceptInput{other}, t0)
+	out, errs, err := s.AcceptEvents(t.Context(), []model.AcceptInput{other}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "conflicting accept", errs[0], store.ErrEventConflict)
+	wantErr(t, "conflicting accept", errs[0], model.ErrEventConflict)
 	if out[0].Duplicate || len(out[0].Notifications) != 0 {
 		t.Fatalf("a conflict reported %+v", out[0])
 	}
 	if got := eventNotifications(t, s, first.EventRow); !slices.Equal(got, first.Notifications) {
 		t.Fatalf("after a conflict the event's notifications are %+v", got)
 	}
-	if all := everything(t, s, store.ListFilter{}); len(all) != 2 {
+	if all := everything(t, s, model.ListFilter{}); len(all) != 2 {
 		t.Fatalf("%d notifications after a conflict, want 2", len(all))
 	}
 	for _, tg := range other.First {
 		_, err := s.Notification(t.Context(), "", 0, tg.Key)
-		wantErr(t, "a conflicting event's target", err, store.ErrNotFound)
+		wantErr(t, "a conflicting event's target", err, model.ErrNotFound)
 	}
 }
 
@@ -185,7 +186,7 @@ func testManyInOneCall(t *testing.T, s store.Store) {
 	e1, e2 := newEvent("acme", "e1", 2), newEvent("acme", "e2", 3)
 	e3 := newEvent("other", "e3", 4)
 	e3.First = e3.First[:1] // and a fan-out that continues later
-	in := []store.AcceptInput{e1, conflicting, e2, e1, e3}
+	in := []model.AcceptInput{e1, conflicting, e2, e1, e3}
 
 	before := s.Stats().Commits
 	out, errs, err := s.AcceptEvents(t.Context(), in, t0.Add(time.Second))
@@ -198,7 +199,7 @@ func testManyInOneCall(t *testing.T, s store.Store) {
 	if c := s.Stats().Commits - before; c != 1 {
 		t.Fatalf("%d commits for one AcceptEvents, want 1", c)
 	}
-	wantErr(t, "the conflicting event", errs[1], store.ErrEventConflict)
+	wantErr(t, "the conflicting event", errs[1], model.ErrEventConflict)
 	for _, i := range []int{0, 2, 3, 4} {
 		if errs[i] != nil {
 			t.Fatalf("event %d: %v", i, errs[i])
@@ -225,7 +226,7 @@ func testManyInOneCall(t *testing.T, s store.Store) {
 		t.Fatalf("partial event accepted as %+v", out[4])
 	}
 	var listed []int64
-	for _, n := range everything(t, s, store.ListFilter{}) {
+	for _, n := range everything(t, s, model.ListFilter{}) {
 		listed = append(listed, n.ID)
 	}
 	if want := append(ids(old), written...); !slices.Equal(listed, want) {
@@ -250,7 +251,7 @@ func testFailedAcceptWroteNothing(t *testing.T, s store.Store) {
 		} else {
 			go cancel() // during it, somewhere
 		}
-		_, errs, err := s.AcceptEvents(ctx, []store.AcceptInput{newEvent("acme", evtID(i), 1)}, t0)
+		_, errs, err := s.AcceptEvents(ctx, []model.AcceptInput{newEvent("acme", evtID(i), 1)}, t0)
 		cancel()
 		res[i] = result{err, errs}
 	}
@@ -260,7 +261,7 @@ func testFailedAcceptWroteNothing(t *testing.T, s store.Store) {
 		switch {
 		case r.err != nil:
 			failed++
-			wantErr(t, "event of a failed accept", err, store.ErrNotFound)
+			wantErr(t, "event of a failed accept", err, model.ErrNotFound)
 		case r.errs[0] != nil:
 			t.Fatalf("accept %d: %v", i, r.errs[0])
 		case err != nil:
@@ -304,7 +305,7 @@ func testExpandReachesTargets(t *testing.T, s store.Store) {
 	if un, err := s.UnexpandedEvents(t.Context(), 10); err != nil || len(un) != 0 {
 		t.Fatalf("still unexpanded: %+v, %v", un, err)
 	}
-	if c := counts(t, s, t0); c[store.StatusPending] != 1000 {
+	if c := counts(t, s, t0); c[model.StatusPending] != 1000 {
 		t.Fatalf("status counts %v, want 1000 pending", c)
 	}
 	// A duplicate of the event now reports its whole fan-out.
@@ -340,7 +341,7 @@ func testStaleExpand(t *testing.T, s store.Store) {
 	if keys := eventKeys(t, s, a.EventRow); !slices.Equal(keys, keysOf(all[:6])) {
 		t.Fatalf("a chunk written twice: %v", keys)
 	}
-	if all := everything(t, s, store.ListFilter{}); len(all) != 6 {
+	if all := everything(t, s, model.ListFilter{}); len(all) != 6 {
 		t.Fatalf("%d notifications, want 6", len(all))
 	}
 }
@@ -369,7 +370,7 @@ func testRacingExpanders(t *testing.T, s store.Store) {
 	if keys := eventKeys(t, s, a.EventRow); !slices.Equal(keys, keysOf(all)) {
 		t.Fatalf("%d notifications after racing expanders, want the 400 targets once each", len(keys))
 	}
-	if all := everything(t, s, store.ListFilter{}); len(all) != 400 {
+	if all := everything(t, s, model.ListFilter{}); len(all) != 400 {
 		t.Fatalf("%d notifications, want 400", len(all))
 	}
 }
@@ -378,7 +379,7 @@ func testRacingExpanders(t *testing.T, s store.Store) {
 // first, at most limit.
 func testUnexpanded(t *testing.T, s store.Store) {
 	var rows []int64
-	var rests [][]store.Target
+	var rests [][]model.Target
 	for i, n := range []int{5, 2, 6, 4} { // the second is whole
 		in := newEvent("acme", evtID(i), n)
 		rest := in.First
@@ -437,7 +438,7 @@ func testEventNotificationsPage(t *testing.T, s store.Store) {
 		var keys []string
 		for _, n := range ns {
 			keys = append(keys, n.Key)
-			if n.ID == 0 || n.Status != store.StatusPending || n.Channel != "email" {
+			if n.ID == 0 || n.Status != model.StatusPending || n.Channel != "email" {
 				t.Fatalf("listed %+v", n)
 			}
 		}
@@ -459,14 +460,14 @@ func testEventRow(t *testing.T, s store.Store) {
 	}
 	for _, c := range [][3]string{{"c", "evt", "receipt"}, {"a", "other", "receipt"}, {"a", "evt", "reminder"}, {"", "evt", "receipt"}} {
 		_, err := s.EventRow(t.Context(), c[0], c[1], c[2])
-		wantErr(t, "EventRow of "+c[0]+"/"+c[1]+"/"+c[2], err, store.ErrNotFound)
+		wantErr(t, "EventRow of "+c[0]+"/"+c[1]+"/"+c[2], err, model.ErrNotFound)
 	}
 }
 
 // EventRows lists every purpose a tenant accepted an event id under, in
 // row order, and nothing of another tenant's or another id's.
 func testEventRows(t *testing.T, s store.Store) {
-	withPurpose := func(tenant, id, purpose string) store.AcceptInput {
+	withPurpose := func(tenant, id, purpose string) model.AcceptInput {
 		in := newEvent(tenant, id, 1)
 		in.Event.Purpose = purpose
 		in.Event.Fingerprint += "/" + purpose
@@ -479,11 +480,11 @@ func testEventRows(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []store.EventRef{{Row: out[0].EventRow, Purpose: "receipt"}, {Row: later[0].EventRow, Purpose: "reminder"}}
+	want := []model.EventRef{{Row: out[0].EventRow, Purpose: "receipt"}, {Row: later[0].EventRow, Purpose: "reminder"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("EventRows(a, evt) = %+v, want %+v", got, want)
 	}
-	if got, err := s.EventRows(t.Context(), "b", "evt"); err != nil || !slices.Equal(got, []store.EventRef{{Row: out[1].EventRow, Purpose: "receipt"}}) {
+	if got, err := s.EventRows(t.Context(), "b", "evt"); err != nil || !slices.Equal(got, []model.EventRef{{Row: out[1].EventRow, Purpose: "receipt"}}) {
 		t.Fatalf("EventRows(b, evt) = %+v, %v; want b's one", got, err)
 	}
 	for _, c := range [][2]string{{"c", "evt"}, {"a", "nope"}, {"", "evt"}} {
@@ -503,7 +504,7 @@ func testKeysUnique(t *testing.T, s store.Store) {
 	b.First[2].Key = b.First[1].Key // twice in one chunk
 	accept(t, s, t0, b)
 	var seen []string
-	for _, n := range everything(t, s, store.ListFilter{}) {
+	for _, n := range everything(t, s, model.ListFilter{}) {
 		if slices.Contains(seen, n.Key) {
 			t.Fatalf("two notifications with key %q", n.Key)
 		}

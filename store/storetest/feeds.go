@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -48,8 +49,8 @@ func work(n int) int {
 }
 
 // feedEvent is event id of tenant, posted to feeds, with no recipients.
-func feedEvent(tenant, id string, feeds ...string) store.AcceptInput {
-	return store.AcceptInput{Event: store.NewEvent{Tenant: tenant, EventID: id, Purpose: "feed", Type: "note",
+func feedEvent(tenant, id string, feeds ...string) model.AcceptInput {
+	return model.AcceptInput{Event: model.NewEvent{Tenant: tenant, EventID: id, Purpose: "feed", Type: "note",
 		Payload: fmt.Appendf(nil, `{"id":%q}`, id), Message: fmt.Appendf(nil, `{"subject":%q}`, id),
 		Fingerprint: "fp:" + tenant + "/" + id, Feeds: feeds}}
 }
@@ -70,7 +71,7 @@ func postErr(t *testing.T, s store.Store, tenant, id string, feeds ...string) er
 }
 
 // postAll accepts events in one call (one commit), for goroutines.
-func postAll(t *testing.T, s store.Store, in ...store.AcceptInput) error {
+func postAll(t *testing.T, s store.Store, in ...model.AcceptInput) error {
 	_, errs, err := s.AcceptEvents(t.Context(), in, t0)
 	if err == nil {
 		err = errors.Join(errs...)
@@ -82,7 +83,7 @@ func postAll(t *testing.T, s store.Store, in ...store.AcceptInput) error {
 }
 
 // feedView is a user's whole view, newest first, and their read watermark.
-func feedView(t *testing.T, s store.Store, tenant, user string) ([]store.FeedItem, int64) {
+func feedView(t *testing.T, s store.Store, tenant, user string) ([]model.FeedItem, int64) {
 	t.Helper()
 	items, mark, err := s.FeedPage(t.Context(), tenant, user, 0, 10000)
 	if err != nil {
@@ -91,7 +92,7 @@ func feedView(t *testing.T, s store.Store, tenant, user string) ([]store.FeedIte
 	return items, mark
 }
 
-func seqsOf(items []store.FeedItem) []int64 {
+func seqsOf(items []model.FeedItem) []int64 {
 	out := make([]int64, len(items))
 	for i, it := range items {
 		out[i] = it.Seq
@@ -100,7 +101,7 @@ func seqsOf(items []store.FeedItem) []int64 {
 }
 
 // unreadOf is the seqs of the items a page shows unread.
-func unreadOf(items []store.FeedItem) []int64 {
+func unreadOf(items []model.FeedItem) []int64 {
 	out := []int64{}
 	for _, it := range items {
 		if !it.Read {
@@ -184,20 +185,20 @@ func wantUnread(t *testing.T, s store.Store, tenant, user string, want ...int64)
 // items: one per feed an event was posted to, not one per reader.
 func testFeedFanOutOnRead(t *testing.T, s store.Store) {
 	users := []string{"ada", "ben", "cy"}
-	post(t, s, t0, "acme", "e1", store.TenantFeed) // 1
+	post(t, s, t0, "acme", "e1", model.TenantFeed) // 1
 	for _, u := range users {
 		items, mark := feedView(t, s, "acme", u)
 		if len(items) != 1 || mark != 0 {
 			t.Fatalf("%s sees %+v (read mark %d), want e1 alone", u, items, mark)
 		}
 		it := items[0]
-		if it.Seq != 1 || it.Feed != store.TenantFeed || it.EventID != "e1" || it.Type != "note" ||
+		if it.Seq != 1 || it.Feed != model.TenantFeed || it.EventID != "e1" || it.Type != "note" ||
 			string(it.Message) != `{"subject":"e1"}` || it.Read || !it.CreatedAt.Equal(t0) {
-			t.Errorf("%s sees %+v, want e1 as item 1 of %q, unread, posted at %s", u, it, store.TenantFeed, t0)
+			t.Errorf("%s sees %+v, want e1 as item 1 of %q, unread, posted at %s", u, it, model.TenantFeed, t0)
 		}
 		wantUnread(t, s, "acme", u, 1)
 	}
-	post(t, s, t0, "acme", "e2", store.PersonalFeed("ada")) // 2
+	post(t, s, t0, "acme", "e2", model.PersonalFeed("ada")) // 2
 	wantView(t, s, "acme", "ada", 2, 1)
 	wantView(t, s, "acme", "ben", 1)
 
@@ -209,13 +210,13 @@ func testFeedFanOutOnRead(t *testing.T, s store.Store) {
 
 	// An event with recipients, posted to "*" and team:ops in its accept.
 	in := newEvent("acme", "e4", 2)
-	in.Event.Feeds = []string{store.TenantFeed, "team:ops"}
+	in.Event.Feeds = []string{model.TenantFeed, "team:ops"}
 	if a := accept(t, s, t0, in)[0]; len(a.Notifications) != 2 {
 		t.Fatalf("e4 wrote %d notifications, want its 2", len(a.Notifications))
 	}
 	items, _ := feedView(t, s, "acme", "ada")
 	if len(items) != 4 || items[0].Seq != 5 || items[0].Feed != "team:ops" || items[0].EventID != "e4" || items[0].Type != "payment" {
-		t.Fatalf("ada sees %+v, want e4 once, at its team:ops item 5 (4 is its %q item)", items, store.TenantFeed)
+		t.Fatalf("ada sees %+v, want e4 once, at its team:ops item 5 (4 is its %q item)", items, model.TenantFeed)
 	}
 	wantUnread(t, s, "acme", "ada", 5, 3, 2, 1)
 	wantUnread(t, s, "acme", "ben", 5, 3, 1)
@@ -238,17 +239,17 @@ func testFeedFanOutOnRead(t *testing.T, s store.Store) {
 // number: the next event's item is the next number, also when it is
 // accepted in the same call as the conflict.
 func testFeedResentEvent(t *testing.T, s store.Store) {
-	post(t, s, t0, "acme", "e1", store.TenantFeed, "@ada") // 1, 2
-	if a := accept(t, s, t0.Add(time.Minute), feedEvent("acme", "e1", store.TenantFeed, "@ada"))[0]; !a.Duplicate {
+	post(t, s, t0, "acme", "e1", model.TenantFeed, "@ada") // 1, 2
+	if a := accept(t, s, t0.Add(time.Minute), feedEvent("acme", "e1", model.TenantFeed, "@ada"))[0]; !a.Duplicate {
 		t.Fatalf("a resent event: %+v, want a duplicate", a)
 	}
-	changed := feedEvent("acme", "e1", store.TenantFeed)
+	changed := feedEvent("acme", "e1", model.TenantFeed)
 	changed.Event.Fingerprint = "other content"
-	_, errs, err := s.AcceptEvents(t.Context(), []store.AcceptInput{changed, feedEvent("acme", "e2", store.TenantFeed)}, t0)
+	_, errs, err := s.AcceptEvents(t.Context(), []model.AcceptInput{changed, feedEvent("acme", "e2", model.TenantFeed)}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "the event resent with other content", errs[0], store.ErrEventConflict)
+	wantErr(t, "the event resent with other content", errs[0], model.ErrEventConflict)
 	if errs[1] != nil {
 		t.Fatalf("a new event accepted beside a conflict: %v", errs[1])
 	}
@@ -267,23 +268,23 @@ func testFeedSeqPerTenant(t *testing.T, s store.Store) {
 	burst := func(n int) { // beta's volume, between acme's posts
 		for range n {
 			beta++
-			post(t, s, t0, "beta", fmt.Sprintf("b%d", beta), store.TenantFeed)
+			post(t, s, t0, "beta", fmt.Sprintf("b%d", beta), model.TenantFeed)
 		}
 	}
 	for i := range 5 {
 		burst(7)
-		post(t, s, t0, "acme", fmt.Sprintf("a%d", i), store.TenantFeed)
+		post(t, s, t0, "acme", fmt.Sprintf("a%d", i), model.TenantFeed)
 	}
 	wantView(t, s, "acme", "ada", 5, 4, 3, 2, 1)
 	wantView(t, s, "beta", "ada", down(beta)...)
 	burst(50)
-	if m := markAll(t, s, "acme", "ada", store.MarkRead, -1); m != 5 {
+	if m := markAll(t, s, "acme", "ada", model.MarkRead, -1); m != 5 {
 		t.Errorf("acme's read-all without up_to: %d, want acme's newest 5 (beta has %d)", m, beta)
 	}
-	if m := markAll(t, s, "acme", "ben", store.MarkRead, 40); m != 5 {
+	if m := markAll(t, s, "acme", "ben", model.MarkRead, 40); m != 5 {
 		t.Errorf("acme's read-all up to 40: %d, want acme's newest 5", m)
 	}
-	if m := markAll(t, s, "beta", "ada", store.MarkRead, -1); m != beta {
+	if m := markAll(t, s, "beta", "ada", model.MarkRead, -1); m != beta {
 		t.Errorf("beta's read-all: %d, want beta's newest %d", m, beta)
 	}
 	// A member joins at the tenant's newest item, not at the store's: ada
@@ -295,7 +296,7 @@ func testFeedSeqPerTenant(t *testing.T, s store.Store) {
 	wantUnread(t, s, "acme", "ada", 6)
 
 	// Two events in one accept: consecutive numbers, in order.
-	accept(t, s, t0, feedEvent("beta", "pair-1", store.TenantFeed), feedEvent("beta", "pair-2", store.TenantFeed))
+	accept(t, s, t0, feedEvent("beta", "pair-1", model.TenantFeed), feedEvent("beta", "pair-2", model.TenantFeed))
 	beta += 2
 	if items, _ := feedView(t, s, "beta", "cy"); len(items) < 2 || items[0].EventID != "pair-2" || items[0].Seq != beta ||
 		items[1].EventID != "pair-1" || items[1].Seq != beta-1 {
@@ -305,7 +306,7 @@ func testFeedSeqPerTenant(t *testing.T, s store.Store) {
 	// Prune all acme has (beta keeps a newer item), in small writes: the
 	// numbers go on from the last one given, above every watermark.
 	later := t0.Add(48 * time.Hour)
-	post(t, s, later, "beta", "b-later", store.TenantFeed)
+	post(t, s, later, "beta", "b-later", model.TenantFeed)
 	beta++
 	res, err := s.Prune(t.Context(), t0.Add(time.Hour), later, 7)
 	if err != nil {
@@ -315,14 +316,14 @@ func testFeedSeqPerTenant(t *testing.T, s store.Store) {
 		t.Fatalf("pruned %d feed items, want %d (all acme's, all beta's but its newest)", res.FeedItems, want)
 	}
 	wantView(t, s, "acme", "ada")
-	if m := markAll(t, s, "acme", "cy", store.MarkRead, -1); m != 6 {
+	if m := markAll(t, s, "acme", "cy", model.MarkRead, -1); m != 6 {
 		t.Errorf("read-all after prune: %d, want the last number given, 6", m)
 	}
-	post(t, s, t0.Add(49*time.Hour), "acme", "after", store.TenantFeed) // 7, not 1
+	post(t, s, t0.Add(49*time.Hour), "acme", "after", model.TenantFeed) // 7, not 1
 	for _, u := range []string{"ada", "ben", "cy"} {
 		wantUnread(t, s, "acme", u, 7)
 	}
-	post(t, s, t0.Add(49*time.Hour), "beta", "b-next", store.TenantFeed)
+	post(t, s, t0.Add(49*time.Hour), "beta", "b-next", model.TenantFeed)
 	wantView(t, s, "beta", "ada", beta+1, beta)
 }
 
@@ -333,7 +334,7 @@ func testFeedConcurrentPosts(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			if err := postErr(t, s, "acme", evtID(i), store.TenantFeed); err != nil {
+			if err := postErr(t, s, "acme", evtID(i), model.TenantFeed); err != nil {
 				t.Error(err)
 			}
 		})
@@ -353,8 +354,8 @@ func testFeedConcurrentPosts(t *testing.T, s store.Store) {
 // leaves it unread.
 func testFeedEventInSeveralFeeds(t *testing.T, s store.Store) {
 	setMembers(t, s, "acme", "team:ops", false, "ada", "ben")
-	post(t, s, t0, "acme", "e0", store.TenantFeed)                         // 1
-	post(t, s, t0, "acme", "deploy", store.TenantFeed, "team:ops", "@ada") // 2, 3, 4
+	post(t, s, t0, "acme", "e0", model.TenantFeed)                         // 1
+	post(t, s, t0, "acme", "deploy", model.TenantFeed, "team:ops", "@ada") // 2, 3, 4
 	post(t, s, t0, "acme", "e2", "@ben")                                   // 5
 
 	items, _ := feedView(t, s, "acme", "ada")
@@ -384,16 +385,16 @@ func testFeedEventInSeveralFeeds(t *testing.T, s store.Store) {
 
 	// ada reads it by a number she was not shown (the "*" copy): all her
 	// copies are read; cy's copy is cy's.
-	markItem(t, s, "acme", "ada", store.MarkRead, 2)
+	markItem(t, s, "acme", "ada", model.MarkRead, 2)
 	wantUnread(t, s, "acme", "ada", 1)
 	wantUnread(t, s, "acme", "cy", 2, 1)
-	markAll(t, s, "acme", "ben", store.MarkRead, 2)
+	markAll(t, s, "acme", "ben", model.MarkRead, 2)
 	wantUnread(t, s, "acme", "ben", 5, 3)
-	markAll(t, s, "acme", "ben", store.MarkRead, 3)
+	markAll(t, s, "acme", "ben", model.MarkRead, 3)
 	wantUnread(t, s, "acme", "ben", 5)
 	// Dismissing by the team copy hides the event, "*" copy too, for ben
 	// only.
-	markItem(t, s, "acme", "ben", store.MarkDismissed, 3)
+	markItem(t, s, "acme", "ben", model.MarkDismissed, 3)
 	wantView(t, s, "acme", "ben", 5, 1)
 	wantView(t, s, "acme", "ada", 4, 1)
 	wantView(t, s, "acme", "cy", 2, 1)
@@ -407,11 +408,11 @@ func testFeedTenantIsolation(t *testing.T, s store.Store) {
 	for _, tenant := range []string{"acme", "beta"} {
 		setMembers(t, s, tenant, "team:ops", false, "ada")
 	}
-	for i, f := range []string{store.TenantFeed, "@ada", "team:ops"} {
+	for i, f := range []string{model.TenantFeed, "@ada", "team:ops"} {
 		post(t, s, t0, "acme", evtID(i), f)
 		post(t, s, t0, "beta", evtID(i), f)
 	}
-	post(t, s, t0, "acme", "e9", store.TenantFeed)
+	post(t, s, t0, "acme", "e9", model.TenantFeed)
 	wantUnread(t, s, "acme", "ada", 4, 3, 2, 1)
 	wantUnread(t, s, "beta", "ada", 3, 2, 1)
 	if items, _ := feedView(t, s, "beta", "ada"); items[0].EventID != evtID(2) || items[0].Feed != "team:ops" {
@@ -420,25 +421,25 @@ func testFeedTenantIsolation(t *testing.T, s store.Store) {
 	wantView(t, s, "gamma", "ada")
 	wantUnread(t, s, "gamma", "ada")
 
-	err := s.MarkItem(t.Context(), "beta", "ada", store.MarkRead, 4)
-	wantErr(t, "beta's ada marks item 4, which only acme has", err, store.ErrNotFound)
+	err := s.MarkItem(t.Context(), "beta", "ada", model.MarkRead, 4)
+	wantErr(t, "beta's ada marks item 4, which only acme has", err, model.ErrNotFound)
 	for _, seq := range []int64{1, 2, 3} {
-		markItem(t, s, "beta", "ada", store.MarkRead, seq)
+		markItem(t, s, "beta", "ada", model.MarkRead, seq)
 	}
 	wantUnread(t, s, "beta", "ada")
 	wantUnread(t, s, "acme", "ada", 4, 3, 2, 1)
 
-	if m := markAll(t, s, "beta", "ada", store.MarkRead, 4); m != 3 {
+	if m := markAll(t, s, "beta", "ada", model.MarkRead, 4); m != 3 {
 		t.Errorf("beta's read-all up to 4: watermark %d, want beta's newest 3", m)
 	}
 	wantUnread(t, s, "acme", "ada", 4, 3, 2, 1)
-	if m := markAll(t, s, "acme", "ada", store.MarkRead, -1); m != 4 {
+	if m := markAll(t, s, "acme", "ada", model.MarkRead, -1); m != 4 {
 		t.Errorf("acme's read-all: watermark %d, want acme's newest 4", m)
 	}
 	wantUnread(t, s, "acme", "ada")
-	markAll(t, s, "beta", "ada", store.MarkDismissed, 2)
+	markAll(t, s, "beta", "ada", model.MarkDismissed, 2)
 	wantView(t, s, "beta", "ada", 3)
-	markItem(t, s, "beta", "ada", store.MarkDismissed, 3)
+	markItem(t, s, "beta", "ada", model.MarkDismissed, 3)
 	wantView(t, s, "beta", "ada")
 	wantView(t, s, "acme", "ada", 4, 3, 2, 1)
 
@@ -460,8 +461,8 @@ func testFeedMembership(t *testing.T, s store.Store) {
 	wantUnread(t, s, "acme", "ada")
 	post(t, s, t0, "acme", "i2", "team:ops") // 2
 	wantUnread(t, s, "acme", "ada", 2)
-	err := s.MarkItem(t.Context(), "acme", "ada", store.MarkRead, 1)
-	wantErr(t, "ada marks an item from before she joined", err, store.ErrNotFound)
+	err := s.MarkItem(t.Context(), "acme", "ada", model.MarkRead, 1)
+	wantErr(t, "ada marks an item from before she joined", err, model.ErrNotFound)
 
 	setMembers(t, s, "acme", "team:ops", true, "ada", "ben")
 	wantUnread(t, s, "acme", "ada", 2)
@@ -469,8 +470,8 @@ func testFeedMembership(t *testing.T, s store.Store) {
 
 	setMembers(t, s, "acme", "team:ops", false, "ben")
 	wantUnread(t, s, "acme", "ada")
-	err = s.MarkItem(t.Context(), "acme", "ada", store.MarkRead, 2)
-	wantErr(t, "ada marks an item of a feed she left", err, store.ErrNotFound)
+	err = s.MarkItem(t.Context(), "acme", "ada", model.MarkRead, 2)
+	wantErr(t, "ada marks an item of a feed she left", err, model.ErrNotFound)
 	wantUnread(t, s, "acme", "ben", 2, 1)
 
 	setMembers(t, s, "acme", "team:ops", false, "ben", "ada")
@@ -490,25 +491,25 @@ func testFeedMembership(t *testing.T, s store.Store) {
 // without up_to the watermark is the tenant's newest item now.
 func testFeedMarkAllForward(t *testing.T, s store.Store) {
 	for i := range 64 {
-		post(t, s, t0, "acme", evtID(i), store.TenantFeed)
+		post(t, s, t0, "acme", evtID(i), model.TenantFeed)
 	}
-	if m := markAll(t, s, "acme", "ada", store.MarkRead, 10); m != 10 {
+	if m := markAll(t, s, "acme", "ada", model.MarkRead, 10); m != 10 {
 		t.Fatalf("MarkAll(10) = %d", m)
 	}
-	if m := markAll(t, s, "acme", "ada", store.MarkRead, 5); m != 10 {
+	if m := markAll(t, s, "acme", "ada", model.MarkRead, 5); m != 10 {
 		t.Fatalf("MarkAll(5) after 10 = %d, want 10", m)
 	}
 	if _, mark := feedView(t, s, "acme", "ada"); mark != 10 {
 		t.Fatalf("read mark %d, want 10", mark)
 	}
-	if m := markAll(t, s, "acme", "ada", store.MarkDismissed, 3); m != 3 {
+	if m := markAll(t, s, "acme", "ada", model.MarkDismissed, 3); m != 3 {
 		t.Fatalf("MarkAll(dismissed, 3) after read 10 = %d, want 3", m)
 	}
-	if m := markAll(t, s, "acme", "ada", store.MarkRead, 0); m != 10 {
+	if m := markAll(t, s, "acme", "ada", model.MarkRead, 0); m != 10 {
 		t.Fatalf("the read mark after dismissing up to 3: %d, want 10", m)
 	}
 
-	for _, kind := range []string{store.MarkRead, store.MarkDismissed} {
+	for _, kind := range []string{model.MarkRead, model.MarkDismissed} {
 		ups := make([]int64, 64)
 		for i := range ups {
 			ups[i] = int64(i + 1)
@@ -531,9 +532,9 @@ func testFeedMarkAllForward(t *testing.T, s store.Store) {
 		}
 	}
 
-	post(t, s, t0, "acme", "a", store.TenantFeed) // 65
-	post(t, s, t0, "acme", "b", store.TenantFeed) // 66
-	if m := markAll(t, s, "acme", "cy", store.MarkRead, -1); m != 66 {
+	post(t, s, t0, "acme", "a", model.TenantFeed) // 65
+	post(t, s, t0, "acme", "b", model.TenantFeed) // 66
+	if m := markAll(t, s, "acme", "cy", model.MarkRead, -1); m != 66 {
 		t.Errorf("MarkAll(-1) = %d, want the newest item, 66", m)
 	}
 	wantUnread(t, s, "acme", "cy")
@@ -546,24 +547,24 @@ func testFeedMarkAllForward(t *testing.T, s store.Store) {
 // kind: up_to is "the newest item the client showed", and an item posted
 // after stays unread and in view. Before the tenant's first item it is 0.
 func testFeedMarkAllBeyondNewest(t *testing.T, s store.Store) {
-	if m := markAll(t, s, "acme", "dee", store.MarkRead, 5); m != 0 {
+	if m := markAll(t, s, "acme", "dee", model.MarkRead, 5); m != 0 {
 		t.Errorf("MarkAll(read, 5) before any item = %d, want 0", m)
 	}
-	if m := markAll(t, s, "acme", "dee", store.MarkDismissed, -1); m != 0 {
+	if m := markAll(t, s, "acme", "dee", model.MarkDismissed, -1); m != 0 {
 		t.Errorf("MarkAll(dismissed, -1) before any item = %d, want 0", m)
 	}
-	post(t, s, t0, "acme", "a", store.TenantFeed) // 1
+	post(t, s, t0, "acme", "a", model.TenantFeed) // 1
 	wantUnread(t, s, "acme", "dee", 1)
-	if m := markAll(t, s, "acme", "ada", store.MarkRead, 1000); m != 1 {
+	if m := markAll(t, s, "acme", "ada", model.MarkRead, 1000); m != 1 {
 		t.Errorf("MarkAll(read, 1000) with the newest item 1 = %d, want 1", m)
 	}
-	if m := markAll(t, s, "acme", "ben", store.MarkDismissed, 1000); m != 1 {
+	if m := markAll(t, s, "acme", "ben", model.MarkDismissed, 1000); m != 1 {
 		t.Errorf("MarkAll(dismissed, 1000) with the newest item 1 = %d, want 1", m)
 	}
-	if m := markAll(t, s, "acme", "cy", store.MarkRead, 1000); m != 1 {
+	if m := markAll(t, s, "acme", "cy", model.MarkRead, 1000); m != 1 {
 		t.Errorf("MarkAll(read, 1000) again = %d, want 1", m)
 	}
-	post(t, s, t0, "acme", "b", store.TenantFeed) // 2
+	post(t, s, t0, "acme", "b", model.TenantFeed) // 2
 	wantUnread(t, s, "acme", "ada", 2)
 	wantView(t, s, "acme", "ben", 2)
 	wantUnread(t, s, "acme", "ben", 2)
@@ -581,7 +582,7 @@ func testFeedMarkAllBeyondNewest(t *testing.T, s store.Store) {
 func testFeedMarkAllWhilePosting(t *testing.T, s store.Store) {
 	users := []string{"u0", "u1", "u2", "u3"}
 	setMembers(t, s, "acme", "team:ops", false, users...)
-	feeds := []string{store.TenantFeed, "team:ops", "team:dev", "@u0", "@u1", "@u2", "@u3"}
+	feeds := []string{model.TenantFeed, "team:ops", "team:dev", "@u0", "@u1", "@u2", "@u3"}
 	rounds, limit := work(25), 20 // per user
 	for i := range limit {
 		post(t, s, t0, "acme", fmt.Sprintf("pre%d", i), feeds[i%len(feeds)])
@@ -599,7 +600,7 @@ func testFeedMarkAllWhilePosting(t *testing.T, s store.Store) {
 				}
 				// Three events to three feeds in one commit: a page that
 				// read its feeds at different moments would miss some.
-				var in []store.AcceptInput
+				var in []model.AcceptInput
 				for k := range 3 {
 					in = append(in, feedEvent("acme", fmt.Sprintf("p%d-%d-%d", p, i, k), feeds[(i+p+k)%len(feeds)]))
 				}
@@ -630,7 +631,7 @@ func testFeedMarkAllWhilePosting(t *testing.T, s store.Store) {
 				}
 				upTo := page[0].Seq
 				pages[ui] = append(pages[ui], shown{u, seqsOf(page), page[len(page)-1].Seq, upTo})
-				if _, err := s.MarkAll(t.Context(), "acme", u, store.MarkRead, upTo); err != nil {
+				if _, err := s.MarkAll(t.Context(), "acme", u, model.MarkRead, upTo); err != nil {
 					t.Error(err)
 					return
 				}
@@ -708,51 +709,51 @@ func testFeedMarkAllWhilePosting(t *testing.T, s store.Store) {
 // is not found.
 func testFeedMarkItem(t *testing.T, s store.Store) {
 	for i := range 5 {
-		post(t, s, t0, "acme", evtID(i), store.TenantFeed) // 1 … 5
+		post(t, s, t0, "acme", evtID(i), model.TenantFeed) // 1 … 5
 	}
-	markAll(t, s, "acme", "ada", store.MarkRead, 2)
+	markAll(t, s, "acme", "ada", model.MarkRead, 2)
 	wantUnread(t, s, "acme", "ada", 5, 4, 3)
 
-	markItem(t, s, "acme", "ada", store.MarkRead, 4)
+	markItem(t, s, "acme", "ada", model.MarkRead, 4)
 	wantUnread(t, s, "acme", "ada", 5, 3)
-	markItem(t, s, "acme", "ada", store.MarkRead, 4) // again: nothing changes
+	markItem(t, s, "acme", "ada", model.MarkRead, 4) // again: nothing changes
 	wantUnread(t, s, "acme", "ada", 5, 3)
 
-	markItem(t, s, "acme", "ada", store.MarkDismissed, 5)
+	markItem(t, s, "acme", "ada", model.MarkDismissed, 5)
 	wantView(t, s, "acme", "ada", 4, 3, 2, 1)
 	wantUnread(t, s, "acme", "ada", 3)
 	// Read, then dismissed; dismissed, then read: gone, and never counted
 	// twice.
-	markItem(t, s, "acme", "ada", store.MarkDismissed, 4)
-	markItem(t, s, "acme", "ada", store.MarkDismissed, 3)
-	markItem(t, s, "acme", "ada", store.MarkRead, 3)
+	markItem(t, s, "acme", "ada", model.MarkDismissed, 4)
+	markItem(t, s, "acme", "ada", model.MarkDismissed, 3)
+	markItem(t, s, "acme", "ada", model.MarkRead, 3)
 	wantView(t, s, "acme", "ada", 2, 1)
 	wantUnread(t, s, "acme", "ada")
 
-	markItem(t, s, "acme", "ada", store.MarkRead, 1) // below the read mark
+	markItem(t, s, "acme", "ada", model.MarkRead, 1) // below the read mark
 	wantUnread(t, s, "acme", "ada")
-	markItem(t, s, "acme", "ada", store.MarkDismissed, 1)
+	markItem(t, s, "acme", "ada", model.MarkDismissed, 1)
 	wantView(t, s, "acme", "ada", 2)
-	markAll(t, s, "acme", "ada", store.MarkDismissed, 2)
+	markAll(t, s, "acme", "ada", model.MarkDismissed, 2)
 	wantView(t, s, "acme", "ada")
-	markItem(t, s, "acme", "ada", store.MarkDismissed, 2) // below the dismiss mark
+	markItem(t, s, "acme", "ada", model.MarkDismissed, 2) // below the dismiss mark
 	wantView(t, s, "acme", "ada")
 	// ben's view is his own.
 	wantUnread(t, s, "acme", "ben", 5, 4, 3, 2, 1)
 
 	for i := range 10 {
-		post(t, s, t0, "beta", evtID(i), store.TenantFeed) // beta's 1 … 10
+		post(t, s, t0, "beta", evtID(i), model.TenantFeed) // beta's 1 … 10
 	}
-	post(t, s, t0, "acme", "b1", store.PersonalFeed("ben")) // 6
+	post(t, s, t0, "acme", "b1", model.PersonalFeed("ben")) // 6
 	post(t, s, t0, "acme", "t1", "team:dev")                // 7
-	for _, kind := range []string{store.MarkRead, store.MarkDismissed} {
+	for _, kind := range []string{model.MarkRead, model.MarkDismissed} {
 		for _, q := range []struct {
 			what string
 			seq  int64
 		}{{"a number only beta has", 10}, {"ben's personal item", 6}, {"an item of a feed ada does not read", 7},
 			{"no item", 1 << 40}, {"item 0", 0}} {
 			err := s.MarkItem(t.Context(), "acme", "ada", kind, q.seq)
-			wantErr(t, fmt.Sprintf("MarkItem(%s) on %s", kind, q.what), err, store.ErrNotFound)
+			wantErr(t, fmt.Sprintf("MarkItem(%s) on %s", kind, q.what), err, model.ErrNotFound)
 		}
 	}
 	wantUnread(t, s, "beta", "ada", down(10)...)
@@ -766,12 +767,12 @@ func testFeedMarkItem(t *testing.T, s store.Store) {
 // not.
 func testFeedDismiss(t *testing.T, s store.Store) {
 	setMembers(t, s, "acme", "team:ops", false, "ada")
-	post(t, s, t0, "acme", "e1", store.TenantFeed)               // 1
-	post(t, s, t0, "acme", "e2", store.TenantFeed)               // 2
-	post(t, s, t0, "acme", "both", store.TenantFeed, "team:ops") // 3, 4
-	post(t, s, t0, "acme", "e5", store.TenantFeed)               // 5
-	markItem(t, s, "acme", "ada", store.MarkRead, 2)
-	if m := markAll(t, s, "acme", "ada", store.MarkDismissed, 2); m != 2 {
+	post(t, s, t0, "acme", "e1", model.TenantFeed)               // 1
+	post(t, s, t0, "acme", "e2", model.TenantFeed)               // 2
+	post(t, s, t0, "acme", "both", model.TenantFeed, "team:ops") // 3, 4
+	post(t, s, t0, "acme", "e5", model.TenantFeed)               // 5
+	markItem(t, s, "acme", "ada", model.MarkRead, 2)
+	if m := markAll(t, s, "acme", "ada", model.MarkDismissed, 2); m != 2 {
 		t.Fatalf("dismiss-all up to 2: %d", m)
 	}
 	wantView(t, s, "acme", "ada", 5, 4)
@@ -779,18 +780,18 @@ func testFeedDismiss(t *testing.T, s store.Store) {
 	if _, mark := feedView(t, s, "acme", "ada"); mark != 0 {
 		t.Errorf("read mark %d after dismiss-all, want 0: dismissing is not reading", mark)
 	}
-	markAll(t, s, "acme", "ada", store.MarkDismissed, 3) // below the copy shown (4)
+	markAll(t, s, "acme", "ada", model.MarkDismissed, 3) // below the copy shown (4)
 	wantView(t, s, "acme", "ada", 5, 4)
 	wantUnread(t, s, "acme", "ada", 5, 4)
-	markAll(t, s, "acme", "ada", store.MarkDismissed, 4)
+	markAll(t, s, "acme", "ada", model.MarkDismissed, 4)
 	wantView(t, s, "acme", "ada", 5)
 	wantUnread(t, s, "acme", "ada", 5)
 	// ben reads only "*": his view is his.
 	wantView(t, s, "acme", "ben", 5, 3, 2, 1)
 	// Dismissing one item: gone from the view and the count.
-	markItem(t, s, "acme", "ben", store.MarkDismissed, 3)
+	markItem(t, s, "acme", "ben", model.MarkDismissed, 3)
 	wantUnread(t, s, "acme", "ben", 5, 2, 1)
-	post(t, s, t0, "acme", "e6", store.TenantFeed) // 6
+	post(t, s, t0, "acme", "e6", model.TenantFeed) // 6
 	wantUnread(t, s, "acme", "ada", 6, 5)
 	wantUnread(t, s, "acme", "ben", 6, 5, 2, 1)
 }
@@ -804,18 +805,18 @@ func testFeedDismiss(t *testing.T, s store.Store) {
 // skip one.
 func testFeedPagesWhileItemsArrive(t *testing.T, s store.Store) {
 	setMembers(t, s, "acme", "team:ops", false, "ada")
-	feeds := []string{store.TenantFeed, "@ada", "team:ops", "@ben", "team:dev"}
+	feeds := []string{model.TenantFeed, "@ada", "team:ops", "@ben", "team:dev"}
 	for i := range 60 {
 		f := []string{feeds[i%len(feeds)]}
 		if i%7 == 0 {
-			f = []string{store.TenantFeed, "team:ops"}
+			f = []string{model.TenantFeed, "team:ops"}
 		}
 		post(t, s, t0, "acme", fmt.Sprintf("pre%d", i), f...)
 	}
 	items, _ := feedView(t, s, "acme", "ada")
-	markItem(t, s, "acme", "ada", store.MarkDismissed, items[3].Seq)
-	markItem(t, s, "acme", "ada", store.MarkDismissed, items[10].Seq)
-	markItem(t, s, "acme", "ada", store.MarkRead, items[5].Seq)
+	markItem(t, s, "acme", "ada", model.MarkDismissed, items[3].Seq)
+	markItem(t, s, "acme", "ada", model.MarkDismissed, items[10].Seq)
+	markItem(t, s, "acme", "ada", model.MarkRead, items[5].Seq)
 
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
@@ -901,10 +902,10 @@ func testFeedPrune(t *testing.T, s store.Store) {
 	later := t0.Add(48 * time.Hour)
 	post(t, s, later, "acme", "new0", "team:ops")        // 5
 	post(t, s, later, "acme", "new1", "team:ops")        // 6
-	markAll(t, s, "acme", "ben", store.MarkRead, 1)      // below what prune removes
-	markItem(t, s, "acme", "cy", store.MarkRead, 3)      // an item prune removes
-	markItem(t, s, "acme", "cy", store.MarkDismissed, 2) // another
-	markItem(t, s, "acme", "dee", store.MarkRead, 5)     // one that stays
+	markAll(t, s, "acme", "ben", model.MarkRead, 1)      // below what prune removes
+	markItem(t, s, "acme", "cy", model.MarkRead, 3)      // an item prune removes
+	markItem(t, s, "acme", "cy", model.MarkDismissed, 2) // another
+	markItem(t, s, "acme", "dee", model.MarkRead, 5)     // one that stays
 	res, err := s.Prune(t.Context(), t0.Add(24*time.Hour), later, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -917,8 +918,8 @@ func testFeedPrune(t *testing.T, s store.Store) {
 		wantUnread(t, s, "acme", u, 6, 5)
 	}
 	wantUnread(t, s, "acme", "dee", 6)
-	err = s.MarkItem(t.Context(), "acme", "ada", store.MarkRead, 2)
-	wantErr(t, "marking a pruned item", err, store.ErrNotFound)
+	err = s.MarkItem(t.Context(), "acme", "ada", model.MarkRead, 2)
+	wantErr(t, "marking a pruned item", err, model.ErrNotFound)
 	post(t, s, later, "acme", "new2", "team:ops") // 7
 	wantUnread(t, s, "acme", "cy", 7, 6, 5)
 	wantUnread(t, s, "acme", "dee", 7, 6)
@@ -930,11 +931,11 @@ func testFeedPrune(t *testing.T, s store.Store) {
 // stays is counted right.
 func testFeedPrunePrefix(t *testing.T, s store.Store) {
 	old, young := t0, t0.Add(48*time.Hour)
-	post(t, s, old, "acme", "a1", store.TenantFeed)   // 1
-	post(t, s, young, "acme", "a2", store.TenantFeed) // 2
-	post(t, s, old, "acme", "a3", store.TenantFeed)   // 3: the clock stepped back
-	post(t, s, young, "acme", "a4", store.TenantFeed) // 4
-	post(t, s, old, "beta", "b1", store.TenantFeed)   // beta's 1
+	post(t, s, old, "acme", "a1", model.TenantFeed)   // 1
+	post(t, s, young, "acme", "a2", model.TenantFeed) // 2
+	post(t, s, old, "acme", "a3", model.TenantFeed)   // 3: the clock stepped back
+	post(t, s, young, "acme", "a4", model.TenantFeed) // 4
+	post(t, s, old, "beta", "b1", model.TenantFeed)   // beta's 1
 	res, err := s.Prune(t.Context(), t0.Add(24*time.Hour), young, 500)
 	if err != nil {
 		t.Fatal(err)
@@ -973,7 +974,7 @@ type feedModelItem struct {
 }
 
 func (m *feedModel) from(tenant, user, feed string) (int64, bool) {
-	if feed == store.TenantFeed || feed == store.PersonalFeed(user) {
+	if feed == model.TenantFeed || feed == model.PersonalFeed(user) {
 		return 0, true
 	}
 	j, ok := m.joined[[3]string{tenant, feed, user}]
@@ -993,12 +994,12 @@ func (m *feedModel) reads(tenant, user string, seq int64) bool {
 // view is what FeedPage should return, newest first, and the unread count:
 // each event once, at its newest item the user sees (not dismissed), read
 // when every such item is.
-func (m *feedModel) view(tenant, user string) ([]store.FeedItem, int64) {
-	read := m.marks[[3]string{tenant, user, store.MarkRead}]
-	dismissed := m.marks[[3]string{tenant, user, store.MarkDismissed}]
-	readItems := m.itemMks[[3]string{tenant, user, store.MarkRead}]
-	dismissedItems := m.itemMks[[3]string{tenant, user, store.MarkDismissed}]
-	var out []store.FeedItem
+func (m *feedModel) view(tenant, user string) ([]model.FeedItem, int64) {
+	read := m.marks[[3]string{tenant, user, model.MarkRead}]
+	dismissed := m.marks[[3]string{tenant, user, model.MarkDismissed}]
+	readItems := m.itemMks[[3]string{tenant, user, model.MarkRead}]
+	dismissedItems := m.itemMks[[3]string{tenant, user, model.MarkDismissed}]
+	var out []model.FeedItem
 	at := map[string]int{} // event → index in out
 	for seq := m.maxSeq[tenant]; seq > 0; seq-- {
 		it, ok := m.items[feedModelKey{tenant, seq}]
@@ -1011,7 +1012,7 @@ func (m *feedModel) view(tenant, user string) ([]store.FeedItem, int64) {
 			continue
 		}
 		at[it.event] = len(out)
-		out = append(out, store.FeedItem{Seq: seq, Feed: it.feed, EventID: it.event, Read: r, CreatedAt: it.at})
+		out = append(out, model.FeedItem{Seq: seq, Feed: it.feed, EventID: it.event, Read: r, CreatedAt: it.at})
 	}
 	var n int64
 	for _, it := range out {
@@ -1054,15 +1055,15 @@ func testFeedMatchesModel(t *testing.T, s store.Store) {
 	anyFeed := func() string {
 		switch rng.IntN(4) {
 		case 0:
-			return store.TenantFeed
+			return model.TenantFeed
 		case 1:
-			return store.PersonalFeed(pick(users))
+			return model.PersonalFeed(pick(users))
 		default:
 			return pick(topics)
 		}
 	}
-	same := func(got, want []store.FeedItem) bool {
-		return slices.EqualFunc(got, want, func(a, b store.FeedItem) bool {
+	same := func(got, want []model.FeedItem) bool {
+		return slices.EqualFunc(got, want, func(a, b model.FeedItem) bool {
 			return a.Seq == b.Seq && a.Feed == b.Feed && a.EventID == b.EventID && a.Read == b.Read && a.CreatedAt.Equal(b.CreatedAt)
 		})
 	}
@@ -1080,7 +1081,7 @@ func testFeedMatchesModel(t *testing.T, s store.Store) {
 			return
 		}
 		limit := 1 + rng.IntN(3)
-		var paged []store.FeedItem
+		var paged []model.FeedItem
 		for before := int64(0); ; {
 			page, _, err := s.FeedPage(t.Context(), tenant, user, before, limit)
 			if err != nil {
@@ -1139,7 +1140,7 @@ func testFeedMatchesModel(t *testing.T, s store.Store) {
 				}
 			}
 		case r < 74: // mark all, maybe past the newest or without up_to
-			kind := pick([]string{store.MarkRead, store.MarkRead, store.MarkDismissed})
+			kind := pick([]string{model.MarkRead, model.MarkRead, model.MarkDismissed})
 			up := rng.Int64N(m.maxSeq[tenant] + 3)
 			if rng.IntN(5) == 0 {
 				up = -1
@@ -1154,11 +1155,11 @@ func testFeedMatchesModel(t *testing.T, s store.Store) {
 				t.Fatalf("step %d (seed %d): MarkAll(%s, %d) = %d, want %d", step, seed, kind, up, got, m.marks[k])
 			}
 		case r < 97: // mark one item (and so its event's other items), maybe one the user cannot see
-			kind := pick([]string{store.MarkRead, store.MarkDismissed})
+			kind := pick([]string{model.MarkRead, model.MarkDismissed})
 			seq := rng.Int64N(m.maxSeq[tenant]+2) + 1
 			err := s.MarkItem(t.Context(), tenant, user, kind, seq)
 			if !m.reads(tenant, user, seq) {
-				if !errors.Is(err, store.ErrNotFound) {
+				if !errors.Is(err, model.ErrNotFound) {
 					t.Fatalf("step %d (seed %d): MarkItem(%s/%s, %s, %d) on an item they cannot see: %v, want ErrNotFound",
 						step, seed, tenant, user, kind, seq, err)
 				}

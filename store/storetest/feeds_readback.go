@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -18,7 +19,7 @@ func feedReadback(t *testing.T, open opener) {
 	})
 }
 
-func wantPosts(t *testing.T, what string, got []store.FeedPost, want ...store.FeedPost) {
+func wantPosts(t *testing.T, what string, got []model.FeedPost, want ...model.FeedPost) {
 	t.Helper()
 	if len(got) != len(want) || (len(want) > 0 && !slices.Equal(got, want)) {
 		t.Fatalf("%s: feed items %+v, want %+v", what, got, want)
@@ -30,19 +31,19 @@ func wantPosts(t *testing.T, what string, got []store.FeedPost, want ...store.Fe
 // feeds were given. Seqs are per tenant; an event posted to no feed has
 // none. A feed page shows the items by the seqs the accept returned.
 func testAcceptReturnsFeedItems(t *testing.T, s store.Store) {
-	ops, ada := "team:ops", store.PersonalFeed("ada")
+	ops, ada := "team:ops", model.PersonalFeed("ada")
 	out := accept(t, s, t0,
-		feedEvent("acme", "e1", store.TenantFeed, ops, ada, store.TenantFeed),
+		feedEvent("acme", "e1", model.TenantFeed, ops, ada, model.TenantFeed),
 		newEvent("acme", "e2", 1), // no feeds
 		feedEvent("acme", "e3", ada),
 		feedEvent("beta", "e1", ops),
 	)
-	wantPosts(t, "e1", out[0].FeedItems, store.FeedPost{Feed: "*", Seq: 1}, store.FeedPost{Feed: ops, Seq: 2}, store.FeedPost{Feed: ada, Seq: 3})
+	wantPosts(t, "e1", out[0].FeedItems, model.FeedPost{Feed: "*", Seq: 1}, model.FeedPost{Feed: ops, Seq: 2}, model.FeedPost{Feed: ada, Seq: 3})
 	wantPosts(t, "e2 (no feeds)", out[1].FeedItems)
-	wantPosts(t, "e3", out[2].FeedItems, store.FeedPost{Feed: ada, Seq: 4})
-	wantPosts(t, "beta's e1", out[3].FeedItems, store.FeedPost{Feed: ops, Seq: 1})
+	wantPosts(t, "e3", out[2].FeedItems, model.FeedPost{Feed: ada, Seq: 4})
+	wantPosts(t, "beta's e1", out[3].FeedItems, model.FeedPost{Feed: ops, Seq: 1})
 	more := accept(t, s, t0, feedEvent("acme", "e4", ops))
-	wantPosts(t, "e4, in a later accept", more[0].FeedItems, store.FeedPost{Feed: ops, Seq: 5})
+	wantPosts(t, "e4, in a later accept", more[0].FeedItems, model.FeedPost{Feed: ops, Seq: 5})
 
 	items, _, err := s.FeedPage(t.Context(), "acme", "ada", 0, 10)
 	if err != nil {
@@ -62,22 +63,22 @@ func testAcceptReturnsFeedItems(t *testing.T, s store.Store) {
 // A resent event (a duplicate) is answered with the items the first accept
 // posted, whether it comes in a later accept or in the same one.
 func testDuplicateFeedItems(t *testing.T, s store.Store) {
-	first := accept(t, s, t0, feedEvent("acme", "e1", "team:ops", store.TenantFeed))[0]
-	want := []store.FeedPost{{Feed: "team:ops", Seq: 1}, {Feed: "*", Seq: 2}}
+	first := accept(t, s, t0, feedEvent("acme", "e1", "team:ops", model.TenantFeed))[0]
+	want := []model.FeedPost{{Feed: "team:ops", Seq: 1}, {Feed: "*", Seq: 2}}
 	wantPosts(t, "first accept", first.FeedItems, want...)
-	out := accept(t, s, t0, feedEvent("acme", "e2", "*"), feedEvent("acme", "e1", "team:ops", store.TenantFeed), feedEvent("acme", "e2", "*"))
+	out := accept(t, s, t0, feedEvent("acme", "e2", "*"), feedEvent("acme", "e1", "team:ops", model.TenantFeed), feedEvent("acme", "e2", "*"))
 	if !out[1].Duplicate || !out[2].Duplicate || out[0].Duplicate {
 		t.Fatalf("duplicates %v %v %v, want false true true", out[0].Duplicate, out[1].Duplicate, out[2].Duplicate)
 	}
 	wantPosts(t, "e1 resent", out[1].FeedItems, want...)
-	wantPosts(t, "e2", out[0].FeedItems, store.FeedPost{Feed: "*", Seq: 3})
-	wantPosts(t, "e2 resent in the same accept", out[2].FeedItems, store.FeedPost{Feed: "*", Seq: 3})
+	wantPosts(t, "e2", out[0].FeedItems, model.FeedPost{Feed: "*", Seq: 3})
+	wantPosts(t, "e2 resent in the same accept", out[2].FeedItems, model.FeedPost{Feed: "*", Seq: 3})
 	// Nothing was posted again: the next item is 4.
 	next := accept(t, s, t0, feedEvent("acme", "e3", "*"))[0]
-	wantPosts(t, "e3", next.FeedItems, store.FeedPost{Feed: "*", Seq: 4})
+	wantPosts(t, "e3", next.FeedItems, model.FeedPost{Feed: "*", Seq: 4})
 }
 
-func feedMembers(t *testing.T, s store.Store, tenant, feed string) []store.FeedMember {
+func feedMembers(t *testing.T, s store.Store, tenant, feed string) []model.FeedMember {
 	t.Helper()
 	ms, err := s.FeedMembers(t.Context(), tenant, feed, "", 1000)
 	if err != nil {
@@ -86,7 +87,7 @@ func feedMembers(t *testing.T, s store.Store, tenant, feed string) []store.FeedM
 	return ms
 }
 
-func wantMembers(t *testing.T, what string, got []store.FeedMember, want ...store.FeedMember) {
+func wantMembers(t *testing.T, what string, got []model.FeedMember, want ...model.FeedMember) {
 	t.Helper()
 	if len(got) != len(want) || (len(want) > 0 && !slices.Equal(got, want)) {
 		t.Fatalf("%s: members %+v, want %+v", what, got, want)
@@ -111,21 +112,21 @@ func testFeedMembersReadBack(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	wantMembers(t, "acme's team:ops", feedMembers(t, s, "acme", "team:ops"),
-		store.FeedMember{User: "ada", JoinedSeq: 2}, store.FeedMember{User: "ben", JoinedSeq: 2}, store.FeedMember{User: "cy", JoinedSeq: 2})
-	wantMembers(t, "beta's team:ops (beta has no items)", feedMembers(t, s, "beta", "team:ops"), store.FeedMember{User: "zed", JoinedSeq: 0})
-	wantMembers(t, "team:dev, with history", feedMembers(t, s, "acme", "team:dev"), store.FeedMember{User: "dee", JoinedSeq: 0})
+		model.FeedMember{User: "ada", JoinedSeq: 2}, model.FeedMember{User: "ben", JoinedSeq: 2}, model.FeedMember{User: "cy", JoinedSeq: 2})
+	wantMembers(t, "beta's team:ops (beta has no items)", feedMembers(t, s, "beta", "team:ops"), model.FeedMember{User: "zed", JoinedSeq: 0})
+	wantMembers(t, "team:dev, with history", feedMembers(t, s, "acme", "team:dev"), model.FeedMember{User: "dee", JoinedSeq: 0})
 
 	accept(t, s, t0, feedEvent("acme", "e3", "team:ops"))
 	if err := s.SetFeedMembers(ctx, "acme", "team:ops", []string{"eve", "ada"}, false); err != nil {
 		t.Fatal(err)
 	}
 	wantMembers(t, "after a second set", feedMembers(t, s, "acme", "team:ops"),
-		store.FeedMember{User: "ada", JoinedSeq: 2}, store.FeedMember{User: "eve", JoinedSeq: 3})
+		model.FeedMember{User: "ada", JoinedSeq: 2}, model.FeedMember{User: "eve", JoinedSeq: 3})
 	if err := s.SetFeedMembers(ctx, "acme", "team:ops", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	wantMembers(t, "emptied", feedMembers(t, s, "acme", "team:ops"))
-	wantMembers(t, "beta's, untouched", feedMembers(t, s, "beta", "team:ops"), store.FeedMember{User: "zed", JoinedSeq: 0})
+	wantMembers(t, "beta's, untouched", feedMembers(t, s, "beta", "team:ops"), model.FeedMember{User: "zed", JoinedSeq: 0})
 }
 
 // Members page in user order (bytewise: "B" before "a"), after a cursor,

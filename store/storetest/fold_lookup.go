@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -21,38 +22,38 @@ import (
 // name.
 func testFoldBatchNumbering(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	target := func(ev, rcpt, ch string) store.Target {
-		return store.Target{Key: ev + "/" + rcpt + "/" + ch, Recipient: rcpt, Channel: ch, Address: rcpt + "@" + ch,
+	target := func(ev, rcpt, ch string) model.Target {
+		return model.Target{Key: ev + "/" + rcpt + "/" + ch, Recipient: rcpt, Channel: ch, Address: rcpt + "@" + ch,
 			Message: fmt.Appendf(nil, `{"subject":"%s for %s by %s"}`, ev, rcpt, ch)}
 	}
-	event := func(tenant, id string, feeds []string, ts ...store.Target) store.AcceptInput {
-		return store.AcceptInput{Event: store.NewEvent{Tenant: tenant, EventID: id, Purpose: "newsletter", Type: "newsletter",
+	event := func(tenant, id string, feeds []string, ts ...model.Target) model.AcceptInput {
+		return model.AcceptInput{Event: model.NewEvent{Tenant: tenant, EventID: id, Purpose: "newsletter", Type: "newsletter",
 			Payload: fmt.Appendf(nil, `{"id":%q}`, id), Message: []byte(`{"subject":"the event's"}`),
 			Fingerprint: "fp:" + tenant + "/" + id, Targets: len(ts), Feeds: feeds}, First: ts}
 	}
 	// b's seq 1 and 2 are its accepts' ("pre" and e2 in the tenant feed);
 	// a has no item before the folds.
-	accept(t, s, t0, event("b", "pre", []string{store.TenantFeed}))
+	accept(t, s, t0, event("b", "pre", []string{model.TenantFeed}))
 	accept(t, s, t0, event("b", "e1", nil, target("e1", "ada", "sms"), target("e1", "ada", "email"), target("e1", "bob", "email")))
-	accept(t, s, t0, event("b", "e2", []string{store.TenantFeed}, target("e2", "ada", "email"), target("e2", "bob", "email")))
+	accept(t, s, t0, event("b", "e2", []string{model.TenantFeed}, target("e2", "ada", "email"), target("e2", "bob", "email")))
 	accept(t, s, t0, event("a", "f1", nil, target("f1", "ada", "email"), target("f1", "bob", "email")))
-	cs := claim(t, s, store.ClaimRequest{Limit: 20, Now: t0, Lease: time.Minute})
-	byKey := map[string]store.Claimed{}
+	cs := claim(t, s, model.ClaimRequest{Limit: 20, Now: t0, Lease: time.Minute})
+	byKey := map[string]model.Claimed{}
 	for _, c := range cs {
 		byKey[c.Key] = c
 	}
 	if len(byKey) != 7 {
 		t.Fatalf("claimed %d, want 7", len(byKey))
 	}
-	var ss []store.Settlement
+	var ss []model.Settlement
 	for i, k := range []string{"e2/ada/email", "f1/ada/email", "e1/ada/sms", "e1/ada/email", "e2/bob/email", "f1/bob/email", "e1/bob/email"} {
 		c, ok := byKey[k]
 		if !ok {
 			t.Fatalf("no claim of %s", k)
 		}
-		ss = append(ss, store.Settlement{ID: c.ID, Token: c.Token, At: t0.Add(time.Duration(i) * time.Second), Decision: store.Decision{
-			Status: store.StatusSkipped, Reason: "skipped (throttled), folded into digest weekly", NextAttemptAt: t0,
-			Fold: &store.Fold{Feed: store.PersonalFeed(c.Recipient)}}})
+		ss = append(ss, model.Settlement{ID: c.ID, Token: c.Token, At: t0.Add(time.Duration(i) * time.Second), Decision: model.Decision{
+			Status: model.StatusSkipped, Reason: "skipped (throttled), folded into digest weekly", NextAttemptAt: t0,
+			Fold: &model.Fold{Feed: model.PersonalFeed(c.Recipient)}}})
 	}
 	applied, err := s.Settle(ctx, ss)
 	if err != nil {
@@ -109,7 +110,7 @@ func testFoldBatchNumbering(t *testing.T, s store.Store) {
 			t.Errorf("%s's unread count in %s: %d (%v), want %d", c.user, c.tenant, n, err, c.want)
 		}
 	}
-	if _, err := s.MarkAll(ctx, "b", "ada", store.MarkRead, 3); err != nil {
+	if _, err := s.MarkAll(ctx, "b", "ada", model.MarkRead, 3); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.UnreadCount(ctx, "b", "ada"); err != nil || n != 1 {
@@ -121,7 +122,7 @@ func testFoldBatchNumbering(t *testing.T, s store.Store) {
 		tenant string
 		want   int64
 	}{{"b", 7}, {"a", 3}} {
-		a := accept(t, s, t0, event(c.tenant, "next", []string{store.TenantFeed}))[0]
+		a := accept(t, s, t0, event(c.tenant, "next", []string{model.TenantFeed}))[0]
 		if len(a.FeedItems) != 1 || a.FeedItems[0].Seq != c.want {
 			t.Errorf("%s's next item %+v, want seq %d", c.tenant, a.FeedItems, c.want)
 		}
@@ -130,12 +131,12 @@ func testFoldBatchNumbering(t *testing.T, s store.Store) {
 
 // withIDs are docs as PutAudience takes them: each with the recipient id
 // its JSON holds, as the relay gives it.
-func withIDs(docs [][]byte) []store.Member {
-	out := make([]store.Member, len(docs))
+func withIDs(docs [][]byte) []model.Member {
+	out := make([]model.Member, len(docs))
 	for i, d := range docs {
 		var r struct{ ID string }
 		_ = json.Unmarshal(d, &r) // a document with no id has id ""
-		out[i] = store.Member{ID: r.ID, Doc: d}
+		out[i] = model.Member{ID: r.ID, Doc: d}
 	}
 	return out
 }
@@ -167,10 +168,10 @@ func testAudienceMember(t *testing.T, s store.Store) {
 	noAudience := func(tenant, name string) {
 		t.Helper()
 		got, err := s.AudienceMember(ctx, tenant, name, "a")
-		wantErr(t, fmt.Sprintf("a member of missing audience %s/%s (got %s)", tenant, name, got), err, store.ErrNotFound)
+		wantErr(t, fmt.Sprintf("a member of missing audience %s/%s (got %s)", tenant, name, got), err, model.ErrNotFound)
 	}
 	noAudience("default", "staff")
-	put := func(tenant, name string, ms []store.Member) {
+	put := func(tenant, name string, ms []model.Member) {
 		t.Helper()
 		if err := s.PutAudience(ctx, tenant, name, ms, t0); err != nil {
 			t.Fatal(err)
@@ -185,15 +186,15 @@ func testAudienceMember(t *testing.T, s store.Store) {
 	want("acme", "staff", "a", "")
 	want("acme", "staff", "x", `{"id":"x"}`)
 	// The id is the one given, not read from the document.
-	put("acme", "given", []store.Member{{ID: "given-id", Doc: []byte(`{"id":"doc-id"}`)}})
+	put("acme", "given", []model.Member{{ID: "given-id", Doc: []byte(`{"id":"doc-id"}`)}})
 	want("acme", "given", "given-id", `{"id":"doc-id"}`)
 	want("acme", "given", "doc-id", "")
 	// Shared ids: the first in order, whatever the other members.
-	put("default", "dups", []store.Member{
+	put("default", "dups", []model.Member{
 		{ID: "o", Doc: []byte(`{"id":"o"}`)}, {ID: "d", Doc: []byte(`{"id":"d","n":1}`)},
 		{ID: "p", Doc: []byte(`{"id":"p"}`)}, {ID: "d", Doc: []byte(`{"id":"d","n":2}`)}})
 	want("default", "dups", "d", `{"id":"d","n":1}`)
-	put("default", "dups", []store.Member{{ID: "d", Doc: []byte(`{"id":"d","n":3}`)}, {ID: "d", Doc: []byte(`{"id":"d","n":4}`)}})
+	put("default", "dups", []model.Member{{ID: "d", Doc: []byte(`{"id":"d","n":3}`)}, {ID: "d", Doc: []byte(`{"id":"d","n":4}`)}})
 	want("default", "dups", "d", `{"id":"d","n":3}`)
 	// A large audience: its last member, past every multi-row insert.
 	big := members("u", 2_500)
@@ -227,19 +228,19 @@ func testFoldConcurrent(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for i := range rounds {
 		id := fmt.Sprintf("e%02d", i)
-		accept(t, s, t0, store.AcceptInput{Event: store.NewEvent{Tenant: "acme", EventID: id, Purpose: "newsletter", Type: "newsletter",
+		accept(t, s, t0, model.AcceptInput{Event: model.NewEvent{Tenant: "acme", EventID: id, Purpose: "newsletter", Type: "newsletter",
 			Payload: fmt.Appendf(nil, `{"id":%q}`, id), Message: []byte(`{"subject":"s"}`), Fingerprint: "fp:" + id, Targets: 2},
-			First: []store.Target{{Key: id + "/ada/email", Recipient: "ada", Channel: "email", Address: "ada@example.com"},
+			First: []model.Target{{Key: id + "/ada/email", Recipient: "ada", Channel: "email", Address: "ada@example.com"},
 				{Key: id + "/ada/sms", Recipient: "ada", Channel: "sms", Address: "+15550100"}}})
-		cs := claim(t, s, store.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
+		cs := claim(t, s, model.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
 		if len(cs) != 2 {
 			t.Fatalf("round %d: claimed %d, want 2", i, len(cs))
 		}
 		for _, c := range cs {
 			wg.Go(func() {
-				_, err := s.Settle(ctx, []store.Settlement{{ID: c.ID, Token: c.Token, At: t0, Decision: store.Decision{
-					Status: store.StatusSkipped, Reason: "skipped (throttled), folded", NextAttemptAt: t0,
-					Fold: &store.Fold{Feed: store.PersonalFeed("ada")}}}})
+				_, err := s.Settle(ctx, []model.Settlement{{ID: c.ID, Token: c.Token, At: t0, Decision: model.Decision{
+					Status: model.StatusSkipped, Reason: "skipped (throttled), folded", NextAttemptAt: t0,
+					Fold: &model.Fold{Feed: model.PersonalFeed("ada")}}}})
 				if err != nil {
 					t.Errorf("settle %s: %v", c.Key, err)
 				}
@@ -247,8 +248,8 @@ func testFoldConcurrent(t *testing.T, s store.Store) {
 		}
 		wg.Go(func() {
 			in := newEvent("acme", "post-"+id, 0)
-			in.Event.Feeds = []string{store.TenantFeed}
-			if _, errs, err := s.AcceptEvents(ctx, []store.AcceptInput{in}, t0); err != nil || errs[0] != nil {
+			in.Event.Feeds = []string{model.TenantFeed}
+			if _, errs, err := s.AcceptEvents(ctx, []model.AcceptInput{in}, t0); err != nil || errs[0] != nil {
 				t.Errorf("accept post-%s: %v %v", id, err, errs)
 			}
 		})
@@ -280,9 +281,9 @@ func testFoldConcurrent(t *testing.T, s store.Store) {
 	if n, err := s.UnreadCount(ctx, "acme", "ada"); err != nil || n != 2*rounds {
 		t.Fatalf("ada's unread count %d (%v), want %d", n, err, 2*rounds)
 	}
-	a := accept(t, s, t0, func() store.AcceptInput {
+	a := accept(t, s, t0, func() model.AcceptInput {
 		in := newEvent("acme", "last", 0)
-		in.Event.Feeds = []string{store.TenantFeed}
+		in.Event.Feeds = []string{model.TenantFeed}
 		return in
 	}())[0]
 	if len(a.FeedItems) != 1 || a.FeedItems[0].Seq != 2*rounds+1 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -31,7 +32,7 @@ func jobRuns(t *testing.T, open opener) {
 // hour is the suite's clock plus n hours: runs are scheduled on the hour.
 func hour(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
 
-func begin(t *testing.T, s store.Store, job, tenant string, at, now time.Time) store.JobRun {
+func begin(t *testing.T, s store.Store, job, tenant string, at, now time.Time) model.JobRun {
 	t.Helper()
 	run, err := s.BeginJobRun(t.Context(), job, tenant, at, now)
 	if err != nil {
@@ -49,7 +50,7 @@ func finish(t *testing.T, s store.Store, job string, at time.Time, runErr error,
 
 // wantRun checks a run's identity, range, status and whether it was begun
 // before.
-func wantRun(t *testing.T, what string, got store.JobRun, job string, at time.Time, prev, upper int64, status string, repeat bool) {
+func wantRun(t *testing.T, what string, got model.JobRun, job string, at time.Time, prev, upper int64, status string, repeat bool) {
 	t.Helper()
 	if got.Job != job || !got.ScheduledAt.Equal(at) || got.PrevUpperSeq != prev || got.UpperSeq != upper ||
 		got.Status != status || got.Repeat != repeat {
@@ -65,11 +66,11 @@ func wantRun(t *testing.T, what string, got store.JobRun, job string, at time.Ti
 // changes nothing.
 func testJobRepeat(t *testing.T, s store.Store) {
 	for i := range 3 {
-		post(t, s, t0, "acme", evtID(i), store.TenantFeed)
+		post(t, s, t0, "acme", evtID(i), model.TenantFeed)
 	}
 	at := hour(1)
 	wantRun(t, "the first start", begin(t, s, "digest", "acme", at, at), "digest", at, 0, 3, "running", false)
-	post(t, s, t0, "acme", "late", store.TenantFeed) // 4
+	post(t, s, t0, "acme", "late", model.TenantFeed) // 4
 	wantRun(t, "begun again", begin(t, s, "digest", "acme", at, at.Add(time.Minute)), "digest", at, 0, 3, "running", true)
 	_, err := s.BeginJobRun(t.Context(), "digest", "beta", at, at.Add(2*time.Minute))
 	if err == nil || !strings.Contains(err.Error(), "acme") {
@@ -84,17 +85,17 @@ func testJobRepeat(t *testing.T, s store.Store) {
 // them begins it, the others find it begun, and all get the same range.
 func testJobConcurrentBegins(t *testing.T, s store.Store) {
 	for i := range 5 {
-		post(t, s, t0, "acme", evtID(i), store.TenantFeed)
+		post(t, s, t0, "acme", evtID(i), model.TenantFeed)
 	}
 	const n, posts = 8, 40
 	start := make(chan struct{})
-	runs := make([]store.JobRun, n)
+	runs := make([]model.JobRun, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		<-start
 		for i := range posts {
-			if err := postErr(t, s, "acme", fmt.Sprintf("during%d", i), store.TenantFeed); err != nil {
+			if err := postErr(t, s, "acme", fmt.Sprintf("during%d", i), model.TenantFeed); err != nil {
 				t.Error(err)
 				return
 			}
@@ -138,7 +139,7 @@ func testJobRunsAdjacent(t *testing.T, s store.Store) {
 	next := 0
 	postN := func(n int) {
 		for range n {
-			post(t, s, t0, "acme", evtID(next), store.TenantFeed)
+			post(t, s, t0, "acme", evtID(next), model.TenantFeed)
 			next++
 		}
 	}
@@ -162,15 +163,15 @@ func testJobRunsAdjacent(t *testing.T, s store.Store) {
 // the first tenant goes on from that tenant's previous run.
 func testJobTenantSequence(t *testing.T, s store.Store) {
 	for i := range 3 {
-		post(t, s, t0, "acme", evtID(i), store.TenantFeed)
+		post(t, s, t0, "acme", evtID(i), model.TenantFeed)
 	}
 	for i := range 10 {
-		post(t, s, t0, "beta", evtID(i), store.TenantFeed)
+		post(t, s, t0, "beta", evtID(i), model.TenantFeed)
 	}
 	wantRun(t, "acme's first run", begin(t, s, "digest", "acme", hour(0), hour(0)), "digest", hour(0), 0, 3, "running", false)
-	post(t, s, t0, "acme", "a3", store.TenantFeed) // acme's 4
+	post(t, s, t0, "acme", "a3", model.TenantFeed) // acme's 4
 	for i := range 10 {
-		post(t, s, t0, "beta", fmt.Sprintf("more%d", i), store.TenantFeed)
+		post(t, s, t0, "beta", fmt.Sprintf("more%d", i), model.TenantFeed)
 	}
 	finish(t, s, "digest", hour(0), nil, hour(0))
 	wantRun(t, "acme's next run", begin(t, s, "digest", "acme", hour(1), hour(1)), "digest", hour(1), 3, 4, "running", false)
@@ -228,7 +229,7 @@ func testLastJobRun(t *testing.T, s store.Store) {
 // from there.
 func testJobPrune(t *testing.T, s store.Store) {
 	for i := range 3 {
-		post(t, s, t0, "acme", evtID(i), store.TenantFeed)
+		post(t, s, t0, "acme", evtID(i), model.TenantFeed)
 		begin(t, s, "digest", "acme", hour(i-3), hour(i-3))
 	}
 	begin(t, s, "weekly", "acme", hour(-5), hour(-5))
@@ -246,7 +247,7 @@ func testJobPrune(t *testing.T, s store.Store) {
 			t.Errorf("last run of %s after prune: %s, %v, %v; want %s", job, at, ok, err, want)
 		}
 	}
-	post(t, s, t0, "acme", "after", store.TenantFeed) // 4
+	post(t, s, t0, "acme", "after", model.TenantFeed) // 4
 	wantRun(t, "digest's next run", begin(t, s, "digest", "acme", hour(0), hour(0)), "digest", hour(0), 3, 4, "running", false)
 	wantRun(t, "kept's first run", begin(t, s, "kept", "acme", hour(0), hour(2)), "kept", hour(0), 0, 3, "running", true)
 }
@@ -259,12 +260,12 @@ func testJobBegunLate(t *testing.T, s store.Store) {
 	posted := 0
 	postN := func(n int) {
 		for range n {
-			post(t, s, t0, "acme", evtID(posted), store.TenantFeed)
+			post(t, s, t0, "acme", evtID(posted), model.TenantFeed)
 			posted++
 		}
 	}
 	postN(2)
-	runs := []store.JobRun{begin(t, s, "digest", "acme", hour(0), hour(0))}
+	runs := []model.JobRun{begin(t, s, "digest", "acme", hour(0), hour(0))}
 	postN(3)
 	runs = append(runs, begin(t, s, "digest", "acme", hour(2), hour(2)))
 	postN(1)

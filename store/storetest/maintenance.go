@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -36,7 +37,7 @@ func gone(t *testing.T, s store.Store, ids ...int64) {
 	t.Helper()
 	for _, id := range ids {
 		_, err := s.Notification(t.Context(), "", id, "")
-		wantErr(t, "a pruned notification", err, store.ErrNotFound)
+		wantErr(t, "a pruned notification", err, model.ErrNotFound)
 	}
 }
 
@@ -50,26 +51,26 @@ func testPrune(t *testing.T, s store.Store) {
 	a := ids(accept(t, s, t0, newEvent("acme", "a", 8))[0])
 	b := ids(accept(t, s, t0, newEvent("acme", "b", 2))[0])
 	settleAll(t, s, t0, map[int64]outcome{
-		a[0]: {status: store.StatusSent, messageID: "a0"}, // delivered, below
-		a[1]: {status: store.StatusSent, messageID: "a1"},
-		a[2]: {status: store.StatusFailed},
-		a[3]: {status: store.StatusDead},
-		a[4]: {status: store.StatusUnknown},
-		a[5]: {status: store.StatusSent, messageID: "a5"}, // bounced, below
-		a[6]: {status: store.StatusPending, retryAt: t0.Add(24 * time.Hour)},
-		a[7]: {status: store.StatusSending}, // its lease long over: still not final
-		b[0]: {status: store.StatusSent, messageID: "b0"},
-		b[1]: {status: store.StatusFailed},
+		a[0]: {status: model.StatusSent, messageID: "a0"}, // delivered, below
+		a[1]: {status: model.StatusSent, messageID: "a1"},
+		a[2]: {status: model.StatusFailed},
+		a[3]: {status: model.StatusDead},
+		a[4]: {status: model.StatusUnknown},
+		a[5]: {status: model.StatusSent, messageID: "a5"}, // bounced, below
+		a[6]: {status: model.StatusPending, retryAt: t0.Add(24 * time.Hour)},
+		a[7]: {status: model.StatusSending}, // its lease long over: still not final
+		b[0]: {status: model.StatusSent, messageID: "b0"},
+		b[1]: {status: model.StatusFailed},
 	})
 	addReceipts(t, s, t0.Add(time.Second), receipt("p", "a0", "delivered"), receipt("p", "a1", "sent"),
 		receipt("p", "a5", "bounced"), receipt("p", "b0", "delivered"))
 	// Finished after the cutoff: kept.
 	c := ids(accept(t, s, t0.Add(time.Second), newEvent("acme", "c", 1))[0])
-	settleAll(t, s, cutoff.Add(time.Minute), map[int64]outcome{c[0]: {status: store.StatusSent, messageID: "c0"}})
-	expired := store.RequestKey{Tenant: "acme", Key: "expired", Fingerprint: "fp"}
-	live := store.RequestKey{Tenant: "acme", Key: "live", Fingerprint: "fp"}
-	for k, ttl := range map[store.RequestKey]time.Duration{expired: time.Minute, live: 48 * time.Hour} {
-		if err := s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 202, Body: []byte("ok")}, t0, ttl); err != nil {
+	settleAll(t, s, cutoff.Add(time.Minute), map[int64]outcome{c[0]: {status: model.StatusSent, messageID: "c0"}})
+	expired := model.RequestKey{Tenant: "acme", Key: "expired", Fingerprint: "fp"}
+	live := model.RequestKey{Tenant: "acme", Key: "live", Fingerprint: "fp"}
+	for k, ttl := range map[model.RequestKey]time.Duration{expired: time.Minute, live: 48 * time.Hour} {
+		if err := s.SaveResponse(t.Context(), k, model.StoredResponse{Status: 202, Body: []byte("ok")}, t0, ttl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,21 +79,21 @@ func testPrune(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.PruneResult{Notifications: 8, Attempts: 8, Receipts: 4, Events: 1, RequestKeys: 1}
+	want := model.PruneResult{Notifications: 8, Attempts: 8, Receipts: 4, Events: 1, RequestKeys: 1}
 	if res != want {
 		t.Fatalf("pruned %+v, want %+v", res, want)
 	}
 	gone(t, s, a[0], a[1], a[2], a[3], a[4], a[5], b[0], b[1])
-	if n := notification(t, s, a[6]); n.Status != store.StatusPending || len(n.AttemptLog) != 1 {
+	if n := notification(t, s, a[6]); n.Status != model.StatusPending || len(n.AttemptLog) != 1 {
 		t.Fatalf("a pending notification after prune: %s with %d attempts, want pending with 1", n.Status, len(n.AttemptLog))
 	}
-	if n := notification(t, s, a[7]); n.Status != store.StatusSending {
+	if n := notification(t, s, a[7]); n.Status != model.StatusSending {
 		t.Fatalf("a sending notification after prune: %s", n.Status)
 	}
-	if n := notification(t, s, c[0]); n.Status != store.StatusSent || len(n.AttemptLog) != 1 {
+	if n := notification(t, s, c[0]); n.Status != model.StatusSent || len(n.AttemptLog) != 1 {
 		t.Fatalf("a notification finished after the cutoff: %s with %d attempts", n.Status, len(n.AttemptLog))
 	}
-	for id, want := range map[string]error{"a": nil, "b": store.ErrNotFound, "c": nil} {
+	for id, want := range map[string]error{"a": nil, "b": model.ErrNotFound, "c": nil} {
 		if _, err := s.EventRow(t.Context(), "acme", id, "receipt"); !errors.Is(err, want) {
 			t.Fatalf("event %s after prune: %v, want %v", id, err, want)
 		}
@@ -101,14 +102,14 @@ func testPrune(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Counts[store.StatusPending] != 1 || st.Counts[store.StatusSending] != 1 || st.Counts[store.StatusSent] != 1 ||
+	if st.Counts[model.StatusPending] != 1 || st.Counts[model.StatusSending] != 1 || st.Counts[model.StatusSent] != 1 ||
 		st.Providers["p"]["sent"] != 1 || st.Providers["p"]["refused"] != 1 || st.Providers["p"]["unknown"] != 0 {
 		t.Fatalf("after prune: counts %v, attempts %v", st.Counts, st.Providers)
 	}
 	if resp := lookup(t, s, live, now); resp == nil {
 		t.Fatal("prune deleted a live request key")
 	}
-	if res, err := s.Prune(t.Context(), cutoff, now, 2); err != nil || res != (store.PruneResult{}) {
+	if res, err := s.Prune(t.Context(), cutoff, now, 2); err != nil || res != (model.PruneResult{}) {
 		t.Fatalf("a second prune: %+v, %v; want nothing", res, err)
 	}
 }
@@ -118,7 +119,7 @@ func testPrune(t *testing.T, s store.Store) {
 func testPruneFeedItems(t *testing.T, s store.Store) {
 	for i, at := range []time.Time{t0, t0.Add(3 * time.Hour)} { // before and after the cutoff
 		in := newEvent("acme", evtID(i), 0)
-		in.Event.Feeds = []string{store.PersonalFeed("u")}
+		in.Event.Feeds = []string{model.PersonalFeed("u")}
 		accept(t, s, at, in)
 	}
 	if _, err := s.Prune(t.Context(), t0.Add(time.Hour), t0.Add(4*time.Hour), 500); err != nil {
@@ -149,14 +150,14 @@ func testPruneFeedItems(t *testing.T, s store.Store) {
 // release it.
 func testPruneUnfinishedFanOut(t *testing.T, s store.Store) {
 	var rows []int64
-	var rests [][]store.Target
+	var rests [][]model.Target
 	for i := range 2 {
 		in := newEvent("acme", evtID(i), 3)
 		rests = append(rests, in.First[1:])
 		in.First = in.First[:1]
 		a := accept(t, s, t0, in)[0]
 		rows = append(rows, a.EventRow)
-		settleAll(t, s, t0, map[int64]outcome{a.Notifications[0].ID: {status: store.StatusSent}})
+		settleAll(t, s, t0, map[int64]outcome{a.Notifications[0].ID: {status: model.StatusSent}})
 	}
 	if err := s.QuarantineEvent(t.Context(), rows[1], "payload no longer decodes", t0); err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func testClose(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for i := range writers {
 		wg.Go(func() {
-			_, _, errs[i] = s.AcceptEvents(t.Context(), []store.AcceptInput{newEvent("acme", evtID(i), 1)}, t0)
+			_, _, errs[i] = s.AcceptEvents(t.Context(), []model.AcceptInput{newEvent("acme", evtID(i), 1)}, t0)
 		})
 	}
 	if err := s.Close(); err != nil {
@@ -239,12 +240,12 @@ func testClose(t *testing.T, s store.Store) {
 	}
 	wg.Wait()
 	for _, err := range errs {
-		if err != nil && !errors.Is(err, store.ErrClosed) {
+		if err != nil && !errors.Is(err, model.ErrClosed) {
 			t.Fatalf("a write racing Close: %v, want success or ErrClosed", err)
 		}
 	}
-	_, _, err := s.AcceptEvents(t.Context(), []store.AcceptInput{newEvent("acme", "after", 1)}, t0)
-	wantErr(t, "accept after Close", err, store.ErrClosed)
+	_, _, err := s.AcceptEvents(t.Context(), []model.AcceptInput{newEvent("acme", "after", 1)}, t0)
+	wantErr(t, "accept after Close", err, model.ErrClosed)
 	_, err = s.CreateToken(t.Context(), "acme", "t", "h", t0)
-	wantErr(t, "a token after Close", err, store.ErrClosed)
+	wantErr(t, "a token after Close", err, model.ErrClosed)
 }

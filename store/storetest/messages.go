@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -21,7 +22,7 @@ func testOwnMessage(t *testing.T, s store.Store) {
 		t.Fatalf("expand = %d, %v", got, err)
 	}
 	want := map[string]string{"r0": `{"subject":"for r0"}`, "r1": `{"subject":"hi"}`, "r2": `{"subject":"for r2"}`, "r3": `{"subject":"hi"}`}
-	cs := claim(t, s, store.ClaimRequest{Limit: 10, Now: t0.Add(time.Second), Lease: time.Minute})
+	cs := claim(t, s, model.ClaimRequest{Limit: 10, Now: t0.Add(time.Second), Lease: time.Minute})
 	if len(cs) != 4 {
 		t.Fatalf("claimed %d, want 4", len(cs))
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -29,15 +30,15 @@ func preferences(t *testing.T, open opener) {
 
 func testPutPreferences(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	p := store.RecipientPreferences{Tenant: "acme", Recipient: "u1", TimeZone: "Europe/Berlin",
-		Switches: []store.Switch{{Category: "marketing", Channel: "", Enabled: false}, {Category: "billing", Channel: "sms", Enabled: true}},
-		Quiet:    []store.QuietHours{{Category: "", Start: 21 * 60, End: 8 * 60}}}
-	got, err := s.PutPreferences(ctx, p, store.SetByAPI, t0)
+	p := model.RecipientPreferences{Tenant: "acme", Recipient: "u1", TimeZone: "Europe/Berlin",
+		Switches: []model.Switch{{Category: "marketing", Channel: "", Enabled: false}, {Category: "billing", Channel: "sms", Enabled: true}},
+		Quiet:    []model.QuietHours{{Category: "", Start: 21 * 60, End: 8 * 60}}}
+	got, err := s.PutPreferences(ctx, p, model.SetByAPI, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.TimeZone != "Europe/Berlin" || len(got.Switches) != 2 || len(got.Quiet) != 1 ||
-		got.Switches[0].Category != "billing" || !got.Switches[0].SetAt.Equal(t0) || got.Switches[0].SetBy != store.SetByAPI {
+		got.Switches[0].Category != "billing" || !got.Switches[0].SetAt.Equal(t0) || got.Switches[0].SetBy != model.SetByAPI {
 		t.Fatalf("put: %+v", got)
 	}
 	// Again an hour later, one switch flipped and the quiet hours gone:
@@ -45,18 +46,18 @@ func testPutPreferences(t *testing.T, s store.Store) {
 	later := t0.Add(time.Hour)
 	p.Switches[0].Enabled = true
 	p.Quiet = nil
-	got, err = s.PutPreferences(ctx, p, store.SetByPage, later)
+	got, err = s.PutPreferences(ctx, p, model.SetByPage, later)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byCat := map[string]store.Switch{}
+	byCat := map[string]model.Switch{}
 	for _, sw := range got.Switches {
 		byCat[sw.Category] = sw
 	}
-	if m := byCat["marketing"]; !m.Enabled || !m.SetAt.Equal(later) || m.SetBy != store.SetByPage {
+	if m := byCat["marketing"]; !m.Enabled || !m.SetAt.Equal(later) || m.SetBy != model.SetByPage {
 		t.Fatalf("flipped switch %+v, want on, set at %s by page", m, later)
 	}
-	if b := byCat["billing"]; !b.SetAt.Equal(t0) || b.SetBy != store.SetByAPI {
+	if b := byCat["billing"]; !b.SetAt.Equal(t0) || b.SetBy != model.SetByAPI {
 		t.Fatalf("unchanged switch %+v kept no set_at %s", b, t0)
 	}
 	if len(got.Quiet) != 0 || !got.ZoneSetAt.Equal(t0) {
@@ -70,7 +71,7 @@ func testPutPreferences(t *testing.T, s store.Store) {
 		t.Fatalf("read %+v", read)
 	}
 	// Everything left out: back to the defaults, nothing stored.
-	if _, err := s.PutPreferences(ctx, store.RecipientPreferences{Tenant: "acme", Recipient: "u1"}, store.SetByAPI, later); err != nil {
+	if _, err := s.PutPreferences(ctx, model.RecipientPreferences{Tenant: "acme", Recipient: "u1"}, model.SetByAPI, later); err != nil {
 		t.Fatal(err)
 	}
 	if read, _ := s.RecipientPreferences(ctx, "acme", []string{"u1"}); len(read) != 0 {
@@ -80,8 +81,8 @@ func testPutPreferences(t *testing.T, s store.Store) {
 
 func testPreferencesPerTenant(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	if _, err := s.PutPreferences(ctx, store.RecipientPreferences{Tenant: "acme", Recipient: "u1",
-		Switches: []store.Switch{{Category: "marketing", Enabled: false}}}, store.SetByAPI, t0); err != nil {
+	if _, err := s.PutPreferences(ctx, model.RecipientPreferences{Tenant: "acme", Recipient: "u1",
+		Switches: []model.Switch{{Category: "marketing", Enabled: false}}}, model.SetByAPI, t0); err != nil {
 		t.Fatal(err)
 	}
 	if read, err := s.RecipientPreferences(ctx, "globex", []string{"u1"}); err != nil || len(read) != 0 {
@@ -91,7 +92,7 @@ func testPreferencesPerTenant(t *testing.T, s store.Store) {
 
 func testSetSwitchIdempotent(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	sw := store.Switch{Category: "marketing", Channel: "email", Enabled: false, SetBy: store.SetByUnsubscribe}
+	sw := model.Switch{Category: "marketing", Channel: "email", Enabled: false, SetBy: model.SetByUnsubscribe}
 	got, changed, err := s.SetSwitch(ctx, "acme", "u1", sw, t0)
 	if err != nil || !changed || got.Enabled || !got.SetAt.Equal(t0) {
 		t.Fatalf("first: %+v changed %v, %v", got, changed, err)
@@ -104,7 +105,7 @@ func testSetSwitchIdempotent(t *testing.T, s store.Store) {
 
 func testTenantKey(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	if _, err := s.TenantKey(ctx, "acme", nil, t0); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.TenantKey(ctx, "acme", nil, t0); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("no key, nil fresh: %v, want ErrNotFound", err)
 	}
 	k1 := bytes.Repeat([]byte{1}, 32)
@@ -125,7 +126,7 @@ func testThrottleSlots(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	take := func(n int64, now time.Time) bool {
 		t.Helper()
-		g, err := s.TakeThrottleSlots(ctx, []store.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
+		g, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
 			Max: 2, Since: now.Add(-time.Hour)}}, now)
 		if err != nil {
 			t.Fatal(err)
@@ -142,7 +143,7 @@ func testThrottleSlots(t *testing.T, s store.Store) {
 		t.Fatal("a notification holding a slot was refused it again (a retry)")
 	}
 	// Another recipient, another window.
-	g, err := s.TakeThrottleSlots(ctx, []store.ThrottleTake{{Notification: 4, Tenant: "acme", Recipient: "u2", Category: "marketing",
+	g, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: 4, Tenant: "acme", Recipient: "u2", Category: "marketing",
 		Max: 2, Since: t0.Add(-time.Hour)}}, t0)
 	if err != nil || !g[0] {
 		t.Fatalf("u2's first: %v, %v", g, err)
@@ -159,7 +160,7 @@ func testThrottleConcurrent(t *testing.T, s store.Store) {
 	granted := 0
 	for i := range 20 {
 		wg.Go(func() {
-			g, err := s.TakeThrottleSlots(ctx, []store.ThrottleTake{{Notification: int64(100 + i), Tenant: "acme", Recipient: "u1",
+			g, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: int64(100 + i), Tenant: "acme", Recipient: "u1",
 				Category: "marketing", Max: 3, Since: t0.Add(-time.Hour)}}, t0)
 			if err != nil {
 				t.Error(err)
@@ -181,18 +182,18 @@ func testThrottleConcurrent(t *testing.T, s store.Store) {
 func testSkippedAndCycleStart(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	n := ids(accept(t, s, t0, newEvent("acme", "e", 2))[0])
-	cs := claim(t, s, store.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
+	cs := claim(t, s, model.ClaimRequest{Limit: 2, Now: t0, Lease: time.Minute})
 	if len(cs) != 2 {
 		t.Fatalf("claimed %d", len(cs))
 	}
 	open := t0.Add(9 * time.Hour)
-	var ss []store.Settlement
+	var ss []model.Settlement
 	for _, c := range cs {
-		d := store.Decision{Status: store.StatusSkipped, Reason: "recipient turned marketing off", NextAttemptAt: t0}
+		d := model.Decision{Status: model.StatusSkipped, Reason: "recipient turned marketing off", NextAttemptAt: t0}
 		if c.ID == n[1] {
-			d = store.Decision{Status: store.StatusPending, Reason: "waiting, not an attempt: quiet hours", NextAttemptAt: open, CycleStartsAt: open}
+			d = model.Decision{Status: model.StatusPending, Reason: "waiting, not an attempt: quiet hours", NextAttemptAt: open, CycleStartsAt: open}
 		}
-		ss = append(ss, store.Settlement{ID: c.ID, Token: c.Token, At: t0, Decision: d})
+		ss = append(ss, model.Settlement{ID: c.ID, Token: c.Token, At: t0, Decision: d})
 	}
 	if applied, err := s.Settle(ctx, ss); err != nil || !applied[0] || !applied[1] {
 		t.Fatalf("settle %v, %v", applied, err)
@@ -201,13 +202,13 @@ func testSkippedAndCycleStart(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Counts[store.StatusSkipped] != 1 {
+	if st.Counts[model.StatusSkipped] != 1 {
 		t.Fatalf("status counts %v, want 1 skipped", st.Counts)
 	}
-	if got := claim(t, s, store.ClaimRequest{Limit: 2, Now: open.Add(-time.Second), Lease: time.Minute}); len(got) != 0 {
+	if got := claim(t, s, model.ClaimRequest{Limit: 2, Now: open.Add(-time.Second), Lease: time.Minute}); len(got) != 0 {
 		t.Fatalf("claimed %d before the quiet hours end", len(got))
 	}
-	got := claim(t, s, store.ClaimRequest{Limit: 2, Now: open, Lease: time.Minute})
+	got := claim(t, s, model.ClaimRequest{Limit: 2, Now: open, Lease: time.Minute})
 	if len(got) != 1 || got[0].ID != n[1] || !got[0].CycleStartedAt.Equal(open) || got[0].Attempt != 1 {
 		t.Fatalf("claimed %+v at %s, want %d with its cycle started then, attempt 1", got, open, n[1])
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -14,10 +15,10 @@ import (
 func Quarantine(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("a quarantined fan-out leaves the work list until released", func(t *testing.T) {
 		s, ctx := open(t), context.Background()
-		ev := store.NewEvent{Tenant: "acme", EventID: "big", Purpose: "p", Type: "t", Payload: []byte(`{}`), Message: []byte(`{}`),
+		ev := model.NewEvent{Tenant: "acme", EventID: "big", Purpose: "p", Type: "t", Payload: []byte(`{}`), Message: []byte(`{}`),
 			Fingerprint: "fp", Targets: 3}
-		ts := []store.Target{{Key: "k0", Recipient: "r0", Channel: "email", Address: "a0"}}
-		accs, errs, err := s.AcceptEvents(ctx, []store.AcceptInput{{Event: ev, First: ts}}, t0)
+		ts := []model.Target{{Key: "k0", Recipient: "r0", Channel: "email", Address: "a0"}}
+		accs, errs, err := s.AcceptEvents(ctx, []model.AcceptInput{{Event: ev, First: ts}}, t0)
 		if err != nil || errs[0] != nil {
 			t.Fatal(err, errs[0])
 		}
@@ -51,13 +52,13 @@ func Quarantine(t *testing.T, open func(t *testing.T) store.Store) {
 		if err != nil || n.Quarantine == nil || n.Quarantine.EventRow != row {
 			t.Errorf("its notification's quarantine: %+v, %v", n.Quarantine, err)
 		}
-		if err := s.ReleaseEvent(ctx, "beta", row); !errors.Is(err, store.ErrNotFound) {
+		if err := s.ReleaseEvent(ctx, "beta", row); !errors.Is(err, model.ErrNotFound) {
 			t.Errorf("another tenant released it: %v", err)
 		}
 		if err := s.ReleaseEvent(ctx, "acme", row); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ReleaseEvent(ctx, "acme", row); !errors.Is(err, store.ErrNotFound) {
+		if err := s.ReleaseEvent(ctx, "acme", row); !errors.Is(err, model.ErrNotFound) {
 			t.Errorf("released twice: %v", err)
 		}
 		if un, _ := s.UnexpandedEvents(ctx, 10); len(un) != 1 {
@@ -65,7 +66,7 @@ func Quarantine(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 		// Dropped: its fan-out ends where it is, for good.
 		s.QuarantineEvent(ctx, row, "again", t0)
-		if _, err := s.DropEvent(ctx, "beta", row, t0); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.DropEvent(ctx, "beta", row, t0); !errors.Is(err, model.ErrNotFound) {
 			t.Errorf("another tenant dropped it: %v", err)
 		}
 		dropped, err := s.DropEvent(ctx, "acme", row, t0)
@@ -78,14 +79,14 @@ func Quarantine(t *testing.T, open func(t *testing.T) store.Store) {
 		if qs, _ := s.QuarantinedEvents(ctx, "", 0, 10); len(qs) != 0 {
 			t.Errorf("a dropped event is still quarantined: %+v", qs)
 		}
-		if _, err := s.DropEvent(ctx, "acme", row, t0); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.DropEvent(ctx, "acme", row, t0); !errors.Is(err, model.ErrNotFound) {
 			t.Errorf("dropped twice: %v", err)
 		}
 		// A chunk that was on its way when the drop committed (an accept's
 		// own fan-out, say) writes nothing: the dropped stay uncreated.
 		before, _ := s.EventNotifications(ctx, row, -1, 10)
-		late := []store.Target{{Key: "late-1", Recipient: "r1", Channel: "email", Address: "r1@example.com"}}
-		if _, err := s.ExpandEvent(ctx, row, 1, late, t0); !errors.Is(err, store.ErrFanOutEnded) {
+		late := []model.Target{{Key: "late-1", Recipient: "r1", Channel: "email", Address: "r1@example.com"}}
+		if _, err := s.ExpandEvent(ctx, row, 1, late, t0); !errors.Is(err, model.ErrFanOutEnded) {
 			t.Errorf("a chunk after the drop: %v; want ErrFanOutEnded", err)
 		}
 		if after, _ := s.EventNotifications(ctx, row, -1, 10); len(after) != len(before) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -42,8 +43,8 @@ func testNotificationByIDOrKey(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatalf("Notification(%q, %d, %q): %v", c.tenant, c.id, c.key, err)
 		}
-		want := store.Notification{ID: id, Key: key, Tenant: "acme", EventID: "evt_1", Purpose: "receipt", Type: "payment",
-			Recipient: "r1", Channel: "email", Address: "r1@example.com", Status: store.StatusPending}
+		want := model.Notification{ID: id, Key: key, Tenant: "acme", EventID: "evt_1", Purpose: "receipt", Type: "payment",
+			Recipient: "r1", Channel: "email", Address: "r1@example.com", Status: model.StatusPending}
 		if n.ID != want.ID || n.Key != want.Key || n.Tenant != want.Tenant || n.EventID != want.EventID || n.Purpose != want.Purpose ||
 			n.Type != want.Type || n.Recipient != want.Recipient || n.Channel != want.Channel || n.Address != want.Address ||
 			n.Status != want.Status || n.Attempts != 0 || n.LeaseUntil != nil || n.Provider != "" {
@@ -62,7 +63,7 @@ func testNotificationByIDOrKey(t *testing.T, s store.Store) {
 		key    string
 	}{{"other", id, ""}, {"other", 0, key}, {"", id + 1000, ""}, {"", 0, "no-such-key"}, {"acme", 0, "no-such-key"}} {
 		_, err := s.Notification(t.Context(), c.tenant, c.id, c.key)
-		wantErr(t, fmt.Sprintf("Notification(%q, %d, %q)", c.tenant, c.id, c.key), err, store.ErrNotFound)
+		wantErr(t, fmt.Sprintf("Notification(%q, %d, %q)", c.tenant, c.id, c.key), err, model.ErrNotFound)
 	}
 }
 
@@ -73,21 +74,21 @@ func testNotificationAuditTrail(t *testing.T, s store.Store) {
 	sent, leased := a.Notifications[0].ID, a.Notifications[1].ID
 	at := t0.Add(time.Minute)
 	settleAll(t, s, at, map[int64]outcome{
-		sent:   {status: store.StatusPending, provider: "first", retryAt: at.Add(time.Minute)},
-		leased: {status: store.StatusSending},
+		sent:   {status: model.StatusPending, provider: "first", retryAt: at.Add(time.Minute)},
+		leased: {status: model.StatusSending},
 	})
 	n := notification(t, s, leased)
-	if n.Status != store.StatusSending || n.Attempts != 0 || n.NextAttemptAt != nil || n.LeaseUntil == nil || !n.LeaseUntil.Equal(at.Add(setupLease)) {
+	if n.Status != model.StatusSending || n.Attempts != 0 || n.NextAttemptAt != nil || n.LeaseUntil == nil || !n.LeaseUntil.Equal(at.Add(setupLease)) {
 		t.Fatalf("a claimed notification reads %+v (lease %v), want sending until %s, no call made yet", n, n.LeaseUntil, at.Add(setupLease))
 	}
 	n = notification(t, s, sent)
-	if n.Status != store.StatusPending || n.Attempts != 1 || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(at.Add(time.Minute)) || n.LeaseUntil != nil {
+	if n.Status != model.StatusPending || n.Attempts != 1 || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(at.Add(time.Minute)) || n.LeaseUntil != nil {
 		t.Fatalf("a notification to retry reads %+v, want pending at %s", n, at.Add(time.Minute))
 	}
 	at2 := at.Add(time.Minute)
-	settleAll(t, s, at2, map[int64]outcome{sent: {status: store.StatusSent, provider: "second", messageID: "msg-1"}})
+	settleAll(t, s, at2, map[int64]outcome{sent: {status: model.StatusSent, provider: "second", messageID: "msg-1"}})
 	n = notification(t, s, sent)
-	if n.Status != store.StatusSent || n.Attempts != 2 || n.NextAttemptAt != nil || n.Provider != "second" ||
+	if n.Status != model.StatusSent || n.Attempts != 2 || n.NextAttemptAt != nil || n.Provider != "second" ||
 		n.ProviderMessageID != "msg-1" || n.LastResponse != "accepted" || !n.UpdatedAt.Equal(at2) || !n.CreatedAt.Equal(t0) {
 		t.Fatalf("a sent notification reads %+v", n)
 	}
@@ -100,7 +101,7 @@ func testNotificationAuditTrail(t *testing.T, s store.Store) {
 		t.Fatalf("first attempt %+v", first)
 	}
 	if second.N != 2 || second.Provider != "second" || second.Outcome != "sent" || second.MessageID != "msg-1" || second.HTTPStatus != 202 ||
-		second.Response != "accepted" || !second.StartedAt.Equal(at2) || second.Decision != store.StatusSent {
+		second.Response != "accepted" || !second.StartedAt.Equal(at2) || second.Decision != model.StatusSent {
 		t.Fatalf("second attempt %+v", second)
 	}
 }
@@ -112,7 +113,7 @@ func testListPagesWhileWriting(t *testing.T, s store.Store) {
 	for i := range 6 {
 		accept(t, s, t0, newEvent("a", fmt.Sprintf("before%d", i), 4), newEvent("b", fmt.Sprintf("before%d", i), 1))
 	}
-	for _, f := range []store.ListFilter{{Limit: 3}, {Tenant: "a", Limit: 2}, {Tenant: "a", Recipient: "r1", Limit: 1}} {
+	for _, f := range []model.ListFilter{{Limit: 3}, {Tenant: "a", Limit: 2}, {Tenant: "a", Recipient: "r1", Limit: 1}} {
 		var (
 			wg       sync.WaitGroup
 			started  = make(chan struct{})    // a writer has committed (or given up)
@@ -126,7 +127,7 @@ func testListPagesWhileWriting(t *testing.T, s store.Store) {
 				defer once.Do(func() { close(started) })
 				for i := range each {
 					id := fmt.Sprintf("f%d-w%d-%d", f.Limit, w, i)
-					if _, _, err := s.AcceptEvents(t.Context(), []store.AcceptInput{newEvent("a", id, 2), newEvent("b", id, 2)}, t0); err != nil {
+					if _, _, err := s.AcceptEvents(t.Context(), []model.AcceptInput{newEvent("a", id, 2), newEvent("b", id, 2)}, t0); err != nil {
 						t.Error(err)
 						return
 					}
@@ -164,7 +165,7 @@ func testListPagesWhileWriting(t *testing.T, s store.Store) {
 // after done was closed (nothing more can come). An empty page before that
 // waits for progress. concurrent counts the pages read while writers
 // wrote.
-func pageWhile(t *testing.T, s store.Store, f store.ListFilter, progress, done <-chan struct{}) (paged []int64, concurrent int, err error) {
+func pageWhile(t *testing.T, s store.Store, f model.ListFilter, progress, done <-chan struct{}) (paged []int64, concurrent int, err error) {
 	for page := f; ; {
 		finished := false
 		select {
@@ -217,17 +218,17 @@ func testListFilters(t *testing.T, s store.Store) {
 	// Some sent, one failed in each tenant, the rest pending.
 	want := map[int64]outcome{}
 	for i, id := range all {
-		o := outcome{status: store.StatusPending, retryAt: t0.Add(time.Hour)}
+		o := outcome{status: model.StatusPending, retryAt: t0.Add(time.Hour)}
 		switch i {
 		case 0, 1, 6:
-			o = outcome{status: store.StatusSent, messageID: fmt.Sprint("m", i)}
+			o = outcome{status: model.StatusSent, messageID: fmt.Sprint("m", i)}
 		case 4, 9:
-			o = outcome{status: store.StatusFailed}
+			o = outcome{status: model.StatusFailed}
 		}
 		want[id] = o
 	}
 	settleAll(t, s, t0, want)
-	stored := everything(t, s, store.ListFilter{})
+	stored := everything(t, s, model.ListFilter{})
 	if len(stored) != 12 {
 		t.Fatalf("listed %d, want 12", len(stored))
 	}
@@ -241,17 +242,17 @@ func testListFilters(t *testing.T, s store.Store) {
 		t.Fatalf("first notification listed %+v", n)
 	}
 
-	match := func(f store.ListFilter, n store.Notification) bool {
+	match := func(f model.ListFilter, n model.Notification) bool {
 		return (f.Tenant == "" || n.Tenant == f.Tenant) && (f.Status == "" || n.Status == f.Status) &&
 			(f.Recipient == "" || n.Recipient == f.Recipient) &&
 			(f.EventRow == 0 || rows[n.Tenant+"/"+n.EventID] == f.EventRow)
 	}
 	nonEmpty, filters := 0, 0
 	for _, tenant := range []string{"", "a", "b", "c"} {
-		for _, status := range []string{"", store.StatusPending, store.StatusSent, store.StatusFailed} {
+		for _, status := range []string{"", model.StatusPending, model.StatusSent, model.StatusFailed} {
 			for _, rcpt := range []string{"", "r0", "nobody"} {
 				for _, ev := range []int64{0, rows["a/e1"], rows["b/e2"]} {
-					f := store.ListFilter{Tenant: tenant, Status: status, Recipient: rcpt, EventRow: ev}
+					f := model.ListFilter{Tenant: tenant, Status: status, Recipient: rcpt, EventRow: ev}
 					filters++
 					var wantIDs []int64
 					for _, n := range stored {
@@ -259,7 +260,7 @@ func testListFilters(t *testing.T, s store.Store) {
 							wantIDs = append(wantIDs, n.ID)
 						}
 					}
-					for _, limit := range []int{2, store.MaxListLimit} { // pages of two, and one page
+					for _, limit := range []int{2, model.MaxListLimit} { // pages of two, and one page
 						var got []int64
 						for page := f; ; {
 							page.Limit = limit
@@ -290,11 +291,11 @@ func testListFilters(t *testing.T, s store.Store) {
 		t.Fatalf("only %d of %d filters matched anything: the fixture is too thin", nonEmpty, filters)
 	}
 	// Spot checks that do not go through the model.
-	got, _ := s.ListNotifications(t.Context(), store.ListFilter{Tenant: "a", Recipient: "r0", Limit: 10})
+	got, _ := s.ListNotifications(t.Context(), model.ListFilter{Tenant: "a", Recipient: "r0", Limit: 10})
 	if len(got) != 2 || got[0].Tenant != "a" || got[1].Tenant != "a" || got[0].Recipient != "r0" {
 		t.Fatalf("tenant a, r0: %+v", got)
 	}
-	got, _ = s.ListNotifications(t.Context(), store.ListFilter{Tenant: "a", EventRow: rows["b/e1"], Limit: 10})
+	got, _ = s.ListNotifications(t.Context(), model.ListFilter{Tenant: "a", EventRow: rows["b/e1"], Limit: 10})
 	if len(got) != 0 {
 		t.Fatalf("tenant a asked for tenant b's event and got %d rows", len(got))
 	}
@@ -303,14 +304,14 @@ func testListFilters(t *testing.T, s store.Store) {
 // A page holds at most Limit rows: 100 when Limit is not above 0, never
 // more than MaxListLimit. An empty page is an empty list (the API shows []).
 func testListLimits(t *testing.T, s store.Store) {
-	accept(t, s, t0, newEvent("a", "big", store.MaxListLimit+100))
-	for _, c := range []struct{ limit, want int }{{0, 100}, {-1, 100}, {7, 7}, {store.MaxListLimit + 1, store.MaxListLimit}, {5000, store.MaxListLimit}} {
-		got, err := s.ListNotifications(t.Context(), store.ListFilter{Limit: c.limit})
+	accept(t, s, t0, newEvent("a", "big", model.MaxListLimit+100))
+	for _, c := range []struct{ limit, want int }{{0, 100}, {-1, 100}, {7, 7}, {model.MaxListLimit + 1, model.MaxListLimit}, {5000, model.MaxListLimit}} {
+		got, err := s.ListNotifications(t.Context(), model.ListFilter{Limit: c.limit})
 		if err != nil || len(got) != c.want {
 			t.Fatalf("limit %d: %d rows, %v; want %d", c.limit, len(got), err, c.want)
 		}
 	}
-	got, err := s.ListNotifications(t.Context(), store.ListFilter{Tenant: "nobody"})
+	got, err := s.ListNotifications(t.Context(), model.ListFilter{Tenant: "nobody"})
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty page = %#v, %v; want an empty list", got, err)
 	}
@@ -323,12 +324,12 @@ func testStatusCounts(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, status := range store.Statuses {
+	for _, status := range model.Statuses {
 		if n, ok := st.Counts[status]; !ok || n != 0 {
 			t.Fatalf("an empty store counts %s: %d (present %v), want 0", status, n, ok)
 		}
 	}
-	if len(st.Counts) != len(store.Statuses) || len(st.Providers) != 0 || len(st.Unknown) != 0 || len(st.Failed) != 0 || len(st.Dead) != 0 ||
+	if len(st.Counts) != len(model.Statuses) || len(st.Providers) != 0 || len(st.Unknown) != 0 || len(st.Failed) != 0 || len(st.Dead) != 0 ||
 		st.OldestDue != 0 || st.NextDue != nil ||
 		st.Quarantined != 0 || len(st.QuarantinedIDs) != 0 || st.Suppressions != 0 {
 		t.Fatalf("an empty store's status %+v", st)
@@ -337,33 +338,33 @@ func testStatusCounts(t *testing.T, s store.Store) {
 	a := accept(t, s, t0, newEvent("acme", "e", 9))[0]
 	n := ids(a)
 	settleAll(t, s, t0, map[int64]outcome{
-		n[8]: {status: store.StatusSkipped},
-		n[0]: {status: store.StatusSent, provider: "p1", messageID: "m0"},
-		n[1]: {status: store.StatusSent, provider: "p1", messageID: "m1"},                 // delivered, below
-		n[2]: {status: store.StatusSent, provider: "p2", messageID: "m2"},                 // bounced, below
-		n[3]: {status: store.StatusPending, provider: "p1", retryAt: t0.Add(time.Second)}, // failed, below
-		n[4]: {status: store.StatusDead, provider: "p2"},
-		n[5]: {status: store.StatusUnknown, provider: "p2"},
-		n[6]: {status: store.StatusPending, provider: "p1", retryAt: t0.Add(time.Hour)},
-		n[7]: {status: store.StatusSending},
+		n[8]: {status: model.StatusSkipped},
+		n[0]: {status: model.StatusSent, provider: "p1", messageID: "m0"},
+		n[1]: {status: model.StatusSent, provider: "p1", messageID: "m1"},                 // delivered, below
+		n[2]: {status: model.StatusSent, provider: "p2", messageID: "m2"},                 // bounced, below
+		n[3]: {status: model.StatusPending, provider: "p1", retryAt: t0.Add(time.Second)}, // failed, below
+		n[4]: {status: model.StatusDead, provider: "p2"},
+		n[5]: {status: model.StatusUnknown, provider: "p2"},
+		n[6]: {status: model.StatusPending, provider: "p1", retryAt: t0.Add(time.Hour)},
+		n[7]: {status: model.StatusSending},
 	})
-	if _, err := s.AddReceipts(t.Context(), []store.Receipt{
+	if _, err := s.AddReceipts(t.Context(), []model.Receipt{
 		{Provider: "p1", Dedupe: "r1", MessageID: "m1", Status: "delivered"},
 		{Provider: "p2", Dedupe: "r2", MessageID: "m2", Status: "bounced"},
 	}, t0); err != nil {
 		t.Fatal(err)
 	}
-	settleAll(t, s, t0.Add(time.Second), map[int64]outcome{n[3]: {status: store.StatusFailed, provider: "p1"}}) // a second attempt
+	settleAll(t, s, t0.Add(time.Second), map[int64]outcome{n[3]: {status: model.StatusFailed, provider: "p1"}}) // a second attempt
 	accept(t, s, t0.Add(time.Second), newEvent("acme", "new", 1))                                               // pending, due
 	st, err = s.Status(t.Context(), t0.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantCounts := map[string]int64{
-		store.StatusPending: 2, store.StatusSending: 1, store.StatusSent: 1, store.StatusDelivered: 1, store.StatusBounced: 1,
-		store.StatusFailed: 1, store.StatusDead: 1, store.StatusUnknown: 1, store.StatusSkipped: 1,
+		model.StatusPending: 2, model.StatusSending: 1, model.StatusSent: 1, model.StatusDelivered: 1, model.StatusBounced: 1,
+		model.StatusFailed: 1, model.StatusDead: 1, model.StatusUnknown: 1, model.StatusSkipped: 1,
 	}
-	for _, status := range store.Statuses { // every status is counted, 0 included
+	for _, status := range model.Statuses { // every status is counted, 0 included
 		if _, ok := wantCounts[status]; !ok {
 			wantCounts[status] = 0
 		}
@@ -407,10 +408,10 @@ func testStatusDue(t *testing.T, s store.Store) {
 	due(t0, 0, nil)
 	due(t0.Add(90*time.Second), 90*time.Second, nil)
 	retry := t0.Add(time.Hour)
-	settleAll(t, s, t0.Add(time.Minute), map[int64]outcome{a.Notifications[0].ID: {status: store.StatusPending, retryAt: retry}})
+	settleAll(t, s, t0.Add(time.Minute), map[int64]outcome{a.Notifications[0].ID: {status: model.StatusPending, retryAt: retry}})
 	due(t0.Add(2*time.Minute), 0, &retry)
 	due(retry.Add(time.Second), time.Second, nil)
-	settleAll(t, s, retry, map[int64]outcome{a.Notifications[0].ID: {status: store.StatusSent}})
+	settleAll(t, s, retry, map[int64]outcome{a.Notifications[0].ID: {status: model.StatusSent}})
 	due(retry.Add(time.Hour), 0, nil)
 }
 
@@ -420,7 +421,7 @@ func testStatusDue(t *testing.T, s store.Store) {
 func testStatusNextDueBesideBacklog(t *testing.T, s store.Store) {
 	a := accept(t, s, t0, newEvent("acme", "e", 1))[0]
 	retry := t0.Add(time.Hour)
-	settleAll(t, s, t0, map[int64]outcome{a.Notifications[0].ID: {status: store.StatusPending, retryAt: retry}})
+	settleAll(t, s, t0, map[int64]outcome{a.Notifications[0].ID: {status: model.StatusPending, retryAt: retry}})
 	accept(t, s, t0.Add(time.Second), newEvent("acme", "due", 1))
 	st, err := s.Status(t.Context(), t0.Add(time.Minute))
 	if err != nil {
@@ -443,13 +444,13 @@ func testStatusNewest(t *testing.T, s store.Store) {
 		t.Fatalf("an empty store lists unknown %#v, failed %#v, dead %#v; want empty lists", st.Unknown, st.Failed, st.Dead)
 	}
 	// 22 of each status, interleaved, and one sent among them.
-	statuses := []string{store.StatusUnknown, store.StatusFailed, store.StatusDead}
+	statuses := []string{model.StatusUnknown, model.StatusFailed, model.StatusDead}
 	a := accept(t, s, t0, newEvent("acme", "e", 67))[0]
 	want := map[int64]outcome{}
 	for i, id := range ids(a) {
 		want[id] = outcome{status: statuses[i%3]}
 		if i == 30 {
-			want[id] = outcome{status: store.StatusSent}
+			want[id] = outcome{status: model.StatusSent}
 		}
 	}
 	settleAll(t, s, t0, want)
@@ -459,7 +460,7 @@ func testStatusNewest(t *testing.T, s store.Store) {
 	for _, l := range []struct {
 		status string
 		got    []int64
-	}{{store.StatusUnknown, st.Unknown}, {store.StatusFailed, st.Failed}, {store.StatusDead, st.Dead}} {
+	}{{model.StatusUnknown, st.Unknown}, {model.StatusFailed, st.Failed}, {model.StatusDead, st.Dead}} {
 		var newest []int64
 		count := 0
 		for _, id := range slices.Backward(ids(a)) {
@@ -487,26 +488,26 @@ func testListSince(t *testing.T, s store.Store) {
 	}
 	settled := t0.Add(5 * time.Minute)
 	settleAll(t, s, settled, map[int64]outcome{
-		all[0]: {status: store.StatusDead}, all[1]: {status: store.StatusSent}, all[2]: {status: store.StatusPending, retryAt: settled.Add(time.Hour)},
-		all[3]: {status: store.StatusDead}, all[4]: {status: store.StatusPending, retryAt: settled.Add(time.Hour)},
-		all[5]: {status: store.StatusPending, retryAt: settled.Add(time.Hour)},
-		all[6]: {status: store.StatusDead}, all[7]: {status: store.StatusPending, retryAt: settled.Add(time.Hour)},
-		all[8]: {status: store.StatusPending, retryAt: settled.Add(time.Hour)},
+		all[0]: {status: model.StatusDead}, all[1]: {status: model.StatusSent}, all[2]: {status: model.StatusPending, retryAt: settled.Add(time.Hour)},
+		all[3]: {status: model.StatusDead}, all[4]: {status: model.StatusPending, retryAt: settled.Add(time.Hour)},
+		all[5]: {status: model.StatusPending, retryAt: settled.Add(time.Hour)},
+		all[6]: {status: model.StatusDead}, all[7]: {status: model.StatusPending, retryAt: settled.Add(time.Hour)},
+		all[8]: {status: model.StatusPending, retryAt: settled.Add(time.Hour)},
 	})
 	// One that died is retried a minute later: pending again, changed then.
 	retried := settled.Add(time.Minute)
 	if err := s.Retry(t.Context(), "", all[3], false, retried); err != nil {
 		t.Fatal(err)
 	}
-	stored := everything(t, s, store.ListFilter{})
+	stored := everything(t, s, model.ListFilter{})
 	if len(stored) != 9 {
 		t.Fatalf("listed %d, want 9", len(stored))
 	}
-	byID := map[int64]store.Notification{}
+	byID := map[int64]model.Notification{}
 	for _, n := range stored {
 		byID[n.ID] = n
 	}
-	if n := byID[all[6]]; !n.CreatedAt.Equal(t0.Add(2*time.Minute)) || !n.UpdatedAt.Equal(settled) || n.Status != store.StatusDead {
+	if n := byID[all[6]]; !n.CreatedAt.Equal(t0.Add(2*time.Minute)) || !n.UpdatedAt.Equal(settled) || n.Status != model.StatusDead {
 		t.Fatalf("notification %d reads created %s, updated %s, %s; want created %s, dead at %s", n.ID, n.CreatedAt, n.UpdatedAt, n.Status,
 			t0.Add(2*time.Minute), settled)
 	}
@@ -514,9 +515,9 @@ func testListSince(t *testing.T, s store.Store) {
 	for _, created := range []time.Time{{}, t0, t0.Add(time.Minute), t0.Add(90 * time.Second), t0.Add(time.Hour)} {
 		for _, updated := range []time.Time{{}, t0, settled, settled.Add(time.Millisecond), retried, retried.Add(time.Millisecond)} {
 			for _, tenant := range []string{"", "a"} {
-				for _, status := range []string{"", store.StatusDead, store.StatusPending} {
+				for _, status := range []string{"", model.StatusDead, model.StatusPending} {
 					for _, rcpt := range []string{"", "r0"} {
-						f := store.ListFilter{Tenant: tenant, Status: status, Recipient: rcpt, CreatedSince: created, UpdatedSince: updated}
+						f := model.ListFilter{Tenant: tenant, Status: status, Recipient: rcpt, CreatedSince: created, UpdatedSince: updated}
 						var want []int64
 						for _, n := range stored {
 							if (tenant == "" || n.Tenant == tenant) && (status == "" || n.Status == status) && (rcpt == "" || n.Recipient == rcpt) &&
@@ -555,12 +556,12 @@ func testListSince(t *testing.T, s store.Store) {
 	}
 	// Spot checks that do not go through the model: the old notification
 	// that died at settled, the one retried at retried.
-	got := everything(t, s, store.ListFilter{Status: store.StatusDead, UpdatedSince: settled, CreatedSince: t0.Add(time.Minute)})
+	got := everything(t, s, model.ListFilter{Status: model.StatusDead, UpdatedSince: settled, CreatedSince: t0.Add(time.Minute)})
 	if len(got) != 1 || got[0].ID != all[6] {
 		t.Fatalf("dead since %s, created since %s: %+v; want only %d", settled, t0.Add(time.Minute), got, all[6])
 	}
-	got = everything(t, s, store.ListFilter{UpdatedSince: retried})
-	if len(got) != 1 || got[0].ID != all[3] || got[0].Status != store.StatusPending {
+	got = everything(t, s, model.ListFilter{UpdatedSince: retried})
+	if len(got) != 1 || got[0].ID != all[3] || got[0].Status != model.StatusPending {
 		t.Fatalf("changed since the retry: %+v; want only %d, pending", got, all[3])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -24,15 +25,15 @@ func receipts(t *testing.T, open opener) {
 func sendOne(t *testing.T, s store.Store, provider, msg string) int64 {
 	t.Helper()
 	id := accept(t, s, t0, newEvent("acme", "evt_"+provider+"_"+msg, 1))[0].Notifications[0].ID
-	settleAll(t, s, t0, map[int64]outcome{id: {status: store.StatusSent, provider: provider, messageID: msg}})
+	settleAll(t, s, t0, map[int64]outcome{id: {status: model.StatusSent, provider: provider, messageID: msg}})
 	return id
 }
 
-func receipt(provider, msg, status string) store.Receipt {
-	return store.Receipt{Provider: provider, Dedupe: msg + "/" + status, MessageID: msg, Status: status}
+func receipt(provider, msg, status string) model.Receipt {
+	return model.Receipt{Provider: provider, Dedupe: msg + "/" + status, MessageID: msg, Status: status}
 }
 
-func addReceipts(t *testing.T, s store.Store, now time.Time, rs ...store.Receipt) int {
+func addReceipts(t *testing.T, s store.Store, now time.Time, rs ...model.Receipt) int {
 	t.Helper()
 	n, err := s.AddReceipts(t.Context(), rs, now)
 	if err != nil {
@@ -62,7 +63,7 @@ func testReceiptsKeptOnce(t *testing.T, s store.Store) {
 		t.Fatalf("another provider's receipt added %d, want 1", n)
 	}
 	n := notification(t, s, id)
-	if n.Status != store.StatusDelivered || len(n.Receipts) != 2 {
+	if n.Status != model.StatusDelivered || len(n.Receipts) != 2 {
 		t.Fatalf("notification %s with receipts %+v; want delivered with 2", n.Status, n.Receipts)
 	}
 	for _, r := range n.Receipts {
@@ -83,15 +84,15 @@ func testReceiptsAnyOrder(t *testing.T, s store.Store) {
 		set  []string
 		want string
 	}{
-		{[]string{"sent"}, store.StatusSent},
-		{[]string{"sent", "delivered"}, store.StatusDelivered},
-		{[]string{"complained"}, store.StatusDelivered},
-		{[]string{"failed"}, store.StatusBounced},
-		{[]string{"sent", "bounced"}, store.StatusBounced},
-		{[]string{"delivered", "bounced"}, store.StatusBounced},
-		{[]string{"sent", "delivered", "bounced"}, store.StatusBounced},
-		{[]string{"sent", "complained", "failed"}, store.StatusBounced},
-		{[]string{"delivered", "complained", "sent"}, store.StatusDelivered},
+		{[]string{"sent"}, model.StatusSent},
+		{[]string{"sent", "delivered"}, model.StatusDelivered},
+		{[]string{"complained"}, model.StatusDelivered},
+		{[]string{"failed"}, model.StatusBounced},
+		{[]string{"sent", "bounced"}, model.StatusBounced},
+		{[]string{"delivered", "bounced"}, model.StatusBounced},
+		{[]string{"sent", "delivered", "bounced"}, model.StatusBounced},
+		{[]string{"sent", "complained", "failed"}, model.StatusBounced},
+		{[]string{"delivered", "complained", "sent"}, model.StatusDelivered},
 	}
 	type run struct {
 		order []string
@@ -109,7 +110,7 @@ func testReceiptsAnyOrder(t *testing.T, s store.Store) {
 	sends := map[int64]outcome{}
 	for i, id := range ids(a) {
 		runs[i].id = id
-		sends[id] = outcome{status: store.StatusSent, provider: "twilio", messageID: fmt.Sprint("m", i)}
+		sends[id] = outcome{status: model.StatusSent, provider: "twilio", messageID: fmt.Sprint("m", i)}
 	}
 	settleAll(t, s, t0, sends)
 	for i, r := range runs {
@@ -146,7 +147,7 @@ func testReceiptsOtherProvider(t *testing.T, s store.Store) {
 		t.Fatalf("added %d, want 2", n)
 	}
 	n := notification(t, s, fcm)
-	if n.Status != store.StatusSent || len(n.Receipts) != 0 {
+	if n.Status != model.StatusSent || len(n.Receipts) != 0 {
 		t.Fatalf("another provider's receipt left it %s with receipts %+v", n.Status, n.Receipts)
 	}
 }
@@ -158,19 +159,19 @@ func testReceiptsOnlySent(t *testing.T, s store.Store) {
 	a := ids(accept(t, s, t0, newEvent("acme", "e", 2))[0])
 	retry := t0.Add(time.Minute)
 	settleAll(t, s, t0, map[int64]outcome{
-		a[0]: {status: store.StatusPending, messageID: "m0", retryAt: retry},
-		a[1]: {status: store.StatusUnknown, messageID: "m1"},
+		a[0]: {status: model.StatusPending, messageID: "m0", retryAt: retry},
+		a[1]: {status: model.StatusUnknown, messageID: "m1"},
 	})
 	addReceipts(t, s, t0, receipt("p", "m0", "delivered"), receipt("p", "m1", "bounced"))
-	if n := notification(t, s, a[0]); n.Status != store.StatusPending || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(retry) {
+	if n := notification(t, s, a[0]); n.Status != model.StatusPending || n.NextAttemptAt == nil || !n.NextAttemptAt.Equal(retry) {
 		t.Fatalf("a receipt moved a notification to retry: %s, next %v", n.Status, n.NextAttemptAt)
 	}
-	if n := notification(t, s, a[1]); n.Status != store.StatusUnknown {
+	if n := notification(t, s, a[1]); n.Status != model.StatusUnknown {
 		t.Fatalf("a receipt moved an unknown notification to %s", n.Status)
 	}
-	settleAll(t, s, retry, map[int64]outcome{a[0]: {status: store.StatusSending}})
+	settleAll(t, s, retry, map[int64]outcome{a[0]: {status: model.StatusSending}})
 	addReceipts(t, s, retry, receipt("p", "m0", "bounced"))
-	if n := notification(t, s, a[0]); n.Status != store.StatusSending {
+	if n := notification(t, s, a[0]); n.Status != model.StatusSending {
 		t.Fatalf("a receipt moved a claimed notification to %s", n.Status)
 	}
 }
@@ -183,9 +184,9 @@ func testReceiptsOnlySent(t *testing.T, s store.Store) {
 func testReceiptsAboutOne(t *testing.T, s store.Store) {
 	a := accept(t, s, t0, newEvent("acme", "e1", 1))[0].Notifications[0].ID
 	b := accept(t, s, t0, newEvent("beta", "e1", 1))[0].Notifications[0].ID
-	settleAll(t, s, t0, map[int64]outcome{a: {status: store.StatusSent, messageID: "1"}, b: {status: store.StatusSent, messageID: "1"}})
-	hard := func(r store.Receipt, about int64) store.Receipt {
-		r.Suppress, r.Notification = &store.Suppress{Reason: store.ReasonHardBounce}, about
+	settleAll(t, s, t0, map[int64]outcome{a: {status: model.StatusSent, messageID: "1"}, b: {status: model.StatusSent, messageID: "1"}})
+	hard := func(r model.Receipt, about int64) model.Receipt {
+		r.Suppress, r.Notification = &model.Suppress{Reason: model.ReasonHardBounce}, about
 		return r
 	}
 	if n := addReceipts(t, s, t0, hard(receipt("p", "1", "bounced"), 0)); n != 1 {
@@ -193,7 +194,7 @@ func testReceiptsAboutOne(t *testing.T, s store.Store) {
 	}
 	suppressed := func() []string {
 		t.Helper()
-		es, err := s.Suppressions(t.Context(), store.SuppressionFilter{}, t0)
+		es, err := s.Suppressions(t.Context(), model.SuppressionFilter{}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +205,7 @@ func testReceiptsAboutOne(t *testing.T, s store.Store) {
 		return out
 	}
 	for _, id := range []int64{a, b} {
-		if n := notification(t, s, id); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+		if n := notification(t, s, id); n.Status != model.StatusSent || len(n.Receipts) != 0 {
 			t.Fatalf("a receipt naming a message id two notifications have left %d %s with receipts %+v; want sent with none", id, n.Status, n.Receipts)
 		}
 	}
@@ -214,10 +215,10 @@ func testReceiptsAboutOne(t *testing.T, s store.Store) {
 	bound := hard(receipt("p", "1", "bounced"), b)
 	bound.Dedupe = "beta's"
 	addReceipts(t, s, t0, bound)
-	if n := notification(t, s, b); n.Status != store.StatusBounced || len(n.Receipts) != 1 {
+	if n := notification(t, s, b); n.Status != model.StatusBounced || len(n.Receipts) != 1 {
 		t.Fatalf("the receipt naming it left %d %s with receipts %+v; want bounced with one", b, n.Status, n.Receipts)
 	}
-	if n := notification(t, s, a); n.Status != store.StatusSent || len(n.Receipts) != 0 {
+	if n := notification(t, s, a); n.Status != model.StatusSent || len(n.Receipts) != 0 {
 		t.Fatalf("another's receipt left %d %s with receipts %+v; want sent with none", a, n.Status, n.Receipts)
 	}
 	if got := suppressed(); len(got) != 1 || got[0] != "beta" {

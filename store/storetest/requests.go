@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -17,7 +18,7 @@ func requests(t *testing.T, open opener) {
 	})
 }
 
-func lookup(t *testing.T, s store.Store, k store.RequestKey, now time.Time) *store.StoredResponse {
+func lookup(t *testing.T, s store.Store, k model.RequestKey, now time.Time) *model.StoredResponse {
 	t.Helper()
 	resp, err := s.LookupRequest(t.Context(), k, now)
 	if err != nil {
@@ -26,7 +27,7 @@ func lookup(t *testing.T, s store.Store, k store.RequestKey, now time.Time) *sto
 	return resp
 }
 
-func sameResponse(got *store.StoredResponse, want store.StoredResponse) bool {
+func sameResponse(got *model.StoredResponse, want model.StoredResponse) bool {
 	return got != nil && got.Status == want.Status && got.ContentType == want.ContentType && bytes.Equal(got.Body, want.Body)
 }
 
@@ -35,11 +36,11 @@ func sameResponse(got *store.StoredResponse, want store.StoredResponse) bool {
 // keys are per tenant; the first answer stays the answer.
 func testRequestStoredAndReplayed(t *testing.T, s store.Store) {
 	ttl := 24 * time.Hour
-	k := store.RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp1"}
+	k := model.RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp1"}
 	if resp := lookup(t, s, k, t0); resp != nil {
 		t.Fatalf("an unknown key: %+v, want nothing stored", resp)
 	}
-	want := store.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	want := model.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
 	if err := s.SaveResponse(t.Context(), k, want, t0, ttl); err != nil {
 		t.Fatal(err)
 	}
@@ -48,20 +49,20 @@ func testRequestStoredAndReplayed(t *testing.T, s store.Store) {
 			t.Fatalf("lookup at +%s: %+v, want %+v", at.Sub(t0), resp, want)
 		}
 	}
-	other := store.RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp2"}
+	other := model.RequestKey{Tenant: "default", Key: "k1", Fingerprint: "fp2"}
 	_, err := s.LookupRequest(t.Context(), other, t0.Add(time.Hour))
-	wantErr(t, "the key with another fingerprint", err, store.ErrKeyReused)
-	if resp := lookup(t, s, store.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp2"}, t0); resp != nil {
+	wantErr(t, "the key with another fingerprint", err, model.ErrKeyReused)
+	if resp := lookup(t, s, model.RequestKey{Tenant: "acme", Key: "k1", Fingerprint: "fp2"}, t0); resp != nil {
 		t.Fatalf("the key in another tenant: %+v, want nothing", resp)
 	}
-	if err := s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 202, Body: []byte("second")}, t0.Add(time.Second), ttl); err != nil {
+	if err := s.SaveResponse(t.Context(), k, model.StoredResponse{Status: 202, Body: []byte("second")}, t0.Add(time.Second), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if resp := lookup(t, s, k, t0.Add(2*time.Second)); !sameResponse(resp, want) {
 		t.Fatalf("after a second save: %+v, want the first answer", resp)
 	}
-	empty := store.RequestKey{Tenant: "default", Key: "empty", Fingerprint: "fp"}
-	if err := s.SaveResponse(t.Context(), empty, store.StoredResponse{Status: 204}, t0, ttl); err != nil {
+	empty := model.RequestKey{Tenant: "default", Key: "empty", Fingerprint: "fp"}
+	if err := s.SaveResponse(t.Context(), empty, model.StoredResponse{Status: 204}, t0, ttl); err != nil {
 		t.Fatal(err)
 	}
 	if resp := lookup(t, s, empty, t0); resp == nil || resp.Status != 204 || len(resp.Body) != 0 {
@@ -76,32 +77,32 @@ func testRequestStoredAndReplayed(t *testing.T, s store.Store) {
 // replayed and another request may take it.
 func testRequestExpiry(t *testing.T, s store.Store) {
 	ttl := time.Hour
-	k := store.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp1"}
-	other := store.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp2"}
-	if err := s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 200, Body: []byte("first")}, t0, ttl); err != nil {
+	k := model.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp1"}
+	other := model.RequestKey{Tenant: "default", Key: "k", Fingerprint: "fp2"}
+	if err := s.SaveResponse(t.Context(), k, model.StoredResponse{Status: 200, Body: []byte("first")}, t0, ttl); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []store.RequestKey{k, other} {
+	for _, key := range []model.RequestKey{k, other} {
 		if resp := lookup(t, s, key, t0.Add(ttl)); resp != nil {
 			t.Fatalf("%+v at expiry: %+v, want nothing", key, resp)
 		}
 	}
-	if err := s.SaveResponse(t.Context(), other, store.StoredResponse{Status: 201, Body: []byte("new")}, t0.Add(ttl), ttl); err != nil {
+	if err := s.SaveResponse(t.Context(), other, model.StoredResponse{Status: 201, Body: []byte("new")}, t0.Add(ttl), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if resp := lookup(t, s, other, t0.Add(ttl+time.Second)); resp == nil || string(resp.Body) != "new" {
 		t.Fatalf("the key taken after expiry: %+v", resp)
 	}
 	_, err := s.LookupRequest(t.Context(), k, t0.Add(ttl+time.Second))
-	wantErr(t, "the first request after the key was taken again", err, store.ErrKeyReused)
+	wantErr(t, "the first request after the key was taken again", err, model.ErrKeyReused)
 }
 
 // PruneRequests deletes at most limit keys per call, only expired ones.
 func testPruneRequests(t *testing.T, s store.Store) {
-	save := func(key string, ttl time.Duration) store.RequestKey {
+	save := func(key string, ttl time.Duration) model.RequestKey {
 		t.Helper()
-		k := store.RequestKey{Tenant: "default", Key: key, Fingerprint: "fp"}
-		if err := s.SaveResponse(t.Context(), k, store.StoredResponse{Status: 200, Body: []byte("ok")}, t0, ttl); err != nil {
+		k := model.RequestKey{Tenant: "default", Key: key, Fingerprint: "fp"}
+		if err := s.SaveResponse(t.Context(), k, model.StoredResponse{Status: 200, Body: []byte("ok")}, t0, ttl); err != nil {
 			t.Fatal(err)
 		}
 		return k

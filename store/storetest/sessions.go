@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -19,22 +20,22 @@ func sessions(t *testing.T, open opener) {
 // deleting one twice is no error; an empty hash is refused.
 func testSessions(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	a := store.Session{IDHash: "hash-a", Tenant: "acme", TokenHash: "tok-a", Who: "console, token 1 (support) of tenant acme",
+	a := model.Session{IDHash: "hash-a", Tenant: "acme", TokenHash: "tok-a", Who: "console, token 1 (support) of tenant acme",
 		CreatedAt: t0, ExpiresAt: t0.Add(12 * time.Hour)}
-	open := store.Session{IDHash: "hash-open", Tenant: "beta", Who: "console, open on loopback, as tenant beta",
+	open := model.Session{IDHash: "hash-open", Tenant: "beta", Who: "console, open on loopback, as tenant beta",
 		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
-	for _, ss := range []store.Session{a, open} {
+	for _, ss := range []model.Session{a, open} {
 		if err := s.CreateSession(ctx, ss); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.CreateSession(ctx, store.Session{Tenant: "acme", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err == nil {
+	if err := s.CreateSession(ctx, model.Session{Tenant: "acme", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err == nil {
 		t.Fatal("a session with an empty id hash was created")
 	}
 	if err := s.CreateSession(ctx, a); err == nil {
 		t.Fatal("a second session with one id hash was created")
 	}
-	for _, want := range []store.Session{a, open} {
+	for _, want := range []model.Session{a, open} {
 		got, err := s.Session(ctx, want.IDHash, t0.Add(time.Minute))
 		if err != nil || got.IDHash != want.IDHash || got.Tenant != want.Tenant || got.TokenHash != want.TokenHash || got.Who != want.Who ||
 			!got.CreatedAt.Equal(want.CreatedAt) || !got.ExpiresAt.Equal(want.ExpiresAt) {
@@ -51,7 +52,7 @@ func testSessions(t *testing.T, s store.Store) {
 		{"after its expiry", "hash-open", t0.Add(2 * time.Hour)},
 	} {
 		_, err := s.Session(ctx, tc.hash, tc.at)
-		wantErr(t, "Session: "+tc.what, err, store.ErrNotFound)
+		wantErr(t, "Session: "+tc.what, err, model.ErrNotFound)
 	}
 	for range 2 {
 		if err := s.DeleteSession(ctx, "hash-a"); err != nil {
@@ -59,7 +60,7 @@ func testSessions(t *testing.T, s store.Store) {
 		}
 	}
 	_, err := s.Session(ctx, "hash-a", t0)
-	wantErr(t, "Session after DeleteSession", err, store.ErrNotFound)
+	wantErr(t, "Session after DeleteSession", err, model.ErrNotFound)
 	if got, err := s.Session(ctx, "hash-open", t0); err != nil || got.Tenant != "beta" {
 		t.Fatalf("deleting one session touched another: %+v, %v", got, err)
 	}
@@ -70,7 +71,7 @@ func testSessions(t *testing.T, s store.Store) {
 func testPruneSessions(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	for i := range 5 {
-		ss := store.Session{IDHash: fmt.Sprintf("hash-%d", i), Tenant: "acme", TokenHash: "tok", Who: "w",
+		ss := model.Session{IDHash: fmt.Sprintf("hash-%d", i), Tenant: "acme", TokenHash: "tok", Who: "w",
 			CreatedAt: t0, ExpiresAt: t0.Add(time.Duration(i+1) * time.Hour)}
 		if err := s.CreateSession(ctx, ss); err != nil {
 			t.Fatal(err)
@@ -97,6 +98,6 @@ func testPruneSessions(t *testing.T, s store.Store) {
 	}
 	for _, h := range []string{"hash-0", "hash-1", "hash-2"} {
 		_, err := s.Session(ctx, h, t0)
-		wantErr(t, "a pruned session "+h, err, store.ErrNotFound)
+		wantErr(t, "a pruned session "+h, err, model.ErrNotFound)
 	}
 }

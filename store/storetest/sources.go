@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -33,7 +34,7 @@ func testSourcePosition(t *testing.T, s store.Store) {
 		return st.Position
 	}
 	save := func(name string, p int64) error {
-		return s.SaveSourceState(t.Context(), name, store.SourceState{Position: p}, t0)
+		return s.SaveSourceState(t.Context(), name, model.SourceState{Position: p}, t0)
 	}
 	if p := pos("a"); p != 0 {
 		t.Fatalf("new source at %d, want 0", p)
@@ -72,7 +73,7 @@ func testSourcePosition(t *testing.T, s store.Store) {
 func testSourceGaps(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	since := t0.Add(-time.Minute).Truncate(time.Millisecond)
-	state := func(name string) store.SourceState {
+	state := func(name string) model.SourceState {
 		t.Helper()
 		st, err := s.SourceState(ctx, name)
 		if err != nil {
@@ -80,18 +81,18 @@ func testSourceGaps(t *testing.T, s store.Store) {
 		}
 		return st
 	}
-	save := func(name string, st store.SourceState) {
+	save := func(name string, st model.SourceState) {
 		t.Helper()
 		if err := s.SaveSourceState(ctx, name, st, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := store.SourceState{Position: 40, Gaps: []store.SourceGap{
+	want := model.SourceState{Position: 40, Gaps: []model.SourceGap{
 		{First: 3, Last: 3, Since: since, Mark: 1_700_000_000_123_456},
 		{First: 11, Last: 17, Since: since.Add(time.Second)},
 	}}
 	// Saved out of order: read back in id order.
-	save("a", store.SourceState{Position: 40, Gaps: []store.SourceGap{want.Gaps[1], want.Gaps[0]}})
+	save("a", model.SourceState{Position: 40, Gaps: []model.SourceGap{want.Gaps[1], want.Gaps[0]}})
 	if got := state("a"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("read back %+v, want %+v", got, want)
 	}
@@ -99,18 +100,18 @@ func testSourceGaps(t *testing.T, s store.Store) {
 		t.Fatalf("source b: %+v; gaps are per source", got)
 	}
 	// Behind: neither position nor gaps change.
-	save("a", store.SourceState{Position: 39})
+	save("a", model.SourceState{Position: 39})
 	if got := state("a"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a save behind the position: %+v, want %+v", got, want)
 	}
 	// Same position, one gap closed and one split by a row that appeared.
-	want.Gaps = []store.SourceGap{{First: 11, Last: 12, Since: since}, {First: 14, Last: 17, Since: since}}
+	want.Gaps = []model.SourceGap{{First: 11, Last: 12, Since: since}, {First: 14, Last: 17, Since: since}}
 	save("a", want)
 	if got := state("a"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after closing gaps: %+v, want %+v", got, want)
 	}
 	// Forward, every gap closed.
-	save("a", store.SourceState{Position: 50})
+	save("a", model.SourceState{Position: 50})
 	if got := state("a"); got.Position != 50 || len(got.Gaps) != 0 {
 		t.Fatalf("after closing every gap: %+v", got)
 	}
@@ -123,13 +124,13 @@ func testSourceGaps(t *testing.T, s store.Store) {
 func testSourceRejects(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	t1 := t0.Add(time.Minute)
-	settle := func(name string, set store.SourceSettle, now time.Time) {
+	settle := func(name string, set model.SourceSettle, now time.Time) {
 		t.Helper()
 		if err := s.SettleSource(ctx, name, set, now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	list := func(f store.SourceRejectFilter) []store.SourceReject {
+	list := func(f model.SourceRejectFilter) []model.SourceReject {
 		t.Helper()
 		rs, err := s.SourceRejects(ctx, f)
 		if err != nil {
@@ -137,36 +138,36 @@ func testSourceRejects(t *testing.T, s store.Store) {
 		}
 		return rs
 	}
-	if rs := list(store.SourceRejectFilter{}); len(rs) != 0 {
+	if rs := list(model.SourceRejectFilter{}); len(rs) != 0 {
 		t.Fatalf("new store lists %+v", rs)
 	}
-	settle("a", store.SourceSettle{State: store.SourceState{Position: 10},
-		Rejects: []store.SourceReject{{Row: 7, EventID: "ord_7", Reason: "invalid event: type: required"}}}, t0)
+	settle("a", model.SourceSettle{State: model.SourceState{Position: 10},
+		Rejects: []model.SourceReject{{Row: 7, EventID: "ord_7", Reason: "invalid event: type: required"}}}, t0)
 	if st, err := s.SourceState(ctx, "a"); err != nil || st.Position != 10 {
 		t.Fatalf("state after a settle with a reject: %+v, %v; want position 10", st, err)
 	}
-	want := store.SourceReject{Source: "a", Row: 7, EventID: "ord_7", Reason: "invalid event: type: required", First: t0, Last: t0, Times: 1}
-	if rs := list(store.SourceRejectFilter{Source: "a"}); !reflect.DeepEqual(rs, []store.SourceReject{want}) {
+	want := model.SourceReject{Source: "a", Row: 7, EventID: "ord_7", Reason: "invalid event: type: required", First: t0, Last: t0, Times: 1}
+	if rs := list(model.SourceRejectFilter{Source: "a"}); !reflect.DeepEqual(rs, []model.SourceReject{want}) {
 		t.Fatalf("listed %+v, want %+v", rs, want)
 	}
 	// Behind the position: the state stays, the reject is recorded.
-	settle("a", store.SourceSettle{State: store.SourceState{Position: 5}, Rejects: []store.SourceReject{{Row: 3, Reason: "invalid event: not JSON"}}}, t0)
+	settle("a", model.SourceSettle{State: model.SourceState{Position: 5}, Rejects: []model.SourceReject{{Row: 3, Reason: "invalid event: not JSON"}}}, t0)
 	if st, _ := s.SourceState(ctx, "a"); st.Position != 10 {
 		t.Fatalf("position %d after a settle behind it, want 10", st.Position)
 	}
 	// Rejected again: new reason and time, first time kept.
-	settle("a", store.SourceSettle{State: store.SourceState{Position: 10}, Rejects: []store.SourceReject{{Row: 7, EventID: "ord_7", Reason: "invalid event: recipients: required"}}}, t1)
+	settle("a", model.SourceSettle{State: model.SourceState{Position: 10}, Rejects: []model.SourceReject{{Row: 7, EventID: "ord_7", Reason: "invalid event: recipients: required"}}}, t1)
 	want.Reason, want.Last, want.Times = "invalid event: recipients: required", t1, 2
-	settle("b", store.SourceSettle{State: store.SourceState{Position: 2}, Rejects: []store.SourceReject{{Row: 1, Reason: "x"}}}, t0)
-	rs := list(store.SourceRejectFilter{})
+	settle("b", model.SourceSettle{State: model.SourceState{Position: 2}, Rejects: []model.SourceReject{{Row: 1, Reason: "x"}}}, t0)
+	rs := list(model.SourceRejectFilter{})
 	if len(rs) != 3 || rs[0].Row != 3 || !reflect.DeepEqual(rs[1], want) || rs[2].Source != "b" || rs[2].Row != 1 {
 		t.Fatalf("every source's: %+v; want a/3, a/7 (%+v), b/1", rs, want)
 	}
 	// Pages in (source, row) order.
-	if rs := list(store.SourceRejectFilter{AfterSource: "a", AfterRow: 3, Limit: 1}); len(rs) != 1 || rs[0].Row != 7 {
+	if rs := list(model.SourceRejectFilter{AfterSource: "a", AfterRow: 3, Limit: 1}); len(rs) != 1 || rs[0].Row != 7 {
 		t.Fatalf("page after a/3: %+v, want a/7", rs)
 	}
-	if rs := list(store.SourceRejectFilter{AfterSource: "a", AfterRow: 7}); len(rs) != 1 || rs[0].Source != "b" {
+	if rs := list(model.SourceRejectFilter{AfterSource: "a", AfterRow: 7}); len(rs) != 1 || rs[0].Source != "b" {
 		t.Fatalf("page after a/7: %+v, want b/1", rs)
 	}
 	st, err := s.Status(ctx, t1)
@@ -184,16 +185,16 @@ func testSourceRejects(t *testing.T, s store.Store) {
 func testSourceRejectRetries(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	t1, t2, t3 := t0.Add(time.Minute), t0.Add(2*time.Minute), t0.Add(3*time.Minute)
-	settle := func(set store.SourceSettle, now time.Time) {
+	settle := func(set model.SourceSettle, now time.Time) {
 		t.Helper()
-		set.State = store.SourceState{Position: 20}
+		set.State = model.SourceState{Position: 20}
 		if err := s.SettleSource(ctx, "a", set, now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	get := func(row int64) *store.SourceReject {
+	get := func(row int64) *model.SourceReject {
 		t.Helper()
-		rs, err := s.SourceRejects(ctx, store.SourceRejectFilter{Source: "a"})
+		rs, err := s.SourceRejects(ctx, model.SourceRejectFilter{Source: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +207,7 @@ func testSourceRejectRetries(t *testing.T, s store.Store) {
 	}
 	requested := func() []int64 {
 		t.Helper()
-		rs, err := s.SourceRejects(ctx, store.SourceRejectFilter{Source: "a", Requested: true})
+		rs, err := s.SourceRejects(ctx, model.SourceRejectFilter{Source: "a", Requested: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +217,7 @@ func testSourceRejectRetries(t *testing.T, s store.Store) {
 		}
 		return out
 	}
-	settle(store.SourceSettle{Rejects: []store.SourceReject{{Row: 3, Reason: "r3"}, {Row: 7, Reason: "r7"}, {Row: 9, Reason: "r9"}}}, t0)
+	settle(model.SourceSettle{Rejects: []model.SourceReject{{Row: 3, Reason: "r3"}, {Row: 7, Reason: "r7"}, {Row: 9, Reason: "r9"}}}, t0)
 	got, err := s.RetrySourceRejects(ctx, "a", []int64{7, 99}, t1)
 	if err != nil || !slices.Equal(got, []int64{7}) {
 		t.Fatalf("retry 7, 99: %v, %v; want [7] (99 has no record)", got, err)
@@ -235,13 +236,13 @@ func testSourceRejectRetries(t *testing.T, s store.Store) {
 	if got, err := s.RetrySourceRejects(ctx, "a", nil, t2); err != nil || !slices.Equal(got, []int64{3, 7, 9}) {
 		t.Fatalf("retry all: %v, %v; want [3 7 9]", got, err)
 	}
-	settle(store.SourceSettle{Rejects: []store.SourceReject{{Row: 7, Reason: "r7 again", RetryAt: &t1}}}, t2)
+	settle(model.SourceSettle{Rejects: []model.SourceReject{{Row: 7, Reason: "r7 again", RetryAt: &t1}}}, t2)
 	if r := get(7); r.Times != 2 || r.Reason != "r7 again" || r.RetryAt == nil || !r.RetryAt.Equal(t2) {
 		t.Fatalf("row 7 rejected again for the t1 request: %+v; want times 2, the t2 request kept", r)
 	}
 	// The answers to t2: 7 rejected again, 3 gone, 9 accepted.
-	settle(store.SourceSettle{Rejects: []store.SourceReject{{Row: 7, Reason: "r7 thrice", RetryAt: &t2}},
-		Gone: []store.SourceReject{{Row: 3, RetryAt: &t2}}, Accepted: []int64{9}}, t3)
+	settle(model.SourceSettle{Rejects: []model.SourceReject{{Row: 7, Reason: "r7 thrice", RetryAt: &t2}},
+		Gone: []model.SourceReject{{Row: 3, RetryAt: &t2}}, Accepted: []int64{9}}, t3)
 	if r := get(7); r.Times != 3 || r.RetryAt != nil || r.GoneAt != nil || !r.Last.Equal(t3) || !r.First.Equal(t0) {
 		t.Fatalf("row 7 after its answer: %+v; want times 3, no request, last %v, first %v", r, t3, t0)
 	}
@@ -259,7 +260,7 @@ func testSourceRejectRetries(t *testing.T, s store.Store) {
 		t.Fatalf("retry of an accepted row: %v, %v; want none", got, err)
 	}
 	// Rejected again after it was gone: back, not gone.
-	settle(store.SourceSettle{Rejects: []store.SourceReject{{Row: 3, Reason: "r3 back"}}}, t3)
+	settle(model.SourceSettle{Rejects: []model.SourceReject{{Row: 3, Reason: "r3 back"}}}, t3)
 	if r := get(3); r.GoneAt != nil || r.Reason != "r3 back" {
 		t.Fatalf("row 3 rejected again: %+v; want not gone", r)
 	}
@@ -283,9 +284,9 @@ func testSourceStates(t *testing.T, s store.Store) {
 		t.Fatalf("no source saved: %v, %v; want none", all, err)
 	}
 	since := t0.Add(-time.Minute).Truncate(time.Millisecond)
-	want := map[string]store.SourceState{
+	want := map[string]model.SourceState{
 		"a": {Position: 10},
-		"b": {Position: 30, Gaps: []store.SourceGap{{First: 3, Last: 4, Since: since, Mark: 7}, {First: 20, Last: 20, Since: since.Add(time.Second)}}},
+		"b": {Position: 30, Gaps: []model.SourceGap{{First: 3, Last: 4, Since: since, Mark: 7}, {First: 20, Last: 20, Since: since.Add(time.Second)}}},
 	}
 	for name, st := range want {
 		if err := s.SaveSourceState(ctx, name, st, t0); err != nil {

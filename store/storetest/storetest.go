@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -17,7 +18,7 @@ type opener = func(t *testing.T) store.Store
 // subtest gets its own store from open, runs in parallel with the others,
 // and closes the store when it ends: open must return a new, empty store
 // each time (a new file, schema or database) and leave closing to the
-// suite. Subtests are grouped by the parts of store.Store.
+// suite. Subtests are grouped by the parts of model.Store.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	// Dispatch and Quarantine open their stores themselves: closing makes
 	// each of those close when its test ends, as runAll does for the rest.
@@ -107,9 +108,9 @@ func runAll(t *testing.T, open opener, tests []test) {
 // newEvent is event id of tenant for purpose "receipt" with n targets
 // r0…r(n-1) on email, every target in its first chunk. Keys are unique per
 // identity and recipient, as the relay's are.
-func newEvent(tenant, id string, n int) store.AcceptInput {
-	return store.AcceptInput{
-		Event: store.NewEvent{Tenant: tenant, EventID: id, Purpose: "receipt", Type: "payment",
+func newEvent(tenant, id string, n int) model.AcceptInput {
+	return model.AcceptInput{
+		Event: model.NewEvent{Tenant: tenant, EventID: id, Purpose: "receipt", Type: "payment",
 			Payload: fmt.Appendf(nil, `{"id":%q,"tenant":%q}`, id, tenant), Message: []byte(`{"subject":"hi"}`),
 			Fingerprint: "fp:" + tenant + "/" + id, Targets: n},
 		First: targets(tenant, id, "receipt", 0, n),
@@ -117,17 +118,17 @@ func newEvent(tenant, id string, n int) store.AcceptInput {
 }
 
 // targets are positions from to to-1 of an event's fan-out.
-func targets(tenant, id, purpose string, from, to int) []store.Target {
-	ts := make([]store.Target, 0, to-from)
+func targets(tenant, id, purpose string, from, to int) []model.Target {
+	ts := make([]model.Target, 0, to-from)
 	for i := from; i < to; i++ {
-		ts = append(ts, store.Target{Key: fmt.Sprintf("%s/%s/%s/r%d/email", tenant, id, purpose, i),
+		ts = append(ts, model.Target{Key: fmt.Sprintf("%s/%s/%s/r%d/email", tenant, id, purpose, i),
 			Recipient: fmt.Sprintf("r%d", i), Channel: "email", Address: fmt.Sprintf("r%d@example.com", i)})
 	}
 	return ts
 }
 
 // accept writes events at now; any error fails the test.
-func accept(t *testing.T, s store.Store, now time.Time, in ...store.AcceptInput) []store.Accepted {
+func accept(t *testing.T, s store.Store, now time.Time, in ...model.AcceptInput) []model.Accepted {
 	t.Helper()
 	out, errs, err := s.AcceptEvents(t.Context(), in, now)
 	if err != nil {
@@ -145,7 +146,7 @@ func accept(t *testing.T, s store.Store, now time.Time, in ...store.AcceptInput)
 }
 
 // ids are the notification ids an accept wrote, in fan-out order.
-func ids(a store.Accepted) []int64 {
+func ids(a model.Accepted) []int64 {
 	out := make([]int64, len(a.Notifications))
 	for i, n := range a.Notifications {
 		out[i] = n.ID
@@ -164,9 +165,9 @@ func eventKeys(t *testing.T, s store.Store, row int64) []string {
 	return keys
 }
 
-func eventNotifications(t *testing.T, s store.Store, row int64) []store.EventNotification {
+func eventNotifications(t *testing.T, s store.Store, row int64) []model.EventNotification {
 	t.Helper()
-	var all []store.EventNotification
+	var all []model.EventNotification
 	for after := -1; ; {
 		ns, err := s.EventNotifications(t.Context(), row, after, 500)
 		if err != nil {
@@ -180,7 +181,7 @@ func eventNotifications(t *testing.T, s store.Store, row int64) []store.EventNot
 	}
 }
 
-func keysOf(ts []store.Target) []string {
+func keysOf(ts []model.Target) []string {
 	out := make([]string, len(ts))
 	for i, tg := range ts {
 		out[i] = tg.Key
@@ -189,10 +190,10 @@ func keysOf(ts []store.Target) []string {
 }
 
 // everything lists every notification f matches, in id order.
-func everything(t *testing.T, s store.Store, f store.ListFilter) []store.Notification {
+func everything(t *testing.T, s store.Store, f model.ListFilter) []model.Notification {
 	t.Helper()
-	f.Limit = store.MaxListLimit
-	var all []store.Notification
+	f.Limit = model.MaxListLimit
+	var all []model.Notification
 	for {
 		ns, err := s.ListNotifications(t.Context(), f)
 		if err != nil {
@@ -240,44 +241,44 @@ const setupLease = time.Minute
 // exactly the notifications due at now.
 func settleAll(t *testing.T, s store.Store, now time.Time, want map[int64]outcome) {
 	t.Helper()
-	cs := claim(t, s, store.ClaimRequest{Limit: len(want) + 1, Now: now, Lease: setupLease})
+	cs := claim(t, s, model.ClaimRequest{Limit: len(want) + 1, Now: now, Lease: setupLease})
 	got := claimIDs(cs)
 	slices.Sort(got)
 	if len(cs) != len(want) {
 		t.Fatalf("setup: claimed %v at %s, want the %d named", got, now, len(want))
 	}
-	var ss []store.Settlement
+	var ss []model.Settlement
 	for _, c := range cs {
 		o, ok := want[c.ID]
 		if !ok {
 			t.Fatalf("setup: claimed %d, not named (claimed %v)", c.ID, got)
 		}
-		if o.status == store.StatusSending {
+		if o.status == model.StatusSending {
 			continue
 		}
 		if o.provider == "" {
 			o.provider = "p"
 		}
-		a := store.Attempt{N: c.Attempt, Provider: o.provider, StartedAt: now, EndedAt: now, Outcome: "refused", HTTPStatus: 503,
+		a := model.Attempt{N: c.Attempt, Provider: o.provider, StartedAt: now, EndedAt: now, Outcome: "refused", HTTPStatus: 503,
 			MessageID: o.messageID}
-		d := store.Decision{Status: o.status, NextAttemptAt: now, Reason: o.status + " in setup"}
+		d := model.Decision{Status: o.status, NextAttemptAt: now, Reason: o.status + " in setup"}
 		switch o.status {
-		case store.StatusSent:
+		case model.StatusSent:
 			a.Outcome, a.HTTPStatus, a.Response, d.Reason = "sent", 202, "accepted", ""
-		case store.StatusFailed:
+		case model.StatusFailed:
 			a.Permanent, a.HTTPStatus = true, 400
-		case store.StatusUnknown:
+		case model.StatusUnknown:
 			a.Outcome, a.HTTPStatus = "unknown", 504
-		case store.StatusPending:
+		case model.StatusPending:
 			d.NextAttemptAt = o.retryAt
-		case store.StatusDead:
-		case store.StatusSkipped: // a preference forbade it: no call
-			ss = append(ss, store.Settlement{ID: c.ID, Token: c.Token, At: now, Decision: d})
+		case model.StatusDead:
+		case model.StatusSkipped: // a preference forbade it: no call
+			ss = append(ss, model.Settlement{ID: c.ID, Token: c.Token, At: now, Decision: d})
 			continue
 		default:
 			t.Fatalf("setup: no outcome %q", o.status)
 		}
-		ss = append(ss, store.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: &a, Decision: d})
+		ss = append(ss, model.Settlement{ID: c.ID, Token: c.Token, At: now, Attempt: &a, Decision: d})
 	}
 	if len(ss) == 0 {
 		return

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -26,7 +27,7 @@ func templatesSuite(t *testing.T, open opener) {
 	})
 }
 
-var tkey = store.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
+var tkey = model.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
 
 func testTemplateVersions(t *testing.T, s store.Store) {
 	ctx := context.Background()
@@ -66,17 +67,17 @@ func testTemplateVersions(t *testing.T, s store.Store) {
 	if err != nil || latest.Version != 2 || !reflect.DeepEqual(latest.Parts, p2) {
 		t.Fatalf("latest = %+v, %v; want version 2", latest, err)
 	}
-	if _, err := s.TemplateVersion(ctx, tkey, 3); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.TemplateVersion(ctx, tkey, 3); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("version 3: %v, want ErrNotFound", err)
 	}
-	if _, err := s.TemplateVersion(ctx, store.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "sms", Locale: "en"}, 0); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.TemplateVersion(ctx, model.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "sms", Locale: "en"}, 0); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("another channel: %v, want ErrNotFound", err)
 	}
 	vs, err := s.TemplateVersions(ctx, tkey)
 	if err != nil || len(vs) != 2 || vs[0].Version != 1 || vs[1].Version != 2 {
 		t.Fatalf("versions = %+v, %v; want 1 and 2", vs, err)
 	}
-	none, err := s.TemplateVersions(ctx, store.TemplateKey{Tenant: "acme", Name: "nothing", Channel: "email", Locale: "en"})
+	none, err := s.TemplateVersions(ctx, model.TemplateKey{Tenant: "acme", Name: "nothing", Channel: "email", Locale: "en"})
 	if err != nil || none == nil || len(none) != 0 {
 		t.Errorf("versions of nothing = %#v, %v; want an empty list", none, err)
 	}
@@ -101,10 +102,10 @@ func testTemplateRetire(t *testing.T, s store.Store) {
 	if g2, _ := s.TemplateGeneration(ctx); g2 <= g {
 		t.Errorf("generation %d after a retire, was %d: want it raised", g2, g)
 	}
-	if _, err := s.RetireTemplate(ctx, tkey, now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.RetireTemplate(ctx, tkey, now); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("retire again: %v, want ErrNotFound", err)
 	}
-	if _, err := s.RetireTemplate(ctx, store.TemplateKey{Tenant: "acme", Name: "nothing", Channel: "email", Locale: "en"}, now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.RetireTemplate(ctx, model.TemplateKey{Tenant: "acme", Name: "nothing", Channel: "email", Locale: "en"}, now); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("retire what never was: %v, want ErrNotFound", err)
 	}
 	for v, want := range map[int]map[string]string{1: p1, 2: p2} {
@@ -132,7 +133,7 @@ func testTemplateTenants(t *testing.T, s store.Store) {
 	if _, _, err := s.PutTemplate(ctx, tkey, map[string]string{"text": "acme's"}, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TemplateVersion(ctx, b, 0); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.TemplateVersion(ctx, b, 0); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("bravo reads acme's key: %v, want ErrNotFound", err)
 	}
 	bv, created, err := s.PutTemplate(ctx, b, map[string]string{"text": "bravo's"}, now)
@@ -196,7 +197,7 @@ func testTemplateConcurrentPuts(t *testing.T, s store.Store) {
 func testTemplateChanges(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	now := time.UnixMilli(1_700_000_000_000).UTC()
-	keys := make([]store.TemplateKey, 5)
+	keys := make([]model.TemplateKey, 5)
 	for i := range keys {
 		keys[i] = tkey
 		keys[i].Name = fmt.Sprint("n", i)
@@ -261,9 +262,9 @@ func testTemplateReadsAfterClose(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	_, err := s.TemplateGeneration(ctx)
-	wantErr(t, "TemplateGeneration after Close", err, store.ErrClosed)
+	wantErr(t, "TemplateGeneration after Close", err, model.ErrClosed)
 	_, _, err = s.TemplateChanges(ctx, 0)
-	wantErr(t, "TemplateChanges after Close", err, store.ErrClosed)
+	wantErr(t, "TemplateChanges after Close", err, model.ErrClosed)
 	_, _, err = s.LatestTemplates(ctx, "")
-	wantErr(t, "LatestTemplates after Close", err, store.ErrClosed)
+	wantErr(t, "LatestTemplates after Close", err, model.ErrClosed)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/model"
 	"edgerelay/store"
 )
 
@@ -16,7 +17,7 @@ func tokens(t *testing.T, open opener) {
 	})
 }
 
-func sameToken(a, b store.Token) bool {
+func sameToken(a, b model.Token) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Name == b.Name && a.CreatedAt.Equal(b.CreatedAt)
 }
 
@@ -50,10 +51,10 @@ func testTokens(t *testing.T, s store.Store) {
 	}
 	for _, h := range []string{"hash-c", ""} {
 		_, err := s.TokenByHash(ctx, h)
-		wantErr(t, "TokenByHash("+h+")", err, store.ErrNotFound)
+		wantErr(t, "TokenByHash("+h+")", err, model.ErrNotFound)
 	}
 	_, err = s.CreateToken(ctx, "other", "dup", "hash-a", t0)
-	wantErr(t, "a second token with one hash", err, store.ErrTokenExists)
+	wantErr(t, "a second token with one hash", err, model.ErrTokenExists)
 	if _, err := s.CreateToken(ctx, "default", "empty", "", t0); err == nil {
 		t.Fatal("a token with an empty hash was created")
 	}
@@ -65,9 +66,9 @@ func testTokens(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	_, err = s.TokenByHash(ctx, "hash-a")
-	wantErr(t, "a deleted token", err, store.ErrNotFound)
-	wantErr(t, "a second delete", s.DeleteToken(ctx, a.ID), store.ErrNotFound)
-	wantErr(t, "deleting a token that never was", s.DeleteToken(ctx, b.ID+1000), store.ErrNotFound)
+	wantErr(t, "a deleted token", err, model.ErrNotFound)
+	wantErr(t, "a second delete", s.DeleteToken(ctx, a.ID), model.ErrNotFound)
+	wantErr(t, "deleting a token that never was", s.DeleteToken(ctx, b.ID+1000), model.ErrNotFound)
 	if err := s.DeleteToken(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func testTokenSameHashConcurrently(t *testing.T, s store.Store) {
 			switch {
 			case err == nil:
 				created++
-			case errors.Is(err, store.ErrTokenExists):
+			case errors.Is(err, model.ErrTokenExists):
 				exists++
 			default:
 				t.Error(err)

@@ -1,4 +1,4 @@
-package store
+package model
 
 import (
 	"encoding/json"
@@ -625,7 +625,7 @@ type Token struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Session is one sign-in to the console (store.Sessions).
+// Session is one sign-in to the console (model.Sessions).
 type Session struct {
 	// IDHash is the hex SHA-256 of the session's id, which only the
 	// browser's cookie holds.
@@ -860,4 +860,12 @@ type ThrottleTake struct {
 	Category     string
 	Max          int
 	Since        time.Time
+}
+
+// Member is one member of an audience as put: its recipient id, by which
+// AudienceMember finds it, and its document, which the store keeps as it
+// is (it never reads the id out of it).
+type Member struct {
+	ID  string
+	Doc []byte
 }
