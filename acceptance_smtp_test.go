@@ -26,6 +26,7 @@ import (
 	"github.com/emersion/go-msgauth/dkim"
 	gosmtp "github.com/emersion/go-smtp"
 
+	"edgerelay/internal/relaytest"
 	"edgerelay/providers"
 	"edgerelay/relay"
 )
@@ -81,8 +82,7 @@ func TestAcceptanceThroughSMTP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := relay.Open(ctx, relay.Options{
-				Path:     filepath.Join(t.TempDir(), "relay.db"),
+			r, err := relaytest.Open(ctx, filepath.Join(t.TempDir(), "relay.db"), relay.Options{
 				Routes:   relay.Routes{"email": {p}},
 				Delivery: map[string]relay.Mode{"payment.succeeded": c.mode},
 				Retry:    relay.Policy{BaseDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond},

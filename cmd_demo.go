@@ -17,6 +17,7 @@ import (
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/sim"
+	"edgerelay/store/open"
 )
 
 func demoCommand() *cli.Command {
@@ -131,8 +132,11 @@ func runDemo(ctx context.Context, path string, v demoVariant, w io.Writer) (demo
 		return demoResult{}, err
 	}
 	fmt.Fprintf(w, "   route email=%s\n   type payment.succeeded is %s\n", route, v.Mode)
-	r, err := relay.Open(ctx, relay.Options{
-		Path:     path,
+	st, err := open.Store(ctx, path, open.Options{})
+	if err != nil {
+		return demoResult{}, err
+	}
+	r, err := relay.New(ctx, st, relay.Options{
 		Routes:   relay.Routes{"email": {p}},
 		Delivery: map[string]relay.Mode{"payment.succeeded": v.Mode},
 		// Short delays so the demo takes a second, not minutes.

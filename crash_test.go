@@ -17,6 +17,7 @@ import (
 
 	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/relaytest"
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/store/sqlite"
@@ -81,7 +82,7 @@ func TestSIGKILLMidDispatchLosesAndDuplicatesNothing(t *testing.T) {
 
 	const n = 400
 	ctx := context.Background()
-	r, err := relay.Open(ctx, relay.Options{Path: db})
+	r, err := relaytest.Open(ctx, db, relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 	t.Cleanup(func() { server.Close(); hs.Close() })
 
 	ctx := context.Background()
-	r, err := relay.Open(ctx, relay.Options{Path: db})
+	r, err := relaytest.Open(ctx, db, relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

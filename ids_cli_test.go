@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"edgerelay/api"
+	"edgerelay/internal/relaytest"
 	"edgerelay/providers"
 	"edgerelay/relay"
 )
@@ -46,7 +47,7 @@ func TestCommandsTakeTheAPIsIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r, err := relay.Open(ctx, relay.Options{Path: db, Routes: relay.Routes{"*": {hook}}, Chunk: 1})
+	r, err := relaytest.Open(ctx, db, relay.Options{Routes: relay.Routes{"*": {hook}}, Chunk: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/relaytest"
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
@@ -116,7 +117,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	cli("", "cron", "run", "--config", cfg, "--db", src, "--at", "2026-11-30T02:00:00Z", "--log-level", "warn", "nightly")
 
 	// What the API and the tail write, through the relay's Go API.
-	r, err := relay.Open(ctx, relay.Options{Path: src, Categories: map[string]relay.Category{"marketing": {}}})
+	r, err := relaytest.Open(ctx, src, relay.Options{Categories: map[string]relay.Category{"marketing": {}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	quarantined := cli("", "quarantine", "list", "--db", src, "--tenant", "acme", "--json").stdout
 
 	// A command run on the target first makes it a key of its own.
-	pr, err := relay.Open(ctx, relay.Options{Path: pg})
+	pr, err := relaytest.Open(ctx, pg, relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if got := cli("", "quarantine", "list", "--db", pg, "--tenant", "acme", "--json").stdout; got != quarantined {
 		t.Errorf("quarantine list on PostgreSQL:\n%s\non SQLite:\n%s", got, quarantined)
 	}
-	r, err = relay.Open(ctx, relay.Options{Path: pg})
+	r, err = relaytest.Open(ctx, pg, relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"edgerelay/api"
+	"edgerelay/internal/relaytest"
 	"edgerelay/relay"
 )
 
@@ -36,7 +37,7 @@ func TestServeHelpListsEveryRoute(t *testing.T) {
 		listed = append(listed, m[1]+" "+m[2])
 	}
 
-	r, err := relay.Open(context.Background(), relay.Options{Path: filepath.Join(t.TempDir(), "r.db")})
+	r, err := relaytest.Open(context.Background(), filepath.Join(t.TempDir(), "r.db"), relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store/open"
 )
 
 // Flags are made afresh for every app: urfave/cli writes parsed values
@@ -115,6 +116,7 @@ func lookupSlice(c *cli.Context, name string) []string {
 
 // settings are the resolved config, flags over file.
 type settings struct {
+	db         string // a SQLite file or a postgres:// URL (store/open)
 	opts       relay.Options
 	cfg        *Config
 	flagRoutes map[string][]string // channel → providers by name or URL, from --route
@@ -142,7 +144,7 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		return nil, err
 	}
 	opts := relay.Options{
-		Path: db, Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{}, Hooks: crashHooks(),
+		Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{}, Hooks: crashHooks(),
 		Delivery: map[string]relay.Mode{},
 		Workers:  cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
 		HardBounceTTL: time.Duration(cfg.Suppression.HardBounceTTL), SoftBounceTTL: time.Duration(cfg.Suppression.SoftBounceTTL),
@@ -173,7 +175,7 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		}
 		opts.Delivery[t] = mode
 	}
-	return &settings{opts: opts, cfg: cfg, flagRoutes: flagRoutes}, nil
+	return &settings{db: db, opts: opts, cfg: cfg, flagRoutes: flagRoutes}, nil
 }
 
 // routeFlags reads --route CHANNEL=URL (or CHANNEL=NAME) flags; repeated
@@ -262,7 +264,7 @@ func openExistingSettings(c *cli.Context, readOnly bool) (*relay.Relay, *setting
 		return nil, nil, err
 	}
 	s.opts.ReadOnly = readOnly
-	if err := dbExists(s.opts.Path); err != nil {
+	if err := dbExists(s.db); err != nil {
 		return nil, nil, err
 	}
 	r, err := openRelayWith(c, s)
@@ -320,10 +322,14 @@ func isDBURL(path string) bool {
 }
 
 func openRelayWith(c *cli.Context, s *settings) (*relay.Relay, error) {
-	if err := dbDirExists(s.opts.Path); err != nil {
+	if err := dbDirExists(s.db); err != nil {
 		return nil, err
 	}
-	return relay.Open(c.Context, s.opts)
+	st, err := open.Store(c.Context, s.db, open.Options{Logger: s.opts.Logger, ReadOnly: s.opts.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	return relay.New(c.Context, st, s.opts)
 }
 
 // commonFlags returns the global flags (so they work after the command

@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"edgerelay/api"
+	"edgerelay/internal/relaytest"
 	"edgerelay/relay"
 	"edgerelay/templates"
 )
@@ -315,7 +316,7 @@ func TestTemplateMissingFieldIsRefusedAtAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rl, err := relay.Open(context.Background(), relay.Options{Path: db, Templates: set})
+	rl, err := relaytest.Open(context.Background(), db, relay.Options{Templates: set})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,8 @@ import (
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store"
+	"edgerelay/store/open"
 )
 
 // bound is how long a test waits for something that should happen at once;
@@ -34,6 +36,10 @@ var bound = map[bool]time.Duration{false: 20 * time.Second, true: 90 * time.Seco
 // options configure setup. The zero value is an open API (the loopback
 // sidecar) over a relay that delivers nowhere.
 type options struct {
+	// DB is the database (a fresh one under the test's TempDir if "").
+	DB string
+	// Store, if set, is used instead of opening DB.
+	Store store.Store
 	Relay relay.Options
 	API   api.Options
 	// Tokens, when not nil, closes the API: it becomes API.TokenHashes
@@ -49,6 +55,7 @@ type options struct {
 // loopback port, and what the API logged.
 type bundle struct {
 	r       *relay.Relay
+	st      store.Store // r's
 	srv     *httptest.Server
 	api     *api.Server
 	client  *http.Client
@@ -63,8 +70,8 @@ type bundle struct {
 // API over it on 127.0.0.1:0; both are closed when the test ends.
 func setup(tb testing.TB, o options) *bundle {
 	tb.Helper()
-	if o.Relay.Path == "" {
-		o.Relay.Path = filepath.Join(tb.TempDir(), "relay.db")
+	if o.DB == "" {
+		o.DB = filepath.Join(tb.TempDir(), "relay.db")
 	}
 	if o.Relay.Routes == nil {
 		o.Relay.Routes = relay.Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}
@@ -95,11 +102,18 @@ func setup(tb testing.TB, o options) *bundle {
 			o.API.Logger = slog.New(b.logs.handler(out))
 		}
 	}
-	r, err := relay.Open(context.Background(), o.Relay)
+	st := o.Store
+	if st == nil {
+		var err error
+		if st, err = open.Store(context.Background(), o.DB, open.Options{Logger: o.Relay.Logger}); err != nil {
+			tb.Fatalf("open store: %v", err)
+		}
+	}
+	r, err := relay.New(context.Background(), st, o.Relay)
 	if err != nil {
 		tb.Fatalf("open relay: %v", err)
 	}
-	b.r = r
+	b.r, b.st = r, st
 	var once sync.Once
 	var closeErr error
 	b.closeRelay = func() error {

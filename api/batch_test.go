@@ -231,7 +231,7 @@ func TestBatchRetryAfterDiskFull(t *testing.T) {
 		unfill: func() { os.Remove(filler) }}
 	// Two notifications per commit: the large event's first two are written
 	// with the batch, the rest in chunks after it.
-	b := setup(t, options{Relay: relay.Options{Store: fs, Chunk: 2}})
+	b := setup(t, options{Store: fs, Relay: relay.Options{Chunk: 2}})
 	body := `{"events": [` + jsonOf(t, receipt("evt_small", 1)) + "," + jsonOf(t, receipt("evt_large", 6)) + `]}`
 
 	fs.armed.Store(true)

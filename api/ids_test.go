@@ -78,7 +78,7 @@ func wantOpaqueIDs(tb testing.TB, what string, body []byte) (n int) {
 func TestAPIShowsAndTakesOnlyOpaqueIDs(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
-	b := setup(t, options{Relay: relay.Options{Path: db, Chunk: 1},
+	b := setup(t, options{DB: db, Relay: relay.Options{Chunk: 1},
 		Tokens: map[string]string{sha256hex("tok-acme-0123456789"): "acme", sha256hex("tok-beta-0123456789"): "beta"},
 		API:    api.Options{PageSize: 2}})
 	acme := []string{"Authorization", "Bearer tok-acme-0123456789"}

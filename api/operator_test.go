@@ -62,7 +62,7 @@ func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
 	b := setup(t, options{
-		Relay: relay.Options{Path: db, Routes: relay.Routes{
+		DB: db, Relay: relay.Options{Routes: relay.Routes{
 			"email": {providers.NewLog(io.Discard, "log://discard")}, "push": {deadPush{}}}},
 		Tokens: map[string]string{sha256hex("tok-acme-0123456789"): "acme", sha256hex("tok-beta-0123456789"): "beta"},
 	})
@@ -135,7 +135,7 @@ func TestQuarantineAndAddressMarksPerTenant(t *testing.T) {
 func TestQuarantineMetrics(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
-	b := setup(t, options{Metrics: true, Relay: relay.Options{Path: db, Routes: relay.Routes{
+	b := setup(t, options{Metrics: true, DB: db, Relay: relay.Options{Routes: relay.Routes{
 		"email": {providers.NewLog(io.Discard, "log://discard")}, "push": {deadPush{}}}}})
 	accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_q", 3)), ""))
 	accepted(t, b.do(t, "POST", "/v1/events", `{"id": "evt_p", "type": "t", "channels": ["push"], "recipients": [{"id": "u", "device_token": "tok-1"}]}`))

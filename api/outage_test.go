@@ -28,7 +28,7 @@ func TestIdempotencyKeyAnswersAtOnceAfterAPostgresOutage(t *testing.T) {
 			sv.Stop(t) // the database goes away before the accept is written
 		}
 	}}
-	b := setup(t, options{Quiet: true, Relay: relay.Options{Path: sv.Start(t), Hooks: hooks, RequestHold: time.Hour}})
+	b := setup(t, options{Quiet: true, DB: sv.Start(t), Relay: relay.Options{Hooks: hooks, RequestHold: time.Hour}})
 	body := `{"id": "evt_outage", "type": "notice", "recipients": [{"id": "ada", "email": "ada@example.com"}], "body": "hi"}`
 
 	armed.Store(true)

@@ -272,8 +272,8 @@ func TestTemplatePreviewMatchesAccept(t *testing.T) {
 func TestTemplatePutReachesAnotherNode(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
-	one := templateBundle(t, options{Relay: relay.Options{Path: db}})
-	two := templateBundle(t, options{Relay: relay.Options{Path: db}})
+	one := templateBundle(t, options{DB: db})
+	two := templateBundle(t, options{DB: db})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go two.r.WatchTemplates(ctx, 20*time.Millisecond)

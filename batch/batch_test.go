@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/relaytest"
 	"edgerelay/model"
 	"edgerelay/relay"
 )
@@ -27,13 +28,10 @@ func testLogger(t *testing.T, level slog.Level) *slog.Logger {
 // the test ends.
 func setupRelay(t *testing.T, opts relay.Options) *relay.Relay {
 	t.Helper()
-	if opts.Path == "" {
-		opts.Path = filepath.Join(t.TempDir(), "relay.db")
-	}
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t, slog.LevelInfo)
 	}
-	r, err := relay.Open(context.Background(), opts)
+	r, err := relaytest.Open(context.Background(), filepath.Join(t.TempDir(), "relay.db"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +261,7 @@ func TestAcceptBatchCancelledThenRerun(t *testing.T) {
 // batch with that error.
 func TestAcceptBatchStopsOnStoreError(t *testing.T) {
 	t.Parallel()
-	r, err := relay.Open(context.Background(), relay.Options{Path: filepath.Join(t.TempDir(), "r.db")})
+	r, err := relaytest.Open(context.Background(), filepath.Join(t.TempDir(), "r.db"), relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +392,7 @@ func ExampleAccept() {
 	}
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, "relay.db")})
+	r, err := relaytest.Open(ctx, filepath.Join(dir, "relay.db"), relay.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -156,7 +156,7 @@ func Dispatch(ctx context.Context, dir string, sim *Sim, n, callers, workers int
 		return DispatchRun{}, err
 	}
 	count := &sentCounter{done: make(chan struct{}), want: int64(n)}
-	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, fmt.Sprintf("dispatch-%d.db", workers)), Logger: quiet,
+	r, err := openRelay(ctx, filepath.Join(dir, fmt.Sprintf("dispatch-%d.db", workers)), relay.Options{Logger: quiet,
 		Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
 	if err != nil {
 		return DispatchRun{}, err

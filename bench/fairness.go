@@ -48,7 +48,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	if err != nil {
 		return FairnessRun{}, err
 	}
-	r, err := relay.Open(ctx, relay.Options{Path: path, Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers})
+	r, err := openRelay(ctx, path, relay.Options{Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers})
 	if err != nil {
 		return FairnessRun{}, err
 	}

@@ -178,7 +178,7 @@ func Floor(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 // backlog writes n pending notifications through the relay, one event
 // each, 100 events per commit, and closes it.
 func backlog(ctx context.Context, path string, n int) error {
-	r, err := relay.Open(ctx, relay.Options{Path: path, Logger: quiet})
+	r, err := openRelay(ctx, path, relay.Options{Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -257,7 +257,7 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 		return DispatchRun{}, err
 	}
 	count := &sentCounter{done: make(chan struct{}), want: int64(n)}
-	r, err := relay.Open(ctx, relay.Options{Path: path, Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
+	r, err := openRelay(ctx, path, relay.Options{Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
 	if err != nil {
 		return DispatchRun{}, err
 	}

@@ -192,7 +192,7 @@ func Nodes(ctx context.Context, dbURL string, sim *Sim, nodes, n, callers, worke
 	count := &sentCounter{done: make(chan struct{}), want: int64(n)}
 	rs := make([]*relay.Relay, nodes)
 	for i := range rs {
-		r, err := relay.Open(ctx, relay.Options{Path: dbURL, Logger: quiet,
+		r, err := openRelay(ctx, dbURL, relay.Options{Logger: quiet,
 			Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
 		if err != nil {
 			return DispatchRun{}, err

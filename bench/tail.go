@@ -44,7 +44,7 @@ func Tail(ctx context.Context, dir string, n int) (Rate, error) {
 	if err := tx.Commit(); err != nil {
 		return Rate{}, err
 	}
-	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, "tail-relay.db"), Logger: quiet})
+	r, err := openRelay(ctx, filepath.Join(dir, "tail-relay.db"), relay.Options{Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"edgerelay/api"
 	"edgerelay/console"
+	"edgerelay/internal/relaytest"
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
@@ -72,8 +73,7 @@ func setupAt(t *testing.T, path string, open bool, opts console.Options) *fixtur
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.Open(t.Context(), relay.Options{
-		Path:      path,
+	r, err := relaytest.Open(t.Context(), path, relay.Options{
 		Routes:    relay.Routes{"email": {p}},
 		Retry:     relay.Policy{BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond},
 		TypeRetry: map[string]relay.Policy{"account.alert": {MaxAttempts: 1, BaseDelay: 20 * time.Millisecond}},
@@ -148,7 +148,7 @@ func serveNode(t *testing.T, r *relay.Relay, apiOpts api.Options, opts console.O
 // nothing in memory shared with the first. It returns the node's server.
 func (f *fixture) node(t *testing.T, opts console.Options) *httptest.Server {
 	t.Helper()
-	r, err := relay.Open(t.Context(), relay.Options{Path: f.path, Logger: slog.New(slog.DiscardHandler)})
+	r, err := relaytest.Open(t.Context(), f.path, relay.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

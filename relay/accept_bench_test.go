@@ -15,7 +15,7 @@ import (
 // durable before the next: what one event costs the relay (CPU, allocations)
 // besides the disk. go test ./relay -run '^$' -bench AcceptOne -benchmem
 func BenchmarkAcceptOne(b *testing.B) {
-	r, err := Open(context.Background(), Options{Path: b.TempDir() + "/a.db", Logger: slog.New(slog.DiscardHandler),
+	r, err := openAt(context.Background(), b.TempDir()+"/a.db", Options{Logger: slog.New(slog.DiscardHandler),
 		Routes: Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}})
 	if err != nil {
 		b.Fatal(err)
@@ -39,7 +39,7 @@ func BenchmarkAcceptOne(b *testing.B) {
 // the refresh cost an accept (it reads the in-memory set, never the store).
 // go test ./relay -run '^$' -bench AcceptOne -benchmem
 func BenchmarkAcceptOneStoredTemplate(b *testing.B) {
-	r, err := Open(context.Background(), Options{Path: b.TempDir() + "/a.db", Logger: slog.New(slog.DiscardHandler),
+	r, err := openAt(context.Background(), b.TempDir()+"/a.db", Options{Logger: slog.New(slog.DiscardHandler),
 		Routes: Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}})
 	if err != nil {
 		b.Fatal(err)

@@ -127,7 +127,7 @@ func TestDispatcherSurvivesFailingWrites(t *testing.T) {
 	s := setupSim(t, false)
 	logs := newLogCounter(t)
 	path := t.TempDir() + "/relay.db"
-	r := setupRelay(t, Options{Path: path, Logger: slog.New(logs), Routes: Routes{"email": {s.provider(t, "none")}}})
+	r := setupRelayAt(t, path, Options{Logger: slog.New(logs), Routes: Routes{"email": {s.provider(t, "none")}}})
 	db := faultDB(t, path)
 	if err := r.DispatchErr(); err != nil {
 		t.Fatalf("DispatchErr before Start: %v", err)
@@ -202,7 +202,7 @@ func TestStopDuringDispatchBackoff(t *testing.T) {
 	s := setupSim(t, false)
 	path := t.TempDir() + "/relay.db"
 	// A poll of 10s: the backoff after the first failure is 10s long.
-	r := setupRelay(t, Options{Path: path, Poll: 10 * time.Second, Routes: Routes{"email": {s.provider(t, "none")}}})
+	r := setupRelayAt(t, path, Options{Poll: 10 * time.Second, Routes: Routes{"email": {s.provider(t, "none")}}})
 	execSQL(t, faultDB(t, path), failClaims)
 	accept(t, r, receipt("evt_501", ada))
 	if err := r.Start(context.Background()); err != nil {
@@ -227,7 +227,7 @@ func TestRunUntilIdleReturnsStoreError(t *testing.T) {
 	s := setupSim(t, false)
 	logs := newLogCounter(t)
 	path := t.TempDir() + "/relay.db"
-	r := setupRelay(t, Options{Path: path, Logger: slog.New(logs), Routes: Routes{"email": {s.provider(t, "none")}}})
+	r := setupRelayAt(t, path, Options{Logger: slog.New(logs), Routes: Routes{"email": {s.provider(t, "none")}}})
 	db := faultDB(t, path)
 	execSQL(t, db, failClaims)
 	res := accept(t, r, receipt("evt_501", ada))
@@ -265,7 +265,7 @@ func TestRecordRetriedWhileLeaseHolds(t *testing.T) {
 	s := setupSim(t, false)
 	logs := newLogCounter(t)
 	path := t.TempDir() + "/relay.db"
-	r := setupRelay(t, Options{Path: path, Logger: slog.New(logs), Lease: 4 * time.Second,
+	r := setupRelayAt(t, path, Options{Logger: slog.New(logs), Lease: 4 * time.Second,
 		Routes: Routes{"email": {s.provider(t, "none")}}})
 	db := faultDB(t, path)
 	execSQL(t, db, failRecords)
@@ -321,7 +321,7 @@ func TestRecordRetryEndsOnShutdown(t *testing.T) {
 			s := setupSim(t, false)
 			path := t.TempDir() + "/relay.db"
 			// A long lease: the retries alone would last about a minute.
-			r, err := Open(context.Background(), Options{Path: path, Lease: time.Minute, Poll: 20 * time.Millisecond,
+			r, err := openAt(context.Background(), path, Options{Lease: time.Minute, Poll: 20 * time.Millisecond,
 				Logger: testLogger(t, slog.LevelInfo), Routes: Routes{"email": {s.provider(t, "none")}}})
 			if err != nil {
 				t.Fatal(err)

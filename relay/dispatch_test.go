@@ -238,12 +238,11 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 			s := setupSim(t, tt.honour)
 			var clk clock
 			opts := Options{
-				Path:     t.TempDir() + "/relay.db",
 				Routes:   Routes{"email": {s.provider(t, idempotency(tt.honour))}},
 				Delivery: map[string]Mode{"payment.succeeded": tt.mode},
 				Now:      clk.now,
 			}
-			dying, err := Open(ctx, opts)
+			dying, err := openAt(ctx, t.TempDir()+"/relay.db", opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store/open"
 )
 
 // Accept an event, deliver it, and accept it again: the redelivery is a
@@ -24,8 +25,11 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	ctx := context.Background()
-	r, err := relay.Open(ctx, relay.Options{
-		Path:   filepath.Join(dir, "relay.db"),
+	st, err := open.Store(ctx, filepath.Join(dir, "relay.db"), open.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := relay.New(ctx, st, relay.Options{
 		Routes: relay.Routes{"*": {providers.NewLog(os.Stdout, "log://stdout")}},
 	})
 	if err != nil {

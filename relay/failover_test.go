@@ -225,12 +225,12 @@ func TestOpenRefusesTwoProvidersWithOneName(t *testing.T) {
 	t.Parallel()
 	a := &fakeProvider{name: "twilio://api.twilio.com"}
 	b := &fakeProvider{name: "twilio://api.twilio.com"}
-	_, err := Open(context.Background(), Options{Path: t.TempDir() + "/r.db", Routes: Routes{"sms": {a, b}}})
+	_, err := openAt(context.Background(), t.TempDir()+"/r.db", Options{Routes: Routes{"sms": {a, b}}})
 	if err == nil || !strings.Contains(err.Error(), "two providers are named") {
 		t.Fatalf("err = %v", err)
 	}
 	// The same provider in two routes is fine.
-	r, err := Open(context.Background(), Options{Path: t.TempDir() + "/r.db", Routes: Routes{"sms": {a}, "push": {a}}})
+	r, err := openAt(context.Background(), t.TempDir()+"/r.db", Options{Routes: Routes{"sms": {a}, "push": {a}}})
 	if err != nil {
 		t.Fatal(err)
 	}

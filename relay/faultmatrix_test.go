@@ -677,7 +677,6 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 
 	clock := &fmClock{t: time.Now().UTC().Truncate(time.Second)}
 	opts := Options{
-		Path:   fmCopyDB(t, template),
 		Routes: Routes{p.channel: {prov}},
 		Retry:  fmPolicy,
 		Now:    clock.Now,
@@ -690,7 +689,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if f.maxAttempts > 0 {
 		opts.Retry.MaxAttempts = f.maxAttempts
 	}
-	r, err := Open(ctx, opts)
+	r, err := openAt(ctx, fmCopyDB(t, template), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestUnfoldableSeesTheAudienceAsItIsNow(t *testing.T) {
 // then index them by id). go test ./relay -run '^$' -bench FoldDecision -benchmem
 func BenchmarkFoldDecision(b *testing.B) {
 	const n = 50_000
-	r, err := Open(context.Background(), Options{Path: b.TempDir() + "/a.db", Logger: slog.New(slog.DiscardHandler), MaxRecipients: n})
+	r, err := openAt(context.Background(), b.TempDir()+"/a.db", Options{Logger: slog.New(slog.DiscardHandler), MaxRecipients: n})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -36,8 +36,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	// One relay per fuzzing process: inputs run one at a time, so the
 	// store's totals before and after each Accept are that Accept's doing.
 	ctx := context.Background()
-	r, err := Open(ctx, Options{
-		Path:          filepath.Join(f.TempDir(), "fuzz.db"),
+	r, err := openAt(ctx, filepath.Join(f.TempDir(), "fuzz.db"), Options{
 		Routes:        Routes{"*": {providers.NewLog(io.Discard, "log://discard")}},
 		MaxRecipients: 1000,
 	})

@@ -22,7 +22,7 @@ func TestRetryAfterPauseIsSeenByEveryProcess(t *testing.T) {
 		aCalls.Add(1)
 		return providers.Result{Outcome: providers.Refused, HTTPStatus: 429, RetryAfter: time.Hour, Detail: "429 Too Many Requests"}
 	}}
-	a := setupRelay(t, Options{Path: path, Routes: Routes{"email": {paused}}})
+	a := setupRelayAt(t, path, Options{Routes: Routes{"email": {paused}}})
 	first := acceptOne(t, a, "evt_1", "ada")
 	runIdle(t, a, 0)
 	if aCalls.Load() != 1 {
@@ -37,7 +37,7 @@ func TestRetryAfterPauseIsSeenByEveryProcess(t *testing.T) {
 		return providers.Result{Outcome: providers.Sent}
 	}}
 	text := &fakeProvider{name: "text", send: func(*providers.Message) providers.Result { return providers.Result{Outcome: providers.Sent} }}
-	b := setupRelay(t, Options{Path: path, Routes: Routes{"email": {mail}, "sms": {text}}})
+	b := setupRelayAt(t, path, Options{Routes: Routes{"email": {mail}, "sms": {text}}})
 	// The email is due before the SMS: a dispatcher that did not know of the
 	// pause would claim it first (or with the SMS).
 	ben := acceptOne(t, b, "evt_2", "ben")

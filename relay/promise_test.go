@@ -35,11 +35,11 @@ func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 	}
 	opts := func() Options {
 		pe, pc := email.provider(t, "none"), chat.provider(t, "none", "&name=chat-sim")
-		return Options{Path: path, Workers: 4, Lease: lease, Poll: 20 * time.Millisecond,
+		return Options{Workers: 4, Lease: lease, Poll: 20 * time.Millisecond,
 			Routes: Routes{"*": {pe}, "chat": {pc}}, Limits: map[string]Limit{pe.Name(): {Concurrency: 3}},
 			Retry: Policy{MaxAttempts: 20, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
 	}
-	a, b := setupRelay(t, opts()), setupRelay(t, opts())
+	a, b := setupRelayAt(t, path, opts()), setupRelayAt(t, path, opts())
 	const n = 24
 	var rcpts []Recipient
 	for i := range n {
@@ -130,7 +130,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func TestFanOutThatDoesNotAdvanceIsQuarantined(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/relay.db"
-	r := setupRelay(t, Options{Path: path, Routes: Routes{"*": {providers.NewLog(discard{}, "log://discard")}}})
+	r := setupRelayAt(t, path, Options{Routes: Routes{"*": {providers.NewLog(discard{}, "log://discard")}}})
 	res := accept(t, r, receipt("evt_short", ada, Recipient{ID: "ben", Email: "ben@example.com"}))
 	accept(t, r, receipt("evt_other", Recipient{ID: "cy", Email: "cy@example.com"}))
 	// The event row claims 4 notifications; its payload gives 2.

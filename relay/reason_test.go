@@ -16,7 +16,7 @@ import (
 func TestQuarantineReasonNamesNoRow(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/relay.db"
-	r := setupRelay(t, Options{Path: path, Chunk: 1, Routes: Routes{"*": {providers.NewLog(discard{}, "log://discard")}}})
+	r := setupRelayAt(t, path, Options{Chunk: 1, Routes: Routes{"*": {providers.NewLog(discard{}, "log://discard")}}})
 	for i := range 40 { // rows before it: its row is 41, a number that shows
 		accept(t, r, receipt(fmt.Sprint("evt_", i), ada))
 	}

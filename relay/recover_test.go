@@ -89,7 +89,7 @@ func TestRecoveredCallKeepsTheProviderItWasMadeTo(t *testing.T) {
 			// The first process: its call to x hangs (it died there).
 			dead := newCallLog("x", true)
 			dead.block = make(chan struct{})
-			first := setupRelay(t, Options{Path: path, Routes: Routes{"email": {dead}}, Delivery: delivery, Retry: slow, Lease: time.Minute})
+			first := setupRelayAt(t, path, Options{Routes: Routes{"email": {dead}}, Delivery: delivery, Retry: slow, Lease: time.Minute})
 			id := acceptOne(t, first, "evt_recover", "ada")
 			if err := first.Start(ctx); err != nil {
 				t.Fatal(err)
@@ -108,7 +108,7 @@ func TestRecoveredCallKeepsTheProviderItWasMadeTo(t *testing.T) {
 			var clk clock
 			clk.advance(2 * time.Minute)
 			x, y := newCallLog("x", true), newCallLog("y", true)
-			next := setupRelay(t, Options{Path: path, Routes: tc.routes(x, y), Delivery: delivery, Retry: slow, Lease: time.Minute, Now: clk.now})
+			next := setupRelayAt(t, path, Options{Routes: tc.routes(x, y), Delivery: delivery, Retry: slow, Lease: time.Minute, Now: clk.now})
 			runIdle(t, next, time.Second)
 
 			n := notification(t, next, id)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +13,6 @@ import (
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/store"
-	"edgerelay/store/postgres"
-	"edgerelay/store/sqlite"
 	"edgerelay/templates"
 )
 
@@ -89,14 +86,8 @@ const DefaultSoftBounceTTL = 72 * time.Hour
 // provider at its window leaves half the workers to the others.
 const DefaultWorkers = 2048
 
-// Options configure a Relay. Path (or Store) is required.
+// Options configure a Relay; the zero value is usable.
 type Options struct {
-	// Path of the SQLite database file, created if missing; or a
-	// postgres:// (postgresql://) URL, for the PostgreSQL store.
-	Path string
-	// Store, if set, is the storage to use instead of opening Path; the
-	// relay closes it on Close.
-	Store store.Store
 	// Routes maps a channel to the providers that deliver it, in failover
 	// order. The key "*" serves every channel without a route of its own.
 	// With no routes at all, every channel is printed to standard output
@@ -142,11 +133,9 @@ type Options struct {
 	// Chunk is how many notifications one fan-out transaction writes.
 	// Default 500.
 	Chunk int
-	// BusyTimeout: see model.Options.
-	BusyTimeout time.Duration
-	// ReadOnly is for commands that only read (status, show): a database
-	// file that cannot be written is opened anyway. Without it, Open
-	// refuses such a file with one line naming it.
+	// ReadOnly is for commands that only read (status, show), on a store
+	// opened for reading: New writes nothing (not even the key of the
+	// API's ids, which a new database otherwise gets at once).
 	ReadOnly bool
 	Logger   *slog.Logger
 	// Now is the clock; tests may replace it.
@@ -224,11 +213,21 @@ type Relay struct {
 	keys sync.Map
 }
 
-// Open opens the database (migrating it if needed) and returns a Relay
-// ready to accept. Call Start (or RunUntilIdle) to deliver, Close when done.
-func Open(ctx context.Context, opts Options) (*Relay, error) {
-	if opts.Path == "" && opts.Store == nil {
-		return nil, errors.New("relay: Options.Path (or Options.Store) is required")
+// New returns a Relay over st (store/open opens one from a --db value),
+// ready to accept. Call Start (or RunUntilIdle) to deliver, Close when
+// done. The relay owns st from the start: Close closes it, and so does New
+// when it fails.
+func New(ctx context.Context, st store.Store, opts Options) (*Relay, error) {
+	r, err := newRelay(ctx, st, opts)
+	if err != nil {
+		return nil, errors.Join(err, st.Close())
+	}
+	return r, nil
+}
+
+func newRelay(ctx context.Context, st store.Store, opts Options) (*Relay, error) {
+	if st == nil {
+		return nil, errors.New("relay: no store")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -283,21 +282,6 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		return nil, err
 	}
 	router.log = opts.Logger
-	st := opts.Store
-	switch {
-	case st != nil:
-	case postgres.IsURL(opts.Path): // postgres:// or postgresql://: the PostgreSQL store
-		if st, err = postgres.Open(ctx, opts.Path, postgres.Options{Logger: opts.Logger}); err != nil {
-			return nil, err
-		}
-	case urlScheme(opts.Path) != "" && urlScheme(opts.Path) != "file":
-		return nil, fmt.Errorf("database %s: no store for %s:// URLs (a SQLite file path, or postgres://user@host/db)",
-			urlScheme(opts.Path)+"://…", urlScheme(opts.Path))
-	default:
-		if st, err = sqlite.Open(ctx, opts.Path, sqlite.Options{Logger: opts.Logger, BusyTimeout: opts.BusyTimeout, RequireWritable: !opts.ReadOnly}); err != nil {
-			return nil, err
-		}
-	}
 	r := &Relay{
 		opts: opts, store: st, hooks: opts.Hooks, holder: holderID(), log: opts.Logger, router: router, now: opts.Now,
 		wake: make(chan struct{}, 1),
@@ -316,16 +300,6 @@ func Open(ctx context.Context, opts Options) (*Relay, error) {
 		}
 	}
 	return r, nil
-}
-
-// urlScheme is the scheme of a database URL (mysql in mysql://…), or ""
-// for a file path.
-func urlScheme(path string) string {
-	scheme, _, ok := strings.Cut(path, "://")
-	if !ok || scheme == "" || strings.ContainsAny(scheme, `/\.`) {
-		return ""
-	}
-	return strings.ToLower(scheme)
 }
 
 // checkRoutes refuses an empty route; no routes at all print every

@@ -40,9 +40,13 @@ func testLogger(t *testing.T, level slog.Level) *slog.Logger {
 // the log at Info to t.Output().
 func setupRelay(t *testing.T, opts Options) *Relay {
 	t.Helper()
-	if opts.Path == "" {
-		opts.Path = filepath.Join(t.TempDir(), "relay.db")
-	}
+	return setupRelayAt(t, filepath.Join(t.TempDir(), "relay.db"), opts)
+}
+
+// setupRelayAt is setupRelay on the database at db (several relays on one
+// database, or one reopened).
+func setupRelayAt(t *testing.T, db string, opts Options) *Relay {
+	t.Helper()
 	if opts.Retry == (Policy{}) {
 		opts.Retry = fastRetry
 	}
@@ -52,7 +56,7 @@ func setupRelay(t *testing.T, opts Options) *Relay {
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t, slog.LevelInfo)
 	}
-	r, err := Open(context.Background(), opts)
+	r, err := openAt(context.Background(), db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +488,7 @@ func TestFanOutFinishedAfterCrash(t *testing.T) {
 	}
 
 	var out syncBuffer
-	r := setupRelay(t, Options{Path: path, Workers: 64, Logger: testLogger(t, slog.LevelWarn),
+	r := setupRelayAt(t, path, Options{Workers: 64, Logger: testLogger(t, slog.LevelWarn),
 		Routes: Routes{"*": {providers.NewLog(&out, "log://test")}}})
 	if c := counts(t, r); c[model.StatusPending] != 500 {
 		t.Fatalf("counts before dispatch %v, want the first chunk of 500 pending", c)

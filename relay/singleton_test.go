@@ -18,8 +18,8 @@ func TestSinglyOneAtATime(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/relay.db"
 	ttl := 300 * time.Millisecond
-	a := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
-	b := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
+	a := setupRelayAt(t, path, Options{SingletonTTL: ttl})
+	b := setupRelayAt(t, path, Options{SingletonTTL: ttl})
 	var running, overlaps atomic.Int32
 	ran := map[string]*atomic.Int32{"a": {}, "b": {}}
 	work := func(who string) func(context.Context) {
@@ -77,7 +77,7 @@ func TestSinglyStopsWhenTheLeaseIsLost(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/relay.db"
 	ttl := 300 * time.Millisecond
-	a := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
+	a := setupRelayAt(t, path, Options{SingletonTTL: ttl})
 	var running atomic.Bool
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -105,7 +105,7 @@ func TestSinglyTakesOverALapsedLease(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/relay.db"
 	ttl := 400 * time.Millisecond
-	b := setupRelay(t, Options{Path: path, SingletonTTL: ttl})
+	b := setupRelayAt(t, path, Options{SingletonTTL: ttl})
 	db := faultDB(t, path)
 	lapses := time.Now().Add(ttl)
 	execSQL(t, db, `INSERT INTO leases (name, holder, until) VALUES ('schedules', 'dead/1/x', `+

@@ -63,8 +63,8 @@ func TestTemplateRefreshCompilesOnlyWhatChanged(t *testing.T) {
 }
 
 func testTemplateRefreshCompilesOnlyWhatChanged(t *testing.T, db string) {
-	a := setupRelay(t, Options{Path: db})
-	b := setupRelay(t, Options{Path: db})
+	a := setupRelayAt(t, db, Options{})
+	b := setupRelayAt(t, db, Options{})
 	ctx := context.Background()
 	const n = 20
 	putReceipts(t, a, n)
@@ -141,9 +141,9 @@ func testTemplateRefreshCompilesOnlyWhatChanged(t *testing.T, db string) {
 func TestStoredTemplatesReadAtFirstUse(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
-	a := setupRelay(t, Options{Path: db, Routes: Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}})
+	a := setupRelayAt(t, db, Options{Routes: Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}})
 	putReceipts(t, a, 3)
-	b := setupRelay(t, Options{Path: db, Routes: Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}})
+	b := setupRelayAt(t, db, Options{Routes: Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}})
 	if got := b.stored.compiles.Load(); got != 0 || b.stored.ready.Load() {
 		t.Fatalf("open compiled %d stored templates (loaded %v), want none", got, b.stored.ready.Load())
 	}
@@ -169,8 +169,8 @@ func TestStoredTemplatesReadAtFirstUse(t *testing.T) {
 func TestTemplateRefreshRacesRenders(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
-	a := setupRelay(t, Options{Path: db})
-	b := setupRelay(t, Options{Path: db})
+	a := setupRelayAt(t, db, Options{})
+	b := setupRelayAt(t, db, Options{})
 	ctx := context.Background()
 	putReceipts(t, a, 5)
 	if err := b.RefreshTemplates(ctx); err != nil {
@@ -240,7 +240,7 @@ func TestTemplateRefreshRacesRenders(t *testing.T) {
 func BenchmarkTemplateRefreshAfterOneChange(b *testing.B) {
 	db := filepath.Join(b.TempDir(), "relay.db")
 	open := func() *Relay {
-		r, err := Open(context.Background(), Options{Path: db, Logger: slog.New(slog.DiscardHandler)})
+		r, err := openAt(context.Background(), db, Options{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -275,8 +275,8 @@ func BenchmarkTemplateRefreshAfterOneChange(b *testing.B) {
 func TestStoredTemplatesFirstLoadOnce(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "relay.db")
-	putReceipts(t, setupRelay(t, Options{Path: db}), 5)
-	b := setupRelay(t, Options{Path: db})
+	putReceipts(t, setupRelayAt(t, db, Options{}), 5)
+	b := setupRelayAt(t, db, Options{})
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)

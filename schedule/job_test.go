@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/relaytest"
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
@@ -24,10 +25,9 @@ import (
 // the test ends, its log at Info to t.Output().
 func setupRelay(t *testing.T, opts relay.Options) *relay.Relay {
 	t.Helper()
-	opts.Path = filepath.Join(t.TempDir(), "relay.db")
 	opts.Poll = 20 * time.Millisecond
 	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r, err := relay.Open(context.Background(), opts)
+	r, err := relaytest.Open(context.Background(), filepath.Join(t.TempDir(), "relay.db"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/relaytest"
 	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
@@ -94,7 +95,7 @@ func BenchmarkTailServer(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer src.Close()
-				r, err := relay.Open(context.Background(), relay.Options{Path: filepath.Join(b.TempDir(), "relay.db")})
+				r, err := relaytest.Open(context.Background(), filepath.Join(b.TempDir(), "relay.db"), relay.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -155,7 +156,7 @@ func BenchmarkTailLag(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer src.Close()
-			r, err := relay.Open(context.Background(), relay.Options{Path: filepath.Join(b.TempDir(), "relay.db")})
+			r, err := relaytest.Open(context.Background(), filepath.Join(b.TempDir(), "relay.db"), relay.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

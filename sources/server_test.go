@@ -20,6 +20,7 @@ import (
 
 	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/relaytest"
 	"edgerelay/relay"
 	"edgerelay/sources"
 )
@@ -532,7 +533,7 @@ func testSourceSurvivesDatabaseRestart(t *testing.T, kind string) {
 	pw, _ := mustParse(t, app.url).User.Password()
 
 	var logs syncBuffer
-	r, err := relay.Open(context.Background(), relay.Options{Path: t.TempDir() + "/relay.db",
+	r, err := relaytest.Open(context.Background(), t.TempDir()+"/relay.db", relay.Options{
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/relaytest"
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
@@ -34,14 +35,11 @@ const bound = time.Minute
 // the test ends, its log at Info to t.Output().
 func setupRelay(t *testing.T, opts relay.Options) *relay.Relay {
 	t.Helper()
-	if opts.Path == "" {
-		opts.Path = filepath.Join(t.TempDir(), "relay.db")
-	}
 	if opts.Poll == 0 {
 		opts.Poll = 20 * time.Millisecond
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r, err := relay.Open(context.Background(), opts)
+	r, err := relaytest.Open(context.Background(), filepath.Join(t.TempDir(), "relay.db"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +538,7 @@ func ExampleTail() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := relay.Open(ctx, relay.Options{Path: filepath.Join(dir, "relay.db")})
+	r, err := relaytest.Open(ctx, filepath.Join(dir, "relay.db"), relay.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -714,7 +712,7 @@ func TestTailerForOpensItsSourceWhenItRuns(t *testing.T) {
 // store is not a failure to back off from and retry.
 func TestTailStopsWhenTheRelayCloses(t *testing.T) {
 	t.Parallel()
-	r, err := relay.Open(context.Background(), relay.Options{Path: filepath.Join(t.TempDir(), "relay.db"), Poll: 20 * time.Millisecond,
+	r, err := relaytest.Open(context.Background(), filepath.Join(t.TempDir(), "relay.db"), relay.Options{Poll: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
