@@ -132,7 +132,7 @@ func TestAcceptanceThroughSMTP(t *testing.T) {
 			for _, acc := range accepted[:4] {
 				en := acc.Notifications[0]
 				name := acc.EventID + "/" + en.Recipient
-				n, err := r.TenantNotification(ctx, "", en.ID, "")
+				n, err := r.Store().Notification(ctx, "", en.ID, "")
 				if err != nil {
 					t.Fatal(err)
 				}

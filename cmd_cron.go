@@ -53,7 +53,7 @@ starts.`,
 					}
 					now := time.Now()
 					for _, j := range jobs {
-						last, ok, err := r.LastJobRun(c.Context, j.Name)
+						last, ok, err := r.Store().LastJobRun(c.Context, j.Name)
 						if err != nil {
 							return err
 						}
@@ -194,7 +194,7 @@ func cronRun(c *cli.Context, args []string) error {
 			at.Format(time.RFC3339), j.Name, fmtTime(due)), exitUsage)
 	}
 
-	run, runErr := schedule.RunJob(c.Context, r, j, at, schedule.RunOptions{Again: true})
+	run, runErr := schedule.RunJob(c.Context, r, r.Store(), j, at, schedule.RunOptions{Again: true})
 	sum := cronRunSummary{Run: run}
 	w := c.App.ErrWriter
 	what := "run"

@@ -14,6 +14,7 @@ import (
 
 	"edgerelay/model"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // listFlags select notifications, for list and for retry's bulk form.
@@ -69,13 +70,13 @@ func parseSince(c *cli.Context, name string, now time.Time) (time.Time, error) {
 // eachMatch calls fn with the notifications f selects, a page at a time, in
 // id order, until limit have been seen (0: all) or fn says stop. more says
 // whether another notification matched beyond limit.
-func eachMatch(ctx context.Context, r *relay.Relay, f model.ListFilter, limit int, fn func([]model.Notification) error) (seen int, more bool, err error) {
+func eachMatch(ctx context.Context, reads store.Reads, f model.ListFilter, limit int, fn func([]model.Notification) error) (seen int, more bool, err error) {
 	for {
 		f.Limit = model.MaxListLimit
 		if limit > 0 {
 			f.Limit = min(model.MaxListLimit, limit-seen+1) // one beyond: is there more?
 		}
-		ns, err := r.List(ctx, f)
+		ns, err := reads.ListNotifications(ctx, f)
 		if err != nil {
 			return seen, false, err
 		}
@@ -166,7 +167,7 @@ with none, it reads the whole table once.`,
 			var all []model.Notification
 			table := newNotificationTable(c.App.Writer)
 			var last int64
-			n, more, err := eachMatch(c.Context, r, f, limit, func(ns []model.Notification) error {
+			n, more, err := eachMatch(c.Context, r.Store(), f, limit, func(ns []model.Notification) error {
 				last = ns[len(ns)-1].ID
 				if c.Bool("json") {
 					all = append(all, ns...)

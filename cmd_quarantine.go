@@ -39,7 +39,7 @@ for good (the notifications never created are counted, not sent).`,
 						return err
 					}
 					defer r.Close()
-					qs, err := r.Quarantined(c.Context, c.String("tenant"), 0, 1000)
+					qs, err := r.Store().QuarantinedEvents(c.Context, c.String("tenant"), 0, 1000)
 					if err != nil {
 						return err
 					}
@@ -81,7 +81,7 @@ for good (the notifications never created are counted, not sent).`,
 					} else if err != nil {
 						return err
 					}
-					qs, err := r.Quarantined(c.Context, "", id+1, 1)
+					qs, err := r.Store().QuarantinedEvents(c.Context, "", id+1, 1)
 					if err != nil {
 						return err
 					}
@@ -112,7 +112,7 @@ for good (the notifications never created are counted, not sent).`,
 					if err != nil {
 						return err
 					}
-					n, err := r.DropQuarantined(c.Context, "", id)
+					n, err := r.Store().DropEvent(c.Context, "", id, r.Now())
 					if errors.Is(err, model.ErrNotFound) {
 						return cli.Exit(err.Error(), exitError)
 					}

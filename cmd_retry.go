@@ -109,7 +109,7 @@ func retryMatching(c *cli.Context) error {
 	// Pages are read by id after the last one seen, so a notification
 	// retried (now pending) is not met again, and neither is one that
 	// reaches the status after the walk passed its id.
-	n, more, err := eachMatch(c.Context, r, f, limit, func(ns []model.Notification) error {
+	n, more, err := eachMatch(c.Context, r.Store(), f, limit, func(ns []model.Notification) error {
 		if dry {
 			table.add(ns)
 			return nil

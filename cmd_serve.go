@@ -255,7 +255,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return err
 			}
 			defer r.Close()
-			metrics.Watch(r)
+			metrics.Watch(r, r.Store())
 			opts.Metrics = metrics
 			// Stored templates are compiled now, not by the first accept, and
 			// one that no longer compiles is logged at start.
@@ -263,7 +263,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				return fmt.Errorf("read stored templates: %w", err)
 			}
 
-			stored, err := r.HasTokens(c.Context)
+			stored, err := r.Store().HasTokens(c.Context)
 			if err != nil {
 				return err
 			}
@@ -291,7 +291,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			// /metrics.
 			var tailers consoleTailers
 			opts.Sources = tailers.tails
-			handler := api.New(r, opts)
+			handler := api.New(r, r.Store(), opts)
 			// No ReadTimeout: a body's deadline is set when the handler starts
 			// reading it, after authentication (--body-timeout), and lifted
 			// once it is in, so a long accept is never cut off by it.
@@ -336,7 +336,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				r.Singly(c.Context, "prune-requests", func(ctx context.Context) { handler.PruneLoop(ctx, time.Minute) })
 			})
 			background.Go(func() {
-				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, jobs) })
+				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, r.Store(), jobs) })
 			})
 			// Each source is opened by its tailer, on the process that holds
 			// its lease: a database that is down delays its rows only (the
@@ -360,7 +360,7 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 			// The console: at /console on the API's address, and on
 			// --console-listen if set. It resolves tokens through the API's
 			// handler, so both take the same tokens and close together.
-			con, err := console.New(r, console.Options{Auth: handler, Jobs: jobs, Sources: tailers.status, Logger: s.opts.Logger,
+			con, err := console.New(r, r.Store(), console.Options{Auth: handler, Jobs: jobs, Sources: tailers.status, Logger: s.opts.Logger,
 				TrustedProxies: trustedProxies})
 			if err != nil {
 				return err
@@ -383,8 +383,8 @@ wait up to --drain-timeout for provider calls, record them, exit.`,
 				listeners = append(listeners, netutil.LimitListener(cln, maxConns))
 				fmt.Fprintf(c.App.ErrWriter, "edgerelay: console on http://%s/console/\n", cln.Addr())
 			}
-			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", r.Where(), "routes", len(s.opts.Routes))
-			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), r.Where())
+			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", r.Store().Where(), "routes", len(s.opts.Routes))
+			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), r.Store().Where())
 			errc := make(chan error, len(servers))
 			for i, srv := range servers {
 				go func() { errc <- srv.Serve(listeners[i]) }()
@@ -451,7 +451,7 @@ func (ts *consoleTailers) add(r *relay.Relay, spec *sources.Spec, opts sources.T
 		ts.last[name] = time.Now()
 		ts.mu.Unlock()
 	}
-	t := sources.NewTailerFor(r, spec, opts)
+	t := sources.NewTailerFor(r, r.Store(), spec, opts)
 	ts.list = append(ts.list, t)
 	return t
 }

@@ -46,11 +46,11 @@ such; the rest are still shown.`,
 				return err
 			}
 			defer r.Close()
-			st, err := r.Status(c.Context)
+			st, err := r.Store().Status(c.Context, r.Now())
 			if err != nil {
 				return err
 			}
-			tails, err := tailStatus(c.Context, r, s.cfg.tailSpecs)
+			tails, err := tailStatus(c.Context, r.Store(), r.Now(), s.cfg.tailSpecs)
 			if err != nil {
 				return err
 			}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"edgerelay/model"
-	"edgerelay/relay"
 	"edgerelay/sources"
+	"edgerelay/store"
 )
 
 // sourceStatus is a tailed outbox as edgerelay status shows it: its saved
@@ -43,12 +43,11 @@ const measureTimeout = 15 * time.Second
 // configured ones (the config's tail:), side by side, each opened for
 // this with measureTimeout: one that cannot be reached is shown as such,
 // not an error.
-func tailStatus(ctx context.Context, r *relay.Relay, specs []*sources.Spec) ([]sourceStatus, error) {
-	states, err := r.SourceStates(ctx)
+func tailStatus(ctx context.Context, keep store.Sources, now time.Time, specs []*sources.Spec) ([]sourceStatus, error) {
+	states, err := keep.SourceStates(ctx)
 	if err != nil {
 		return nil, err
 	}
-	now := r.Now()
 	saved := func(name string, st model.SourceState) sourceStatus {
 		ss := sourceStatus{Source: name, Position: st.Position, Gaps: len(st.Gaps)}
 		var oldest time.Time

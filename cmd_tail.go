@@ -159,10 +159,10 @@ run (gap_timeout counts from when they were first seen). Exit status:
 					return err
 				}
 			}
-			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), r.Where(), c.Bool("dispatch"))
+			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), r.Store().Where(), c.Bool("dispatch"))
 
 			var lastLog time.Time
-			t := sources.NewTailer(r, src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"), Once: once,
+			t := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"), Once: once,
 				OnBatch: func(st sources.TailStats) {
 					if time.Since(lastLog) < 10*time.Second {
 						return

@@ -60,7 +60,7 @@ tail --source took.`,
 					var all []model.SourceReject
 					f := model.SourceRejectFilter{Source: name, Limit: 1000}
 					for {
-						page, err := r.SourceRejects(c.Context, f)
+						page, err := r.Store().SourceRejects(c.Context, f)
 						if err != nil {
 							return err
 						}
@@ -96,7 +96,7 @@ tail --source took.`,
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
 					return actOnRejects(c, "retry", func(r *relay.Relay, name string, rows []int64) ([]int64, error) {
-						return r.RetrySourceRejects(c.Context, name, rows)
+						return r.Store().RetrySourceRejects(c.Context, name, rows, r.Now())
 					}, "asked to be read again: the source's tailer (serve, or tail) reads them on its next round; tail rejects list shows what is left")
 				},
 			},
@@ -108,7 +108,7 @@ tail --source took.`,
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
 					return actOnRejects(c, "drop", func(r *relay.Relay, name string, rows []int64) ([]int64, error) {
-						return r.DropSourceRejects(c.Context, name, rows)
+						return r.Store().DropSourceRejects(c.Context, name, rows)
 					}, "records dropped; their events were never accepted")
 				},
 			},
@@ -174,7 +174,7 @@ func actOnRejects(c *cli.Context, verb string, act func(r *relay.Relay, name str
 // (the URL tail --source took); else the name as given.
 func rejectSource(c *cli.Context, r *relay.Relay) (string, error) {
 	v := c.String("source")
-	rs, err := r.SourceRejects(c.Context, model.SourceRejectFilter{Source: v, Limit: 1})
+	rs, err := r.Store().SourceRejects(c.Context, model.SourceRejectFilter{Source: v, Limit: 1})
 	if err != nil || len(rs) > 0 || !strings.Contains(v, ":") {
 		return v, err
 	}

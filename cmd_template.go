@@ -293,7 +293,7 @@ tenant, name, channel, locale, version, parts, created_at, retired_at), or with
 				return err
 			}
 			if c.Bool("versions") {
-				vs, err := r.TemplateVersions(c.Context, key)
+				vs, err := r.Store().TemplateVersions(c.Context, key)
 				if err != nil {
 					return err
 				}
@@ -306,7 +306,7 @@ tenant, name, channel, locale, version, parts, created_at, retired_at), or with
 				}
 				return nil
 			}
-			st, err := r.TemplateVersion(c.Context, key, c.Int("version"))
+			st, err := r.Store().TemplateVersion(c.Context, key, c.Int("version"))
 			if errors.Is(err, model.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
 			}

@@ -61,7 +61,7 @@ func tokenCommand() *cli.Command {
 						return err
 					}
 					defer r.Close()
-					ts, err := r.Tokens(c.Context)
+					ts, err := r.Store().Tokens(c.Context)
 					if err != nil {
 						return err
 					}
@@ -87,7 +87,7 @@ func tokenCommand() *cli.Command {
 						return err
 					}
 					defer r.Close()
-					return r.RevokeToken(c.Context, id)
+					return r.Store().DeleteToken(c.Context, id)
 				},
 			},
 		},

@@ -52,7 +52,7 @@ func TestCommandsTakeTheAPIsIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	srv := httptest.NewServer(api.New(r, api.Options{Open: true}))
+	srv := httptest.NewServer(api.New(r, r.Store(), api.Options{Open: true}))
 	t.Cleanup(srv.Close)
 	post := func(path, body string) []byte {
 		t.Helper()

@@ -329,7 +329,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 			t.Errorf("%s's unread count on PostgreSQL %d (%v), on SQLite %d", user, got, err, want)
 		}
 	}
-	if st, err := r.SourceState(ctx, "sqlite:/srv/app/app.db"); err != nil || st.Position != 42 || len(st.Gaps) != 1 || st.Gaps[0].First != 40 || st.Gaps[0].Last != 41 || st.Gaps[0].Mark != 7 {
+	if st, err := r.Store().SourceState(ctx, "sqlite:/srv/app/app.db"); err != nil || st.Position != 42 || len(st.Gaps) != 1 || st.Gaps[0].First != 40 || st.Gaps[0].Last != 41 || st.Gaps[0].Mark != 7 {
 		t.Errorf("tail state %+v (%v), want position 42 and the gap 40..41", st, err)
 	}
 	if c, err := r.ClaimRequest(ctx, k); err != nil || c.Stored == nil || string(c.Stored.Body) != `{"ok":true}` {
@@ -337,7 +337,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	}
 	// The stored template's versions, and the next is 3.
 	tk := model.TemplateKey{Tenant: "acme", Name: "receipt", Channel: "email", Locale: "en"}
-	if vs, err := r.TemplateVersions(ctx, tk); err != nil || len(vs) != 2 || vs[0].Parts["subject"] != "Receipt" {
+	if vs, err := r.Store().TemplateVersions(ctx, tk); err != nil || len(vs) != 2 || vs[0].Parts["subject"] != "Receipt" {
 		t.Errorf("the template's versions on PostgreSQL: %+v %v", vs, err)
 	}
 	if st, created, err := r.PutTemplate(ctx, tk, map[string]string{"subject": "Moved", "text": "x"}); err != nil || !created || st.Version != 3 {

@@ -42,7 +42,7 @@ func TestServeHelpListsEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	served := api.New(r, api.Options{Metrics: api.NewMetrics()}).Routes()
+	served := api.New(r, r.Store(), api.Options{Metrics: api.NewMetrics()}).Routes()
 
 	for _, p := range served {
 		if !slices.Contains(listed, p) {

@@ -321,7 +321,7 @@ func TestTemplateMissingFieldIsRefusedAtAccept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rl.Close()
-	srv := httptest.NewServer(api.New(rl, api.Options{Open: true}))
+	srv := httptest.NewServer(api.New(rl, rl.Store(), api.Options{Open: true}))
 	defer srv.Close()
 	resp, err := http.Post(srv.URL+"/v1/events", "application/json", strings.NewReader(ev))
 	if err != nil {

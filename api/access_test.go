@@ -52,11 +52,11 @@ func TestOpenAPIClosesWhenATokenIsCreated(t *testing.T) {
 		t.Errorf("acme sees %d notifications, want its 1", len(all))
 	}
 	// Revoking every token does not reopen the API.
-	ts, err := b.r.Tokens(context.Background())
+	ts, err := b.st.Tokens(context.Background())
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("tokens: %v %v", ts, err)
 	}
-	if err := b.r.RevokeToken(context.Background(), ts[0].ID); err != nil {
+	if err := b.st.DeleteToken(context.Background(), ts[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	wantProblem(t, b.do(t, "GET", "/v1/notifications", "", auth...), http.StatusUnauthorized, "unauthorized")

@@ -126,11 +126,11 @@ func setup(tb testing.TB, o options) *bundle {
 		}
 	})
 	if b.metrics != nil {
-		b.metrics.Watch(r)
+		b.metrics.Watch(r, st)
 	}
 	// Cleanups run last-in first-out: the server stops (waiting for requests
 	// in flight) before the relay closes.
-	b.api = api.New(r, o.API)
+	b.api = api.New(r, st, o.API)
 	b.srv = httptest.NewServer(b.api)
 	tb.Cleanup(b.srv.Close)
 	b.client = b.srv.Client()
@@ -502,7 +502,7 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 		t.Errorf("409 Retry-After %q, want the seconds left of the hold", rep.header.Get("Retry-After"))
 	}
 	// The hold is in the store: another server on it (another node) sees it.
-	other := httptest.NewServer(api.New(b.r, api.Options{Open: true}))
+	other := httptest.NewServer(api.New(b.r, b.st, api.Options{Open: true}))
 	defer other.Close()
 	oreq, _ := http.NewRequest("POST", other.URL+"/v1/events", strings.NewReader(body))
 	oreq.Header.Set("Idempotency-Key", "k1")
@@ -524,7 +524,7 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 	}
 	// A new process (a new server on the same database) replays the answer:
 	// only the completed response is durable, and it is.
-	again := httptest.NewServer(api.New(b.r, api.Options{Open: true}))
+	again := httptest.NewServer(api.New(b.r, b.st, api.Options{Open: true}))
 	defer again.Close()
 	req, _ := http.NewRequest("POST", again.URL+"/v1/events", strings.NewReader(body))
 	req.Header.Set("Idempotency-Key", "k1")
@@ -1342,7 +1342,7 @@ func TestCorrectedEventAccepted(t *testing.T) {
 func TestAcceptWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	writes := func() int64 { return b.r.WriterStats().Writes }
+	writes := func() int64 { return b.st.Stats().Writes }
 	for _, c := range []struct {
 		name string
 		hdr  []string

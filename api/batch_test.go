@@ -143,14 +143,14 @@ func TestBatchOneCommit(t *testing.T) {
 	for i := range 20 {
 		evs = append(evs, jsonOf(t, receipt(fmt.Sprintf("evt_%d", i), 1)))
 	}
-	before := b.r.WriterStats().Commits
+	before := b.st.Stats().Commits
 	_, res := b.postBatch(t, `{"events": [`+strings.Join(evs, ",")+`]}`, "")
 	for _, r := range res.Results {
 		if r.Status != http.StatusAccepted {
 			t.Fatalf("result %d: %d %s", r.Index, r.Status, r.Result)
 		}
 	}
-	if got := b.r.WriterStats().Commits - before; got != 1 {
+	if got := b.st.Stats().Commits - before; got != 1 {
 		t.Errorf("a batch of 20 events took %d commits, want 1", got)
 	}
 }

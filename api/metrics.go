@@ -15,6 +15,7 @@ import (
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // Metrics are the Prometheus metrics of a relay: what it accepted, what
@@ -73,17 +74,24 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Watch adds the store's queue depth and lag (read at each scrape) and its
-// writer's commits.
-func (m *Metrics) Watch(r *relay.Relay) {
-	m.reg.MustRegister(queueCollector{r}, writerCollector{r}, windowCollector{r})
-	r.OnCommit(m.Committed)
+// WatchedStore is what the metrics read of the relay's store: the status
+// and the writer's counters.
+type WatchedStore interface {
+	store.Reads
+	store.Maintenance
+}
+
+// Watch adds the queue depth and lag (read from st at each scrape, at r's
+// time), st's commits, and r's provider windows.
+func (m *Metrics) Watch(r *relay.Relay, st WatchedStore) {
+	m.reg.MustRegister(queueCollector{st, r.Now}, writerCollector{st}, windowCollector{r})
+	st.OnCommit(m.Committed)
 }
 
 // writerCollector reads the writer's counters per class of write at scrape
 // time: its share of work between accepts, claims and records shows
 // whether ingest is crowding out delivery.
-type writerCollector struct{ r *relay.Relay }
+type writerCollector struct{ st store.Maintenance }
 
 var (
 	writesDesc = prometheus.NewDesc("edgerelay_writer_writes_total", "Writes committed, by what they were for (accept, claim, record, other).", []string{"class"}, nil)
@@ -93,7 +101,7 @@ var (
 func (w writerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- writesDesc; ch <- busyDesc }
 
 func (w writerCollector) Collect(ch chan<- prometheus.Metric) {
-	st := w.r.WriterStats()
+	st := w.st.Stats()
 	for _, c := range []model.WriteClass{model.WriteAccept, model.WriteClaim, model.WriteRecord, model.WriteOther} {
 		cs := st.Classes[c]
 		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(cs.Writes), string(c))
@@ -151,7 +159,7 @@ func (m *Metrics) shed() { m.shedTotal.Inc() }
 // Quarantined implements relay.Observer.
 func (m *Metrics) Quarantined(tenant string) { m.quarantined.Inc() }
 
-// Committed records one writer commit (model.Options.OnCommit).
+// Committed records one writer commit (store.Maintenance's OnCommit).
 func (m *Metrics) Committed(writes int, took time.Duration) {
 	m.batch.Observe(float64(writes))
 	m.commit.Observe(took.Seconds())
@@ -172,7 +180,10 @@ func (m *Metrics) request(route string, code int, took time.Duration) {
 }
 
 // queueCollector reads queue depth and dispatch lag at scrape time.
-type queueCollector struct{ r *relay.Relay }
+type queueCollector struct {
+	st  store.Reads
+	now func() time.Time
+}
 
 var (
 	depthDesc  = prometheus.NewDesc("edgerelay_notifications", "Notifications by status, now.", []string{"status"}, nil)
@@ -191,7 +202,7 @@ func (q queueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := q.r.Status(ctx)
+	st, err := q.st.Status(ctx, q.now())
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(depthDesc, err)
 		return

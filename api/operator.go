@@ -41,7 +41,7 @@ func (s *Server) listQuarantine(w http.ResponseWriter, r *http.Request, c caller
 		}
 		before = row
 	}
-	qs, err := s.r.Quarantined(r.Context(), c.tenant, before, limit)
+	qs, err := s.st.QuarantinedEvents(r.Context(), c.tenant, before, limit)
 	if err != nil {
 		return s.internal(err)
 	}
@@ -72,7 +72,7 @@ func (s *Server) retryQuarantine(w http.ResponseWriter, r *http.Request, c calle
 	}
 	// The fan-out was tried at once: it finished, or the event is back in
 	// quarantine with the new reason.
-	qs, err := s.r.Quarantined(r.Context(), c.tenant, row+1, 1)
+	qs, err := s.st.QuarantinedEvents(r.Context(), c.tenant, row+1, 1)
 	if err != nil {
 		return s.internal(err)
 	}
@@ -88,7 +88,7 @@ func (s *Server) dropQuarantine(w http.ResponseWriter, r *http.Request, c caller
 		return *perr
 	}
 	id := r.PathValue("id")
-	n, err := s.r.DropQuarantined(r.Context(), c.tenant, row)
+	n, err := s.st.DropEvent(r.Context(), c.tenant, row, s.r.Now())
 	if errors.Is(err, model.ErrNotFound) {
 		return noQuarantined(id)
 	}

@@ -25,6 +25,7 @@ import (
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // Options configure the API. The zero value is usable for an open API.
@@ -80,6 +81,7 @@ type Options struct {
 // Server is the HTTP API over one Relay.
 type Server struct {
 	r    *relay.Relay
+	st   Store
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
@@ -98,8 +100,25 @@ type Server struct {
 	checked time.Time
 }
 
-// New returns the API handler.
-func New(r *relay.Relay, opts Options) *Server {
+// Store is what the API reads and keeps in the store itself, beside what it
+// asks of the relay (which adds a clock, tenant checks and the policy):
+// notifications and the status, the backlog (store.Dispatch's Live: the
+// API claims nothing), stored tokens, completed requests under their
+// Idempotency-Key, quarantined fan-outs, tailed rows rejected, stored
+// template versions, and the store's health.
+type Store interface {
+	store.Reads
+	store.Dispatch
+	store.Tokens
+	store.Requests
+	store.Events
+	store.Sources
+	store.Templates
+	store.Maintenance
+}
+
+// New returns the API handler over r and its store st.
+func New(r *relay.Relay, st Store, opts Options) *Server {
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = 1 << 20
 	}
@@ -124,7 +143,7 @@ func New(r *relay.Relay, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{r: r, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{r: r, st: st, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
 	s.setTokens(opts.TokenHashes)
 	s.handle("POST /v1/events", s.auth(s.unlessShedding(s.postEvent)))
 	s.handle("POST /v1/events:batch", s.auth(s.unlessShedding(s.postBatch)))
@@ -342,7 +361,7 @@ func (s *Server) open(ctx context.Context) (bool, error) {
 	if !s.checked.IsZero() && time.Since(s.checked) < s.opts.TokenCheck {
 		return true, nil
 	}
-	has, err := s.r.HasTokens(ctx)
+	has, err := s.st.HasTokens(ctx)
 	if err != nil {
 		return false, fmt.Errorf("look for API tokens: %w", err)
 	}
@@ -489,7 +508,7 @@ func lockOf(k model.RequestKey) model.RequestKey {
 // lookup returns the response stored under k, if any; a key used for
 // another request is 422.
 func (s *Server) lookup(ctx context.Context, k model.RequestKey) (*model.StoredResponse, *response) {
-	stored, err := s.r.LookupResponse(ctx, k)
+	stored, err := s.st.LookupRequest(ctx, k, s.r.Now())
 	switch {
 	case errors.Is(err, model.ErrKeyReused):
 		p := problem(http.StatusUnprocessableEntity, probKeyReused, "Idempotency-Key reused",
@@ -887,7 +906,7 @@ func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, c calle
 	if perr != nil {
 		return *perr
 	}
-	n, err := s.r.TenantNotification(r.Context(), c.tenant, row, "")
+	n, err := s.st.Notification(r.Context(), c.tenant, row, "")
 	if errors.Is(err, model.ErrNotFound) {
 		return noNotification(r.PathValue("id"))
 	}
@@ -904,7 +923,7 @@ func (s *Server) notificationByKey(ctx context.Context, c caller, key string) re
 	if perr != nil {
 		return *perr
 	}
-	n, err := s.r.TenantNotification(ctx, c.tenant, 0, key)
+	n, err := s.st.Notification(ctx, c.tenant, 0, key)
 	if errors.Is(err, model.ErrNotFound) {
 		return problem(http.StatusNotFound, probNotFound, "Not found", "no notification with key "+strconv.Quote(key))
 	}
@@ -994,7 +1013,7 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, c cal
 	if events != nil {
 		ns, err = s.r.ListEvents(r.Context(), f, events)
 	} else {
-		ns, err = s.r.List(r.Context(), f)
+		ns, err = s.st.ListNotifications(r.Context(), f)
 	}
 	if err != nil {
 		return s.internal(err)
@@ -1122,7 +1141,7 @@ func (s *Server) publicURL(r *http.Request) string {
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) response {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.r.Ping(ctx); err != nil {
+	if err := s.st.Ping(ctx); err != nil {
 		return problem(http.StatusServiceUnavailable, probNotReady, "Not ready", err.Error())
 	}
 	// Accepts work, so the API is ready; a dispatcher that cannot write
@@ -1163,7 +1182,7 @@ func (s *Server) PruneLoop(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		for {
-			n, err := s.r.PruneRequests(ctx, 500)
+			n, err := s.st.PruneRequests(ctx, s.r.Now(), 500)
 			if err != nil || n < 500 {
 				break
 			}

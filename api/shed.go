@@ -62,7 +62,7 @@ func (s *Server) ShedLoop(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if due, err := s.r.Backlog(ctx); err == nil {
+		if due, _, _, err := s.st.Live(ctx, s.r.Now()); err == nil {
 			s.shed.due.Store(due)
 			s.shed.read.Store(true)
 		}

@@ -45,7 +45,7 @@ func TestShedAboveBacklog(t *testing.T) {
 	if rep := b.do(t, "GET", "/v1/notifications/"+first, ""); rep.status != http.StatusOK {
 		t.Errorf("a read while shedding: %s", rep)
 	}
-	if st, _ := b.r.Status(context.Background()); st.Counts["pending"] > 7 {
+	if st, _ := b.st.Status(context.Background(), b.r.Now()); st.Counts["pending"] > 7 {
 		t.Errorf("refused events were stored: %v", st.Counts)
 	}
 	if m := regexp.MustCompile(`edgerelay_events_shed_total (\d+)`).FindStringSubmatch(string(b.do(t, "GET", "/metrics", "").body)); m == nil || m[1] == "0" {

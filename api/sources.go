@@ -50,7 +50,7 @@ func (s *Server) listRejects(w http.ResponseWriter, r *http.Request, c caller) r
 		}
 		after = n
 	}
-	rs, err := s.r.SourceRejects(r.Context(), model.SourceRejectFilter{Source: name, AfterSource: name, AfterRow: after, Limit: limit})
+	rs, err := s.st.SourceRejects(r.Context(), model.SourceRejectFilter{Source: name, AfterSource: name, AfterRow: after, Limit: limit})
 	if err != nil {
 		return s.internal(err)
 	}
@@ -68,13 +68,13 @@ func (s *Server) listRejects(w http.ResponseWriter, r *http.Request, c caller) r
 
 func (s *Server) retryRejects(w http.ResponseWriter, r *http.Request, c caller) response {
 	return s.actOnRejects(w, r, "retried", func(name string, rows []int64) ([]int64, error) {
-		return s.r.RetrySourceRejects(r.Context(), name, rows)
+		return s.st.RetrySourceRejects(r.Context(), name, rows, s.r.Now())
 	})
 }
 
 func (s *Server) dropRejects(w http.ResponseWriter, r *http.Request, c caller) response {
 	return s.actOnRejects(w, r, "dropped", func(name string, rows []int64) ([]int64, error) {
-		return s.r.DropSourceRejects(r.Context(), name, rows)
+		return s.st.DropSourceRejects(r.Context(), name, rows)
 	})
 }
 

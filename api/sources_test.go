@@ -48,7 +48,7 @@ func TestSourceRejectsOverHTTP(t *testing.T) {
 	defer src.Close()
 	tailOnce := func() sources.TailStats {
 		t.Helper()
-		tl := sources.NewTailer(b.r, src, sources.TailOptions{Once: true})
+		tl := sources.NewTailer(b.r, b.st, src, sources.TailOptions{Once: true})
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
 		defer cancel()
 		if err := tl.Run(ctx); err != nil {

@@ -72,7 +72,7 @@ func TestDuplicateStorm(t *testing.T) {
 	if _, err := b.r.RunUntilIdle(context.Background(), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.r.Status(context.Background())
+	st, err := b.st.Status(context.Background(), b.r.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c caller) r
 		}
 		version = n
 	}
-	st, err := s.r.TemplateVersion(r.Context(), key, version)
+	st, err := s.st.TemplateVersion(r.Context(), key, version)
 	if err != nil {
 		return s.templateError(err)
 	}
@@ -143,7 +143,7 @@ func (s *Server) templateVersions(w http.ResponseWriter, r *http.Request, c call
 	if perr != nil {
 		return *perr
 	}
-	vs, err := s.r.TemplateVersions(r.Context(), key)
+	vs, err := s.st.TemplateVersions(r.Context(), key)
 	if err != nil {
 		return s.internal(err)
 	}

@@ -76,14 +76,14 @@ func TestThrottleFoldsOnlyWhatTheDigestCarries(t *testing.T) {
 	j := &schedule.Job{Name: "weekly", Schedule: every, Run: run}
 	ctx := context.Background()
 	hour := clk.Now().Truncate(time.Hour)
-	if got, err := schedule.RunJob(ctx, b.r, j, hour, schedule.RunOptions{}); err != nil || got.New != 1 {
+	if got, err := schedule.RunJob(ctx, b.r, b.st, j, hour, schedule.RunOptions{}); err != nil || got.New != 1 {
 		t.Fatalf("the digest's run: %+v, %v; want one digest", got, err)
 	}
-	if got, err := schedule.RunJob(ctx, b.r, j, hour, schedule.RunOptions{Again: true}); err != nil || got.New != 0 || got.Duplicate != 1 {
+	if got, err := schedule.RunJob(ctx, b.r, b.st, j, hour, schedule.RunOptions{Again: true}); err != nil || got.New != 0 || got.Duplicate != 1 {
 		t.Fatalf("the same run again: %+v, %v; want a duplicate", got, err)
 	}
 	clk.set(hour.Add(time.Hour))
-	if got, err := schedule.RunJob(ctx, b.r, j, hour.Add(time.Hour), schedule.RunOptions{}); err != nil || got.New != 0 {
+	if got, err := schedule.RunJob(ctx, b.r, b.st, j, hour.Add(time.Hour), schedule.RunOptions{}); err != nil || got.New != 0 {
 		t.Fatalf("the next run: %+v, %v; want nothing new", got, err)
 	}
 	runIdle(t, b.r)

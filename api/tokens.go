@@ -19,7 +19,7 @@ func (s *Server) TokenByHash(ctx context.Context, hash string) (model.Token, err
 	if tenant, ok := (*s.tokens.Load())[hash]; ok {
 		return model.Token{Tenant: tenant, Name: "config"}, nil
 	}
-	return s.r.TokenByHash(ctx, hash)
+	return s.st.TokenByHash(ctx, hash)
 }
 
 // HashToken is how a bearer token is looked up: hex SHA-256.

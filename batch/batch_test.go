@@ -66,7 +66,7 @@ func (r *rejects) add(e *LineError) { r.got = append(r.got, e.Error()) }
 
 func countNotifications(t *testing.T, r *relay.Relay) int64 {
 	t.Helper()
-	st, err := r.Status(context.Background())
+	st, err := r.Store().Status(context.Background(), r.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestAcceptBatchBadLines(t *testing.T) {
 		t.Fatalf("rejects %q", got)
 	}
 	// Accepted in file order: the notifications' ids follow the lines.
-	ns, err := r.List(ctx, model.ListFilter{Limit: 100})
+	ns, err := r.Store().ListNotifications(ctx, model.ListFilter{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestAcceptBatchBoundedMemory(t *testing.T) {
 	if res != (Result{Lines: n, New: n, Notifications: n}) {
 		t.Fatalf("result %+v", res)
 	}
-	ws := r.WriterStats()
+	ws := r.Store().Stats()
 	t.Logf("%d lines (%d MiB) in %s: %.0f lines/s; heap in use %d MiB at start, peak %d MiB; %d commits (%.1f writes each, largest %d)",
 		n, st.Size()>>20, took.Round(time.Millisecond), float64(n)/took.Seconds(), base>>20, peak>>20,
 		ws.Commits, float64(ws.Writes)/float64(max(ws.Commits, 1)), ws.MaxBatch)

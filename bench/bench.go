@@ -193,7 +193,7 @@ func acceptHTTPAt(ctx context.Context, path string, callers, n int) (Rate, error
 		return Rate{}, err
 	}
 	defer r.Close()
-	srv := httptest.NewServer(api.New(r, api.Options{Open: true, Logger: quiet}))
+	srv := httptest.NewServer(api.New(r, r.Store(), api.Options{Open: true, Logger: quiet}))
 	defer srv.Close()
 	return postEvents(ctx, srv.URL, callers, n, 0)
 }

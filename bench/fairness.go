@@ -53,7 +53,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 		return FairnessRun{}, err
 	}
 	defer r.Close()
-	a := api.New(r, api.Options{Open: true, Logger: quiet, ShedAbove: shedAbove})
+	a := api.New(r, r.Store(), api.Options{Open: true, Logger: quiet, ShedAbove: shedAbove})
 	srv := httptest.NewServer(a)
 	defer srv.Close()
 	lctx, stop := context.WithCancel(ctx)
@@ -65,7 +65,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	defer r.Stop(context.Background())
 
 	run := FairnessRun{Offered: rate, Busy: map[model.WriteClass]time.Duration{}}
-	st0 := r.WriterStats()
+	st0 := r.Store().Stats()
 	// The pacer: event i is due at start + i/rate; 64 connections send
 	// them, none before its time (an open-loop load, like many clients).
 	const conns = 64
@@ -143,7 +143,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 		return FairnessRun{}, err
 	}
 	run.PendingEnd = due + sending
-	st1 := r.WriterStats()
+	st1 := r.Store().Stats()
 	for c, s := range st1.Classes {
 		run.Busy[c] = s.Busy - st0.Classes[c].Busy
 	}
@@ -197,7 +197,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 
 // liveOf is the relay's queue: due now, due later, and being sent.
 func liveOf(ctx context.Context, r *relay.Relay) (due, later, sending int64, err error) {
-	return r.Queue(ctx)
+	return r.Store().Live(ctx, r.Now())
 }
 
 // BusyShares is each class's part of the writer's busy time, as "accept

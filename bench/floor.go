@@ -262,7 +262,7 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 		return DispatchRun{}, err
 	}
 	defer r.Close()
-	st0 := r.WriterStats()
+	st0 := r.Store().Stats()
 	if f := os.Getenv("EDGERELAY_BENCH_CPUPROFILE"); f != "" {
 		// The drain alone, not the backlog's accepts: go test's -cpuprofile
 		// would mix them.
@@ -299,7 +299,7 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 	run := DispatchRun{N: n, Elapsed: time.Since(start)}
 	runtime.ReadMemStats(&m1)
 	run.AllocBytes = int64(m1.TotalAlloc - m0.TotalAlloc)
-	st1 := r.WriterStats()
+	st1 := r.Store().Stats()
 	run.Commits, run.Writes = st1.Commits-st0.Commits, st1.Writes-st0.Writes
 	cpu1, err3 := ProcessCPU(0)
 	sim1, err4 := ProcessCPU(sim.PID())

@@ -229,7 +229,7 @@ func Nodes(ctx context.Context, dbURL string, sim *Sim, nodes, n, callers, worke
 		run.RelayCPU, run.SimCPU = cpu1-cpu0, sim1-sim0
 	}
 	for _, r := range rs {
-		st := r.WriterStats()
+		st := r.Store().Stats()
 		run.Commits += st.Commits
 		run.Writes += st.Writes
 	}

@@ -56,7 +56,7 @@ func Tail(ctx context.Context, dir string, n int) (Rate, error) {
 	defer src.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	t := sources.NewTailer(r, src, sources.TailOptions{Poll: time.Millisecond, OnBatch: func(st sources.TailStats) {
+	t := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: time.Millisecond, OnBatch: func(st sources.TailStats) {
 		if st.Position >= int64(n) {
 			cancel()
 		}

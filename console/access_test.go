@@ -151,14 +151,14 @@ func TestConsoleAccess(t *testing.T) {
 			t.Fatalf("retry with %s: %d, want 403", tc.name, resp.StatusCode)
 		}
 	}
-	if n, _ := f.r.TenantNotification(t.Context(), "", f.dan, ""); n.Status != model.StatusDead || len(n.Audit) != 0 {
+	if n, _ := f.r.Store().Notification(t.Context(), "", f.dan, ""); n.Status != model.StatusDead || len(n.Audit) != 0 {
 		t.Fatalf("after refused POSTs dan is %s with audit %v; want dead, untouched", n.Status, n.Audit)
 	}
 	resp, page = c.do("POST", "/console/retry", url.Values{"id": {f.danID}, "csrf": {tok}}, "Origin", f.srv.URL)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "Retried 1 notification") {
 		t.Fatalf("retry: %d\n%s", resp.StatusCode, page)
 	}
-	n, _ := f.r.TenantNotification(t.Context(), "", f.dan, "")
+	n, _ := f.r.Store().Notification(t.Context(), "", f.dan, "")
 	if len(n.Audit) != 1 || n.Audit[0].Actor != "console, token 1 (support) of tenant acme" || n.Audit[0].Detail != "was dead" {
 		t.Fatalf("dan's audit after the retry: %+v", n.Audit)
 	}
@@ -171,11 +171,11 @@ func TestConsoleAccess(t *testing.T) {
 		t.Fatalf("a forged cookie: %d, want 303 to the login", resp.StatusCode)
 	}
 	// Revoking the token ends its sessions at once.
-	toks, err := f.r.Tokens(t.Context())
+	toks, err := f.r.Store().Tokens(t.Context())
 	if err != nil || len(toks) != 1 {
 		t.Fatalf("tokens %v, %v", toks, err)
 	}
-	if err := f.r.RevokeToken(t.Context(), toks[0].ID); err != nil {
+	if err := f.r.Store().DeleteToken(t.Context(), toks[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := c.do("GET", "/console/", nil); resp.StatusCode != http.StatusSeeOther {

@@ -296,7 +296,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if got := text(t, ctx, "#confirm-count"); !strings.HasPrefix(got, "Retry 1 notification?") {
 		t.Fatalf("confirmation: %q", got)
 	}
-	if st, _ := f.r.TenantNotification(t.Context(), "", f.dan, ""); st.Status != "dead" {
+	if st, _ := f.r.Store().Notification(t.Context(), "", f.dan, ""); st.Status != "dead" {
 		t.Fatalf("dan is %s before the confirmation, want dead: nothing is retried before it", st.Status)
 	}
 	do(t, ctx, chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#retried-count")))
@@ -362,7 +362,7 @@ func TestConsoleTenantsApartInBrowser(t *testing.T) {
 		t.Fatalf("beta's retry page names acme's recipient: %q", got)
 	}
 	// By key: acme's key opens nothing for beta.
-	n, err := f.r.TenantNotification(t.Context(), "", f.ada, "")
+	n, err := f.r.Store().Notification(t.Context(), "", f.ada, "")
 	if err != nil {
 		t.Fatal(err)
 	}

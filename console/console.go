@@ -17,6 +17,7 @@ import (
 	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/schedule"
+	"edgerelay/store"
 )
 
 //go:embed templates/*.html
@@ -95,17 +96,33 @@ type SourceStatus struct {
 
 // Console is the console's http.Handler.
 type Console struct {
-	r     *relay.Relay
-	opts  Options
-	log   *slog.Logger
-	mux   *http.ServeMux
-	pages map[string]*template.Template
+	r  *relay.Relay
+	st Store
+	// sessions are the sign-ins, kept in the store for every process.
+	sessions store.Sessions
+	opts     Options
+	log      *slog.Logger
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
 	// logins throttles failed sign-ins per client address.
 	logins *throttle
 }
 
-// New returns the console over r.
-func New(r *relay.Relay, opts Options) (*Console, error) {
+// Store is what the console reads and keeps in the store itself, beside
+// what it asks of the relay: sign-ins, notifications, quarantined
+// fan-outs, feed memberships, the schedules' last runs, and the store's
+// health and writer counters.
+type Store interface {
+	store.Sessions
+	store.Reads
+	store.Events
+	store.Console
+	store.Jobs
+	store.Maintenance
+}
+
+// New returns the console over r and its store st.
+func New(r *relay.Relay, st Store, opts Options) (*Console, error) {
 	if opts.Auth == nil {
 		return nil, errors.New("console: Options.Auth is required")
 	}
@@ -128,7 +145,7 @@ func New(r *relay.Relay, opts Options) (*Console, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Console{r: r, opts: opts, log: opts.Logger, mux: http.NewServeMux(), pages: map[string]*template.Template{},
+	c := &Console{r: r, st: st, sessions: st, opts: opts, log: opts.Logger, mux: http.NewServeMux(), pages: map[string]*template.Template{},
 		logins: newThrottle(opts.LoginFailures, opts.LoginRefill)}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {

@@ -71,14 +71,15 @@ const (
 )
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
-	o, err := c.r.Overview(r.Context(), s.Tenant, overviewWindow, overviewBucket)
+	now := c.r.Now()
+	o, err := c.st.Overview(r.Context(), s.Tenant, now, now.Add(-overviewWindow), overviewBucket)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return
 	}
-	d := overviewData{O: o, Now: c.r.Now(), Process: s.operator()}
+	d := overviewData{O: o, Now: now, Process: s.operator()}
 	if d.Process {
-		d.Writer = c.r.WriterStats()
+		d.Writer = c.st.Stats()
 	}
 	for _, st := range model.Statuses {
 		d.Statuses = append(d.Statuses, statusCount{st, o.Counts[st]})
@@ -113,7 +114,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	for _, j := range c.opts.Jobs {
 		row := jobRow{Name: j.Name, Schedule: j.Schedule.String(), Next: j.Schedule.Next(d.Now)}
-		if row.Last, row.HasLast, err = c.r.LastJobRun(r.Context(), j.Name); err != nil {
+		if row.Last, row.HasLast, err = c.st.LastJobRun(r.Context(), j.Name); err != nil {
 			c.internal(w, r, s, err)
 			return
 		}
@@ -122,7 +123,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	if c.opts.Sources != nil && d.Process {
 		d.Sources = c.opts.Sources()
 	}
-	if err := c.r.Ping(r.Context()); err != nil {
+	if err := c.st.Ping(r.Context()); err != nil {
 		d.WriterErr = err.Error()
 	}
 	if err := c.r.DispatchErr(); err != nil {
@@ -168,7 +169,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 	d := searchData{Q: form, Statuses: model.Statuses}
 	if form.Key != "" {
 		// A key names one notification: open it.
-		n, err := c.r.TenantNotification(r.Context(), s.Tenant, 0, form.Key)
+		n, err := c.st.Notification(r.Context(), s.Tenant, 0, form.Key)
 		if errors.Is(err, model.ErrNotFound) {
 			d.Errors = append(d.Errors, "No notification has the key "+strconv.Quote(form.Key)+".")
 			c.render(w, r, s, http.StatusNotFound, "search", "Search", d)
@@ -210,7 +211,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	d.Searched = true
-	if d.Results, err = c.r.List(r.Context(), f); err != nil {
+	if d.Results, err = c.st.ListNotifications(r.Context(), f); err != nil {
 		c.internal(w, r, s, err)
 		return
 	}
@@ -254,7 +255,7 @@ func (c *Console) notification(w http.ResponseWriter, r *http.Request, s *sessio
 		c.notFound(w, r, s, r.PathValue("id"))
 		return
 	}
-	n, err := c.r.TenantNotification(r.Context(), s.Tenant, id, "")
+	n, err := c.st.Notification(r.Context(), s.Tenant, id, "")
 	if errors.Is(err, model.ErrNotFound) {
 		c.notFound(w, r, s, r.PathValue("id"))
 		return
@@ -305,7 +306,7 @@ func (c *Console) selected(w http.ResponseWriter, r *http.Request, s *session, v
 			continue
 		}
 		seen[id] = true
-		n, err := c.r.TenantNotification(r.Context(), s.Tenant, id, "")
+		n, err := c.st.Notification(r.Context(), s.Tenant, id, "")
 		switch {
 		case errors.Is(err, model.ErrNotFound):
 			d.Missing = append(d.Missing, v)
@@ -364,7 +365,7 @@ type quarantineData struct {
 
 func (c *Console) quarantine(w http.ResponseWriter, r *http.Request, s *session) {
 	before, _ := c.r.EventRowOf(r.Context(), r.URL.Query().Get("before"))
-	qs, err := c.r.Quarantined(r.Context(), s.Tenant, max(before, 0), searchPage)
+	qs, err := c.st.QuarantinedEvents(r.Context(), s.Tenant, max(before, 0), searchPage)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return
@@ -384,7 +385,7 @@ func (c *Console) quarantined(w http.ResponseWriter, r *http.Request, s *session
 		c.fail(w, r, s, http.StatusNotFound, "Not found", "No such quarantine action.")
 		return model.QuarantinedEvent{}, "", false
 	}
-	qs, err := c.r.Quarantined(r.Context(), s.Tenant, id+1, 1)
+	qs, err := c.st.QuarantinedEvents(r.Context(), s.Tenant, id+1, 1)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return model.QuarantinedEvent{}, "", false
@@ -416,11 +417,11 @@ func (c *Console) quarantineAct(w http.ResponseWriter, r *http.Request, s *sessi
 			return
 		}
 		d.Result = "Its fan-out was tried again."
-		if qs, err := c.r.Quarantined(r.Context(), s.Tenant, q.EventRow+1, 1); err == nil && len(qs) == 1 && qs[0].EventRow == q.EventRow {
+		if qs, err := c.st.QuarantinedEvents(r.Context(), s.Tenant, q.EventRow+1, 1); err == nil && len(qs) == 1 && qs[0].EventRow == q.EventRow {
 			d.Result = "It failed again and is back in quarantine: " + qs[0].Reason
 		}
 	} else {
-		n, err := c.r.DropQuarantined(r.Context(), s.Tenant, q.EventRow)
+		n, err := c.st.DropEvent(r.Context(), s.Tenant, q.EventRow, c.r.Now())
 		if err != nil && !errors.Is(err, model.ErrNotFound) {
 			c.internal(w, r, s, err)
 			return
@@ -494,7 +495,7 @@ type feedData struct {
 func (c *Console) feeds(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	after := model.FeedMembership{Tenant: s.Tenant, Feed: q.Get("after_feed"), User: q.Get("after_user")}
-	ms, err := c.r.FeedMemberships(r.Context(), s.Tenant, after, searchPage)
+	ms, err := c.st.FeedMemberships(r.Context(), s.Tenant, after, searchPage)
 	if err != nil {
 		c.internal(w, r, s, err)
 		return

@@ -116,7 +116,7 @@ func (c *Console) current(r *http.Request) (*session, error) {
 	if err != nil || len(ck.Value) != sessionIDLen {
 		return nil, errSignedOut
 	}
-	ss, err := c.r.Session(r.Context(), idHash(ck.Value), c.opts.Now())
+	ss, err := c.sessions.Session(r.Context(), idHash(ck.Value), c.opts.Now())
 	if errors.Is(err, model.ErrNotFound) {
 		return nil, errSignedOut // ended, expired, or never made
 	}
@@ -299,17 +299,17 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 			ss.Who = fmt.Sprintf("console, token %d (%s) of tenant %s", t.ID, t.Name, t.Tenant)
 		}
 	}
-	if err := c.r.CreateSession(r.Context(), ss); err != nil {
+	if err := c.sessions.CreateSession(r.Context(), ss); err != nil {
 		c.internal(w, r, nil, err)
 		return
 	}
 	// A session this browser held before ends: a login never leaves two.
 	if old, err := r.Cookie(c.cookieName(r, sessionCookie)); err == nil && len(old.Value) == sessionIDLen {
-		if err := c.r.DeleteSession(r.Context(), idHash(old.Value)); err != nil {
+		if err := c.sessions.DeleteSession(r.Context(), idHash(old.Value)); err != nil {
 			c.log.Warn("console: end the session signed in over", "err", err)
 		}
 	}
-	if _, err := c.r.PruneSessions(r.Context(), now, pruneOnLogin); err != nil {
+	if _, err := c.sessions.PruneSessions(r.Context(), now, pruneOnLogin); err != nil {
 		c.log.Warn("console: prune expired sessions", "err", err)
 	}
 	http.SetCookie(w, c.cookie(r, loginCookie, "", -1))
@@ -327,7 +327,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 		if !c.checkPost(w, r, s.CSRF) {
 			return
 		}
-		if err := c.r.DeleteSession(r.Context(), s.idHash); err != nil {
+		if err := c.sessions.DeleteSession(r.Context(), s.idHash); err != nil {
 			c.internal(w, r, s, err)
 			return
 		}

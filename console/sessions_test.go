@@ -153,11 +153,11 @@ func travel(t *testing.T, f *fixture) {
 	if !c2.signedIn() || !c1.signedIn() {
 		t.Fatal("the second login does not open both nodes")
 	}
-	toks, err := f.r.Tokens(t.Context())
+	toks, err := f.r.Store().Tokens(t.Context())
 	if err != nil || len(toks) != 1 {
 		t.Fatalf("tokens %v, %v", toks, err)
 	}
-	if err := f.r.RevokeToken(t.Context(), toks[0].ID); err != nil {
+	if err := f.r.Store().DeleteToken(t.Context(), toks[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	if c2.signedIn() || c1.signedIn() {

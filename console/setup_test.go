@@ -129,9 +129,9 @@ func setupAt(t *testing.T, path string, open bool, opts console.Options) *fixtur
 // loopback port of their own.
 func serveNode(t *testing.T, r *relay.Relay, apiOpts api.Options, opts console.Options) *httptest.Server {
 	t.Helper()
-	a := api.New(r, apiOpts)
+	a := api.New(r, r.Store(), apiOpts)
 	opts.Auth = a
-	con, err := console.New(r, opts)
+	con, err := console.New(r, r.Store(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func waitStatus(t *testing.T, r *relay.Relay, id int64, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n, err := r.TenantNotification(context.Background(), "", id, "")
+		n, err := r.Store().Notification(context.Background(), "", id, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,9 +20,12 @@ import (
 	"edgerelay/store"
 )
 
-// What the API and the commands ask of storage, through the relay: they
-// never hold the store itself. Each method is the relay's word for one
-// thing a person or a client can see or change.
+// What the API and the commands ask of storage through the relay, because
+// the relay adds to it: a decoding of the ids the API shows, tenant and
+// size checks, its clock. What the store answers as it is (a notification
+// by tenant and id, a listing, the status, tokens, request keys, the
+// schedules' runs, sources' states) the callers read from the store role
+// they are handed (store.Reads, store.Tokens, ...).
 
 // Notification returns one notification with its audit trail, by what a
 // person pasted: its row id (as the commands print it), the id the API
@@ -104,17 +107,6 @@ func (r *Relay) row(ctx context.Context, id, prefix string, decode func(*IDs, st
 	return row, nil
 }
 
-// TenantNotification is one notification of a tenant ("" for any), by id
-// or, when id is 0, by key: another tenant's is model.ErrNotFound.
-func (r *Relay) TenantNotification(ctx context.Context, tenant string, id int64, key string) (model.Notification, error) {
-	return r.store.Notification(ctx, tenant, id, key)
-}
-
-// List pages through notifications in id order.
-func (r *Relay) List(ctx context.Context, f model.ListFilter) ([]model.Notification, error) {
-	return r.store.ListNotifications(ctx, f)
-}
-
 // EventRow finds an accepted event's row by its identity.
 func (r *Relay) EventRow(ctx context.Context, tenant, eventID, purpose string) (int64, error) {
 	if err := CheckTenant("tenant", tenant); err != nil {
@@ -156,35 +148,6 @@ func (r *Relay) ListEvents(ctx context.Context, f model.ListFilter, rows []int64
 	return all[:min(len(all), f.Limit)], nil
 }
 
-// Status counts notifications by status and attempts by provider.
-func (r *Relay) Status(ctx context.Context) (model.Status, error) {
-	return r.store.Status(ctx, r.now())
-}
-
-// Backlog is how many notifications are due now and not yet claimed.
-func (r *Relay) Backlog(ctx context.Context) (int64, error) {
-	due, _, _, err := r.store.Live(ctx, r.now())
-	return due, err
-}
-
-// Queue counts the notifications not final: due now, due later, and being
-// sent.
-func (r *Relay) Queue(ctx context.Context) (due, later, sending int64, err error) {
-	return r.store.Live(ctx, r.now())
-}
-
-// Ping checks that the store takes writes now.
-func (r *Relay) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
-
-// WriterStats counts the store's commits since it opened.
-func (r *Relay) WriterStats() model.WriterStats { return r.store.Stats() }
-
-// OnCommit sets a function told of each commit (metrics); it must be quick.
-func (r *Relay) OnCommit(fn func(writes int, took time.Duration)) { r.store.OnCommit(fn) }
-
-// Where names the database, for people.
-func (r *Relay) Where() string { return r.store.Where() }
-
 // ErrNoBackup: the store cannot copy itself while running.
 var ErrNoBackup = errors.New("this store cannot make a backup while running")
 
@@ -198,12 +161,8 @@ func (r *Relay) Backup(ctx context.Context, dest string) error {
 	return b.Backup(ctx, dest)
 }
 
-// LastJobRun is when a job's latest run was scheduled for.
-func (r *Relay) LastJobRun(ctx context.Context, job string) (time.Time, bool, error) {
-	return r.store.LastJobRun(ctx, job)
-}
-
-// Tokens.
+// Tokens. The relay makes them (the secret is drawn here, only its hash is
+// kept); reading, listing and revoking them is store.Tokens'.
 
 // CreateToken makes a new API token for tenant and returns it, once: only
 // its hash is stored.
@@ -225,33 +184,6 @@ func (r *Relay) CreateToken(ctx context.Context, tenant, name string) (model.Tok
 func TokenHash(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])
-}
-
-// TokenByHash finds a stored token; model.ErrNotFound if there is none.
-func (r *Relay) TokenByHash(ctx context.Context, hash string) (model.Token, error) {
-	return r.store.TokenByHash(ctx, hash)
-}
-
-// Tokens lists the stored tokens (never the secrets).
-func (r *Relay) Tokens(ctx context.Context) ([]model.Token, error) { return r.store.Tokens(ctx) }
-
-// RevokeToken deletes a token; it stops working at once.
-func (r *Relay) RevokeToken(ctx context.Context, id int64) error { return r.store.DeleteToken(ctx, id) }
-
-// HasTokens reports whether any token is stored.
-func (r *Relay) HasTokens(ctx context.Context) (bool, error) { return r.store.HasTokens(ctx) }
-
-// Request idempotency: completed responses kept under their key.
-
-// LookupResponse returns the live response stored for k, if any
-// (model.ErrKeyReused for another request under the same key).
-func (r *Relay) LookupResponse(ctx context.Context, k model.RequestKey) (*model.StoredResponse, error) {
-	return r.store.LookupRequest(ctx, k, r.now())
-}
-
-// PruneRequests deletes up to limit expired request keys.
-func (r *Relay) PruneRequests(ctx context.Context, limit int) (int, error) {
-	return r.store.PruneRequests(ctx, r.now(), limit)
 }
 
 // Feeds. Every string a client names here (tenant, feed, user, members) is
@@ -375,36 +307,6 @@ func checkLabel(field, v string, max int) error {
 		return invalid(field, "contains a control character")
 	}
 	return nil
-}
-
-// Jobs and sources: what the scheduler and the tailer keep.
-
-// BeginJobRun records the start of a run of a job scheduled for at, or
-// finds the run begun before (a restart, a second instance); the run's
-// range is in tenant's feed sequence.
-func (r *Relay) BeginJobRun(ctx context.Context, job, tenant string, at time.Time) (model.JobRun, error) {
-	return r.store.BeginJobRun(ctx, job, tenant, at, r.now())
-}
-
-// FinishJobRun records how a run ended.
-func (r *Relay) FinishJobRun(ctx context.Context, job string, at time.Time, runErr error) error {
-	return r.store.FinishJobRun(ctx, job, at, runErr, r.now())
-}
-
-// SourceState is how far a tailed source has been relayed, and the ids
-// below that it still awaits.
-func (r *Relay) SourceState(ctx context.Context, name string) (model.SourceState, error) {
-	return r.store.SourceState(ctx, name)
-}
-
-// SourceStates are every saved source's states, by name.
-func (r *Relay) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
-	return r.store.SourceStates(ctx)
-}
-
-// SaveSourceState saves a source's state; its position only moves forward.
-func (r *Relay) SaveSourceState(ctx context.Context, name string, st model.SourceState) error {
-	return r.store.SaveSourceState(ctx, name, st, r.now())
 }
 
 // Now is the relay's clock.

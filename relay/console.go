@@ -3,21 +3,14 @@ package relay
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"edgerelay/model"
 )
 
-// What the console asks of the relay beyond the API's reads: an overview of
-// a tenant, a retry that records who asked, every feed membership listed,
-// and the guarantee that applies to one notification.
-
-// Overview is a tenant's state now and its activity over the window before
-// now, in buckets.
-func (r *Relay) Overview(ctx context.Context, tenant string, window, bucket time.Duration) (model.Overview, error) {
-	now := r.now()
-	return r.store.Overview(ctx, tenant, now, now.Add(-window), bucket)
-}
+// What the console asks of the relay beyond the API's reads: a retry that
+// records who asked (and wakes the dispatcher), and the guarantee that
+// applies to one notification. Its overview, sessions and feed memberships
+// it reads from the store itself.
 
 // RetryAs is RetryTenant that records who asked (actor) with the
 // notification, in the same write.
@@ -27,12 +20,6 @@ func (r *Relay) RetryAs(ctx context.Context, tenant string, id int64, actor stri
 	}
 	r.notify()
 	return nil
-}
-
-// FeedMemberships lists a tenant's topic and team feed memberships, every
-// feed's, by feed and user.
-func (r *Relay) FeedMemberships(ctx context.Context, tenant string, after model.FeedMembership, limit int) ([]model.FeedMembership, error) {
-	return r.store.FeedMemberships(ctx, tenant, after, limit)
 }
 
 // Guarantee is the promise that holds for n, in one sentence, from what
@@ -171,28 +158,4 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return fmt.Sprintf("%d %s", n, many)
-}
-
-// The console's sessions are kept in the store, so that every process
-// sharing it knows them; the console draws their ids and decides their
-// lifetimes, and passes its clock (the store only records).
-
-// CreateSession keeps a console session.
-func (r *Relay) CreateSession(ctx context.Context, s model.Session) error {
-	return r.store.CreateSession(ctx, s)
-}
-
-// Session finds a console session live at now: model.ErrNotFound if none.
-func (r *Relay) Session(ctx context.Context, idHash string, now time.Time) (model.Session, error) {
-	return r.store.Session(ctx, idHash, now)
-}
-
-// DeleteSession ends a console session, for every process.
-func (r *Relay) DeleteSession(ctx context.Context, idHash string) error {
-	return r.store.DeleteSession(ctx, idHash)
-}
-
-// PruneSessions deletes up to limit console sessions expired by now.
-func (r *Relay) PruneSessions(ctx context.Context, now time.Time, limit int) (int, error) {
-	return r.store.PruneSessions(ctx, now, limit)
 }

@@ -242,7 +242,8 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 				Delivery: map[string]Mode{"payment.succeeded": tt.mode},
 				Now:      clk.now,
 			}
-			dying, err := openAt(ctx, t.TempDir()+"/relay.db", opts)
+			path := t.TempDir() + "/relay.db"
+			dying, err := openAt(ctx, path, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -259,7 +260,7 @@ func TestCrashRecoveryAfterClaim(t *testing.T) {
 			}
 
 			clk.advance(2 * time.Minute)
-			r := setupRelay(t, opts)
+			r := setupRelayAt(t, path, opts)
 			sum := runIdle(t, r, time.Second)
 			n := notification(t, r, res.Notifications[0].ID)
 			if n.Status != tt.status || fmt.Sprint(outcomes(n)) != fmt.Sprint(tt.outcomes) {

@@ -73,7 +73,7 @@ func TestTwoDispatchersShortLeasesSendOnce(t *testing.T) {
 		}
 	}
 	// No call outlived its lease: no attempt was settled as a crash.
-	st, _ := a.Status(context.Background())
+	st, _ := a.store.Status(context.Background(), a.now())
 	for p, o := range st.Providers {
 		if o["unknown"] != 0 {
 			t.Errorf("provider %s: %d unknown outcomes, want none (a lease expired under a live call)", p, o["unknown"])
@@ -142,7 +142,7 @@ func TestFanOutThatDoesNotAdvanceIsQuarantined(t *testing.T) {
 	if err != nil || sum.Sent != 3 || sum.Quarantined != 1 {
 		t.Fatalf("RunUntilIdle: %+v, %v; want the 3 notifications sent and the event quarantined", sum, err)
 	}
-	qs, err := r.Quarantined(context.Background(), "", 0, 10)
+	qs, err := r.store.QuarantinedEvents(context.Background(), "", 0, 10)
 	if err != nil || len(qs) != 1 || qs[0].EventRow != res.EventRow || qs[0].Targets != 4 {
 		t.Fatalf("quarantined %+v, %v", qs, err)
 	}

@@ -31,7 +31,7 @@ func TestQuarantineReasonNamesNoRow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	qs, err := r.Quarantined(t.Context(), "", 0, 10)
+	qs, err := r.store.QuarantinedEvents(t.Context(), "", 0, 10)
 	if err != nil || len(qs) != 1 {
 		t.Fatalf("quarantined %+v, %v; want the event", qs, err)
 	}

@@ -348,6 +348,12 @@ func (r *Relay) Close() error {
 	return errors.Join(err, r.store.Close())
 }
 
+// Store is the store the relay was made over, for the code that wires a
+// process: it hands the parts that read or keep records beside the relay
+// (the API, the console, the schedules, the tailers, the commands) the
+// roles they take. The relay's own work goes through its methods.
+func (r *Relay) Store() store.Store { return r.store }
+
 // notify wakes the dispatcher, if any, without blocking.
 func (r *Relay) notify() {
 	select {

@@ -174,7 +174,7 @@ func notification(t *testing.T, r *Relay, id int64) model.Notification {
 
 func counts(t *testing.T, r *Relay) map[string]int64 {
 	t.Helper()
-	st, err := r.Status(context.Background())
+	st, err := r.store.Status(context.Background(), r.now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,9 @@ import (
 	"edgerelay/model"
 )
 
-// Tailed outboxes' rejected rows (package sources records them; the CLI,
-// the API and the console read them). A rejected row belongs to a source,
+// Tailed outboxes: package sources settles each batch through the relay
+// (the crash drills stop it here); the rejected rows it records the CLI
+// and the API read from store.Sources. A rejected row belongs to a source,
 // which the operator configures, not to a tenant: its event may not even
 // decode, so it has no tenant to scope it by.
 
@@ -17,22 +18,4 @@ import (
 func (r *Relay) SettleSource(ctx context.Context, name string, set model.SourceSettle) error {
 	r.hooks.at(PhaseSettle)
 	return r.store.SettleSource(ctx, name, set, r.now())
-}
-
-// SourceRejects lists recorded rejected rows in (source, row) order.
-func (r *Relay) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
-	return r.store.SourceRejects(ctx, f)
-}
-
-// RetrySourceRejects asks the tailer of source to read rows (every
-// recorded one if rows is nil) again on its next round, and returns the
-// rows that have a record.
-func (r *Relay) RetrySourceRejects(ctx context.Context, source string, rows []int64) ([]int64, error) {
-	return r.store.RetrySourceRejects(ctx, source, rows, r.now())
-}
-
-// DropSourceRejects removes the records of rows (every one if rows is nil)
-// and returns the rows removed: the operator has seen them.
-func (r *Relay) DropSourceRejects(ctx context.Context, source string, rows []int64) ([]int64, error) {
-	return r.store.DropSourceRejects(ctx, source, rows)
 }

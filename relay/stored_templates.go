@@ -344,16 +344,6 @@ func (r *Relay) refreshAfterChange(ctx context.Context, fresh *templates.Templat
 	return nil
 }
 
-// TemplateVersion reads one version of a stored template (0: the latest).
-func (r *Relay) TemplateVersion(ctx context.Context, key model.TemplateKey, version int) (model.StoredTemplate, error) {
-	return r.store.TemplateVersion(ctx, key, version)
-}
-
-// TemplateVersions lists a stored template's versions, oldest first.
-func (r *Relay) TemplateVersions(ctx context.Context, key model.TemplateKey) ([]model.StoredTemplate, error) {
-	return r.store.TemplateVersions(ctx, key)
-}
-
 // TemplateInfo is one template a tenant's events may render with: a file
 // (Tenant "" when every tenant's) or a stored one's latest version.
 type TemplateInfo struct {

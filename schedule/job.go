@@ -9,6 +9,7 @@ import (
 
 	"edgerelay/model"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // Missed says what a job does about runs it missed while no process ran
@@ -84,11 +85,12 @@ type RunOptions struct {
 // RunJob runs one run of a job, scheduled for at. A run that started and
 // did not finish (a crash, or another instance now) runs again, which is
 // safe because everything it sends is keyed by the run; one that finished
-// runs again only with opts.Again.
-func RunJob(ctx context.Context, r *relay.Relay, j *Job, at time.Time, opts RunOptions) (Run, error) {
+// runs again only with opts.Again. runs keeps the job's runs (the relay's
+// store); the relay is the clock and the log.
+func RunJob(ctx context.Context, r *relay.Relay, runs store.Jobs, j *Job, at time.Time, opts RunOptions) (Run, error) {
 	at = at.UTC().Truncate(time.Second)
 	res := Run{Job: j.Name, ScheduledAt: at}
-	run, err := r.BeginJobRun(ctx, j.Name, cmp.Or(j.Tenant, "default"), at)
+	run, err := runs.BeginJobRun(ctx, j.Name, cmp.Or(j.Tenant, "default"), at, r.Now())
 	if err != nil {
 		return res, err
 	}
@@ -101,7 +103,7 @@ func RunJob(ctx context.Context, r *relay.Relay, j *Job, at time.Time, opts RunO
 	r.Log().Info("job run", "job", j.Name, "scheduled", at, "repeat", run.Repeat)
 	out, runErr := j.Run(ctx, run)
 	res.Outcome = out
-	if err := r.FinishJobRun(context.WithoutCancel(ctx), j.Name, at, runErr); err != nil {
+	if err := runs.FinishJobRun(context.WithoutCancel(ctx), j.Name, at, runErr, r.Now()); err != nil {
 		return res, errors.Join(runErr, err)
 	}
 	return res, runErr
@@ -110,42 +112,42 @@ func RunJob(ctx context.Context, r *relay.Relay, j *Job, at time.Time, opts RunO
 // RunSchedules runs the jobs on their schedules until ctx ends. On start,
 // a job whose last run is older than its previous scheduled time missed
 // runs while no process ran it, and follows its Missed policy.
-func RunSchedules(ctx context.Context, r *relay.Relay, jobs []*Job) {
+func RunSchedules(ctx context.Context, r *relay.Relay, runs store.Jobs, jobs []*Job) {
 	var wg sync.WaitGroup
 	for _, j := range jobs {
-		wg.Go(func() { runSchedule(ctx, r, j) })
+		wg.Go(func() { runSchedule(ctx, r, runs, j) })
 	}
 	wg.Wait()
 }
 
-func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
+func runSchedule(ctx context.Context, r *relay.Relay, runs store.Jobs, j *Job) {
 	// This process has just taken the schedules over (at start, or from a
 	// process that died): it finishes what the last holder left, whatever
 	// the Missed policy, since a handover is not time nobody ran them.
 	// from is the last scheduled time handled: the schedule goes on from
 	// it, so a run that falls due while earlier ones run is run next.
 	from := r.Now()
-	last, ran, err := r.LastJobRun(ctx, j.Name)
+	last, ran, err := runs.LastJobRun(ctx, j.Name)
 	if err != nil {
 		r.Log().Error("job: could not read its last run", "job", j.Name, "err", err)
 	}
 	if ran {
 		// Its last run, if it began and never finished (keyed by the run,
 		// a repeat creates only what the first attempt did not).
-		if _, err := RunJob(ctx, r, j, last, RunOptions{Unfinished: true}); err != nil {
+		if _, err := RunJob(ctx, r, runs, j, last, RunOptions{Unfinished: true}); err != nil {
 			r.Log().Error("job run failed", "job", j.Name, "scheduled", last, "err", err)
 		}
 		// The runs that fell due while the lease moved (twice the bound: the
 		// takeover itself may come late in it).
 		for _, at := range handedOver(j.Schedule, last, from, 2*r.FailoverBound()) {
-			if _, err := RunJob(ctx, r, j, at, RunOptions{}); err != nil {
+			if _, err := RunJob(ctx, r, runs, j, at, RunOptions{}); err != nil {
 				r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
 			}
 		}
 	}
 	if j.Missed == MissedRunOnce {
-		if missed, ok := lastMissed(ctx, r, j, r.Now()); ok {
-			if _, err := RunJob(ctx, r, j, missed, RunOptions{}); err != nil {
+		if missed, ok := lastMissed(ctx, runs, j, r.Now()); ok {
+			if _, err := RunJob(ctx, r, runs, j, missed, RunOptions{}); err != nil {
 				r.Log().Error("job run failed", "job", j.Name, "scheduled", missed, "err", err)
 			}
 			if missed.After(from) {
@@ -171,7 +173,7 @@ func runSchedule(ctx context.Context, r *relay.Relay, j *Job) {
 			return
 		case <-t.C:
 		}
-		if _, err := RunJob(ctx, r, j, next, RunOptions{}); err != nil {
+		if _, err := RunJob(ctx, r, runs, j, next, RunOptions{}); err != nil {
 			r.Log().Error("job run failed", "job", j.Name, "scheduled", next, "err", err)
 		}
 	}
@@ -195,8 +197,8 @@ func handedOver(s *Schedule, last, now time.Time, bound time.Duration) []time.Ti
 
 // lastMissed returns the latest scheduled time at or before now, if it is
 // after the job's last run.
-func lastMissed(ctx context.Context, r *relay.Relay, j *Job, now time.Time) (time.Time, bool) {
-	last, ok, err := r.LastJobRun(ctx, j.Name)
+func lastMissed(ctx context.Context, runs store.Jobs, j *Job, now time.Time) (time.Time, bool) {
+	last, ok, err := runs.LastJobRun(ctx, j.Name)
 	if err != nil || !ok {
 		return time.Time{}, false // never ran: nothing was missed
 	}

@@ -138,17 +138,17 @@ func TestDigestEachItemOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 { // overlapping instances of the same run
 		wg.Go(func() {
-			if _, err := RunJob(ctx, r, j, t1, RunOptions{}); err != nil {
+			if _, err := RunJob(ctx, r, r.Store(), j, t1, RunOptions{}); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
 	// Repeated after it finished: skipped, or (asked again) all duplicates.
-	if run, err := RunJob(ctx, r, j, t1, RunOptions{}); err != nil || !run.Skipped || !run.Repeat {
+	if run, err := RunJob(ctx, r, r.Store(), j, t1, RunOptions{}); err != nil || !run.Skipped || !run.Repeat {
 		t.Fatalf("repeat of a finished run: %+v, %v; want it skipped", run, err)
 	}
-	if run, err := RunJob(ctx, r, j, t1, RunOptions{Again: true}); err != nil || run.Skipped || run.New != 0 || run.Duplicate != 2 {
+	if run, err := RunJob(ctx, r, r.Store(), j, t1, RunOptions{Again: true}); err != nil || run.Skipped || run.New != 0 || run.Duplicate != 2 {
 		t.Fatalf("a finished run run again: %+v, %v; want 2 duplicates and nothing new", run, err)
 	}
 	got := digested(t, r, out)
@@ -159,7 +159,7 @@ func TestDigestEachItemOnce(t *testing.T) {
 	// a new one: both in the next digest, nothing from the first again.
 	post(t, r, "e3-late", "*")
 	post(t, r, "e4", "@ben")
-	if run, err := RunJob(ctx, r, j, t1.Add(time.Hour), RunOptions{}); err != nil || run.New != 2 || run.Notifications != 2 || run.Repeat {
+	if run, err := RunJob(ctx, r, r.Store(), j, t1.Add(time.Hour), RunOptions{}); err != nil || run.New != 2 || run.Notifications != 2 || run.Repeat {
 		t.Fatalf("run 2: %+v, %v", run, err)
 	}
 	got = digested(t, r, out)
@@ -171,7 +171,7 @@ func TestDigestEachItemOnce(t *testing.T) {
 	if _, err := r.MarkAll(ctx, "default", "ben", model.MarkRead, -1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RunJob(ctx, r, j, t1.Add(2*time.Hour), RunOptions{}); err != nil {
+	if _, err := RunJob(ctx, r, r.Store(), j, t1.Add(2*time.Hour), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got = digested(t, r, out)
@@ -191,7 +191,7 @@ func TestDigestRejectsOneMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	post(t, r, "e1", "*")
-	run, err := RunJob(ctx, r, digestJob(t, r), time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), RunOptions{})
+	run, err := RunJob(ctx, r, r.Store(), digestJob(t, r), time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), RunOptions{})
 	if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "for cy:") || run.New != 2 || run.Rejected != 1 {
 		t.Fatalf("%+v, %v; want ada and ben accepted, cy rejected", run, err)
 	}
@@ -206,22 +206,22 @@ func TestMissedRunOnce(t *testing.T) {
 		return Outcome{}, nil
 	}}
 	now := time.Now()
-	if _, err := RunJob(ctx, r, j, now.UTC().Truncate(time.Hour).Add(-5*time.Hour), RunOptions{}); err != nil {
+	if _, err := RunJob(ctx, r, r.Store(), j, now.UTC().Truncate(time.Hour).Add(-5*time.Hour), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	missed, ok := lastMissed(ctx, r, j, now)
+	missed, ok := lastMissed(ctx, r.Store(), j, now)
 	if !ok || !missed.Equal(now.UTC().Truncate(time.Hour)) {
 		t.Fatalf("last missed = %v %v, want the latest hour", missed, ok)
 	}
 	// Once run, nothing is missed.
-	if _, err := RunJob(ctx, r, j, missed, RunOptions{}); err != nil {
+	if _, err := RunJob(ctx, r, r.Store(), j, missed, RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := lastMissed(ctx, r, j, now); ok {
+	if _, ok := lastMissed(ctx, r.Store(), j, now); ok {
 		t.Fatal("a job run at its latest time reports a missed run")
 	}
 	// Never-run jobs missed nothing.
-	if _, ok := lastMissed(ctx, r, &Job{Name: "new", Schedule: sched}, now); ok {
+	if _, ok := lastMissed(ctx, r.Store(), &Job{Name: "new", Schedule: sched}, now); ok {
 		t.Fatal("a job that never ran reports a missed run")
 	}
 }
@@ -246,12 +246,12 @@ func TestTakeoverFinishesTheLastRunAndRunsTheHandedOverOnes(t *testing.T) {
 		}}
 	// The dead holder began the run of 3 s ago and never finished it.
 	dead := time.Now().Truncate(time.Second).Add(-3 * time.Second)
-	if _, err := r.BeginJobRun(ctx, j.Name, "default", dead); err != nil {
+	if _, err := r.Store().BeginJobRun(ctx, j.Name, "default", dead, r.Now()); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	done := make(chan struct{})
-	go func() { RunSchedules(ctx, r, []*Job{j}); close(done) }()
+	go func() { RunSchedules(ctx, r, r.Store(), []*Job{j}); close(done) }()
 	until := start.Truncate(time.Second).Add(time.Second).Unix() // the first run after the takeover
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -275,7 +275,7 @@ func TestTakeoverFinishesTheLastRunAndRunsTheHandedOverOnes(t *testing.T) {
 			t.Errorf("the run of %s ran %d times, want once (runs: %v)", time.Unix(at, 0).UTC().Format(time.TimeOnly), ran[at], ran)
 		}
 	}
-	if last, _, _ := r.LastJobRun(context.Background(), j.Name); last.Unix() < until {
+	if last, _, _ := r.Store().LastJobRun(context.Background(), j.Name); last.Unix() < until {
 		t.Errorf("last run %s, want at least %s", last, time.Unix(until, 0))
 	}
 }
@@ -302,7 +302,7 @@ func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
 			return Outcome{}, nil
 		}}
 	done := make(chan struct{})
-	go func() { RunSchedules(ctx, r, []*Job{j}); close(done) }()
+	go func() { RunSchedules(ctx, r, r.Store(), []*Job{j}); close(done) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()

@@ -68,7 +68,7 @@ func testRejectedRowRecordedAndRetried(t *testing.T, app *legacyApp) {
 	name := src.Name()
 	once := func() sources.TailStats {
 		t.Helper()
-		tl := sources.NewTailer(r, src, sources.TailOptions{Once: true, Poll: 10 * time.Millisecond})
+		tl := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Once: true, Poll: 10 * time.Millisecond})
 		rctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
 		if err := tl.Run(rctx); err != nil {
@@ -78,7 +78,7 @@ func testRejectedRowRecordedAndRetried(t *testing.T, app *legacyApp) {
 	}
 	rejects := func() map[int64]model.SourceReject {
 		t.Helper()
-		rs, err := r.SourceRejects(ctx, model.SourceRejectFilter{Source: name})
+		rs, err := r.Store().SourceRejects(ctx, model.SourceRejectFilter{Source: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func testRejectedRowRecordedAndRetried(t *testing.T, app *legacyApp) {
 	app.exec(t, `UPDATE edgerelay_outbox SET event = ? WHERE id = ?`, good(2), fixed)
 	app.exec(t, `DELETE FROM edgerelay_outbox WHERE id = ?`, deleted)
 	for range 2 {
-		rows, err := r.RetrySourceRejects(ctx, name, []int64{fixed, still, deleted, last + 100})
+		rows, err := r.Store().RetrySourceRejects(ctx, name, []int64{fixed, still, deleted, last + 100}, r.Now())
 		if err != nil || !slices.Equal(rows, []int64{fixed, still, deleted}) {
 			t.Fatalf("retry: %v, %v; want %v (row %d has no record)", rows, err, []int64{fixed, still, deleted}, last+100)
 		}
@@ -146,7 +146,7 @@ func testRejectedRowRecordedAndRetried(t *testing.T, app *legacyApp) {
 
 	// Retrying the accepted row again finds nothing to ask; a run then
 	// reads nothing again and accepts nothing.
-	if rows, err := r.RetrySourceRejects(ctx, name, []int64{fixed}); err != nil || len(rows) != 0 {
+	if rows, err := r.Store().RetrySourceRejects(ctx, name, []int64{fixed}, r.Now()); err != nil || len(rows) != 0 {
 		t.Fatalf("retry of the accepted row: %v, %v; want none", rows, err)
 	}
 	if st = once(); st.Retried != 0 || st.Accepted != 0 || st.Read != 0 {
@@ -168,13 +168,13 @@ func TestTailRunningPicksUpARetry(t *testing.T) {
 	row := app.insertRaw(t, `{"id": "ord_1", "type": "order.created"}`)
 	rn.waitStats(t, "the row rejected", func(s sources.TailStats) bool { return s.Rejected == 1 && s.Position == row })
 	app.exec(t, `UPDATE edgerelay_outbox SET event = ? WHERE id = ?`, string(mustJSON(orderEvent(1))), row)
-	if got, err := r.RetrySourceRejects(t.Context(), src.Name(), nil); err != nil || !slices.Equal(got, []int64{row}) {
+	if got, err := r.Store().RetrySourceRejects(t.Context(), src.Name(), nil, r.Now()); err != nil || !slices.Equal(got, []int64{row}) {
 		t.Fatalf("retry all: %v, %v", got, err)
 	}
 	// The counters move before the batch is settled; the record goes with
 	// the settle.
 	rn.waitStats(t, "the row read again and accepted", func(s sources.TailStats) bool {
-		rs, err := r.SourceRejects(t.Context(), model.SourceRejectFilter{})
+		rs, err := r.Store().SourceRejects(t.Context(), model.SourceRejectFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}

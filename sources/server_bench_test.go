@@ -102,7 +102,7 @@ func BenchmarkTailServer(b *testing.B) {
 				defer r.Close()
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				tl := sources.NewTailer(r, src, sources.TailOptions{Poll: time.Millisecond, OnBatch: func(st sources.TailStats) {
+				tl := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: time.Millisecond, OnBatch: func(st sources.TailStats) {
 					if st.Position >= last {
 						cancel()
 					}
@@ -172,7 +172,7 @@ func BenchmarkTailLag(b *testing.B) {
 				now := time.Now()
 				var gaps []model.SourceGap
 				if st.Gaps > 0 {
-					saved, err := r.SourceState(ctx, st.Source)
+					saved, err := r.Store().SourceState(ctx, st.Source)
 					if err != nil {
 						b.Error(err)
 						cancel()
@@ -192,7 +192,7 @@ func BenchmarkTailLag(b *testing.B) {
 					cancel()
 				}
 			}
-			tl := sources.NewTailer(r, src, sources.TailOptions{Poll: lagPoll, OnBatch: onBatch})
+			tl := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: lagPoll, OnBatch: onBatch})
 			done := make(chan error, 1)
 			go func() { done <- tl.Run(ctx) }()
 

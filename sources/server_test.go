@@ -168,7 +168,7 @@ type running struct {
 
 func startTailer(t *testing.T, r *relay.Relay, src sources.Source, opts sources.TailOptions) *running {
 	t.Helper()
-	tl := sources.NewTailer(r, src, opts)
+	tl := sources.NewTailer(r, r.Store(), src, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tl.Run(ctx) }()
@@ -292,7 +292,7 @@ func TestServerSourceOutOfOrderCommits(t *testing.T) {
 		if len(got) != len(want) {
 			t.Errorf("%d events stored, want %d (none for the rolled-back row: %v)", len(got), len(want), got["rolled_back"])
 		}
-		saved, err := r.SourceState(context.Background(), rn.tl.Stats().Source)
+		saved, err := r.Store().SourceState(context.Background(), rn.tl.Stats().Source)
 		if err != nil || saved.Position != st.Position || len(saved.Gaps) != 0 {
 			t.Errorf("saved state %+v, %v; want position %d, no gaps", saved, err, st.Position)
 		}
@@ -327,7 +327,7 @@ func TestServerSourceResumesGapsAfterRestart(t *testing.T) {
 		first := startTailer(t, r, app.source(t, ""), sources.TailOptions{Poll: 5 * time.Millisecond})
 		first.waitStats(t, "the committed rows", func(s sources.TailStats) bool { return s.Position >= last && s.GapIDs >= 1 })
 		st := first.stop()
-		saved, err := r.SourceState(context.Background(), st.Source)
+		saved, err := r.Store().SourceState(context.Background(), st.Source)
 		if err != nil {
 			t.Fatal(err)
 		}

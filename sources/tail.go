@@ -11,6 +11,7 @@ import (
 
 	"edgerelay/model"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // Tailing an outbox: an application writes its business row and an event
@@ -143,7 +144,10 @@ const (
 // Tailer relays one source into a relay. Create it with NewTailer, run it
 // with Run; Stats may be called from any goroutine.
 type Tailer struct {
-	r    *relay.Relay
+	r *relay.Relay
+	// st is the relay's store: where the source's position and its
+	// rejected rows are read.
+	st   store.Sources
 	src  Source // on Run's goroutine when spec is set
 	opts TailOptions
 	// spec, if set, is what Run opens src from, and closes it again when
@@ -163,14 +167,15 @@ type Tailer struct {
 	stats TailStats
 }
 
-// NewTailer returns a tailer of src into r. It does not start it.
-func NewTailer(r *relay.Relay, src Source, opts TailOptions) *Tailer {
-	t := newTailer(r, src.Name(), opts)
+// NewTailer returns a tailer of src into r, whose store is st. It does not
+// start it.
+func NewTailer(r *relay.Relay, st store.Sources, src Source, opts TailOptions) *Tailer {
+	t := newTailer(r, st, src.Name(), opts)
 	t.src = src
 	return t
 }
 
-func newTailer(r *relay.Relay, name string, opts TailOptions) *Tailer {
+func newTailer(r *relay.Relay, st store.Sources, name string, opts TailOptions) *Tailer {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
@@ -180,23 +185,19 @@ func newTailer(r *relay.Relay, name string, opts TailOptions) *Tailer {
 	if opts.LagEvery <= 0 {
 		opts.LagEvery = 2 * time.Second
 	}
-	return &Tailer{r: r, name: name, opts: opts, stats: TailStats{Source: name}}
+	return &Tailer{r: r, st: st, name: name, opts: opts, stats: TailStats{Source: name}}
 }
 
-// NewTailerFor returns a tailer of the source spec names into r, which
+// NewTailerFor returns a tailer of the source spec names into r (whose
+// store is st), which
 // opens it only when it runs: Run opens it (retrying with backoff while
 // the database cannot be reached, logged) and closes it when it returns,
 // so a process that does not run the tailer (another holds the source's
 // lease) holds no connection to the application's database.
-func NewTailerFor(r *relay.Relay, spec *Spec, opts TailOptions) *Tailer {
-	t := newTailer(r, spec.Name(), opts)
+func NewTailerFor(r *relay.Relay, st store.Sources, spec *Spec, opts TailOptions) *Tailer {
+	t := newTailer(r, st, spec.Name(), opts)
 	t.spec = spec
 	return t
-}
-
-// Tail relays src into r until ctx ends: NewTailer(r, src, opts).Run(ctx).
-func Tail(ctx context.Context, r *relay.Relay, src Source, opts TailOptions) error {
-	return NewTailer(r, src, opts).Run(ctx)
 }
 
 // Stats returns the counters so far.
@@ -255,7 +256,7 @@ func (t *Tailer) Run(ctx context.Context) error {
 
 	var st model.SourceState
 	for {
-		s, err := t.r.SourceState(ctx, name)
+		s, err := t.st.SourceState(ctx, name)
 		if err == nil {
 			st = s
 			break
@@ -392,7 +393,7 @@ func (t *Tailer) readRetries(ctx context.Context, r *round) error {
 	if !t.retriesLeft && !t.retriesAt.IsZero() && now.Sub(t.retriesAt) < t.opts.Poll {
 		return nil
 	}
-	reqs, err := t.r.SourceRejects(ctx, model.SourceRejectFilter{Source: t.src.Name(), Requested: true, Limit: t.opts.Batch})
+	reqs, err := t.st.SourceRejects(ctx, model.SourceRejectFilter{Source: t.src.Name(), Requested: true, Limit: t.opts.Batch})
 	if err != nil {
 		return fmt.Errorf("read the retries asked for: %w", err)
 	}

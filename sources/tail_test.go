@@ -25,6 +25,7 @@ import (
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/sources"
+	"edgerelay/store/open"
 )
 
 // bound is how long a test waits for something that should happen soon;
@@ -194,7 +195,7 @@ func relayCounts(t *testing.T, r *relay.Relay) (map[string]int, []string) {
 	per := map[string]int{}
 	var order []string
 	for after := int64(0); ; {
-		ns, err := r.List(context.Background(), model.ListFilter{After: after, Limit: model.MaxListLimit})
+		ns, err := r.Store().ListNotifications(context.Background(), model.ListFilter{After: after, Limit: model.MaxListLimit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +224,7 @@ func runTailer(t *testing.T, r *relay.Relay, src sources.Source, opts sources.Ta
 		}
 		batches <- s
 	}
-	tl := sources.NewTailer(r, src, opts)
+	tl := sources.NewTailer(r, r.Store(), src, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tl.Run(ctx) }()
@@ -471,7 +472,7 @@ func TestTailRereadRepeatsNothing(t *testing.T) {
 	}
 	// Both positions are saved; the original's was not moved back.
 	for _, name := range []string{src.Name(), "renamed"} {
-		if st, err := r.SourceState(context.Background(), name); err != nil || st.Position != last {
+		if st, err := r.Store().SourceState(context.Background(), name); err != nil || st.Position != last {
 			t.Fatalf("position of %s: %+v, %v; want %d", name, st, err, last)
 		}
 	}
@@ -509,7 +510,7 @@ func TestTailResumesFromSavedPosition(t *testing.T) {
 // Tail an application's outbox: the application writes each order and its
 // event in one transaction; the tailer accepts the events, skipping (and
 // reporting) an invalid one.
-func ExampleTail() {
+func ExampleTailer() {
 	dir, err := os.MkdirTemp("", "edgerelay-tail-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -538,7 +539,11 @@ func ExampleTail() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := relaytest.Open(ctx, filepath.Join(dir, "relay.db"), relay.Options{})
+	st, err := open.Store(ctx, filepath.Join(dir, "relay.db"), open.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := relay.New(ctx, st, relay.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -549,7 +554,7 @@ func ExampleTail() {
 	}
 	defer src.Close()
 
-	t := sources.NewTailer(r, src, sources.TailOptions{Poll: 10 * time.Millisecond, OnBatch: func(st sources.TailStats) {
+	t := sources.NewTailer(r, st, src, sources.TailOptions{Poll: 10 * time.Millisecond, OnBatch: func(st sources.TailStats) {
 		if st.Position == 2 {
 			cancel() // a real tailer runs until SIGTERM
 		}
@@ -557,9 +562,9 @@ func ExampleTail() {
 	if err := t.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
-	st := t.Stats()
-	fmt.Printf("position %d: accepted %d, duplicates %d, rejected %d\n", st.Position, st.Accepted, st.Duplicates, st.Rejected)
-	fmt.Printf("row %d rejected: %s\n", st.Rejections[0].Row, st.Rejections[0].Reason)
+	stats := t.Stats()
+	fmt.Printf("position %d: accepted %d, duplicates %d, rejected %d\n", stats.Position, stats.Accepted, stats.Duplicates, stats.Rejected)
+	fmt.Printf("row %d rejected: %s\n", stats.Rejections[0].Row, stats.Rejections[0].Reason)
 	// Output:
 	// position 2: accepted 1, duplicates 0, rejected 1
 	// row 2 rejected: invalid event: type: required
@@ -576,7 +581,7 @@ func TestTailCaughtUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tl := sources.NewTailer(r, app.source(t, ""), sources.TailOptions{Poll: time.Millisecond, Batch: 1})
+	tl := sources.NewTailer(r, r.Store(), app.source(t, ""), sources.TailOptions{Poll: time.Millisecond, Batch: 1})
 	if st := tl.Stats(); !st.CaughtUp.IsZero() {
 		t.Fatalf("caught up before running: %+v", st)
 	}
@@ -611,7 +616,7 @@ func TestTailOnceReturnsAFailure(t *testing.T) {
 	src := &flaky{Source: app.source(t, "")}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tl := sources.NewTailer(r, src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
+	tl := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
 	if err := tl.Run(ctx); err != nil || ctx.Err() != nil {
 		t.Fatalf("Run: %v (ctx: %v); want nil once caught up, long before the poll of an hour", err, ctx.Err())
 	}
@@ -620,11 +625,11 @@ func TestTailOnceReturnsAFailure(t *testing.T) {
 	}
 	app.order("o6", "c", mustJSON(orderEvent(6)))
 	src.failRead.Store(true)
-	tl = sources.NewTailer(r, src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
+	tl = sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
 	if err := tl.Run(ctx); err == nil || !strings.Contains(err.Error(), "injected") || ctx.Err() != nil {
 		t.Fatalf("Run with a failing read: %v (ctx: %v); want the failure, returned at once", err, ctx.Err())
 	}
-	tl = sources.NewTailer(r, src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
+	tl = sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: time.Hour, Batch: 2, Once: true})
 	if err := tl.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -647,12 +652,12 @@ func TestTailerForOpensItsSourceWhenItRuns(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	err = sources.NewTailerFor(r, spec, sources.TailOptions{Once: true}).Run(ctx)
+	err = sources.NewTailerFor(r, r.Store(), spec, sources.TailOptions{Once: true}).Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "opening the source") || !strings.Contains(err.Error(), "no such file") {
 		t.Fatalf("Once, the file missing: %v, want the failure to open", err)
 	}
 
-	tl := sources.NewTailerFor(r, spec, sources.TailOptions{Poll: 5 * time.Millisecond})
+	tl := sources.NewTailerFor(r, r.Store(), spec, sources.TailOptions{Poll: 5 * time.Millisecond})
 	if st := tl.Stats(); st.Source != spec.Name() {
 		t.Fatalf("stats of a tailer not run: %+v, want the source's name %q", st, spec.Name())
 	}
@@ -718,7 +723,7 @@ func TestTailStopsWhenTheRelayCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	app := setupApp(t)
-	tl := sources.NewTailer(r, app.source(t, ""), sources.TailOptions{Poll: time.Millisecond})
+	tl := sources.NewTailer(r, r.Store(), app.source(t, ""), sources.TailOptions{Poll: time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- tl.Run(t.Context()) }()
 	deadline := time.Now().Add(10 * time.Second)
