@@ -66,7 +66,7 @@ func (a *postmarkAPI) sent() []postmarkEmail {
 	return append([]postmarkEmail(nil), a.bodies...)
 }
 
-// Through a preset, end to end (issue 17): ada's marketing email reaches
+// Through a preset, end to end: ada's marketing email reaches
 // the Postmark stand-in with List-Unsubscribe and List-Unsubscribe-Post in
 // Postmark's Headers; the link, POSTed with List-Unsubscribe=One-Click
 // (RFC 8058) to the relay's HTTP server, turns her marketing off; her next

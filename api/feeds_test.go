@@ -377,7 +377,7 @@ func TestFeedsTenantIsolation(t *testing.T) {
 }
 
 // Everything a tenant reads of its feeds is independent of other tenants'
-// volume (issue 11, hole 9): acme's scenario runs twice, once alone and once
+// volume (a shared sequence would leak it): acme's scenario runs twice, once alone and once
 // with beta posting bursts between acme's steps (to the same feed and user
 // names), and acme's answers are the same bytes.
 func TestFeedsIndependentOfOtherTenants(t *testing.T) {

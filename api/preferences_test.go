@@ -69,7 +69,7 @@ func (s *sink) delivered() []string {
 	return out
 }
 
-// prefOptions are a relay with the categories of issue 17's tests:
+// prefOptions are a relay with the categories the preference tests use:
 // security (required: the OTP), marketing (optional, on by default).
 func prefOptions(p providers.Provider) relay.Options {
 	return relay.Options{

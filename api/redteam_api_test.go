@@ -16,7 +16,7 @@ import (
 	"edgerelay/relay"
 )
 
-// Red-team findings in the API (issues 16 and 17): each test showed a
+// Red-team findings in the API (templates, suppressions, preferences): each test showed a
 // hole, failed until it was fixed, and keeps it fixed.
 
 // A bad channel in POST /v1/recipients/{id}/links is the caller's error:

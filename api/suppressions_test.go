@@ -21,7 +21,7 @@ import (
 	"edgerelay/relay"
 )
 
-// Suppression lists over HTTP (issue 17).
+// Suppression lists over HTTP.
 
 // acmeToken and betaToken are api_test.go's.
 var (

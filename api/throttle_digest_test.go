@@ -13,7 +13,7 @@ import (
 	"edgerelay/schedule"
 )
 
-// A throttle whose excess folds into digest weekly (issue 17), over HTTP
+// A throttle whose excess folds into digest weekly, over HTTP
 // with an injected clock: of two newsletters to ada (in the digest's
 // audience) and bob (not in it), with at most 1 a day, the second of
 // ada's ends folded, an item of her own feed; bob's ends skipped saying

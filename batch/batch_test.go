@@ -272,12 +272,8 @@ func TestAcceptBatchStopsOnStoreError(t *testing.T) {
 	}
 }
 
-// writeBatchFile writes n generated JSON Lines events to a file.
-func writeBatchFile(t testing.TB, n int) string {
-	return writeBatchFileBody(t, n, "hello")
-}
-
-// writeBatchFileBody is writeBatchFile with each event's body given.
+// writeBatchFileBody writes n generated JSON Lines events, each with body,
+// to a file.
 func writeBatchFileBody(t testing.TB, n int, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "big.jsonl")

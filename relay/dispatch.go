@@ -70,7 +70,7 @@ type Summary struct {
 	// Suppressed counts notifications not sent because their address is
 	// on their tenant's suppression list: not a failure of the run.
 	Suppressed int `json:"suppressed"`
-	Skipped    int `json:"skipped"` // a preference or a throttle forbade it (issue 17)
+	Skipped    int `json:"skipped"` // a preference or a throttle forbade it
 	// Waiting counts notifications still pending at the end: their next
 	// attempt is further off than the run was willing to wait.
 	Waiting int64 `json:"waiting"`

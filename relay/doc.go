@@ -5,5 +5,5 @@
 //
 // It never writes SQL (the store does) and never speaks a provider's wire
 // format (the providers do). The whole delivery policy is the function
-// decide in dispatch.go.
+// decide in policy.go.
 package relay

@@ -400,7 +400,7 @@ func (ev *Event) targets() []model.Target {
 				Channel:   c,
 				Address:   a,
 			}
-			tg.AddressKey = addrkey.Stored(c, a) // the suppression list's key for it (issue 17)
+			tg.AddressKey = addrkey.Stored(c, a) // the suppression list's key for it, read at each claim
 			out = append(out, tg)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"edgerelay/model"
 )
 
-// Signed links for recipients (issue 17): a one-click unsubscribe link
+// Signed links for recipients: a one-click unsubscribe link
 // (RFC 8058) that names a recipient, a category and a channel, and a link
 // to a recipient's preferences page that expires. Neither needs a login:
 // each is signed with HMAC-SHA256 under its tenant's key (32 random bytes,

@@ -13,7 +13,7 @@ import (
 	"edgerelay/model"
 )
 
-// Preferences (issue 17): a tenant's notification types belong to
+// Preferences: a tenant's notification types belong to
 // categories; a recipient turns optional categories on or off, per channel
 // or on all of them, and may keep quiet hours in their time zone; a
 // category may throttle how many reach one recipient per window. The

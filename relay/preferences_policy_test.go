@@ -8,7 +8,7 @@ import (
 	"edgerelay/model"
 )
 
-// The preference part of the delivery policy (issue 17), as a table: each
+// The preference part of the delivery policy, as a table: each
 // row is a guarantee, the situation it speaks of, and what must follow.
 // decide is the same function TestPolicy holds to the rest.
 func TestPolicyPreferences(t *testing.T) {

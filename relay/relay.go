@@ -102,7 +102,7 @@ type Options struct {
 	Delivery map[string]Mode
 	// Categories are every tenant's categories by name, TenantCategories
 	// replace them for some tenants, and TypeCategory names the category
-	// of a notification type (or purpose). See Category (issue 17).
+	// of a notification type (or purpose). See Category.
 	Categories       map[string]Category
 	TenantCategories map[string]map[string]Category
 	TypeCategory     map[string]string
@@ -317,7 +317,7 @@ func checkRoutes(routes Routes) (Routes, error) {
 }
 
 // SetRoutes replaces the routes and the provider limits of a running relay
-// (a config reload), checked as Open checks them: on an error nothing
+// (a config reload), checked as New checks them: on an error nothing
 // changes. The dispatcher takes the new routes at its next claim; a call
 // in flight finishes on the provider it started with. A provider that
 // keeps its name keeps its pause (a Retry-After) and, if its limit is the

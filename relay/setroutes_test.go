@@ -129,7 +129,7 @@ func TestSetRoutesSwitchesWhileACallRunsOnTheOld(t *testing.T) {
 	}
 }
 
-// SetRoutes refuses what Open refuses, and then changes nothing.
+// SetRoutes refuses what New refuses, and then changes nothing.
 func TestSetRoutesRefusesAndKeepsTheOld(t *testing.T) {
 	t.Parallel()
 	a := &closingProvider{name: "a"}

@@ -14,7 +14,7 @@ import (
 	"edgerelay/templates"
 )
 
-// Templates managed over the API (issue 16). Accepts render from one
+// Templates managed over the API. Accepts render from one
 // in-memory set (Relay.templates): the config's files merged with the
 // store's live templates. Every change to stored templates raises the
 // store's template generation; RefreshTemplates reads that one number and,
@@ -27,7 +27,7 @@ import (
 // answers, with the template it compiled to check it).
 //
 // Stored templates are read at the first use (an accept, a preview), not
-// at Open: a command that never renders (status, show …) neither reads
+// at New: a command that never renders (status, show …) neither reads
 // nor compiles them. serve loads them at start, so that its first accept
 // is not the one that pays, and a stored template that no longer compiles
 // is logged then.

@@ -15,7 +15,7 @@ import (
 	"edgerelay/providers"
 )
 
-// Suppression (issue 17): each tenant's list of addresses nothing is sent
+// Suppression: each tenant's list of addresses nothing is sent
 // to. The policy reads a claimed notification's entry (beforeCall); a
 // provider's dead-address answer (decide), a receipt (receiptSuppress), a
 // DSN or ARF report (AddBounce) and an operator (Suppress) add entries.
