@@ -34,12 +34,12 @@ for good (the notifications never created are counted, not sent).`,
 				Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}, &cli.StringFlag{Name: "tenant", Usage: "only this tenant's"}),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					r, err := openExistingFor(c, true)
+					st, _, err := openExistingStore(c, true)
 					if err != nil {
 						return err
 					}
-					defer r.Close()
-					qs, err := r.Store().QuarantinedEvents(c.Context, c.String("tenant"), 0, 1000)
+					defer st.Close()
+					qs, err := st.QuarantinedEvents(c.Context, c.String("tenant"), 0, 1000)
 					if err != nil {
 						return err
 					}

@@ -41,16 +41,16 @@ such; the rest are still shown.`,
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
-			r, s, err := openExistingSettings(c, true)
+			db, s, err := openExistingStore(c, true)
 			if err != nil {
 				return err
 			}
-			defer r.Close()
-			st, err := r.Store().Status(c.Context, r.Now())
+			defer db.Close()
+			st, err := db.Status(c.Context, time.Now())
 			if err != nil {
 				return err
 			}
-			tails, err := tailStatus(c.Context, r.Store(), r.Now(), s.cfg.tailSpecs)
+			tails, err := tailStatus(c.Context, db, time.Now(), s.cfg.tailSpecs)
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sources"
+	"edgerelay/store"
 )
 
 // tailRejectsCommand is `tail rejects`: the outbox rows whose event was
@@ -46,21 +47,21 @@ tail --source took.`,
 				Flags:        commonFlags(sourceFlag("only this source's (its `NAME` or URL)"), &cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					r, err := openExistingFor(c, true)
+					st, _, err := openExistingStore(c, true)
 					if err != nil {
 						return err
 					}
-					defer r.Close()
+					defer st.Close()
 					name := ""
 					if c.String("source") != "" {
-						if name, err = rejectSource(c, r); err != nil {
+						if name, err = rejectSource(c, st); err != nil {
 							return err
 						}
 					}
 					var all []model.SourceReject
 					f := model.SourceRejectFilter{Source: name, Limit: 1000}
 					for {
-						page, err := r.Store().SourceRejects(c.Context, f)
+						page, err := st.SourceRejects(c.Context, f)
 						if err != nil {
 							return err
 						}
@@ -95,8 +96,8 @@ tail --source took.`,
 				Flags:        commonFlags(sourceFlag("the source (its `NAME` or URL; required)"), allFlag("every rejected row of the source")),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					return actOnRejects(c, "retry", func(r *relay.Relay, name string, rows []int64) ([]int64, error) {
-						return r.Store().RetrySourceRejects(c.Context, name, rows, r.Now())
+					return actOnRejects(c, "retry", func(st store.Sources, name string, rows []int64) ([]int64, error) {
+						return st.RetrySourceRejects(c.Context, name, rows, time.Now())
 					}, "asked to be read again: the source's tailer (serve, or tail) reads them on its next round; tail rejects list shows what is left")
 				},
 			},
@@ -107,8 +108,8 @@ tail --source took.`,
 				Flags:        commonFlags(sourceFlag("the source (its `NAME` or URL; required)"), allFlag("every rejected row of the source")),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					return actOnRejects(c, "drop", func(r *relay.Relay, name string, rows []int64) ([]int64, error) {
-						return r.Store().DropSourceRejects(c.Context, name, rows)
+					return actOnRejects(c, "drop", func(st store.Sources, name string, rows []int64) ([]int64, error) {
+						return st.DropSourceRejects(c.Context, name, rows)
 					}, "records dropped; their events were never accepted")
 				},
 			},
@@ -118,7 +119,7 @@ tail --source took.`,
 
 // actOnRejects parses `--source NAME ROW...|--all`, applies act and says
 // which rows it reached; rows without a record are an error naming them.
-func actOnRejects(c *cli.Context, verb string, act func(r *relay.Relay, name string, rows []int64) ([]int64, error), done string) error {
+func actOnRejects(c *cli.Context, verb string, act func(st store.Sources, name string, rows []int64) ([]int64, error), done string) error {
 	if c.String("source") == "" {
 		return cli.Exit(fmt.Sprintf("tail rejects %s needs --source NAME (as tail rejects list prints it)", verb), exitUsage)
 	}
@@ -138,16 +139,16 @@ func actOnRejects(c *cli.Context, verb string, act func(r *relay.Relay, name str
 			rows = append(rows, id)
 		}
 	}
-	r, err := openExisting(c)
+	st, _, err := openExistingStore(c, false)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
-	name, err := rejectSource(c, r)
+	defer st.Close()
+	name, err := rejectSource(c, st)
 	if err != nil {
 		return err
 	}
-	got, err := act(r, name, rows)
+	got, err := act(st, name, rows)
 	if err != nil {
 		return err
 	}
@@ -172,9 +173,9 @@ func actOnRejects(c *cli.Context, verb string, act func(r *relay.Relay, name str
 // rejectSource is the source --source names: a name with records as it
 // is; else, if it is a source URL, the name that source is kept under
 // (the URL tail --source took); else the name as given.
-func rejectSource(c *cli.Context, r *relay.Relay) (string, error) {
+func rejectSource(c *cli.Context, st store.Sources) (string, error) {
 	v := c.String("source")
-	rs, err := r.Store().SourceRejects(c.Context, model.SourceRejectFilter{Source: v, Limit: 1})
+	rs, err := st.SourceRejects(c.Context, model.SourceRejectFilter{Source: v, Limit: 1})
 	if err != nil || len(rs) > 0 || !strings.Contains(v, ":") {
 		return v, err
 	}

@@ -56,12 +56,12 @@ func tokenCommand() *cli.Command {
 				Flags:        commonFlags(),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
-					r, err := openExistingFor(c, true)
+					st, _, err := openExistingStore(c, true)
 					if err != nil {
 						return err
 					}
-					defer r.Close()
-					ts, err := r.Store().Tokens(c.Context)
+					defer st.Close()
+					ts, err := st.Tokens(c.Context)
 					if err != nil {
 						return err
 					}
@@ -82,12 +82,12 @@ func tokenCommand() *cli.Command {
 					if c.NArg() != 1 || err != nil {
 						return cli.Exit("revoke takes one token id (see edgerelay token list)", exitUsage)
 					}
-					r, err := openExisting(c)
+					st, _, err := openExistingStore(c, false)
 					if err != nil {
 						return err
 					}
-					defer r.Close()
-					return r.Store().DeleteToken(c.Context, id)
+					defer st.Close()
+					return st.DeleteToken(c.Context, id)
 				},
 			},
 		},

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"edgerelay/store"
+	"edgerelay/store/open"
+)
+
+// openExistingStore opens the existing database's store alone, with the
+// settings it read, for a command that only reads or keeps records (tokens,
+// rejected rows, the status) and asks nothing of the relay: no routes, no
+// relay over it. readOnly is as for openExistingFor.
+func openExistingStore(c *cli.Context, readOnly bool) (store.Store, *settings, error) {
+	s, err := loadSettings(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := dbExists(s.db); err != nil {
+		return nil, nil, err
+	}
+	st, err := open.Store(c.Context, s.db, open.Options{Logger: s.opts.Logger, ReadOnly: readOnly})
+	return st, s, err
+}
