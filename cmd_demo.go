@@ -178,7 +178,7 @@ func runDemo(ctx context.Context, path string, v demoVariant, w io.Writer) (demo
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	for _, id := range keys {
-		n, err := r.Store().Notification(ctx, "", id, "")
+		n, err := st.Notification(ctx, "", id, "")
 		if err != nil {
 			return res, err
 		}

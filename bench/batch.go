@@ -30,7 +30,7 @@ func Batch(ctx context.Context, dir string, n, group int) (Rate, error) {
 	if err := errors.Join(w.Flush(), f.Close()); err != nil {
 		return Rate{}, err
 	}
-	r, err := openRelay(ctx, filepath.Join(dir, fmt.Sprintf("batch-%d.db", group)), relay.Options{Logger: quiet})
+	r, _, err := openRelay(ctx, filepath.Join(dir, fmt.Sprintf("batch-%d.db", group)), relay.Options{Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}

@@ -60,7 +60,7 @@ func receipt(i int) relay.Event {
 // take, against which the relay's accept path is compared.
 func Ceiling(ctx context.Context, dir string, n int) (Rate, error) {
 	path := filepath.Join(dir, "ceiling.db")
-	r, err := openRelay(ctx, path, relay.Options{Logger: quiet})
+	r, _, err := openRelay(ctx, path, relay.Options{Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}
@@ -168,7 +168,7 @@ func AcceptGo(ctx context.Context, dir string, callers, n int) (Rate, error) {
 
 // acceptGoAt is AcceptGo on the database at path (a file or a URL).
 func acceptGoAt(ctx context.Context, path string, callers, n int) (Rate, error) {
-	r, err := openRelay(ctx, path, relay.Options{Logger: quiet})
+	r, _, err := openRelay(ctx, path, relay.Options{Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}
@@ -188,12 +188,12 @@ func AcceptHTTP(ctx context.Context, dir string, callers, n int) (Rate, error) {
 
 // acceptHTTPAt is AcceptHTTP on the database at path (a file or a URL).
 func acceptHTTPAt(ctx context.Context, path string, callers, n int) (Rate, error) {
-	r, err := openRelay(ctx, path, relay.Options{Logger: quiet})
+	r, st, err := openRelay(ctx, path, relay.Options{Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}
 	defer r.Close()
-	srv := httptest.NewServer(api.New(r, r.Store(), api.Options{Open: true, Logger: quiet}))
+	srv := httptest.NewServer(api.New(r, st, api.Options{Open: true, Logger: quiet}))
 	defer srv.Close()
 	return postEvents(ctx, srv.URL, callers, n, 0)
 }
@@ -234,7 +234,7 @@ func FanOut(ctx context.Context, dir string, recipients int) (time.Duration, err
 
 // fanOutAt is FanOut on the database at path (a file or a URL).
 func fanOutAt(ctx context.Context, path string, recipients int) (time.Duration, error) {
-	r, err := openRelay(ctx, path, relay.Options{Logger: quiet, MaxRecipients: recipients})
+	r, _, err := openRelay(ctx, path, relay.Options{Logger: quiet, MaxRecipients: recipients})
 	if err != nil {
 		return 0, err
 	}

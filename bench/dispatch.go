@@ -156,13 +156,13 @@ func Dispatch(ctx context.Context, dir string, sim *Sim, n, callers, workers int
 		return DispatchRun{}, err
 	}
 	count := &sentCounter{done: make(chan struct{}), want: int64(n)}
-	r, err := openRelay(ctx, filepath.Join(dir, fmt.Sprintf("dispatch-%d.db", workers)), relay.Options{Logger: quiet,
+	r, st, err := openRelay(ctx, filepath.Join(dir, fmt.Sprintf("dispatch-%d.db", workers)), relay.Options{Logger: quiet,
 		Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
 	if err != nil {
 		return DispatchRun{}, err
 	}
 	defer r.Close()
-	st0 := r.Store().Stats()
+	st0 := st.Stats()
 	cpu0, err1 := ProcessCPU(0)
 	sim0, err2 := ProcessCPU(sim.PID())
 	start := time.Now()
@@ -184,7 +184,7 @@ func Dispatch(ctx context.Context, dir string, sim *Sim, n, callers, workers int
 		return DispatchRun{}, ctx.Err()
 	}
 	run := DispatchRun{N: n, Elapsed: time.Since(start)}
-	st1 := r.Store().Stats()
+	st1 := st.Stats()
 	run.Commits, run.Writes = st1.Commits-st0.Commits, st1.Writes-st0.Writes
 	cpu1, err3 := ProcessCPU(0)
 	sim1, err4 := ProcessCPU(sim.PID())

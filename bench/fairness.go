@@ -20,6 +20,7 @@ import (
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store"
 )
 
 // Fairness: serve's API and dispatcher on one writer, under a steady
@@ -48,12 +49,12 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	if err != nil {
 		return FairnessRun{}, err
 	}
-	r, err := openRelay(ctx, path, relay.Options{Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers})
+	r, st, err := openRelay(ctx, path, relay.Options{Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers})
 	if err != nil {
 		return FairnessRun{}, err
 	}
 	defer r.Close()
-	a := api.New(r, r.Store(), api.Options{Open: true, Logger: quiet, ShedAbove: shedAbove})
+	a := api.New(r, st, api.Options{Open: true, Logger: quiet, ShedAbove: shedAbove})
 	srv := httptest.NewServer(a)
 	defer srv.Close()
 	lctx, stop := context.WithCancel(ctx)
@@ -65,7 +66,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	defer r.Stop(context.Background())
 
 	run := FairnessRun{Offered: rate, Busy: map[model.WriteClass]time.Duration{}}
-	st0 := r.Store().Stats()
+	st0 := st.Stats()
 	// The pacer: event i is due at start + i/rate; 64 connections send
 	// them, none before its time (an open-loop load, like many clients).
 	const conns = 64
@@ -119,7 +120,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			due, _, sending, err := liveOf(ctx, r)
+			due, _, sending, err := liveOf(ctx, st)
 			if err == nil && due+sending > run.PendingMax {
 				run.PendingMax = due + sending
 			}
@@ -138,12 +139,12 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 		return FairnessRun{}, err
 	}
 	run.Accepted, run.Shed = int(accepted.Load()), int(shed.Load())
-	due, _, sending, err := liveOf(ctx, r)
+	due, _, sending, err := liveOf(ctx, st)
 	if err != nil {
 		return FairnessRun{}, err
 	}
 	run.PendingEnd = due + sending
-	st1 := r.Store().Stats()
+	st1 := st.Stats()
 	for c, s := range st1.Classes {
 		run.Busy[c] = s.Busy - st0.Classes[c].Busy
 	}
@@ -153,7 +154,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	// time from the store (created_at and updated_at, in milliseconds).
 	drainStart := time.Now()
 	for {
-		due, _, sending, err := liveOf(ctx, r)
+		due, _, sending, err := liveOf(ctx, st)
 		if err != nil {
 			return FairnessRun{}, err
 		}
@@ -195,9 +196,9 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	return run, rows.Err()
 }
 
-// liveOf is the relay's queue: due now, due later, and being sent.
-func liveOf(ctx context.Context, r *relay.Relay) (due, later, sending int64, err error) {
-	return r.Store().Live(ctx, r.Now())
+// liveOf is the queue: due now, due later, and being sent.
+func liveOf(ctx context.Context, st store.Dispatch) (due, later, sending int64, err error) {
+	return st.Live(ctx, time.Now())
 }
 
 // BusyShares is each class's part of the writer's busy time, as "accept

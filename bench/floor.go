@@ -178,7 +178,7 @@ func Floor(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 // backlog writes n pending notifications through the relay, one event
 // each, 100 events per commit, and closes it.
 func backlog(ctx context.Context, path string, n int) error {
-	r, err := openRelay(ctx, path, relay.Options{Logger: quiet})
+	r, _, err := openRelay(ctx, path, relay.Options{Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -257,12 +257,12 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 		return DispatchRun{}, err
 	}
 	count := &sentCounter{done: make(chan struct{}), want: int64(n)}
-	r, err := openRelay(ctx, path, relay.Options{Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
+	r, st, err := openRelay(ctx, path, relay.Options{Logger: quiet, Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
 	if err != nil {
 		return DispatchRun{}, err
 	}
 	defer r.Close()
-	st0 := r.Store().Stats()
+	st0 := st.Stats()
 	if f := os.Getenv("EDGERELAY_BENCH_CPUPROFILE"); f != "" {
 		// The drain alone, not the backlog's accepts: go test's -cpuprofile
 		// would mix them.
@@ -299,7 +299,7 @@ func Drain(ctx context.Context, dir string, sim *Sim, n, workers int) (DispatchR
 	run := DispatchRun{N: n, Elapsed: time.Since(start)}
 	runtime.ReadMemStats(&m1)
 	run.AllocBytes = int64(m1.TotalAlloc - m0.TotalAlloc)
-	st1 := r.Store().Stats()
+	st1 := st.Stats()
 	run.Commits, run.Writes = st1.Commits-st0.Commits, st1.Writes-st0.Writes
 	cpu1, err3 := ProcessCPU(0)
 	sim1, err4 := ProcessCPU(sim.PID())

@@ -17,6 +17,7 @@ import (
 	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
+	"edgerelay/store"
 	"edgerelay/store/postgres"
 )
 
@@ -191,14 +192,15 @@ func Nodes(ctx context.Context, dbURL string, sim *Sim, nodes, n, callers, worke
 	}
 	count := &sentCounter{done: make(chan struct{}), want: int64(n)}
 	rs := make([]*relay.Relay, nodes)
+	sts := make([]store.Store, nodes)
 	for i := range rs {
-		r, err := openRelay(ctx, dbURL, relay.Options{Logger: quiet,
+		r, st, err := openRelay(ctx, dbURL, relay.Options{Logger: quiet,
 			Routes: relay.Routes{"email": {p}}, Workers: workers, Observer: count})
 		if err != nil {
 			return DispatchRun{}, err
 		}
 		defer r.Close()
-		rs[i] = r
+		rs[i], sts[i] = r, st
 	}
 	cpu0, err1 := ProcessCPU(0)
 	sim0, err2 := ProcessCPU(sim.PID())
@@ -228,8 +230,8 @@ func Nodes(ctx context.Context, dbURL string, sim *Sim, nodes, n, callers, worke
 	if err := errors.Join(err1, err2, err3, err4); err == nil {
 		run.RelayCPU, run.SimCPU = cpu1-cpu0, sim1-sim0
 	}
-	for _, r := range rs {
-		st := r.Store().Stats()
+	for _, s := range sts {
+		st := s.Stats()
 		run.Commits += st.Commits
 		run.Writes += st.Writes
 	}

@@ -44,7 +44,7 @@ func Tail(ctx context.Context, dir string, n int) (Rate, error) {
 	if err := tx.Commit(); err != nil {
 		return Rate{}, err
 	}
-	r, err := openRelay(ctx, filepath.Join(dir, "tail-relay.db"), relay.Options{Logger: quiet})
+	r, st, err := openRelay(ctx, filepath.Join(dir, "tail-relay.db"), relay.Options{Logger: quiet})
 	if err != nil {
 		return Rate{}, err
 	}
@@ -56,7 +56,7 @@ func Tail(ctx context.Context, dir string, n int) (Rate, error) {
 	defer src.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	t := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: time.Millisecond, OnBatch: func(st sources.TailStats) {
+	t := sources.NewTailer(r, st, src, sources.TailOptions{Poll: time.Millisecond, OnBatch: func(st sources.TailStats) {
 		if st.Position >= int64(n) {
 			cancel()
 		}
