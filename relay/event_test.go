@@ -206,9 +206,9 @@ func TestAcceptFingerprint(t *testing.T) {
 // DecodeEvent refuses each, anywhere in the event, naming the JSON path.
 func TestDecodeEventStrict(t *testing.T) {
 	t.Parallel()
-	// at is the reason for the first \xff (or \xfe) in doc.
+	// at is the reason for the first byte of doc that is not UTF-8.
 	at := func(doc string) string {
-		i := strings.IndexAny(doc, "\xff\xfe\xc0\xed")
+		i := strings.IndexRune(doc, utf8.RuneError)
 		return fmt.Sprintf("not valid UTF-8 as sent (byte 0x%02x at offset %d)", doc[i], i)
 	}
 	ev := func(fields string) string { return `{"id": "e", "type": "t", ` + fields + `}` }
