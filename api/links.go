@@ -14,7 +14,7 @@ import (
 	"edgerelay/relay"
 )
 
-// The recipients' own pages (issue 17), reached through signed links, no
+// The recipients' own pages, reached through signed links, no
 // login: one-click unsubscribe (RFC 8058) at /u/{token} and the
 // preferences page at /p/{token}. Rendered on the server with
 // html/template (escaping by default), no script, no asset from elsewhere.

@@ -8,7 +8,7 @@ import (
 	"edgerelay/relay"
 )
 
-// The preference endpoints (issue 17): what a recipient of the caller's
+// The preference endpoints: what a recipient of the caller's
 // tenant (on an open API, ?tenant=, default "default") lets reach them,
 // read and written whole.
 

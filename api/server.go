@@ -1048,7 +1048,7 @@ func (s *Server) retryNotification(w http.ResponseWriter, r *http.Request, c cal
 	switch v := r.URL.Query().Get("lift"); v {
 	case "", "false":
 	case "true":
-		lift = true // remove the address's suppression entry too (issue 17)
+		lift = true // remove the address's suppression entry too
 	default:
 		return problemField(http.StatusBadRequest, probInvalidQuery, "Invalid lift", "lift: true or false, not "+strconv.Quote(v), "lift")
 	}

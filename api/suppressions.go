@@ -14,7 +14,7 @@ import (
 	"edgerelay/relay"
 )
 
-// Suppression lists over HTTP (issue 17), each scoped to the caller's
+// Suppression lists over HTTP, each scoped to the caller's
 // tenant (an open API names one with ?tenant=, default "default", or sees
 // every tenant when it names none on a read):
 //

@@ -12,7 +12,7 @@ import (
 	"edgerelay/templates"
 )
 
-// Templates over HTTP (issue 16), each scoped to the caller's tenant (an
+// Templates over HTTP, each scoped to the caller's tenant (an
 // open API names one with ?tenant=, default "default"):
 //
 //	GET    /v1/templates                                       the tenant's templates: files and stored

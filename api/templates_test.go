@@ -125,10 +125,7 @@ func TestTemplatesVersionsOverHTTP(t *testing.T) {
 	if got := decode[storedJSON](t, b.do(t, "GET", path, "", tplAcme()...)); got.Version != 2 {
 		t.Errorf("GET latest = %+v, want version 2", got)
 	}
-	var vs struct {
-		Versions []storedJSON `json:"versions"`
-	}
-	vs = decode[struct {
+	vs := decode[struct {
 		Versions []storedJSON `json:"versions"`
 	}](t, b.do(t, "GET", path+"/versions", "", tplAcme()...))
 	if len(vs.Versions) != 2 || vs.Versions[0].Version != 1 || vs.Versions[1].Version != 2 {

@@ -274,12 +274,8 @@ func TestAcceptBatchStopsOnStoreError(t *testing.T) {
 	}
 }
 
-// writeBatchFile writes n generated JSON Lines events to a file.
-func writeBatchFile(t testing.TB, n int) string {
-	return writeBatchFileBody(t, n, "hello")
-}
-
-// writeBatchFileBody is writeBatchFile with each event's body given.
+// writeBatchFileBody writes n generated JSON Lines events to a file,
+// each with the body given.
 func writeBatchFileBody(t testing.TB, n int, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "big.jsonl")

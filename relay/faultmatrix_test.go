@@ -517,7 +517,7 @@ func (s *fmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c := s.hijack(w)
 		defer c.Close()
 		body, ctype := s.p.ok.body, "application/json"
-		length := len(body)
+		var length int
 		if s.f.play == playTruncated {
 			body = body[:len(body)/2]
 			if body == "" {
