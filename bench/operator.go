@@ -254,9 +254,6 @@ func StartServe(ctx context.Context, exe, dir, name string, sim *Sim) (*Serve, e
 	}
 }
 
-// PID is serve's process id.
-func (s *Serve) PID() int { return s.cmd.Process.Pid }
-
 // Stop ends serve with SIGTERM (it finishes what is in flight), or kills
 // it after 30 s.
 func (s *Serve) Stop() {

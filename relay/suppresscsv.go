@@ -60,20 +60,15 @@ func WriteSuppressionsCSV(w io.Writer, entries []model.Suppression, header bool,
 	return cw.Error()
 }
 
-// ReadSuppressionsCSV reads an import: a header line naming the columns
+// readSuppressionsCSV reads an import: a header line naming the columns
 // (those of SuppressionCSVHeader; channel and address required), then one
 // entry a line. tenant is each entry's tenant; a tenant column, when
 // present, must name it on every line unless anyTenant (the CLI on the
 // host, an open API), where it chooses. A missing reason is manual; source
 // is always import (what the entry came from before is kept in detail as
 // given); created_at defaults to now, expires_at to never. An error names
-// the line and column; nothing is returned with it.
-func ReadSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID) ([]model.Suppression, error) {
-	out, _, err := readSuppressionsCSV(r, tenant, anyTenant, note)
-	return out, err
-}
-
-// readSuppressionsCSV is ReadSuppressionsCSV, with each entry's line.
+// the line and column; nothing is returned with it. Each entry comes with
+// its line.
 func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID) ([]model.Suppression, []int, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = 0 // every line as long as the header
@@ -161,7 +156,7 @@ func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID
 	return out, lines, nil
 }
 
-// ImportSuppressions reads a CSV import (ReadSuppressionsCSV) and writes
+// ImportSuppressions reads a CSV import (readSuppressionsCSV) and writes
 // its entries, all or none. It returns how many lines it read and how many
 // entries it wrote; an error names the line and column.
 func (r *Relay) ImportSuppressions(ctx context.Context, rd io.Reader, tenant string, anyTenant bool, note NoteID) (read, written int, err error) {

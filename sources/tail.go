@@ -194,11 +194,6 @@ func NewTailerFor(r *relay.Relay, spec *Spec, opts TailOptions) *Tailer {
 	return t
 }
 
-// Tail relays src into r until ctx ends: NewTailer(r, src, opts).Run(ctx).
-func Tail(ctx context.Context, r *relay.Relay, src Source, opts TailOptions) error {
-	return NewTailer(r, src, opts).Run(ctx)
-}
-
 // Stats returns the counters so far.
 func (t *Tailer) Stats() TailStats {
 	t.mu.Lock()
