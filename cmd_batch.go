@@ -229,7 +229,6 @@ func batchSend(c *cli.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s.dispatchFlags(c)
 	prog := newBatchProgress(stderr, size, c.Duration("progress-every"))
 	// The relay's log goes through prog (it clears the bar before a record)
 	// and through a handler that puts per-attempt records at the level
