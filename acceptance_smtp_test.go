@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -369,28 +368,6 @@ func verifyDKIM(data []byte, record string) error {
 		return fmt.Errorf("%d signatures, want 1", len(vs))
 	}
 	return vs[0].Err
-}
-
-// withoutHeaders is a message without the named header fields (folded
-// lines included).
-func withoutHeaders(data []byte, names ...string) []byte {
-	head, body, _ := bytes.Cut(data, []byte("\r\n\r\n"))
-	var out [][]byte
-	skip := false
-	for _, line := range bytes.Split(head, []byte("\r\n")) {
-		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
-			if !skip {
-				out = append(out, line)
-			}
-			continue
-		}
-		name, _, _ := bytes.Cut(line, []byte(":"))
-		skip = slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, string(name)) })
-		if !skip {
-			out = append(out, line)
-		}
-	}
-	return append(append(bytes.Join(out, []byte("\r\n")), "\r\n\r\n"...), body...)
 }
 
 // Through the CLI and the config file: a type marked commercial gets

@@ -222,12 +222,12 @@ func runServe(c *cli.Context) error {
 	return sv.run(hup)
 }
 
-// check checks the settings serve adds to those of every command, before
-// anything opens (a provider's file, the database), and builds the routes.
+// check checks serve's own settings and builds the routes. A malformed
+// address is said before anything opens (a provider's file, the
+// database) and before the loopback check, which would call it "not
+// loopback".
 func (sv *server) check() error {
 	c, s, f := sv.c, sv.s, sv.s.flags
-	// A malformed address is said before the loopback check, which would
-	// call it "not loopback".
 	if err := checkListen(f.from["listen"], f.Listen); err != nil {
 		return err
 	}

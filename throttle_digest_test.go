@@ -195,10 +195,7 @@ func checkFolded(t *testing.T, db, cfg, logFile, route string, resent bool) {
 	if len(ds) != 1 || ds[0].RecipientID != "ada" {
 		t.Fatalf("digests %+v, want one to ada", ds)
 	}
-	var got []string
-	for _, s := range strings.Split(strings.TrimSuffix(strings.TrimPrefix(ds[0].Body, "["), "]"), "][") {
-		got = append(got, s)
-	}
+	got := strings.Split(strings.TrimSuffix(strings.TrimPrefix(ds[0].Body, "["), "]"), "][")
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
