@@ -182,9 +182,9 @@ type overrides struct {
 	from map[string]string
 }
 
-// mergeFlags resolves the overrides of the command c over cfg (which
-// Load checked: a key it holds is in range, so the zero value means
-// "not set").
+// mergeFlags resolves the overrides of the command c over cfg. Load
+// checked cfg: a key it holds is in range, so a zero value is one the
+// file does not set.
 func mergeFlags(c *cli.Context, cfg *config.Config) *overrides {
 	o := &overrides{from: map[string]string{}}
 	v := reflect.ValueOf(o).Elem()
@@ -194,7 +194,7 @@ func mergeFlags(c *cli.Context, cfg *config.Config) *overrides {
 		if name == "" {
 			continue
 		}
-		if file := fileValue(cfg, key); !isSet(c, name) && !file.IsZero() {
+		if file, ok := fileValue(cfg, key); ok && !isSet(c, name) {
 			v.Field(i).Set(file.Convert(f.Type))
 			o.from[name] = key
 			continue
@@ -205,12 +205,13 @@ func mergeFlags(c *cli.Context, cfg *config.Config) *overrides {
 	return o
 }
 
-// fileValue is the value of a config key (its dotted path of YAML names);
-// a pointer is its value, or the zero value where it is nil.
-func fileValue(cfg *config.Config, key string) reflect.Value {
+// fileValue is the value of a config key (its dotted path of YAML names)
+// and whether the file sets it: a pointer is set when not nil (shed_above:
+// 0 is set), any other value when not zero.
+func fileValue(cfg *config.Config, key string) (reflect.Value, bool) {
 	v := reflect.ValueOf(cfg).Elem()
 	for _, name := range strings.Split(key, ".") {
-		i := slices.IndexFunc(reflect.VisibleFields(v.Type()), func(f reflect.StructField) bool {
+		i := slices.IndexFunc(slices.Collect(v.Type().Fields()), func(f reflect.StructField) bool {
 			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			return tag == name
 		})
@@ -221,11 +222,11 @@ func fileValue(cfg *config.Config, key string) reflect.Value {
 	}
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
-			return reflect.Zero(v.Type().Elem())
+			return v, false
 		}
-		v = v.Elem()
+		return v.Elem(), true
 	}
-	return v
+	return v, !v.IsZero()
 }
 
 // flagValue sets dst to the flag's value in the innermost context where it
