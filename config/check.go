@@ -59,7 +59,7 @@ type checker struct {
 // per job), schedules and time zones, digest templates (parsed and run on
 // a sample), batch files (present, readable, of a known format), tail
 // sources (their URLs; reachTails opens them), and every provider
-// built (each once; build reuses them). Problems under a value the walk
+// built (each once; Build reuses them). Problems under a value the walk
 // found of the wrong kind are not reported twice.
 func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
 	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes}

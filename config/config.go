@@ -21,9 +21,10 @@ import (
 	"edgerelay/templates"
 )
 
-// Config is the optional config file (YAML; testdata/edgerelay.yaml is a
-// commented example). Flags override it; with neither, every channel is
-// printed to stdout by the log provider.
+// Config is the optional config file (YAML; the repository's
+// testdata/edgerelay.yaml is a commented example). The commands' flags
+// override it; with neither, every channel is printed to stdout by the log
+// provider.
 type Config struct {
 	DB string `yaml:"db"`
 	// Providers names providers: a provider URL, options that would be
