@@ -119,7 +119,7 @@ func TestConfigCheckReportsEveryProblem(t *testing.T) {
 	if t.Failed() {
 		t.Logf("config check said:\n%s%s", r.stdout, r.stderr)
 	}
-	for _, goSpeak := range []string{"main.", "!!str", "unmarshal", "not found in type"} {
+	for _, goSpeak := range []string{"main.", "config.Config", "!!str", "unmarshal", "not found in type"} {
 		if strings.Contains(r.stderr, goSpeak) {
 			t.Errorf("config check speaks Go (%q):\n%s", goSpeak, r.stderr)
 		}
