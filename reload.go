@@ -20,10 +20,11 @@ import (
 )
 
 // A running serve reloads its config on SIGHUP: routes (with their
-// providers), provider limits, the tenants' tokens and the templates. The listeners stay
-// open, so no request is dropped; what a reload cannot change (listen
-// addresses, the database, the dispatcher's and the API's settings, jobs,
-// tails) is logged as needing a restart.
+// providers), provider limits, the tenants' tokens and the templates. The
+// listeners stay open, so no request is dropped; what a reload cannot
+// change (listen addresses, the database, the dispatcher's and the API's
+// settings, jobs, tails) is logged as needing a restart
+// (config.NeedsRestart).
 
 // catchReload makes SIGHUP ask for a reload from now on, instead of ending
 // the process (its default). serve calls it first thing, so a SIGHUP that
