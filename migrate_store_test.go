@@ -102,7 +102,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	members := filepath.Join(dir, "team.json")
 	os.WriteFile(members, []byte(`{"members": [{"id": "ada", "email": "ada@example.com"}, {"id": "ben", "email": "ben@example.com"}]}`), 0o644)
 	cli("", "audience", "set", "--db", src, "--tenant", "acme", "team", members)
-	// A template stored in two versions (issue 16).
+	// A template stored in two versions.
 	for i, subject := range []string{"Receipt", "Your receipt"} {
 		sub, text := filepath.Join(dir, fmt.Sprint(i), "email.subject.tmpl"), filepath.Join(dir, fmt.Sprint(i), "email.text.tmpl")
 		os.MkdirAll(filepath.Dir(sub), 0o755)
@@ -120,7 +120,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A recipient's preferences and the tenant's link key (issue 17).
+	// A recipient's preferences and the tenant's link key.
 	off := false
 	if _, err := r.PutPreferences(ctx, "acme", "ada", relay.PreferencesInput{TimeZone: "Europe/Berlin",
 		Switches:   []relay.SwitchInput{{Category: "marketing", Enabled: &off}},

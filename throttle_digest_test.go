@@ -83,7 +83,7 @@ func listStatus(t *testing.T, db, status string) []listed {
 	return v.Notifications
 }
 
-// Issue 17, a throttle's excess folded into the next digest, through the
+// A throttle's excess folded into the next digest, through the
 // CLI: five newsletters to ada with at most 2 a day: 2 are sent, 3 end
 // skipped as folded into digest weekly (show, status and list say so);
 // the digest's run sends ada one message with exactly those 3; the same
