@@ -1,16 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/urfave/cli/v2"
-
-	"edgerelay/config"
 )
 
 // everyProblem has one of each kind of problem a config can have, each
@@ -145,26 +140,5 @@ func TestConfigCheckReportsEveryProblem(t *testing.T) {
 		if _, err := os.Stat(db); !os.IsNotExist(err) {
 			t.Errorf("%v created its database for a config it refuses (%v)", args, err)
 		}
-	}
-}
-
-// The defaults that config check names for api: keys are serve's.
-func TestConfigDefaultsAreServes(t *testing.T) {
-	t.Parallel()
-	want := map[string]string{"max-body": fmt.Sprint(config.DefaultMaxBody), "max-batch": fmt.Sprint(config.DefaultMaxBatch),
-		"key-ttl": config.DefaultKeyTTL.String(), "body-timeout": config.DefaultBodyTimeout.String(), "max-conns": fmt.Sprint(config.DefaultMaxConns)}
-	for _, f := range serveCommand().Flags {
-		name := f.Names()[0]
-		w, ok := want[name]
-		if !ok {
-			continue
-		}
-		delete(want, name)
-		if got := f.(cli.DocGenerationFlag).GetValue(); got != w {
-			t.Errorf("serve --%s defaults to %s; config check says %s", name, got, w)
-		}
-	}
-	if len(want) > 0 {
-		t.Errorf("serve has no flags %v", want)
 	}
 }
