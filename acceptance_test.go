@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The acceptance case of the core issue, as `edgerelay demo` runs it: four
+// The acceptance case, as `edgerelay demo` runs it: four
 // payments, ada's first two answers lost after sending, ben's first request
 // refused with 503, evt_501 accepted twice.
 func TestAcceptanceAdaBenCy(t *testing.T) {

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	_ "modernc.org/sqlite"
+
+	"edgerelay/config"
 )
 
 // cli runs the app in-process with buffers, as main would.
@@ -293,7 +295,7 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	cfg, err := loadConfig("testdata/edgerelay.yaml", nil)
+	cfg, err := config.Load("testdata/edgerelay.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,34 +31,7 @@ events accepted afterwards resolve the audience to the new list. "audience get"
 prints an audience in this form.`,
 				Flags:        commonFlags(tenantFlag()),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 2 {
-						return cli.Exit("audience set takes NAME FILE", exitUsage)
-					}
-					b, err := os.ReadFile(c.Args().Get(1))
-					if err != nil {
-						return cli.Exit(err.Error(), exitUsage)
-					}
-					var req struct {
-						Members []relay.Recipient `json:"members"`
-					}
-					if err := relay.DecodeJSON(b, &req); err != nil {
-						return cli.Exit(fmt.Sprintf("%s: want {\"members\": [RECIPIENT, ...]}: %v", c.Args().Get(1), err), exitRejected)
-					}
-					r, _, err := openRelay(c, c.App.ErrWriter)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					var inv *relay.InvalidEventError
-					if err := r.PutAudience(c.Context, c.String("tenant"), c.Args().First(), req.Members); errors.As(err, &inv) {
-						return cli.Exit(err.Error(), exitRejected)
-					} else if err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "audience %s (tenant %s): %d members\n", c.Args().First(), c.String("tenant"), len(req.Members))
-					return nil
-				},
+				Action:       audienceSet,
 			},
 			{
 				Name:      "list",
@@ -68,47 +41,7 @@ prints an audience in this form.`,
 				Description: `Prints NAME, MEMBERS and UPDATED (when it was last set, UTC) per audience,
 in name order; --json prints {"name", "members", "updated_at"} lines.`,
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 0 {
-						return cli.Exit("audience list takes no arguments (--tenant NAME picks the tenant)", exitUsage)
-					}
-					r, err := openExistingFor(c, true)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					var all []model.AudienceInfo
-					for after := ""; ; {
-						as, err := r.ListAudiences(c.Context, c.String("tenant"), after, 1000)
-						if err != nil {
-							return audienceErr(err, c.String("tenant"), "")
-						}
-						all = append(all, as...)
-						if len(as) < 1000 {
-							break
-						}
-						after = as[len(as)-1].Name
-					}
-					if c.Bool("json") {
-						enc := json.NewEncoder(c.App.Writer)
-						for _, a := range all {
-							if err := enc.Encode(a); err != nil {
-								return err
-							}
-						}
-						return nil
-					}
-					if len(all) == 0 {
-						fmt.Fprintf(c.App.ErrWriter, "no audiences in tenant %s\n", c.String("tenant"))
-						return nil
-					}
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tMEMBERS\tUPDATED")
-					for _, a := range all {
-						fmt.Fprintf(tw, "%s\t%d\t%s\n", a.Name, a.Members, a.UpdatedAt.UTC().Format("2006-01-02 15:04:05"))
-					}
-					return tw.Flush()
-				},
+				Action:       audienceList,
 			},
 			{
 				Name:      "get",
@@ -118,23 +51,7 @@ in name order; --json prints {"name", "members", "updated_at"} lines.`,
 give it back to "audience set NAME FILE".`,
 				Flags:        commonFlags(tenantFlag()),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return cli.Exit("audience get takes one NAME", exitUsage)
-					}
-					r, err := openExistingFor(c, true)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					ms, err := r.Audience(c.Context, c.String("tenant"), c.Args().First())
-					if err != nil {
-						return audienceErr(err, c.String("tenant"), c.Args().First())
-					}
-					enc := json.NewEncoder(c.App.Writer)
-					enc.SetIndent("", "  ")
-					return enc.Encode(map[string]any{"members": ms})
-				},
+				Action:       audienceGet,
 			},
 			{
 				Name:      "delete",
@@ -144,21 +61,7 @@ give it back to "audience set NAME FILE".`,
 naming the audience afterwards is rejected (exit 5), as for one never set.`,
 				Flags:        commonFlags(tenantFlag()),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return cli.Exit("audience delete takes one NAME", exitUsage)
-					}
-					r, err := openExisting(c)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					if err := r.DeleteAudience(c.Context, c.String("tenant"), c.Args().First()); err != nil {
-						return audienceErr(err, c.String("tenant"), c.Args().First())
-					}
-					fmt.Fprintf(c.App.Writer, "audience %s (tenant %s): deleted\n", c.Args().First(), c.String("tenant"))
-					return nil
-				},
+				Action:       audienceDelete,
 			},
 		},
 	}
@@ -181,4 +84,113 @@ func audienceErr(err error, tenant, name string) error {
 		return cli.Exit(fmt.Sprintf("no audience %q in tenant %q (see edgerelay audience list --tenant %s)", name, tenant, tenant), exitError)
 	}
 	return err
+}
+
+// audienceSet replaces an audience's members with those of a file.
+func audienceSet(c *cli.Context) error {
+	if c.NArg() != 2 {
+		return cli.Exit("audience set takes NAME FILE", exitUsage)
+	}
+	b, err := os.ReadFile(c.Args().Get(1))
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	var req struct {
+		Members []relay.Recipient `json:"members"`
+	}
+	if err := relay.DecodeJSON(b, &req); err != nil {
+		return cli.Exit(fmt.Sprintf("%s: want {\"members\": [RECIPIENT, ...]}: %v", c.Args().Get(1), err), exitRejected)
+	}
+	r, _, err := openRelay(c, c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var inv *relay.InvalidEventError
+	if err := r.PutAudience(c.Context, c.String("tenant"), c.Args().First(), req.Members); errors.As(err, &inv) {
+		return cli.Exit(err.Error(), exitRejected)
+	} else if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "audience %s (tenant %s): %d members\n", c.Args().First(), c.String("tenant"), len(req.Members))
+	return nil
+}
+
+// audienceList prints a tenant's audiences with their member counts.
+func audienceList(c *cli.Context) error {
+	if c.NArg() != 0 {
+		return cli.Exit("audience list takes no arguments (--tenant NAME picks the tenant)", exitUsage)
+	}
+	r, err := openExistingFor(c, true)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var all []model.AudienceInfo
+	for after := ""; ; {
+		as, err := r.ListAudiences(c.Context, c.String("tenant"), after, 1000)
+		if err != nil {
+			return audienceErr(err, c.String("tenant"), "")
+		}
+		all = append(all, as...)
+		if len(as) < 1000 {
+			break
+		}
+		after = as[len(as)-1].Name
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		for _, a := range all {
+			if err := enc.Encode(a); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(all) == 0 {
+		fmt.Fprintf(c.App.ErrWriter, "no audiences in tenant %s\n", c.String("tenant"))
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMEMBERS\tUPDATED")
+	for _, a := range all {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", a.Name, a.Members, a.UpdatedAt.UTC().Format("2006-01-02 15:04:05"))
+	}
+	return tw.Flush()
+}
+
+// audienceGet prints an audience's members in the form audience set reads.
+func audienceGet(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return cli.Exit("audience get takes one NAME", exitUsage)
+	}
+	r, err := openExistingFor(c, true)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	ms, err := r.Audience(c.Context, c.String("tenant"), c.Args().First())
+	if err != nil {
+		return audienceErr(err, c.String("tenant"), c.Args().First())
+	}
+	enc := json.NewEncoder(c.App.Writer)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{"members": ms})
+}
+
+// audienceDelete deletes an audience.
+func audienceDelete(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return cli.Exit("audience delete takes one NAME", exitUsage)
+	}
+	r, err := openExisting(c)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.DeleteAudience(c.Context, c.String("tenant"), c.Args().First()); err != nil {
+		return audienceErr(err, c.String("tenant"), c.Args().First())
+	}
+	fmt.Fprintf(c.App.Writer, "audience %s (tenant %s): deleted\n", c.Args().First(), c.String("tenant"))
+	return nil
 }

@@ -173,31 +173,11 @@ type batchSummary struct {
 }
 
 func batchSend(c *cli.Context, args []string) error {
-	if len(args) != 1 {
-		return cli.Exit("batch send takes one FILE (a .jsonl, .ndjson or .csv file; - for standard input with --format)", exitUsage)
-	}
-	path := args[0]
-	var format batch.Format
-	var err error
-	if f := c.String("format"); f != "" {
-		format, err = batch.ParseFormat(f)
-	} else if path == "-" {
-		err = errors.New("standard input: give --format jsonl or --format csv")
-	} else {
-		if format, err = batch.FormatFor(path); err != nil {
-			err = fmt.Errorf("%w; or give --format jsonl or --format csv", err)
-		}
-	}
+	path, format, err := batchArgs(c, args)
 	if err != nil {
-		return cli.Exit(err.Error(), exitUsage)
+		return err
 	}
 	group := c.Int("group")
-	if group < 1 || group > 1024 {
-		return cli.Exit(fmt.Sprintf("--group %d: want 1 to 1024", group), exitUsage)
-	}
-	if c.Bool("strict") && path == "-" {
-		return cli.Exit("--strict reads the file twice: give a FILE, not standard input", exitUsage)
-	}
 	stderr := c.App.ErrWriter
 
 	var in io.ReadSeeker
@@ -229,7 +209,6 @@ func batchSend(c *cli.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s.dispatchFlags(c)
 	prog := newBatchProgress(stderr, size, c.Duration("progress-every"))
 	// The relay's log goes through prog (it clears the bar before a record)
 	// and through a handler that puts per-attempt records at the level
@@ -318,6 +297,36 @@ func batchSend(c *cli.Context, args []string) error {
 		return cli.Exit("", code)
 	}
 	return nil
+}
+
+// batchArgs checks batch send's arguments and flags before anything is
+// read: one FILE (- for standard input), its format, --group, --strict.
+func batchArgs(c *cli.Context, args []string) (string, batch.Format, error) {
+	if len(args) != 1 {
+		return "", "", cli.Exit("batch send takes one FILE (a .jsonl, .ndjson or .csv file; - for standard input with --format)", exitUsage)
+	}
+	path := args[0]
+	var format batch.Format
+	var err error
+	if f := c.String("format"); f != "" {
+		format, err = batch.ParseFormat(f)
+	} else if path == "-" {
+		err = errors.New("standard input: give --format jsonl or --format csv")
+	} else {
+		if format, err = batch.FormatFor(path); err != nil {
+			err = fmt.Errorf("%w; or give --format jsonl or --format csv", err)
+		}
+	}
+	if err != nil {
+		return "", "", cli.Exit(err.Error(), exitUsage)
+	}
+	if group := c.Int("group"); group < 1 || group > 1024 {
+		return "", "", cli.Exit(fmt.Sprintf("--group %d: want 1 to 1024", group), exitUsage)
+	}
+	if c.Bool("strict") && path == "-" {
+		return "", "", cli.Exit("--strict reads the file twice: give a FILE, not standard input", exitUsage)
+	}
+	return path, format, nil
 }
 
 // skipped says how many blank (or comment) lines the counts include, so

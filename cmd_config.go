@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"edgerelay/config"
 )
 
 func configCommand() *cli.Command {
@@ -43,25 +47,25 @@ command sees only the file.`,
 				// config (what this passes, serve and dispatch take), and
 				// the tail: sources opened, which the others leave to the
 				// tailer.
-				cfg, err := loadConfigReaching(path, nil, true)
+				cfg, err := config.Check(path)
 				if err != nil {
 					return err
 				}
-				routes, tenants, limits, err := cfg.build(nil)
+				routes, tenants, limits, err := cfg.Build(nil)
 				if err != nil {
 					return err
 				}
 				w := c.App.Writer
 				fmt.Fprintf(w, "%s: ok\n", path)
-				for _, ch := range sortedKeys(routes) {
+				for _, ch := range slices.Sorted(maps.Keys(routes)) {
 					fmt.Fprintf(w, "  route %-8s %s\n", ch, routeNames(routes[ch]))
 				}
-				for _, t := range sortedKeys(tenants) {
-					for _, ch := range sortedKeys(tenants[t]) {
+				for _, t := range slices.Sorted(maps.Keys(tenants)) {
+					for _, ch := range slices.Sorted(maps.Keys(tenants[t])) {
 						fmt.Fprintf(w, "  tenant %s: route %s %s\n", t, ch, routeNames(tenants[t][ch]))
 					}
 				}
-				for _, name := range sortedKeys(limits) {
+				for _, name := range slices.Sorted(maps.Keys(limits)) {
 					if l := limits[name]; l.Concurrency > 0 || l.Rate > 0 {
 						fmt.Fprintf(w, "  limit %s: concurrency %d, rate %g/s, burst %d\n", name, l.Concurrency, l.Rate, l.Burst)
 					}

@@ -44,7 +44,7 @@ starts.`,
 						return err
 					}
 					defer r.Close()
-					jobs, err := s.cfg.jobs(r)
+					jobs, err := buildJobs(s.cfg.Jobs, r)
 					if err != nil {
 						return err
 					}
@@ -155,13 +155,12 @@ func cronRun(c *cli.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s.dispatchFlags(c)
 	r, err := openRelayWith(c, s)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	jobs, err := s.cfg.jobs(r)
+	jobs, err := buildJobs(s.cfg.Jobs, r)
 	if err != nil {
 		return err
 	}

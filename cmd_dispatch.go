@@ -51,7 +51,6 @@ is further off than --max-wait. Exit status:
 			if err != nil {
 				return err
 			}
-			s.dispatchFlags(c)
 			r, err := openRelayWith(c, s)
 			if err != nil {
 				return err

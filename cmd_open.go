@@ -16,9 +16,9 @@ func openExistingStore(c *cli.Context, readOnly bool) (store.Store, *settings, e
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := dbExists(s.db); err != nil {
+	if err := dbExists(s.flags.DB); err != nil {
 		return nil, nil, err
 	}
-	st, err := open.Store(c.Context, s.db, open.Options{Logger: s.opts.Logger, ReadOnly: readOnly})
+	st, err := open.Store(c.Context, s.flags.DB, open.Options{Logger: s.opts.Logger, ReadOnly: readOnly})
 	return st, s, err
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // preferencesCommand shows and changes what a recipient lets reach them
-// (issue 17), as GET and PUT /v1/recipients/{id}/preferences do.
+// (categories on or off, quiet hours), as GET and PUT
+// /v1/recipients/{id}/preferences do.
 func preferencesCommand() *cli.Command {
 	tenant := &cli.StringFlag{Name: "tenant", Value: "default", Usage: "the recipient's tenant"}
 	return &cli.Command{

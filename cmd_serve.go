@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"edgerelay/api"
+	"edgerelay/config"
 	"edgerelay/console"
 	"edgerelay/relay"
 	"edgerelay/schedule"
@@ -23,10 +25,17 @@ import (
 
 func serveCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "serve",
-		Usage:     "run the HTTP API, the dispatcher and the scheduled jobs in one process",
-		ArgsUsage: " ",
-		Description: `Serves the JSON API on --listen (default 127.0.0.1:8025) and delivers what is
+		Name:         "serve",
+		Usage:        "run the HTTP API, the dispatcher and the scheduled jobs in one process",
+		ArgsUsage:    " ",
+		Description:  serveDescription,
+		Flags:        serveFlags(),
+		OnUsageError: usageErr,
+		Action:       runServe,
+	}
+}
+
+const serveDescription = `Serves the JSON API on --listen (default 127.0.0.1:8025) and delivers what is
 due, on the one SQLite file. With no config it delivers through the log
 provider (stdout), so this works on a fresh machine:
 
@@ -135,290 +144,322 @@ tokens it is open on loopback only, as the API. Behind a TLS proxy, name the
 proxy with --trusted-proxy so that the session cookie is Secure.
 
 SIGINT/SIGTERM: stop accepting, finish requests in flight, stop claiming,
-wait up to --drain-timeout for provider calls, record them, exit.`,
-		Flags: commonFlags(
-			flagRoute(), flagDelivery(),
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8025", EnvVars: []string{"EDGERELAY_LISTEN"}, Usage: "the API's `ADDRESS`"},
-			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, EnvVars: []string{"EDGERELAY_MAX_BODY"}, Usage: "largest request body in `BYTES` (413 beyond)"},
-			&cli.IntFlag{Name: "max-batch", Value: 100, EnvVars: []string{"EDGERELAY_MAX_BATCH"}, Usage: "most events in one POST /v1/events:batch"},
-			&cli.DurationFlag{Name: "key-ttl", Value: 24 * time.Hour, EnvVars: []string{"EDGERELAY_KEY_TTL"}, Usage: "how long a request's Idempotency-Key and response are kept"},
-			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"}, Usage: "on shutdown: how long to wait for calls in flight"},
-			&cli.IntFlag{Name: "max-recipients", EnvVars: []string{"EDGERELAY_MAX_RECIPIENTS"}, Usage: "most recipients per event (default 10000, or limits.max_recipients); 413 beyond"},
-			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, EnvVars: []string{"EDGERELAY_BODY_TIMEOUT"}, Usage: "how long a request body may take to arrive (408 and the connection closed beyond)"},
-			&cli.IntFlag{Name: "max-conns", Value: 1024, EnvVars: []string{"EDGERELAY_MAX_CONNS"}, Usage: "most connections open at once; more wait in the kernel's accept queue"},
-			&cli.Int64Flag{Name: "shed-above", Value: defaultShedAbove, EnvVars: []string{"EDGERELAY_SHED_ABOVE"}, Usage: "refuse new events (503 overloaded, Retry-After) while more than this many notifications are due and unclaimed; 0: never"},
-			&cli.StringFlag{Name: "metrics-listen", EnvVars: []string{"EDGERELAY_METRICS_LISTEN"}, Usage: "serve GET /metrics without a token on this `ADDRESS` of its own (a private interface)"},
-			&cli.DurationFlag{Name: "leader-ttl", Value: 15 * time.Second, EnvVars: []string{"EDGERELAY_LEADER_TTL"},
-				Usage: "how long a process's hold on the schedules, the key pruning and each tail lasts unrenewed: another process takes over a dead one's within this and a third"},
-			&cli.StringFlag{Name: "console-listen", EnvVars: []string{"EDGERELAY_CONSOLE_LISTEN"}, Usage: "serve the console (also at /console on --listen) on this `ADDRESS` of its own too"},
-			&cli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"EDGERELAY_TRUSTED_PROXY"},
-				Usage: "the `CIDR` (or address) of a proxy in front of serve, repeatable or comma-separated: from it, X-Forwarded-Proto: https makes the console's cookie Secure and __Host-, and X-Forwarded-For names the client"},
-			&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
-		),
-		OnUsageError: usageErr,
-		Action: func(c *cli.Context) error {
-			hup, stopReload := catchReload() // SIGHUP reloads the config (reload.go)
-			defer stopReload()
-			s, err := loadSettings(c, c.App.ErrWriter)
-			if err != nil {
-				return err
-			}
-			listen, listenFrom := c.String("listen"), "--listen"
-			if !c.IsSet("listen") && s.cfg.API.Listen != "" {
-				listen, listenFrom = s.cfg.API.Listen, "api.listen"
-			}
-			// A malformed address is said before anything opens (a provider's
-			// file, the database) and before the loopback check, which would
-			// call it "not loopback".
-			if err := checkListen(listenFrom, listen); err != nil {
-				return err
-			}
-			metricsListen, metricsFrom := c.String("metrics-listen"), "--metrics-listen"
-			if !c.IsSet("metrics-listen") {
-				metricsListen, metricsFrom = s.cfg.API.MetricsListen, "api.metrics_listen"
-			}
-			if metricsListen != "" {
-				if err := checkListen(metricsFrom, metricsListen); err != nil {
-					return err
-				}
-			}
-			consoleListen, consoleFrom := c.String("console-listen"), "--console-listen"
-			if !c.IsSet("console-listen") {
-				consoleListen, consoleFrom = s.cfg.API.ConsoleListen, "api.console_listen"
-			}
-			if consoleListen != "" {
-				if err := checkListen(consoleFrom, consoleListen); err != nil {
-					return err
-				}
-			}
-			proxyList, proxyFrom := c.StringSlice("trusted-proxy"), "--trusted-proxy"
-			if !c.IsSet("trusted-proxy") {
-				proxyList, proxyFrom = s.cfg.API.TrustedProxies, "api.trusted_proxies"
-			}
-			trustedProxies, err := parseProxies(proxyList)
-			if err != nil {
-				return cli.Exit(fmt.Sprintf("%s: %v", proxyFrom, err), exitUsage)
-			}
-			if err := s.buildRoutes(); err != nil {
-				return err
-			}
-			if c.IsSet("max-recipients") {
-				s.opts.MaxRecipients = c.Int("max-recipients")
-			}
-			opts := api.Options{MaxBody: c.Int64("max-body"), MaxBatch: c.Int("max-batch"), KeyTTL: c.Duration("key-ttl"),
-				Logger: s.opts.Logger, TokenHashes: map[string]string{}, PublicURL: s.cfg.API.PublicURL}
-			if !c.IsSet("max-body") && s.cfg.API.MaxBody > 0 {
-				opts.MaxBody = s.cfg.API.MaxBody
-			}
-			if !c.IsSet("max-batch") && s.cfg.API.MaxBatch > 0 {
-				opts.MaxBatch = s.cfg.API.MaxBatch
-			}
-			if !c.IsSet("key-ttl") && s.cfg.API.KeyTTL > 0 {
-				opts.KeyTTL = time.Duration(s.cfg.API.KeyTTL)
-			}
-			opts.BodyTimeout = c.Duration("body-timeout")
-			if !c.IsSet("body-timeout") && s.cfg.API.BodyTimeout > 0 {
-				opts.BodyTimeout = time.Duration(s.cfg.API.BodyTimeout)
-			}
-			maxConns := c.Int("max-conns")
-			if !c.IsSet("max-conns") && s.cfg.API.MaxConns > 0 {
-				maxConns = s.cfg.API.MaxConns
-			}
-			opts.ShedAbove = c.Int64("shed-above")
-			if !c.IsSet("shed-above") && s.cfg.API.ShedAbove != nil {
-				opts.ShedAbove = *s.cfg.API.ShedAbove
-			}
-			opts.MetricsToken = c.String("metrics-token")
-			if !c.IsSet("metrics-token") {
-				opts.MetricsToken = s.cfg.API.MetricsToken
-			}
-			switch {
-			case opts.BodyTimeout <= 0:
-				return cli.Exit(fmt.Sprintf("--body-timeout %s: want a positive duration, e.g. 10s", opts.BodyTimeout), exitUsage)
-			case opts.ShedAbove < 0:
-				return cli.Exit(fmt.Sprintf("--shed-above %d: want 0 (never shed) or a number of due notifications", opts.ShedAbove), exitUsage)
-			case maxConns <= 0:
-				return cli.Exit(fmt.Sprintf("--max-conns %d: want a positive number, e.g. 1024", maxConns), exitUsage)
-			case opts.MetricsToken != "" && len(opts.MetricsToken) < 16:
-				return cli.Exit("--metrics-token: shorter than 16 characters", exitUsage)
-			}
-			opts.TokenHashes = configTokenHashes(s.cfg)
-			if s.opts.SingletonTTL = c.Duration("leader-ttl"); s.opts.SingletonTTL < time.Second {
-				return cli.Exit(fmt.Sprintf("--leader-ttl %s: want at least 1s (renewed every third of it), e.g. 15s", s.opts.SingletonTTL), exitUsage)
-			}
+wait up to --drain-timeout for provider calls, record them, exit.`
 
-			// Metrics observe the relay, so they exist before it opens.
-			metrics := api.NewMetrics()
-			s.opts.Observer = metrics
-			r, err := openRelayWith(c, s)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			metrics.Watch(r, r.Store())
-			opts.Metrics = metrics
-			// Stored templates are compiled now, not by the first accept, and
-			// one that no longer compiles is logged at start.
-			if err := r.RefreshTemplates(c.Context); err != nil {
-				return fmt.Errorf("read stored templates: %w", err)
-			}
+// serveFlags are serve's own flags (after the global ones); those that a
+// config key sets too are merged with it by mergeFlags.
+func serveFlags() []cli.Flag {
+	return commonFlags(
+		flagRoute(), flagDelivery(),
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8025", EnvVars: []string{"EDGERELAY_LISTEN"}, Usage: "the API's `ADDRESS`"},
+		&cli.Int64Flag{Name: "max-body", Value: config.DefaultMaxBody, EnvVars: []string{"EDGERELAY_MAX_BODY"}, Usage: "largest request body in `BYTES` (413 beyond)"},
+		&cli.IntFlag{Name: "max-batch", Value: config.DefaultMaxBatch, EnvVars: []string{"EDGERELAY_MAX_BATCH"}, Usage: "most events in one POST /v1/events:batch"},
+		&cli.DurationFlag{Name: "key-ttl", Value: config.DefaultKeyTTL, EnvVars: []string{"EDGERELAY_KEY_TTL"}, Usage: "how long a request's Idempotency-Key and response are kept"},
+		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: []string{"EDGERELAY_DRAIN_TIMEOUT"}, Usage: "on shutdown: how long to wait for calls in flight"},
+		&cli.IntFlag{Name: "max-recipients", EnvVars: []string{"EDGERELAY_MAX_RECIPIENTS"}, Usage: "most recipients per event (default 10000, or limits.max_recipients); 413 beyond"},
+		&cli.DurationFlag{Name: "body-timeout", Value: config.DefaultBodyTimeout, EnvVars: []string{"EDGERELAY_BODY_TIMEOUT"}, Usage: "how long a request body may take to arrive (408 and the connection closed beyond)"},
+		&cli.IntFlag{Name: "max-conns", Value: config.DefaultMaxConns, EnvVars: []string{"EDGERELAY_MAX_CONNS"}, Usage: "most connections open at once; more wait in the kernel's accept queue"},
+		&cli.Int64Flag{Name: "shed-above", Value: config.DefaultShedAbove, EnvVars: []string{"EDGERELAY_SHED_ABOVE"}, Usage: "refuse new events (503 overloaded, Retry-After) while more than this many notifications are due and unclaimed; 0: never"},
+		&cli.StringFlag{Name: "metrics-listen", EnvVars: []string{"EDGERELAY_METRICS_LISTEN"}, Usage: "serve GET /metrics without a token on this `ADDRESS` of its own (a private interface)"},
+		&cli.DurationFlag{Name: "leader-ttl", Value: 15 * time.Second, EnvVars: []string{"EDGERELAY_LEADER_TTL"},
+			Usage: "how long a process's hold on the schedules, the key pruning and each tail lasts unrenewed: another process takes over a dead one's within this and a third"},
+		&cli.StringFlag{Name: "console-listen", EnvVars: []string{"EDGERELAY_CONSOLE_LISTEN"}, Usage: "serve the console (also at /console on --listen) on this `ADDRESS` of its own too"},
+		&cli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"EDGERELAY_TRUSTED_PROXY"},
+			Usage: "the `CIDR` (or address) of a proxy in front of serve, repeatable or comma-separated: from it, X-Forwarded-Proto: https makes the console's cookie Secure and __Host-, and X-Forwarded-For names the client"},
+		&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
+	)
+}
 
-			stored, err := r.Store().HasTokens(c.Context)
-			if err != nil {
-				return err
-			}
-			if len(opts.TokenHashes) == 0 && !stored {
-				if !isLoopback(listen) {
-					return fmt.Errorf("refusing to serve %s without API tokens: anyone who can reach it could send as any tenant; "+
-						"create one with `edgerelay token create --tenant NAME`, or listen on 127.0.0.1", listen)
-				}
-				if consoleListen != "" && !isLoopback(consoleListen) {
-					return fmt.Errorf("refusing to serve the console on %s without API tokens: anyone who can reach it could act as any tenant; "+
-						"create one with `edgerelay token create --tenant NAME`, or give the console a loopback address", consoleListen)
-				}
-				opts.Open = true
-				s.opts.Logger.Warn("API is open: no tokens configured; serving every tenant on loopback only", "listen", listen)
-			}
+// server is one run of serve, built step by step by runServe.
+type server struct {
+	c              *cli.Context
+	s              *settings
+	opts           api.Options
+	maxConns       int
+	trustedProxies []netip.Prefix
+	r              *relay.Relay
+	metrics        *api.Metrics
+	handler        *api.Server
+	hs             *http.Server // the API's, on --listen
+	ln             net.Listener
+	servers        []*http.Server
+	listeners      []net.Listener // listeners[i] is servers[i]'s
+	tailers        consoleTailers // serve's tailers, for the console, /readyz and /metrics
+	jobs           []*schedule.Job
+	background     sync.WaitGroup // job runs, key pruning, tailers, the reloader
+}
 
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("listen: %w", err)
-			}
-			// Beyond maxConns, Accept waits: the connections queue in the
-			// kernel and cost the process no descriptor until one closes.
-			ln = netutil.LimitListener(ln, maxConns)
-			// serve's tailers (started below), for the console, /readyz and
-			// /metrics.
-			var tailers consoleTailers
-			opts.Sources = tailers.tails
-			handler := api.New(r, r.Store(), opts)
-			// No ReadTimeout: a body's deadline is set when the handler starts
-			// reading it, after authentication (--body-timeout), and lifted
-			// once it is in, so a long accept is never cut off by it.
-			hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-			servers := []*http.Server{hs}
-			listeners := []net.Listener{ln}
-			if metricsListen != "" {
-				mln, err := net.Listen("tcp", metricsListen)
-				if err != nil {
-					return fmt.Errorf("metrics listen: %w", err)
-				}
-				mux := http.NewServeMux()
-				mux.Handle("GET /metrics", handler.MetricsHandler())
-				servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
-				listeners = append(listeners, netutil.LimitListener(mln, metricsConns))
-				fmt.Fprintf(c.App.ErrWriter, "edgerelay: metrics on http://%s/metrics\n", mln.Addr())
-			}
-			if err := r.Start(c.Context); err != nil {
-				return err
-			}
-			go handler.ShedLoop(c.Context, time.Second)
-			// Templates stored by another process (a PUT on another node,
-			// `template set`) reach this node's accepts within this period.
-			refresh := time.Duration(s.cfg.Templates.Refresh)
-			if refresh <= 0 {
-				refresh = time.Second
-			}
-			go r.WatchTemplates(c.Context, refresh)
-			jobs, err := s.cfg.serveJobs(r)
-			if err != nil {
-				return err
-			}
-			// Schedules (the prune job among them), the pruning of request
-			// keys and each tailed source run on one process at a time among
-			// those sharing the database (several serve on one PostgreSQL, or
-			// on one file): each under a lease that moves to a live process
-			// within r.FailoverBound() (--leader-ttl and a third) of its
-			// holder's death. A run or a row repeated by a takeover is the
-			// same run or event: nothing goes out twice.
-			var background sync.WaitGroup
-			background.Go(func() {
-				r.Singly(c.Context, "prune-requests", func(ctx context.Context) { handler.PruneLoop(ctx, time.Minute) })
-			})
-			background.Go(func() {
-				r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, r.Store(), jobs) })
-			})
-			// Each source is opened by its tailer, on the process that holds
-			// its lease: a database that is down delays its rows only (the
-			// tailer logs and retries the open as any failure).
-			for i, tc := range s.cfg.Tail {
-				spec := s.cfg.tailSpecs[i]
-				t := tailers.add(r, spec, sources.TailOptions{Poll: time.Duration(tc.Poll)})
-				background.Go(func() {
-					r.Singly(c.Context, "tail:"+spec.Name(), func(ctx context.Context) {
-						tailers.here(spec.Name(), true)
-						defer tailers.here(spec.Name(), false)
-						if err := t.Run(ctx); err != nil {
-							s.opts.Logger.Error("tail stopped", "source", spec.Name(), "err", err)
-						}
-					})
-				})
-			}
-			// /readyz and /metrics show each source's lag; only the process
-			// that tails a source has its figures (consoleTailers.tails).
-			metrics.WatchTails(tailers.tails, r.Now)
-			// The console: at /console on the API's address, and on
-			// --console-listen if set. It resolves tokens through the API's
-			// handler, so both take the same tokens and close together.
-			con, err := console.New(r, r.Store(), console.Options{Auth: handler, Jobs: jobs, Sources: tailers.status, Logger: s.opts.Logger,
-				TrustedProxies: trustedProxies})
-			if err != nil {
-				return err
-			}
-			top := http.NewServeMux()
-			top.Handle("/console", con)
-			top.Handle("/console/", con)
-			top.Handle("/", handler)
-			hs.Handler = top
-			if consoleListen != "" {
-				cln, err := net.Listen("tcp", consoleListen)
-				if err != nil {
-					return fmt.Errorf("console listen: %w", err)
-				}
-				cmux := http.NewServeMux()
-				cmux.Handle("/console", con)
-				cmux.Handle("/console/", con)
-				cmux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
-				servers = append(servers, &http.Server{Handler: cmux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
-				listeners = append(listeners, netutil.LimitListener(cln, maxConns))
-				fmt.Fprintf(c.App.ErrWriter, "edgerelay: console on http://%s/console/\n", cln.Addr())
-			}
-			s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", r.Store().Where(), "routes", len(s.opts.Routes))
-			fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), r.Store().Where())
-			errc := make(chan error, len(servers))
-			for i, srv := range servers {
-				go func() { errc <- srv.Serve(listeners[i]) }()
-			}
-			rl := &reloader{c: c, log: s.opts.Logger, r: r, api: handler, cur: s}
-			background.Go(func() { rl.run(c.Context, hup) })
-			sdNotify("READY=1")
-			select {
-			case err := <-errc:
-				return fmt.Errorf("serve: %w", err)
-			case <-c.Context.Done():
-			}
-			sdNotify("STOPPING=1")
-			drain := c.Duration("drain-timeout")
-			s.opts.Logger.Info("shutting down: no new requests; finishing those in flight, then the calls", "drain_timeout", drain)
-			ctx, cancel := context.WithTimeout(context.Background(), drain)
-			defer cancel()
-			// Requests first (an accept in flight finishes and is answered),
-			// then the dispatcher.
-			var herr error
-			for _, srv := range servers {
-				herr = errors.Join(herr, srv.Shutdown(ctx))
-			}
-			background.Wait() // job runs and tailers end with their context
-			derr := r.Stop(ctx)
-			if herr != nil {
-				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: requests still running after the drain timeout (%s) were cut off: %v\n", drain, herr)
-			}
-			if derr != nil {
-				fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: provider calls still running after the drain timeout (%s) were cancelled and recorded as unknown (the log line \"dispatcher stopped\" counts them)\n", drain)
-			}
-			return nil
-		},
+func runServe(c *cli.Context) error {
+	hup, stopReload := catchReload() // SIGHUP reloads the config (reload.go)
+	defer stopReload()
+	s, err := loadSettings(c, c.App.ErrWriter)
+	if err != nil {
+		return err
 	}
+	sv := &server{c: c, s: s}
+	if err := sv.check(); err != nil {
+		return err
+	}
+	// Metrics observe the relay, so they exist before it opens.
+	metrics := api.NewMetrics()
+	s.opts.Observer = metrics
+	r, err := openRelayWith(c, s)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	metrics.Watch(r, r.Store())
+	sv.r, sv.metrics, sv.opts.Metrics = r, metrics, metrics
+	if err := sv.open(); err != nil {
+		return err
+	}
+	if err := sv.listen(); err != nil {
+		return err
+	}
+	if err := sv.start(); err != nil {
+		return err
+	}
+	return sv.run(hup)
+}
+
+// check checks serve's own settings and builds the routes. A malformed
+// address is said before anything opens (a provider's file, the
+// database) and before the loopback check, which would call it "not
+// loopback".
+func (sv *server) check() error {
+	c, s, f := sv.c, sv.s, sv.s.flags
+	if err := checkListen(f.from["listen"], f.Listen); err != nil {
+		return err
+	}
+	for _, l := range []struct{ flag, addr string }{{"metrics-listen", f.MetricsListen}, {"console-listen", f.ConsoleListen}} {
+		if l.addr != "" {
+			if err := checkListen(f.from[l.flag], l.addr); err != nil {
+				return err
+			}
+		}
+	}
+	var err error
+	if sv.trustedProxies, err = config.ParseProxies(f.TrustedProxies); err != nil {
+		return cli.Exit(fmt.Sprintf("%s: %v", f.from["trusted-proxy"], err), exitUsage)
+	}
+	if err := s.buildRoutes(); err != nil {
+		return err
+	}
+	sv.opts = api.Options{MaxBody: f.MaxBody, MaxBatch: f.MaxBatch, KeyTTL: f.KeyTTL, BodyTimeout: f.BodyTimeout,
+		ShedAbove: f.ShedAbove, MetricsToken: f.MetricsToken,
+		Logger: s.opts.Logger, TokenHashes: config.TokenHashes(s.cfg), PublicURL: s.cfg.API.PublicURL}
+	sv.maxConns = f.MaxConns
+	opts, maxConns := sv.opts, sv.maxConns
+	switch {
+	case opts.BodyTimeout <= 0:
+		return cli.Exit(fmt.Sprintf("--body-timeout %s: want a positive duration, e.g. 10s", opts.BodyTimeout), exitUsage)
+	case opts.ShedAbove < 0:
+		return cli.Exit(fmt.Sprintf("--shed-above %d: want 0 (never shed) or a number of due notifications", opts.ShedAbove), exitUsage)
+	case maxConns <= 0:
+		return cli.Exit(fmt.Sprintf("--max-conns %d: want a positive number, e.g. 1024", maxConns), exitUsage)
+	case opts.MetricsToken != "" && len(opts.MetricsToken) < 16:
+		return cli.Exit("--metrics-token: shorter than 16 characters", exitUsage)
+	}
+	if s.opts.SingletonTTL = c.Duration("leader-ttl"); s.opts.SingletonTTL < time.Second {
+		return cli.Exit(fmt.Sprintf("--leader-ttl %s: want at least 1s (renewed every third of it), e.g. 15s", s.opts.SingletonTTL), exitUsage)
+	}
+	return nil
+}
+
+// open readies the opened relay for serving: its stored templates
+// compiled, and the API open (without tokens) only where that is safe.
+func (sv *server) open() error {
+	c, r, s, opts := sv.c, sv.r, sv.s, &sv.opts
+	listen, consoleListen := s.flags.Listen, s.flags.ConsoleListen
+	// Stored templates are compiled now, not by the first accept, and
+	// one that no longer compiles is logged at start.
+	if err := r.RefreshTemplates(c.Context); err != nil {
+		return fmt.Errorf("read stored templates: %w", err)
+	}
+
+	stored, err := r.Store().HasTokens(c.Context)
+	if err != nil {
+		return err
+	}
+	if len(opts.TokenHashes) == 0 && !stored {
+		if !isLoopback(listen) {
+			return fmt.Errorf("refusing to serve %s without API tokens: anyone who can reach it could send as any tenant; "+
+				"create one with `edgerelay token create --tenant NAME`, or listen on 127.0.0.1", listen)
+		}
+		if consoleListen != "" && !isLoopback(consoleListen) {
+			return fmt.Errorf("refusing to serve the console on %s without API tokens: anyone who can reach it could act as any tenant; "+
+				"create one with `edgerelay token create --tenant NAME`, or give the console a loopback address", consoleListen)
+		}
+		opts.Open = true
+		s.opts.Logger.Warn("API is open: no tokens configured; serving every tenant on loopback only", "listen", listen)
+	}
+	return nil
+}
+
+// listen opens the API's listener and the metrics one, and makes the API's
+// handler.
+func (sv *server) listen() error {
+	c, r, opts, maxConns := sv.c, sv.r, sv.opts, sv.maxConns
+	listen, metricsListen := sv.s.flags.Listen, sv.s.flags.MetricsListen
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	// Beyond maxConns, Accept waits: the connections queue in the
+	// kernel and cost the process no descriptor until one closes.
+	ln = netutil.LimitListener(ln, maxConns)
+	opts.Sources = sv.tailers.tails
+	handler := api.New(r, r.Store(), opts)
+	// No ReadTimeout: a body's deadline is set when the handler starts
+	// reading it, after authentication (--body-timeout), and lifted
+	// once it is in, so a long accept is never cut off by it.
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	sv.handler, sv.hs, sv.ln = handler, hs, ln
+	sv.servers, sv.listeners = []*http.Server{hs}, []net.Listener{ln}
+	if metricsListen != "" {
+		mln, err := net.Listen("tcp", metricsListen)
+		if err != nil {
+			return fmt.Errorf("metrics listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", handler.MetricsHandler())
+		sv.servers = append(sv.servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
+		sv.listeners = append(sv.listeners, netutil.LimitListener(mln, metricsConns))
+		fmt.Fprintf(c.App.ErrWriter, "edgerelay: metrics on http://%s/metrics\n", mln.Addr())
+	}
+	return nil
+}
+
+// start starts the dispatcher, the jobs, the tailers and the console.
+func (sv *server) start() error {
+	c, r, s, handler, metrics := sv.c, sv.r, sv.s, sv.handler, sv.metrics
+	tailers, background := &sv.tailers, &sv.background
+	if err := r.Start(c.Context); err != nil {
+		return err
+	}
+	go handler.ShedLoop(c.Context, time.Second)
+	// Templates stored by another process (a PUT on another node,
+	// `template set`) reach this node's accepts within this period.
+	refresh := time.Duration(s.cfg.Templates.Refresh)
+	if refresh <= 0 {
+		refresh = time.Second
+	}
+	go r.WatchTemplates(c.Context, refresh)
+	jobs, err := serveJobs(s.cfg, r)
+	if err != nil {
+		return err
+	}
+	sv.jobs = jobs
+	// Schedules (the prune job among them), the pruning of request
+	// keys and each tailed source run on one process at a time among
+	// those sharing the database (several serve on one PostgreSQL, or
+	// on one file): each under a lease that moves to a live process
+	// within r.FailoverBound() (--leader-ttl and a third) of its
+	// holder's death. A run or a row repeated by a takeover is the
+	// same run or event: nothing goes out twice.
+	background.Go(func() {
+		r.Singly(c.Context, "prune-requests", func(ctx context.Context) { handler.PruneLoop(ctx, time.Minute) })
+	})
+	background.Go(func() {
+		r.Singly(c.Context, "schedules", func(ctx context.Context) { schedule.RunSchedules(ctx, r, r.Store(), jobs) })
+	})
+	// Each source is opened by its tailer, on the process that holds
+	// its lease: a database that is down delays its rows only (the
+	// tailer logs and retries the open as any failure).
+	for i, tc := range s.cfg.Tail {
+		spec := s.cfg.TailSpecs()[i]
+		t := tailers.add(r, spec, sources.TailOptions{Poll: time.Duration(tc.Poll)})
+		background.Go(func() {
+			r.Singly(c.Context, "tail:"+spec.Name(), func(ctx context.Context) {
+				tailers.here(spec.Name(), true)
+				defer tailers.here(spec.Name(), false)
+				if err := t.Run(ctx); err != nil {
+					s.opts.Logger.Error("tail stopped", "source", spec.Name(), "err", err)
+				}
+			})
+		})
+	}
+	// /readyz and /metrics show each source's lag; only the process
+	// that tails a source has its figures (consoleTailers.tails).
+	metrics.WatchTails(tailers.tails, r.Now)
+	return sv.console()
+}
+
+// console serves the console at /console on the API's address, and on
+// --console-listen if set. It resolves tokens through the API's handler,
+// so both take the same tokens and close together.
+func (sv *server) console() error {
+	c, r, s, handler, tailers := sv.c, sv.r, sv.s, sv.handler, &sv.tailers
+	con, err := console.New(r, r.Store(), console.Options{Auth: handler, Jobs: sv.jobs, Sources: tailers.status, Logger: s.opts.Logger,
+		TrustedProxies: sv.trustedProxies})
+	if err != nil {
+		return err
+	}
+	top := http.NewServeMux()
+	top.Handle("/console", con)
+	top.Handle("/console/", con)
+	top.Handle("/", handler)
+	sv.hs.Handler = top
+	if consoleListen := s.flags.ConsoleListen; consoleListen != "" {
+		cln, err := net.Listen("tcp", consoleListen)
+		if err != nil {
+			return fmt.Errorf("console listen: %w", err)
+		}
+		cmux := http.NewServeMux()
+		cmux.Handle("/console", con)
+		cmux.Handle("/console/", con)
+		cmux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
+		sv.servers = append(sv.servers, &http.Server{Handler: cmux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute})
+		sv.listeners = append(sv.listeners, netutil.LimitListener(cln, sv.maxConns))
+		fmt.Fprintf(c.App.ErrWriter, "edgerelay: console on http://%s/console/\n", cln.Addr())
+	}
+	return nil
+}
+
+// run serves until a server fails or the context ends (SIGINT, SIGTERM),
+// reloading the config on each SIGHUP, then drains.
+func (sv *server) run(hup <-chan os.Signal) error {
+	c, r, s, ln := sv.c, sv.r, sv.s, sv.ln
+	s.opts.Logger.Info("serving", "url", "http://"+ln.Addr().String(), "db", r.Store().Where(), "routes", len(s.opts.Routes))
+	fmt.Fprintf(c.App.ErrWriter, "edgerelay: serving http://%s (database %s)\n", ln.Addr(), r.Store().Where())
+	errc := make(chan error, len(sv.servers))
+	for i, srv := range sv.servers {
+		go func() { errc <- srv.Serve(sv.listeners[i]) }()
+	}
+	rl := &reloader{c: c, log: s.opts.Logger, r: r, api: sv.handler, cur: s}
+	sv.background.Go(func() { rl.run(c.Context, hup) })
+	sdNotify("READY=1")
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-c.Context.Done():
+	}
+	sdNotify("STOPPING=1")
+	return sv.drain()
+}
+
+// drain stops serve: requests first (an accept in flight finishes and is
+// answered), then the background work, then the dispatcher, each within
+// --drain-timeout.
+func (sv *server) drain() error {
+	c, r, s := sv.c, sv.r, sv.s
+	drain := c.Duration("drain-timeout")
+	s.opts.Logger.Info("shutting down: no new requests; finishing those in flight, then the calls", "drain_timeout", drain)
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	var herr error
+	for _, srv := range sv.servers {
+		herr = errors.Join(herr, srv.Shutdown(ctx))
+	}
+	sv.background.Wait() // job runs and tailers end with their context
+	derr := r.Stop(ctx)
+	if herr != nil {
+		fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: requests still running after the drain timeout (%s) were cut off: %v\n", drain, herr)
+	}
+	if derr != nil {
+		fmt.Fprintf(c.App.ErrWriter, "edgerelay: shutdown: provider calls still running after the drain timeout (%s) were cancelled and recorded as unknown (the log line \"dispatcher stopped\" counts them)\n", drain)
+	}
+	return nil
 }
 
 // consoleTailers are serve's tailers, for the console's overview: their
@@ -515,27 +556,4 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// parseProxies reads --trusted-proxy entries: CIDRs or single addresses,
-// each entry possibly a comma-separated list.
-func parseProxies(list []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, e := range list {
-		for _, v := range strings.Split(e, ",") {
-			if v = strings.TrimSpace(v); v == "" {
-				continue
-			}
-			if p, err := netip.ParsePrefix(v); err == nil {
-				out = append(out, p.Masked())
-				continue
-			}
-			a, err := netip.ParseAddr(v)
-			if err != nil {
-				return nil, fmt.Errorf("%q: want a CIDR (10.0.0.0/8) or an address (10.0.0.5)", v)
-			}
-			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-		}
-	}
-	return out, nil
 }

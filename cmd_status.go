@@ -50,7 +50,7 @@ such; the rest are still shown.`,
 			if err != nil {
 				return err
 			}
-			tails, err := tailStatus(c.Context, db, time.Now(), s.cfg.tailSpecs)
+			tails, err := tailStatus(c.Context, db, time.Now(), s.cfg.TailSpecs())
 			if err != nil {
 				return err
 			}

@@ -16,8 +16,9 @@ import (
 	"edgerelay/relay"
 )
 
-// suppressionsCommand is each tenant's suppression list on the host
-// (issue 17); the API has the same over HTTP (/v1/suppressions).
+// suppressionsCommand works on each tenant's suppression list from the
+// host, on the database itself; the API has the same over HTTP
+// (/v1/suppressions).
 func suppressionsCommand() *cli.Command {
 	tenantFlag := func(usage string) cli.Flag {
 		return &cli.StringFlag{Name: "tenant", Value: "default", Usage: usage}
@@ -41,39 +42,14 @@ removes the entry of that notification's address and sends it.`,
 				Usage:        "the live entries: tenant, channel, address, reason, source, provider, since, until",
 				Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}, &cli.StringFlag{Name: "tenant", Usage: "only this tenant's"}, &cli.StringFlag{Name: "channel", Usage: "only this channel's"}),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					all, err := allSuppressions(c)
-					if err != nil {
-						return err
-					}
-					if c.Bool("json") {
-						return json.NewEncoder(c.App.Writer).Encode(all)
-					}
-					if len(all) == 0 {
-						fmt.Fprintln(c.App.ErrWriter, "no addresses suppressed")
-					}
-					for _, e := range all {
-						note := ""
-						if e.Notification != 0 {
-							note = fmt.Sprintf(" (notification %d)", e.Notification)
-						}
-						fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s%s\n", e.Tenant, e.Channel, e.Address, e.Describe(), note)
-					}
-					return nil
-				},
+				Action:       suppressionsList,
 			},
 			{
 				Name:         "export",
 				Usage:        "every live entry as CSV (the columns import reads)",
 				Flags:        commonFlags(&cli.StringFlag{Name: "tenant", Usage: "only this tenant's"}, &cli.StringFlag{Name: "channel", Usage: "only this channel's"}),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					all, err := allSuppressions(c)
-					if err != nil {
-						return err
-					}
-					return relay.WriteSuppressionsCSV(c.App.Writer, all, true, relay.RowNote)
-				},
+				Action:       suppressionsExport,
 			},
 			{
 				Name:      "import",
@@ -85,31 +61,7 @@ tenant (default --tenant), provider, notification, source (read, but every
 imported entry's source is import). An export reads back as it was.`,
 				Flags:        commonFlags(tenantFlag("the tenant of lines that name none")),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return cli.Exit("suppressions import takes one FILE (- for stdin)", exitUsage)
-					}
-					var in io.Reader = c.App.Reader
-					if name := c.Args().First(); name != "-" {
-						f, err := os.Open(name)
-						if err != nil {
-							return cli.Exit(err.Error(), exitError)
-						}
-						defer f.Close()
-						in = f
-					}
-					r, err := openExisting(c)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					read, written, err := r.ImportSuppressions(c.Context, in, c.String("tenant"), true, relay.RowNote)
-					if err != nil {
-						return cli.Exit(fmt.Sprintf("%s: %v (nothing imported)", c.Args().First(), err), exitError)
-					}
-					fmt.Fprintf(c.App.Writer, "imported %d entries (%d written; the others were listed already for as long or longer)\n", read, written)
-					return nil
-				},
+				Action:       suppressionsImport,
 			},
 			{
 				Name:      "add",
@@ -120,38 +72,7 @@ imported entry's source is import). An export reads back as it was.`,
 					&cli.DurationFlag{Name: "ttl", Usage: "lapse after this long (0: never)"},
 					&cli.StringFlag{Name: "detail", Usage: "a note kept with the entry"}),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 2 {
-						return cli.Exit("suppressions add takes CHANNEL ADDRESS (and --tenant, --reason, --ttl)", exitUsage)
-					}
-					if c.Duration("ttl") < 0 {
-						return cli.Exit(fmt.Sprintf("--ttl %s: want 0 (never) or more", c.Duration("ttl")), exitUsage)
-					}
-					r, err := openExisting(c)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					e := model.Suppression{Tenant: c.String("tenant"), Channel: c.Args().Get(0), Address: c.Args().Get(1),
-						Reason: c.String("reason"), Source: model.SourceCLI, Detail: c.String("detail")}
-					if d := c.Duration("ttl"); d > 0 {
-						t := time.Now().Add(d)
-						e.ExpiresAt = &t
-					}
-					n, err := r.Suppress(c.Context, []model.Suppression{e})
-					var se *relay.SuppressionError
-					if errors.As(err, &se) {
-						return cli.Exit(fmt.Sprintf("%s: %s", se.Field, se.Why), exitUsage)
-					} else if err != nil {
-						return err
-					}
-					if n == 0 {
-						fmt.Fprintf(c.App.Writer, "%s address %q of tenant %s is listed already, for as long or longer\n", e.Channel, e.Address, e.Tenant)
-						return nil
-					}
-					fmt.Fprintf(c.App.Writer, "suppressed: nothing more is sent to %s address %q of tenant %s\n", e.Channel, e.Address, e.Tenant)
-					return nil
-				},
+				Action:       suppressionsAdd,
 			},
 			{
 				Name:         "remove",
@@ -160,24 +81,7 @@ imported entry's source is import). An export reads back as it was.`,
 				ArgsUsage:    "CHANNEL ADDRESS",
 				Flags:        commonFlags(tenantFlag("the tenant whose list it is")),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 2 {
-						return cli.Exit("suppressions remove takes CHANNEL ADDRESS (and --tenant)", exitUsage)
-					}
-					r, err := openExisting(c)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					ch, addr := c.Args().Get(0), c.Args().Get(1)
-					if err := r.Unsuppress(c.Context, c.String("tenant"), ch, addr); errors.Is(err, model.ErrNotFound) {
-						return cli.Exit(err.Error(), exitError)
-					} else if err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "removed: %s address %q of tenant %s will be sent to again\n", ch, addr, c.String("tenant"))
-					return nil
-				},
+				Action:       suppressionsRemove,
 			},
 			{
 				Name:      "bounce",
@@ -191,63 +95,7 @@ is taken and moved to cur/, whether it matched or not, so a cron run takes
 each once; one that could not be read is left in new/ and named.`,
 				Flags:        commonFlags(),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					if c.NArg() == 0 {
-						return cli.Exit("suppressions bounce takes FILE or MAILDIR arguments", exitUsage)
-					}
-					r, err := openExisting(c)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					failed := 0
-					for _, arg := range c.Args().Slice() {
-						files, maildir := []string{arg}, false
-						if st, err := os.Stat(filepath.Join(arg, "new")); err == nil && st.IsDir() {
-							maildir = true
-							entries, err := os.ReadDir(filepath.Join(arg, "new"))
-							if err != nil {
-								return cli.Exit(err.Error(), exitError)
-							}
-							files = files[:0]
-							for _, e := range entries {
-								if e.Type().IsRegular() {
-									files = append(files, filepath.Join(arg, "new", e.Name()))
-								}
-							}
-							sort.Strings(files)
-						}
-						for _, f := range files {
-							raw, err := os.ReadFile(f)
-							if err != nil {
-								fmt.Fprintf(c.App.ErrWriter, "edgerelay: %v\n", err)
-								failed++
-								continue
-							}
-							b, err := r.AddBounce(c.Context, "", raw)
-							switch {
-							case err == nil:
-								fmt.Fprintf(c.App.Writer, "%s: %s %s of notification %d (%s %q of %s)%s\n", f, b.Kind, b.Status, b.Notification,
-									b.Channel, b.Address, b.Tenant, suppressedNote(b))
-							case errors.Is(err, relay.ErrNotBounce), errors.Is(err, model.ErrNotFound):
-								fmt.Fprintf(c.App.ErrWriter, "edgerelay: %s: %v\n", f, err)
-								failed++
-							default:
-								return err // the store: stop; the message stays where it is
-							}
-							if maildir {
-								cur := filepath.Join(filepath.Dir(filepath.Dir(f)), "cur", filepath.Base(f)+":2,S")
-								if err := os.Rename(f, cur); err != nil {
-									return cli.Exit(err.Error(), exitError)
-								}
-							}
-						}
-					}
-					if failed > 0 {
-						return cli.Exit(fmt.Sprintf("%d report(s) not taken (above)", failed), exitError)
-					}
-					return nil
-				},
+				Action:       suppressionsBounce,
 			},
 		},
 	}
@@ -283,4 +131,175 @@ func allSuppressions(c *cli.Context) ([]model.Suppression, error) {
 		}
 		f.After = page[len(page)-1]
 	}
+}
+
+// suppressionsList prints the live entries the flags select.
+func suppressionsList(c *cli.Context) error {
+	all, err := allSuppressions(c)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return json.NewEncoder(c.App.Writer).Encode(all)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(c.App.ErrWriter, "no addresses suppressed")
+	}
+	for _, e := range all {
+		note := ""
+		if e.Notification != 0 {
+			note = fmt.Sprintf(" (notification %d)", e.Notification)
+		}
+		fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s%s\n", e.Tenant, e.Channel, e.Address, e.Describe(), note)
+	}
+	return nil
+}
+
+// suppressionsExport writes the live entries the flags select as CSV.
+func suppressionsExport(c *cli.Context) error {
+	all, err := allSuppressions(c)
+	if err != nil {
+		return err
+	}
+	return relay.WriteSuppressionsCSV(c.App.Writer, all, true, relay.RowNote)
+}
+
+// suppressionsImport adds the entries of a CSV file, all or none.
+func suppressionsImport(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return cli.Exit("suppressions import takes one FILE (- for stdin)", exitUsage)
+	}
+	var in io.Reader = c.App.Reader
+	if name := c.Args().First(); name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return cli.Exit(err.Error(), exitError)
+		}
+		defer f.Close()
+		in = f
+	}
+	r, err := openExisting(c)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	read, written, err := r.ImportSuppressions(c.Context, in, c.String("tenant"), true, relay.RowNote)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("%s: %v (nothing imported)", c.Args().First(), err), exitError)
+	}
+	fmt.Fprintf(c.App.Writer, "imported %d entries (%d written; the others were listed already for as long or longer)\n", read, written)
+	return nil
+}
+
+// suppressionsAdd puts one address on a tenant's list.
+func suppressionsAdd(c *cli.Context) error {
+	if c.NArg() != 2 {
+		return cli.Exit("suppressions add takes CHANNEL ADDRESS (and --tenant, --reason, --ttl)", exitUsage)
+	}
+	if c.Duration("ttl") < 0 {
+		return cli.Exit(fmt.Sprintf("--ttl %s: want 0 (never) or more", c.Duration("ttl")), exitUsage)
+	}
+	r, err := openExisting(c)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	e := model.Suppression{Tenant: c.String("tenant"), Channel: c.Args().Get(0), Address: c.Args().Get(1),
+		Reason: c.String("reason"), Source: model.SourceCLI, Detail: c.String("detail")}
+	if d := c.Duration("ttl"); d > 0 {
+		t := time.Now().Add(d)
+		e.ExpiresAt = &t
+	}
+	n, err := r.Suppress(c.Context, []model.Suppression{e})
+	var se *relay.SuppressionError
+	if errors.As(err, &se) {
+		return cli.Exit(fmt.Sprintf("%s: %s", se.Field, se.Why), exitUsage)
+	} else if err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(c.App.Writer, "%s address %q of tenant %s is listed already, for as long or longer\n", e.Channel, e.Address, e.Tenant)
+		return nil
+	}
+	fmt.Fprintf(c.App.Writer, "suppressed: nothing more is sent to %s address %q of tenant %s\n", e.Channel, e.Address, e.Tenant)
+	return nil
+}
+
+// suppressionsRemove takes one address off a tenant's list.
+func suppressionsRemove(c *cli.Context) error {
+	if c.NArg() != 2 {
+		return cli.Exit("suppressions remove takes CHANNEL ADDRESS (and --tenant)", exitUsage)
+	}
+	r, err := openExisting(c)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	ch, addr := c.Args().Get(0), c.Args().Get(1)
+	if err := r.Unsuppress(c.Context, c.String("tenant"), ch, addr); errors.Is(err, model.ErrNotFound) {
+		return cli.Exit(err.Error(), exitError)
+	} else if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "removed: %s address %q of tenant %s will be sent to again\n", ch, addr, c.String("tenant"))
+	return nil
+}
+
+// suppressionsBounce takes DSN and ARF reports from files and Maildirs.
+func suppressionsBounce(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return cli.Exit("suppressions bounce takes FILE or MAILDIR arguments", exitUsage)
+	}
+	r, err := openExisting(c)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	failed := 0
+	for _, arg := range c.Args().Slice() {
+		files, maildir := []string{arg}, false
+		if st, err := os.Stat(filepath.Join(arg, "new")); err == nil && st.IsDir() {
+			maildir = true
+			entries, err := os.ReadDir(filepath.Join(arg, "new"))
+			if err != nil {
+				return cli.Exit(err.Error(), exitError)
+			}
+			files = files[:0]
+			for _, e := range entries {
+				if e.Type().IsRegular() {
+					files = append(files, filepath.Join(arg, "new", e.Name()))
+				}
+			}
+			sort.Strings(files)
+		}
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "edgerelay: %v\n", err)
+				failed++
+				continue
+			}
+			b, err := r.AddBounce(c.Context, "", raw)
+			switch {
+			case err == nil:
+				fmt.Fprintf(c.App.Writer, "%s: %s %s of notification %d (%s %q of %s)%s\n", f, b.Kind, b.Status, b.Notification,
+					b.Channel, b.Address, b.Tenant, suppressedNote(b))
+			case errors.Is(err, relay.ErrNotBounce), errors.Is(err, model.ErrNotFound):
+				fmt.Fprintf(c.App.ErrWriter, "edgerelay: %s: %v\n", f, err)
+				failed++
+			default:
+				return err // the store: stop; the message stays where it is
+			}
+			if maildir {
+				cur := filepath.Join(filepath.Dir(filepath.Dir(f)), "cur", filepath.Base(f)+":2,S")
+				if err := os.Rename(f, cur); err != nil {
+					return cli.Exit(err.Error(), exitError)
+				}
+			}
+		}
+	}
+	if failed > 0 {
+		return cli.Exit(fmt.Sprintf("%d report(s) not taken (above)", failed), exitError)
+	}
+	return nil
 }

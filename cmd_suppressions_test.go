@@ -12,7 +12,7 @@ import (
 	"edgerelay/model"
 )
 
-// The suppression list through the commands (issue 17): a DSN dropped in a
+// The suppression list through the commands: a DSN dropped in a
 // Maildir is taken by suppressions bounce (matched by Message-ID, the file
 // moved to cur/), the next email ends suppressed without an SMTP delivery;
 // export, import (all or none, the line named), add and remove.

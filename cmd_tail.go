@@ -114,128 +114,7 @@ run (gap_timeout counts from when they were first seen). Exit status:
 		),
 		OnUsageError: usageErr,
 		Subcommands:  []*cli.Command{tailRejectsCommand()},
-		Action: func(c *cli.Context) error {
-			if c.String("source") == "" {
-				return cli.Exit("--source is required: the outbox to read, e.g. --source 'sqlite:///srv/app/app.db?table=edgerelay_outbox' (see --help)", exitUsage)
-			}
-			if c.Duration("poll") <= 0 {
-				return cli.Exit(fmt.Sprintf("--poll %s: want a positive duration such as 1s or 200ms", c.Duration("poll")), exitUsage)
-			}
-			if b := c.Int("batch"); b < 1 || b > 10000 {
-				return cli.Exit(fmt.Sprintf("--batch %d: want 1 to 10000", b), exitUsage)
-			}
-			var s *settings
-			var err error
-			if c.Bool("dispatch") {
-				s, err = deliverySettings(c)
-			} else {
-				s, err = loadSettings(c, c.App.ErrWriter)
-			}
-			if err != nil {
-				return err
-			}
-			log := s.opts.Logger
-			if !c.Bool("dispatch") && len(s.flagRoutes) > 0 {
-				log.Warn("--route has no effect without --dispatch: events are accepted, delivered by whoever dispatches (edgerelay serve or dispatch)")
-			}
-			// The source first: a mistyped URL must not create an empty
-			// edgerelay database on its way to failing.
-			src, err := sources.Open(c.String("source"))
-			if errors.Is(err, sources.ErrBadURL) {
-				return cli.Exit("--source: "+err.Error(), exitUsage)
-			}
-			if err != nil {
-				return err
-			}
-			defer src.Close()
-			r, err := openRelayWith(c, s)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			once := c.Bool("once")
-			if c.Bool("dispatch") && !once {
-				if err := r.Start(c.Context); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), r.Store().Where(), c.Bool("dispatch"))
-
-			var lastLog time.Time
-			t := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"), Once: once,
-				OnBatch: func(st sources.TailStats) {
-					if time.Since(lastLog) < 10*time.Second {
-						return
-					}
-					lastLog = time.Now()
-					log.Info("tail: progress", "position", st.Position, "accepted", st.Accepted,
-						"duplicates", st.Duplicates, "rejected", st.Rejected, "errors", st.Errors,
-						"gaps", st.Gaps, "late", st.Late, "gave_up", st.GaveUp, "rows_behind", st.RowsBehind)
-				}})
-			runErr := t.Run(c.Context)
-
-			if c.Bool("dispatch") && !once {
-				ctx, cancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
-				defer cancel()
-				if err := r.Stop(ctx); err != nil {
-					fmt.Fprintf(c.App.ErrWriter, "tail: calls still in flight after %s were cancelled and recorded\n", c.Duration("drain-timeout"))
-				}
-			}
-			st := t.Stats()
-			fmt.Fprintf(c.App.ErrWriter, "tail: stopped at row %d: %d accepted, %d duplicates, %d rejected, %d errors retried\n",
-				st.Position, st.Accepted, st.Duplicates, st.Rejected, st.Errors)
-			if st.Retried > 0 || st.Gone > 0 {
-				fmt.Fprintf(c.App.ErrWriter, "tail: %d rows read again on request, %d asked for no longer in the source (edgerelay tail rejects list)\n", st.Retried, st.Gone)
-			}
-			if st.Gaps > 0 || st.Late > 0 || st.GaveUp > 0 {
-				fmt.Fprintf(c.App.ErrWriter, "tail: %d rows committed late, %d ids still awaited (saved), %d given up\n", st.Late, st.GapIDs, st.GaveUp)
-			}
-			if !once {
-				if c.Bool("json") {
-					json.NewEncoder(c.App.Writer).Encode(st)
-				}
-				return runErr
-			}
-			if runErr != nil {
-				if c.Bool("json") {
-					json.NewEncoder(c.App.Writer).Encode(onceSummary{TailStats: st})
-				}
-				return runErr
-			}
-			code := exitOK
-			switch {
-			case st.Rejected > 0:
-				code = exitRejected
-			case c.Context.Err() != nil:
-				// Stopped by a signal: what was read is settled, but rows
-				// may be left; cron must not take it for caught up.
-				code = exitWaiting
-			}
-			sum := onceSummary{TailStats: st}
-			if c.Bool("dispatch") {
-				ds, err := r.RunUntilIdle(c.Context, c.Duration("max-wait"))
-				if err != nil && !errors.Is(err, context.Canceled) {
-					return err
-				}
-				sum.Dispatch = &ds
-				fmt.Fprintf(c.App.ErrWriter, "dispatch: %d attempts; sent %d, failed %d, dead %d, unknown %d; %d waiting for a retry\n",
-					ds.Attempts, ds.Sent, ds.Failed, ds.Dead, ds.Unknown, ds.Waiting)
-				switch {
-				case ds.Failed+ds.Dead+ds.Unknown > 0:
-					code = exitFailed
-				case code == exitRejected:
-				case ds.Waiting > 0 || err != nil:
-					code = exitWaiting
-				}
-			}
-			if c.Bool("json") {
-				json.NewEncoder(c.App.Writer).Encode(sum)
-			}
-			if code != exitOK {
-				return cli.Exit("", code)
-			}
-			return nil
-		},
+		Action:       runTail,
 	}
 }
 
@@ -244,4 +123,136 @@ run (gap_timeout counts from when they were first seen). Exit status:
 type onceSummary struct {
 	sources.TailStats
 	Dispatch *relay.Summary `json:"dispatch,omitempty"`
+}
+
+// runTail relays the outbox of --source until the context ends (with
+// --once, what is committed now).
+func runTail(c *cli.Context) error {
+	if c.String("source") == "" {
+		return cli.Exit("--source is required: the outbox to read, e.g. --source 'sqlite:///srv/app/app.db?table=edgerelay_outbox' (see --help)", exitUsage)
+	}
+	if c.Duration("poll") <= 0 {
+		return cli.Exit(fmt.Sprintf("--poll %s: want a positive duration such as 1s or 200ms", c.Duration("poll")), exitUsage)
+	}
+	if b := c.Int("batch"); b < 1 || b > 10000 {
+		return cli.Exit(fmt.Sprintf("--batch %d: want 1 to 10000", b), exitUsage)
+	}
+	var s *settings
+	var err error
+	if c.Bool("dispatch") {
+		s, err = deliverySettings(c)
+	} else {
+		s, err = loadSettings(c, c.App.ErrWriter)
+	}
+	if err != nil {
+		return err
+	}
+	log := s.opts.Logger
+	if !c.Bool("dispatch") && len(s.flagRoutes) > 0 {
+		log.Warn("--route has no effect without --dispatch: events are accepted, delivered by whoever dispatches (edgerelay serve or dispatch)")
+	}
+	// The source first: a mistyped URL must not create an empty
+	// edgerelay database on its way to failing.
+	src, err := sources.Open(c.String("source"))
+	if errors.Is(err, sources.ErrBadURL) {
+		return cli.Exit("--source: "+err.Error(), exitUsage)
+	}
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	r, err := openRelayWith(c, s)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	once := c.Bool("once")
+	if c.Bool("dispatch") && !once {
+		if err := r.Start(c.Context); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.App.ErrWriter, "edgerelay: tailing %s into %s (dispatch: %v)\n", src.Name(), r.Store().Where(), c.Bool("dispatch"))
+
+	var lastLog time.Time
+	t := sources.NewTailer(r, r.Store(), src, sources.TailOptions{Poll: c.Duration("poll"), Batch: c.Int("batch"), Once: once,
+		OnBatch: func(st sources.TailStats) {
+			if time.Since(lastLog) < 10*time.Second {
+				return
+			}
+			lastLog = time.Now()
+			log.Info("tail: progress", "position", st.Position, "accepted", st.Accepted,
+				"duplicates", st.Duplicates, "rejected", st.Rejected, "errors", st.Errors,
+				"gaps", st.Gaps, "late", st.Late, "gave_up", st.GaveUp, "rows_behind", st.RowsBehind)
+		}})
+	runErr := t.Run(c.Context)
+
+	if c.Bool("dispatch") && !once {
+		ctx, cancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
+		defer cancel()
+		if err := r.Stop(ctx); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "tail: calls still in flight after %s were cancelled and recorded\n", c.Duration("drain-timeout"))
+		}
+	}
+	return tailFinish(c, r, t.Stats(), runErr)
+}
+
+// tailFinish reports how the tail ended (on stderr, and with --json on
+// stdout) and, with --once, dispatches what is due and picks the exit
+// status.
+func tailFinish(c *cli.Context, r *relay.Relay, st sources.TailStats, runErr error) error {
+	once := c.Bool("once")
+	fmt.Fprintf(c.App.ErrWriter, "tail: stopped at row %d: %d accepted, %d duplicates, %d rejected, %d errors retried\n",
+		st.Position, st.Accepted, st.Duplicates, st.Rejected, st.Errors)
+	if st.Retried > 0 || st.Gone > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "tail: %d rows read again on request, %d asked for no longer in the source (edgerelay tail rejects list)\n", st.Retried, st.Gone)
+	}
+	if st.Gaps > 0 || st.Late > 0 || st.GaveUp > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "tail: %d rows committed late, %d ids still awaited (saved), %d given up\n", st.Late, st.GapIDs, st.GaveUp)
+	}
+	if !once {
+		if c.Bool("json") {
+			json.NewEncoder(c.App.Writer).Encode(st)
+		}
+		return runErr
+	}
+	if runErr != nil {
+		if c.Bool("json") {
+			json.NewEncoder(c.App.Writer).Encode(onceSummary{TailStats: st})
+		}
+		return runErr
+	}
+	code := exitOK
+	switch {
+	case st.Rejected > 0:
+		code = exitRejected
+	case c.Context.Err() != nil:
+		// Stopped by a signal: what was read is settled, but rows
+		// may be left; cron must not take it for caught up.
+		code = exitWaiting
+	}
+	sum := onceSummary{TailStats: st}
+	if c.Bool("dispatch") {
+		ds, err := r.RunUntilIdle(c.Context, c.Duration("max-wait"))
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		sum.Dispatch = &ds
+		fmt.Fprintf(c.App.ErrWriter, "dispatch: %d attempts; sent %d, failed %d, dead %d, unknown %d; %d waiting for a retry\n",
+			ds.Attempts, ds.Sent, ds.Failed, ds.Dead, ds.Unknown, ds.Waiting)
+		switch {
+		case ds.Failed+ds.Dead+ds.Unknown > 0:
+			code = exitFailed
+		case code == exitRejected:
+		case ds.Waiting > 0 || err != nil:
+			code = exitWaiting
+		}
+	}
+	if c.Bool("json") {
+		json.NewEncoder(c.App.Writer).Encode(sum)
+	}
+	if code != exitOK {
+		return cli.Exit("", code)
+	}
+	return nil
 }

@@ -149,7 +149,7 @@ func templateRelay(c *cli.Context) (r *relay.Relay, files *templates.Set, err er
 		return nil, nil, err
 	}
 	s.opts.ReadOnly = true
-	if err := dbExists(s.db); err != nil {
+	if err := dbExists(s.flags.DB); err != nil {
 		if s.opts.Templates == nil {
 			return nil, nil, cli.Exit(fmt.Sprintf("no templates: no config with templates.dir (--config), and %v", err), exitError)
 		}

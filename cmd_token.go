@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/config"
 	"edgerelay/relay"
 )
 
@@ -29,7 +30,7 @@ func tokenCommand() *cli.Command {
 					if tenant == "" {
 						return cli.Exit("token create needs --tenant NAME", exitUsage)
 					}
-					if !validName(tenant) {
+					if !config.ValidName(tenant) {
 						return cli.Exit(fmt.Sprintf("--tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant), exitUsage)
 					}
 					r, _, err := openRelay(c, c.App.ErrWriter)

@@ -12,7 +12,7 @@ import (
 
 // A digest job of a tenant covers that tenant's feed items: its run's range
 // is in the tenant's own item sequence, which another tenant's volume
-// neither widens nor shifts (issue 11, hole 9). Run through the CLI with
+// neither widens nor shifts. Run through the CLI with
 // the config's `tenant:`.
 func TestCronDigestCoversItsTenant(t *testing.T) {
 	t.Parallel()

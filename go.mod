@@ -39,6 +39,10 @@ require github.com/go-sql-driver/mysql v1.10.1 // tail of MySQL/MariaDB outboxes
 
 require github.com/chromedp/chromedp v0.23.1 // tests only: drives Debian's headless chromium through the recipients' preferences page (STYLE: pages are tested in a real browser); the newest the proxy served
 
+require github.com/expr-lang/expr v1.17.8 // workflows: step conditions and cancel keys in a small, documented language checked at save time, with no loops of its own and a memory budget (no dependencies of its own)
+
+require github.com/golang-jwt/jwt/v5 v5.3.1 // user tokens: the browser's JWT for one user's feed (HS256 only, exp and aud required), what an app in any language can mint
+
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

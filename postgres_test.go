@@ -25,7 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The acceptance case of the core issue (edgerelay demo: lost answers, a
+// The acceptance case (edgerelay demo: lost answers, a
 // 503, a redelivered event) with the relay on PostgreSQL gives the same
 // deliveries as on SQLite.
 func TestPostgresAcceptanceAdaBenCy(t *testing.T) {

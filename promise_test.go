@@ -16,7 +16,7 @@ import (
 	"edgerelay/model"
 )
 
-// The holes found in the once-in-effect promise (issue 11), each through
+// The ways the once-in-effect promise was found to break, each through
 // the CLI: what an operator would run and see.
 
 // execDB runs statements on a database file as another program would.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,12 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/config"
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/store/open"
@@ -116,10 +118,10 @@ func lookupSlice(c *cli.Context, name string) []string {
 
 // settings are the resolved config, flags over file.
 type settings struct {
-	db         string // a SQLite file or a postgres:// URL (store/open)
 	opts       relay.Options
-	cfg        *Config
+	cfg        *config.Config
 	flagRoutes map[string][]string // channel → providers by name or URL, from --route
+	flags      *overrides          // the values that a flag and a config key both set
 }
 
 // loadSettings resolves the database path, config file, routes and
@@ -129,44 +131,20 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &Config{}
+	cfg := &config.Config{}
 	if path := lookup(c, "config"); path != "" {
-		if cfg, err = loadConfig(path, flagRoutes); err != nil {
+		if cfg, err = config.Load(path, flagRoutes); err != nil {
 			return nil, err
 		}
 	}
-	db := lookup(c, "db")
-	if !isSet(c, "db") && cfg.DB != "" {
-		db = cfg.DB
-	}
+	flags := mergeFlags(c, cfg)
 	log, err := newLogger(lookup(c, "log-level"), stderr)
 	if err != nil {
 		return nil, err
 	}
-	opts := relay.Options{
-		Logger: log, Retry: cfg.Retry.policy(), ChannelRetry: map[string]relay.Policy{}, Hooks: crashHooks(),
-		Delivery: map[string]relay.Mode{},
-		Workers:  cfg.Dispatch.Workers, Lease: time.Duration(cfg.Dispatch.Lease), MaxRecipients: cfg.Limits.MaxRecipients,
-		HardBounceTTL: time.Duration(cfg.Suppression.HardBounceTTL), SoftBounceTTL: time.Duration(cfg.Suppression.SoftBounceTTL),
-		Templates: cfg.templates,
-	}
-	if opts.HardBounceTTL == 0 {
-		opts.HardBounceTTL = time.Duration(cfg.Dispatch.InvalidAddressTTL) // its old name
-	}
-	for ch, p := range cfg.Channels {
-		opts.ChannelRetry[ch] = p.policy()
-	}
-	cfg.categoryOptions(&opts)
-	opts.PublicURL = cfg.API.PublicURL
-	opts.TypeRetry = map[string]relay.Policy{}
-	for t, tc := range cfg.Types {
-		if tc.Delivery != "" {
-			opts.Delivery[t] = relay.Mode(tc.Delivery)
-		}
-		if tc.Retry != nil {
-			opts.TypeRetry[t] = tc.Retry.policy()
-		}
-	}
+	opts := cfg.RelayOptions()
+	opts.Logger, opts.Hooks = log, crashHooks()
+	opts.Workers, opts.Lease, opts.MaxRecipients = flags.Workers, flags.Lease, flags.MaxRecipients
 	for _, d := range lookupSlice(c, "delivery") {
 		t, m, ok := strings.Cut(d, "=")
 		mode, err := relay.ParseMode(m)
@@ -175,7 +153,101 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 		}
 		opts.Delivery[t] = mode
 	}
-	return &settings{db: db, opts: opts, cfg: cfg, flagRoutes: flagRoutes}, nil
+	return &settings{opts: opts, cfg: cfg, flagRoutes: flagRoutes, flags: flags}, nil
+}
+
+// overrides are the settings that a flag and a config key (its tag) both
+// set. mergeFlags merges them, for every command in one place: a flag
+// given (on the command line or by its environment variable) wins;
+// otherwise the key, where the file sets it; otherwise the flag's default.
+// A command without the flag takes the key's value.
+type overrides struct {
+	DB             string        `flag:"db" key:"db"`
+	Workers        int           `flag:"workers" key:"dispatch.workers"`
+	Lease          time.Duration `flag:"lease" key:"dispatch.lease"`
+	MaxRecipients  int           `flag:"max-recipients" key:"limits.max_recipients"`
+	Listen         string        `flag:"listen" key:"api.listen"`
+	MetricsListen  string        `flag:"metrics-listen" key:"api.metrics_listen"`
+	ConsoleListen  string        `flag:"console-listen" key:"api.console_listen"`
+	TrustedProxies []string      `flag:"trusted-proxy" key:"api.trusted_proxies"`
+	MaxBody        int64         `flag:"max-body" key:"api.max_body"`
+	MaxBatch       int           `flag:"max-batch" key:"api.max_batch"`
+	KeyTTL         time.Duration `flag:"key-ttl" key:"api.key_ttl"`
+	BodyTimeout    time.Duration `flag:"body-timeout" key:"api.body_timeout"`
+	MaxConns       int           `flag:"max-conns" key:"api.max_conns"`
+	ShedAbove      int64         `flag:"shed-above" key:"api.shed_above"`
+	MetricsToken   string        `flag:"metrics-token" key:"api.metrics_token"`
+
+	// from names where each value came from, by flag name, for messages:
+	// "--listen", or "api.listen" where the file's value is used.
+	from map[string]string
+}
+
+// mergeFlags resolves the overrides of the command c over cfg. Load
+// checked cfg: a key it holds is in range, so a zero value is one the
+// file does not set.
+func mergeFlags(c *cli.Context, cfg *config.Config) *overrides {
+	o := &overrides{from: map[string]string{}}
+	v := reflect.ValueOf(o).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		name, key := f.Tag.Get("flag"), f.Tag.Get("key")
+		if name == "" {
+			continue
+		}
+		if file, ok := fileValue(cfg, key); ok && !isSet(c, name) {
+			v.Field(i).Set(file.Convert(f.Type))
+			o.from[name] = key
+			continue
+		}
+		o.from[name] = "--" + name
+		flagValue(c, name, v.Field(i))
+	}
+	return o
+}
+
+// fileValue is the value of a config key (its dotted path of YAML names)
+// and whether the file sets it: a pointer is set when not nil (shed_above:
+// 0 is set), any other value when not zero.
+func fileValue(cfg *config.Config, key string) (reflect.Value, bool) {
+	v := reflect.ValueOf(cfg).Elem()
+	for _, name := range strings.Split(key, ".") {
+		i := slices.IndexFunc(slices.Collect(v.Type().Fields()), func(f reflect.StructField) bool {
+			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			return tag == name
+		})
+		if i < 0 {
+			panic("overrides: no config key " + key)
+		}
+		v = v.Field(i)
+	}
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return v, false
+		}
+		return v.Elem(), true
+	}
+	return v, !v.IsZero()
+}
+
+// flagValue sets dst to the flag's value in the innermost context where it
+// was set (command, then app), else to its default; to nothing where the
+// command has no such flag.
+func flagValue(c *cli.Context, name string, dst reflect.Value) {
+	cc := c
+	for _, l := range c.Lineage() {
+		if l.IsSet(name) {
+			cc = l
+			break
+		}
+	}
+	switch val := cc.Value(name); {
+	case val == nil:
+	case dst.Kind() == reflect.Slice:
+		dst.Set(reflect.ValueOf(cc.StringSlice(name)))
+	default:
+		dst.Set(reflect.ValueOf(val).Convert(dst.Type()))
+	}
 }
 
 // routeFlags reads --route CHANNEL=URL (or CHANNEL=NAME) flags; repeated
@@ -203,21 +275,10 @@ func deliverySettings(c *cli.Context) (*settings, error) {
 	return s, s.buildRoutes()
 }
 
-// dispatchFlags applies --workers and --lease, which commands that deliver
-// take over the config's dispatch section.
-func (s *settings) dispatchFlags(c *cli.Context) {
-	if c.IsSet("workers") {
-		s.opts.Workers = c.Int("workers")
-	}
-	if c.IsSet("lease") {
-		s.opts.Lease = c.Duration("lease")
-	}
-}
-
 // buildRoutes makes the providers of the routes. Only commands that deliver
 // call it: building a provider may open a file.
 func (s *settings) buildRoutes() error {
-	routes, tenants, limits, err := s.cfg.build(s.flagRoutes)
+	routes, tenants, limits, err := s.cfg.Build(s.flagRoutes)
 	if err != nil {
 		return err
 	}
@@ -264,7 +325,7 @@ func openExistingSettings(c *cli.Context, readOnly bool) (*relay.Relay, *setting
 		return nil, nil, err
 	}
 	s.opts.ReadOnly = readOnly
-	if err := dbExists(s.db); err != nil {
+	if err := dbExists(s.flags.DB); err != nil {
 		return nil, nil, err
 	}
 	r, err := openRelayWith(c, s)
@@ -322,10 +383,10 @@ func isDBURL(path string) bool {
 }
 
 func openRelayWith(c *cli.Context, s *settings) (*relay.Relay, error) {
-	if err := dbDirExists(s.db); err != nil {
+	if err := dbDirExists(s.flags.DB); err != nil {
 		return nil, err
 	}
-	st, err := open.Store(c.Context, s.db, open.Options{Logger: s.opts.Logger, ReadOnly: s.opts.ReadOnly})
+	st, err := open.Store(c.Context, s.flags.DB, open.Options{Logger: s.opts.Logger, ReadOnly: s.opts.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
@@ -349,14 +410,6 @@ func usageErr(c *cli.Context, err error, _ bool) error {
 	}
 	return cli.Exit(msg+" (see --help)", exitUsage)
 }
-
-var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-func validName(s string) bool { return tenantName.MatchString(s) }
-
-func timeNow() time.Time { return time.Now() }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 // openRelay resolves settings and opens (creating if needed) the database.
 func openRelay(c *cli.Context, stderr io.Writer) (*relay.Relay, *settings, error) {

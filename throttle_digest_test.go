@@ -83,7 +83,7 @@ func listStatus(t *testing.T, db, status string) []listed {
 	return v.Notifications
 }
 
-// Issue 17, a throttle's excess folded into the next digest, through the
+// A throttle's excess folded into the next digest, through the
 // CLI: five newsletters to ada with at most 2 a day: 2 are sent, 3 end
 // skipped as folded into digest weekly (show, status and list say so);
 // the digest's run sends ada one message with exactly those 3; the same
@@ -195,10 +195,7 @@ func checkFolded(t *testing.T, db, cfg, logFile, route string, resent bool) {
 	if len(ds) != 1 || ds[0].RecipientID != "ada" {
 		t.Fatalf("digests %+v, want one to ada", ds)
 	}
-	var got []string
-	for _, s := range strings.Split(strings.TrimSuffix(strings.TrimPrefix(ds[0].Body, "["), "]"), "][") {
-		got = append(got, s)
-	}
+	got := strings.Split(strings.TrimSuffix(strings.TrimPrefix(ds[0].Body, "["), "]"), "][")
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {

@@ -272,8 +272,8 @@ func TestAcceptBatchStopsOnStoreError(t *testing.T) {
 	}
 }
 
-// writeBatchFileBody writes n generated JSON Lines events, each with body,
-// to a file.
+// writeBatchFileBody writes n generated JSON Lines events to a file,
+// each with the body given.
 func writeBatchFileBody(t testing.TB, n int, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "big.jsonl")

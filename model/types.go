@@ -257,12 +257,12 @@ type Decision struct {
 	// said the address is dead.
 	Suppress *Suppress
 	// CycleStartsAt, when set, restarts the retry budget's cycle then
-	// (issue 17): quiet hours that hold a notification before its first
-	// call move its start, so the max age counts from when it may go.
+	// (quiet hours that hold a notification before its first
+	// call move its start, so the max age counts from when it may go).
 	CycleStartsAt time.Time
 	// Fold, when set, posts the notification's message to a feed, in the
-	// same transaction, for a digest to carry (a throttle's excess,
-	// issue 17): a settlement that does not apply posts nothing.
+	// same transaction, for a digest to carry (a throttle's excess):
+	// a settlement that does not apply posts nothing.
 	Fold *Fold
 }
 
@@ -371,7 +371,7 @@ type JobRun struct {
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
 	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, Suppressions int64
-	// ThrottleSlots are throttle slots taken before the cutoff (issue 17).
+	// ThrottleSlots are throttle slots taken before the cutoff.
 	ThrottleSlots int64
 }
 
@@ -677,7 +677,7 @@ type ClassStats struct {
 // reason of its own (ErrUnavailable): retry later.
 func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 
-// --- Suppression (issue 17): the per-tenant list of addresses nothing is
+// --- Suppression: the per-tenant list of addresses nothing is
 // sent to. The relay decides what goes on it and normalises addresses; the
 // store keeps the list and reads it in the claim.
 
@@ -791,7 +791,7 @@ func (e Suppression) Describe() string {
 	return b.String()
 }
 
-// ---- Preferences, quiet hours and throttles (issue 17) ----
+// ---- Preferences, quiet hours and throttles ----
 //
 // What a recipient decided about what reaches them, as the store keeps it.
 // The relay interprets it (categories and their defaults are config, not

@@ -50,7 +50,7 @@ type Message struct {
 	// dates the message with it, so that a retry sends the same bytes.
 	Created time.Time
 	// Unsubscribe, if set, is the relay's one-click unsubscribe link for
-	// this recipient, category and channel (RFC 8058; issue 17): the smtp
+	// this recipient, category and channel (RFC 8058): the smtp
 	// provider gives it as List-Unsubscribe. The same on every attempt.
 	Unsubscribe string
 }

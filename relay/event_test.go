@@ -208,7 +208,7 @@ func TestDecodeEventStrict(t *testing.T) {
 	t.Parallel()
 	// at is the reason for the first byte of doc that is not UTF-8.
 	at := func(doc string) string {
-		i := strings.IndexRune(doc, utf8.RuneError)
+		i := strings.IndexFunc(doc, func(r rune) bool { return r == utf8.RuneError })
 		return fmt.Sprintf("not valid UTF-8 as sent (byte 0x%02x at offset %d)", doc[i], i)
 	}
 	ev := func(fields string) string { return `{"id": "e", "type": "t", ` + fields + `}` }

@@ -62,13 +62,13 @@ func WriteSuppressionsCSV(w io.Writer, entries []model.Suppression, header bool,
 
 // readSuppressionsCSV reads an import: a header line naming the columns
 // (those of SuppressionCSVHeader; channel and address required), then one
-// entry a line; it returns the entries and each one's line. tenant is each
-// entry's tenant; a tenant column, when present, must name it on every
-// line unless anyTenant (the CLI on the host, an open API), where it
-// chooses. A missing reason is manual; source is always import (what the
-// entry came from before is kept in detail as given); created_at defaults
-// to now, expires_at to never. An error names the line and column; nothing
-// is returned with it.
+// entry a line. tenant is each entry's tenant; a tenant column, when
+// present, must name it on every line unless anyTenant (the CLI on the
+// host, an open API), where it chooses. A missing reason is manual; source
+// is always import (what the entry came from before is kept in detail as
+// given); created_at defaults to now, expires_at to never. An error names
+// the line and column; nothing is returned with it. Each entry comes with
+// its line.
 func readSuppressionsCSV(r io.Reader, tenant string, anyTenant bool, note NoteID) ([]model.Suppression, []int, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = 0 // every line as long as the header

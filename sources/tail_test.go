@@ -510,7 +510,7 @@ func TestTailResumesFromSavedPosition(t *testing.T) {
 // Tail an application's outbox: the application writes each order and its
 // event in one transaction; the tailer accepts the events, skipping (and
 // reporting) an invalid one.
-func ExampleTailer() {
+func ExampleTailer_Run() {
 	dir, err := os.MkdirTemp("", "edgerelay-tail-example-")
 	if err != nil {
 		log.Fatal(err)

@@ -130,12 +130,6 @@ func User(t testing.TB, dbURL string, grants ...string) string {
 	return u.String()
 }
 
-// Admin returns the server's admin URL (no database).
-func Admin(t testing.TB) string {
-	t.Helper()
-	return get(t).base.String()
-}
-
 func get(t testing.TB) *server {
 	t.Helper()
 	once.Do(func() { srv, skipMsg, srvErr = setup() })

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"cmp"
@@ -9,7 +9,7 @@ import (
 	"edgerelay/relay"
 )
 
-// Categories (issue 17): a tenant's kinds of notification, each required
+// Categories: a tenant's kinds of notification, each required
 // or optional with a default, with optional quiet hours and a throttle; a
 // type names its category. They live at the top level (categories:, and
 // tenant_categories: for tenants with a set of their own), not under
@@ -91,7 +91,7 @@ func (c *checker) categories() {
 	check := func(m map[string]CategoryConfig, at keyPath, tenant string) {
 		for _, name := range sortedKeys(m) {
 			cc, at := m[name], at.with(name)
-			if !validName(name) {
+			if !ValidName(name) {
 				c.add(at, "category name %q: use 1 to 64 letters, digits, '.', '_' or '-'", name)
 			}
 			switch cc.Default {

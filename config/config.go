@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -15,17 +15,16 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"edgerelay/model"
 	"edgerelay/providers"
 	"edgerelay/relay"
-	"edgerelay/schedule"
 	"edgerelay/sources"
 	"edgerelay/templates"
 )
 
-// Config is the optional config file (YAML; testdata/edgerelay.yaml is a
-// commented example). Flags override it; with neither, every channel is
-// printed to stdout by the log provider.
+// Config is the optional config file (YAML; the repository's
+// testdata/edgerelay.yaml is a commented example). The commands' flags
+// override it; with neither, every channel is printed to stdout by the log
+// provider.
 type Config struct {
 	DB string `yaml:"db"`
 	// Providers names providers: a provider URL, options that would be
@@ -36,7 +35,7 @@ type Config struct {
 	Routes map[string]StringList `yaml:"routes"`
 	// Types sets per-type delivery semantics.
 	Types map[string]TypeConfig `yaml:"types"`
-	// Categories and TenantCategories: see config_categories.go (issue 17).
+	// Categories and TenantCategories: see categories.go.
 	Categories       map[string]CategoryConfig            `yaml:"categories"`
 	TenantCategories map[string]map[string]CategoryConfig `yaml:"tenant_categories"`
 	// Retry is the default retry policy; Channels overrides it per channel.
@@ -45,8 +44,8 @@ type Config struct {
 	Dispatch struct {
 		Workers int      `yaml:"workers"`
 		Lease   Duration `yaml:"lease"`
-		// InvalidAddressTTL is read as suppression.hard_bounce_ttl, which
-		// replaced it (issue 17).
+		// InvalidAddressTTL is the old name of suppression.hard_bounce_ttl,
+		// still read so that older files keep working.
 		InvalidAddressTTL Duration `yaml:"invalid_address_ttl"`
 	} `yaml:"dispatch"`
 	// Suppression: how long entries of the tenants' suppression lists
@@ -105,10 +104,7 @@ type Config struct {
 	templates *templates.Set                // loaded and compiled by validate
 	shape     *shape                        // where each key is, for the line numbers of problems
 	made      map[string]providers.Provider // by reference (a provider name, or a URL in a route): built once
-	// tailSpecs are the tail: sources, by index, their URLs checked and
-	// their databases not reached (nil where the URL is a problem): serve
-	// and status open them, each when it needs it.
-	tailSpecs []*sources.Spec
+	tailSpecs []*sources.Spec               // TailSpecs; nil where the URL is a problem
 }
 
 // TemplatesConfig names the directory of message templates
@@ -198,11 +194,12 @@ type TypeConfig struct {
 	Retry *PolicyConfig `yaml:"retry"`
 	// Commercial marks the type's email as commercial (a newsletter, an
 	// offer; not a receipt): smtp providers give it List-Unsubscribe and
-	// List-Unsubscribe-Post (their list_unsubscribe=). Until notifications
-	// have categories of their own, this is where commercial mail is named.
+	// List-Unsubscribe-Post (their list_unsubscribe=). Commercial mail is
+	// named here, by type: a category says whether recipients may turn it
+	// off, not whether it is commercial.
 	Commercial bool `yaml:"commercial"`
 	// Category names the type's category (categories:), which decides
-	// whether recipients may turn it off (issue 17).
+	// whether recipients may turn it off.
 	Category string `yaml:"category"`
 }
 
@@ -223,7 +220,7 @@ func (p PolicyConfig) policy() relay.Policy {
 type Duration time.Duration
 
 // UnmarshalYAML returns a *yaml.TypeError so that the decoder goes on to
-// the rest of the file; the walk in config_yaml.go reports the problem
+// the rest of the file; the walk in yaml.go reports the problem
 // with its place.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := parseDuration(n.Value)
@@ -261,58 +258,59 @@ func (l *StringList) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// ConfigError lists every problem found in a config file, each with its
-// place, so one run of `edgerelay config check` shows them all.
-type ConfigError struct {
+// Error lists every problem found in a config file, each with its place,
+// so one run of `edgerelay config check` shows them all.
+type Error struct {
 	Path     string
 	Problems []string
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	if len(e.Problems) == 1 {
 		return fmt.Sprintf("config %s: %s", e.Path, e.Problems[0])
 	}
 	return fmt.Sprintf("config %s: %d problems:\n  %s", e.Path, len(e.Problems), strings.Join(e.Problems, "\n  "))
 }
 
-// loadConfig reads a config file and validates it completely (parseConfig):
-// every command that reads the config calls it, so what one refuses the
-// others refuse too. flagRoutes are the --route flags (channel → providers):
-// they count as routes when a channel's route is checked. It reaches no
-// tail: source's database (their URLs are checked; serve opens them).
-func loadConfig(path string, flagRoutes map[string][]string) (*Config, error) {
-	return loadConfigReaching(path, flagRoutes, false)
+// Load reads a config file and validates it completely: every command
+// that reads the config calls it, so what one refuses the others refuse
+// too. flagRoutes are the --route flags (channel → providers): they count
+// as routes when a channel's route is checked. It reaches no tail:
+// source's database (their URLs are checked; serve opens them). A file
+// with problems is an *Error that lists them all.
+func Load(path string, flagRoutes map[string][]string) (*Config, error) {
+	return load(path, flagRoutes, false)
 }
 
-// loadConfigReaching is loadConfig; with reach (config check) it also
-// opens each tail: source (reachTails), a failure a problem of the file.
-func loadConfigReaching(path string, flagRoutes map[string][]string, reach bool) (*Config, error) {
+// Check is Load for config check: it also opens each tail: source
+// (reachTails), a failure a problem of the file.
+func Check(path string) (*Config, error) {
+	return load(path, nil, true)
+}
+
+func load(path string, flagRoutes map[string][]string, reach bool) (*Config, error) {
 	cfg, problems, err := readConfig(path, flagRoutes, reach)
 	if err != nil {
 		return nil, err
 	}
 	if len(problems) > 0 {
-		return nil, &ConfigError{Path: path, Problems: problems}
+		return nil, &Error{Path: path, Problems: problems}
 	}
 	return cfg, nil
 }
 
-// parseConfig reads a config file and lists every problem, in line order:
-// unknown keys and values of the wrong kind (config_yaml.go), then what
-// validate finds in the values. The error is for a file that cannot be
-// read or is not YAML (a *ConfigError with the one problem); otherwise cfg
-// is what could be decoded.
-func parseConfig(path string, flagRoutes map[string][]string) (*Config, []string, error) {
-	return readConfig(path, flagRoutes, false)
-}
-
+// readConfig reads a config file and lists every problem, in line order:
+// unknown keys and values of the wrong kind (yaml.go), then what validate
+// finds in the values, then (with reach) the tail: sources that cannot be
+// opened. The error is for a file that cannot be read or is not YAML (an
+// *Error with the one problem); otherwise cfg is what could be decoded.
 func readConfig(path string, flagRoutes map[string][]string, reach bool) (*Config, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	notYAML := func(err error) error {
-		return &ConfigError{Path: path, Problems: []string{strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return &Error{Path: path, Problems: []string{strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var root yaml.Node
@@ -364,11 +362,11 @@ func readConfig(path string, flagRoutes map[string][]string, reach bool) (*Confi
 	return cfg, problems, nil
 }
 
-// build resolves the routes: the file's, with flagRoutes (channel →
+// Build resolves the routes: the file's, with flagRoutes (channel →
 // providers by name or URL, from --route) replacing the file's route for
 // their channels. The file's providers were built by validate; a URL in a
 // flag is built here, once.
-func (cfg *Config) build(flagRoutes map[string][]string) (relay.Routes, map[string]relay.Routes, map[string]relay.Limit, error) {
+func (cfg *Config) Build(flagRoutes map[string][]string) (relay.Routes, map[string]relay.Routes, map[string]relay.Limit, error) {
 	if cfg.made == nil {
 		cfg.made = map[string]providers.Provider{}
 	}
@@ -381,7 +379,7 @@ func (cfg *Config) build(flagRoutes map[string][]string) (relay.Routes, map[stri
 				switch {
 				case ok:
 				case !fromFlag:
-					continue // validate refused the file: loadConfig does not return it
+					continue // validate refused the file: Load does not return it
 				case !strings.Contains(ref, "://"):
 					problems = append(problems, fmt.Errorf("--route %s=%s: no provider named %q (define it under providers: in --config, or give a provider URL)", ch, ref, ref))
 					continue
@@ -518,59 +516,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// defaultPrune is the prune serve runs when the config declares none.
-var defaultPrune = JobConfig{Schedule: "@daily", Prune: &PruneJob{OlderThan: "30d"}}
-
-// serveJobs are the jobs serve runs: the config's, plus the daily prune
-// when the config has no prune job.
-func (cfg *Config) serveJobs(r *relay.Relay) ([]*schedule.Job, error) {
-	for _, jc := range cfg.Jobs {
-		if jc.Prune != nil {
-			return cfg.jobs(r)
-		}
-	}
-	c := *cfg
-	c.Jobs = map[string]JobConfig{"default-prune": defaultPrune}
-	for k, v := range cfg.Jobs {
-		c.Jobs[k] = v
-	}
-	return c.jobs(r)
-}
-
-// jobs builds the scheduled jobs of the config for r.
-func (cfg *Config) jobs(r *relay.Relay) ([]*schedule.Job, error) {
-	var out []*schedule.Job
-	for _, name := range sortedKeys(cfg.Jobs) {
-		jc := cfg.Jobs[name]
-		sched, err := schedule.Parse(jc.Schedule, jc.Timezone)
-		if err != nil {
-			return nil, fmt.Errorf("job %s: %w", name, err)
-		}
-		j := &schedule.Job{Name: name, Schedule: sched, Missed: schedule.Missed(jc.Missed)}
-		switch {
-		case jc.Digest != nil:
-			d := jc.Digest
-			j.Tenant = d.Tenant
-			if j.Run, err = schedule.Digest(r, name, schedule.DigestConfig{Tenant: d.Tenant, Audience: d.Audience, Channel: d.Channel,
-				Subject: d.Subject, Template: d.Template, MaxItems: d.MaxItems}); err != nil {
-				return nil, err
-			}
-		case jc.Prune != nil:
-			age, err := relay.ParseAge(jc.Prune.OlderThan)
-			if err != nil {
-				return nil, fmt.Errorf("job %s: %w", name, err)
-			}
-			j.Run = func(ctx context.Context, _ model.JobRun) (schedule.Outcome, error) {
-				res, err := r.Prune(ctx, age)
-				return schedule.Outcome{Note: fmt.Sprintf("pruned what finished more than %s ago: %d notifications, %d events, %d feed items",
-					res.OlderThan, res.Notifications, res.Events, res.FeedItems)}, err
-			}
-		case jc.Batch != nil:
-			j.Run = batchJob(r, name, jc.Batch.File)
-		}
-		out = append(out, j)
-	}
-	return out, nil
 }

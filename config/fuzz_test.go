@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -12,9 +12,9 @@ import (
 )
 
 // FuzzConfig reads arbitrary bytes as a config file. Whatever the input:
-// no panic, and parseConfig keeps its contract: an error (a *ConfigError
-// for what is not YAML) with nothing else, or a *Config with problems each
-// saying something; loadConfig agrees. Seeds are in
+// no panic, and readConfig keeps its contract: an error (an *Error for
+// what is not YAML) with nothing else, or a *Config with problems each
+// saying something; Load agrees. Seeds are in
 // testdata/fuzz/FuzzConfig (full_valid has no problem).
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte("db: ./edgerelay.db\nroutes:\n  email: log://stdout\n"))
@@ -27,29 +27,29 @@ func FuzzConfig(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg, problems, err := parseConfig(path, nil)
+		cfg, problems, err := readConfig(path, nil, false)
 		t.Logf("config %v, problems %q, error %v", cfg != nil, problems, err)
 		if err != nil {
-			var ce *ConfigError
+			var ce *Error
 			if cfg != nil || problems != nil || !errors.As(err, &ce) || len(ce.Problems) == 0 {
-				t.Fatalf("parseConfig: %v (%T) with config %v and problems %q", err, err, cfg != nil, problems)
+				t.Fatalf("readConfig: %v (%T) with config %v and problems %q", err, err, cfg != nil, problems)
 			}
 			return
 		}
 		if cfg == nil {
-			t.Fatal("parseConfig: no config and no error")
+			t.Fatal("readConfig: no config and no error")
 		}
 		for i, p := range problems {
 			if p == "" {
 				t.Fatalf("problem %d of %q is empty", i, problems)
 			}
 		}
-		lcfg, lerr := loadConfig(path, nil)
+		lcfg, lerr := Load(path, nil)
 		switch {
 		case len(problems) > 0 && lerr == nil:
-			t.Fatalf("loadConfig accepted a file with problems %q", problems)
+			t.Fatalf("Load accepted a file with problems %q", problems)
 		case len(problems) == 0 && (lerr != nil || lcfg == nil):
-			t.Fatalf("loadConfig refused a file without problems: %v", lerr)
+			t.Fatalf("Load refused a file without problems: %v", lerr)
 		}
 	})
 }

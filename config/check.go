@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"context"
@@ -20,16 +20,20 @@ import (
 	"edgerelay/templates"
 )
 
-// Defaults of the keys that are refused at zero: the message says what
-// leaving the key out gives. The api ones are serve's flag defaults (a test
-// compares them); the dispatch and limits ones are relay.Open's.
+// Defaults of the api: keys, which are serve's flag defaults too: the
+// message for a key refused at zero says what leaving it out gives.
 const (
-	defaultMaxBody       = 1 << 20
-	defaultMaxBatch      = 100
-	defaultKeyTTL        = 24 * time.Hour
-	defaultBodyTimeout   = 10 * time.Second
-	defaultMaxConns      = 1024
-	defaultShedAbove     = 100000
+	DefaultMaxBody     = 1 << 20
+	DefaultMaxBatch    = 100
+	DefaultKeyTTL      = 24 * time.Hour
+	DefaultBodyTimeout = 10 * time.Second
+	DefaultMaxConns    = 1024
+	DefaultShedAbove   = 100000
+)
+
+// Defaults of the other keys refused at zero: the dispatch and limits ones
+// are relay.New's.
+const (
 	defaultWorkers       = relay.DefaultWorkers
 	defaultLease         = time.Minute
 	defaultMaxRecipients = 10000
@@ -55,7 +59,7 @@ type checker struct {
 // per job), schedules and time zones, digest templates (parsed and run on
 // a sample), batch files (present, readable, of a known format), tail
 // sources (their URLs; reachTails opens them), and every provider
-// built (each once; build reuses them). Problems under a value the walk
+// built (each once; Build reuses them). Problems under a value the walk
 // found of the wrong kind are not reported twice.
 func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
 	c := &checker{cfg: cfg, sh: cfg.shape, flagRoutes: flagRoutes}
@@ -300,7 +304,7 @@ func (c *checker) tenants() {
 	owner := map[string]string{} // token → tenant
 	for _, t := range sortedKeys(c.cfg.Tenants) {
 		at := keyPath{"tenants", t}
-		if !validName(t) {
+		if !ValidName(t) {
 			c.add(at, "tenant name %q: use 1 to 64 letters, digits, '.', '_' or '-'", t)
 		}
 		tokens := c.cfg.Tenants[t].Tokens
@@ -434,7 +438,7 @@ func (c *checker) digest(job string, d *DigestJob, at keyPath) {
 	tenant := d.Tenant
 	if tenant == "" {
 		tenant = "default"
-	} else if !validName(tenant) {
+	} else if !ValidName(tenant) {
 		c.add(at.with("tenant"), "tenant name %q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant)
 	}
 	if d.Audience == "" {
@@ -478,7 +482,7 @@ func checkBatchFile(path string) error {
 // tail checks each source's URL (sources.Parse) without reaching its
 // database: a command that tails nothing must work while the
 // application's database is down. The specs are kept for serve and
-// status, which open them (Config.tailSpecs).
+// status, which open them (Config.TailSpecs).
 func (c *checker) tail() {
 	c.cfg.tailSpecs = make([]*sources.Spec, len(c.cfg.Tail))
 	for i, tc := range c.cfg.Tail {
@@ -545,13 +549,13 @@ func (cfg *Config) reachTails(ctx context.Context) []problem {
 func (c *checker) api() {
 	a := &c.cfg.API
 	at := keyPath{"api"}
-	c.positive(at.with("max_body"), a.MaxBody <= 0, a.MaxBody, defaultMaxBody)
-	c.positive(at.with("max_batch"), a.MaxBatch <= 0, a.MaxBatch, defaultMaxBatch)
-	c.positive(at.with("key_ttl"), a.KeyTTL <= 0, time.Duration(a.KeyTTL), defaultKeyTTL)
-	c.positive(at.with("body_timeout"), a.BodyTimeout <= 0, time.Duration(a.BodyTimeout), defaultBodyTimeout)
-	c.positive(at.with("max_conns"), a.MaxConns <= 0, a.MaxConns, defaultMaxConns)
+	c.positive(at.with("max_body"), a.MaxBody <= 0, a.MaxBody, DefaultMaxBody)
+	c.positive(at.with("max_batch"), a.MaxBatch <= 0, a.MaxBatch, DefaultMaxBatch)
+	c.positive(at.with("key_ttl"), a.KeyTTL <= 0, time.Duration(a.KeyTTL), DefaultKeyTTL)
+	c.positive(at.with("body_timeout"), a.BodyTimeout <= 0, time.Duration(a.BodyTimeout), DefaultBodyTimeout)
+	c.positive(at.with("max_conns"), a.MaxConns <= 0, a.MaxConns, DefaultMaxConns)
 	if a.ShedAbove != nil && *a.ShedAbove < 0 {
-		c.add(at.with("shed_above"), "shed_above %d: want 0 (never shed) or a number of due notifications, e.g. %d", *a.ShedAbove, defaultShedAbove)
+		c.add(at.with("shed_above"), "shed_above %d: want 0 (never shed) or a number of due notifications, e.g. %d", *a.ShedAbove, DefaultShedAbove)
 	}
 	for _, n := range []struct{ key, addr string }{{"listen", a.Listen}, {"metrics_listen", a.MetricsListen}, {"console_listen", a.ConsoleListen}} {
 		if c.has("api", n.key) {
@@ -570,7 +574,7 @@ func (c *checker) api() {
 		c.add(at.with("console_listen"), "console_listen %q is the metrics address: give each an address of its own", a.ConsoleListen)
 	}
 	if c.has("api", "trusted_proxies") {
-		if _, err := parseProxies(a.TrustedProxies); err != nil {
+		if _, err := ParseProxies(a.TrustedProxies); err != nil {
 			c.add(at.with("trusted_proxies"), "trusted_proxies: %v", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -12,11 +12,11 @@ import (
 
 // The config's YAML is checked against the Config type before any value is
 // used. yaml.v3 alone reports in Go's terms ("field rotues not found in type
-// main.Config", "cannot unmarshal !!str `ten` into int"), without the key
+// config.Config", "cannot unmarshal !!str `ten` into int"), without the key
 // path, and its KnownFields stops at the first unknown key. This walk
 // reports every unknown key and every value of the wrong kind, each with
 // its line and key path, and records where each key is for the checks that
-// follow (config_check.go).
+// follow (check.go).
 
 // problem is one thing wrong with the config, at a place in the file.
 type problem struct {
