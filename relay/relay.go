@@ -218,6 +218,9 @@ type Relay struct {
 // done. The relay owns st from the start: Close closes it, and so does New
 // when it fails.
 func New(ctx context.Context, st store.Store, opts Options) (*Relay, error) {
+	if st == nil {
+		return nil, errors.New("relay: no store")
+	}
 	r, err := newRelay(ctx, st, opts)
 	if err != nil {
 		return nil, errors.Join(err, st.Close())
@@ -226,9 +229,6 @@ func New(ctx context.Context, st store.Store, opts Options) (*Relay, error) {
 }
 
 func newRelay(ctx context.Context, st store.Store, opts Options) (*Relay, error) {
-	if st == nil {
-		return nil, errors.New("relay: no store")
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
