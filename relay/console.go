@@ -12,7 +12,7 @@ import (
 // applies to one notification. Its overview, sessions and feed memberships
 // it reads from the store itself.
 
-// RetryAs is RetryTenant that records who asked (actor) with the
+// RetryAs is RetryLifting without lift that records who asked (actor) with the
 // notification, in the same write.
 func (r *Relay) RetryAs(ctx context.Context, tenant string, id int64, actor string) error {
 	if err := r.store.RetryAs(ctx, tenant, id, r.now(), actor); err != nil {

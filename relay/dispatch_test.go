@@ -184,7 +184,7 @@ func TestRetryDeadNotification(t *testing.T) {
 	}
 
 	s.srv.SetScript(nil) // the provider is back
-	if err := r.Retry(ctx, n.ID); err != nil {
+	if err := r.RetryLifting(ctx, "", n.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	if p := notification(t, r, n.ID); p.Status != model.StatusPending || p.Reason != "" || p.NextAttemptAt == nil {
@@ -200,10 +200,10 @@ func TestRetryDeadNotification(t *testing.T) {
 	}
 
 	var se *model.StateError
-	if err := r.Retry(ctx, n.ID); !errors.As(err, &se) || se.Status != model.StatusSent {
+	if err := r.RetryLifting(ctx, "", n.ID, false); !errors.As(err, &se) || se.Status != model.StatusSent {
 		t.Errorf("Retry of a sent notification: %v, want a StateError saying sent", err)
 	}
-	if err := r.Retry(ctx, n.ID+1000); !errors.Is(err, model.ErrNotFound) {
+	if err := r.RetryLifting(ctx, "", n.ID+1000, false); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("Retry of no notification: %v, want ErrNotFound", err)
 	}
 }

@@ -362,23 +362,13 @@ func (r *Relay) notify() {
 	}
 }
 
-// Retry puts a failed, dead, unknown or suppressed notification back to
-// pending with a fresh retry budget and the same key. One whose address is
-// suppressed is a *model.SuppressedError (RetryLifting lifts the entry).
-func (r *Relay) Retry(ctx context.Context, id int64) error {
-	return r.RetryTenant(ctx, "", id)
-}
-
-// RetryTenant is Retry for a notification of one tenant ("" for any): a
-// notification of another tenant is model.ErrNotFound.
-func (r *Relay) RetryTenant(ctx context.Context, tenant string, id int64) error {
-	return r.RetryLifting(ctx, tenant, id, false)
-}
-
-// RetryLifting is RetryTenant that, if lift, first removes the tenant's
-// suppression entry for the notification's address (in the same
-// transaction); without lift such a notification is a
-// *model.SuppressedError and nothing changes.
+// RetryLifting puts a failed, dead, unknown or suppressed notification of
+// tenant ("" for any) back to pending with a fresh retry budget and the
+// same key, and wakes the dispatcher; a notification of another tenant is
+// model.ErrNotFound. One whose address is suppressed is a
+// *model.SuppressedError and nothing changes, unless lift: then the
+// tenant's suppression entry for it is removed first, in the same
+// transaction.
 func (r *Relay) RetryLifting(ctx context.Context, tenant string, id int64, lift bool) error {
 	if err := r.store.Retry(ctx, tenant, id, lift, r.now()); err != nil {
 		return err
