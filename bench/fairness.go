@@ -150,31 +150,39 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	}
 	slices.Sort(lat)
 	run.AcceptP50, run.AccP99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
-	// Drain what is left, then read each notification's accept-to-sent
-	// time from the store (created_at and updated_at, in milliseconds).
+	if err := drainThenRead(ctx, st, path, start, &run); err != nil {
+		return FairnessRun{}, err
+	}
+	return run, nil
+}
+
+// drainThenRead waits for the relay at path to deliver what the load left,
+// then reads each notification's accept-to-sent time from the store
+// (created_at and updated_at, in milliseconds) into run.
+func drainThenRead(ctx context.Context, st store.Dispatch, path string, start time.Time, run *FairnessRun) error {
 	drainStart := time.Now()
 	for {
 		due, _, sending, err := liveOf(ctx, st)
 		if err != nil {
-			return FairnessRun{}, err
+			return err
 		}
 		if due+sending == 0 {
 			break
 		}
 		if time.Since(drainStart) > 10*time.Minute {
-			return FairnessRun{}, fmt.Errorf("fairness: %d still due 10 minutes after the load", due+sending)
+			return fmt.Errorf("fairness: %d still due 10 minutes after the load", due+sending)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	run.DrainAfter = time.Since(drainStart)
 	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?mode=ro&_pragma=busy_timeout(10000)")
 	if err != nil {
-		return FairnessRun{}, err
+		return err
 	}
 	defer db.Close()
 	rows, err := db.QueryContext(ctx, `SELECT updated_at - created_at, updated_at FROM notifications WHERE status = 'sent'`)
 	if err != nil {
-		return FairnessRun{}, err
+		return err
 	}
 	defer rows.Close()
 	var took []time.Duration
@@ -182,7 +190,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 	for rows.Next() {
 		var ms, at int64
 		if err := rows.Scan(&ms, &at); err != nil {
-			return FairnessRun{}, err
+			return err
 		}
 		took = append(took, time.Duration(ms)*time.Millisecond)
 		if at <= end {
@@ -193,7 +201,7 @@ func Fairness(ctx context.Context, dir string, sim *Sim, rate float64, d time.Du
 		slices.Sort(took)
 		run.P50, run.P99 = took[len(took)/2], took[min(len(took)-1, len(took)*99/100)]
 	}
-	return run, rows.Err()
+	return rows.Err()
 }
 
 // liveOf is the queue: due now, due later, and being sent.
