@@ -211,7 +211,7 @@ func TestRedteamBounceReportOfOneTenantSuppressesAnotherTenantsWebhook(t *testin
 		t.Fatal(err)
 	}
 	arf := strings.ReplaceAll(string(raw), "<k%2Fnews%20001@example.com>", "<"+an.Key+"@example.com>")
-	rep := b.do(t, "POST", "/v1/bounces", arf, "Authorization", "Bearer "+acmeTok)
+	rep := b.do(t, "POST", "/v1/bounces", arf, message("Authorization", "Bearer "+acmeTok)...)
 	if rep.status != http.StatusOK {
 		t.Fatalf("acme's ARF report: %s", rep)
 	}
