@@ -211,7 +211,11 @@ func referencePage() ([]byte, error) {
 	pprops, _ := problem["properties"].(map[string]any)
 	ptype, _ := pprops["type"].(map[string]any)
 	for _, t := range list(ptype["enum"]) {
-		page.Problems = append(page.Problems, refProblem{Type: str(t), Statuses: strings.Join(statuses[str(t)], ", ")})
+		st := strings.Join(statuses[str(t)], ", ")
+		if st == "" && strings.HasSuffix(str(t), "/method-not-allowed") {
+			st = "405 (any path, for a method it has no route for)"
+		}
+		page.Problems = append(page.Problems, refProblem{Type: str(t), Statuses: st})
 	}
 	for _, name := range sortedKeys(schemas) {
 		b, _ := json.MarshalIndent(schemas[name], "", "  ")
