@@ -262,6 +262,10 @@ func TestOpenAPIContractCatchesDrift(t *testing.T) {
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusNotFound)
 			io.WriteString(w, `{"type":"https://edgerelay.dev/problems/gone","title":"Gone","status":404}`) // an undocumented type
+		case "/v1/templates":
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable) // without its Retry-After
+			io.WriteString(w, `{"type":"https://edgerelay.dev/problems/storage-unavailable","title":"Storage unavailable","status":503}`)
 		case "/v1/events":
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusAccepted)
@@ -279,6 +283,7 @@ func TestOpenAPIContractCatchesDrift(t *testing.T) {
 		{"GET", "/healthz", "", "does not match the document", nil},
 		{"GET", "/readyz", "", "does not match the document", nil},
 		{"GET", "/v1/notifications/n_x", "", "does not match the document", nil},
+		{"GET", "/v1/templates", "", "does not match the document", nil},
 		{"GET", "/v1/nowhere", "", "is not in the document", nil},
 		{"POST", "/v1/events", `{"id": 1}`, "calls POST /v1/events invalid", nil},
 		{"GET", "/v1/nowhere", "", "", undocumented},
