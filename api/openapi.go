@@ -339,7 +339,37 @@ func security(doc, op map[string]any) string {
 	return strings.Join(names, " or ")
 }
 
-var referenceTemplate = template.Must(template.New("ref").Parse(`<!doctype html>
+// markdown renders the little of CommonMark the document's descriptions
+// use: paragraphs, `code` and **bold**; everything else is escaped text.
+func markdown(text string) template.HTML {
+	var b strings.Builder
+	for _, para := range strings.Split(strings.TrimSpace(text), "\n\n") {
+		para = strings.Join(strings.Fields(para), " ")
+		if para == "" {
+			continue
+		}
+		b.WriteString("<p>")
+		for i, part := range strings.Split(para, "`") {
+			if i%2 == 1 {
+				b.WriteString("<code>" + template.HTMLEscapeString(part) + "</code>")
+				continue
+			}
+			for j, bold := range strings.Split(part, "**") {
+				if j%2 == 1 {
+					b.WriteString("<b>" + template.HTMLEscapeString(bold) + "</b>")
+				} else {
+					b.WriteString(template.HTMLEscapeString(bold))
+				}
+			}
+		}
+		b.WriteString("</p>\n")
+	}
+	return template.HTML(b.String())
+}
+
+func slug(s string) string { return strings.ReplaceAll(s, " ", "-") }
+
+var referenceTemplate = template.Must(template.New("ref").Funcs(template.FuncMap{"md": markdown, "slug": slug}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <title>{{.Title}}</title>
 <style>
@@ -348,26 +378,26 @@ code,pre{font:13px ui-monospace,monospace}pre{background:#f6f6f6;padding:.6rem;o
 h2{border-bottom:1px solid #ccc;margin-top:2.5rem}h3{margin:1.6rem 0 .3rem}
 .m{display:inline-block;min-width:4.2rem;font-weight:bold}
 table{border-collapse:collapse;margin:.3rem 0}td,th{border:1px solid #ddd;padding:.2rem .5rem;text-align:left;vertical-align:top}
-nav a{margin-right:.8rem}.d{white-space:pre-line}
+nav a{margin-right:.8rem}td p{margin:0}
 </style></head><body>
 <h1>{{.Title}} <small>version {{.Version}}</small></h1>
 <p>The machine-readable document: <a href="/openapi.json">/openapi.json</a> (OpenAPI 3.1).</p>
-<nav>{{range .Tags}}{{if .Operations}}<a href="#tag-{{.Name}}">{{.Name}}</a>{{end}}{{end}}<a href="#problems">problem types</a><a href="#schemas">schemas</a></nav>
-<div class="d">{{.Description}}</div>
+<nav>{{range .Tags}}{{if .Operations}}<a href="#tag-{{slug .Name}}">{{.Name}}</a>{{end}}{{end}}<a href="#problems">problem types</a><a href="#schemas">schemas</a></nav>
+{{md .Description}}
 <h2 id="security">Security schemes</h2>
 <table><tr><th>name</th><th>scheme</th><th>what</th></tr>
-{{range .Security}}<tr><td><code>{{.Name}}</code></td><td>{{.Type}}</td><td>{{.Description}}</td></tr>{{end}}</table>
+{{range .Security}}<tr><td><code>{{.Name}}</code></td><td>{{.Type}}</td><td>{{md .Description}}</td></tr>{{end}}</table>
 {{range .Tags}}{{if .Operations}}
-<h2 id="tag-{{.Name}}">{{.Name}}</h2>{{if .Description}}<p>{{.Description}}</p>{{end}}
+<h2 id="tag-{{slug .Name}}">{{.Name}}</h2>{{if .Description}}{{md .Description}}{{end}}
 {{range .Operations}}
 <h3 id="op-{{.ID}}"><span class="m">{{.Method}}</span> <code>{{.Path}}</code></h3>
 <p><b>{{.Summary}}</b> <small>(<code>{{.ID}}</code>; security: {{.Security}})</small></p>
-{{if .Description}}<div class="d">{{.Description}}</div>{{end}}
+{{if .Description}}{{md .Description}}{{end}}
 {{if .Params}}<table><tr><th>parameter</th><th>in</th><th>schema</th><th>what</th></tr>
-{{range .Params}}<tr><td><code>{{.Name}}</code>{{if .Required}} (required){{end}}</td><td>{{.In}}</td><td>{{.Type}}</td><td>{{.Description}}</td></tr>{{end}}</table>{{end}}
+{{range .Params}}<tr><td><code>{{.Name}}</code>{{if .Required}} (required){{end}}</td><td>{{.In}}</td><td>{{.Type}}</td><td>{{md .Description}}</td></tr>{{end}}</table>{{end}}
 {{if .Body}}<p>Request body: {{range .Body}}<code>{{.Type}}</code> {{.Schema}}; {{end}}</p>{{end}}
 <table><tr><th>status</th><th>answer</th><th>body</th></tr>
-{{range .Responses}}<tr><td>{{.Status}}</td><td>{{.Description}}</td><td>{{range .Types}}<code>{{.Type}}</code> {{.Schema}}<br>{{end}}</td></tr>{{end}}</table>
+{{range .Responses}}<tr><td>{{.Status}}</td><td>{{md .Description}}</td><td>{{range .Types}}<code>{{.Type}}</code> {{.Schema}}<br>{{end}}</td></tr>{{end}}</table>
 {{end}}{{end}}{{end}}
 <h2 id="problems">Problem types</h2>
 <p>Errors are RFC 9457 <code>application/problem+json</code>: <code>type</code>, <code>title</code>, <code>status</code>, <code>detail</code> and, where one part of the request is at fault, <code>field</code>.</p>
