@@ -33,6 +33,9 @@ import (
 //   - A request the document calls invalid (a test sending bad input on
 //     purpose) must not be answered 2xx: the API would accept what the
 //     document refuses.
+//   - A query parameter the operation does not declare fails the test
+//     (openapi3filter itself ignores them; the API does too, so a test
+//     that sends one relies on what the document does not say).
 //   - Every response, whatever its status, must be one the operation
 //     documents, with its body valid against that status's schema.
 
@@ -128,6 +131,12 @@ func (c *contractTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				MultiError:                        true,
 			}}
 		reqErr = openapi3filter.ValidateRequest(context.Background(), in)
+		if unknown := undeclaredQuery(route, req); len(unknown) > 0 && !deliberate {
+			// openapi3filter ignores query parameters the operation does not
+			// declare; a test that sends one relies on what the document
+			// does not say.
+			c.tb.Errorf("OpenAPI: %s sends query parameters the document does not declare for %s: %s", what, route.Operation.OperationID, strings.Join(unknown, ", "))
+		}
 	}
 
 	resp, err := c.next.RoundTrip(req)
@@ -166,6 +175,27 @@ func (c *contractTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.StatusCode, resp.Header.Get("Content-Type"), truncate(rbody, 600))
 	}
 	return resp, nil
+}
+
+// undeclaredQuery lists the query parameters of req that route's path and
+// operation do not declare.
+func undeclaredQuery(route *routers.Route, req *http.Request) []string {
+	declared := map[string]bool{}
+	for _, ps := range []openapi3.Parameters{route.PathItem.Parameters, route.Operation.Parameters} {
+		for _, p := range ps {
+			if p.Value != nil && p.Value.In == openapi3.ParameterInQuery {
+				declared[p.Value.Name] = true
+			}
+		}
+	}
+	var out []string
+	for name := range req.URL.Query() {
+		if !declared[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // noRoute reports whether the API itself answered that it has no route
@@ -285,6 +315,7 @@ func TestOpenAPIContractCatchesDrift(t *testing.T) {
 		{"GET", "/v1/notifications/n_x", "", "does not match the document", nil},
 		{"GET", "/v1/templates", "", "does not match the document", nil},
 		{"GET", "/v1/nowhere", "", "is not in the document", nil},
+		{"GET", "/healthz?verbose=1", "", "does not declare for healthz: verbose", nil},
 		{"POST", "/v1/events", `{"id": 1}`, "calls POST /v1/events invalid", nil},
 		{"GET", "/v1/nowhere", "", "", undocumented},
 	} {
