@@ -85,7 +85,7 @@ func (s *Server) docRoutes() {
 		return response{status: http.StatusOK, ctype: "application/json", body: OpenAPIJSON()}
 	})
 	s.handle("GET /docs/api", func(w http.ResponseWriter, r *http.Request) response {
-		b, err := referencePage()
+		b, err := referenceOnce()
 		if err != nil {
 			return s.internal(err)
 		}
@@ -133,6 +133,9 @@ type refPage struct {
 	Schemas                     []refSchema
 	Security                    []refParam
 }
+
+// referenceOnce renders the page once: the document is fixed at build time.
+var referenceOnce = sync.OnceValues(referencePage)
 
 var methodOrder = []string{"get", "put", "post", "delete", "patch"}
 
