@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -342,6 +344,55 @@ func TestOpenAPIContractCatchesDrift(t *testing.T) {
 			t.Errorf("%s %s (marked undocumented): reported %s", c.method, c.path, got)
 		case c.want != "" && !strings.Contains(got, c.want):
 			t.Errorf("%s %s: reported %q, want %q", c.method, c.path, got, c.want)
+		}
+	}
+}
+
+// Every problem type the package's code can answer is in the document's
+// Problem schema, and the document names none the code does not have.
+func TestOpenAPIDocumentListsEveryProblemType(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties struct {
+					Type struct {
+						Enum []string `json:"enum"`
+					} `json:"type"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPIJSON(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := doc.Components.Schemas["Problem"].Properties.Type.Enum
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := regexp.MustCompile(`https://edgerelay\.dev/problems/[a-z0-9-]+`)
+	inCode := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range uri.FindAllString(string(src), -1) {
+			inCode[m] = true
+		}
+	}
+	for typ := range inCode {
+		if !slices.Contains(documented, typ) {
+			t.Errorf("the code answers %s; the document's Problem schema does not list it", typ)
+		}
+	}
+	for _, typ := range documented {
+		if !inCode[typ] {
+			t.Errorf("the document lists %s; no code in package api answers it", typ)
 		}
 	}
 }
