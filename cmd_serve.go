@@ -113,6 +113,8 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    GET    /healthz                            the process is up
    GET    /readyz                             the database takes writes (body: each tail's lag)
    GET    /metrics                            Prometheus (see above)
+   GET    /openapi.json                       this API as an OpenAPI 3.1 document, no token needed
+   GET    /docs/api                           its reference page, no token needed
 An accept answers its notifications and feed_items (feed, seq). A page of
 notifications takes ?status= &recipient= &event_id= (every purpose; &purpose=
 for one) &cursor= &limit=. Lists of audiences and members page with ?after=

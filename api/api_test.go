@@ -134,6 +134,7 @@ func setup(tb testing.TB, o options) *bundle {
 	b.srv = httptest.NewServer(b.api)
 	tb.Cleanup(b.srv.Close)
 	b.client = b.srv.Client()
+	b.client.Transport = contract(tb, b.client.Transport) // every request and answer held to the OpenAPI document
 	return b
 }
 

@@ -92,8 +92,8 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	ev := func(id, tenant, to string) string {
 		return fmt.Sprintf(`{"id": %q, "type": "order.shipped", "tenant": %q, "channels": ["webhook"], "body": "shipped", "recipients": [{"id": "c1", "url": %q}]}`, id, tenant, to)
 	}
-	acme := accepted(t, b.do(t, "POST", "/v1/events?tenant=acme", ev("e1", "acme", acmeCustomer.URL+"/hooks"))).Notifications[0].ID
-	beta := accepted(t, b.do(t, "POST", "/v1/events?tenant=beta", ev("e1", "beta", betaCustomer.URL+"/hooks"))).Notifications[0].ID
+	acme := accepted(t, b.do(t, "POST", "/v1/events", ev("e1", "acme", acmeCustomer.URL+"/hooks"))).Notifications[0].ID
+	beta := accepted(t, b.do(t, "POST", "/v1/events", ev("e1", "beta", betaCustomer.URL+"/hooks"))).Notifications[0].ID
 	b.deliver(t)
 	for _, id := range []string{acme, beta} {
 		if n := b.wantState(t, id, model.StatusSent); n.ProviderMessageID != "1" {
@@ -158,7 +158,7 @@ func TestRedteamReceiptOfOneTenantBouncesAnotherTenantsWebhook(t *testing.T) {
 	// it is refused, since nothing yet says which message it is about.
 	// Named so, it applies when the send is recorded, to that one alone,
 	// though a third notification now has message id 1.
-	early := accepted(t, b.do(t, "POST", "/v1/events?tenant=beta", ev("e2", "beta", betaCustomer.URL+"/hooks"))).Notifications[0].ID
+	early := accepted(t, b.do(t, "POST", "/v1/events", ev("e2", "beta", betaCustomer.URL+"/hooks"))).Notifications[0].ID
 	en := b.notification(t, early)
 	if rep := b.postHook(t, "customers", secret, "rcpt_early", time.Now(), fmt.Sprintf(`{"webhook_id": %q, "status": "delivered"}`, en.Key)); rep.status != http.StatusBadRequest ||
 		!strings.Contains(string(rep.body), "not recorded yet") {
@@ -211,7 +211,7 @@ func TestRedteamBounceReportOfOneTenantSuppressesAnotherTenantsWebhook(t *testin
 		t.Fatal(err)
 	}
 	arf := strings.ReplaceAll(string(raw), "<k%2Fnews%20001@example.com>", "<"+an.Key+"@example.com>")
-	rep := b.do(t, "POST", "/v1/bounces", arf, "Authorization", "Bearer "+acmeTok)
+	rep := b.do(t, "POST", "/v1/bounces", arf, message("Authorization", "Bearer "+acmeTok)...)
 	if rep.status != http.StatusOK {
 		t.Fatalf("acme's ARF report: %s", rep)
 	}

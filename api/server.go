@@ -165,6 +165,7 @@ func New(r *relay.Relay, st Store, opts Options) *Server {
 		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.handle("GET /readyz", s.ready)
+	s.docRoutes() // GET /openapi.json, GET /docs/api (openapi.go)
 	if opts.Metrics != nil {
 		s.mux.HandleFunc("GET /metrics", s.metrics)
 		s.patterns = append(s.patterns, "GET /metrics")

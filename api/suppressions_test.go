@@ -274,8 +274,8 @@ func TestDSNFileSuppressesByMessageID(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another tenant's token finds no notification of its own to match.
-	wantProblem(t, b.do(t, "POST", "/v1/bounces", string(dsn), asBeta...), http.StatusNotFound, "not-found")
-	rep := b.do(t, "POST", "/v1/bounces", string(dsn), asAcme...)
+	wantProblem(t, b.do(t, "POST", "/v1/bounces", string(dsn), message(asBeta...)...), http.StatusNotFound, "not-found")
+	rep := b.do(t, "POST", "/v1/bounces", string(dsn), message(asAcme...)...)
 	if rep.status != http.StatusOK {
 		t.Fatalf("POST /v1/bounces: %s", rep)
 	}
@@ -292,7 +292,7 @@ func TestDSNFileSuppressesByMessageID(t *testing.T) {
 		es[0].Provider != "smtp" || es[0].Notification != id || !strings.Contains(es[0].Detail, "5.1.1") {
 		t.Fatalf("acme's list: %+v", es)
 	}
-	again := decode[bounced](t, b.do(t, "POST", "/v1/bounces", string(dsn), asAcme...))
+	again := decode[bounced](t, b.do(t, "POST", "/v1/bounces", string(dsn), message(asAcme...)...))
 	if again.New {
 		t.Errorf("the same report again is new: %+v", again)
 	}
@@ -308,9 +308,9 @@ func TestDSNFileSuppressesByMessageID(t *testing.T) {
 	}
 
 	// Not a report: 400 naming why. A report about nobody: 404.
-	wantProblem(t, b.do(t, "POST", "/v1/bounces", "Subject: hi\r\n\r\nhello\r\n", asAcme...), http.StatusBadRequest, "invalid-bounce")
+	wantProblem(t, b.do(t, "POST", "/v1/bounces", "Subject: hi\r\n\r\nhello\r\n", message(asAcme...)...), http.StatusBadRequest, "invalid-bounce")
 	other := strings.ReplaceAll(string(dsn), n.Key, "er1_0000000000000000000000000000000000000000")
-	p := wantProblem(t, b.do(t, "POST", "/v1/bounces", other, asAcme...), http.StatusNotFound, "not-found")
+	p := wantProblem(t, b.do(t, "POST", "/v1/bounces", other, message(asAcme...)...), http.StatusNotFound, "not-found")
 	if !strings.Contains(p.Detail, "er1_0000") {
 		t.Errorf("404 detail %q, want the Message-ID it looked for", p.Detail)
 	}
@@ -405,12 +405,12 @@ func TestARFAndVERPBounces(t *testing.T) {
 		return string(raw)
 	}
 	arf := strings.ReplaceAll(read("arf-abuse.eml"), "<k%2Fnews%20001@example.com>", nb.ProviderMessageID)
-	got := decode[bounced](t, b.do(t, "POST", "/v1/bounces", arf))
+	got := decode[bounced](t, b.do(t, "POST", "/v1/bounces", arf, message()...))
 	if got.Kind != "arf" || got.Notification != bob || got.Status != "complained" || got.Suppressed != model.ReasonComplaint || got.MatchedBy != "message-id" {
 		t.Errorf("ARF: %+v", got)
 	}
 	verp := strings.ReplaceAll(read("dsn-soft-verp.eml"), "k%2Fverp-1", nc.Key)
-	got = decode[bounced](t, b.do(t, "POST", "/v1/bounces", verp))
+	got = decode[bounced](t, b.do(t, "POST", "/v1/bounces", verp, message()...))
 	if got.Kind != "dsn" || got.Notification != cy || got.Status != "bounced" || got.Suppressed != model.ReasonSoftBounce || got.MatchedBy != "verp" {
 		t.Errorf("VERP DSN: %+v", got)
 	}
