@@ -3,10 +3,9 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
-	"encoding/json"
+	"edgerelay/store/internal/sqlstore"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,13 +38,13 @@ func scanClaimed(row pgx.Row, extra ...any) (model.Claimed, error) {
 // twice: a row another node claimed meanwhile is rechecked and is no
 // longer pending. Each claim takes claims + 1 as its fence token, and
 // records its claimed_provider (model.ClaimRoutes.Provider) from $4, the
-// routes as routesJSON encodes them: its pin, else the provider at its
+// routes as routes.Encode encodes them: its pin, else the provider at its
 // route position of the first route that exists (a key lookup each).
 func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	if req.Filter.Only != nil && len(req.Filter.Only) == 0 || req.Limit <= 0 {
 		return nil, nil // no channel, or no row, is asked for
 	}
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, claimRoutes(req.Routes)}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routes.Encode(req.Routes)}
 	where := ""
 	if f := req.Filter; f.Only != nil {
 		args = append(args, f.Only)
@@ -99,57 +98,9 @@ func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 	return out, nil
 }
 
-// lastRoutes is the routes the latest claim passed, and their encoding:
-// the dispatcher passes the same ClaimRoutes until its routes change, so
-// they are encoded once per change, not once per claim.
-var lastRoutes atomic.Pointer[encodedRoutes]
-
-type encodedRoutes struct {
-	src *model.ClaimRoutes
-	enc any
-}
-
-// claimRoutes is routesJSON(routes), from lastRoutes when routes are the
-// ones it holds (the same pointer: a ClaimRoutes is not changed once
-// passed to a claim).
-func claimRoutes(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	if c := lastRoutes.Load(); c != nil && c.src == routes {
-		return c.enc
-	}
-	enc := routesJSON(routes)
-	lastRoutes.Store(&encodedRoutes{routes, enc})
-	return enc
-}
-
-// routesJSON encodes routes for the claim statement, nil (NULL) for none:
-// {"d": {CHANNEL: [names]}, "t": {TENANT: {CHANNEL: [names]}}}.
-func routesJSON(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	doc := struct {
-		D map[string][]string            `json:"d"`
-		T map[string]map[string][]string `json:"t"`
-	}{D: map[string][]string{}, T: map[string]map[string][]string{}}
-	nonNil := func(names []string) []string { return append([]string{}, names...) } // an empty route is [], not null
-	for ch, names := range routes.Default {
-		doc.D[ch] = nonNil(names)
-	}
-	for tenant, rs := range routes.Tenant {
-		doc.T[tenant] = map[string][]string{}
-		for ch, names := range rs {
-			doc.T[tenant][ch] = nonNil(names)
-		}
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		panic(err) // maps of strings always encode
-	}
-	return string(b)
-}
+// routes encodes the claim's routes, keyed by the tenants and channels
+// themselves (the claim reads them with ->, which takes any key).
+var routes = sqlstore.Routes{Key: func(s string) string { return s }}
 
 // ExpiredLeases lists notifications still in sending whose lease ended
 // before now: their process stopped between the claim and recording the

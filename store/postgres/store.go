@@ -4,16 +4,15 @@ import (
 	"context"
 	"edgerelay/model"
 	"edgerelay/store"
+	"edgerelay/store/internal/sqlstore"
 	"embed"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -509,38 +508,9 @@ func redact(conn string, cfg *pgxpool.Config) string {
 	return u.String()
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = sqlstore.Migration
 
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration %s: name must start with its number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: expected number %d", m.name, i+1)
-		}
-	}
-	return ms, nil
-}
+func migrations() ([]migration, error) { return sqlstore.Migrations(migrationFS, "migrations") }
 
 // SchemaVersion is the schema version this binary writes: the same number
 // means the same schema step as store/sqlite's.
@@ -635,21 +605,21 @@ func (s *Store) migrateStep(ctx context.Context, ms []migration) (int, error) {
 			}
 		}
 		m := ms[have]
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-		if f := goMigrations[m.version]; f != nil {
+		if f := goMigrations[m.Version]; f != nil {
 			if err := f(ctx, tx); err != nil {
-				return fmt.Errorf("migration %s: %w", m.name, err)
+				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, m.version); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, m.Version); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 		if have > 0 {
-			s.log.Info("migrated database", "to", m.version, "migration", m.name)
+			s.log.Info("migrated database", "to", m.Version, "migration", m.Name)
 		}
-		have = m.version
+		have = m.Version
 		return nil
 	})
 	return have, err

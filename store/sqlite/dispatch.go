@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 )
 
 // claimedCols are read with each claimed row, in the claim's RETURNING
@@ -50,7 +50,7 @@ func scanClaimed(rows *sql.Rows) (model.Claimed, error) {
 // row on each claim, which grows with the backlog (TestDispatchQueriesUseIndexes).
 //
 // It records each row's claimed_provider (model.ClaimRoutes.Provider) from
-// ?4, the routes as routesJSON encodes them: its pin, else the provider at
+// ?4, the routes as routes.Encode encodes them: its pin, else the provider at
 // its route position of the first route that exists (a key lookup each,
 // not a scan of the routes).
 func claimSQL(where string) string {
@@ -80,7 +80,7 @@ func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 		return nil, nil // no channel, or no row, is asked for (SQLite finds no plan for an empty IN under INDEXED BY)
 	}
 	where := ""
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, claimRoutes(req.Routes)}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routes.Encode(req.Routes)}
 	// Numbered parameters: a bare ? would take its number from the ones
 	// before it in the text, not from args.
 	list := func(channels []string) string {
@@ -121,61 +121,10 @@ func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 	return out, err
 }
 
-// lastRoutes is the routes the latest claim passed, and their encoding:
-// the dispatcher passes the same ClaimRoutes until its routes change, so
-// they are encoded once per change, not once per claim.
-var lastRoutes atomic.Pointer[encodedRoutes]
-
-type encodedRoutes struct {
-	src *model.ClaimRoutes
-	enc any
-}
-
-// claimRoutes is routesJSON(routes), from lastRoutes when routes are the
-// ones it holds (the same pointer: a ClaimRoutes is not changed once
-// passed to a claim).
-func claimRoutes(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	if c := lastRoutes.Load(); c != nil && c.src == routes {
-		return c.enc
-	}
-	enc := routesJSON(routes)
-	lastRoutes.Store(&encodedRoutes{routes, enc})
-	return enc
-}
-
-// routesJSON encodes routes for the claim statement, nil (NULL) for none:
-// {"d": {CHANNEL: [names]}, "t": {TENANT: {CHANNEL: [names]}}}, each key
-// "x" and the upper-case hex of its UTF-8 bytes, as SQL's hex() spells a
-// row's tenant and channel: a JSON path can then name any tenant or
-// channel, quotes and dots included.
-func routesJSON(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	key := func(s string) string { return "x" + strings.ToUpper(hex.EncodeToString([]byte(s))) }
-	byKey := func(rs map[string][]string) map[string][]string {
-		out := make(map[string][]string, len(rs))
-		for ch, names := range rs {
-			out[key(ch)] = append([]string{}, names...) // an empty route is [], not null
-		}
-		return out
-	}
-	doc := struct {
-		D map[string][]string            `json:"d"`
-		T map[string]map[string][]string `json:"t"`
-	}{D: byKey(routes.Default), T: make(map[string]map[string][]string, len(routes.Tenant))}
-	for tenant, rs := range routes.Tenant {
-		doc.T[key(tenant)] = byKey(rs)
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		panic(err) // maps of strings always encode
-	}
-	return string(b)
-}
+// routes encodes the claim's routes, each key "x" and the upper-case hex
+// of its UTF-8 bytes, as SQL's hex() spells a row's tenant and channel: a
+// JSON path can then name any tenant or channel, quotes and dots included.
+var routes = sqlstore.Routes{Key: func(s string) string { return "x" + strings.ToUpper(hex.EncodeToString([]byte(s))) }}
 
 // attachMessages fills in each claimed notification's event id, purpose and
 // message, with one read of their events per slice (not one per row).

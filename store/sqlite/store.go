@@ -5,17 +5,15 @@ import (
 	"database/sql"
 	"edgerelay/model"
 	"edgerelay/store"
+	"edgerelay/store/internal/sqlstore"
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -331,38 +329,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = sqlstore.Migration
 
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration %s: name must start with its number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: expected number %d", m.name, i+1)
-		}
-	}
-	return ms, nil
-}
+func migrations() ([]migration, error) { return sqlstore.Migrations(migrationFS, "migrations") }
 
 // SchemaVersion is the schema version this binary writes.
 func SchemaVersion() int {
@@ -399,7 +368,7 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 			return err
 		}
 		if first > 0 {
-			log.Info("migrated database", "to", m.version, "migration", m.name)
+			log.Info("migrated database", "to", m.Version, "migration", m.Name)
 		}
 	}
 }
@@ -417,19 +386,19 @@ func migrateStep(ctx context.Context, db *sql.DB, ms []migration) (*migration, e
 		return nil, err
 	}
 	m := &ms[have]
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if f := goMigrations[m.version]; f != nil {
+	if f := goMigrations[m.Version]; f != nil {
 		if err := f(ctx, tx); err != nil {
-			return nil, fmt.Errorf("migration %s: %w", m.name, err)
+			return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.Version)); err != nil {
+		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
 	return m, nil
 }
