@@ -177,7 +177,7 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		// A person's retry never lifts a suppression: the entry is named
 		// in the refusal (SuppressedError), lifted where suppressions are.
-		from, err := retryRow(ctx, tx, tenant, id, false, now)
+		from, err := dialect.Retry(ctx, shared(tx), tenant, id, false, now)
 		if err != nil {
 			return err
 		}

@@ -246,8 +246,8 @@ func settle(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []boo
 			if a != nil {
 				provider = a.Provider
 			}
-			if _, err := tx.Exec(ctx, suppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
-				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
+			if _, err := tx.Exec(ctx, sqlstore.SuppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
+				d.Suppress.Detail, ms(st.At), sqlstore.NullTime(d.Suppress.ExpiresAt)); err != nil {
 				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
 			}
 		}
@@ -277,7 +277,7 @@ func settle(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []boo
 		return fmt.Errorf("look for early receipts: %w", err)
 	}
 	for _, m := range found {
-		if err := applyReceipts(ctx, tx, m.provider, m.id, sentAt[m]); err != nil {
+		if err := dialect.ApplyReceipts(ctx, shared(tx), m.provider, m.id, sentAt[m]); err != nil {
 			return err
 		}
 	}
@@ -339,44 +339,7 @@ func strPtr(s string) *string {
 // second message, not a retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := retryRow(ctx, tx, tenant, id, lift, now)
+		_, err := dialect.Retry(ctx, shared(tx), tenant, id, lift, now)
 		return err
 	})
-}
-
-// retryRow is Retry's write inside tx (RetryAs's too); it returns the
-// status the notification had.
-func retryRow(ctx context.Context, tx pgx.Tx, tenant string, id int64, lift bool, now time.Time) (string, error) {
-	var status, t, channel, address string
-	err := tx.QueryRow(ctx, `SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
-		WHERE id = $1 AND ($2 = '' OR tenant = $2) FOR UPDATE`, id, tenant).Scan(&status, &t, &channel, &address)
-	if isNoRows(err) {
-		return "", fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
-	}
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	switch status {
-	case model.StatusFailed, model.StatusDead, model.StatusUnknown, model.StatusSuppressed:
-	default:
-		return "", &model.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
-	}
-	entry, err := liveSuppression(ctx, tx, t, channel, address, now)
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	if entry != nil && !lift {
-		return "", &model.SuppressedError{ID: id, Entry: *entry}
-	}
-	if entry != nil {
-		if _, err := tx.Exec(ctx, `DELETE FROM suppressions WHERE tenant = $1 AND channel = $2 AND address = $3`, t, channel, address); err != nil {
-			return "", fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
-		}
-	}
-	if _, err := tx.Exec(ctx, `UPDATE notifications SET status = 'pending', next_attempt_at = $1, cycle_attempts = 0,
-			cycle_started_at = $1, reason = NULL, updated_at = $1
-		WHERE id = $2`, ms(now), id); err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	return status, nil
 }

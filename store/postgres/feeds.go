@@ -204,6 +204,8 @@ var dialect = &sqlstore.Dialect{
 			FROM feed_items i JOIN events e ON e.id = i.event
 			WHERE i.tenant = $1 AND i.event = ANY($2::bigint[])`, []any{tenant, events}
 	},
+	SuppressFromReceipts: suppressFromReceipts,
+	ForUpdate:            " FOR UPDATE",
 }
 
 // SetFeedMembers makes users the members of a feed. Members who stay keep

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"fmt"
 	"time"
 
@@ -95,7 +96,7 @@ func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runE
 	}
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE job_runs SET status = $1, detail = $2, finished_at = $3 WHERE job = $4 AND scheduled_at = $5`,
-			status, nullStr(detail), ms(now), job, ms(at))
+			status, sqlstore.NullStr(detail), ms(now), job, ms(at))
 		return err
 	})
 }

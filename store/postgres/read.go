@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -87,7 +88,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 			return fmt.Errorf("read notification: %w", err)
 		}
 		if n.ProviderMessageID != "" {
-			n.Receipts, err = receiptsFor(ctx, q, n.ID, n.Provider, n.ProviderMessageID)
+			n.Receipts, err = sqlstore.ReceiptsFor(ctx, shared(q), n.ID, n.Provider, n.ProviderMessageID)
 			return err
 		}
 		return nil

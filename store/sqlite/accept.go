@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"strings"
@@ -149,7 +150,7 @@ func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk [
 		rows := chunk[i:min(i+insertRows, len(chunk))]
 		args = args[:0]
 		for j, tg := range rows {
-			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, nullStr(tg.AddressKey), t, t, t, t, tg.Message)
+			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, sqlstore.NullStr(tg.AddressKey), t, t, t, t, tg.Message)
 		}
 		if len(rows) == 1 {
 			// One row (the usual event): last_insert_rowid() names it, and

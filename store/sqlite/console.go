@@ -185,7 +185,7 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 	return s.w.do(ctx, func(tx *Tx) error {
 		// A person's retry never lifts a suppression: the entry is named
 		// in the refusal (SuppressedError), lifted where suppressions are.
-		from, err := retryRow(tx, tenant, id, false, now)
+		from, err := dialect.Retry(ctx, tx.shared(), tenant, id, false, now)
 		if err != nil {
 			return err
 		}

@@ -36,9 +36,9 @@ func scanClaimed(rows *sql.Rows) (model.Claimed, error) {
 		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.Message)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
 	if err == nil && entry.Valid {
-		var e suppressionJSON
+		var e sqlstore.SuppressionJSON
 		if err = json.Unmarshal([]byte(entry.String), &e); err == nil {
-			c.Suppression = e.entry(c.Tenant, c.Channel)
+			c.Suppression = e.Entry(c.Tenant, c.Channel)
 		}
 	}
 	return c, err
@@ -304,13 +304,13 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 			var counted int
 			var provider, msgID, resp any
 			if a != nil {
-				counted, provider, msgID, resp = 1, a.Provider, nullStr(a.MessageID), nullStr(a.Response)
+				counted, provider, msgID, resp = 1, a.Provider, sqlstore.NullStr(a.MessageID), sqlstore.NullStr(a.Response)
 			}
 			var cycle any
 			if !d.CycleStartsAt.IsZero() {
 				cycle = ms(d.CycleStartsAt)
 			}
-			args = append(args, st.ID, st.Token, d.Status, ms(d.NextAttemptAt), nullStr(d.Reason), ms(st.At),
+			args = append(args, st.ID, st.Token, d.Status, ms(d.NextAttemptAt), sqlstore.NullStr(d.Reason), ms(st.At),
 				d.RoutePos, d.Pinned, counted, provider, msgID, resp, cycle)
 		}
 		rows, err := tx.query(settleUpdate(hi-lo), args...)
@@ -349,7 +349,7 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 				decision = "not applied: the claim had been settled meanwhile (its lease expired); this call's outcome is kept for the record only"
 			}
 			args = append(args, st.ID, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
-				nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), decision)
+				sqlstore.NullInt(a.HTTPStatus), sqlstore.NullStr(a.MessageID), sqlstore.NullStr(a.Response), sqlstore.NullStr(a.Detail), decision)
 		}
 		if _, err := tx.exec(attemptsInsert(hi-lo), args...); err != nil {
 			return fmt.Errorf("record %d attempts: %w", hi-lo, err)
@@ -370,8 +370,8 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 			if a != nil {
 				provider = a.Provider
 			}
-			if _, err := tx.exec(suppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
-				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
+			if _, err := tx.exec(sqlstore.SuppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
+				d.Suppress.Detail, ms(st.At), sqlstore.NullTime(d.Suppress.ExpiresAt)); err != nil {
 				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
 			}
 		}
@@ -408,7 +408,7 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 			return err
 		}
 		for _, m := range found {
-			if err := applyReceipts(tx, m.provider, m.id, ss[sent[lo]].At); err != nil {
+			if err := dialect.ApplyReceipts(context.Background(), tx.shared(), m.provider, m.id, ss[sent[lo]].At); err != nil {
 				return err
 			}
 		}
@@ -424,58 +424,7 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 // second message, not a retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
-		_, err := retryRow(tx, tenant, id, lift, now)
+		_, err := dialect.Retry(ctx, tx.shared(), tenant, id, lift, now)
 		return err
 	})
-}
-
-// retryRow is Retry's write inside tx (RetryAs's too); it returns the
-// status the notification had.
-func retryRow(tx *Tx, tenant string, id int64, lift bool, now time.Time) (string, error) {
-	var status, t, channel, address string
-	err := tx.queryRow(`SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
-		WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant).Scan(&status, &t, &channel, &address)
-	if isNoRows(err) {
-		return "", fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
-	}
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	switch status {
-	case model.StatusFailed, model.StatusDead, model.StatusUnknown, model.StatusSuppressed:
-	default:
-		return "", &model.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
-	}
-	entry, err := liveSuppression(tx, t, channel, address, now)
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	if entry != nil && !lift {
-		return "", &model.SuppressedError{ID: id, Entry: *entry}
-	}
-	if entry != nil {
-		if _, err := tx.exec(`DELETE FROM suppressions WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
-			return "", fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
-		}
-	}
-	if _, err := tx.exec(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
-			cycle_started_at = ?1, reason = NULL, updated_at = ?1
-		WHERE id = ?2 AND status = ?3`, ms(now), id, status); err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	return status, nil
-}
-
-func nullStr(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func nullInt(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return n
 }

@@ -127,7 +127,8 @@ var dialect = &sqlstore.Dialect{
 		WHERE tenant = $1 AND feed = $2 AND seq <= $3 ORDER BY seq DESC LIMIT 1`,
 	SharedItems: `SELECT seq, event FROM feed_items INDEXED BY feed_items_shared
 		WHERE tenant = $1 AND feed = $2 AND seq > $3 AND copies > 1`,
-	PageItems: pageItems,
+	PageItems:            pageItems,
+	SuppressFromReceipts: suppressFromReceipts,
 }
 
 // pageItems reads n events' items through the event index (an IN list:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"os"
@@ -94,7 +95,7 @@ func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runE
 	}
 	return s.w.do(ctx, func(tx *Tx) error {
 		_, err := tx.exec(`UPDATE job_runs SET status = ?, detail = ?, finished_at = ? WHERE job = ? AND scheduled_at = ?`,
-			status, nullStr(detail), ms(now), job, ms(at))
+			status, sqlstore.NullStr(detail), ms(now), job, ms(at))
 		return err
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -77,7 +78,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	}
 	err = nil
 	if n.ProviderMessageID != "" {
-		n.Receipts, err = s.receiptsFor(ctx, n.ID, n.Provider, n.ProviderMessageID)
+		n.Receipts, err = sqlstore.ReceiptsFor(ctx, sqlstore.DB(s.rdb), n.ID, n.Provider, n.ProviderMessageID)
 	}
 	return n, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"edgerelay/internal/addrkey"
+	"edgerelay/store/internal/sqlstore"
 )
 
 // goMigrations are the steps SQL cannot do, run after the migration of the
@@ -71,7 +72,7 @@ func rekeySuppressions(ctx context.Context, tx *sql.Tx) error {
 			return err
 		}
 		if k := addrkey.Stored(channel, address); k != old {
-			ns = append(ns, rekey{id, nullStr(k)})
+			ns = append(ns, rekey{id, sqlstore.NullStr(k)})
 		}
 	}
 	rows.Close()

@@ -63,12 +63,12 @@ func (d sqlDB) Exec(ctx context.Context, query string, args ...any) (int64, erro
 // SQLRows is *sql.Rows as Rows: Close's error is Err's too.
 type SQLRows struct{ *sql.Rows }
 
-// Close closes the rows; an error closing them is reported by Err.
+// Close closes the rows; a read's errors come from Next, Scan and Err.
 func (r SQLRows) Close() { _ = r.Rows.Close() }
 
-// Collect reads every row with scan, closing rows. It passes err through,
-// so that it can wrap a Query call directly.
-func Collect[T any](rows Rows, err error, scan func(Rows) (T, error)) ([]T, error) {
+// All runs query and reads every row of its result with scan.
+func All[T any](ctx context.Context, q Querier, scan func(Rows) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
