@@ -65,7 +65,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 		if err != nil {
 			return fmt.Errorf("read notification: %w", err)
 		}
-		if n.AttemptLog, err = attempts(ctx, q, n.ID); err != nil {
+		if n.AttemptLog, err = sqlstore.Attempts(ctx, shared(q), n.ID); err != nil {
 			return err
 		}
 		var msg []byte
@@ -96,47 +96,13 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	return n, err
 }
 
-func attempts(ctx context.Context, q querier, id int64) ([]model.Attempt, error) {
-	rows, err := q.Query(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
-			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
-			coalesce(decision, '')
-		FROM attempts WHERE notification = $1 ORDER BY n, id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read attempts: %w", err)
-	}
-	defer rows.Close()
-	out := []model.Attempt{}
-	for rows.Next() {
-		var a model.Attempt
-		var start, end int64
-		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
-			return nil, err
-		}
-		a.StartedAt, a.EndedAt = fromMS(start), fromMS(end)
-		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
 // EventNotifications lists an event's notifications in fan-out order,
 // after position after (-1 for the start), at most limit.
 func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]model.EventNotification, error) {
 	var out []model.EventNotification
-	err := s.read(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, `SELECT id, key, recipient, channel, status FROM notifications
-			WHERE event = $1 AND seq > $2 ORDER BY seq LIMIT $3`, eventRow, after, limit)
-		if err != nil {
-			return fmt.Errorf("list notifications of event %d: %w", eventRow, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var n model.EventNotification
-			if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
-				return err
-			}
-			out = append(out, n)
-		}
-		return rows.Err()
+	err := s.read(ctx, func(q querier) (err error) {
+		out, err = sqlstore.EventNotifications(ctx, shared(q), eventRow, after, limit)
+		return err
 	})
 	return out, err
 }

@@ -54,7 +54,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if err != nil {
 		return n, fmt.Errorf("read notification: %w", err)
 	}
-	if n.AttemptLog, err = s.attempts(ctx, n.ID); err != nil {
+	if n.AttemptLog, err = sqlstore.Attempts(ctx, s.reader(), n.ID); err != nil {
 		return n, err
 	}
 	var msg []byte
@@ -78,51 +78,15 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	}
 	err = nil
 	if n.ProviderMessageID != "" {
-		n.Receipts, err = sqlstore.ReceiptsFor(ctx, sqlstore.DB(s.rdb), n.ID, n.Provider, n.ProviderMessageID)
+		n.Receipts, err = sqlstore.ReceiptsFor(ctx, s.reader(), n.ID, n.Provider, n.ProviderMessageID)
 	}
 	return n, err
-}
-
-func (s *Store) attempts(ctx context.Context, id int64) ([]model.Attempt, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
-			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
-			coalesce(decision, '')
-		FROM attempts WHERE notification = ? ORDER BY n, id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read attempts: %w", err)
-	}
-	defer rows.Close()
-	out := []model.Attempt{}
-	for rows.Next() {
-		var a model.Attempt
-		var start, end int64
-		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
-			return nil, err
-		}
-		a.StartedAt, a.EndedAt = fromMS(start), fromMS(end)
-		out = append(out, a)
-	}
-	return out, rows.Err()
 }
 
 // EventNotifications lists an event's notifications in fan-out order,
 // after position after (-1 for the start), at most limit.
 func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]model.EventNotification, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, key, recipient, channel, status FROM notifications
-		WHERE event = ? AND seq > ? ORDER BY seq LIMIT ?`, eventRow, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list notifications of event %d: %w", eventRow, err)
-	}
-	defer rows.Close()
-	var out []model.EventNotification
-	for rows.Next() {
-		var n model.EventNotification
-		if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
+	return sqlstore.EventNotifications(ctx, s.reader(), eventRow, after, limit)
 }
 
 // Status counts notifications by status and attempts by provider and outcome.

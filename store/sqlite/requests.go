@@ -2,67 +2,20 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"fmt"
 	"time"
 )
 
-// Stored request idempotency (IETF Idempotency-Key draft, Stripe style): the
-// response of a completed request is kept under its key until the key
-// expires, so a retry gets the same answer instead of a second effect.
-//
-// A request running under a key holds a claim on it (state in_flight)
-// until locked_until, so that a repeat at any process sharing the store is
-// told it is in progress; a claim whose process died lapses at its end, so
-// a crash blocks the client's retry for at most that long. The effects
-// behind the API are idempotent by themselves (event dedupe, status
-// transitions), which is what makes a repeat that runs again after a lapse
-// safe.
+// The requests' keys are sqlstore's, each in one write of this store.
 
-// ClaimRequest takes the key for this request in one upsert, which changes
-// the row only where the key is free: a completed response that expired,
-// or a claim that lapsed. Otherwise the row says who has it.
+// ClaimRequest takes the key for this request (sqlstore.ClaimRequest).
 func (s *Store) ClaimRequest(ctx context.Context, k model.RequestKey, h model.RequestHold) (model.RequestClaim, error) {
 	var claim model.RequestClaim
-	err := s.w.do(ctx, func(tx *Tx) error {
-		claim = model.RequestClaim{}
-		var one int
-		err := tx.queryRow(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, created_at, expires_at, owner)
-				VALUES (?1, ?2, ?3, 'in_flight', ?4, ?5, ?4, ?6)
-			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
-				locked_until = excluded.locked_until, status = NULL, content_type = NULL, body = NULL,
-				created_at = excluded.created_at, expires_at = excluded.expires_at, owner = excluded.owner
-				WHERE (request_keys.state = 'done' AND request_keys.expires_at <= ?5)
-				   OR (request_keys.state = 'in_flight' AND (request_keys.locked_until <= ?5
-				       OR (?7 <> '' AND request_keys.owner = ?7 AND request_keys.fingerprint = ?3)))
-			RETURNING 1`, k.Tenant, k.Key, k.Fingerprint, ms(h.Until), ms(h.Now), h.Owner, h.Abandoned).Scan(&one)
-		if err == nil {
-			return nil // held
-		}
-		if !isNoRows(err) {
-			return fmt.Errorf("claim request key %q: %w", k.Key, err)
-		}
-		var (
-			fp, state, owner string
-			locked           int64
-			status           sql.NullInt64
-			ctype            sql.NullString
-			body             []byte
-		)
-		if err := tx.queryRow(`SELECT fingerprint, state, locked_until, owner, status, content_type, body FROM request_keys
-			WHERE tenant = ? AND key = ?`, k.Tenant, k.Key).Scan(&fp, &state, &locked, &owner, &status, &ctype, &body); err != nil {
-			return fmt.Errorf("claim request key %q: %w", k.Key, err)
-		}
-		switch {
-		case fp != k.Fingerprint:
-			return fmt.Errorf("%w: key %q", model.ErrKeyReused, k.Key)
-		case state == "done":
-			claim.Stored = &model.StoredResponse{Status: int(status.Int64), ContentType: ctype.String, Body: body}
-		default:
-			claim.Busy, claim.Owner = fromMS(locked), owner
-		}
-		return nil
+	err := s.w.do(ctx, func(tx *Tx) (err error) {
+		claim, err = sqlstore.ClaimRequest(ctx, tx.shared(), k, h)
+		return err
 	})
 	return claim, err
 }
@@ -70,15 +23,8 @@ func (s *Store) ClaimRequest(ctx context.Context, k model.RequestKey, h model.Re
 // RenewRequest extends owner's claim on k, if it still has it.
 func (s *Store) RenewRequest(ctx context.Context, k model.RequestKey, owner string, until time.Time) (bool, error) {
 	var held bool
-	err := s.w.do(ctx, func(tx *Tx) error {
-		res, err := tx.exec(`UPDATE request_keys SET locked_until = ?1, expires_at = ?1
-			WHERE tenant = ?2 AND key = ?3 AND state = 'in_flight' AND owner = ?4 AND fingerprint = ?5`,
-			ms(until), k.Tenant, k.Key, owner, k.Fingerprint)
-		if err != nil {
-			return fmt.Errorf("renew request key %q: %w", k.Key, err)
-		}
-		n, err := res.RowsAffected()
-		held = n == 1
+	err := s.w.do(ctx, func(tx *Tx) (err error) {
+		held, err = sqlstore.RenewRequest(ctx, tx.shared(), k, owner, until)
 		return err
 	})
 	return held, err
@@ -86,69 +32,24 @@ func (s *Store) RenewRequest(ctx context.Context, k model.RequestKey, owner stri
 
 // ReleaseRequest deletes this request's claim, if it still holds one.
 func (s *Store) ReleaseRequest(ctx context.Context, k model.RequestKey) error {
-	return s.w.do(ctx, func(tx *Tx) error {
-		_, err := tx.exec(`DELETE FROM request_keys WHERE tenant = ? AND key = ? AND state = 'in_flight' AND fingerprint = ?`,
-			k.Tenant, k.Key, k.Fingerprint)
-		if err != nil {
-			return fmt.Errorf("release request key %q: %w", k.Key, err)
-		}
-		return nil
+	return s.w.do(ctx, func(tx *Tx) (err error) {
+		return sqlstore.ReleaseRequest(ctx, tx.shared(), k)
 	})
 }
 
-// LookupRequest returns the response stored for k, if a request with its
-// key completed and the key has not expired by now:
-//
-//   - (*StoredResponse, nil): the same request completed before: replay it.
-//   - ErrKeyReused: the key was used for a different fingerprint.
-//   - (nil, nil): no live response: run the request.
-//
-// Rows left in_flight by an older version are ignored: they are not answers.
+// LookupRequest returns the response stored for k (sqlstore.LookupRequest).
 func (s *Store) LookupRequest(ctx context.Context, k model.RequestKey, now time.Time) (*model.StoredResponse, error) {
-	var (
-		fp     string
-		status int
-		ctype  sql.NullString
-		body   []byte
-	)
-	err := s.readRow(ctx, `SELECT fingerprint, status, content_type, body FROM request_keys
-		WHERE tenant = ? AND key = ? AND state = 'done' AND expires_at > ?`, k.Tenant, k.Key, ms(now)).
-		Scan(&fp, &status, &ctype, &body)
-	switch {
-	case isNoRows(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("read request key %q: %w", k.Key, err)
-	case fp != k.Fingerprint:
-		return nil, fmt.Errorf("%w: key %q", model.ErrKeyReused, k.Key)
-	}
-	return &model.StoredResponse{Status: status, ContentType: ctype.String, Body: body}, nil
+	return sqlstore.LookupRequest(ctx, s.reader(), k, now)
 }
 
 // SaveResponse stores the response of a completed request under k, to be
-// replayed until now+ttl. A live response already stored under the key
-// (another process ran the same request at the same moment) is kept: the
-// first answer stays the answer.
+// replayed until now+ttl (sqlstore.SaveResponse).
 func (s *Store) SaveResponse(ctx context.Context, k model.RequestKey, resp model.StoredResponse, now time.Time, ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("save response for key %q: need a positive ttl, have %s", k.Key, ttl)
+	if err := sqlstore.CheckTTL(k, ttl); err != nil {
+		return err
 	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{} // an empty body, not a missing one
-	}
-	return s.w.do(ctx, func(tx *Tx) error {
-		_, err := tx.exec(`INSERT INTO request_keys (tenant, key, fingerprint, state, locked_until, status, content_type, body, created_at, expires_at)
-			VALUES (?1, ?2, ?3, 'done', ?4, ?5, ?6, ?7, ?4, ?8)
-			ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'done',
-				locked_until = excluded.locked_until, status = excluded.status, content_type = excluded.content_type,
-				body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
-			WHERE request_keys.state <> 'done' OR request_keys.expires_at <= ?4`,
-			k.Tenant, k.Key, k.Fingerprint, ms(now), resp.Status, resp.ContentType, body, ms(now.Add(ttl)))
-		if err != nil {
-			return fmt.Errorf("save response for key %q: %w", k.Key, err)
-		}
-		return nil
+	return s.w.do(ctx, func(tx *Tx) (err error) {
+		return sqlstore.SaveResponse(ctx, tx.shared(), k, resp, now, ttl)
 	})
 }
 

@@ -422,3 +422,16 @@ func schemaVersion(ctx context.Context, q interface {
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// reader is the read pool as sqlstore's Querier: its single-row reads use
+// the prepared statements of readRow.
+func (s *Store) reader() sqlstore.Querier { return poolQuerier{s, sqlstore.DB(s.rdb)} }
+
+type poolQuerier struct {
+	s *Store
+	sqlstore.Querier
+}
+
+func (q poolQuerier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return q.s.readRow(ctx, query, args...)
+}

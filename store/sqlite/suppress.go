@@ -37,7 +37,7 @@ func (s *Store) Suppress(ctx context.Context, entries []model.Suppression, now t
 
 // Suppressions lists live entries in (tenant, channel, address) order.
 func (s *Store) Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error) {
-	return sqlstore.Suppressions(ctx, sqlstore.DB(s.rdb), f, now)
+	return sqlstore.Suppressions(ctx, s.reader(), f, now)
 }
 
 // Unsuppress removes a tenant's entry for an address.

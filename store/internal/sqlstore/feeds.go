@@ -35,7 +35,6 @@ const (
 		WHERE tenant = $1 AND "user" = $2 AND kind IN ('read', 'dismissed') AND seq > $3 AND feed = $4`
 )
 
-
 // ItemCopy is one of an event's items in a user's feeds.
 type ItemCopy struct {
 	Seq  int64
