@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"context"
+	"edgerelay/model"
 	"edgerelay/store/internal/sqlstore"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // shared is a querier (the pool or a transaction) as sqlstore's Querier,
@@ -22,4 +25,37 @@ func (p pgxQuerier) QueryRow(ctx context.Context, query string, args ...any) sql
 func (p pgxQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	tag, err := p.q.Exec(ctx, query, args...)
 	return tag.RowsAffected(), err
+}
+
+// writeQ runs fn in a write transaction of class, as sqlstore's Querier,
+// and returns what fn returns.
+func writeQ[T any](ctx context.Context, s *Store, class model.WriteClass, fn func(q sqlstore.Querier) (T, error)) (T, error) {
+	var v T
+	err := s.write(ctx, class, func(ctx context.Context, tx pgx.Tx) (err error) {
+		v, err = fn(shared(tx))
+		return err
+	})
+	return v, err
+}
+
+// groupedQ is writeQ in a grouped write (group.go): many small writes
+// share one commit.
+func groupedQ[T any](ctx context.Context, s *Store, class model.WriteClass, fn func(q sqlstore.Querier) (T, error)) (T, error) {
+	var v T
+	err := s.grouped(ctx, class, func(ctx context.Context, tx pgx.Tx) (err error) {
+		v, err = fn(shared(tx))
+		return err
+	})
+	return v, err
+}
+
+// readQ runs fn on the pool (or a read transaction, as read decides), as
+// sqlstore's Querier, and returns what fn returns.
+func readQ[T any](ctx context.Context, s *Store, fn func(q sqlstore.Querier) (T, error)) (T, error) {
+	var v T
+	err := s.read(ctx, func(q querier) (err error) {
+		v, err = fn(shared(q))
+		return err
+	})
+	return v, err
 }

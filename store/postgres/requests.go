@@ -10,43 +10,27 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The requests' keys are sqlstore's, each in one write of this store.
+// Requests' keys are sqlstore's (ClaimRequest …), each in one grouped write.
 
 // ClaimRequest takes the key for this request (sqlstore.ClaimRequest).
 func (s *Store) ClaimRequest(ctx context.Context, k model.RequestKey, h model.RequestHold) (model.RequestClaim, error) {
-	var claim model.RequestClaim
-	err := s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) (err error) {
-		claim, err = sqlstore.ClaimRequest(ctx, shared(tx), k, h)
-		return err
-	})
-	return claim, err
+	return groupedQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (model.RequestClaim, error) { return sqlstore.ClaimRequest(ctx, q, k, h) })
 }
 
 // RenewRequest extends owner's claim on k, if it still has it.
 func (s *Store) RenewRequest(ctx context.Context, k model.RequestKey, owner string, until time.Time) (bool, error) {
-	var held bool
-	err := s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) (err error) {
-		held, err = sqlstore.RenewRequest(ctx, shared(tx), k, owner, until)
-		return err
-	})
-	return held, err
+	return groupedQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (bool, error) { return sqlstore.RenewRequest(ctx, q, k, owner, until) })
 }
 
 // ReleaseRequest deletes this request's claim, if it still holds one.
 func (s *Store) ReleaseRequest(ctx context.Context, k model.RequestKey) error {
-	return s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) (err error) {
-		return sqlstore.ReleaseRequest(ctx, shared(tx), k)
-	})
+	_, err := groupedQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (struct{}, error) { return struct{}{}, sqlstore.ReleaseRequest(ctx, q, k) })
+	return err
 }
 
 // LookupRequest returns the response stored for k (sqlstore.LookupRequest).
 func (s *Store) LookupRequest(ctx context.Context, k model.RequestKey, now time.Time) (*model.StoredResponse, error) {
-	var r *model.StoredResponse
-	err := s.read(ctx, func(q querier) (err error) {
-		r, err = sqlstore.LookupRequest(ctx, shared(q), k, now)
-		return err
-	})
-	return r, err
+	return readQ(ctx, s, func(q sqlstore.Querier) (*model.StoredResponse, error) { return sqlstore.LookupRequest(ctx, q, k, now) })
 }
 
 // SaveResponse stores the response of a completed request under k, to be
@@ -55,9 +39,10 @@ func (s *Store) SaveResponse(ctx context.Context, k model.RequestKey, resp model
 	if err := sqlstore.CheckTTL(k, ttl); err != nil {
 		return err
 	}
-	return s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) (err error) {
-		return sqlstore.SaveResponse(ctx, shared(tx), k, resp, now, ttl)
+	_, err := groupedQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (struct{}, error) {
+		return struct{}{}, sqlstore.SaveResponse(ctx, q, k, resp, now, ttl)
 	})
+	return err
 }
 
 // PruneRequests deletes up to limit keys that expired by now, oldest first,

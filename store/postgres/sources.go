@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 )
 
 // SourceState returns a source's position and its gaps in id order, the
@@ -75,40 +76,11 @@ func (s *Store) SettleSource(ctx context.Context, name string, set model.SourceS
 				}
 			}
 		}
-		// A request is cleared only by the answer to it: one made after
-		// the row was read again stays for the next round.
-		for _, r := range set.Rejects {
-			if _, err := tx.Exec(ctx, `INSERT INTO source_rejects (source, row_id, event_id, reason, first_at, last_at, times)
-				VALUES ($1, $2, $3, $4, $5, $5, 1)
-				ON CONFLICT (source, row_id) DO UPDATE SET event_id = excluded.event_id, reason = excluded.reason,
-					last_at = excluded.last_at, times = source_rejects.times + 1, gone_at = NULL,
-					retry_at = CASE WHEN source_rejects.retry_at <= $6 THEN NULL ELSE source_rejects.retry_at END`,
-				name, r.Row, r.EventID, r.Reason, ms(now), answered(r.RetryAt)); err != nil {
-				return fail(err)
-			}
-		}
-		for _, row := range set.Accepted {
-			if _, err := tx.Exec(ctx, `DELETE FROM source_rejects WHERE source = $1 AND row_id = $2`, name, row); err != nil {
-				return fail(err)
-			}
-		}
-		for _, r := range set.Gone {
-			if _, err := tx.Exec(ctx, `UPDATE source_rejects SET gone_at = $1,
-				retry_at = CASE WHEN retry_at <= $2 THEN NULL ELSE retry_at END WHERE source = $3 AND row_id = $4`,
-				ms(now), answered(r.RetryAt), name, r.Row); err != nil {
-				return fail(err)
-			}
+		if err := sqlstore.SettleRejects(ctx, shared(tx), name, set, now); err != nil {
+			return fail(err)
 		}
 		return nil
 	})
-}
-
-// answered is the newest request time (ms) a settle answers, -1 for none.
-func answered(t *time.Time) int64 {
-	if t == nil {
-		return -1
-	}
-	return ms(*t)
 }
 
 // SourceRejects lists recorded rejects in (source, row) order.
@@ -116,44 +88,21 @@ func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) (
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}
-	q := `SELECT source, row_id, event_id, reason, first_at, last_at, times, retry_at, gone_at FROM source_rejects
+	q := `SELECT ` + sqlstore.SourceRejectCols + ` FROM source_rejects
 		WHERE ($1 = '' OR source = $1) AND (source COLLATE "C", row_id) > ($2::text COLLATE "C", $3)`
 	if f.Requested {
 		q += ` AND retry_at IS NOT NULL`
 	}
 	var out []model.SourceReject
-	err := s.read(ctx, func(qr querier) error {
-		out = nil
-		rows, err := qr.Query(ctx, q+` ORDER BY source COLLATE "C", row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r model.SourceReject
-			var first, last int64
-			var retry, gone *int64
-			if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
-				return err
-			}
-			r.First, r.Last = fromMS(first), fromMS(last)
-			r.RetryAt, r.GoneAt = optMS(retry), optMS(gone)
-			out = append(out, r)
-		}
-		return rows.Err()
+	err := s.read(ctx, func(qr querier) (err error) {
+		out, err = sqlstore.All(ctx, shared(qr), sqlstore.ScanSourceReject,
+			q+` ORDER BY source COLLATE "C", row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read rejected rows: %w", err)
 	}
 	return out, nil
-}
-
-func optMS(v *int64) *time.Time {
-	if v == nil {
-		return nil
-	}
-	t := fromMS(*v)
-	return &t
 }
 
 // RetrySourceRejects asks for rows (all if nil) to be read again.

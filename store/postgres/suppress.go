@@ -8,8 +8,6 @@ import (
 
 	"edgerelay/model"
 	"edgerelay/store/internal/sqlstore"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Suppression lists are sqlstore's; PostgreSQL's own is how receipts list
@@ -40,32 +38,19 @@ const suppressionEntry = `(SELECT json_build_object('address', s.address, 'reaso
 
 // Suppress writes entries in one transaction.
 func (s *Store) Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error) {
-	written := 0
-	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) (err error) {
-		written, err = sqlstore.Suppress(ctx, shared(tx), entries, now)
-		return err
-	})
-	return written, err
+	return writeQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (int, error) { return sqlstore.Suppress(ctx, q, entries, now) })
 }
 
 // Suppressions lists live entries in (tenant, channel, address) order.
 func (s *Store) Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error) {
-	var out []model.Suppression
-	err := s.read(ctx, func(q querier) (err error) {
-		out, err = sqlstore.Suppressions(ctx, shared(q), f, now)
-		return err
-	})
-	return out, err
+	return readQ(ctx, s, func(q sqlstore.Querier) ([]model.Suppression, error) { return sqlstore.Suppressions(ctx, q, f, now) })
 }
 
 // Unsuppress removes a tenant's entry for an address.
 func (s *Store) Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error) {
-	var removed bool
-	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) (err error) {
-		removed, err = sqlstore.Unsuppress(ctx, shared(tx), tenant, channel, address)
-		return err
+	return writeQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (bool, error) {
+		return sqlstore.Unsuppress(ctx, q, tenant, channel, address)
 	})
-	return removed, err
 }
 
 // decodeSuppression reads the claim's entry column (nil: none).

@@ -8,33 +8,22 @@ import (
 	"time"
 )
 
-// The requests' keys are sqlstore's, each in one write of this store.
+// Requests' keys are sqlstore's (ClaimRequest …), each in one write.
 
 // ClaimRequest takes the key for this request (sqlstore.ClaimRequest).
 func (s *Store) ClaimRequest(ctx context.Context, k model.RequestKey, h model.RequestHold) (model.RequestClaim, error) {
-	var claim model.RequestClaim
-	err := s.w.do(ctx, func(tx *Tx) (err error) {
-		claim, err = sqlstore.ClaimRequest(ctx, tx.shared(), k, h)
-		return err
-	})
-	return claim, err
+	return writeQ(ctx, s, func(q sqlstore.Querier) (model.RequestClaim, error) { return sqlstore.ClaimRequest(ctx, q, k, h) })
 }
 
 // RenewRequest extends owner's claim on k, if it still has it.
 func (s *Store) RenewRequest(ctx context.Context, k model.RequestKey, owner string, until time.Time) (bool, error) {
-	var held bool
-	err := s.w.do(ctx, func(tx *Tx) (err error) {
-		held, err = sqlstore.RenewRequest(ctx, tx.shared(), k, owner, until)
-		return err
-	})
-	return held, err
+	return writeQ(ctx, s, func(q sqlstore.Querier) (bool, error) { return sqlstore.RenewRequest(ctx, q, k, owner, until) })
 }
 
 // ReleaseRequest deletes this request's claim, if it still holds one.
 func (s *Store) ReleaseRequest(ctx context.Context, k model.RequestKey) error {
-	return s.w.do(ctx, func(tx *Tx) (err error) {
-		return sqlstore.ReleaseRequest(ctx, tx.shared(), k)
-	})
+	_, err := writeQ(ctx, s, func(q sqlstore.Querier) (struct{}, error) { return struct{}{}, sqlstore.ReleaseRequest(ctx, q, k) })
+	return err
 }
 
 // LookupRequest returns the response stored for k (sqlstore.LookupRequest).
@@ -48,9 +37,10 @@ func (s *Store) SaveResponse(ctx context.Context, k model.RequestKey, resp model
 	if err := sqlstore.CheckTTL(k, ttl); err != nil {
 		return err
 	}
-	return s.w.do(ctx, func(tx *Tx) (err error) {
-		return sqlstore.SaveResponse(ctx, tx.shared(), k, resp, now, ttl)
+	_, err := writeQ(ctx, s, func(q sqlstore.Querier) (struct{}, error) {
+		return struct{}{}, sqlstore.SaveResponse(ctx, q, k, resp, now, ttl)
 	})
+	return err
 }
 
 // PruneRequests deletes up to limit keys that expired by now, oldest first,

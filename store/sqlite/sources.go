@@ -2,12 +2,12 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"time"
 
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 )
 
 // SourceState returns a source's position and its gaps in id order, the
@@ -74,40 +74,11 @@ func (s *Store) SettleSource(ctx context.Context, name string, set model.SourceS
 				}
 			}
 		}
-		// A request is cleared only by the answer to it: one made after
-		// the row was read again stays for the next round.
-		for _, r := range set.Rejects {
-			if _, err := tx.exec(`INSERT INTO source_rejects (source, row_id, event_id, reason, first_at, last_at, times)
-				VALUES (?, ?, ?, ?, ?, ?, 1)
-				ON CONFLICT (source, row_id) DO UPDATE SET event_id = excluded.event_id, reason = excluded.reason,
-					last_at = excluded.last_at, times = source_rejects.times + 1, gone_at = NULL,
-					retry_at = CASE WHEN source_rejects.retry_at <= ? THEN NULL ELSE source_rejects.retry_at END`,
-				name, r.Row, r.EventID, r.Reason, ms(now), ms(now), answered(r.RetryAt)); err != nil {
-				return fail(err)
-			}
-		}
-		for _, row := range set.Accepted {
-			if _, err := tx.exec(`DELETE FROM source_rejects WHERE source = ? AND row_id = ?`, name, row); err != nil {
-				return fail(err)
-			}
-		}
-		for _, r := range set.Gone {
-			if _, err := tx.exec(`UPDATE source_rejects SET gone_at = ?,
-				retry_at = CASE WHEN retry_at <= ? THEN NULL ELSE retry_at END WHERE source = ? AND row_id = ?`,
-				ms(now), answered(r.RetryAt), name, r.Row); err != nil {
-				return fail(err)
-			}
+		if err := sqlstore.SettleRejects(ctx, tx.shared(), name, set, now); err != nil {
+			return fail(err)
 		}
 		return nil
 	})
-}
-
-// answered is the newest request time (ms) a settle answers, -1 for none.
-func answered(t *time.Time) int64 {
-	if t == nil {
-		return -1
-	}
-	return ms(*t)
 }
 
 // SourceRejects lists recorded rejects in (source, row) order.
@@ -115,40 +86,17 @@ func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) (
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}
-	q := `SELECT source, row_id, event_id, reason, first_at, last_at, times, retry_at, gone_at FROM source_rejects
+	q := `SELECT ` + sqlstore.SourceRejectCols + ` FROM source_rejects
 		WHERE (? = '' OR source = ?) AND (source, row_id) > (?, ?)`
 	if f.Requested {
 		q += ` AND retry_at IS NOT NULL`
 	}
-	rows, err := s.rdb.QueryContext(ctx, q+` ORDER BY source, row_id LIMIT ?`, f.Source, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+	out, err := sqlstore.All(ctx, s.reader(), sqlstore.ScanSourceReject,
+		q+` ORDER BY source, row_id LIMIT ?`, f.Source, f.Source, f.AfterSource, f.AfterRow, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read rejected rows: %w", s.closedOr(err))
 	}
-	defer rows.Close()
-	var out []model.SourceReject
-	for rows.Next() {
-		var r model.SourceReject
-		var first, last int64
-		var retry, gone sql.NullInt64
-		if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
-			return nil, fmt.Errorf("read rejected rows: %w", err)
-		}
-		r.First, r.Last = fromMS(first), fromMS(last)
-		r.RetryAt, r.GoneAt = optMS(retry), optMS(gone)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read rejected rows: %w", err)
-	}
 	return out, nil
-}
-
-func optMS(v sql.NullInt64) *time.Time {
-	if !v.Valid {
-		return nil
-	}
-	t := fromMS(v.Int64)
-	return &t
 }
 
 // RetrySourceRejects asks for rows (all if nil) to be read again.

@@ -435,3 +435,14 @@ type poolQuerier struct {
 func (q poolQuerier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
 	return q.s.readRow(ctx, query, args...)
 }
+
+// writeQ runs fn in a write of the single writer, on its transaction as
+// sqlstore's Querier, and returns what fn returns.
+func writeQ[T any](ctx context.Context, s *Store, fn func(q sqlstore.Querier) (T, error)) (T, error) {
+	var v T
+	err := s.w.do(ctx, func(tx *Tx) (err error) {
+		v, err = fn(tx.shared())
+		return err
+	})
+	return v, err
+}

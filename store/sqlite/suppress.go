@@ -27,12 +27,7 @@ const suppressFromReceipts = `INSERT INTO suppressions (` + sqlstore.Suppression
 
 // Suppress writes entries in one transaction.
 func (s *Store) Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error) {
-	written := 0
-	err := s.w.do(ctx, func(tx *Tx) (err error) {
-		written, err = sqlstore.Suppress(ctx, tx.shared(), entries, now)
-		return err
-	})
-	return written, err
+	return writeQ(ctx, s, func(q sqlstore.Querier) (int, error) { return sqlstore.Suppress(ctx, q, entries, now) })
 }
 
 // Suppressions lists live entries in (tenant, channel, address) order.
@@ -42,10 +37,5 @@ func (s *Store) Suppressions(ctx context.Context, f model.SuppressionFilter, now
 
 // Unsuppress removes a tenant's entry for an address.
 func (s *Store) Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error) {
-	var removed bool
-	err := s.w.do(ctx, func(tx *Tx) (err error) {
-		removed, err = sqlstore.Unsuppress(ctx, tx.shared(), tenant, channel, address)
-		return err
-	})
-	return removed, err
+	return writeQ(ctx, s, func(q sqlstore.Querier) (bool, error) { return sqlstore.Unsuppress(ctx, q, tenant, channel, address) })
 }

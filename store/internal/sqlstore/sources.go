@@ -1,0 +1,60 @@
+package sqlstore
+
+import (
+	"context"
+	"edgerelay/model"
+	"time"
+)
+
+// SettleRejects records a settle's rejected, accepted and gone rows of
+// source name, in q, the settle's write transaction. A retry request is
+// cleared only by the answer to it: one made after the row was read again
+// stays for the next round.
+func SettleRejects(ctx context.Context, q Querier, name string, set model.SourceSettle, now time.Time) error {
+	for _, r := range set.Rejects {
+		if _, err := q.Exec(ctx, `INSERT INTO source_rejects (source, row_id, event_id, reason, first_at, last_at, times)
+			VALUES ($1, $2, $3, $4, $5, $5, 1)
+			ON CONFLICT (source, row_id) DO UPDATE SET event_id = excluded.event_id, reason = excluded.reason,
+				last_at = excluded.last_at, times = source_rejects.times + 1, gone_at = NULL,
+				retry_at = CASE WHEN source_rejects.retry_at <= $6 THEN NULL ELSE source_rejects.retry_at END`,
+			name, r.Row, r.EventID, r.Reason, MS(now), answered(r.RetryAt)); err != nil {
+			return err
+		}
+	}
+	for _, row := range set.Accepted {
+		if _, err := q.Exec(ctx, `DELETE FROM source_rejects WHERE source = $1 AND row_id = $2`, name, row); err != nil {
+			return err
+		}
+	}
+	for _, r := range set.Gone {
+		if _, err := q.Exec(ctx, `UPDATE source_rejects SET gone_at = $1,
+			retry_at = CASE WHEN retry_at <= $2 THEN NULL ELSE retry_at END WHERE source = $3 AND row_id = $4`,
+			MS(now), answered(r.RetryAt), name, r.Row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// answered is the newest request time (ms) a settle answers, -1 for none.
+func answered(t *time.Time) int64 {
+	if t == nil {
+		return -1
+	}
+	return MS(*t)
+}
+
+// SourceRejectCols are a rejected row's columns, as ScanSourceReject reads
+// them.
+const SourceRejectCols = `source, row_id, event_id, reason, first_at, last_at, times, retry_at, gone_at`
+
+// ScanSourceReject reads a rejected row's SourceRejectCols.
+func ScanSourceReject(rows Rows) (model.SourceReject, error) {
+	var r model.SourceReject
+	var first, last int64
+	var retry, gone *int64
+	err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone)
+	r.First, r.Last = FromMS(first), FromMS(last)
+	r.RetryAt, r.GoneAt = FromMSPtr(retry), FromMSPtr(gone)
+	return r, err
+}
