@@ -18,6 +18,12 @@ import (
 // leases, retry, and the fence that keeps a process whose lease was taken
 // over from changing anything.
 func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
+	dispatchClaims(t, open)
+	dispatchSettlements(t, open)
+}
+
+// dispatchClaims: claims, their filters, and what a recorded or released call spends.
+func dispatchClaims(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("claim takes due rows oldest first, each once, with a lease", func(t *testing.T) {
 		s, ctx := open(t), context.Background()
 		accepted := dispatchEvent(t, s, "e", 3, "email")
@@ -127,7 +133,10 @@ func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Errorf("given up: %+v", n)
 		}
 	})
+}
 
+// dispatchSettlements: fencing, leases, retries and receipts that come before their send.
+func dispatchSettlements(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("a settlement under a replaced claim changes nothing", func(t *testing.T) {
 		s := open(t)
 		dispatchEvent(t, s, "e", 1, "email")
