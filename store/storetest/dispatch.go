@@ -20,6 +20,7 @@ import (
 func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 	dispatchClaims(t, open)
 	dispatchSettlements(t, open)
+	dispatchLeases(t, open)
 }
 
 // dispatchClaims: claims, their filters, and what a recorded or released call spends.
@@ -135,7 +136,7 @@ func dispatchClaims(t *testing.T, open func(t *testing.T) store.Store) {
 	})
 }
 
-// dispatchSettlements: fencing, leases, retries and receipts that come before their send.
+// dispatchSettlements: the fence, and the provider a claim records.
 func dispatchSettlements(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("a settlement under a replaced claim changes nothing", func(t *testing.T) {
 		s := open(t)
@@ -261,7 +262,10 @@ func dispatchSettlements(t *testing.T, open func(t *testing.T) store.Store) {
 			}
 		}
 	})
+}
 
+// dispatchLeases: expired leases, retries and receipts that come before their send.
+func dispatchLeases(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("expired leases are those whose lease ended", func(t *testing.T) {
 		s := open(t)
 		dispatchEvent(t, s, "e", 2, "email")
