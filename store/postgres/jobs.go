@@ -192,7 +192,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	if err == nil {
-		res.FeedItems, err = s.pruneFeedItems(ctx, c, batch)
+		res.FeedItems, err = sqlstore.PruneFeedItems(ctx, s.runRead, s.runWrite, c, batch)
 	}
 	var itemMarks int64
 	if err == nil {
@@ -246,76 +246,4 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	return res, err
-}
-
-// pruneFeedItems deletes each tenant's oldest feed items, up to its first
-// item created at or after cutoff, in writes of at most batch rows, as
-// store/sqlite's does: a prefix of the tenant's sequence, not every old
-// item, so a feed's surviving positions have no holes (unread counts are
-// differences of positions). An item created before cutoff but after a
-// younger one (a clock that stepped back) waits for the next prune.
-func (s *Store) pruneFeedItems(ctx context.Context, cutoff int64, batch int) (int64, error) {
-	type cut struct {
-		tenant string
-		below  int64 // delete the tenant's items with seq < below
-	}
-	var cuts []cut
-	// Read first: new items take seqs above the counter read here, so a
-	// cut stays right while the writes below run.
-	err := s.read(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, `SELECT c.tenant,
-				(SELECT seq FROM feed_items i WHERE i.tenant = c.tenant ORDER BY seq LIMIT 1),
-				coalesce((SELECT seq FROM feed_items i WHERE i.tenant = c.tenant AND i.created_at >= $1 ORDER BY seq LIMIT 1), c.seq + 1)
-			FROM feed_counters c`, cutoff)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var ct cut
-			var oldest *int64
-			if err := rows.Scan(&ct.tenant, &oldest, &ct.below); err != nil {
-				return err
-			}
-			if oldest != nil && *oldest < ct.below {
-				cuts = append(cuts, ct)
-			}
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for len(cuts) > 0 {
-		var deleted int64
-		var done int
-		err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-			deleted, done = 0, 0
-			for _, ct := range cuts {
-				left := int64(batch) - deleted
-				if left <= 0 {
-					break
-				}
-				tag, err := tx.Exec(ctx, `DELETE FROM feed_items WHERE tenant = $1 AND seq IN
-					(SELECT seq FROM feed_items WHERE tenant = $1 AND seq < $2 ORDER BY seq LIMIT $3)`, ct.tenant, ct.below, left)
-				if err != nil {
-					return err
-				}
-				n := tag.RowsAffected()
-				deleted += n
-				if n == left {
-					break // maybe more of this tenant's
-				}
-				done++
-			}
-			return nil
-		})
-		if err != nil {
-			return total, err
-		}
-		total += deleted
-		cuts = cuts[done:]
-	}
-	return total, nil
 }

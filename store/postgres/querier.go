@@ -59,3 +59,13 @@ func readQ[T any](ctx context.Context, s *Store, fn func(q sqlstore.Querier) (T,
 	})
 	return v, err
 }
+
+// runRead and runWrite are read and a write of class WriteOther as
+// sqlstore's Run.
+func (s *Store) runRead(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return s.read(ctx, func(q querier) error { return fn(shared(q)) })
+}
+
+func (s *Store) runWrite(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error { return fn(shared(tx)) })
+}

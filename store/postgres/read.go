@@ -163,7 +163,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (model.Status, error)
 		if err := q.QueryRow(ctx, `SELECT count(*) FROM suppressions WHERE expires_at IS NULL OR expires_at > $1`, ms(now)).Scan(&st.Suppressions); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
-		if st.SourceRejects, err = rejectCounts(ctx, q); err != nil {
+		if st.SourceRejects, err = sqlstore.RejectCounts(ctx, shared(q)); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
 		rows, err = q.Query(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
@@ -419,26 +419,4 @@ func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]model.
 		return nil, err
 	}
 	return out, nil
-}
-
-// rejectCounts counts the recorded rejected outbox rows by source.
-func rejectCounts(ctx context.Context, q querier) (map[string]int64, error) {
-	rows, err := q.Query(ctx, `SELECT source, count(*) FROM source_rejects GROUP BY source`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out map[string]int64
-	for rows.Next() {
-		var src string
-		var n int64
-		if err := rows.Scan(&src, &n); err != nil {
-			return nil, err
-		}
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[src] = n
-	}
-	return out, rows.Err()
 }

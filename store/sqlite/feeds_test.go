@@ -130,8 +130,8 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 		{"watermarks", sqlstore.WatermarksSQL, []any{"acme", "ada"}, "PRIMARY KEY (tenant=? AND user=?)", false},
 		{"item by seq", sqlstore.ItemSQL, []any{"acme", 5}, "PRIMARY KEY (tenant=? AND seq=?)", false},
 		{"an event's items", sqlstore.EventItemsSQL, []any{5}, "COVERING INDEX feed_items_event (event=?)", false},
-		{"prune cuts", pruneFeedCutsSQL, []any{ms(t0)}, "PRIMARY KEY (tenant=?)", false},
-		{"prune items", pruneFeedItemsSQL, []any{"acme", 10, 500}, "PRIMARY KEY (tenant=? AND seq<?)", true},
+		{"prune cuts", sqlstore.PruneFeedCutsSQL, []any{ms(t0)}, "PRIMARY KEY (tenant=?)", false},
+		{"prune items", sqlstore.PruneFeedItemsSQL, []any{"acme", 10, 500}, "PRIMARY KEY (tenant=? AND seq<?)", true},
 		{"prune item marks", pruneItemMarksSQL, []any{500}, "PRIMARY KEY (tenant=? AND seq=?)", false},
 	}
 	for _, c := range cases {

@@ -175,7 +175,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		return tx.exec(`DELETE FROM notifications WHERE id IN (`+ids+`)`, c, batch)
 	})
 	if err == nil {
-		res.FeedItems, err = s.pruneFeedItems(ctx, c, batch)
+		res.FeedItems, err = sqlstore.PruneFeedItems(ctx, s.runRead, s.runWrite, c, batch)
 	}
 	if err == nil {
 		// Receipts about no notification (another system's message on a
@@ -244,83 +244,10 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 const (
 	// Each tenant's oldest item, and its first item created at or after
 	// the cutoff (or the next seq if none): what is below it goes.
-	pruneFeedCutsSQL = `SELECT c.tenant,
-			(SELECT seq FROM feed_items i WHERE i.tenant = c.tenant ORDER BY seq LIMIT 1),
-			coalesce((SELECT seq FROM feed_items i WHERE i.tenant = c.tenant AND i.created_at >= ?1 ORDER BY seq LIMIT 1), c.seq + 1)
-		FROM feed_counters c`
-	pruneFeedItemsSQL = `DELETE FROM feed_items WHERE tenant = ?1 AND seq IN
-		(SELECT seq FROM feed_items WHERE tenant = ?1 AND seq < ?2 ORDER BY seq LIMIT ?3)`
 	pruneItemMarksSQL = `DELETE FROM feed_item_marks WHERE (tenant, user, kind, seq) IN
 		(SELECT m.tenant, m.user, m.kind, m.seq FROM feed_item_marks m
 		 WHERE NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.tenant = m.tenant AND i.seq = m.seq) LIMIT ?)`
 )
-
-// pruneFeedItems deletes each tenant's oldest feed items, up to its first
-// item created at or after cutoff, in writes of at most batch rows. A
-// prefix of the tenant's sequence, not every old item: a feed's surviving
-// positions then have no holes (unread counts are differences of
-// positions), and each tenant's cut is found by reading only its old items
-// in seq order. An item created before cutoff but after a younger one (a
-// clock that stepped back) waits for the next prune.
-func (s *Store) pruneFeedItems(ctx context.Context, cutoff int64, batch int) (int64, error) {
-	type cut struct {
-		tenant string
-		below  int64 // delete the tenant's items with seq < below
-	}
-	var cuts []cut
-	// Read first: new items take seqs above the counter read here, so a
-	// cut stays right while the writes below run.
-	rows, err := s.rdb.QueryContext(ctx, pruneFeedCutsSQL, cutoff)
-	if err != nil {
-		return 0, err
-	}
-	for rows.Next() {
-		var ct cut
-		var oldest sql.NullInt64
-		if err := rows.Scan(&ct.tenant, &oldest, &ct.below); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if oldest.Valid && oldest.Int64 < ct.below {
-			cuts = append(cuts, ct)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	var total int64
-	for len(cuts) > 0 {
-		var deleted int64
-		var done int
-		err := s.w.do(ctx, func(tx *Tx) error {
-			deleted, done = 0, 0
-			for _, ct := range cuts {
-				left := int64(batch) - deleted
-				if left <= 0 {
-					break
-				}
-				r, err := tx.exec(pruneFeedItemsSQL, ct.tenant, ct.below, left)
-				if err != nil {
-					return err
-				}
-				n, _ := r.RowsAffected()
-				deleted += n
-				if n == left {
-					break // maybe more of this tenant's
-				}
-				done++
-			}
-			return nil
-		})
-		if err != nil {
-			return total, err
-		}
-		total += deleted
-		cuts = cuts[done:]
-	}
-	return total, nil
-}
 
 // Backup writes a consistent copy of the database to dest with VACUUM INTO,
 // while the relay keeps running (it reads one snapshot). dest must not

@@ -161,7 +161,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (model.Status, error)
 	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM suppressions WHERE expires_at IS NULL OR expires_at > ?`, ms(now)).Scan(&st.Suppressions); err != nil {
 		return st, fmt.Errorf("status: %w", err)
 	}
-	if st.SourceRejects, err = s.rejectCounts(ctx); err != nil {
+	if st.SourceRejects, err = sqlstore.RejectCounts(ctx, s.reader()); err != nil {
 		return st, fmt.Errorf("status: %w", err)
 	}
 	rows, err = s.rdb.QueryContext(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
@@ -233,26 +233,4 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, fmt.Errorf("next due: %w", err)
 	}
 	return fromMS(t.Int64), t.Valid, nil
-}
-
-// rejectCounts counts the recorded rejected outbox rows by source.
-func (s *Store) rejectCounts(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT source, count(*) FROM source_rejects GROUP BY source`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out map[string]int64
-	for rows.Next() {
-		var src string
-		var n int64
-		if err := rows.Scan(&src, &n); err != nil {
-			return nil, err
-		}
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[src] = n
-	}
-	return out, rows.Err()
 }

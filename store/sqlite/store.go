@@ -446,3 +446,13 @@ func writeQ[T any](ctx context.Context, s *Store, fn func(q sqlstore.Querier) (T
 	})
 	return v, err
 }
+
+// runRead and runWrite are the read pool and the single writer as
+// sqlstore's Run.
+func (s *Store) runRead(_ context.Context, fn func(q sqlstore.Querier) error) error {
+	return fn(s.reader())
+}
+
+func (s *Store) runWrite(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return s.w.do(ctx, func(tx *Tx) error { return fn(tx.shared()) })
+}

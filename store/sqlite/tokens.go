@@ -3,99 +3,36 @@ package sqlite
 import (
 	"context"
 	"edgerelay/model"
-	"errors"
-	"fmt"
+	"edgerelay/store/internal/sqlstore"
 	"time"
 )
 
+// Tokens are sqlstore's; writes go through the single writer.
+
 // CreateToken stores a token's hash (hex sha256) for tenant.
-// ErrTokenExists: a token with that hash is already stored.
 func (s *Store) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (model.Token, error) {
-	if hash == "" {
-		// An empty hash would match a lookup of an empty token.
-		return model.Token{}, errors.New("create token: empty hash")
-	}
-	tok := model.Token{Tenant: tenant, Name: name, CreatedAt: fromMS(ms(now))}
-	err := s.w.do(ctx, func(tx *Tx) error {
-		err := tx.queryRow(`INSERT INTO tokens (tenant, name, hash, created_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (hash) DO NOTHING RETURNING id`, tenant, name, hash, ms(now)).Scan(&tok.ID)
-		if isNoRows(err) {
-			return fmt.Errorf("create token %q: %w", name, model.ErrTokenExists)
-		}
-		if err != nil {
-			return fmt.Errorf("create token %q: %w", name, err)
-		}
-		return nil
+	return writeQ(ctx, s, func(q sqlstore.Querier) (model.Token, error) {
+		return sqlstore.CreateToken(ctx, q, tenant, name, hash, now)
 	})
-	if err != nil {
-		return model.Token{}, err
-	}
-	return tok, nil
 }
 
-// TokenByHash returns the token whose hash is hash. ErrNotFound when absent.
+// TokenByHash returns the token whose hash is hash.
 func (s *Store) TokenByHash(ctx context.Context, hash string) (model.Token, error) {
-	var tok model.Token
-	var created int64
-	if hash == "" {
-		return tok, fmt.Errorf("token: %w", model.ErrNotFound)
-	}
-	err := s.rdb.QueryRowContext(ctx, `SELECT id, tenant, name, created_at FROM tokens WHERE hash = ?`, hash).
-		Scan(&tok.ID, &tok.Tenant, &tok.Name, &created)
-	if isNoRows(err) {
-		return model.Token{}, fmt.Errorf("token: %w", model.ErrNotFound)
-	}
-	if err != nil {
-		return model.Token{}, fmt.Errorf("read token: %w", err)
-	}
-	tok.CreatedAt = fromMS(created)
-	return tok, nil
+	return sqlstore.TokenByHash(ctx, s.reader(), hash)
 }
 
 // Tokens lists every token, oldest first.
 func (s *Store) Tokens(ctx context.Context) ([]model.Token, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, tenant, name, created_at FROM tokens ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
-	}
-	defer rows.Close()
-	out := []model.Token{}
-	for rows.Next() {
-		var tok model.Token
-		var created int64
-		if err := rows.Scan(&tok.ID, &tok.Tenant, &tok.Name, &created); err != nil {
-			return nil, fmt.Errorf("list tokens: %w", err)
-		}
-		tok.CreatedAt = fromMS(created)
-		out = append(out, tok)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
-	}
-	return out, nil
+	return sqlstore.Tokens(ctx, s.reader())
 }
 
 // DeleteToken deletes a token: it stops working with the next lookup.
-// ErrNotFound when there is no such token.
 func (s *Store) DeleteToken(ctx context.Context, id int64) error {
-	return s.w.do(ctx, func(tx *Tx) error {
-		res, err := tx.exec(`DELETE FROM tokens WHERE id = ?`, id)
-		if err != nil {
-			return fmt.Errorf("delete token %d: %w", id, err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("token %d: %w", id, model.ErrNotFound)
-		}
-		return nil
-	})
+	_, err := writeQ(ctx, s, func(q sqlstore.Querier) (struct{}, error) { return struct{}{}, sqlstore.DeleteToken(ctx, q, id) })
+	return err
 }
 
-// HasTokens reports whether any token is stored. What an empty table means
-// (for instance, refusing to serve) is the API's decision.
+// HasTokens reports whether any token is stored.
 func (s *Store) HasTokens(ctx context.Context) (bool, error) {
-	var has bool
-	if err := s.rdb.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tokens)`).Scan(&has); err != nil {
-		return false, fmt.Errorf("count tokens: %w", err)
-	}
-	return has, nil
+	return sqlstore.HasTokens(ctx, s.reader())
 }

@@ -128,20 +128,14 @@ func LookupRequest(ctx context.Context, q Querier, k model.RequestKey, now time.
 	return stored(&status, ctype, body), nil
 }
 
-// CheckTTL refuses a response that would expire at once, before a store
-// queues its write.
-func CheckTTL(k model.RequestKey, ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("save response for key %q: need a positive ttl, have %s", k.Key, ttl)
-	}
-	return nil
-}
-
 // SaveResponse stores the response of a completed request under k, to be
-// replayed until now+ttl (CheckTTL), in q, a write transaction. A live
+// replayed until now+ttl (ttl > 0), in q, a write transaction. A live
 // response already stored under the key (another process ran the same
 // request at the same moment) is kept: the first answer stays the answer.
 func SaveResponse(ctx context.Context, q Querier, k model.RequestKey, resp model.StoredResponse, now time.Time, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("save response for key %q: need a positive ttl, have %s", k.Key, ttl)
+	}
 	body := resp.Body
 	if body == nil {
 		body = []byte{} // an empty body, not a missing one

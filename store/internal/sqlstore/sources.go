@@ -58,3 +58,24 @@ func ScanSourceReject(rows Rows) (model.SourceReject, error) {
 	r.RetryAt, r.GoneAt = FromMSPtr(retry), FromMSPtr(gone)
 	return r, err
 }
+
+// RejectCounts counts the recorded rejected outbox rows by source (nil for
+// none).
+func RejectCounts(ctx context.Context, q Querier) (map[string]int64, error) {
+	type count struct {
+		src string
+		n   int64
+	}
+	cs, err := All(ctx, q, func(r Rows) (count, error) {
+		var c count
+		return c, r.Scan(&c.src, &c.n)
+	}, `SELECT source, count(*) FROM source_rejects GROUP BY source`)
+	if err != nil || len(cs) == 0 {
+		return nil, err
+	}
+	out := make(map[string]int64, len(cs))
+	for _, c := range cs {
+		out[c.src] = c.n
+	}
+	return out, nil
+}
