@@ -2,40 +2,17 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"time"
+
+	"edgerelay/store/internal/sqlstore"
 )
 
-// HoldLease takes or renews a lease in one upsert: the row changes only if
-// the lease is free, lapsed or the holder's own, and RETURNING says who
-// holds it after the write.
+// HoldLease takes or renews a lease (sqlstore.HoldLease).
 func (s *Store) HoldLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error) {
-	var held bool
-	err := s.w.do(ctx, func(tx *Tx) error {
-		var who string
-		err := tx.queryRow(`INSERT INTO leases (name, holder, until) VALUES (?1, ?2, ?3)
-			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
-				WHERE leases.holder = excluded.holder OR leases.until <= ?4
-			RETURNING holder`, name, holder, ms(now.Add(ttl)), ms(now)).Scan(&who)
-		switch {
-		case isNoRows(err):
-			held = false // another's, and live: the upsert changed nothing
-		case err != nil:
-			return fmt.Errorf("hold lease %q: %w", name, err)
-		default:
-			held = who == holder
-		}
-		return nil
-	})
-	return held, err
+	return writeQ(ctx, s, func(q sqlstore.Querier) (bool, error) { return sqlstore.HoldLease(ctx, q, name, holder, now, ttl) })
 }
 
 // DropLease deletes the holder's lease.
 func (s *Store) DropLease(ctx context.Context, name, holder string) error {
-	return s.w.do(ctx, func(tx *Tx) error {
-		if _, err := tx.exec(`DELETE FROM leases WHERE name = ? AND holder = ?`, name, holder); err != nil {
-			return fmt.Errorf("drop lease %q: %w", name, err)
-		}
-		return nil
-	})
+	return s.runWrite(ctx, func(q sqlstore.Querier) error { return sqlstore.DropLease(ctx, q, name, holder) })
 }
