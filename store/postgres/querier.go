@@ -38,28 +38,6 @@ func writeQ[T any](ctx context.Context, s *Store, class model.WriteClass, fn fun
 	return v, err
 }
 
-// groupedQ is writeQ in a grouped write (group.go): many small writes
-// share one commit.
-func groupedQ[T any](ctx context.Context, s *Store, class model.WriteClass, fn func(q sqlstore.Querier) (T, error)) (T, error) {
-	var v T
-	err := s.grouped(ctx, class, func(ctx context.Context, tx pgx.Tx) (err error) {
-		v, err = fn(shared(tx))
-		return err
-	})
-	return v, err
-}
-
-// readQ runs fn on the pool (or a read transaction, as read decides), as
-// sqlstore's Querier, and returns what fn returns.
-func readQ[T any](ctx context.Context, s *Store, fn func(q sqlstore.Querier) (T, error)) (T, error) {
-	var v T
-	err := s.read(ctx, func(q querier) (err error) {
-		v, err = fn(shared(q))
-		return err
-	})
-	return v, err
-}
-
 // runRead and runWrite are read and a write of class WriteOther as
 // sqlstore's Run.
 func (s *Store) runRead(ctx context.Context, fn func(q sqlstore.Querier) error) error {
@@ -68,4 +46,10 @@ func (s *Store) runRead(ctx context.Context, fn func(q sqlstore.Querier) error) 
 
 func (s *Store) runWrite(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error { return fn(shared(tx)) })
+}
+
+// runGrouped is a grouped write (group.go) of class WriteOther as
+// sqlstore's Run: many small writes share one commit.
+func (s *Store) runGrouped(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return s.grouped(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error { return fn(shared(tx)) })
 }

@@ -8,23 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
 )
-
-// CreateSession keeps a console session.
-func (s *Store) CreateSession(ctx context.Context, ss model.Session) error {
-	return s.runWrite(ctx, func(q sqlstore.Querier) error { return sqlstore.CreateSession(ctx, q, ss) })
-}
-
-// Session reads a live session: one primary-key lookup.
-func (s *Store) Session(ctx context.Context, idHash string, now time.Time) (model.Session, error) {
-	return readQ(ctx, s, func(q sqlstore.Querier) (model.Session, error) { return sqlstore.Session(ctx, q, idHash, now) })
-}
-
-// DeleteSession ends a session.
-func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
-	return s.runWrite(ctx, func(q sqlstore.Querier) error { return sqlstore.DeleteSession(ctx, q, idHash) })
-}
 
 // PruneSessions deletes up to limit expired sessions in one write, the
 // rows chosen once (see PruneRequests).

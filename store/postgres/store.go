@@ -93,6 +93,10 @@ type Store struct {
 	// loseCommitAnswer, set by tests (export_test.go), makes a committed
 	// transaction look as if its connection broke before the answer came.
 	loseCommitAnswer func() bool
+
+	// The methods written once (sessions, tokens, leases, request keys,
+	// suppressions), over the pool, its writes and its grouped writes.
+	sqlstore.Methods
 }
 
 var _ store.Store = (*Store)(nil)
@@ -138,6 +142,7 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %s", where, scrub(err.Error(), secrets))
 	}
 	s := &Store{pool: pool, where: where, log: opts.Logger, writeTimeout: opts.WriteTimeout, pin: pin}
+	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runGrouped}
 	// A quarter of the pool commits groups; the rest is left to reads
 	// and the writes that are not grouped.
 	s.group.committers = max(2, int(cfg.MaxConns)/4)

@@ -1,10 +1,8 @@
 package postgres
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"edgerelay/model"
 	"edgerelay/store/internal/sqlstore"
@@ -35,23 +33,6 @@ const suppressionEntry = `(SELECT json_build_object('address', s.address, 'reaso
 	FROM suppressions s
 	WHERE s.tenant = n.tenant AND s.channel = n.channel AND s.address = coalesce(n.address_key, n.address)
 	  AND (s.expires_at IS NULL OR s.expires_at > $1))`
-
-// Suppress writes entries in one transaction.
-func (s *Store) Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error) {
-	return writeQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (int, error) { return sqlstore.Suppress(ctx, q, entries, now) })
-}
-
-// Suppressions lists live entries in (tenant, channel, address) order.
-func (s *Store) Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error) {
-	return readQ(ctx, s, func(q sqlstore.Querier) ([]model.Suppression, error) { return sqlstore.Suppressions(ctx, q, f, now) })
-}
-
-// Unsuppress removes a tenant's entry for an address.
-func (s *Store) Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error) {
-	return writeQ(ctx, s, model.WriteOther, func(q sqlstore.Querier) (bool, error) {
-		return sqlstore.Unsuppress(ctx, q, tenant, channel, address)
-	})
-}
 
 // decodeSuppression reads the claim's entry column (nil: none).
 func decodeSuppression(raw *string, tenant, channel string) (*model.Suppression, error) {

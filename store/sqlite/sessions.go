@@ -4,25 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
 )
-
-// CreateSession keeps a console session.
-func (s *Store) CreateSession(ctx context.Context, ss model.Session) error {
-	return s.runWrite(ctx, func(q sqlstore.Querier) error { return sqlstore.CreateSession(ctx, q, ss) })
-}
-
-// Session reads a live session from the read pool: one primary-key lookup.
-func (s *Store) Session(ctx context.Context, idHash string, now time.Time) (model.Session, error) {
-	return sqlstore.Session(ctx, s.reader(), idHash, now)
-}
-
-// DeleteSession ends a session.
-func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
-	return s.runWrite(ctx, func(q sqlstore.Querier) error { return sqlstore.DeleteSession(ctx, q, idHash) })
-}
 
 // PruneSessions deletes up to limit expired sessions in one write.
 func (s *Store) PruneSessions(ctx context.Context, now time.Time, limit int) (int, error) {

@@ -57,6 +57,10 @@ type Store struct {
 	w    *writer
 
 	reads sync.Map // query → *sql.Stmt on rdb, for reads on the send path
+
+	// The methods written once (sessions, tokens, leases, request keys,
+	// suppressions), over the read pool and the single writer.
+	sqlstore.Methods
 }
 
 // readRow runs a hot read (one per provider call, say) through a statement
@@ -129,6 +133,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
 	s := &Store{path: abs, wdb: wdb, log: opts.Logger}
+	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runWrite}
 	if err := s.init(ctx, opts.BusyTimeout); err != nil {
 		wdb.Close()
 		return nil, openError(path, abs, err)

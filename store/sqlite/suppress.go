@@ -1,12 +1,6 @@
 package sqlite
 
-import (
-	"context"
-	"time"
-
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
-)
+import "edgerelay/store/internal/sqlstore"
 
 // Suppression lists are sqlstore's; SQLite's own is how receipts list an
 // address.
@@ -24,18 +18,3 @@ const suppressFromReceipts = `INSERT INTO suppressions (` + sqlstore.Suppression
 	WHERE r.provider = $1 AND r.message_id = $2 AND n.id = $3 AND (r.notification = $3 OR (r.notification IS NULL AND $4))
 	  AND r.suppress IS NOT NULL
 	ORDER BY r.id` + sqlstore.SuppressUpsert
-
-// Suppress writes entries in one transaction.
-func (s *Store) Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error) {
-	return writeQ(ctx, s, func(q sqlstore.Querier) (int, error) { return sqlstore.Suppress(ctx, q, entries, now) })
-}
-
-// Suppressions lists live entries in (tenant, channel, address) order.
-func (s *Store) Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error) {
-	return sqlstore.Suppressions(ctx, s.reader(), f, now)
-}
-
-// Unsuppress removes a tenant's entry for an address.
-func (s *Store) Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error) {
-	return writeQ(ctx, s, func(q sqlstore.Querier) (bool, error) { return sqlstore.Unsuppress(ctx, q, tenant, channel, address) })
-}
