@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"time"
@@ -232,7 +233,7 @@ func duplicateEvent(ctx context.Context, tx pgx.Tx, ev model.NewEvent) (model.Ac
 	res.Duplicate = true
 	if len(ev.Feeds) > 0 { // the same content: the same feeds
 		var err error
-		if res.FeedItems, err = eventFeedItems(ctx, tx, ev.Tenant, res.EventRow); err != nil {
+		if res.FeedItems, err = sqlstore.EventFeedItems(ctx, shared(tx), ev.Tenant, res.EventRow); err != nil {
 			return res, err
 		}
 	}

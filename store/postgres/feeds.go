@@ -148,25 +148,6 @@ const (
 		FROM (SELECT DISTINCT event, copies FROM numbered) m WHERE i.event = m.event`
 )
 
-// eventFeedItems reads back the items an accepted event posted (a
-// duplicate's answer), in seq order, from the event index.
-func eventFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64) ([]model.FeedPost, error) {
-	rows, err := tx.Query(ctx, `SELECT feed, seq FROM feed_items WHERE event = $1 AND tenant = $2 ORDER BY seq`, eventRow, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
-	}
-	defer rows.Close()
-	var out []model.FeedPost
-	for rows.Next() {
-		var p model.FeedPost
-		if err := rows.Scan(&p.Feed, &p.Seq); err != nil {
-			return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
-}
-
 // FeedMembers lists a feed's members in user order (bytewise: COLLATE "C",
 // whatever the database's collation), a page at a time.
 func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, limit int) ([]model.FeedMember, error) {

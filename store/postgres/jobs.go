@@ -4,102 +4,11 @@ import (
 	"context"
 	"edgerelay/model"
 	"edgerelay/store/internal/sqlstore"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// BeginJobRun records the start of a run, or finds it: a run repeated
-// after a restart, or started by another node at the same moment, is the
-// same row (the second insert waits for the first's commit, then does
-// nothing). The run fixes, at its first start, the newest item of tenant's
-// feed sequence (a digest covers the items after the previous run's and up
-// to its own); a repeat asked for another tenant is an error, as its range
-// would be in another sequence.
-func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (model.JobRun, error) {
-	var run model.JobRun
-	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		run = model.JobRun{Job: job, ScheduledAt: at}
-		var upper, legacy int64
-		err := tx.QueryRow(ctx, `SELECT seq, legacy_seq FROM feed_counters WHERE tenant = $1`, tenant).Scan(&upper, &legacy)
-		if err != nil && !isNoRows(err) {
-			return err
-		}
-		// A run begun after a later run of the job (caught up by hand)
-		// covers nothing: the later run already covered everything after
-		// the run before this one. Its range is empty, so no item is in two
-		// digests.
-		var later bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM job_runs WHERE job = $1 AND scheduled_at > $2 AND (tenant = $3 OR tenant IS NULL))`,
-			job, ms(at), tenant).Scan(&later); err != nil {
-			return err
-		}
-		if later {
-			var prevUpper int64
-			var prevTenant *string
-			err := tx.QueryRow(ctx, `SELECT tenant, upper_seq FROM job_runs WHERE job = $1 AND scheduled_at < $2 AND (tenant = $3 OR tenant IS NULL)
-				ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &prevUpper)
-			switch {
-			case isNoRows(err):
-				prevUpper = 0
-			case err != nil:
-				return err
-			case prevTenant == nil:
-				prevUpper = min(prevUpper, legacy)
-			}
-			upper = prevUpper
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO job_runs (job, scheduled_at, tenant, upper_seq, started_at) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT DO NOTHING`, job, ms(at), tenant, upper, ms(now))
-		if err != nil {
-			return fmt.Errorf("begin run of %s: %w", job, err)
-		}
-		run.Repeat = tag.RowsAffected() == 0
-		var runTenant *string
-		if err := tx.QueryRow(ctx, `SELECT tenant, upper_seq, status FROM job_runs WHERE job = $1 AND scheduled_at = $2`, job, ms(at)).
-			Scan(&runTenant, &run.UpperSeq, &run.Status); err != nil {
-			return err
-		}
-		if runTenant != nil && *runTenant != tenant {
-			return fmt.Errorf("run of %s scheduled for %s began for tenant %q, not %q", job, at.UTC().Format(time.RFC3339), *runTenant, tenant)
-		}
-		// A run from before feed sequences were per tenant (migration 0007)
-		// fixed a global seq: of this tenant's items it covered those up to
-		// the tenant's counter then.
-		if runTenant == nil {
-			run.UpperSeq = min(run.UpperSeq, legacy)
-		}
-		var prevTenant *string
-		err = tx.QueryRow(ctx, `SELECT tenant, upper_seq FROM job_runs WHERE job = $1 AND scheduled_at < $2 AND (tenant = $3 OR tenant IS NULL)
-			ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &run.PrevUpperSeq)
-		if isNoRows(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if prevTenant == nil {
-			run.PrevUpperSeq = min(run.PrevUpperSeq, legacy)
-		}
-		return nil
-	})
-	return run, err
-}
-
-// FinishJobRun records how a run ended.
-func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runErr error, now time.Time) error {
-	status, detail := "done", ""
-	if runErr != nil {
-		status, detail = "failed", runErr.Error()
-	}
-	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE job_runs SET status = $1, detail = $2, finished_at = $3 WHERE job = $4 AND scheduled_at = $5`,
-			status, sqlstore.NullStr(detail), ms(now), job, ms(at))
-		return err
-	})
-}
 
 // LastJobRun returns when the job's latest run was scheduled for, and
 // false if it never ran.

@@ -12,41 +12,6 @@ import (
 	"edgerelay/store/internal/sqlstore"
 )
 
-// SourceState returns a source's position and its gaps in id order, the
-// zero state for a source never saved.
-func (s *Store) SourceState(ctx context.Context, name string) (model.SourceState, error) {
-	var st model.SourceState
-	err := s.read(ctx, func(q querier) error {
-		st = model.SourceState{}
-		err := q.QueryRow(ctx, `SELECT position FROM source_positions WHERE source = $1`, name).Scan(&st.Position)
-		if isNoRows(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read position of source %q: %w", name, err)
-		}
-		rows, err := q.Query(ctx, `SELECT first, last, since, mark FROM source_gaps WHERE source = $1 ORDER BY first`, name)
-		if err != nil {
-			return fmt.Errorf("read gaps of source %q: %w", name, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var g model.SourceGap
-			var since int64
-			if err := rows.Scan(&g.First, &g.Last, &since, &g.Mark); err != nil {
-				return fmt.Errorf("read gaps of source %q: %w", name, err)
-			}
-			g.Since = fromMS(since)
-			st.Gaps = append(st.Gaps, g)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read gaps of source %q: %w", name, err)
-		}
-		return nil
-	})
-	return st, err
-}
-
 // SaveSourceState saves a source's position and gaps in one transaction,
 // unless the position would move back.
 func (s *Store) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {

@@ -80,7 +80,7 @@ func acceptEvent(tx *Tx, ev model.NewEvent, first []model.Target, now time.Time)
 		}
 		res.Duplicate = true
 		if len(ev.Feeds) > 0 { // the same content: the same feeds
-			if res.FeedItems, err = eventFeedItems(tx, ev.Tenant, res.EventRow); err != nil {
+			if res.FeedItems, err = sqlstore.EventFeedItems(context.Background(), tx.shared(), ev.Tenant, res.EventRow); err != nil {
 				return res, err
 			}
 		}

@@ -98,25 +98,6 @@ func foldItems(tx *Tx, ss []model.Settlement, applied []bool) error {
 	return nil
 }
 
-// eventFeedItems reads back the items an accepted event posted (a
-// duplicate's answer), in seq order, from the event index.
-func eventFeedItems(tx *Tx, tenant string, eventRow int64) ([]model.FeedPost, error) {
-	rows, err := tx.query(`SELECT feed, seq FROM feed_items WHERE event = ? AND tenant = ? ORDER BY seq`, eventRow, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
-	}
-	defer rows.Close()
-	var out []model.FeedPost
-	for rows.Next() {
-		var p model.FeedPost
-		if err := rows.Scan(&p.Feed, &p.Seq); err != nil {
-			return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
-}
-
 // dialect is SQLite's share of the feed view's SQL. Some reads name their
 // index (TestFeedQueriesUseIndexes checks their plans): without statistics
 // SQLite would walk the tenant's whole sequence (the primary key) instead.

@@ -10,37 +10,6 @@ import (
 	"edgerelay/store/internal/sqlstore"
 )
 
-// SourceState returns a source's position and its gaps in id order, the
-// zero state for a source never saved.
-func (s *Store) SourceState(ctx context.Context, name string) (model.SourceState, error) {
-	var st model.SourceState
-	err := s.rdb.QueryRowContext(ctx, `SELECT position FROM source_positions WHERE source = ?`, name).Scan(&st.Position)
-	if isNoRows(err) {
-		return st, nil
-	}
-	if err != nil {
-		return st, fmt.Errorf("read position of source %q: %w", name, err)
-	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT first, last, since, mark FROM source_gaps WHERE source = ? ORDER BY first`, name)
-	if err != nil {
-		return st, fmt.Errorf("read gaps of source %q: %w", name, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var g model.SourceGap
-		var since int64
-		if err := rows.Scan(&g.First, &g.Last, &since, &g.Mark); err != nil {
-			return st, fmt.Errorf("read gaps of source %q: %w", name, err)
-		}
-		g.Since = fromMS(since)
-		st.Gaps = append(st.Gaps, g)
-	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("read gaps of source %q: %w", name, err)
-	}
-	return st, nil
-}
-
 // SaveSourceState saves a source's position and gaps in one transaction,
 // unless the position would move back.
 func (s *Store) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {

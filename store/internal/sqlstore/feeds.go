@@ -79,6 +79,19 @@ func ItemCopies(ctx context.Context, q Querier, tenant, user string, seq int64) 
 	return copies, rows.Err()
 }
 
+// EventFeedItems reads back the items an accepted event posted (a
+// duplicate's answer), in seq order, from the event index.
+func EventFeedItems(ctx context.Context, q Querier, tenant string, eventRow int64) ([]model.FeedPost, error) {
+	out, err := All(ctx, q, func(r Rows) (model.FeedPost, error) {
+		var p model.FeedPost
+		return p, r.Scan(&p.Feed, &p.Seq)
+	}, `SELECT feed, seq FROM feed_items WHERE event = $1 AND tenant = $2 ORDER BY seq`, eventRow, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
+	}
+	return out, nil
+}
+
 // IsNoRows reports whether err is a query's finding no row.
 func IsNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 

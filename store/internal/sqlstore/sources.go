@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"edgerelay/model"
+	"fmt"
 	"time"
 )
 
@@ -78,4 +79,34 @@ func RejectCounts(ctx context.Context, q Querier) (map[string]int64, error) {
 		out[c.src] = c.n
 	}
 	return out, nil
+}
+
+// SourceState returns a source's position and its gaps in id order, the
+// zero state for a source never saved.
+func SourceState(ctx context.Context, q Querier, name string) (model.SourceState, error) {
+	var st model.SourceState
+	err := q.QueryRow(ctx, `SELECT position FROM source_positions WHERE source = $1`, name).Scan(&st.Position)
+	if IsNoRows(err) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read position of source %q: %w", name, err)
+	}
+	st.Gaps, err = All(ctx, q, func(r Rows) (model.SourceGap, error) {
+		var g model.SourceGap
+		var since int64
+		err := r.Scan(&g.First, &g.Last, &since, &g.Mark)
+		g.Since = FromMS(since)
+		return g, err
+	}, `SELECT first, last, since, mark FROM source_gaps WHERE source = $1 ORDER BY first`, name)
+	if err != nil {
+		return model.SourceState{}, fmt.Errorf("read gaps of source %q: %w", name, err)
+	}
+	return st, nil
+}
+
+// SourceState returns a source's position and its gaps (see the function
+// SourceState).
+func (m Methods) SourceState(ctx context.Context, name string) (model.SourceState, error) {
+	return get(ctx, m.Read, func(q Querier) (model.SourceState, error) { return SourceState(ctx, q, name) })
 }
