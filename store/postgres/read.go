@@ -79,13 +79,8 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 		if err := notificationExtras(ctx, q, &n); err != nil {
 			return err
 		}
-		qe, err := scanQuarantined(q.QueryRow(ctx, `SELECT `+quarantinedCols+` FROM events
-			WHERE id = (SELECT event FROM notifications WHERE id = $1) AND quarantined_at IS NOT NULL`, n.ID))
-		switch {
-		case err == nil:
-			n.Quarantine = &qe
-		case !isNoRows(err):
-			return fmt.Errorf("read notification: %w", err)
+		if n.Quarantine, err = sqlstore.NotificationQuarantine(ctx, shared(q), n.ID); err != nil {
+			return err
 		}
 		if n.ProviderMessageID != "" {
 			n.Receipts, err = sqlstore.ReceiptsFor(ctx, shared(q), n.ID, n.Provider, n.ProviderMessageID)

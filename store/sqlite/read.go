@@ -68,13 +68,8 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if err := s.notificationExtras(ctx, &n); err != nil {
 		return n, err
 	}
-	q, err := scanQuarantined(s.rdb.QueryRowContext(ctx, `SELECT `+quarantinedCols+` FROM events
-		WHERE id = (SELECT event FROM notifications WHERE id = ?) AND quarantined_at IS NOT NULL`, n.ID))
-	switch {
-	case err == nil:
-		n.Quarantine = &q
-	case !isNoRows(err):
-		return n, fmt.Errorf("read notification: %w", err)
+	if n.Quarantine, err = sqlstore.NotificationQuarantine(ctx, s.reader(), n.ID); err != nil {
+		return n, err
 	}
 	err = nil
 	if n.ProviderMessageID != "" {

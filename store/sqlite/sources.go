@@ -10,46 +10,6 @@ import (
 	"edgerelay/store/internal/sqlstore"
 )
 
-// SaveSourceState saves a source's position and gaps in one transaction,
-// unless the position would move back.
-func (s *Store) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {
-	return s.SettleSource(ctx, name, model.SourceSettle{State: st}, now)
-}
-
-// SettleSource saves a batch's state (unless its position would move
-// back), its rejects and its retried rows in one transaction.
-func (s *Store) SettleSource(ctx context.Context, name string, set model.SourceSettle, now time.Time) error {
-	return s.w.do(ctx, func(tx *Tx) error {
-		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
-		st := set.State
-		res, err := tx.exec(`INSERT INTO source_positions (source, position, updated_at) VALUES (?, ?, ?)
-			ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
-			WHERE excluded.position >= source_positions.position`, name, st.Position, ms(now))
-		if err != nil {
-			return fail(err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fail(err)
-		}
-		if n > 0 { // else behind the saved position: left as it was
-			if _, err := tx.exec(`DELETE FROM source_gaps WHERE source = ?`, name); err != nil {
-				return fail(err)
-			}
-			for _, g := range st.Gaps {
-				if _, err := tx.exec(`INSERT INTO source_gaps (source, first, last, since, mark) VALUES (?, ?, ?, ?, ?)`,
-					name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
-					return fail(err)
-				}
-			}
-		}
-		if err := sqlstore.SettleRejects(ctx, tx.shared(), name, set, now); err != nil {
-			return fail(err)
-		}
-		return nil
-	})
-}
-
 // SourceRejects lists recorded rejects in (source, row) order.
 func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
 	if f.Limit <= 0 {

@@ -110,3 +110,43 @@ func SourceState(ctx context.Context, q Querier, name string) (model.SourceState
 func (m Methods) SourceState(ctx context.Context, name string) (model.SourceState, error) {
 	return get(ctx, m.Read, func(q Querier) (model.SourceState, error) { return SourceState(ctx, q, name) })
 }
+
+// SettleSource saves a batch's state (unless its position would move
+// back), its rejects and its retried rows, in q, one write transaction.
+func SettleSource(ctx context.Context, q Querier, name string, set model.SourceSettle, now time.Time) error {
+	fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
+	st := set.State
+	n, err := q.Exec(ctx, `INSERT INTO source_positions (source, position, updated_at) VALUES ($1, $2, $3)
+		ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
+		WHERE excluded.position >= source_positions.position`, name, st.Position, MS(now))
+	if err != nil {
+		return fail(err)
+	}
+	if n > 0 { // else behind the saved position: left as it was
+		if _, err := q.Exec(ctx, `DELETE FROM source_gaps WHERE source = $1`, name); err != nil {
+			return fail(err)
+		}
+		for _, g := range st.Gaps {
+			if _, err := q.Exec(ctx, `INSERT INTO source_gaps (source, first, last, since, mark) VALUES ($1, $2, $3, $4, $5)`,
+				name, g.First, g.Last, MS(g.Since), g.Mark); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := SettleRejects(ctx, q, name, set, now); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// SettleSource saves a batch's state, its rejects and its retried rows in
+// one write transaction (see the function SettleSource).
+func (m Methods) SettleSource(ctx context.Context, name string, set model.SourceSettle, now time.Time) error {
+	return m.Write(ctx, func(q Querier) error { return SettleSource(ctx, q, name, set, now) })
+}
+
+// SaveSourceState saves a source's position and gaps in one transaction,
+// unless the position would move back.
+func (m Methods) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {
+	return m.SettleSource(ctx, name, model.SourceSettle{State: st}, now)
+}
