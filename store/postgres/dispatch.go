@@ -240,17 +240,10 @@ func settle(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []boo
 		if !applied[i] {
 			continue
 		}
-		d, a := st.Decision, st.Attempt
-		if d.Suppress != nil {
-			provider := ""
-			if a != nil {
-				provider = a.Provider
-			}
-			if _, err := tx.Exec(ctx, sqlstore.SuppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
-				d.Suppress.Detail, ms(st.At), sqlstore.NullTime(d.Suppress.ExpiresAt)); err != nil {
-				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
-			}
+		if err := sqlstore.SuppressSettled(ctx, shared(tx), st); err != nil {
+			return err
 		}
+		d, a := st.Decision, st.Attempt
 		if a != nil && d.Status == model.StatusSent && a.MessageID != "" {
 			sentProviders, sentIDs = append(sentProviders, a.Provider), append(sentIDs, a.MessageID)
 			sentAt[msg{a.Provider, a.MessageID}] = a.EndedAt

@@ -5,7 +5,6 @@ import (
 	"edgerelay/model"
 	"edgerelay/store/internal/sqlstore"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,12 +35,7 @@ import (
 //
 // It returns the items in seq order (the feeds' order, each feed once).
 func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]model.FeedPost, error) {
-	var uniq []string
-	for _, f := range feeds {
-		if !slices.Contains(uniq, f) {
-			uniq = append(uniq, f)
-		}
-	}
+	uniq := sqlstore.Distinct(feeds)
 	if len(uniq) == 0 {
 		return nil, nil
 	}

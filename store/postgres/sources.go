@@ -12,20 +12,10 @@ import (
 	"edgerelay/store/internal/sqlstore"
 )
 
-// SourceRejects lists recorded rejects in (source, row) order.
-func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
-	if f.Limit <= 0 {
-		f.Limit = 1000
-	}
-	q := `SELECT ` + sqlstore.SourceRejectCols + ` FROM source_rejects
-		WHERE ($1 = '' OR source = $1) AND (source COLLATE "C", row_id) > ($2::text COLLATE "C", $3)`
-	if f.Requested {
-		q += ` AND retry_at IS NOT NULL`
-	}
-	var out []model.SourceReject
-	err := s.read(ctx, func(qr querier) (err error) {
-		out, err = sqlstore.All(ctx, shared(qr), sqlstore.ScanSourceReject,
-			q+` ORDER BY source COLLATE "C", row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+// SourceRejects lists recorded rejects (sqlstore.SourceRejects).
+func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) (out []model.SourceReject, err error) {
+	err = s.read(ctx, func(q querier) (err error) {
+		out, err = sqlstore.SourceRejects(ctx, shared(q), f, ` COLLATE "C"`)
 		return err
 	})
 	if err != nil {

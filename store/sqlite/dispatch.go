@@ -364,17 +364,10 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 		if !applied[i] {
 			continue
 		}
-		d, a := st.Decision, st.Attempt
-		if d.Suppress != nil {
-			provider := ""
-			if a != nil {
-				provider = a.Provider
-			}
-			if _, err := tx.exec(sqlstore.SuppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
-				d.Suppress.Detail, ms(st.At), sqlstore.NullTime(d.Suppress.ExpiresAt)); err != nil {
-				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
-			}
+		if err := sqlstore.SuppressSettled(context.Background(), tx.shared(), st); err != nil {
+			return err
 		}
+		d, a := st.Decision, st.Attempt
 		if a != nil && d.Status == model.StatusSent && a.MessageID != "" {
 			sent = append(sent, i)
 		}

@@ -30,12 +30,7 @@ import (
 // counter row, not max(seq) + 1: a pruned number is never given again).
 // pos is the feed's next position: the single writer makes max+1 safe.
 func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]model.FeedPost, error) {
-	var uniq []string
-	for _, f := range feeds {
-		if !slices.Contains(uniq, f) {
-			uniq = append(uniq, f)
-		}
-	}
+	uniq := sqlstore.Distinct(feeds)
 	if len(uniq) == 0 {
 		return nil, nil
 	}

@@ -117,14 +117,8 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT ?)`, c, batch)
 		})
 	}
-	for err == nil {
-		var n int
-		if n, err = s.PruneRequests(ctx, now, batch); err == nil {
-			res.RequestKeys += int64(n)
-		}
-		if n < batch {
-			break
-		}
+	if err == nil {
+		err = sqlstore.Drain(batch, &res.RequestKeys, func() (int, error) { return s.PruneRequests(ctx, now, batch) })
 	}
 	if err == nil {
 		// Suppressions end at their expiry; a lapsed one is only clutter.

@@ -12,16 +12,7 @@ import (
 
 // SourceRejects lists recorded rejects in (source, row) order.
 func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
-	if f.Limit <= 0 {
-		f.Limit = 1000
-	}
-	q := `SELECT ` + sqlstore.SourceRejectCols + ` FROM source_rejects
-		WHERE (? = '' OR source = ?) AND (source, row_id) > (?, ?)`
-	if f.Requested {
-		q += ` AND retry_at IS NOT NULL`
-	}
-	out, err := sqlstore.All(ctx, s.reader(), sqlstore.ScanSourceReject,
-		q+` ORDER BY source, row_id LIMIT ?`, f.Source, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+	out, err := sqlstore.SourceRejects(ctx, s.reader(), f, "")
 	if err != nil {
 		return nil, fmt.Errorf("read rejected rows: %w", s.closedOr(err))
 	}

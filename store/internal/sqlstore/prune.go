@@ -104,3 +104,15 @@ func PruneFeedItems(ctx context.Context, read, write Run, cutoff int64, batch in
 	}
 	return total, nil
 }
+
+// Drain calls prune until it deletes fewer than batch, adding what it
+// deleted to total: small batches keep each write short.
+func Drain(batch int, total *int64, prune func() (int, error)) error {
+	for {
+		n, err := prune()
+		*total += int64(n)
+		if err != nil || n < batch {
+			return err
+		}
+	}
+}

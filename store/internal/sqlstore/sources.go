@@ -150,3 +150,18 @@ func (m Methods) SettleSource(ctx context.Context, name string, set model.Source
 func (m Methods) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {
 	return m.SettleSource(ctx, name, model.SourceSettle{State: st}, now)
 }
+
+// SourceRejects lists recorded rejects in (source, row) order, the
+// sources' bytewise order: collate is "" where that is the default, else
+// the collation clause that makes it so.
+func SourceRejects(ctx context.Context, q Querier, f model.SourceRejectFilter, collate string) ([]model.SourceReject, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	query := `SELECT ` + SourceRejectCols + ` FROM source_rejects
+		WHERE ($1 = '' OR source = $1) AND (source` + collate + `, row_id) > (CAST($2 AS text)` + collate + `, $3)`
+	if f.Requested {
+		query += ` AND retry_at IS NOT NULL`
+	}
+	return All(ctx, q, ScanSourceReject, query+` ORDER BY source`+collate+`, row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+}

@@ -180,3 +180,21 @@ func orList(ss []string) string {
 	}
 	return strings.Join(ss[:len(ss)-1], ", ") + " or " + ss[len(ss)-1]
 }
+
+// SuppressSettled lists the address of a settled notification whose
+// decision says to (a hard bounce), in q, the settlement's transaction.
+func SuppressSettled(ctx context.Context, q Querier, st model.Settlement) error {
+	d, a := st.Decision, st.Attempt
+	if d.Suppress == nil {
+		return nil
+	}
+	provider := ""
+	if a != nil {
+		provider = a.Provider
+	}
+	if _, err := q.Exec(ctx, SuppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
+		d.Suppress.Detail, MS(st.At), NullTime(d.Suppress.ExpiresAt)); err != nil {
+		return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
+	}
+	return nil
+}

@@ -1,6 +1,9 @@
 package sqlstore
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // NullStr is s as a nullable column: NULL for "".
 func NullStr(s string) any {
@@ -40,4 +43,15 @@ func OrNow(t, now time.Time) time.Time {
 		return now
 	}
 	return t
+}
+
+// Distinct is ss without repeats, in first-seen order.
+func Distinct(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
