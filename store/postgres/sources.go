@@ -53,30 +53,3 @@ func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stm
 	slices.Sort(done)
 	return slices.Compact(done), nil
 }
-
-// SourceStates returns every saved source's state by name; each is read
-// as SourceState reads it.
-func (s *Store) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
-	var names []string
-	err := s.read(ctx, func(q querier) error {
-		names = nil
-		rows, err := q.Query(ctx, `SELECT source FROM source_positions ORDER BY source`)
-		if err != nil {
-			return err
-		}
-		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list sources: %w", err)
-	}
-	out := make(map[string]model.SourceState, len(names))
-	for _, n := range names {
-		st, err := s.SourceState(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		out[n] = st
-	}
-	return out, nil
-}

@@ -67,34 +67,3 @@ func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stm
 	slices.Sort(done)
 	return slices.Compact(done), nil
 }
-
-// SourceStates returns every saved source's state by name; each is read
-// as SourceState reads it.
-func (s *Store) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT source FROM source_positions ORDER BY source`)
-	if err != nil {
-		return nil, fmt.Errorf("list sources: %w", err)
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list sources: %w", err)
-		}
-		names = append(names, n)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list sources: %w", err)
-	}
-	out := make(map[string]model.SourceState, len(names))
-	for _, n := range names {
-		st, err := s.SourceState(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		out[n] = st
-	}
-	return out, nil
-}

@@ -165,3 +165,23 @@ func SourceRejects(ctx context.Context, q Querier, f model.SourceRejectFilter, c
 	}
 	return All(ctx, q, ScanSourceReject, query+` ORDER BY source`+collate+`, row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
 }
+
+// SourceStates returns every saved source's state by name; each is read
+// as SourceState reads it.
+func (m Methods) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
+	names, err := get(ctx, m.Read, func(q Querier) ([]string, error) {
+		return All(ctx, q, scanString, `SELECT source FROM source_positions ORDER BY source`)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list sources: %w", err)
+	}
+	out := make(map[string]model.SourceState, len(names))
+	for _, n := range names {
+		st, err := m.SourceState(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out[n] = st
+	}
+	return out, nil
+}
