@@ -546,14 +546,6 @@ func (e *fileErr) Unwrap() error { return e.err }
 // made, and may succeed once the file is fixed.
 func (e *fileErr) Is(target error) bool { return target == model.ErrUnavailable }
 
-// IsFileError reports whether err is SQLite failing because of the database
-// file (read-only, full, corrupt, I/O error) rather than the request: the
-// write was not made, and may succeed once the file is fixed.
-func IsFileError(err error) bool {
-	var fe *fileErr
-	return errors.As(err, &fe)
-}
-
 // fileError returns err naming the database file if SQLite failed because
 // of the file (read-only, full, corrupt, I/O error): err itself if it
 // already does, else err wrapped in a *fileErr. ok is false for any other
