@@ -300,7 +300,7 @@ type Secrets interface {
 	Secret(ctx context.Context, name string, fresh []byte) ([]byte, error)
 }
 
-// ---- Preferences, quiet hours and throttles (issue 17) ----
+// ---- Preferences, quiet hours and throttles ----
 
 // Preferences are what recipients decided about what reaches them (on or
 // off per category and channel, quiet hours, a time zone), the tenants'
@@ -350,7 +350,7 @@ type Maintenance interface {
 	Close() error
 }
 
-// --- Suppression (issue 17) ---
+// --- Suppression ---
 
 // Suppressions are each tenant's suppression list: addresses (normalised by
 // the relay for their channel) that nothing is sent to while their entry

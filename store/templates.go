@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Templates are message templates managed over the API (issue 16), kept
+// Templates are message templates managed over the API, kept
 // as numbered versions: a change is a new version and every earlier one
 // stays readable. Version numbers come from the primary key (tenant, name,
 // channel, locale, version): of two writers racing for one number, one

@@ -105,7 +105,7 @@ var plan = []table{
 		// of its own is refused before this (checkTarget).
 		conflict: "UPDATE SET value = excluded.value, created_at = excluded.created_at WHERE settings.value <> excluded.value",
 		why:      "values made once per database: the key of the opaque ids the API shows (n_…, ev_…), so every id a client holds names the same notification or event on the nodes"},
-	// Issue 17: what recipients decided, and what signs their links.
+	// What recipients decided, and what signs their links.
 	{name: "pref_switches", key: []string{"tenant", "recipient", "category", "channel"}, newer: "{r}.set_at",
 		why: "recipients' categories on or off, per channel, with when and through what: an opt-out holds on the nodes. One a recipient changed on the source after a run is carried over (the later set_at wins; one changed later on the target is refused); one the source cleared since stays on the target (a rerun does not carry deletions)"},
 	{name: "pref_quiet_hours", key: []string{"tenant", "recipient", "category"}, newer: "{r}.set_at",
@@ -121,7 +121,7 @@ var plan = []table{
 		why: "the slots throttles counted in their window: a throttle does not start over on the nodes (taken once per notification, never changed)"},
 	{name: "provider_pauses", key: []string{"provider"}, raise: []string{"until"},
 		why: "a provider's Retry-After still in force: the nodes do not call it before it ends (the later end kept on a second run)"},
-	// Issue 16: templates managed over the API.
+	// Templates managed over the API.
 	{name: "templates", key: []string{"tenant", "name", "channel", "locale", "version"},
 		why: "every version of each stored template, retired ones included: old versions stay readable on the nodes, and the next PUT numbers after them; one the source retired after a run is retired on the target too (the source's row replaces one that differs)"},
 	{name: "template_generation", key: []string{"id"}, raise: []string{"gen"},

@@ -13,8 +13,8 @@ import (
 	"edgerelay/model"
 )
 
-// Preferences, quiet hours, tenant keys and throttle slots (issue 17), as
-// store/sqlite's.
+// Preferences, quiet hours, tenant keys and throttle slots: what
+// recipients decide about the messages they get, as store/sqlite keeps it.
 
 // RecipientPreferences reads what recipients of a tenant set.
 func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]model.RecipientPreferences, error) {

@@ -16,9 +16,9 @@ var goMigrations = map[int]func(context.Context, pgx.Tx) error{
 }
 
 // rekeySuppressions (0024) moves suppression entries and notifications'
-// address_key to addrkey.Key's normal form, as store/sqlite's step of the
-// same name does (see there for why the whole list is read and every
-// status re-keyed).
+// address_key to addrkey.Key's normal form (sqlstore.RekeySuppressions and
+// AddressRekeys say why what is read is read), the notifications' keys in
+// one batch update.
 func rekeySuppressions(ctx context.Context, tx pgx.Tx) error {
 	if err := sqlstore.RekeySuppressions(ctx, shared(tx)); err != nil {
 		return err

@@ -10,7 +10,8 @@ import (
 	"edgerelay/model"
 )
 
-// Preferences, quiet hours, tenant keys and throttle slots (issue 17).
+// Preferences, quiet hours, tenant keys and throttle slots: what
+// recipients decide about the messages they get.
 
 // reader is what reading preferences needs: the read pool, or (through
 // txReader) the writer's transaction.

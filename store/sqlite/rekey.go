@@ -15,12 +15,9 @@ var goMigrations = map[int]func(context.Context, *sql.Tx) error{
 }
 
 // rekeySuppressions (0024) moves suppression entries and notifications'
-// address_key to addrkey.Key's normal form: SQL has no NFC. The whole list
-// is read, since an entry that moves may land on a key an unchanged entry
-// holds; addrkey.Rekey merges such entries. Of the notifications, only
-// those whose key can change are read: a non-ASCII address, or an A-label
-// (xn--). Every status is re-keyed, not only pending ones: a receipt for a
-// sent notification lists its address by that key.
+// address_key to addrkey.Key's normal form (sqlstore.RekeySuppressions and
+// AddressRekeys say why what is read is read); of the notifications, GLOB
+// finds those whose key can change: a non-ASCII address, or an A-label.
 func rekeySuppressions(ctx context.Context, tx *sql.Tx) error {
 	q := sqlstore.DB(tx)
 	if err := sqlstore.RekeySuppressions(ctx, q); err != nil {

@@ -346,7 +346,7 @@ func testFeedConcurrentPosts(t *testing.T, s store.Store) {
 	wantView(t, s, "acme", "ada", down(n)...)
 }
 
-// Issue 12: an event posted to several feeds that one user reads (the
+// An event posted to several feeds that one user reads (the
 // README's ["*", "team:ops", "@ada"]) is one item in that user's view, at
 // its newest item, and counts once; paged one item at a time it comes
 // once. Reading or dismissing it by any of its numbers, or a watermark at
