@@ -58,3 +58,15 @@ func Retryable(status string) bool { return slices.Contains(retryable, status) }
 
 // RetryableStatuses lists them, for an error saying what was wanted.
 func RetryableStatuses() []string { return slices.Clone(retryable) }
+
+// prunable is the statuses whose notifications a prune deletes once they
+// are older than its cutoff: those that ended. Pending and sending ones
+// are still at work; suppressed ones are not listed, so a prune keeps them
+// (an operator may lift the entry and retry them).
+var prunable = []string{StatusSent, StatusDelivered, StatusBounced, StatusFailed, StatusDead, StatusUnknown, StatusSkipped}
+
+// Prunable reports whether a prune may delete a notification in status.
+func Prunable(status string) bool { return slices.Contains(prunable, status) }
+
+// PrunableStatuses lists them, for the stores' prune statements.
+func PrunableStatuses() []string { return slices.Clone(prunable) }

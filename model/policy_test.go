@@ -68,3 +68,26 @@ func TestRetryable(t *testing.T) {
 		}
 	}
 }
+
+func TestPrunable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status string
+		want   bool
+	}{
+		{StatusPending, false}, // still at work
+		{StatusSending, false},
+		{StatusSuppressed, false}, // kept for a lift and a retry
+		{StatusSent, true},
+		{StatusDelivered, true},
+		{StatusBounced, true},
+		{StatusFailed, true},
+		{StatusDead, true},
+		{StatusUnknown, true},
+		{StatusSkipped, true},
+	} {
+		if got := Prunable(c.status); got != c.want {
+			t.Errorf("Prunable(%q) = %v, want %v", c.status, got, c.want)
+		}
+	}
+}

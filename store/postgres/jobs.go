@@ -58,7 +58,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		// The rows are locked, so none changes (a retry) between being
 		// chosen and being deleted; attempts and receipts go with them, in
 		// the same write.
-		rows, err := tx.Query(ctx, `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown', 'skipped')
+		rows, err := tx.Query(ctx, `SELECT id FROM notifications WHERE status IN (`+sqlstore.PrunableStatuses+`)
 			AND updated_at < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, c, batch)
 		if err != nil {
 			return pgconn.CommandTag{}, err

@@ -64,7 +64,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 	after = func() { res.Attempts += attempts; res.Receipts += receipts }
 	err := step(&res.Notifications, func(tx *Tx) (sql.Result, error) {
 		// Attempts and receipts go with their notification, in the same write.
-		ids := `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown', 'skipped')
+		ids := `SELECT id FROM notifications WHERE status IN (` + sqlstore.PrunableStatuses + `)
 			AND updated_at < ?1 ORDER BY id LIMIT ?2`
 		r, err := tx.exec(`DELETE FROM attempts WHERE notification IN (`+ids+`)`, c, batch)
 		if err != nil {

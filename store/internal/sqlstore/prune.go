@@ -1,6 +1,9 @@
 package sqlstore
 
-import "context"
+import (
+	"context"
+	"edgerelay/model"
+)
 
 // Run runs fn with a Querier of the driver's: one read (a snapshot or the
 // pool) or one write transaction, as the driver gives it.
@@ -116,3 +119,7 @@ func Drain(batch int, total *int64, prune func() (int, error)) error {
 		}
 	}
 }
+
+// PrunableStatuses is model.PrunableStatuses as an SQL list, for a prune's
+// IN (…).
+var PrunableStatuses = quoted(model.PrunableStatuses())
