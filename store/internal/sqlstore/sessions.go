@@ -43,34 +43,3 @@ func DeleteSession(ctx context.Context, q Querier, idHash string) error {
 	}
 	return nil
 }
-
-// AddReceipts records receipts, in q, a write transaction, and applies
-// each new one to the notification it is about (ApplyReceipts). A receipt
-// already recorded (same provider and dedupe key) is ignored: providers
-// retry their callbacks. It returns how many were new.
-func (d *Dialect) AddReceipts(ctx context.Context, q Querier, rs []model.Receipt, now time.Time) (int, error) {
-	added := 0
-	for _, r := range rs {
-		var id int64
-		var suppress, until any
-		if r.Suppress != nil {
-			suppress, until = r.Suppress.Reason, NullTime(r.Suppress.ExpiresAt)
-		}
-		err := q.QueryRow(ctx, `INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at,
-				source, suppress, suppress_until, notification)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING RETURNING id`,
-			r.Provider, r.Dedupe, r.MessageID, r.Status, NullStr(r.Detail), NullTime(r.At), MS(now),
-			NullStr(r.Source), suppress, until, NullInt64(r.Notification)).Scan(&id)
-		if IsNoRows(err) {
-			continue // a replay
-		}
-		if err != nil {
-			return 0, fmt.Errorf("record receipt: %w", err)
-		}
-		added++
-		if err := d.ApplyReceipts(ctx, q, r.Provider, r.MessageID, now); err != nil {
-			return 0, err
-		}
-	}
-	return added, nil
-}
