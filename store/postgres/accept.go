@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"time"
@@ -232,7 +233,7 @@ func duplicateEvent(ctx context.Context, tx pgx.Tx, ev model.NewEvent) (model.Ac
 	res.Duplicate = true
 	if len(ev.Feeds) > 0 { // the same content: the same feeds
 		var err error
-		if res.FeedItems, err = eventFeedItems(ctx, tx, ev.Tenant, res.EventRow); err != nil {
+		if res.FeedItems, err = sqlstore.EventFeedItems(ctx, shared(tx), ev.Tenant, res.EventRow); err != nil {
 			return res, err
 		}
 	}
@@ -353,41 +354,6 @@ func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason stri
 	})
 }
 
-const quarantinedCols = `id, tenant, event_id, purpose, type, expanded, targets, coalesce(quarantine_reason, ''), quarantined_at`
-
-func scanQuarantined(row pgx.Row) (model.QuarantinedEvent, error) {
-	var q model.QuarantinedEvent
-	var at int64
-	err := row.Scan(&q.EventRow, &q.Tenant, &q.EventID, &q.Purpose, &q.Type, &q.Expanded, &q.Targets, &q.Reason, &at)
-	q.At = fromMS(at)
-	return q, err
-}
-
-// QuarantinedEvents lists quarantined events, newest first.
-func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]model.QuarantinedEvent, error) {
-	if before <= 0 {
-		before = 1<<63 - 1
-	}
-	out := []model.QuarantinedEvent{}
-	err := s.read(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, `SELECT `+quarantinedCols+` FROM events
-			WHERE quarantined_at IS NOT NULL AND ($1 = '' OR tenant = $1) AND id < $2 ORDER BY id DESC LIMIT $3`, tenant, before, limit)
-		if err != nil {
-			return fmt.Errorf("quarantined events: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			qe, err := scanQuarantined(rows)
-			if err != nil {
-				return fmt.Errorf("quarantined events: %w", err)
-			}
-			out = append(out, qe)
-		}
-		return rows.Err()
-	})
-	return out, err
-}
-
 // ReleaseEvent lifts a quarantine: the expander tries the fan-out again.
 func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error {
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
@@ -401,26 +367,4 @@ func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64)
 		}
 		return nil
 	})
-}
-
-// DropEvent ends a quarantined fan-out where it stopped: targets becomes
-// what was expanded, and dropped keeps the difference.
-func (s *Store) DropEvent(ctx context.Context, tenant string, eventRow int64, now time.Time) (int, error) {
-	var dropped int
-	// The same words as store/sqlite's, to the second.
-	stamp := "dropped by an operator at " + now.UTC().Format("2006-01-02T15:04:05Z") + ": "
-	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `UPDATE events SET dropped = dropped + targets - expanded, targets = expanded,
-				quarantined_at = NULL, quarantine_reason = $3::text || quarantine_reason
-			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND quarantined_at IS NOT NULL
-			RETURNING dropped`, eventRow, tenant, stamp).Scan(&dropped)
-		if isNoRows(err) {
-			return fmt.Errorf("quarantined event %d: %w", eventRow, model.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("drop event %d: %w", eventRow, err)
-		}
-		return nil
-	})
-	return dropped, err
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -177,7 +178,7 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
 		// A person's retry never lifts a suppression: the entry is named
 		// in the refusal (SuppressedError), lifted where suppressions are.
-		from, err := retryRow(ctx, tx, tenant, id, false, now)
+		from, err := dialect.Retry(ctx, shared(tx), tenant, id, false, now)
 		if err != nil {
 			return err
 		}
@@ -189,30 +190,12 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 	})
 }
 
-// notificationExtras reads what Notification shows beyond the row and its
-// attempts: the audit log and the event's message.
+// notificationExtras reads what Notification shows beyond the row and
+// its attempts: the audit log.
 func notificationExtras(ctx context.Context, q querier, n *model.Notification) error {
-	rows, err := q.Query(ctx, `SELECT at, actor, action, coalesce(detail, '') FROM notification_audit
-		WHERE notification = $1 ORDER BY id`, n.ID)
-	if err != nil {
-		return fmt.Errorf("read audit: %w", err)
-	}
-	defer rows.Close()
-	n.Audit = []model.AuditEntry{}
-	for rows.Next() {
-		var a model.AuditEntry
-		var at int64
-		if err := rows.Scan(&at, &a.Actor, &a.Action, &a.Detail); err != nil {
-			return fmt.Errorf("read audit: %w", err)
-		}
-		a.At = fromMS(at)
-		n.Audit = append(n.Audit, a)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read audit: %w", err)
-	}
-	rows.Close()
-	return nil
+	var err error
+	n.Audit, err = sqlstore.Audit(ctx, shared(q), n.ID)
+	return err
 }
 
 // FeedMemberships lists a tenant's feed memberships by feed and user

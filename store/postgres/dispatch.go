@@ -3,10 +3,9 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
-	"encoding/json"
+	"edgerelay/store/internal/sqlstore"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,13 +38,13 @@ func scanClaimed(row pgx.Row, extra ...any) (model.Claimed, error) {
 // twice: a row another node claimed meanwhile is rechecked and is no
 // longer pending. Each claim takes claims + 1 as its fence token, and
 // records its claimed_provider (model.ClaimRoutes.Provider) from $4, the
-// routes as routesJSON encodes them: its pin, else the provider at its
+// routes as routes.Encode encodes them: its pin, else the provider at its
 // route position of the first route that exists (a key lookup each).
 func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	if req.Filter.Only != nil && len(req.Filter.Only) == 0 || req.Limit <= 0 {
 		return nil, nil // no channel, or no row, is asked for
 	}
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, claimRoutes(req.Routes)}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routes.Encode(req.Routes)}
 	where := ""
 	if f := req.Filter; f.Only != nil {
 		args = append(args, f.Only)
@@ -99,57 +98,9 @@ func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 	return out, nil
 }
 
-// lastRoutes is the routes the latest claim passed, and their encoding:
-// the dispatcher passes the same ClaimRoutes until its routes change, so
-// they are encoded once per change, not once per claim.
-var lastRoutes atomic.Pointer[encodedRoutes]
-
-type encodedRoutes struct {
-	src *model.ClaimRoutes
-	enc any
-}
-
-// claimRoutes is routesJSON(routes), from lastRoutes when routes are the
-// ones it holds (the same pointer: a ClaimRoutes is not changed once
-// passed to a claim).
-func claimRoutes(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	if c := lastRoutes.Load(); c != nil && c.src == routes {
-		return c.enc
-	}
-	enc := routesJSON(routes)
-	lastRoutes.Store(&encodedRoutes{routes, enc})
-	return enc
-}
-
-// routesJSON encodes routes for the claim statement, nil (NULL) for none:
-// {"d": {CHANNEL: [names]}, "t": {TENANT: {CHANNEL: [names]}}}.
-func routesJSON(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	doc := struct {
-		D map[string][]string            `json:"d"`
-		T map[string]map[string][]string `json:"t"`
-	}{D: map[string][]string{}, T: map[string]map[string][]string{}}
-	nonNil := func(names []string) []string { return append([]string{}, names...) } // an empty route is [], not null
-	for ch, names := range routes.Default {
-		doc.D[ch] = nonNil(names)
-	}
-	for tenant, rs := range routes.Tenant {
-		doc.T[tenant] = map[string][]string{}
-		for ch, names := range rs {
-			doc.T[tenant][ch] = nonNil(names)
-		}
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		panic(err) // maps of strings always encode
-	}
-	return string(b)
-}
+// routes encodes the claim's routes, keyed by the tenants and channels
+// themselves (the claim reads them with ->, which takes any key).
+var routes = sqlstore.Routes{Key: func(s string) string { return s }}
 
 // ExpiredLeases lists notifications still in sending whose lease ended
 // before now: their process stopped between the claim and recording the
@@ -289,17 +240,10 @@ func settle(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []boo
 		if !applied[i] {
 			continue
 		}
-		d, a := st.Decision, st.Attempt
-		if d.Suppress != nil {
-			provider := ""
-			if a != nil {
-				provider = a.Provider
-			}
-			if _, err := tx.Exec(ctx, suppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
-				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
-				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
-			}
+		if err := sqlstore.SuppressSettled(ctx, shared(tx), st); err != nil {
+			return err
 		}
+		d, a := st.Decision, st.Attempt
 		if a != nil && d.Status == model.StatusSent && a.MessageID != "" {
 			sentProviders, sentIDs = append(sentProviders, a.Provider), append(sentIDs, a.MessageID)
 			sentAt[msg{a.Provider, a.MessageID}] = a.EndedAt
@@ -326,7 +270,7 @@ func settle(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []boo
 		return fmt.Errorf("look for early receipts: %w", err)
 	}
 	for _, m := range found {
-		if err := applyReceipts(ctx, tx, m.provider, m.id, sentAt[m]); err != nil {
+		if err := dialect.ApplyReceipts(ctx, shared(tx), m.provider, m.id, sentAt[m]); err != nil {
 			return err
 		}
 	}
@@ -388,44 +332,7 @@ func strPtr(s string) *string {
 // second message, not a retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := retryRow(ctx, tx, tenant, id, lift, now)
+		_, err := dialect.Retry(ctx, shared(tx), tenant, id, lift, now)
 		return err
 	})
-}
-
-// retryRow is Retry's write inside tx (RetryAs's too); it returns the
-// status the notification had.
-func retryRow(ctx context.Context, tx pgx.Tx, tenant string, id int64, lift bool, now time.Time) (string, error) {
-	var status, t, channel, address string
-	err := tx.QueryRow(ctx, `SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
-		WHERE id = $1 AND ($2 = '' OR tenant = $2) FOR UPDATE`, id, tenant).Scan(&status, &t, &channel, &address)
-	if isNoRows(err) {
-		return "", fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
-	}
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	switch status {
-	case model.StatusFailed, model.StatusDead, model.StatusUnknown, model.StatusSuppressed:
-	default:
-		return "", &model.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
-	}
-	entry, err := liveSuppression(ctx, tx, t, channel, address, now)
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	if entry != nil && !lift {
-		return "", &model.SuppressedError{ID: id, Entry: *entry}
-	}
-	if entry != nil {
-		if _, err := tx.Exec(ctx, `DELETE FROM suppressions WHERE tenant = $1 AND channel = $2 AND address = $3`, t, channel, address); err != nil {
-			return "", fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
-		}
-	}
-	if _, err := tx.Exec(ctx, `UPDATE notifications SET status = 'pending', next_attempt_at = $1, cycle_attempts = 0,
-			cycle_started_at = $1, reason = NULL, updated_at = $1
-		WHERE id = $2`, ms(now), id); err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	return status, nil
 }

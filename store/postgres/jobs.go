@@ -3,102 +3,12 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
-	"fmt"
+	"edgerelay/store/internal/sqlstore"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// BeginJobRun records the start of a run, or finds it: a run repeated
-// after a restart, or started by another node at the same moment, is the
-// same row (the second insert waits for the first's commit, then does
-// nothing). The run fixes, at its first start, the newest item of tenant's
-// feed sequence (a digest covers the items after the previous run's and up
-// to its own); a repeat asked for another tenant is an error, as its range
-// would be in another sequence.
-func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (model.JobRun, error) {
-	var run model.JobRun
-	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		run = model.JobRun{Job: job, ScheduledAt: at}
-		var upper, legacy int64
-		err := tx.QueryRow(ctx, `SELECT seq, legacy_seq FROM feed_counters WHERE tenant = $1`, tenant).Scan(&upper, &legacy)
-		if err != nil && !isNoRows(err) {
-			return err
-		}
-		// A run begun after a later run of the job (caught up by hand)
-		// covers nothing: the later run already covered everything after
-		// the run before this one. Its range is empty, so no item is in two
-		// digests.
-		var later bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM job_runs WHERE job = $1 AND scheduled_at > $2 AND (tenant = $3 OR tenant IS NULL))`,
-			job, ms(at), tenant).Scan(&later); err != nil {
-			return err
-		}
-		if later {
-			var prevUpper int64
-			var prevTenant *string
-			err := tx.QueryRow(ctx, `SELECT tenant, upper_seq FROM job_runs WHERE job = $1 AND scheduled_at < $2 AND (tenant = $3 OR tenant IS NULL)
-				ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &prevUpper)
-			switch {
-			case isNoRows(err):
-				prevUpper = 0
-			case err != nil:
-				return err
-			case prevTenant == nil:
-				prevUpper = min(prevUpper, legacy)
-			}
-			upper = prevUpper
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO job_runs (job, scheduled_at, tenant, upper_seq, started_at) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT DO NOTHING`, job, ms(at), tenant, upper, ms(now))
-		if err != nil {
-			return fmt.Errorf("begin run of %s: %w", job, err)
-		}
-		run.Repeat = tag.RowsAffected() == 0
-		var runTenant *string
-		if err := tx.QueryRow(ctx, `SELECT tenant, upper_seq, status FROM job_runs WHERE job = $1 AND scheduled_at = $2`, job, ms(at)).
-			Scan(&runTenant, &run.UpperSeq, &run.Status); err != nil {
-			return err
-		}
-		if runTenant != nil && *runTenant != tenant {
-			return fmt.Errorf("run of %s scheduled for %s began for tenant %q, not %q", job, at.UTC().Format(time.RFC3339), *runTenant, tenant)
-		}
-		// A run from before feed sequences were per tenant (migration 0007)
-		// fixed a global seq: of this tenant's items it covered those up to
-		// the tenant's counter then.
-		if runTenant == nil {
-			run.UpperSeq = min(run.UpperSeq, legacy)
-		}
-		var prevTenant *string
-		err = tx.QueryRow(ctx, `SELECT tenant, upper_seq FROM job_runs WHERE job = $1 AND scheduled_at < $2 AND (tenant = $3 OR tenant IS NULL)
-			ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &run.PrevUpperSeq)
-		if isNoRows(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if prevTenant == nil {
-			run.PrevUpperSeq = min(run.PrevUpperSeq, legacy)
-		}
-		return nil
-	})
-	return run, err
-}
-
-// FinishJobRun records how a run ended.
-func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runErr error, now time.Time) error {
-	status, detail := "done", ""
-	if runErr != nil {
-		status, detail = "failed", runErr.Error()
-	}
-	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE job_runs SET status = $1, detail = $2, finished_at = $3 WHERE job = $4 AND scheduled_at = $5`,
-			status, nullStr(detail), ms(now), job, ms(at))
-		return err
-	})
-}
 
 // LastJobRun returns when the job's latest run was scheduled for, and
 // false if it never ran.
@@ -148,7 +58,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		// The rows are locked, so none changes (a retry) between being
 		// chosen and being deleted; attempts and receipts go with them, in
 		// the same write.
-		rows, err := tx.Query(ctx, `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown', 'skipped')
+		rows, err := tx.Query(ctx, `SELECT id FROM notifications WHERE status IN (`+sqlstore.PrunableStatuses+`)
 			AND updated_at < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, c, batch)
 		if err != nil {
 			return pgconn.CommandTag{}, err
@@ -191,7 +101,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	if err == nil {
-		res.FeedItems, err = s.pruneFeedItems(ctx, c, batch)
+		res.FeedItems, err = sqlstore.PruneFeedItems(ctx, s.runRead, s.runWrite, c, batch)
 	}
 	var itemMarks int64
 	if err == nil {
@@ -213,14 +123,8 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 				DELETE FROM events USING doomed WHERE events.id = doomed.id`, c, batch)
 		})
 	}
-	for err == nil {
-		var n int
-		if n, err = s.PruneRequests(ctx, now, batch); err == nil {
-			res.RequestKeys += int64(n)
-		}
-		if n < batch {
-			break
-		}
+	if err == nil {
+		err = sqlstore.Drain(batch, &res.RequestKeys, func() (int, error) { return s.PruneRequests(ctx, now, batch) })
 	}
 	if err == nil {
 		// Suppressions end at their expiry; a lapsed one is only clutter.
@@ -245,76 +149,4 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	return res, err
-}
-
-// pruneFeedItems deletes each tenant's oldest feed items, up to its first
-// item created at or after cutoff, in writes of at most batch rows, as
-// store/sqlite's does: a prefix of the tenant's sequence, not every old
-// item, so a feed's surviving positions have no holes (unread counts are
-// differences of positions). An item created before cutoff but after a
-// younger one (a clock that stepped back) waits for the next prune.
-func (s *Store) pruneFeedItems(ctx context.Context, cutoff int64, batch int) (int64, error) {
-	type cut struct {
-		tenant string
-		below  int64 // delete the tenant's items with seq < below
-	}
-	var cuts []cut
-	// Read first: new items take seqs above the counter read here, so a
-	// cut stays right while the writes below run.
-	err := s.read(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, `SELECT c.tenant,
-				(SELECT seq FROM feed_items i WHERE i.tenant = c.tenant ORDER BY seq LIMIT 1),
-				coalesce((SELECT seq FROM feed_items i WHERE i.tenant = c.tenant AND i.created_at >= $1 ORDER BY seq LIMIT 1), c.seq + 1)
-			FROM feed_counters c`, cutoff)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var ct cut
-			var oldest *int64
-			if err := rows.Scan(&ct.tenant, &oldest, &ct.below); err != nil {
-				return err
-			}
-			if oldest != nil && *oldest < ct.below {
-				cuts = append(cuts, ct)
-			}
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for len(cuts) > 0 {
-		var deleted int64
-		var done int
-		err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-			deleted, done = 0, 0
-			for _, ct := range cuts {
-				left := int64(batch) - deleted
-				if left <= 0 {
-					break
-				}
-				tag, err := tx.Exec(ctx, `DELETE FROM feed_items WHERE tenant = $1 AND seq IN
-					(SELECT seq FROM feed_items WHERE tenant = $1 AND seq < $2 ORDER BY seq LIMIT $3)`, ct.tenant, ct.below, left)
-				if err != nil {
-					return err
-				}
-				n := tag.RowsAffected()
-				deleted += n
-				if n == left {
-					break // maybe more of this tenant's
-				}
-				done++
-			}
-			return nil
-		})
-		if err != nil {
-			return total, err
-		}
-		total += deleted
-		cuts = cuts[done:]
-	}
-	return total, nil
 }

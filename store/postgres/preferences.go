@@ -13,8 +13,8 @@ import (
 	"edgerelay/model"
 )
 
-// Preferences, quiet hours, tenant keys and throttle slots (issue 17), as
-// store/sqlite's.
+// Preferences, quiet hours, tenant keys and throttle slots: what
+// recipients decide about the messages they get, as store/sqlite keeps it.
 
 // RecipientPreferences reads what recipients of a tenant set.
 func (s *Store) RecipientPreferences(ctx context.Context, tenant string, recipients []string) (map[string]model.RecipientPreferences, error) {
@@ -168,34 +168,6 @@ func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw mode
 		return model.Switch{}, false, fmt.Errorf("set preference %s/%s: %w", sw.Category, sw.Channel, err)
 	}
 	return out, changed, nil
-}
-
-// TenantKey reads the tenant's key, storing fresh first if there is none
-// (ON CONFLICT DO NOTHING: the first stored stays).
-func (s *Store) TenantKey(ctx context.Context, tenant string, fresh []byte, now time.Time) ([]byte, error) {
-	var key []byte
-	err := s.read(ctx, func(q querier) error {
-		return q.QueryRow(ctx, `SELECT key FROM tenant_keys WHERE tenant = $1`, tenant).Scan(&key)
-	})
-	switch {
-	case err == nil:
-		return key, nil
-	case !isNoRows(err):
-		return nil, fmt.Errorf("read tenant key: %w", err)
-	case fresh == nil:
-		return nil, fmt.Errorf("tenant %q has no key: %w", tenant, model.ErrNotFound)
-	}
-	err = s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO tenant_keys (tenant, key, created_at) VALUES ($1, $2, $3) ON CONFLICT (tenant) DO NOTHING`,
-			tenant, fresh, ms(now)); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT key FROM tenant_keys WHERE tenant = $1`, tenant).Scan(&key)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store tenant key: %w", err)
-	}
-	return key, nil
 }
 
 // TakeThrottleSlots decides the takes in order in one transaction. Each

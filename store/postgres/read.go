@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -64,7 +65,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 		if err != nil {
 			return fmt.Errorf("read notification: %w", err)
 		}
-		if n.AttemptLog, err = attempts(ctx, q, n.ID); err != nil {
+		if n.AttemptLog, err = sqlstore.Attempts(ctx, shared(q), n.ID); err != nil {
 			return err
 		}
 		var msg []byte
@@ -78,16 +79,11 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 		if err := notificationExtras(ctx, q, &n); err != nil {
 			return err
 		}
-		qe, err := scanQuarantined(q.QueryRow(ctx, `SELECT `+quarantinedCols+` FROM events
-			WHERE id = (SELECT event FROM notifications WHERE id = $1) AND quarantined_at IS NOT NULL`, n.ID))
-		switch {
-		case err == nil:
-			n.Quarantine = &qe
-		case !isNoRows(err):
-			return fmt.Errorf("read notification: %w", err)
+		if n.Quarantine, err = sqlstore.NotificationQuarantine(ctx, shared(q), n.ID); err != nil {
+			return err
 		}
 		if n.ProviderMessageID != "" {
-			n.Receipts, err = receiptsFor(ctx, q, n.ID, n.Provider, n.ProviderMessageID)
+			n.Receipts, err = sqlstore.ReceiptsFor(ctx, shared(q), n.ID, n.Provider, n.ProviderMessageID)
 			return err
 		}
 		return nil
@@ -95,47 +91,13 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	return n, err
 }
 
-func attempts(ctx context.Context, q querier, id int64) ([]model.Attempt, error) {
-	rows, err := q.Query(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
-			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
-			coalesce(decision, '')
-		FROM attempts WHERE notification = $1 ORDER BY n, id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read attempts: %w", err)
-	}
-	defer rows.Close()
-	out := []model.Attempt{}
-	for rows.Next() {
-		var a model.Attempt
-		var start, end int64
-		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
-			return nil, err
-		}
-		a.StartedAt, a.EndedAt = fromMS(start), fromMS(end)
-		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
 // EventNotifications lists an event's notifications in fan-out order,
 // after position after (-1 for the start), at most limit.
 func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]model.EventNotification, error) {
 	var out []model.EventNotification
-	err := s.read(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, `SELECT id, key, recipient, channel, status FROM notifications
-			WHERE event = $1 AND seq > $2 ORDER BY seq LIMIT $3`, eventRow, after, limit)
-		if err != nil {
-			return fmt.Errorf("list notifications of event %d: %w", eventRow, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var n model.EventNotification
-			if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
-				return err
-			}
-			out = append(out, n)
-		}
-		return rows.Err()
+	err := s.read(ctx, func(q querier) (err error) {
+		out, err = sqlstore.EventNotifications(ctx, shared(q), eventRow, after, limit)
+		return err
 	})
 	return out, err
 }
@@ -196,7 +158,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (model.Status, error)
 		if err := q.QueryRow(ctx, `SELECT count(*) FROM suppressions WHERE expires_at IS NULL OR expires_at > $1`, ms(now)).Scan(&st.Suppressions); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
-		if st.SourceRejects, err = rejectCounts(ctx, q); err != nil {
+		if st.SourceRejects, err = sqlstore.RejectCounts(ctx, shared(q)); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
 		rows, err = q.Query(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
@@ -452,26 +414,4 @@ func (s *Store) EventRows(ctx context.Context, tenant, eventID string) ([]model.
 		return nil, err
 	}
 	return out, nil
-}
-
-// rejectCounts counts the recorded rejected outbox rows by source.
-func rejectCounts(ctx context.Context, q querier) (map[string]int64, error) {
-	rows, err := q.Query(ctx, `SELECT source, count(*) FROM source_rejects GROUP BY source`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out map[string]int64
-	for rows.Next() {
-		var src string
-		var n int64
-		if err := rows.Scan(&src, &n); err != nil {
-			return nil, err
-		}
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[src] = n
-	}
-	return out, rows.Err()
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,48 +9,6 @@ import (
 
 	"edgerelay/model"
 )
-
-// CreateSession keeps a console session.
-func (s *Store) CreateSession(ctx context.Context, ss model.Session) error {
-	if ss.IDHash == "" {
-		return errors.New("create session: empty id hash")
-	}
-	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO console_sessions (id_hash, tenant, token_hash, who, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6)`, ss.IDHash, ss.Tenant, ss.TokenHash, ss.Who, ms(ss.CreatedAt), ms(ss.ExpiresAt)); err != nil {
-			return fmt.Errorf("create session: %w", err)
-		}
-		return nil
-	})
-}
-
-// Session reads a live session: one primary-key lookup.
-func (s *Store) Session(ctx context.Context, idHash string, now time.Time) (model.Session, error) {
-	ss := model.Session{IDHash: idHash}
-	var created, expires int64
-	err := s.read(ctx, func(q querier) error {
-		return q.QueryRow(ctx, `SELECT tenant, token_hash, who, created_at, expires_at FROM console_sessions
-			WHERE id_hash = $1 AND expires_at > $2`, idHash, ms(now)).Scan(&ss.Tenant, &ss.TokenHash, &ss.Who, &created, &expires)
-	})
-	if isNoRows(err) {
-		return model.Session{}, fmt.Errorf("session: %w", model.ErrNotFound)
-	}
-	if err != nil {
-		return model.Session{}, fmt.Errorf("read session: %w", err)
-	}
-	ss.CreatedAt, ss.ExpiresAt = fromMS(created), fromMS(expires)
-	return ss, nil
-}
-
-// DeleteSession ends a session.
-func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
-	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE id_hash = $1`, idHash); err != nil {
-			return fmt.Errorf("delete session: %w", err)
-		}
-		return nil
-	})
-}
 
 // PruneSessions deletes up to limit expired sessions in one write, the
 // rows chosen once (see PruneRequests).

@@ -9,151 +9,19 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 )
 
-// SourceState returns a source's position and its gaps in id order, the
-// zero state for a source never saved.
-func (s *Store) SourceState(ctx context.Context, name string) (model.SourceState, error) {
-	var st model.SourceState
-	err := s.read(ctx, func(q querier) error {
-		st = model.SourceState{}
-		err := q.QueryRow(ctx, `SELECT position FROM source_positions WHERE source = $1`, name).Scan(&st.Position)
-		if isNoRows(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read position of source %q: %w", name, err)
-		}
-		rows, err := q.Query(ctx, `SELECT first, last, since, mark FROM source_gaps WHERE source = $1 ORDER BY first`, name)
-		if err != nil {
-			return fmt.Errorf("read gaps of source %q: %w", name, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var g model.SourceGap
-			var since int64
-			if err := rows.Scan(&g.First, &g.Last, &since, &g.Mark); err != nil {
-				return fmt.Errorf("read gaps of source %q: %w", name, err)
-			}
-			g.Since = fromMS(since)
-			st.Gaps = append(st.Gaps, g)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read gaps of source %q: %w", name, err)
-		}
-		return nil
-	})
-	return st, err
-}
-
-// SaveSourceState saves a source's position and gaps in one transaction,
-// unless the position would move back.
-func (s *Store) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {
-	return s.SettleSource(ctx, name, model.SourceSettle{State: st}, now)
-}
-
-// SettleSource saves a batch's state (unless its position would move
-// back), its rejects and its retried rows in one transaction.
-func (s *Store) SettleSource(ctx context.Context, name string, set model.SourceSettle, now time.Time) error {
-	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
-		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
-		st := set.State
-		tag, err := tx.Exec(ctx, `INSERT INTO source_positions (source, position, updated_at) VALUES ($1, $2, $3)
-			ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
-			WHERE excluded.position >= source_positions.position`, name, st.Position, ms(now))
-		if err != nil {
-			return fail(err)
-		}
-		if tag.RowsAffected() > 0 { // else behind the saved position: left as it was
-			if _, err := tx.Exec(ctx, `DELETE FROM source_gaps WHERE source = $1`, name); err != nil {
-				return fail(err)
-			}
-			for _, g := range st.Gaps {
-				if _, err := tx.Exec(ctx, `INSERT INTO source_gaps (source, first, last, since, mark) VALUES ($1, $2, $3, $4, $5)`,
-					name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
-					return fail(err)
-				}
-			}
-		}
-		// A request is cleared only by the answer to it: one made after
-		// the row was read again stays for the next round.
-		for _, r := range set.Rejects {
-			if _, err := tx.Exec(ctx, `INSERT INTO source_rejects (source, row_id, event_id, reason, first_at, last_at, times)
-				VALUES ($1, $2, $3, $4, $5, $5, 1)
-				ON CONFLICT (source, row_id) DO UPDATE SET event_id = excluded.event_id, reason = excluded.reason,
-					last_at = excluded.last_at, times = source_rejects.times + 1, gone_at = NULL,
-					retry_at = CASE WHEN source_rejects.retry_at <= $6 THEN NULL ELSE source_rejects.retry_at END`,
-				name, r.Row, r.EventID, r.Reason, ms(now), answered(r.RetryAt)); err != nil {
-				return fail(err)
-			}
-		}
-		for _, row := range set.Accepted {
-			if _, err := tx.Exec(ctx, `DELETE FROM source_rejects WHERE source = $1 AND row_id = $2`, name, row); err != nil {
-				return fail(err)
-			}
-		}
-		for _, r := range set.Gone {
-			if _, err := tx.Exec(ctx, `UPDATE source_rejects SET gone_at = $1,
-				retry_at = CASE WHEN retry_at <= $2 THEN NULL ELSE retry_at END WHERE source = $3 AND row_id = $4`,
-				ms(now), answered(r.RetryAt), name, r.Row); err != nil {
-				return fail(err)
-			}
-		}
-		return nil
-	})
-}
-
-// answered is the newest request time (ms) a settle answers, -1 for none.
-func answered(t *time.Time) int64 {
-	if t == nil {
-		return -1
-	}
-	return ms(*t)
-}
-
-// SourceRejects lists recorded rejects in (source, row) order.
-func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
-	if f.Limit <= 0 {
-		f.Limit = 1000
-	}
-	q := `SELECT source, row_id, event_id, reason, first_at, last_at, times, retry_at, gone_at FROM source_rejects
-		WHERE ($1 = '' OR source = $1) AND (source COLLATE "C", row_id) > ($2::text COLLATE "C", $3)`
-	if f.Requested {
-		q += ` AND retry_at IS NOT NULL`
-	}
-	var out []model.SourceReject
-	err := s.read(ctx, func(qr querier) error {
-		out = nil
-		rows, err := qr.Query(ctx, q+` ORDER BY source COLLATE "C", row_id LIMIT $4`, f.Source, f.AfterSource, f.AfterRow, f.Limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r model.SourceReject
-			var first, last int64
-			var retry, gone *int64
-			if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
-				return err
-			}
-			r.First, r.Last = fromMS(first), fromMS(last)
-			r.RetryAt, r.GoneAt = optMS(retry), optMS(gone)
-			out = append(out, r)
-		}
-		return rows.Err()
+// SourceRejects lists recorded rejects (sqlstore.SourceRejects).
+func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) (out []model.SourceReject, err error) {
+	err = s.read(ctx, func(q querier) (err error) {
+		out, err = sqlstore.SourceRejects(ctx, shared(q), f, ` COLLATE "C"`)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read rejected rows: %w", err)
 	}
 	return out, nil
-}
-
-func optMS(v *int64) *time.Time {
-	if v == nil {
-		return nil
-	}
-	t := fromMS(*v)
-	return &t
 }
 
 // RetrySourceRejects asks for rows (all if nil) to be read again.
@@ -184,31 +52,4 @@ func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stm
 	}
 	slices.Sort(done)
 	return slices.Compact(done), nil
-}
-
-// SourceStates returns every saved source's state by name; each is read
-// as SourceState reads it.
-func (s *Store) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
-	var names []string
-	err := s.read(ctx, func(q querier) error {
-		names = nil
-		rows, err := q.Query(ctx, `SELECT source FROM source_positions ORDER BY source`)
-		if err != nil {
-			return err
-		}
-		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list sources: %w", err)
-	}
-	out := make(map[string]model.SourceState, len(names))
-	for _, n := range names {
-		st, err := s.SourceState(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		out[n] = st
-	}
-	return out, nil
 }

@@ -4,16 +4,15 @@ import (
 	"context"
 	"edgerelay/model"
 	"edgerelay/store"
+	"edgerelay/store/internal/sqlstore"
 	"embed"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +93,10 @@ type Store struct {
 	// loseCommitAnswer, set by tests (export_test.go), makes a committed
 	// transaction look as if its connection broke before the answer came.
 	loseCommitAnswer func() bool
+
+	// The methods written once (sessions, tokens, leases, request keys,
+	// suppressions), over the pool, its writes and its grouped writes.
+	sqlstore.Methods
 }
 
 var _ store.Store = (*Store)(nil)
@@ -139,6 +142,7 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %s", where, scrub(err.Error(), secrets))
 	}
 	s := &Store{pool: pool, where: where, log: opts.Logger, writeTimeout: opts.WriteTimeout, pin: pin}
+	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runGrouped}
 	// A quarter of the pool commits groups; the rest is left to reads
 	// and the writes that are not grouped.
 	s.group.committers = max(2, int(cfg.MaxConns)/4)
@@ -509,38 +513,9 @@ func redact(conn string, cfg *pgxpool.Config) string {
 	return u.String()
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = sqlstore.Migration
 
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration %s: name must start with its number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: expected number %d", m.name, i+1)
-		}
-	}
-	return ms, nil
-}
+func migrations() ([]migration, error) { return sqlstore.Migrations(migrationFS, "migrations") }
 
 // SchemaVersion is the schema version this binary writes: the same number
 // means the same schema step as store/sqlite's.
@@ -635,21 +610,21 @@ func (s *Store) migrateStep(ctx context.Context, ms []migration) (int, error) {
 			}
 		}
 		m := ms[have]
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-		if f := goMigrations[m.version]; f != nil {
+		if f := goMigrations[m.Version]; f != nil {
 			if err := f(ctx, tx); err != nil {
-				return fmt.Errorf("migration %s: %w", m.name, err)
+				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, m.version); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, m.Version); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 		if have > 0 {
-			s.log.Info("migrated database", "to", m.version, "migration", m.name)
+			s.log.Info("migrated database", "to", m.Version, "migration", m.Name)
 		}
-		have = m.version
+		have = m.Version
 		return nil
 	})
 	return have, err
@@ -659,19 +634,5 @@ func (s *Store) migrateStep(ctx context.Context, ms []migration) (int, error) {
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
-
-func nullStr(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func nullInt(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return n
-}
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"strings"
@@ -79,7 +80,7 @@ func acceptEvent(tx *Tx, ev model.NewEvent, first []model.Target, now time.Time)
 		}
 		res.Duplicate = true
 		if len(ev.Feeds) > 0 { // the same content: the same feeds
-			if res.FeedItems, err = eventFeedItems(tx, ev.Tenant, res.EventRow); err != nil {
+			if res.FeedItems, err = sqlstore.EventFeedItems(context.Background(), tx.shared(), ev.Tenant, res.EventRow); err != nil {
 				return res, err
 			}
 		}
@@ -149,7 +150,7 @@ func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk [
 		rows := chunk[i:min(i+insertRows, len(chunk))]
 		args = args[:0]
 		for j, tg := range rows {
-			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, nullStr(tg.AddressKey), t, t, t, t, tg.Message)
+			args = append(args, tg.Key, eventRow, from+i+j, tenant, typ, tg.Recipient, tg.Channel, tg.Address, sqlstore.NullStr(tg.AddressKey), t, t, t, t, tg.Message)
 		}
 		if len(rows) == 1 {
 			// One row (the usual event): last_insert_rowid() names it, and
@@ -234,38 +235,6 @@ func (s *Store) QuarantineEvent(ctx context.Context, eventRow int64, reason stri
 	})
 }
 
-const quarantinedCols = `id, tenant, event_id, purpose, type, expanded, targets, coalesce(quarantine_reason, ''), quarantined_at`
-
-func scanQuarantined(row interface{ Scan(...any) error }) (model.QuarantinedEvent, error) {
-	var q model.QuarantinedEvent
-	var at int64
-	err := row.Scan(&q.EventRow, &q.Tenant, &q.EventID, &q.Purpose, &q.Type, &q.Expanded, &q.Targets, &q.Reason, &at)
-	q.At = fromMS(at)
-	return q, err
-}
-
-// QuarantinedEvents lists quarantined events, newest first.
-func (s *Store) QuarantinedEvents(ctx context.Context, tenant string, before int64, limit int) ([]model.QuarantinedEvent, error) {
-	if before <= 0 {
-		before = 1<<63 - 1
-	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+quarantinedCols+` FROM events
-		WHERE quarantined_at IS NOT NULL AND (?1 = '' OR tenant = ?1) AND id < ?2 ORDER BY id DESC LIMIT ?3`, tenant, before, limit)
-	if err != nil {
-		return nil, fmt.Errorf("quarantined events: %w", err)
-	}
-	defer rows.Close()
-	out := []model.QuarantinedEvent{}
-	for rows.Next() {
-		q, err := scanQuarantined(rows)
-		if err != nil {
-			return nil, fmt.Errorf("quarantined events: %w", err)
-		}
-		out = append(out, q)
-	}
-	return out, rows.Err()
-}
-
 // ReleaseEvent lifts a quarantine: the expander tries the fan-out again.
 func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64) error {
 	return s.w.do(ctx, func(tx *Tx) error {
@@ -279,24 +248,4 @@ func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64)
 		}
 		return nil
 	})
-}
-
-// DropEvent ends a quarantined fan-out where it stopped: targets becomes
-// what was expanded, and dropped keeps the difference.
-func (s *Store) DropEvent(ctx context.Context, tenant string, eventRow int64, now time.Time) (int, error) {
-	var dropped int
-	err := s.w.do(ctx, func(tx *Tx) error {
-		err := tx.queryRow(`UPDATE events SET dropped = dropped + targets - expanded, targets = expanded,
-				quarantined_at = NULL, quarantine_reason = 'dropped by an operator at ' || strftime('%Y-%m-%dT%H:%M:%SZ', ?3 / 1000, 'unixepoch') || ': ' || quarantine_reason
-			WHERE id = ?1 AND (?2 = '' OR tenant = ?2) AND quarantined_at IS NOT NULL
-			RETURNING dropped`, eventRow, tenant, ms(now)).Scan(&dropped)
-		if isNoRows(err) {
-			return fmt.Errorf("quarantined event %d: %w", eventRow, model.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("drop event %d: %w", eventRow, err)
-		}
-		return nil
-	})
-	return dropped, err
 }

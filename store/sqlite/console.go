@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"time"
@@ -185,7 +186,7 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 	return s.w.do(ctx, func(tx *Tx) error {
 		// A person's retry never lifts a suppression: the entry is named
 		// in the refusal (SuppressedError), lifted where suppressions are.
-		from, err := retryRow(tx, tenant, id, false, now)
+		from, err := dialect.Retry(ctx, tx.shared(), tenant, id, false, now)
 		if err != nil {
 			return err
 		}
@@ -198,28 +199,11 @@ func (s *Store) RetryAs(ctx context.Context, tenant string, id int64, now time.T
 }
 
 // notificationExtras reads what Notification shows beyond the row and
-// its attempts: the audit log and the event's message.
+// its attempts: the audit log.
 func (s *Store) notificationExtras(ctx context.Context, n *model.Notification) error {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT at, actor, action, coalesce(detail, '') FROM notification_audit
-		WHERE notification = ? ORDER BY id`, n.ID)
-	if err != nil {
-		return fmt.Errorf("read audit: %w", err)
-	}
-	defer rows.Close()
-	n.Audit = []model.AuditEntry{}
-	for rows.Next() {
-		var a model.AuditEntry
-		var at int64
-		if err := rows.Scan(&at, &a.Actor, &a.Action, &a.Detail); err != nil {
-			return fmt.Errorf("read audit: %w", err)
-		}
-		a.At = fromMS(at)
-		n.Audit = append(n.Audit, a)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read audit: %w", err)
-	}
-	return nil
+	var err error
+	n.Audit, err = sqlstore.Audit(ctx, s.reader(), n.ID)
+	return err
 }
 
 // FeedMemberships lists a tenant's feed memberships by feed and user.

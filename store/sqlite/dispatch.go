@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 )
 
 // claimedCols are read with each claimed row, in the claim's RETURNING
@@ -36,9 +36,9 @@ func scanClaimed(rows *sql.Rows) (model.Claimed, error) {
 		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.Message)
 	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
 	if err == nil && entry.Valid {
-		var e suppressionJSON
+		var e sqlstore.SuppressionJSON
 		if err = json.Unmarshal([]byte(entry.String), &e); err == nil {
-			c.Suppression = e.entry(c.Tenant, c.Channel)
+			c.Suppression = e.Entry(c.Tenant, c.Channel)
 		}
 	}
 	return c, err
@@ -50,7 +50,7 @@ func scanClaimed(rows *sql.Rows) (model.Claimed, error) {
 // row on each claim, which grows with the backlog (TestDispatchQueriesUseIndexes).
 //
 // It records each row's claimed_provider (model.ClaimRoutes.Provider) from
-// ?4, the routes as routesJSON encodes them: its pin, else the provider at
+// ?4, the routes as routes.Encode encodes them: its pin, else the provider at
 // its route position of the first route that exists (a key lookup each,
 // not a scan of the routes).
 func claimSQL(where string) string {
@@ -80,7 +80,7 @@ func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 		return nil, nil // no channel, or no row, is asked for (SQLite finds no plan for an empty IN under INDEXED BY)
 	}
 	where := ""
-	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, claimRoutes(req.Routes)}
+	args := []any{ms(req.Now), ms(req.Now.Add(req.Lease)), req.Limit, routes.Encode(req.Routes)}
 	// Numbered parameters: a bare ? would take its number from the ones
 	// before it in the text, not from args.
 	list := func(channels []string) string {
@@ -121,61 +121,10 @@ func (s *Store) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 	return out, err
 }
 
-// lastRoutes is the routes the latest claim passed, and their encoding:
-// the dispatcher passes the same ClaimRoutes until its routes change, so
-// they are encoded once per change, not once per claim.
-var lastRoutes atomic.Pointer[encodedRoutes]
-
-type encodedRoutes struct {
-	src *model.ClaimRoutes
-	enc any
-}
-
-// claimRoutes is routesJSON(routes), from lastRoutes when routes are the
-// ones it holds (the same pointer: a ClaimRoutes is not changed once
-// passed to a claim).
-func claimRoutes(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	if c := lastRoutes.Load(); c != nil && c.src == routes {
-		return c.enc
-	}
-	enc := routesJSON(routes)
-	lastRoutes.Store(&encodedRoutes{routes, enc})
-	return enc
-}
-
-// routesJSON encodes routes for the claim statement, nil (NULL) for none:
-// {"d": {CHANNEL: [names]}, "t": {TENANT: {CHANNEL: [names]}}}, each key
-// "x" and the upper-case hex of its UTF-8 bytes, as SQL's hex() spells a
-// row's tenant and channel: a JSON path can then name any tenant or
-// channel, quotes and dots included.
-func routesJSON(routes *model.ClaimRoutes) any {
-	if routes == nil {
-		return nil
-	}
-	key := func(s string) string { return "x" + strings.ToUpper(hex.EncodeToString([]byte(s))) }
-	byKey := func(rs map[string][]string) map[string][]string {
-		out := make(map[string][]string, len(rs))
-		for ch, names := range rs {
-			out[key(ch)] = append([]string{}, names...) // an empty route is [], not null
-		}
-		return out
-	}
-	doc := struct {
-		D map[string][]string            `json:"d"`
-		T map[string]map[string][]string `json:"t"`
-	}{D: byKey(routes.Default), T: make(map[string]map[string][]string, len(routes.Tenant))}
-	for tenant, rs := range routes.Tenant {
-		doc.T[key(tenant)] = byKey(rs)
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		panic(err) // maps of strings always encode
-	}
-	return string(b)
-}
+// routes encodes the claim's routes, each key "x" and the upper-case hex
+// of its UTF-8 bytes, as SQL's hex() spells a row's tenant and channel: a
+// JSON path can then name any tenant or channel, quotes and dots included.
+var routes = sqlstore.Routes{Key: func(s string) string { return "x" + strings.ToUpper(hex.EncodeToString([]byte(s))) }}
 
 // attachMessages fills in each claimed notification's event id, purpose and
 // message, with one read of their events per slice (not one per row).
@@ -355,13 +304,13 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 			var counted int
 			var provider, msgID, resp any
 			if a != nil {
-				counted, provider, msgID, resp = 1, a.Provider, nullStr(a.MessageID), nullStr(a.Response)
+				counted, provider, msgID, resp = 1, a.Provider, sqlstore.NullStr(a.MessageID), sqlstore.NullStr(a.Response)
 			}
 			var cycle any
 			if !d.CycleStartsAt.IsZero() {
 				cycle = ms(d.CycleStartsAt)
 			}
-			args = append(args, st.ID, st.Token, d.Status, ms(d.NextAttemptAt), nullStr(d.Reason), ms(st.At),
+			args = append(args, st.ID, st.Token, d.Status, ms(d.NextAttemptAt), sqlstore.NullStr(d.Reason), ms(st.At),
 				d.RoutePos, d.Pinned, counted, provider, msgID, resp, cycle)
 		}
 		rows, err := tx.query(settleUpdate(hi-lo), args...)
@@ -400,7 +349,7 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 				decision = "not applied: the claim had been settled meanwhile (its lease expired); this call's outcome is kept for the record only"
 			}
 			args = append(args, st.ID, a.N, a.Provider, ms(a.StartedAt), ms(a.EndedAt), a.Outcome, a.Permanent,
-				nullInt(a.HTTPStatus), nullStr(a.MessageID), nullStr(a.Response), nullStr(a.Detail), decision)
+				sqlstore.NullInt(a.HTTPStatus), sqlstore.NullStr(a.MessageID), sqlstore.NullStr(a.Response), sqlstore.NullStr(a.Detail), decision)
 		}
 		if _, err := tx.exec(attemptsInsert(hi-lo), args...); err != nil {
 			return fmt.Errorf("record %d attempts: %w", hi-lo, err)
@@ -415,17 +364,10 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 		if !applied[i] {
 			continue
 		}
-		d, a := st.Decision, st.Attempt
-		if d.Suppress != nil {
-			provider := ""
-			if a != nil {
-				provider = a.Provider
-			}
-			if _, err := tx.exec(suppressNotification, st.ID, d.Suppress.Reason, model.SourceProvider, provider,
-				d.Suppress.Detail, ms(st.At), nullTime(d.Suppress.ExpiresAt)); err != nil {
-				return fmt.Errorf("suppress the address of notification %d: %w", st.ID, err)
-			}
+		if err := sqlstore.SuppressSettled(context.Background(), tx.shared(), st); err != nil {
+			return err
 		}
+		d, a := st.Decision, st.Attempt
 		if a != nil && d.Status == model.StatusSent && a.MessageID != "" {
 			sent = append(sent, i)
 		}
@@ -459,7 +401,7 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 			return err
 		}
 		for _, m := range found {
-			if err := applyReceipts(tx, m.provider, m.id, ss[sent[lo]].At); err != nil {
+			if err := dialect.ApplyReceipts(context.Background(), tx.shared(), m.provider, m.id, ss[sent[lo]].At); err != nil {
 				return err
 			}
 		}
@@ -475,58 +417,7 @@ func settle(tx *Tx, ss []model.Settlement, applied []bool) error {
 // second message, not a retry.
 func (s *Store) Retry(ctx context.Context, tenant string, id int64, lift bool, now time.Time) error {
 	return s.w.do(ctx, func(tx *Tx) error {
-		_, err := retryRow(tx, tenant, id, lift, now)
+		_, err := dialect.Retry(ctx, tx.shared(), tenant, id, lift, now)
 		return err
 	})
-}
-
-// retryRow is Retry's write inside tx (RetryAs's too); it returns the
-// status the notification had.
-func retryRow(tx *Tx, tenant string, id int64, lift bool, now time.Time) (string, error) {
-	var status, t, channel, address string
-	err := tx.queryRow(`SELECT status, tenant, channel, coalesce(address_key, address) FROM notifications
-		WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant).Scan(&status, &t, &channel, &address)
-	if isNoRows(err) {
-		return "", fmt.Errorf("notification %d: %w", id, model.ErrNotFound)
-	}
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	switch status {
-	case model.StatusFailed, model.StatusDead, model.StatusUnknown, model.StatusSuppressed:
-	default:
-		return "", &model.StateError{ID: id, Status: status, Want: "failed, dead, unknown or suppressed"}
-	}
-	entry, err := liveSuppression(tx, t, channel, address, now)
-	if err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	if entry != nil && !lift {
-		return "", &model.SuppressedError{ID: id, Entry: *entry}
-	}
-	if entry != nil {
-		if _, err := tx.exec(`DELETE FROM suppressions WHERE tenant = ? AND channel = ? AND address = ?`, t, channel, address); err != nil {
-			return "", fmt.Errorf("retry notification %d: lift its suppression: %w", id, err)
-		}
-	}
-	if _, err := tx.exec(`UPDATE notifications SET status = 'pending', next_attempt_at = ?1, cycle_attempts = 0,
-			cycle_started_at = ?1, reason = NULL, updated_at = ?1
-		WHERE id = ?2 AND status = ?3`, ms(now), id, status); err != nil {
-		return "", fmt.Errorf("retry notification %d: %w", id, err)
-	}
-	return status, nil
-}
-
-func nullStr(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func nullInt(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return n
 }

@@ -1,12 +1,11 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -31,12 +30,7 @@ import (
 // counter row, not max(seq) + 1: a pruned number is never given again).
 // pos is the feed's next position: the single writer makes max+1 safe.
 func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now time.Time) ([]model.FeedPost, error) {
-	var uniq []string
-	for _, f := range feeds {
-		if !slices.Contains(uniq, f) {
-			uniq = append(uniq, f)
-		}
-	}
+	uniq := sqlstore.Distinct(feeds)
 	if len(uniq) == 0 {
 		return nil, nil
 	}
@@ -99,59 +93,31 @@ func foldItems(tx *Tx, ss []model.Settlement, applied []bool) error {
 	return nil
 }
 
-// eventFeedItems reads back the items an accepted event posted (a
-// duplicate's answer), in seq order, from the event index.
-func eventFeedItems(tx *Tx, tenant string, eventRow int64) ([]model.FeedPost, error) {
-	rows, err := tx.query(`SELECT feed, seq FROM feed_items WHERE event = ? AND tenant = ? ORDER BY seq`, eventRow, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
-	}
-	defer rows.Close()
-	var out []model.FeedPost
-	for rows.Next() {
-		var p model.FeedPost
-		if err := rows.Scan(&p.Feed, &p.Seq); err != nil {
-			return nil, fmt.Errorf("read feed items of event %d: %w", eventRow, err)
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+// dialect is SQLite's share of the feed view's SQL. Some reads name their
+// index (TestFeedQueriesUseIndexes checks their plans): without statistics
+// SQLite would walk the tenant's whole sequence (the primary key) instead.
+var dialect = &sqlstore.Dialect{
+	OldestItem: `SELECT seq, pos FROM feed_items INDEXED BY feed_items_page
+		WHERE tenant = $1 AND feed = $2 ORDER BY seq LIMIT 1`,
+	PosAt: `SELECT pos FROM feed_items INDEXED BY feed_items_page
+		WHERE tenant = $1 AND feed = $2 AND seq <= $3 ORDER BY seq DESC LIMIT 1`,
+	SharedItems: `SELECT seq, event FROM feed_items INDEXED BY feed_items_shared
+		WHERE tenant = $1 AND feed = $2 AND seq > $3 AND copies > 1`,
+	PageItems:            pageItems,
+	SuppressFromReceipts: suppressFromReceipts,
 }
 
-// The feed reads, one index lookup or range each (TestFeedQueriesUseIndexes
-// checks their plans). Some name their index: without statistics SQLite
-// would walk the tenant's whole sequence (the primary key) instead.
-const (
-	newestSeqSQL   = `SELECT coalesce((SELECT seq FROM feed_counters WHERE tenant = ?), 0)`
-	membershipsSQL = `SELECT feed, joined_seq FROM feed_members WHERE tenant = ? AND user = ?`
-	watermarksSQL  = `SELECT kind, mark FROM feed_marks WHERE tenant = ? AND user = ?`
-	itemMarksSQL   = `SELECT kind, seq FROM feed_item_marks
-		WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq > ?`
-	itemSQL       = `SELECT feed, event FROM feed_items WHERE tenant = ? AND seq = ?`
-	eventItemsSQL = `SELECT seq, feed FROM feed_items WHERE event = ?`
-	// A feed's newest items below the cursor, from the index alone.
-	pageSQL = `SELECT seq, event FROM feed_items
-		WHERE tenant = ? AND feed = ? AND seq > ? AND seq < ?
-		ORDER BY seq DESC LIMIT ?`
-	lastPosSQL    = `SELECT max(pos) FROM feed_items WHERE tenant = ? AND feed = ?`
-	oldestItemSQL = `SELECT seq, pos FROM feed_items INDEXED BY feed_items_page
-		WHERE tenant = ? AND feed = ? ORDER BY seq LIMIT 1`
-	posAtSQL = `SELECT pos FROM feed_items INDEXED BY feed_items_page
-		WHERE tenant = ? AND feed = ? AND seq <= ? ORDER BY seq DESC LIMIT 1`
-	itemMarksCountSQL = `SELECT count(DISTINCT seq) FROM feed_item_marks
-		WHERE tenant = ? AND user = ? AND kind IN ('read', 'dismissed') AND seq > ? AND feed = ?`
-	sharedItemsSQL = `SELECT seq, event FROM feed_items INDEXED BY feed_items_shared
-		WHERE tenant = ? AND feed = ? AND seq > ? AND copies > 1`
-)
-
-// pageItemsSQL reads n events' items, through the event index, and the
-// events: an item's time is its event's; its message is its own if it
-// has one (a folded notification's, rendered for its recipient), else
-// the event's.
-func pageItemsSQL(n int) string {
+// pageItems reads n events' items through the event index (an IN list:
+// SQLite has no arrays).
+func pageItems(tenant string, events []int64) (string, []any) {
+	args := make([]any, 0, len(events)+1)
+	args = append(args, tenant)
+	for _, e := range events {
+		args = append(args, e)
+	}
 	return `SELECT i.event, i.seq, i.feed, e.created_at, e.event_id, e.type, coalesce(i.message, e.message)
 		FROM feed_items i INDEXED BY feed_items_event JOIN events e ON e.id = i.event
-		WHERE i.tenant = ? AND i.event IN (` + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + `)`
+		WHERE i.tenant = ? AND i.event IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(events)), ", ") + `)`, args
 }
 
 // SetFeedMembers makes users the members of a feed. Members who stay keep
@@ -161,7 +127,7 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 	return s.w.do(ctx, func(tx *Tx) error {
 		var joined int64
 		if !history {
-			if err := tx.queryRow(newestSeqSQL, tenant).Scan(&joined); err != nil {
+			if err := tx.queryRow(sqlstore.NewestSeqSQL, tenant).Scan(&joined); err != nil {
 				return err
 			}
 		}
@@ -231,7 +197,7 @@ func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int
 		// Never past the newest item: a client's up_to from the future
 		// would otherwise swallow items not yet posted.
 		var newest int64
-		if err := tx.queryRow(newestSeqSQL, tenant).Scan(&newest); err != nil {
+		if err := tx.queryRow(sqlstore.NewestSeqSQL, tenant).Scan(&newest); err != nil {
 			return err
 		}
 		if upTo < 0 || upTo > newest {
@@ -250,43 +216,10 @@ func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int
 // another tenant's). Below the watermark an item is already so, and
 // nothing is written for it.
 func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int64) error {
-	type copyOf struct {
-		seq  int64
-		feed string
-	}
-	var copies []copyOf
-	err := s.snapshot(ctx, func(q querier) error {
-		feeds, err := userFeeds(ctx, q, tenant, user)
-		if err != nil {
-			return err
-		}
-		v := view{from: feedsFrom(feeds)}
-		var feed string
-		var event int64
-		if err := q.QueryRowContext(ctx, itemSQL, tenant, seq).Scan(&feed, &event); err != nil {
-			if isNoRows(err) {
-				return fmt.Errorf("feed item %d: %w", seq, model.ErrNotFound)
-			}
-			return err
-		}
-		if !v.reads(feed, seq) {
-			return fmt.Errorf("feed item %d: %w", seq, model.ErrNotFound)
-		}
-		rows, err := q.QueryContext(ctx, eventItemsSQL, event)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var c copyOf
-			if err := rows.Scan(&c.seq, &c.feed); err != nil {
-				return err
-			}
-			if v.reads(c.feed, c.seq) {
-				copies = append(copies, c)
-			}
-		}
-		return rows.Err()
+	var copies []sqlstore.ItemCopy
+	err := s.snapshot(ctx, func(q sqlstore.Querier) (err error) {
+		copies, err = sqlstore.ItemCopies(ctx, q, tenant, user, seq)
+		return err
 	})
 	if err != nil {
 		return err
@@ -295,7 +228,7 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 		for _, c := range copies {
 			if _, err := tx.exec(`INSERT INTO feed_item_marks (tenant, user, kind, seq, feed)
 				SELECT ?1, ?2, ?3, ?4, ?5 WHERE ?4 > coalesce((SELECT mark FROM feed_marks WHERE tenant = ?1 AND user = ?2 AND kind = ?3), 0)
-				ON CONFLICT DO NOTHING`, tenant, user, kind, c.seq, c.feed); err != nil {
+				ON CONFLICT DO NOTHING`, tenant, user, kind, c.Seq, c.Feed); err != nil {
 				return err
 			}
 		}
@@ -303,402 +236,34 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 	})
 }
 
-// userFeed is a feed a user reads, from which item on (exclusive).
-type userFeed struct {
-	feed string
-	from int64
-}
-
-// querier is the read pool or one read transaction (a snapshot).
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // snapshot runs fn in one read transaction: every query sees the same
 // committed state, so a page merged from several feeds cannot miss an item
 // committed between two of its queries.
-func (s *Store) snapshot(ctx context.Context, fn func(q querier) error) error {
+func (s *Store) snapshot(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	return fn(tx)
+	return fn(sqlstore.DB(tx))
 }
 
-func userFeeds(ctx context.Context, q querier, tenant, user string) ([]userFeed, error) {
-	fs := []userFeed{{feed: model.TenantFeed}, {feed: model.PersonalFeed(user)}}
-	rows, err := q.QueryContext(ctx, membershipsSQL, tenant, user)
-	if err != nil {
-		return nil, fmt.Errorf("read memberships: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var f userFeed
-		if err := rows.Scan(&f.feed, &f.from); err != nil {
-			return nil, err
-		}
-		fs = append(fs, f)
-	}
-	return fs, rows.Err()
-}
-
-func feedsFrom(feeds []userFeed) map[string]int64 {
-	m := make(map[string]int64, len(feeds))
-	for _, f := range feeds {
-		m[f.feed] = f.from
-	}
-	return m
-}
-
-func marks(ctx context.Context, q querier, tenant, user string) (read, dismissed int64, err error) {
-	rows, err := q.QueryContext(ctx, watermarksSQL, tenant, user)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read watermarks: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var kind string
-		var mark int64
-		if err := rows.Scan(&kind, &mark); err != nil {
-			return 0, 0, err
-		}
-		if kind == model.MarkRead {
-			read = mark
-		} else {
-			dismissed = mark
-		}
-	}
-	return read, dismissed, rows.Err()
-}
-
-// itemMarks are the items a user read or dismissed one by one, above
-// seq.
-func itemMarks(ctx context.Context, q querier, tenant, user string, above int64) (map[string]map[int64]bool, error) {
-	out := map[string]map[int64]bool{model.MarkRead: {}, model.MarkDismissed: {}}
-	rows, err := q.QueryContext(ctx, itemMarksSQL, tenant, user, above)
-	if err != nil {
-		return nil, fmt.Errorf("read item marks: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var kind string
-		var seq int64
-		if err := rows.Scan(&kind, &seq); err != nil {
-			return nil, err
-		}
-		out[kind][seq] = true
-	}
-	return out, rows.Err()
-}
-
-// view is what decides, for one user, which items they see and which they
-// have read.
-type view struct {
-	from            map[string]int64 // the feeds they read, each from which seq on (exclusive)
-	read, dismissed int64            // the watermarks
-	items           map[string]map[int64]bool
-}
-
-// reads says whether the item is in one of the user's feeds, posted after
-// they joined it.
-func (v view) reads(feed string, seq int64) bool {
-	from, ok := v.from[feed]
-	return ok && seq > from
-}
-
-// visible says whether the item is in the user's view: theirs, and not
-// dismissed.
-func (v view) visible(feed string, seq int64) bool {
-	return v.reads(feed, seq) && seq > v.dismissed && !v.items[model.MarkDismissed][seq]
-}
-
-func (v view) isRead(seq int64) bool { return seq <= v.read || v.items[model.MarkRead][seq] }
-
-// FeedPage is a user's feed, newest first: at most limit items from the
-// feeds the user reads (each from when they joined it), without dismissed
-// items, and each event once however many of those feeds it was posted
-// to. An event's place (its Seq, Feed) is its newest copy the user sees;
-// it is read when every copy is. Items are those with seq < before (0 for
-// the newest). ReadMark is the user's read watermark.
+// FeedPage is a user's feed, newest first (sqlstore's FeedPage, in one
+// snapshot). ReadMark is the user's read watermark.
 func (s *Store) FeedPage(ctx context.Context, tenant, user string, before int64, limit int) (items []model.FeedItem, readMark int64, err error) {
-	err = s.snapshot(ctx, func(q querier) error {
-		items, readMark, err = feedPage(ctx, q, tenant, user, before, limit)
+	err = s.snapshot(ctx, func(q sqlstore.Querier) error {
+		items, readMark, err = dialect.FeedPage(ctx, q, tenant, user, before, limit)
 		return err
 	})
 	return items, readMark, err
 }
 
-// pageCandidate is an event's newest visible item below the cursor.
-type pageCandidate struct {
-	seq, event int64
-	feed       string
-}
-
-func feedPage(ctx context.Context, q querier, tenant, user string, before int64, limit int) ([]model.FeedItem, int64, error) {
-	if before <= 0 {
-		before = math.MaxInt64
-	}
-	feeds, err := userFeeds(ctx, q, tenant, user)
-	if err != nil {
-		return nil, 0, err
-	}
-	v := view{from: feedsFrom(feeds)}
-	if v.read, v.dismissed, err = marks(ctx, q, tenant, user); err != nil {
-		return nil, 0, err
-	}
-	if v.items, err = itemMarks(ctx, q, tenant, user, min(v.read, v.dismissed)); err != nil {
-		return nil, 0, err
-	}
-	// Below a cursor, one event more than the page: an event with an item
-	// at or above the cursor was on an earlier page and is left out, and
-	// its items being consecutive, at most one such event reaches below the
-	// cursor. The loop only repeats if more did.
-	need := limit
-	if before < math.MaxInt64 {
-		need++
-	}
-	for {
-		cands, all, err := pageCandidates(ctx, q, tenant, feeds, v, before, need)
-		if err != nil {
-			return nil, 0, err
-		}
-		items, err := pageItems(ctx, q, tenant, v, cands, before)
-		if err != nil {
-			return nil, 0, err
-		}
-		if len(items) >= limit || all {
-			return items[:min(len(items), limit)], v.read, nil
-		}
-		need += max(1, len(cands)-len(items))
-	}
-}
-
-// pageCandidates merges the user's feeds below the cursor into events,
-// newest first: up to need of them, each at its newest visible item (all
-// is set when there are no more). Each feed's newest items come from the
-// index alone (an IN over the feeds could not use the index's order, and
-// would sort them all). A feed read to its limit bounds what is known: an
-// older item of that feed may not have been read yet, so events are taken
-// only down to there, and there are enough of them, since a feed holds an
-// event once.
-func pageCandidates(ctx context.Context, q querier, tenant string, feeds []userFeed, v view, before int64, need int) ([]pageCandidate, bool, error) {
-	n := need + len(v.items[model.MarkDismissed])
-	var pool []pageCandidate
-	known := int64(0) // every visible item at or above it is in pool
-	for _, f := range feeds {
-		rows, err := q.QueryContext(ctx, pageSQL, tenant, f.feed, max(f.from, v.dismissed), before, n)
-		if err != nil {
-			return nil, false, fmt.Errorf("read feed %q: %w", f.feed, err)
-		}
-		got, last := 0, int64(0)
-		for rows.Next() {
-			c := pageCandidate{feed: f.feed}
-			if err := rows.Scan(&c.seq, &c.event); err != nil {
-				rows.Close()
-				return nil, false, err
-			}
-			got, last = got+1, c.seq
-			if !v.items[model.MarkDismissed][c.seq] {
-				pool = append(pool, c)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, false, err
-		}
-		if got == n {
-			known = max(known, last)
-		}
-	}
-	slices.SortFunc(pool, func(a, b pageCandidate) int { return cmp.Compare(b.seq, a.seq) })
-	var cands []pageCandidate
-	seen := map[int64]bool{}
-	for _, c := range pool {
-		if c.seq < known {
-			break
-		}
-		if seen[c.event] {
-			continue // an older copy of an event already placed
-		}
-		seen[c.event] = true
-		cands = append(cands, c)
-		if len(cands) == need {
-			return cands, false, nil
-		}
-	}
-	return cands, known == 0, nil
-}
-
-// pageItems reads the candidates' events in full, with every item of each
-// (one query through the event index): an event with a visible item at or
-// above the cursor is left out (an earlier page showed it), and an event is
-// read when each of its visible items is.
-func pageItems(ctx context.Context, q querier, tenant string, v view, cands []pageCandidate, before int64) ([]model.FeedItem, error) {
-	items := make([]model.FeedItem, 0, len(cands))
-	if len(cands) == 0 {
-		return items, nil
-	}
-	args := make([]any, 0, len(cands)+1)
-	args = append(args, tenant)
-	for _, c := range cands {
-		args = append(args, c.event)
-	}
-	rows, err := q.QueryContext(ctx, pageItemsSQL(len(cands)), args...)
-	if err != nil {
-		return nil, fmt.Errorf("read feed items: %w", err)
-	}
-	defer rows.Close()
-	type event struct {
-		it    model.FeedItem
-		above bool // a visible item at or above the cursor
-		read  bool
-	}
-	events := make(map[int64]*event, len(cands))
-	for rows.Next() {
-		var row int64
-		var it model.FeedItem
-		var created int64
-		if err := rows.Scan(&row, &it.Seq, &it.Feed, &created, &it.EventID, &it.Type, &it.Message); err != nil {
-			return nil, err
-		}
-		if !v.visible(it.Feed, it.Seq) {
-			continue
-		}
-		e := events[row]
-		if e == nil {
-			e = &event{read: true}
-			events[row] = e
-		}
-		e.above = e.above || it.Seq >= before
-		e.read = e.read && v.isRead(it.Seq)
-		if it.Seq > e.it.Seq && it.Seq < before {
-			it.CreatedAt = fromMS(created)
-			e.it = it
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, c := range cands {
-		e := events[c.event]
-		if e == nil || e.above {
-			continue
-		}
-		e.it.Read = e.read
-		items = append(items, e.it)
-	}
-	return items, nil
-}
-
 // UnreadCount counts a user's unread items across the feeds they read,
-// each event once: items above the read and dismiss watermarks (and above
-// when the user joined), less those read or dismissed one by one, less the
-// extra copies of events posted to several of the user's feeds. Per feed
-// it is two index lookups (positions are numbered per feed), whatever the
-// history, and one step per unread item whose event was posted to more
-// than one feed.
+// each event once (sqlstore's UnreadCount, in one snapshot).
 func (s *Store) UnreadCount(ctx context.Context, tenant, user string) (n int64, err error) {
-	err = s.snapshot(ctx, func(q querier) error {
-		n, err = unreadCount(ctx, q, tenant, user)
+	err = s.snapshot(ctx, func(q sqlstore.Querier) error {
+		n, err = dialect.UnreadCount(ctx, q, tenant, user)
 		return err
 	})
 	return n, err
-}
-
-func unreadCount(ctx context.Context, q querier, tenant, user string) (int64, error) {
-	feeds, err := userFeeds(ctx, q, tenant, user)
-	if err != nil {
-		return 0, err
-	}
-	readMark, dismissedMark, err := marks(ctx, q, tenant, user)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	counted := make([]userFeed, 0, len(feeds)) // each feed's items counted: from seq on (exclusive)
-	for _, f := range feeds {
-		from := max(f.from, readMark, dismissedMark)
-		var last sql.NullInt64
-		if err := q.QueryRowContext(ctx, lastPosSQL, tenant, f.feed).Scan(&last); err != nil {
-			return 0, fmt.Errorf("unread count: %w", err)
-		}
-		if !last.Valid {
-			continue // an empty feed
-		}
-		// Positions below the oldest surviving item were pruned: count from
-		// it, not from position 0. (Prune deletes each tenant's oldest
-		// items first, so a feed's surviving positions have no holes.)
-		var oldestSeq, oldestPos int64
-		if err := q.QueryRowContext(ctx, oldestItemSQL,
-			tenant, f.feed).Scan(&oldestSeq, &oldestPos); err != nil {
-			return 0, fmt.Errorf("unread count: %w", err)
-		}
-		var seen int64
-		if from < oldestSeq {
-			from, seen = oldestSeq-1, oldestPos-1
-		} else if err := q.QueryRowContext(ctx, posAtSQL, tenant, f.feed, from).Scan(&seen); err != nil {
-			return 0, fmt.Errorf("unread count: %w", err)
-		}
-		var marked int64
-		if err := q.QueryRowContext(ctx, itemMarksCountSQL,
-			tenant, user, from, f.feed).Scan(&marked); err != nil {
-			return 0, fmt.Errorf("unread count: %w", err)
-		}
-		total += last.Int64 - seen - marked
-		counted = append(counted, userFeed{feed: f.feed, from: from})
-	}
-	extra, err := extraCopies(ctx, q, tenant, user, counted)
-	if err != nil {
-		return 0, fmt.Errorf("unread count: %w", err)
-	}
-	return total - extra, nil
-}
-
-// extraCopies is how many of the items counted were a second (third …)
-// unread copy of an event: it walks only items whose event was posted to
-// more than one feed (the partial index feed_items_shared).
-func extraCopies(ctx context.Context, q querier, tenant, user string, counted []userFeed) (int64, error) {
-	type shared struct{ seq, event int64 }
-	var items []shared
-	lowest := int64(math.MaxInt64)
-	for _, f := range counted {
-		rows, err := q.QueryContext(ctx, sharedItemsSQL, tenant, f.feed, f.from)
-		if err != nil {
-			return 0, err
-		}
-		for rows.Next() {
-			var it shared
-			if err := rows.Scan(&it.seq, &it.event); err != nil {
-				rows.Close()
-				return 0, err
-			}
-			items = append(items, it)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, err
-		}
-		lowest = min(lowest, f.from)
-	}
-	if len(items) == 0 {
-		return 0, nil
-	}
-	// Items marked one by one were not counted.
-	marked, err := itemMarks(ctx, q, tenant, user, lowest)
-	if err != nil {
-		return 0, err
-	}
-	perEvent := map[int64]int64{}
-	for _, it := range items {
-		if !marked[model.MarkRead][it.seq] && !marked[model.MarkDismissed][it.seq] {
-			perEvent[it.event]++
-		}
-	}
-	var extra int64
-	for _, n := range perEvent {
-		extra += n - 1
-	}
-	return extra, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"os"
@@ -95,7 +96,7 @@ func wantUnread(t *testing.T, s *Store, tenant, user string, want int64) {
 // The feed queries stay index lookups: a schema or query change that turns
 // one into a scan of feed_items, or a sort of a whole feed, or a walk of a
 // tenant's whole sequence for one feed's item, fails here. The SQL is the
-// store's own (the constants in feeds.go and jobs.go).
+// store's own (sqlstore's constants, the dialect in feeds.go, jobs.go).
 func TestFeedQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
@@ -107,29 +108,30 @@ func TestFeedQueriesUseIndexes(t *testing.T) {
 		post1(t, s, "beta", fmt.Sprintf("b%d", i), model.TenantFeed)
 	}
 	markItem(t, s, "acme", "ada", model.MarkRead, 5)
+	pageItemsSQL, pageItemsArgs := pageItems("acme", []int64{3, 2, 1})
 	cases := []struct {
 		name, query string
 		args        []any
 		want        string // the index (or primary key) it must search
 		noOrder     bool   // must read the index in order: no temp b-tree for ORDER BY
 	}{
-		{"newest seq", newestSeqSQL, []any{"acme"}, "PRIMARY KEY (tenant=?)", false},
-		{"page", pageSQL, []any{"acme", "team:ops", 0, 1 << 62, 50}, "COVERING INDEX feed_items_page (tenant=? AND feed=? AND seq>? AND seq<?)", true},
+		{"newest seq", sqlstore.NewestSeqSQL, []any{"acme"}, "PRIMARY KEY (tenant=?)", false},
+		{"page", sqlstore.PageSQL, []any{"acme", "team:ops", 0, 1 << 62, 50}, "COVERING INDEX feed_items_page (tenant=? AND feed=? AND seq>? AND seq<?)", true},
 		// Not covering since 0018: an item's own message (a folded
 		// notification's) is in the row, one primary-key step per item.
-		{"page items", pageItemsSQL(3), []any{"acme", 3, 2, 1}, "INDEX feed_items_event (event=?)", false},
-		{"oldest item", oldestItemSQL, []any{"acme", "team:ops"}, "INDEX feed_items_page (tenant=? AND feed=?)", true},
-		{"last pos", lastPosSQL, []any{"acme", "team:ops"}, "COVERING INDEX feed_items_pos (tenant=? AND feed=?)", false},
-		{"pos at seq", posAtSQL, []any{"acme", "team:ops", 10}, "INDEX feed_items_page (tenant=? AND feed=? AND seq<?)", true},
-		{"shared items", sharedItemsSQL, []any{"acme", "team:ops", 3}, "COVERING INDEX feed_items_shared (tenant=? AND feed=? AND seq>?)", false},
-		{"item marks count", itemMarksCountSQL, []any{"acme", "ada", 0, "team:ops"}, "PRIMARY KEY (tenant=? AND user=? AND kind=? AND seq>?)", false},
-		{"item marks", itemMarksSQL, []any{"acme", "ada", 0}, "PRIMARY KEY (tenant=? AND user=? AND kind=? AND seq>?)", false},
-		{"memberships", membershipsSQL, []any{"acme", "ada"}, "PRIMARY KEY (tenant=? AND user=?)", false},
-		{"watermarks", watermarksSQL, []any{"acme", "ada"}, "PRIMARY KEY (tenant=? AND user=?)", false},
-		{"item by seq", itemSQL, []any{"acme", 5}, "PRIMARY KEY (tenant=? AND seq=?)", false},
-		{"an event's items", eventItemsSQL, []any{5}, "COVERING INDEX feed_items_event (event=?)", false},
-		{"prune cuts", pruneFeedCutsSQL, []any{ms(t0)}, "PRIMARY KEY (tenant=?)", false},
-		{"prune items", pruneFeedItemsSQL, []any{"acme", 10, 500}, "PRIMARY KEY (tenant=? AND seq<?)", true},
+		{"page items", pageItemsSQL, pageItemsArgs, "INDEX feed_items_event (event=?)", false},
+		{"oldest item", dialect.OldestItem, []any{"acme", "team:ops"}, "INDEX feed_items_page (tenant=? AND feed=?)", true},
+		{"last pos", sqlstore.LastPosSQL, []any{"acme", "team:ops"}, "COVERING INDEX feed_items_pos (tenant=? AND feed=?)", false},
+		{"pos at seq", dialect.PosAt, []any{"acme", "team:ops", 10}, "INDEX feed_items_page (tenant=? AND feed=? AND seq<?)", true},
+		{"shared items", dialect.SharedItems, []any{"acme", "team:ops", 3}, "COVERING INDEX feed_items_shared (tenant=? AND feed=? AND seq>?)", false},
+		{"item marks count", sqlstore.ItemMarksCountSQL, []any{"acme", "ada", 0, "team:ops"}, "PRIMARY KEY (tenant=? AND user=? AND kind=? AND seq>?)", false},
+		{"item marks", sqlstore.ItemMarksSQL, []any{"acme", "ada", 0}, "PRIMARY KEY (tenant=? AND user=? AND kind=? AND seq>?)", false},
+		{"memberships", sqlstore.MembershipsSQL, []any{"acme", "ada"}, "PRIMARY KEY (tenant=? AND user=?)", false},
+		{"watermarks", sqlstore.WatermarksSQL, []any{"acme", "ada"}, "PRIMARY KEY (tenant=? AND user=?)", false},
+		{"item by seq", sqlstore.ItemSQL, []any{"acme", 5}, "PRIMARY KEY (tenant=? AND seq=?)", false},
+		{"an event's items", sqlstore.EventItemsSQL, []any{5}, "COVERING INDEX feed_items_event (event=?)", false},
+		{"prune cuts", sqlstore.PruneFeedCutsSQL, []any{ms(t0)}, "PRIMARY KEY (tenant=?)", false},
+		{"prune items", sqlstore.PruneFeedItemsSQL, []any{"acme", 10, 500}, "PRIMARY KEY (tenant=? AND seq<?)", true},
 		{"prune item marks", pruneItemMarksSQL, []any{500}, "PRIMARY KEY (tenant=? AND seq=?)", false},
 	}
 	for _, c := range cases {

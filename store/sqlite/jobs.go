@@ -4,100 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 )
-
-// BeginJobRun records the start of a run, or finds it: a run repeated
-// after a restart, or started by a second instance, is the same row. The
-// run fixes, at its first start, the newest item of tenant's feed sequence
-// (a digest covers the items after the previous run's and up to its own);
-// a repeat asked for another tenant is an error, as its range would be in
-// another sequence.
-func (s *Store) BeginJobRun(ctx context.Context, job, tenant string, at, now time.Time) (model.JobRun, error) {
-	run := model.JobRun{Job: job, ScheduledAt: at}
-	err := s.w.do(ctx, func(tx *Tx) error {
-		var upper, legacy int64
-		err := tx.queryRow(`SELECT seq, legacy_seq FROM feed_counters WHERE tenant = ?`, tenant).Scan(&upper, &legacy)
-		if err != nil && !isNoRows(err) {
-			return err
-		}
-		// A run begun after a later run of the job (caught up by hand)
-		// covers nothing: the later run already covered everything after
-		// the run before this one. Its range is empty, so no item is in two
-		// digests.
-		var later bool
-		if err := tx.queryRow(`SELECT EXISTS (SELECT 1 FROM job_runs WHERE job = ? AND scheduled_at > ? AND (tenant = ? OR tenant IS NULL))`,
-			job, ms(at), tenant).Scan(&later); err != nil {
-			return err
-		}
-		if later {
-			var prevUpper int64
-			var prevTenant sql.NullString
-			err := tx.queryRow(`SELECT tenant, upper_seq FROM job_runs WHERE job = ? AND scheduled_at < ? AND (tenant = ? OR tenant IS NULL)
-				ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &prevUpper)
-			switch {
-			case isNoRows(err):
-				prevUpper = 0
-			case err != nil:
-				return err
-			case !prevTenant.Valid:
-				prevUpper = min(prevUpper, legacy)
-			}
-			upper = prevUpper
-		}
-		res, err := tx.exec(`INSERT INTO job_runs (job, scheduled_at, tenant, upper_seq, started_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT DO NOTHING`, job, ms(at), tenant, upper, ms(now))
-		if err != nil {
-			return fmt.Errorf("begin run of %s: %w", job, err)
-		}
-		n, _ := res.RowsAffected()
-		run.Repeat = n == 0
-		var runTenant sql.NullString
-		if err := tx.queryRow(`SELECT tenant, upper_seq, status FROM job_runs WHERE job = ? AND scheduled_at = ?`, job, ms(at)).
-			Scan(&runTenant, &run.UpperSeq, &run.Status); err != nil {
-			return err
-		}
-		if runTenant.Valid && runTenant.String != tenant {
-			return fmt.Errorf("run of %s scheduled for %s began for tenant %q, not %q", job, at.UTC().Format(time.RFC3339), runTenant.String, tenant)
-		}
-		// A run from before feed sequences were per tenant (migration 0007)
-		// fixed a global seq: of this tenant's items it covered those up to
-		// the tenant's counter then.
-		if !runTenant.Valid {
-			run.UpperSeq = min(run.UpperSeq, legacy)
-		}
-		var prevTenant sql.NullString
-		err = tx.queryRow(`SELECT tenant, upper_seq FROM job_runs WHERE job = ? AND scheduled_at < ? AND (tenant = ? OR tenant IS NULL)
-			ORDER BY scheduled_at DESC LIMIT 1`, job, ms(at), tenant).Scan(&prevTenant, &run.PrevUpperSeq)
-		if isNoRows(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !prevTenant.Valid {
-			run.PrevUpperSeq = min(run.PrevUpperSeq, legacy)
-		}
-		return nil
-	})
-	return run, err
-}
-
-// FinishJobRun records how a run ended.
-func (s *Store) FinishJobRun(ctx context.Context, job string, at time.Time, runErr error, now time.Time) error {
-	status, detail := "done", ""
-	if runErr != nil {
-		status, detail = "failed", runErr.Error()
-	}
-	return s.w.do(ctx, func(tx *Tx) error {
-		_, err := tx.exec(`UPDATE job_runs SET status = ?, detail = ?, finished_at = ? WHERE job = ? AND scheduled_at = ?`,
-			status, nullStr(detail), ms(now), job, ms(at))
-		return err
-	})
-}
 
 // LastJobRun returns when the job's latest run was scheduled for, and
 // false if it never ran.
@@ -152,7 +64,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 	after = func() { res.Attempts += attempts; res.Receipts += receipts }
 	err := step(&res.Notifications, func(tx *Tx) (sql.Result, error) {
 		// Attempts and receipts go with their notification, in the same write.
-		ids := `SELECT id FROM notifications WHERE status IN ('sent', 'delivered', 'bounced', 'failed', 'dead', 'unknown', 'skipped')
+		ids := `SELECT id FROM notifications WHERE status IN (` + sqlstore.PrunableStatuses + `)
 			AND updated_at < ?1 ORDER BY id LIMIT ?2`
 		r, err := tx.exec(`DELETE FROM attempts WHERE notification IN (`+ids+`)`, c, batch)
 		if err != nil {
@@ -174,7 +86,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		return tx.exec(`DELETE FROM notifications WHERE id IN (`+ids+`)`, c, batch)
 	})
 	if err == nil {
-		res.FeedItems, err = s.pruneFeedItems(ctx, c, batch)
+		res.FeedItems, err = sqlstore.PruneFeedItems(ctx, s.runRead, s.runWrite, c, batch)
 	}
 	if err == nil {
 		// Receipts about no notification (another system's message on a
@@ -205,14 +117,8 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT ?)`, c, batch)
 		})
 	}
-	for err == nil {
-		var n int
-		if n, err = s.PruneRequests(ctx, now, batch); err == nil {
-			res.RequestKeys += int64(n)
-		}
-		if n < batch {
-			break
-		}
+	if err == nil {
+		err = sqlstore.Drain(batch, &res.RequestKeys, func() (int, error) { return s.PruneRequests(ctx, now, batch) })
 	}
 	if err == nil {
 		// Suppressions end at their expiry; a lapsed one is only clutter.
@@ -243,83 +149,10 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 const (
 	// Each tenant's oldest item, and its first item created at or after
 	// the cutoff (or the next seq if none): what is below it goes.
-	pruneFeedCutsSQL = `SELECT c.tenant,
-			(SELECT seq FROM feed_items i WHERE i.tenant = c.tenant ORDER BY seq LIMIT 1),
-			coalesce((SELECT seq FROM feed_items i WHERE i.tenant = c.tenant AND i.created_at >= ?1 ORDER BY seq LIMIT 1), c.seq + 1)
-		FROM feed_counters c`
-	pruneFeedItemsSQL = `DELETE FROM feed_items WHERE tenant = ?1 AND seq IN
-		(SELECT seq FROM feed_items WHERE tenant = ?1 AND seq < ?2 ORDER BY seq LIMIT ?3)`
 	pruneItemMarksSQL = `DELETE FROM feed_item_marks WHERE (tenant, user, kind, seq) IN
 		(SELECT m.tenant, m.user, m.kind, m.seq FROM feed_item_marks m
 		 WHERE NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.tenant = m.tenant AND i.seq = m.seq) LIMIT ?)`
 )
-
-// pruneFeedItems deletes each tenant's oldest feed items, up to its first
-// item created at or after cutoff, in writes of at most batch rows. A
-// prefix of the tenant's sequence, not every old item: a feed's surviving
-// positions then have no holes (unread counts are differences of
-// positions), and each tenant's cut is found by reading only its old items
-// in seq order. An item created before cutoff but after a younger one (a
-// clock that stepped back) waits for the next prune.
-func (s *Store) pruneFeedItems(ctx context.Context, cutoff int64, batch int) (int64, error) {
-	type cut struct {
-		tenant string
-		below  int64 // delete the tenant's items with seq < below
-	}
-	var cuts []cut
-	// Read first: new items take seqs above the counter read here, so a
-	// cut stays right while the writes below run.
-	rows, err := s.rdb.QueryContext(ctx, pruneFeedCutsSQL, cutoff)
-	if err != nil {
-		return 0, err
-	}
-	for rows.Next() {
-		var ct cut
-		var oldest sql.NullInt64
-		if err := rows.Scan(&ct.tenant, &oldest, &ct.below); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if oldest.Valid && oldest.Int64 < ct.below {
-			cuts = append(cuts, ct)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	var total int64
-	for len(cuts) > 0 {
-		var deleted int64
-		var done int
-		err := s.w.do(ctx, func(tx *Tx) error {
-			deleted, done = 0, 0
-			for _, ct := range cuts {
-				left := int64(batch) - deleted
-				if left <= 0 {
-					break
-				}
-				r, err := tx.exec(pruneFeedItemsSQL, ct.tenant, ct.below, left)
-				if err != nil {
-					return err
-				}
-				n, _ := r.RowsAffected()
-				deleted += n
-				if n == left {
-					break // maybe more of this tenant's
-				}
-				done++
-			}
-			return nil
-		})
-		if err != nil {
-			return total, err
-		}
-		total += deleted
-		cuts = cuts[done:]
-	}
-	return total, nil
-}
 
 // Backup writes a consistent copy of the database to dest with VACUUM INTO,
 // while the relay keeps running (it reads one snapshot). dest must not

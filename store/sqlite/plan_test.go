@@ -20,9 +20,9 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		name, query, want string
 		args              []any
 	}{
-		{"claim", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10, routesJSON(nil)}},
+		{"claim", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10, routes.JSON(nil)}},
 		{"claim with routes", claimSQL(""), "notifications_due", []any{ms(time.Now()), 1, 10,
-			routesJSON(&model.ClaimRoutes{Default: map[string][]string{"email": {"p"}}})}},
+			routes.JSON(&model.ClaimRoutes{Default: map[string][]string{"email": {"p"}}})}},
 		{"claim by channel", claimSQL(" AND channel NOT IN (?5)"), "notifications_due", []any{ms(time.Now()), 1, 10, nil, "sms"}},
 		{"expired leases", expiredLeasesSQL, "notifications_leased", []any{ms(time.Now()), 10}},
 		{"next due", nextDueSQL, "notifications_due", nil},

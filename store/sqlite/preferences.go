@@ -10,7 +10,8 @@ import (
 	"edgerelay/model"
 )
 
-// Preferences, quiet hours, tenant keys and throttle slots (issue 17).
+// Preferences, quiet hours, tenant keys and throttle slots: what
+// recipients decide about the messages they get.
 
 // reader is what reading preferences needs: the read pool, or (through
 // txReader) the writer's transaction.
@@ -201,29 +202,6 @@ func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw mode
 		return nil
 	})
 	return out, changed, err
-}
-
-// TenantKey reads the tenant's key, storing fresh first if there is none
-// (INSERT … ON CONFLICT DO NOTHING: the first stored stays).
-func (s *Store) TenantKey(ctx context.Context, tenant string, fresh []byte, now time.Time) ([]byte, error) {
-	var key []byte
-	err := s.rdb.QueryRowContext(ctx, `SELECT key FROM tenant_keys WHERE tenant = ?`, tenant).Scan(&key)
-	switch {
-	case err == nil:
-		return key, nil
-	case !isNoRows(err):
-		return nil, fmt.Errorf("read tenant key: %w", err)
-	case fresh == nil:
-		return nil, fmt.Errorf("tenant %q has no key: %w", tenant, model.ErrNotFound)
-	}
-	err = s.w.do(ctx, func(tx *Tx) error {
-		if _, err := tx.exec(`INSERT INTO tenant_keys (tenant, key, created_at) VALUES (?, ?, ?) ON CONFLICT (tenant) DO NOTHING`,
-			tenant, fresh, ms(now)); err != nil {
-			return fmt.Errorf("store tenant key: %w", err)
-		}
-		return tx.queryRow(`SELECT key FROM tenant_keys WHERE tenant = ?`, tenant).Scan(&key)
-	})
-	return key, err
 }
 
 // TakeThrottleSlots decides the takes one after another in one write: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -53,7 +54,7 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if err != nil {
 		return n, fmt.Errorf("read notification: %w", err)
 	}
-	if n.AttemptLog, err = s.attempts(ctx, n.ID); err != nil {
+	if n.AttemptLog, err = sqlstore.Attempts(ctx, s.reader(), n.ID); err != nil {
 		return n, err
 	}
 	var msg []byte
@@ -67,61 +68,20 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if err := s.notificationExtras(ctx, &n); err != nil {
 		return n, err
 	}
-	q, err := scanQuarantined(s.rdb.QueryRowContext(ctx, `SELECT `+quarantinedCols+` FROM events
-		WHERE id = (SELECT event FROM notifications WHERE id = ?) AND quarantined_at IS NOT NULL`, n.ID))
-	switch {
-	case err == nil:
-		n.Quarantine = &q
-	case !isNoRows(err):
-		return n, fmt.Errorf("read notification: %w", err)
+	if n.Quarantine, err = sqlstore.NotificationQuarantine(ctx, s.reader(), n.ID); err != nil {
+		return n, err
 	}
 	err = nil
 	if n.ProviderMessageID != "" {
-		n.Receipts, err = s.receiptsFor(ctx, n.ID, n.Provider, n.ProviderMessageID)
+		n.Receipts, err = sqlstore.ReceiptsFor(ctx, s.reader(), n.ID, n.Provider, n.ProviderMessageID)
 	}
 	return n, err
-}
-
-func (s *Store) attempts(ctx context.Context, id int64) ([]model.Attempt, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT n, provider, started_at, ended_at, outcome, permanent,
-			coalesce(http_status, 0), coalesce(provider_message_id, ''), coalesce(response, ''), coalesce(detail, ''),
-			coalesce(decision, '')
-		FROM attempts WHERE notification = ? ORDER BY n, id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read attempts: %w", err)
-	}
-	defer rows.Close()
-	out := []model.Attempt{}
-	for rows.Next() {
-		var a model.Attempt
-		var start, end int64
-		if err := rows.Scan(&a.N, &a.Provider, &start, &end, &a.Outcome, &a.Permanent, &a.HTTPStatus, &a.MessageID, &a.Response, &a.Detail, &a.Decision); err != nil {
-			return nil, err
-		}
-		a.StartedAt, a.EndedAt = fromMS(start), fromMS(end)
-		out = append(out, a)
-	}
-	return out, rows.Err()
 }
 
 // EventNotifications lists an event's notifications in fan-out order,
 // after position after (-1 for the start), at most limit.
 func (s *Store) EventNotifications(ctx context.Context, eventRow int64, after, limit int) ([]model.EventNotification, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, key, recipient, channel, status FROM notifications
-		WHERE event = ? AND seq > ? ORDER BY seq LIMIT ?`, eventRow, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list notifications of event %d: %w", eventRow, err)
-	}
-	defer rows.Close()
-	var out []model.EventNotification
-	for rows.Next() {
-		var n model.EventNotification
-		if err := rows.Scan(&n.ID, &n.Key, &n.Recipient, &n.Channel, &n.Status); err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
+	return sqlstore.EventNotifications(ctx, s.reader(), eventRow, after, limit)
 }
 
 // Status counts notifications by status and attempts by provider and outcome.
@@ -196,7 +156,7 @@ func (s *Store) Status(ctx context.Context, now time.Time) (model.Status, error)
 	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM suppressions WHERE expires_at IS NULL OR expires_at > ?`, ms(now)).Scan(&st.Suppressions); err != nil {
 		return st, fmt.Errorf("status: %w", err)
 	}
-	if st.SourceRejects, err = s.rejectCounts(ctx); err != nil {
+	if st.SourceRejects, err = sqlstore.RejectCounts(ctx, s.reader()); err != nil {
 		return st, fmt.Errorf("status: %w", err)
 	}
 	rows, err = s.rdb.QueryContext(ctx, `SELECT provider, outcome, count(*) FROM attempts GROUP BY provider, outcome`)
@@ -268,26 +228,4 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, fmt.Errorf("next due: %w", err)
 	}
 	return fromMS(t.Int64), t.Valid, nil
-}
-
-// rejectCounts counts the recorded rejected outbox rows by source.
-func (s *Store) rejectCounts(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT source, count(*) FROM source_rejects GROUP BY source`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out map[string]int64
-	for rows.Next() {
-		var src string
-		var n int64
-		if err := rows.Scan(&src, &n); err != nil {
-			return nil, err
-		}
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[src] = n
-	}
-	return out, rows.Err()
 }

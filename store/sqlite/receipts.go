@@ -2,158 +2,16 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"edgerelay/model"
-	"fmt"
+	"edgerelay/store/internal/sqlstore"
 	"time"
 )
 
-// AddReceipts records receipts and applies each new one to the notification
-// it is about. A receipt already recorded (same provider and dedupe key) is
-// ignored: providers retry their callbacks. It returns how many were new.
-//
-// The notification's status is a function of the set of its receipts, not
-// of their order: bounced (bounced, failed) outranks delivered (delivered,
-// complained), which outranks sent. So a late "sent" never moves it out of
-// delivered or bounced, and a receipt that arrived before the send was
-// recorded is applied when it is (see Record).
+// AddReceipts records receipts in one write and applies each new one
+// (sqlstore's AddReceipts): a notification's status is a function of the
+// set of its receipts (model.ReceiptOutcome), so a late "sent" never moves
+// it back, and a receipt that arrived before the send was recorded is
+// applied when it is (see Record).
 func (s *Store) AddReceipts(ctx context.Context, rs []model.Receipt, now time.Time) (int, error) {
-	added := 0
-	err := s.w.do(ctx, func(tx *Tx) error {
-		added = 0
-		for _, r := range rs {
-			var id int64
-			var suppress, until any
-			if r.Suppress != nil {
-				suppress, until = r.Suppress.Reason, nullTime(r.Suppress.ExpiresAt)
-			}
-			err := tx.queryRow(`INSERT INTO receipts (provider, dedupe, message_id, status, detail, at, received_at,
-					source, suppress, suppress_until, notification)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
-				r.Provider, r.Dedupe, r.MessageID, r.Status, nullStr(r.Detail), nullTime(r.At), ms(now),
-				nullStr(r.Source), suppress, until, nullInt64(r.Notification)).Scan(&id)
-			if isNoRows(err) {
-				continue // a replay
-			}
-			if err != nil {
-				return fmt.Errorf("record receipt: %w", err)
-			}
-			added++
-			if err := applyReceipts(tx, r.Provider, r.MessageID, now); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return added, err
-}
-
-// applyReceipts moves each sent notification with this provider message id
-// to the status its receipts add up to, and puts its address on its
-// tenant's suppression list if a receipt asks for that (a hard bounce, a
-// complaint), whatever its status: the address is dead either way.
-//
-// A receipt that names its notification applies to that one only. One
-// that names none applies only while a single notification has this
-// provider and message id: ids minted by many servers (a per-recipient
-// webhook's customers, each answering "1") can collide, and a receipt
-// about one customer's message must not bounce, or suppress the address
-// of, another's, of another tenant perhaps.
-func applyReceipts(tx *Tx, provider, messageID string, now time.Time) error {
-	// Each notification once: the one that alone has the message id (the
-	// receipts naming none apply to it too), and those receipts name.
-	rows, err := tx.query(`SELECT id, max(unbound) FROM (
-			SELECT id, 1 AS unbound FROM notifications WHERE provider = ?1 AND provider_message_id = ?2
-				AND (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2 LIMIT 2)) = 1
-			UNION ALL
-			SELECT notification, 0 FROM receipts WHERE provider = ?1 AND message_id = ?2 AND notification IS NOT NULL)
-		GROUP BY id`, provider, messageID)
-	if err != nil {
-		return fmt.Errorf("find the receipts' notifications: %w", err)
-	}
-	type target struct {
-		id      int64
-		unbound bool // the receipts that name no notification apply too
-	}
-	var ts []target
-	for rows.Next() {
-		var t target
-		if err := rows.Scan(&t.id, &t.unbound); err != nil {
-			rows.Close()
-			return err
-		}
-		ts = append(ts, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, t := range ts {
-		if _, err := tx.exec(suppressFromReceipts, provider, messageID, t.id, t.unbound); err != nil {
-			return fmt.Errorf("suppress from receipts: %w", err)
-		}
-		var rank sql.NullInt64
-		if err := tx.queryRow(`SELECT max(CASE status WHEN 'bounced' THEN 3 WHEN 'failed' THEN 3
-				WHEN 'delivered' THEN 2 WHEN 'complained' THEN 2 ELSE 1 END)
-			FROM receipts WHERE provider = ?1 AND message_id = ?2 AND `+receiptAbout, provider, messageID, t.id, t.unbound).Scan(&rank); err != nil {
-			return fmt.Errorf("rank receipts: %w", err)
-		}
-		var status string
-		switch rank.Int64 {
-		case 3:
-			status = model.StatusBounced
-		case 2:
-			status = model.StatusDelivered
-		default:
-			continue
-		}
-		if _, err := tx.exec(`UPDATE notifications SET status = ?1, updated_at = ?2
-			WHERE id = ?3 AND provider = ?4 AND provider_message_id = ?5
-			  AND (status = 'sent' OR (status = 'delivered' AND ?1 = 'bounced'))`, status, ms(now), t.id, provider, messageID); err != nil {
-			return fmt.Errorf("apply receipt: %w", err)
-		}
-	}
-	return nil
-}
-
-// receiptAbout holds a receipt to notification ?3: it names ?3, or names
-// none and ?4 (no other notification has its provider and message id).
-const receiptAbout = `(notification = ?3 OR (notification IS NULL AND ?4))`
-
-// receiptsFor lists the receipts about notification id, which provider
-// sent as messageID, oldest first (those that apply to it: receiptAbout).
-func (s *Store) receiptsFor(ctx context.Context, id int64, provider, messageID string) ([]model.Receipt, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT provider, message_id, status, coalesce(detail, ''), at, received_at,
-			coalesce(source, ''), suppress, suppress_until
-		FROM receipts WHERE provider = ?1 AND message_id = ?2 AND (notification = ?3 OR (notification IS NULL
-			AND NOT EXISTS (SELECT 1 FROM notifications WHERE provider = ?1 AND provider_message_id = ?2 AND id != ?3)))
-		ORDER BY id`, provider, messageID, id)
-	if err != nil {
-		return nil, fmt.Errorf("read receipts: %w", err)
-	}
-	defer rows.Close()
-	var out []model.Receipt
-	for rows.Next() {
-		var r model.Receipt
-		var at, until sql.NullInt64
-		var recv int64
-		var suppress sql.NullString
-		if err := rows.Scan(&r.Provider, &r.MessageID, &r.Status, &r.Detail, &at, &recv, &r.Source, &suppress, &until); err != nil {
-			return nil, err
-		}
-		if suppress.Valid {
-			r.Suppress = &model.Suppress{Reason: suppress.String}
-			if until.Valid {
-				t := fromMS(until.Int64)
-				r.Suppress.ExpiresAt = &t
-			}
-		}
-		if at.Valid {
-			t := fromMS(at.Int64)
-			r.At = &t
-		}
-		r.ReceivedAt = fromMS(recv)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return writeQ(ctx, s, func(q sqlstore.Querier) (int, error) { return dialect.AddReceipts(ctx, q, rs, now) })
 }

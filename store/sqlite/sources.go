@@ -2,153 +2,21 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"time"
 
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 )
-
-// SourceState returns a source's position and its gaps in id order, the
-// zero state for a source never saved.
-func (s *Store) SourceState(ctx context.Context, name string) (model.SourceState, error) {
-	var st model.SourceState
-	err := s.rdb.QueryRowContext(ctx, `SELECT position FROM source_positions WHERE source = ?`, name).Scan(&st.Position)
-	if isNoRows(err) {
-		return st, nil
-	}
-	if err != nil {
-		return st, fmt.Errorf("read position of source %q: %w", name, err)
-	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT first, last, since, mark FROM source_gaps WHERE source = ? ORDER BY first`, name)
-	if err != nil {
-		return st, fmt.Errorf("read gaps of source %q: %w", name, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var g model.SourceGap
-		var since int64
-		if err := rows.Scan(&g.First, &g.Last, &since, &g.Mark); err != nil {
-			return st, fmt.Errorf("read gaps of source %q: %w", name, err)
-		}
-		g.Since = fromMS(since)
-		st.Gaps = append(st.Gaps, g)
-	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("read gaps of source %q: %w", name, err)
-	}
-	return st, nil
-}
-
-// SaveSourceState saves a source's position and gaps in one transaction,
-// unless the position would move back.
-func (s *Store) SaveSourceState(ctx context.Context, name string, st model.SourceState, now time.Time) error {
-	return s.SettleSource(ctx, name, model.SourceSettle{State: st}, now)
-}
-
-// SettleSource saves a batch's state (unless its position would move
-// back), its rejects and its retried rows in one transaction.
-func (s *Store) SettleSource(ctx context.Context, name string, set model.SourceSettle, now time.Time) error {
-	return s.w.do(ctx, func(tx *Tx) error {
-		fail := func(err error) error { return fmt.Errorf("save state of source %q: %w", name, err) }
-		st := set.State
-		res, err := tx.exec(`INSERT INTO source_positions (source, position, updated_at) VALUES (?, ?, ?)
-			ON CONFLICT (source) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
-			WHERE excluded.position >= source_positions.position`, name, st.Position, ms(now))
-		if err != nil {
-			return fail(err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fail(err)
-		}
-		if n > 0 { // else behind the saved position: left as it was
-			if _, err := tx.exec(`DELETE FROM source_gaps WHERE source = ?`, name); err != nil {
-				return fail(err)
-			}
-			for _, g := range st.Gaps {
-				if _, err := tx.exec(`INSERT INTO source_gaps (source, first, last, since, mark) VALUES (?, ?, ?, ?, ?)`,
-					name, g.First, g.Last, ms(g.Since), g.Mark); err != nil {
-					return fail(err)
-				}
-			}
-		}
-		// A request is cleared only by the answer to it: one made after
-		// the row was read again stays for the next round.
-		for _, r := range set.Rejects {
-			if _, err := tx.exec(`INSERT INTO source_rejects (source, row_id, event_id, reason, first_at, last_at, times)
-				VALUES (?, ?, ?, ?, ?, ?, 1)
-				ON CONFLICT (source, row_id) DO UPDATE SET event_id = excluded.event_id, reason = excluded.reason,
-					last_at = excluded.last_at, times = source_rejects.times + 1, gone_at = NULL,
-					retry_at = CASE WHEN source_rejects.retry_at <= ? THEN NULL ELSE source_rejects.retry_at END`,
-				name, r.Row, r.EventID, r.Reason, ms(now), ms(now), answered(r.RetryAt)); err != nil {
-				return fail(err)
-			}
-		}
-		for _, row := range set.Accepted {
-			if _, err := tx.exec(`DELETE FROM source_rejects WHERE source = ? AND row_id = ?`, name, row); err != nil {
-				return fail(err)
-			}
-		}
-		for _, r := range set.Gone {
-			if _, err := tx.exec(`UPDATE source_rejects SET gone_at = ?,
-				retry_at = CASE WHEN retry_at <= ? THEN NULL ELSE retry_at END WHERE source = ? AND row_id = ?`,
-				ms(now), answered(r.RetryAt), name, r.Row); err != nil {
-				return fail(err)
-			}
-		}
-		return nil
-	})
-}
-
-// answered is the newest request time (ms) a settle answers, -1 for none.
-func answered(t *time.Time) int64 {
-	if t == nil {
-		return -1
-	}
-	return ms(*t)
-}
 
 // SourceRejects lists recorded rejects in (source, row) order.
 func (s *Store) SourceRejects(ctx context.Context, f model.SourceRejectFilter) ([]model.SourceReject, error) {
-	if f.Limit <= 0 {
-		f.Limit = 1000
-	}
-	q := `SELECT source, row_id, event_id, reason, first_at, last_at, times, retry_at, gone_at FROM source_rejects
-		WHERE (? = '' OR source = ?) AND (source, row_id) > (?, ?)`
-	if f.Requested {
-		q += ` AND retry_at IS NOT NULL`
-	}
-	rows, err := s.rdb.QueryContext(ctx, q+` ORDER BY source, row_id LIMIT ?`, f.Source, f.Source, f.AfterSource, f.AfterRow, f.Limit)
+	out, err := sqlstore.SourceRejects(ctx, s.reader(), f, "")
 	if err != nil {
 		return nil, fmt.Errorf("read rejected rows: %w", s.closedOr(err))
 	}
-	defer rows.Close()
-	var out []model.SourceReject
-	for rows.Next() {
-		var r model.SourceReject
-		var first, last int64
-		var retry, gone sql.NullInt64
-		if err := rows.Scan(&r.Source, &r.Row, &r.EventID, &r.Reason, &first, &last, &r.Times, &retry, &gone); err != nil {
-			return nil, fmt.Errorf("read rejected rows: %w", err)
-		}
-		r.First, r.Last = fromMS(first), fromMS(last)
-		r.RetryAt, r.GoneAt = optMS(retry), optMS(gone)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read rejected rows: %w", err)
-	}
 	return out, nil
-}
-
-func optMS(v sql.NullInt64) *time.Time {
-	if !v.Valid {
-		return nil
-	}
-	t := fromMS(v.Int64)
-	return &t
 }
 
 // RetrySourceRejects asks for rows (all if nil) to be read again.
@@ -198,35 +66,4 @@ func (s *Store) eachReject(ctx context.Context, source string, rows []int64, stm
 	}
 	slices.Sort(done)
 	return slices.Compact(done), nil
-}
-
-// SourceStates returns every saved source's state by name; each is read
-// as SourceState reads it.
-func (s *Store) SourceStates(ctx context.Context) (map[string]model.SourceState, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT source FROM source_positions ORDER BY source`)
-	if err != nil {
-		return nil, fmt.Errorf("list sources: %w", err)
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list sources: %w", err)
-		}
-		names = append(names, n)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list sources: %w", err)
-	}
-	out := make(map[string]model.SourceState, len(names))
-	for _, n := range names {
-		st, err := s.SourceState(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		out[n] = st
-	}
-	return out, nil
 }

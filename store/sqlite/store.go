@@ -5,17 +5,15 @@ import (
 	"database/sql"
 	"edgerelay/model"
 	"edgerelay/store"
+	"edgerelay/store/internal/sqlstore"
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +57,10 @@ type Store struct {
 	w    *writer
 
 	reads sync.Map // query → *sql.Stmt on rdb, for reads on the send path
+
+	// The methods written once (sessions, tokens, leases, request keys,
+	// suppressions), over the read pool and the single writer.
+	sqlstore.Methods
 }
 
 // readRow runs a hot read (one per provider call, say) through a statement
@@ -131,6 +133,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
 	s := &Store{path: abs, wdb: wdb, log: opts.Logger}
+	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runWrite}
 	if err := s.init(ctx, opts.BusyTimeout); err != nil {
 		wdb.Close()
 		return nil, openError(path, abs, err)
@@ -331,38 +334,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = sqlstore.Migration
 
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration %s: name must start with its number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: expected number %d", m.name, i+1)
-		}
-	}
-	return ms, nil
-}
+func migrations() ([]migration, error) { return sqlstore.Migrations(migrationFS, "migrations") }
 
 // SchemaVersion is the schema version this binary writes.
 func SchemaVersion() int {
@@ -399,7 +373,7 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 			return err
 		}
 		if first > 0 {
-			log.Info("migrated database", "to", m.version, "migration", m.name)
+			log.Info("migrated database", "to", m.Version, "migration", m.Name)
 		}
 	}
 }
@@ -417,19 +391,19 @@ func migrateStep(ctx context.Context, db *sql.DB, ms []migration) (*migration, e
 		return nil, err
 	}
 	m := &ms[have]
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if f := goMigrations[m.version]; f != nil {
+	if f := goMigrations[m.Version]; f != nil {
 		if err := f(ctx, tx); err != nil {
-			return nil, fmt.Errorf("migration %s: %w", m.name, err)
+			return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.Version)); err != nil {
+		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.name, err)
+		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
 	return m, nil
 }
@@ -453,3 +427,37 @@ func schemaVersion(ctx context.Context, q interface {
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// reader is the read pool as sqlstore's Querier: its single-row reads use
+// the prepared statements of readRow.
+func (s *Store) reader() sqlstore.Querier { return poolQuerier{s, sqlstore.DB(s.rdb)} }
+
+type poolQuerier struct {
+	s *Store
+	sqlstore.Querier
+}
+
+func (q poolQuerier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return q.s.readRow(ctx, query, args...)
+}
+
+// writeQ runs fn in a write of the single writer, on its transaction as
+// sqlstore's Querier, and returns what fn returns.
+func writeQ[T any](ctx context.Context, s *Store, fn func(q sqlstore.Querier) (T, error)) (T, error) {
+	var v T
+	err := s.w.do(ctx, func(tx *Tx) (err error) {
+		v, err = fn(tx.shared())
+		return err
+	})
+	return v, err
+}
+
+// runRead and runWrite are the read pool and the single writer as
+// sqlstore's Run.
+func (s *Store) runRead(_ context.Context, fn func(q sqlstore.Querier) error) error {
+	return fn(s.reader())
+}
+
+func (s *Store) runWrite(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return s.w.do(ctx, func(tx *Tx) error { return fn(tx.shared()) })
+}

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Stored templates (issue 16): one row per version, numbered by the
+// Stored templates (managed over the API): one row per version, numbered by the
 // primary key, and the generation row every change raises; each row keeps
 // the generation of its last change (changed_gen) for TemplateChanges.
 

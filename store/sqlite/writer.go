@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"edgerelay/model"
+	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -545,14 +546,6 @@ func (e *fileErr) Unwrap() error { return e.err }
 // made, and may succeed once the file is fixed.
 func (e *fileErr) Is(target error) bool { return target == model.ErrUnavailable }
 
-// IsFileError reports whether err is SQLite failing because of the database
-// file (read-only, full, corrupt, I/O error) rather than the request: the
-// write was not made, and may succeed once the file is fixed.
-func IsFileError(err error) bool {
-	var fe *fileErr
-	return errors.As(err, &fe)
-}
-
 // fileError returns err naming the database file if SQLite failed because
 // of the file (read-only, full, corrupt, I/O error): err itself if it
 // already does, else err wrapped in a *fileErr. ok is false for any other
@@ -673,3 +666,30 @@ func (t *Tx) totalChanges() int64 {
 var errNoRows = sql.ErrNoRows
 
 func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
+
+// shared is the write transaction as sqlstore's Querier, for the
+// behaviour both stores share. It ignores ctx, as every write function
+// does: the writer runs a function to its end in its transaction.
+func (t *Tx) shared() sqlstore.Querier { return txQuerier{t} }
+
+type txQuerier struct{ t *Tx }
+
+func (q txQuerier) Query(_ context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := q.t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlstore.SQLRows{Rows: rows}, nil
+}
+
+func (q txQuerier) QueryRow(_ context.Context, query string, args ...any) sqlstore.Row {
+	return q.t.queryRow(query, args...)
+}
+
+func (q txQuerier) Exec(_ context.Context, query string, args ...any) (int64, error) {
+	res, err := q.t.exec(query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

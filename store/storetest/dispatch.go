@@ -18,6 +18,13 @@ import (
 // leases, retry, and the fence that keeps a process whose lease was taken
 // over from changing anything.
 func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
+	dispatchClaims(t, open)
+	dispatchSettlements(t, open)
+	dispatchLeases(t, open)
+}
+
+// dispatchClaims: claims, their filters, and what a recorded or released call spends.
+func dispatchClaims(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("claim takes due rows oldest first, each once, with a lease", func(t *testing.T) {
 		s, ctx := open(t), context.Background()
 		accepted := dispatchEvent(t, s, "e", 3, "email")
@@ -127,7 +134,10 @@ func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Errorf("given up: %+v", n)
 		}
 	})
+}
 
+// dispatchSettlements: the fence, and the provider a claim records.
+func dispatchSettlements(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("a settlement under a replaced claim changes nothing", func(t *testing.T) {
 		s := open(t)
 		dispatchEvent(t, s, "e", 1, "email")
@@ -252,7 +262,10 @@ func Dispatch(t *testing.T, open func(t *testing.T) store.Store) {
 			}
 		}
 	})
+}
 
+// dispatchLeases: expired leases, retries and receipts that come before their send.
+func dispatchLeases(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("expired leases are those whose lease ended", func(t *testing.T) {
 		s := open(t)
 		dispatchEvent(t, s, "e", 2, "email")

@@ -346,7 +346,7 @@ func testFeedConcurrentPosts(t *testing.T, s store.Store) {
 	wantView(t, s, "acme", "ada", down(n)...)
 }
 
-// Issue 12: an event posted to several feeds that one user reads (the
+// An event posted to several feeds that one user reads (the
 // README's ["*", "team:ops", "@ada"]) is one item in that user's view, at
 // its newest item, and counts once; paged one item at a time it comes
 // once. Reading or dismissing it by any of its numbers, or a watermark at
@@ -1062,40 +1062,9 @@ func testFeedMatchesModel(t *testing.T, s store.Store) {
 			return pick(topics)
 		}
 	}
-	same := func(got, want []model.FeedItem) bool {
-		return slices.EqualFunc(got, want, func(a, b model.FeedItem) bool {
-			return a.Seq == b.Seq && a.Feed == b.Feed && a.EventID == b.EventID && a.Read == b.Read && a.CreatedAt.Equal(b.CreatedAt)
-		})
-	}
 	check := func(step int, tenant, user string, byCursor bool) {
 		t.Helper()
-		want, wantN := m.view(tenant, user)
-		got, _ := feedView(t, s, tenant, user)
-		if !same(got, want) {
-			t.Fatalf("step %d (seed %d): %s/%s page\n got %v\nwant %v", step, seed, tenant, user, got, want)
-		}
-		if n := unreadCount(t, s, tenant, user); n != wantN {
-			t.Fatalf("step %d (seed %d): %s/%s unread count %d, want %d", step, seed, tenant, user, n, wantN)
-		}
-		if !byCursor {
-			return
-		}
-		limit := 1 + rng.IntN(3)
-		var paged []model.FeedItem
-		for before := int64(0); ; {
-			page, _, err := s.FeedPage(t.Context(), tenant, user, before, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			paged = append(paged, page...)
-			if len(page) < limit || len(paged) > len(want) {
-				break
-			}
-			before = page[len(page)-1].Seq
-		}
-		if !same(paged, want) {
-			t.Fatalf("step %d (seed %d): %s/%s paged by %d\n got %v\nwant %v", step, seed, tenant, user, limit, paged, want)
-		}
+		checkFeedModel(t, s, m, rng, seed, step, tenant, user, byCursor)
 	}
 	now, pruned := t0, int64(0)
 	defer func() { t.Logf("%d items posted, %d pruned", m.maxSeq["acme"]+m.maxSeq["beta"], pruned) }()
@@ -1197,6 +1166,46 @@ func testFeedMatchesModel(t *testing.T, s store.Store) {
 				}
 			}
 		}
+	}
+}
+
+// sameFeedItems compares pages by what a reader sees of each item.
+func sameFeedItems(got, want []model.FeedItem) bool {
+	return slices.EqualFunc(got, want, func(a, b model.FeedItem) bool {
+		return a.Seq == b.Seq && a.Feed == b.Feed && a.EventID == b.EventID && a.Read == b.Read && a.CreatedAt.Equal(b.CreatedAt)
+	})
+}
+
+// checkFeedModel compares a user's view and unread count with the
+// model's and, byCursor, the view read a page at a time.
+func checkFeedModel(t *testing.T, s store.Store, m *feedModel, rng *rand.Rand, seed uint64, step int, tenant, user string, byCursor bool) {
+	t.Helper()
+	want, wantN := m.view(tenant, user)
+	got, _ := feedView(t, s, tenant, user)
+	if !sameFeedItems(got, want) {
+		t.Fatalf("step %d (seed %d): %s/%s page\n got %v\nwant %v", step, seed, tenant, user, got, want)
+	}
+	if n := unreadCount(t, s, tenant, user); n != wantN {
+		t.Fatalf("step %d (seed %d): %s/%s unread count %d, want %d", step, seed, tenant, user, n, wantN)
+	}
+	if !byCursor {
+		return
+	}
+	limit := 1 + rng.IntN(3)
+	var paged []model.FeedItem
+	for before := int64(0); ; {
+		page, _, err := s.FeedPage(t.Context(), tenant, user, before, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paged = append(paged, page...)
+		if len(page) < limit || len(paged) > len(want) {
+			break
+		}
+		before = page[len(page)-1].Seq
+	}
+	if !sameFeedItems(paged, want) {
+		t.Fatalf("step %d (seed %d): %s/%s paged by %d\n got %v\nwant %v", step, seed, tenant, user, limit, paged, want)
 	}
 }
 

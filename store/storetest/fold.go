@@ -9,7 +9,7 @@ import (
 	"edgerelay/store"
 )
 
-// A throttle's excess folded into a digest (issue 17): the settlement that
+// A throttle's excess folded into a digest: the settlement that
 // ends a notification skipped posts its message to the recipient's feed
 // in the same transaction (Decision.Fold), once.
 

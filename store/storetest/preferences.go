@@ -12,7 +12,7 @@ import (
 )
 
 // Preferences: what recipients set, tenant keys, throttle slots and the
-// skipped status (issue 17).
+// skipped status.
 func preferences(t *testing.T, open opener) {
 	runAll(t, open, []test{
 		{"PutPreferencesKeepsSetAtOfWhatDidNotChange", testPutPreferences, false},

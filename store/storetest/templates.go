@@ -14,7 +14,7 @@ import (
 	"edgerelay/store"
 )
 
-// Stored templates (issue 16): versions numbered by the store, readable
+// Stored templates: versions numbered by the store, readable
 // for good, retired without being lost, kept per tenant.
 func templatesSuite(t *testing.T, open opener) {
 	runAll(t, open, []test{

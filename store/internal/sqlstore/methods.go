@@ -1,0 +1,124 @@
+package sqlstore
+
+import (
+	"context"
+	"edgerelay/model"
+	"time"
+)
+
+// Methods are store methods written once over a driver's reads and
+// writes: a driver embeds them in its Store, so they are its methods, and
+// keeps only how it runs a read or a write.
+type Methods struct {
+	// Read runs a read; Write runs a write transaction; Grouped runs a
+	// small write that may share its commit with others' (Write for a
+	// driver whose every write does).
+	Read, Write, Grouped Run
+}
+
+func get[T any](ctx context.Context, run Run, fn func(q Querier) (T, error)) (T, error) {
+	var v T
+	err := run(ctx, func(q Querier) (err error) {
+		v, err = fn(q)
+		return err
+	})
+	return v, err
+}
+
+// CreateSession keeps a console session.
+func (m Methods) CreateSession(ctx context.Context, ss model.Session) error {
+	return m.Write(ctx, func(q Querier) error { return CreateSession(ctx, q, ss) })
+}
+
+// Session reads a live session: one primary-key lookup.
+func (m Methods) Session(ctx context.Context, idHash string, now time.Time) (model.Session, error) {
+	return get(ctx, m.Read, func(q Querier) (model.Session, error) { return Session(ctx, q, idHash, now) })
+}
+
+// DeleteSession ends a session.
+func (m Methods) DeleteSession(ctx context.Context, idHash string) error {
+	return m.Write(ctx, func(q Querier) error { return DeleteSession(ctx, q, idHash) })
+}
+
+// CreateToken stores a token's hash (hex sha256) for tenant.
+// ErrTokenExists: a token with that hash is already stored.
+func (m Methods) CreateToken(ctx context.Context, tenant, name, hash string, now time.Time) (model.Token, error) {
+	return get(ctx, m.Write, func(q Querier) (model.Token, error) { return CreateToken(ctx, q, tenant, name, hash, now) })
+}
+
+// TokenByHash returns the token whose hash is hash. ErrNotFound when absent.
+func (m Methods) TokenByHash(ctx context.Context, hash string) (model.Token, error) {
+	return get(ctx, m.Read, func(q Querier) (model.Token, error) { return TokenByHash(ctx, q, hash) })
+}
+
+// Tokens lists every token, oldest first.
+func (m Methods) Tokens(ctx context.Context) ([]model.Token, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.Token, error) { return Tokens(ctx, q) })
+}
+
+// DeleteToken deletes a token: it stops working with the next lookup.
+// ErrNotFound when there is no such token.
+func (m Methods) DeleteToken(ctx context.Context, id int64) error {
+	return m.Write(ctx, func(q Querier) error { return DeleteToken(ctx, q, id) })
+}
+
+// HasTokens reports whether any token is stored.
+func (m Methods) HasTokens(ctx context.Context) (bool, error) {
+	return get(ctx, m.Read, func(q Querier) (bool, error) { return HasTokens(ctx, q) })
+}
+
+// HoldLease takes or renews a lease (see the function HoldLease). Of two
+// processes taking a lapsed lease at once, the second's upsert waits for
+// the first's write, then finds the lease live and another's, and changes
+// nothing.
+func (m Methods) HoldLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error) {
+	return get(ctx, m.Write, func(q Querier) (bool, error) { return HoldLease(ctx, q, name, holder, now, ttl) })
+}
+
+// DropLease deletes the holder's lease.
+func (m Methods) DropLease(ctx context.Context, name, holder string) error {
+	return m.Write(ctx, func(q Querier) error { return DropLease(ctx, q, name, holder) })
+}
+
+// ClaimRequest takes the key for this request (see the function
+// ClaimRequest), in a grouped write.
+func (m Methods) ClaimRequest(ctx context.Context, k model.RequestKey, h model.RequestHold) (model.RequestClaim, error) {
+	return get(ctx, m.Grouped, func(q Querier) (model.RequestClaim, error) { return ClaimRequest(ctx, q, k, h) })
+}
+
+// RenewRequest extends owner's claim on k, if it still has it.
+func (m Methods) RenewRequest(ctx context.Context, k model.RequestKey, owner string, until time.Time) (bool, error) {
+	return get(ctx, m.Grouped, func(q Querier) (bool, error) { return RenewRequest(ctx, q, k, owner, until) })
+}
+
+// ReleaseRequest deletes this request's claim, if it still holds one.
+func (m Methods) ReleaseRequest(ctx context.Context, k model.RequestKey) error {
+	return m.Grouped(ctx, func(q Querier) error { return ReleaseRequest(ctx, q, k) })
+}
+
+// LookupRequest returns the response stored for k (see the function
+// LookupRequest).
+func (m Methods) LookupRequest(ctx context.Context, k model.RequestKey, now time.Time) (*model.StoredResponse, error) {
+	return get(ctx, m.Read, func(q Querier) (*model.StoredResponse, error) { return LookupRequest(ctx, q, k, now) })
+}
+
+// SaveResponse stores the response of a completed request under k, to be
+// replayed until now+ttl (see the function SaveResponse).
+func (m Methods) SaveResponse(ctx context.Context, k model.RequestKey, resp model.StoredResponse, now time.Time, ttl time.Duration) error {
+	return m.Grouped(ctx, func(q Querier) error { return SaveResponse(ctx, q, k, resp, now, ttl) })
+}
+
+// Suppress writes entries in one transaction.
+func (m Methods) Suppress(ctx context.Context, entries []model.Suppression, now time.Time) (int, error) {
+	return get(ctx, m.Write, func(q Querier) (int, error) { return Suppress(ctx, q, entries, now) })
+}
+
+// Suppressions lists live entries in (tenant, channel, address) order.
+func (m Methods) Suppressions(ctx context.Context, f model.SuppressionFilter, now time.Time) ([]model.Suppression, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.Suppression, error) { return Suppressions(ctx, q, f, now) })
+}
+
+// Unsuppress removes a tenant's entry for an address.
+func (m Methods) Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error) {
+	return get(ctx, m.Write, func(q Querier) (bool, error) { return Unsuppress(ctx, q, tenant, channel, address) })
+}
