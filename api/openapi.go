@@ -332,9 +332,7 @@ func security(doc, op map[string]any) string {
 		if len(rm) == 0 {
 			names = append(names, "none")
 		}
-		for _, k := range sortedKeys(rm) {
-			names = append(names, k)
-		}
+		names = append(names, sortedKeys(rm)...)
 	}
 	if len(names) == 0 {
 		return "none"
