@@ -17,6 +17,7 @@ import (
 
 	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/testpar"
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/store/sqlite"
@@ -51,6 +52,7 @@ func binary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	testpar.Raise()
 	code := m.Run()
 	pgtest.Stop()
 	mysqltest.Stop()
