@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,46 +17,26 @@ import (
 	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/internal/relaytest"
+	"edgerelay/internal/testbin"
+	"edgerelay/internal/testpar"
 	"edgerelay/relay"
 	"edgerelay/sim"
 	"edgerelay/store/sqlite"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// binary builds edgerelay once per test run: crash tests kill a real
-// process, not a goroutine.
+// binary is edgerelay built from this tree, once per run for all the test
+// binaries (internal/testbin): crash tests kill a real process, not a
+// goroutine.
 func binary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "edgerelay-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "edgerelay")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testbin.Edgerelay(t)
 }
 
 func TestMain(m *testing.M) {
+	testpar.Raise()
 	code := m.Run()
 	pgtest.Stop()
 	mysqltest.Stop()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
 	os.Exit(code)
 }
 

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/testbin"
 )
 
 // The whole table as Go benchmarks, each sub-benchmark one row, in one run:
@@ -21,38 +19,16 @@ import (
 // -benchtime Nx sets the number of events per ingest and dispatch row (the
 // fan-out row always accepts one event of 10,000 recipients).
 
-var (
-	exeOnce sync.Once
-	exePath string
-	exeErr  error
-)
-
-// edgerelay builds the binary once: the simulator runs as its own process.
+// edgerelay is the binary built from this tree, once per run for all the
+// test binaries (internal/testbin): the simulator runs as its own process.
 func edgerelay(tb testing.TB) string {
 	tb.Helper()
-	exeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "edgerelay-bench-")
-		if err != nil {
-			exeErr = err
-			return
-		}
-		exePath = filepath.Join(dir, "edgerelay")
-		if out, err := exec.Command("go", "build", "-o", exePath, "edgerelay").CombinedOutput(); err != nil {
-			exeErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if exeErr != nil {
-		tb.Fatal(exeErr)
-	}
-	return exePath
+	return testbin.Edgerelay(tb)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.Stop()
-	if exePath != "" {
-		os.RemoveAll(filepath.Dir(exePath))
-	}
 	os.Exit(code)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/testpar"
 )
 
 // The console in a real browser: Debian's chromium, headless, driven by
@@ -31,6 +32,7 @@ var browser struct {
 }
 
 func TestMain(m *testing.M) {
+	testpar.Raise()
 	code := m.Run()
 	pgtest.Stop()
 	if browser.cancel != nil {

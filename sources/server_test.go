@@ -21,11 +21,13 @@ import (
 	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/internal/relaytest"
+	"edgerelay/internal/testpar"
 	"edgerelay/relay"
 	"edgerelay/sources"
 )
 
 func TestMain(m *testing.M) {
+	testpar.Raise()
 	code := m.Run()
 	pgtest.Stop()
 	mysqltest.Stop()

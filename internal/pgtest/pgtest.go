@@ -6,17 +6,20 @@
 // saying how to enable them; under CI (CI set) they fail instead, so a
 // missing install step cannot pass as green.
 //
-// The throwaway server is started once per test process and shared by its
+// The throwaway server is started once per go test run and shared by its
+// test processes (shared.go), each in a database of its own, and by their
 // tests, each in its own schema (search_path in the URL), so a test costs a
 // CREATE SCHEMA, not a CREATE DATABASE; a Pool reuses set-up schemas,
 // emptied, for tests that need many. It runs with PostgreSQL's defaults
 // (fsync and synchronous_commit on: durability tests need them; only the
 // WAL level is minimal, see startServer), on a free
 // loopback port, with password authentication over TCP so that tests see
-// credentials in their URLs and can check they never leak. It dies with
-// the test process (a parent-death signal), and its directory is removed
-// by Stop (from TestMain) or, after a killed run, by the next process that
-// starts a server.
+// credentials in their URLs and can check they never leak. The run's
+// server is stopped, and its directory removed, by a watchdog once the go
+// command has exited. A test binary run without go test starts a server of
+// its own, which dies with the test process (a parent-death signal), and
+// whose directory is removed by Stop (from TestMain) or, after a killed
+// run, by the next process that starts a server.
 package pgtest
 
 import (
@@ -56,6 +59,7 @@ type server struct {
 	base     *url.URL // a superuser URL to the test database
 	pool     *pgxpool.Pool
 	external bool
+	shared   bool // the run's server (shared.go), not this process's
 
 	mu   sync.Mutex
 	made []string // schemas of pools on an external server, dropped by Stop
@@ -343,6 +347,10 @@ func setup() (*server, string, error) {
 		return nil, "PostgreSQL tests skipped: set " + EnvURL + "=postgres://USER:PASS@HOST:PORT/DB, or install PostgreSQL's server " +
 			"(Debian: apt-get install postgresql) so the tests start their own", nil
 	}
+	if anchor := runAnchor(); anchor != 0 {
+		s, err := joinRun(ctx, bin, anchor)
+		return s, "", err
+	}
 	s, err := startServer(ctx, bin)
 	return s, "", err
 }
@@ -437,13 +445,7 @@ func (s *server) launch(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"), "-p", strconv.Itoa(s.port), "-k", s.dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
-		// Minimal WAL (no replication) is as crash-safe as the default;
-		// it lets a new table or index be written to the WAL at commit
-		// instead of fsynced file by file, which makes a migration about
-		// three times faster. fsync and synchronous_commit stay on.
-		"-c", "wal_level=minimal", "-c", "max_wal_senders=0")
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), serverArgs(filepath.Join(s.dir, "data"), s.port, s.dir, 300)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// SIGQUIT when the test process dies: an immediate shutdown.
 	p, err := testserver.Start(cmd, s.cred, syscall.SIGQUIT)
@@ -461,12 +463,28 @@ func (s *server) launch(ctx context.Context) (*pgx.Conn, error) {
 	return c, err
 }
 
+// serverArgs are the postmaster's arguments: data directory, port,
+// socket directory and connections.
+func serverArgs(data string, port int, sockets string, conns int) []string {
+	return []string{"-D", data, "-p", strconv.Itoa(port), "-k", sockets,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=" + strconv.Itoa(conns),
+		// Minimal WAL (no replication) is as crash-safe as the default;
+		// it lets a new table or index be written to the WAL at commit
+		// instead of fsynced file by file, which makes a migration about
+		// three times faster. fsync and synchronous_commit stay on.
+		"-c", "wal_level=minimal", "-c", "max_wal_senders=0"}
+}
+
 // Stop shuts down the server this process started, if any, and removes its
 // directory. Call it from TestMain after m.Run; without it the server still
 // dies with the process, and the next server started removes the directory.
 func Stop() {
 	stopBouncers()
 	if srv == nil {
+		return
+	}
+	if srv.shared { // the run's: its watchdog stops it after the run
+		srv.pool.Close()
 		return
 	}
 	if srv.external {

@@ -99,7 +99,16 @@ func TestBouncerPoolsTransactions(t *testing.T) {
 	}
 	defer b.Close(ctx)
 	var db string
-	if err := b.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil || db != "edgerelay_test" && os.Getenv(EnvURL) == "" {
+	if err := b.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil || "/"+db != mustParse(t, Admin(t)).Path {
 		t.Fatalf("through the bouncer: database %q, %v", db, err)
 	}
+}
+
+func mustParse(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

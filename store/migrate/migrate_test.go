@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/testpar"
 	"edgerelay/model"
 	"edgerelay/store/migrate"
 	"edgerelay/store/postgres"
@@ -25,6 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testpar.Raise()
 	code := m.Run()
 	pgtest.Stop()
 	os.Exit(code)

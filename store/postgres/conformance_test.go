@@ -7,12 +7,14 @@ import (
 
 	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
+	"edgerelay/internal/testpar"
 	"edgerelay/store"
 	"edgerelay/store/postgres"
 	"edgerelay/store/storetest"
 )
 
 func TestMain(m *testing.M) {
+	testpar.Raise()
 	code := m.Run()
 	pgtest.Stop()
 	os.Exit(code)

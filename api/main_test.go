@@ -1,0 +1,13 @@
+package api_test
+
+import (
+	"os"
+	"testing"
+
+	"edgerelay/internal/testpar"
+)
+
+func TestMain(m *testing.M) {
+	testpar.Raise()
+	os.Exit(m.Run())
+}

@@ -1,0 +1,13 @@
+package relay
+
+import (
+	"os"
+	"testing"
+
+	"edgerelay/internal/testpar"
+)
+
+func TestMain(m *testing.M) {
+	testpar.Raise()
+	os.Exit(m.Run())
+}
