@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/urfave/cli/v2"
 	_ "modernc.org/sqlite"
 
 	"edgerelay/config"
@@ -25,18 +26,42 @@ type cliResult struct {
 	stdout, stderr string
 }
 
-// cliMu serialises in-process runs of the app: urfave/cli v2 writes into
-// its package-level HelpFlag and VersionFlag on every run, so two apps in
-// one process race. (The binary runs one app per process.)
-var cliMu sync.Mutex
+// parseMu lets one in-process app at a time set up and parse its flags:
+// urfave/cli v2 writes into its shared help command while an app sets up
+// (the binary runs one app per process). It is released when the
+// command's action starts, so long runs (dispatch --until-idle) overlap.
+var parseMu sync.Mutex
 
 func runCLI(t *testing.T, stdin string, args ...string) cliResult {
 	t.Helper()
-	cliMu.Lock()
-	defer cliMu.Unlock()
 	var out, errb bytes.Buffer
-	code := run(append([]string{"edgerelay"}, args...), strings.NewReader(stdin), &out, &errb)
+	app := newApp(strings.NewReader(stdin), &out, &errb)
+	parseMu.Lock()
+	var once sync.Once
+	parsed := func() { once.Do(parseMu.Unlock) }
+	defer parsed()
+	onAction(app, parsed)
+	code := runApp(app, append([]string{"edgerelay"}, args...), &errb)
 	return cliResult{code, out.String(), errb.String()}
+}
+
+// onAction has every action of app call f before it runs.
+func onAction(app *cli.App, f func()) {
+	wrap := func(a cli.ActionFunc) cli.ActionFunc {
+		if a == nil {
+			return nil
+		}
+		return func(c *cli.Context) error { f(); return a(c) }
+	}
+	app.Action = wrap(app.Action)
+	var walk func([]*cli.Command)
+	walk = func(cs []*cli.Command) {
+		for _, c := range cs {
+			c.Action = wrap(c.Action)
+			walk(c.Subcommands)
+		}
+	}
+	walk(app.Commands)
 }
 
 const adaEvent = `{"id": "evt_501", "type": "payment.succeeded", "purpose": "receipt",

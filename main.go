@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,26 @@ import (
 
 	"github.com/urfave/cli/v2"
 )
+
+// urfave/cli v2 adds its package-level help and version flags to every app
+// and command, and a BoolFlag's Apply writes into the flag itself (it
+// records its default): two apps parsing at once in one process (the
+// tests') would race on them, and on what help shows. Applying a copy
+// leaves the shared flags as they were declared. (Its shared help command
+// is still written while an app sets up; the tests parse one app at a
+// time, see runCLI.)
+func init() {
+	cli.HelpFlag = &appliedCopy{*cli.HelpFlag.(*cli.BoolFlag)}
+	cli.VersionFlag = &appliedCopy{*cli.VersionFlag.(*cli.BoolFlag)}
+}
+
+// appliedCopy is a BoolFlag that applies a copy of itself.
+type appliedCopy struct{ cli.BoolFlag }
+
+func (f *appliedCopy) Apply(set *flag.FlagSet) error {
+	c := f.BoolFlag
+	return c.Apply(set)
+}
 
 // version is set at build time: go build -ldflags "-X main.version=v1.2.3".
 // Left empty, --version shows the module version from the build info. It
@@ -38,9 +59,13 @@ func main() {
 
 // run is main without the process: tests call it with buffers.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runApp(newApp(stdin, stdout, stderr), args, stderr)
+}
+
+// runApp runs app on args and turns its outcome into an exit code.
+func runApp(app *cli.App, args []string, stderr io.Writer) int {
 	ctx, stop := signalContext()
 	defer stop()
-	app := newApp(stdin, stdout, stderr)
 	err := app.RunContext(ctx, flagsFirst(app, args))
 	if name, ok := app.Metadata[unknownCommand].(string); ok && err == nil {
 		fmt.Fprintf(stderr, "edgerelay: unknown command %q (see --help)\n", name)
