@@ -219,7 +219,7 @@ func TestForgedUnsubscribeIs403(t *testing.T) {
 
 var formToken = regexp.MustCompile(`name="form" value="([^"]+)"`)
 
-// Issue 17's page test: the recipient opens their signed preferences link,
+// The preferences page: the recipient opens their signed preferences link,
 // unticks marketing and saves (a real form POST, as a browser sends it);
 // the next marketing email is skipped while the OTP goes out. A POST
 // without the page's form token, or from another site, is refused; the

@@ -173,7 +173,7 @@ type clock struct {
 func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *clock) set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 
-// Issue 17's quiet-hours test: a marketing notification accepted at 23:00
+// Quiet hours: a marketing notification accepted at 23:00
 // in the recipient's Europe/Berlin, in their quiet hours 21:00-08:00,
 // waits (no attempt) and is sent at 08:00, once, under its key; the OTP
 // accepted with it goes at once.

@@ -289,7 +289,7 @@ func TestWebhookParseReceipts(t *testing.T) {
 		t.Errorf("array: got %+v", got)
 	}
 
-	// bounce says what a bounce means for the address (issue 17).
+	// bounce says what a bounce means for the address.
 	soft := `[{"message_id":"wh_3","status":"bounced","bounce":"soft"},{"message_id":"wh_4","status":"bounced","bounce":"none"},{"message_id":"wh_5","status":"failed","bounce":"hard"}]`
 	got, err = w.ParseReceipts(signedReceipt(t, vectorSecret, "msg_11", now, soft), []byte(soft), "")
 	if err != nil || len(got) != 3 || got[0].Bounce != BounceSoft || got[1].Bounce != BounceNone || got[2].Bounce != BounceHard {

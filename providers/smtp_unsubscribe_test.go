@@ -7,7 +7,7 @@ import (
 
 // The relay's own one-click link (Message.Unsubscribe: the category is
 // optional) is the mail's List-Unsubscribe, with List-Unsubscribe-Post
-// when it is https; it wins over a list_unsubscribe template (issue 17).
+// when it is https; it wins over a list_unsubscribe template.
 func TestSMTPRelayUnsubscribeLink(t *testing.T) {
 	t.Parallel()
 	s := startSMTP(t, smtpServerOpts{})

@@ -73,7 +73,7 @@ type situation struct {
 	// hardBounceTTL is how long a hard bounce keeps the address on the
 	// suppression list (0: until removed).
 	hardBounceTTL time.Duration
-	// pref is its category and its recipient's preferences (issue 17).
+	// pref is its category and its recipient's preferences.
 	pref prefInputs
 }
 
@@ -271,7 +271,7 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// ---- Preferences, quiet hours and throttles (issue 17) ----
+// ---- Preferences, quiet hours and throttles ----
 
 // preference applies the recipient's preferences, if the notification's
 // category is optional: ok says it decided. It runs at every claim, so a
