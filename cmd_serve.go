@@ -119,8 +119,8 @@ An accept answers its notifications and feed_items (feed, seq). A page of
 notifications takes ?status= &recipient= &event_id= (every purpose; &purpose=
 for one) &cursor= &limit=. Lists of audiences and members page with ?after=
 &limit=. PUT members needs "members" ([] empties the feed).
-POST /v1/events, /v1/events:batch and /v1/notifications/{id}/retry take
-an Idempotency-Key header (up to 255 printable ASCII characters; the other
+Accepting events (one or a batch) and retrying a notification take an
+Idempotency-Key header (up to 255 printable ASCII characters; the other
 writes are idempotent by their own keys or ids): the first successful response is stored (--key-ttl) and
 replayed for a repeat; a batch keeps each event's success and runs the
 others again.
