@@ -534,19 +534,26 @@ func TestServeRefusesAMalformedListenAddress(t *testing.T) {
 func TestUnknownCommandIsAUsageError(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		args       []string
-		name, list string
+		args             []string
+		name, list, mean string // mean: the "did you mean" expected, "" for none
 	}{
-		{[]string{"bogus"}, "bogus", "status"},
-		{[]string{"--db", "x.db", "stauts", "--json"}, "stauts", "dispatch"},
-		{[]string{"help", "bogus"}, "bogus", "status"},
-		{[]string{"feed", "bogus"}, "bogus", "members"},
-		{[]string{"quarantine", "lsit"}, "lsit", "drop"},
+		{[]string{"bogus"}, "bogus", "status", ""},
+		{[]string{"--db", "x.db", "stauts", "--json"}, "stauts", "dispatch", "status"},
+		{[]string{"help", "bogus"}, "bogus", "status", ""},
+		{[]string{"feed", "bogus"}, "bogus", "members", ""},
+		{[]string{"quarantine", "lsit"}, "lsit", "drop", "list"},
+		{[]string{"lst"}, "lst", "status", "list"},
+		{[]string{"dispath", "--until-idle"}, "dispath", "status", "dispatch"},
+		{[]string{"template", "lst"}, "lst", "list", "list"},
 	} {
 		r := runCLI(t, "", c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "`+c.name+`"`) || !strings.Contains(r.stderr, "Commands:") ||
 			!strings.Contains(r.stderr, "   "+c.list+" ") || r.stdout != "" {
 			t.Errorf("%v: exit %d\nstdout %q\nstderr %q", c.args, r.code, r.stdout, r.stderr)
+		}
+		if mean := `did you mean "` + c.mean + `"?`; (c.mean != "") != strings.Contains(r.stderr, "did you mean") ||
+			c.mean != "" && !strings.Contains(r.stderr, mean) {
+			t.Errorf("%v: stderr %q, want %s", c.args, r.stderr, map[bool]string{true: mean, false: "no suggestion"}[c.mean != ""])
 		}
 	}
 	if m, _ := filepath.Glob("x.db*"); len(m) > 0 {

@@ -68,7 +68,11 @@ func runApp(app *cli.App, args []string, stderr io.Writer) int {
 	defer stop()
 	err := app.RunContext(ctx, flagsFirst(app, args))
 	if name, ok := app.Metadata[unknownCommand].(string); ok && err == nil {
-		fmt.Fprintf(stderr, "edgerelay: unknown command %q (see --help)\n", name)
+		if s, ok := app.Metadata[unknownCommand+" suggestion"].(string); ok {
+			fmt.Fprintf(stderr, "edgerelay: unknown command %q: did you mean %q? (see --help)\n", name, s)
+		} else {
+			fmt.Fprintf(stderr, "edgerelay: unknown command %q (see --help)\n", name)
+		}
 		return exitUsage
 	}
 	if err == nil {
@@ -164,10 +168,15 @@ Typical use:
 			c.App.Metadata[unknownCommand] = name
 			// The usage goes to stderr, with the error: the commands to
 			// choose from at this level.
+			commands := c.App.Commands
 			if len(c.Lineage()) <= 1 {
 				cli.HelpPrinter(c.App.ErrWriter, commandsTemplate, c.App)
 			} else {
+				commands = c.Command.Subcommands
 				cli.HelpPrinter(c.App.ErrWriter, commandsTemplate, c.Command)
+			}
+			if s := closest(name, commands); s != "" {
+				c.App.Metadata[unknownCommand+" suggestion"] = s
 			}
 		},
 		Metadata:       map[string]any{},
@@ -186,6 +195,60 @@ Commands:{{range .VisibleCommands}}
 
 // unknownCommand is the App.Metadata key CommandNotFound sets.
 const unknownCommand = "unknown command"
+
+// closest is the visible command (or alias) that name is a slip of: at most
+// two edits away (one for names of up to four letters), and nearer than
+// any other; "" if none is.
+func closest(name string, commands []*cli.Command) string {
+	limit := 2
+	if len(name) <= 4 {
+		limit = 1
+	}
+	best, bestD, tie := "", limit+1, false
+	for _, c := range commands {
+		if c.Hidden {
+			continue
+		}
+		for _, n := range c.Names() {
+			switch d := editDistance(name, n); {
+			case d < bestD:
+				best, bestD, tie = c.Name, d, false
+			case d == bestD && c.Name != best:
+				tie = true
+			}
+		}
+	}
+	if tie {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Damerau-Levenshtein distance of a and b (optimal
+// string alignment: a swap of two neighbours is one edit, as in "lsit").
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
 
 func buildInfo() *debug.BuildInfo {
 	info, _ := debug.ReadBuildInfo()
