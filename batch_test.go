@@ -213,7 +213,7 @@ func TestBatchSendUsage(t *testing.T) {
 		{"strict stdin", []string{"batch", "send", "--db", db, "--format", "csv", "--strict", "-"}, exitUsage, "--strict reads the file twice"},
 		{"stdin without format", []string{"batch", "send", "--db", db, "-"}, exitUsage, "give --format"},
 		{"bad header", []string{"batch", "send", "--db", db, badHeader}, exitRejected, `line 1: CSV header: unknown column "emial"`},
-		{"bad route", []string{"batch", "send", "--db", db, "--dispatch", "--route", "email=ftp://x", "--format", "jsonl", txt}, exitError, `unknown scheme "ftp"`},
+		{"bad route", []string{"batch", "send", "--db", db, "--dispatch", "--route", "email=ftp://x", "--format", "jsonl", txt}, exitUsage, `unknown scheme "ftp"`},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {

@@ -254,7 +254,7 @@ func TestCannotWorkIsOneLineAndExit1(t *testing.T) {
 		{"db in a missing directory", []string{"dispatch", "--until-idle", "--db", filepath.Join(dir, "no", "such", "r.db")}, exitError,
 			"directory " + filepath.Join(dir, "no", "such") + " does not exist"},
 		{"status of a missing db", []string{"status", "--db", filepath.Join(dir, "typo.db")}, exitError, "typo.db: no such file"},
-		{"bad route", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email=ftp://x"}, exitError, `unknown scheme "ftp"`},
+		{"bad route", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email=ftp://x"}, exitUsage, `unknown scheme "ftp"`},
 		{"route without =", []string{"dispatch", "--db", filepath.Join(dir, "a.db"), "--route", "email"}, exitUsage, "want CHANNEL=URL"},
 		{"missing config file", []string{"status", "--config", filepath.Join(dir, "none.yaml")}, exitError, "config"},
 		{"unknown flag", []string{"send", "--nope"}, exitUsage, "flag provided but not defined"},

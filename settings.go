@@ -279,6 +279,9 @@ func deliverySettings(c *cli.Context) (*settings, error) {
 // call it: building a provider may open a file.
 func (s *settings) buildRoutes() error {
 	routes, tenants, limits, err := s.cfg.Build(s.flagRoutes)
+	if fe := (*config.FlagError)(nil); errors.As(err, &fe) {
+		return cli.Exit(err.Error(), exitUsage)
+	}
 	if err != nil {
 		return err
 	}

@@ -413,8 +413,10 @@ func (cfg *Config) Build(flagRoutes map[string][]string) (relay.Routes, map[stri
 			tenants[t] = resolve(rs, false)
 		}
 	}
-	problems = append(problems, cfg.markCommercial()...)
-	if len(problems) > 0 {
+	if len(problems) > 0 { // every one so far is a --route's
+		return nil, nil, nil, &FlagError{errors.Join(problems...)}
+	}
+	if problems := cfg.markCommercial(); len(problems) > 0 {
 		return nil, nil, nil, errors.Join(problems...)
 	}
 	limits := map[string]relay.Limit{}
@@ -517,3 +519,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// FlagError is a --route that names no provider or a provider URL that
+// cannot be made: a mistake in the command line (exit 2), not in the file.
+type FlagError struct{ Err error }
+
+func (e *FlagError) Error() string { return e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
