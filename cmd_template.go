@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -23,8 +24,8 @@ func templateCommand() *cli.Command {
 			{
 				Name:  "list",
 				Usage: "list the templates: the config's templates.dir and those stored over the API (tenant, name, channel, locale, version, source)",
-				Description: `Prints TENANT (* for every tenant's), NAME, CHANNEL, LOCALE, VERSION and SOURCE
-per template, tab-separated: a file's version is a hash of its parts, a stored
+				Description: `Prints a table with a header row: TENANT (* for every tenant's), NAME, CHANNEL,
+LOCALE, VERSION and SOURCE per template: a file's version is a hash of its parts, a stored
 template's its number; SOURCE is the file, or "api" ("api retired" once
 deleted, "api shadowed" where a file of the same key wins). --json prints one
 object per template.`,
@@ -45,6 +46,10 @@ object per template.`,
 							return err
 						}
 					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+					if !c.Bool("json") && len(ts) > 0 {
+						fmt.Fprintln(tw, "TENANT\tNAME\tCHANNEL\tLOCALE\tVERSION\tSOURCE")
+					}
 					for _, t := range ts {
 						if c.Bool("json") {
 							b, _ := json.Marshal(t)
@@ -64,9 +69,12 @@ object per template.`,
 								source += " shadowed"
 							}
 						}
-						fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\t%s\t%s\n", tenant, t.Name, t.Channel, t.Locale, t.Version, source)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", tenant, t.Name, t.Channel, t.Locale, t.Version, source)
 					}
-					return nil
+					if len(ts) == 0 {
+						fmt.Fprintln(c.App.ErrWriter, "no templates")
+					}
+					return tw.Flush()
 				},
 			},
 			templateSetCommand(),

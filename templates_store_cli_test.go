@@ -60,7 +60,7 @@ func TestTemplateSetGetListRenderThroughTheCLI(t *testing.T) {
 	}
 
 	r = runCLI(t, "", "--db", db, "template", "list")
-	if r.code != 0 || r.stdout != "acme\treceipt\temail\ten\t1\tapi\n" {
+	if r.code != 0 || r.stdout != "TENANT  NAME     CHANNEL  LOCALE  VERSION  SOURCE\nacme    receipt  email    en      1        api\n" {
 		t.Errorf("template list: exit %d %q%s", r.code, r.stdout, r.stderr)
 	}
 
