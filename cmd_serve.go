@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -304,9 +305,9 @@ func (sv *server) open() error {
 func (sv *server) listen() error {
 	c, r, opts, maxConns := sv.c, sv.r, sv.opts, sv.maxConns
 	listen, metricsListen := sv.s.flags.Listen, sv.s.flags.MetricsListen
-	ln, err := net.Listen("tcp", listen)
+	ln, err := listenOn(sv.s.flags.from["listen"], listen)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	// Beyond maxConns, Accept waits: the connections queue in the
 	// kernel and cost the process no descriptor until one closes.
@@ -320,9 +321,9 @@ func (sv *server) listen() error {
 	sv.handler, sv.hs, sv.ln = handler, hs, ln
 	sv.servers, sv.listeners = []*http.Server{hs}, []net.Listener{ln}
 	if metricsListen != "" {
-		mln, err := net.Listen("tcp", metricsListen)
+		mln, err := listenOn(sv.s.flags.from["metrics-listen"], metricsListen)
 		if err != nil {
-			return fmt.Errorf("metrics listen: %w", err)
+			return err
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", handler.MetricsHandler())
@@ -404,9 +405,9 @@ func (sv *server) console() error {
 	top.Handle("/", handler)
 	sv.hs.Handler = top
 	if consoleListen := s.flags.ConsoleListen; consoleListen != "" {
-		cln, err := net.Listen("tcp", consoleListen)
+		cln, err := listenOn(s.flags.from["console-listen"], consoleListen)
 		if err != nil {
-			return fmt.Errorf("console listen: %w", err)
+			return err
 		}
 		cmux := http.NewServeMux()
 		cmux.Handle("/console", con)
@@ -534,6 +535,19 @@ const metricsConns = 16
 // checkListen says what is wrong with a listen address, naming where it
 // came from: HOST:PORT (HOST may be empty: every interface), PORT a number
 // up to 65535 or a service name.
+// listenOn listens on addr, which from (the flag or config key) gave. An
+// address in use says what to do about it.
+func listenOn(from, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s %s: the address is in use: another program (another edgerelay serve?) listens there; stop it, or give %s another address (port 0 picks a free one)", from, addr, from)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", from, addr, err)
+	}
+	return ln, nil
+}
+
 func checkListen(from, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err == nil {

@@ -20,6 +20,29 @@ import (
 	"time"
 )
 
+// An address already taken says so, with what to do, naming the flag or
+// key that gave it; serve writes nothing and exits 1.
+func TestServeOnAnAddressInUse(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, args := range [][]string{
+		{"--listen", addr},
+		{"--listen", "127.0.0.1:0", "--metrics-listen", addr},
+		{"--listen", "127.0.0.1:0", "--console-listen", addr},
+	} {
+		r := runCLI(t, "", append([]string{"serve", "--db", filepath.Join(t.TempDir(), "r.db")}, args...)...)
+		flag := args[len(args)-2]
+		if r.code != exitError || !strings.Contains(r.stderr, flag+" "+addr+": the address is in use") || !strings.Contains(r.stderr, "port 0 picks a free one") {
+			t.Errorf("%v: exit %d\n%s", args, r.code, r.stderr)
+		}
+	}
+}
+
 func TestServeRefusesOpenAPIOffLoopback(t *testing.T) {
 	t.Parallel()
 	r := runCLI(t, "", "serve", "--db", filepath.Join(t.TempDir(), "r.db"), "--listen", "0.0.0.0:0")
