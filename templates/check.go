@@ -170,6 +170,24 @@ func forbidden(name, part, body string, tree *parse.Tree, defined int) error {
 	return err
 }
 
+// escapeMessage says what html/template's escaper refused in an author's
+// words: its descriptions of an unfinished context print the escaper's
+// own state ({stateURL delimDoubleQuote …}).
+func escapeMessage(he *htmltemplate.Error) string {
+	switch he.ErrorCode {
+	case htmltemplate.ErrEndContext:
+		return "the HTML ends inside a tag, an attribute or a quoted value: is a closing quote or > missing?"
+	case htmltemplate.ErrBranchEnd:
+		return "the branches of an {{if}}, {{with}} or {{range}} end in different places of the HTML (one inside a tag, an attribute or a quote, the other not): close them alike"
+	case htmltemplate.ErrRangeLoopReentry:
+		return "a {{range}} ends in another place of the HTML than it starts (inside a tag, an attribute or a quote): close what it opens before {{end}}"
+	}
+	return stateDump.ReplaceAllString(he.Description, "")
+}
+
+// stateDump is the escaper's state in a description: ": {stateURL …}".
+var stateDump = regexp.MustCompile(`:? ?\{state[A-Za-z]+ [^}]*\}`)
+
 // escapeCheck runs html/template's escaper on a copy of t, as the first
 // rendering would: a part it cannot escape (an action inside an attribute
 // name, branches that end in different HTML contexts, an unclosed tag at
@@ -190,8 +208,10 @@ func escapeCheck(name, part, body string, t *htmltemplate.Template) error {
 	if !errors.As(err, &he) || he.ErrorCode == htmltemplate.OK {
 		return nil
 	}
-	pe := &ParseError{Part: part, File: name, Line: he.Line, Column: 1, Msg: he.Description}
-	if he.Node != nil {
+	pe := &ParseError{Part: part, File: name, Line: he.Line, Column: 1, Msg: escapeMessage(he)}
+	if he.ErrorCode == htmltemplate.ErrEndContext {
+		pe.Line, pe.Column = position(body, len(body)) // it is the end that is unfinished
+	} else if he.Node != nil {
 		off := min(int(he.Node.Position()), len(body))
 		if j := strings.LastIndex(body[:off], "{{"); j >= 0 {
 			off = j

@@ -18,7 +18,7 @@ func TestCompileRefusesWithLineAndColumn(t *testing.T) {
 		{"subject", "Hi {{.data.name}", 1, 4, "bad character"},
 		{"text", "line one\nline two {{ nosuch .data.x }}", 2, 13, `function "nosuch" not defined`},
 		{"text", "ok {{.a}}\n\n  {{if .b}}x{{end}}{{end}}", 3, 20, "unexpected {{end}}"},
-		{"html", "<p>{{.data.a}}</p>\n{{if .data.b}}<a href=\"{{end}}x", 2, 1, "branches end in different contexts"},
+		{"html", "<p>{{.data.a}}</p>\n{{if .data.b}}<a href=\"{{end}}x", 2, 1, "end in different places of the HTML"},
 		{"text", "a\n{{define \"x\"}}y{{end}}", 2, 1, "{{define}} is not allowed"},
 		{"text", "we define it\n{{- define \"x\"}}y{{end}}", 2, 1, "{{define}} is not allowed"},
 		{"text", "a {{block \"x\" .}}y{{end}}", 1, 3, "{{block}} is not allowed"},

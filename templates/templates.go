@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/text/language"
 	htmltemplate "html/template"
 	"io"
 	"regexp"
@@ -114,6 +115,11 @@ func CheckKey(tenant, name, channel, locale string) (field string, err error) {
 	case !ValidLocale(locale):
 		return fail("locale", "template %s: locale %q is not a BCP 47 tag (en, de-AT)", name, locale)
 	}
+	if _, err := language.Parse(locale); err != nil {
+		// Well-formed but of no language CLDR knows (xx-bogus): no
+		// recipient's locale would ever reach it.
+		return fail("locale", "template %s: locale %q: %v (a known language: en, de-AT, pt-BR)", name, locale, strings.TrimPrefix(err.Error(), "language: "))
+	}
 	return "", nil
 }
 
@@ -132,7 +138,7 @@ func Compile(src Source) (*Template, error) {
 	names := make([]string, 0, len(src.Parts))
 	for p := range src.Parts {
 		if !contains(allowed, p) {
-			return nil, fmt.Errorf("%s: a %s template has no part %q (its parts: %s)", t.file(p), src.Channel, p, strings.Join(allowed, ", "))
+			return nil, fmt.Errorf("%s: the %s channel's templates have no part %q (its parts: %s)", t.file(p), src.Channel, p, strings.Join(allowed, ", "))
 		}
 		names = append(names, p)
 	}

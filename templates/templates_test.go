@@ -98,6 +98,44 @@ func TestLoadDirParseError(t *testing.T) {
 	}
 }
 
+// The mistakes a new operator made in a templates folder are each refused
+// in the author's words: an unfinished attribute at the end of the HTML
+// (no escaper state printed, the place the end), a part the channel does
+// not have, and a locale of no known language.
+func TestLoadDirSaysWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		files   map[string]string
+		want    []string
+		notWant string
+	}{
+		{map[string]string{"receipt/en/email.subject.tmpl": "ok", "receipt/en/email.html.tmpl": `<p>Hi</p>` + "\n" + `<a href="{{.data.url}}>pay</a>`},
+			[]string{"email.html.tmpl:2:31:", "ends inside a tag, an attribute or a quoted value", "closing quote or > missing"}, "{state"},
+		{map[string]string{"receipt/en/sms.html.tmpl": "x"},
+			[]string{`the sms channel's templates have no part "html"`, "its parts: text"}, " a sms "},
+		{map[string]string{"receipt/en/email.subject.tmpl": "ok", "receipt/en/email.text.tmpl": "t", "receipt/xx-bogus/email.subject.tmpl": "hi", "receipt/xx-bogus/email.text.tmpl": "t"},
+			[]string{`locale "xx-bogus"`, `"xx" is well-formed but unknown`}, ""},
+	} {
+		dir := t.TempDir()
+		write(t, dir, c.files)
+		_, err := LoadDir(dir, "en")
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v, want it to say %q", c.files, err, w)
+			}
+		}
+		if c.notWant != "" && err != nil && strings.Contains(err.Error(), c.notWant) {
+			t.Errorf("%v: %v says %q", c.files, err, c.notWant)
+		}
+	}
+	// A known language is not refused for being rare.
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"receipt/en/sms.text.tmpl": "ok", "receipt/de-CH-1996/sms.text.tmpl": "ok", "receipt/tlh/sms.text.tmpl": "ok"})
+	if _, err := LoadDir(dir, "en"); err != nil {
+		t.Errorf("de-CH-1996 and tlh: %v", err)
+	}
+}
+
 // BenchmarkRenderEmail is one recipient's email (subject and HTML, two
 // helpers), as an accept renders it.
 func BenchmarkRenderEmail(b *testing.B) {
