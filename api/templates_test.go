@@ -171,7 +171,7 @@ func TestTemplatePutRefusesWhatDoesNotParse(t *testing.T) {
 	}{
 		{map[string]string{"subject": "Hi", "text": "line one\nDear {{ .data.name | nosuch }}"}, "parts.text", `parts.text: line 2, column 22: function "nosuch" not defined`},
 		{map[string]string{"subject": "Hi {{.data.name", "text": "x"}, "parts.subject", "parts.subject: line 1, column 4: unclosed action"},
-		{map[string]string{"subject": "Hi", "html": "<p>\n{{if .data.x}}<a href=\"{{end}}</p>"}, "parts.html", "parts.html: line 2, column 1: {{if}} branches end in different contexts"},
+		{map[string]string{"subject": "Hi", "html": "<p>\n{{if .data.x}}<a href=\"{{end}}</p>"}, "parts.html", "parts.html: line 2, column 1: the branches of an {{if}}, {{with}} or {{range}} end in different places of the HTML"},
 		{map[string]string{"subject": "Hi", "text": "{{template \"other\"}}"}, "parts.text", "parts.text: line 1, column 1: {{template \"other\"}} is not allowed"},
 		{map[string]string{"subject": "Hi", "text": strings.Repeat("x", 64<<10+1)}, "parts.text", "parts.text: line 1, column 1: 65537 bytes, more than the limit of 65536"},
 	} {
