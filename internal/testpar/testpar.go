@@ -16,9 +16,14 @@ import (
 const PerCPU = 4
 
 // Raise sets -test.parallel to PerCPU x GOMAXPROCS unless the command line
-// set it (go test -parallel N passes -test.parallel=N): call it from
-// TestMain before m.Run.
+// set it (go test -parallel N passes -test.parallel=N), or the race
+// detector is on: it makes each test several times slower, and eight of
+// them at once on two cores overran the budgets some tests keep (a
+// template's 250 ms, a tail's minute). Call it from TestMain before m.Run.
 func Raise() {
+	if raceEnabled {
+		return
+	}
 	if !flag.Parsed() {
 		flag.Parse()
 	}
