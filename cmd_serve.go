@@ -201,6 +201,9 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	sv := &server{c: c, s: s}
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	c.Context = ctx
 	if err := sv.check(); err != nil {
 		return err
 	}
@@ -212,6 +215,10 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	defer r.Close()
+	// Whatever ends serve (a signal, a listener that fails, an address
+	// found taken after the background work began) ends that work and
+	// waits for it before the relay closes.
+	defer func() { cancel(); sv.background.Wait() }()
 	metrics.Watch(r, r.Store())
 	sv.r, sv.metrics, sv.opts.Metrics = r, metrics, metrics
 	if err := sv.open(); err != nil {
