@@ -533,8 +533,9 @@ const versionTable = `CREATE TABLE schema_version (
 );
 INSERT INTO schema_version (version) VALUES (0);`
 
-// migrate brings the schema forward one numbered migration at a time, each
-// in its own transaction with the version bump. Every transaction takes an
+// migrate brings the schema forward through the numbered migrations it
+// lacks, all in one transaction with the version bump, so a failure
+// mid-upgrade leaves the previous version intact. The transaction takes an
 // advisory lock (per schema) before it reads the version, so of several
 // nodes starting at once one migrates and the others find the work done. A
 // schema newer than the binary is refused, never touched; one that is up
@@ -555,12 +556,10 @@ func (s *Store) migrate(ctx context.Context) error {
 	if have > len(ms) {
 		return tooNew(have, len(ms))
 	}
-	for have < len(ms) {
-		if have, err = s.migrateStep(ctx, ms); err != nil {
-			return err
-		}
+	if have == len(ms) {
+		return nil
 	}
-	return nil
+	return s.migratePending(ctx, ms)
 }
 
 func tooNew(have, know int) error {
@@ -586,48 +585,49 @@ func schemaVersion(ctx context.Context, q querier) (int, error) {
 	return v, err
 }
 
-// migrateStep applies the next migration, if any is still due once the
-// lock is held, and returns the version then.
-func (s *Store) migrateStep(ctx context.Context, ms []migration) (int, error) {
-	var have int
+// migratePending applies the migrations still due once the lock is held.
+func (s *Store) migratePending(ctx context.Context, ms []migration) error {
+	var applied []migration
+	first := 0
 	err := pgx.BeginTxFunc(ctx, s.pool, s.begin(""), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), '') || ':edgerelay:migrate', 0))`); err != nil {
 			return fmt.Errorf("lock for migration: %w", err)
 		}
-		var err error
-		if have, err = schemaVersion(ctx, tx); err != nil {
+		have, err := schemaVersion(ctx, tx)
+		if err != nil {
 			return fmt.Errorf("read schema version: %w", err)
 		}
 		if have > len(ms) {
 			return tooNew(have, len(ms))
 		}
-		if have == len(ms) {
-			return nil // another node migrated meanwhile
-		}
+		first = have
 		if have == 0 {
 			if _, err := tx.Exec(ctx, versionTable); err != nil {
 				return fmt.Errorf("create schema_version: %w", err)
 			}
 		}
-		m := ms[have]
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
-		}
-		if f := goMigrations[m.Version]; f != nil {
-			if err := f(ctx, tx); err != nil {
+		for _, m := range ms[have:] {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
+			if f := goMigrations[m.Version]; f != nil {
+				if err := f(ctx, tx); err != nil {
+					return fmt.Errorf("migration %s: %w", m.Name, err)
+				}
+			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, m.Version); err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
+		if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, len(ms)); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", len(ms), err)
 		}
-		if have > 0 {
-			s.log.Info("migrated database", "to", m.Version, "migration", m.Name)
-		}
-		have = m.Version
+		applied = ms[have:]
 		return nil
 	})
-	return have, err
+	if err == nil && first > 0 {
+		for _, m := range applied {
+			s.log.Info("migrated database", "to", m.Version, "migration", m.Name)
+		}
+	}
+	return err
 }
 
 // ms converts a time to the store's representation, Unix milliseconds.

@@ -118,3 +118,16 @@ func BenchmarkClaimSettle(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOpenNew measures opening a new database file: the first run of
+// every command on a fresh box, and of every test that opens a store.
+func BenchmarkOpenNew(b *testing.B) {
+	dir := b.TempDir()
+	for i := 0; b.Loop(); i++ {
+		st, err := Open(context.Background(), filepath.Join(dir, fmt.Sprintf("%d.db", i)), Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Close()
+	}
+}

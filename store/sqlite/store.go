@@ -344,17 +344,18 @@ func SchemaVersion() int {
 	return len(ms)
 }
 
-// migrate brings the database forward one numbered migration at a time, each
-// in its own transaction together with the version bump (PRAGMA user_version
-// is transactional), so a crash mid-upgrade leaves the previous version
-// intact. A database newer than the binary is refused, never touched.
+// migrate brings the database forward through the numbered migrations it
+// lacks, all in one transaction together with the version bump (PRAGMA
+// user_version is transactional), so a crash or a failing migration
+// mid-upgrade leaves the previous version intact. A database newer than the
+// binary is refused, never touched.
 //
 // Processes started together on one file (cron lines, sidecars, serve and a
 // CLI) would otherwise race: each read version 0 and ran 0001, and all but
-// one failed with "table events already exists". So each step takes the
+// one failed with "table events already exists". So the upgrade takes the
 // write lock first (the DSN's _txlock=immediate makes BeginTx a BEGIN
-// IMMEDIATE; another process's step is waited for up to busy_timeout) and
-// only then reads the version: a process that finds the step done moves on.
+// IMMEDIATE; another process's upgrade is waited for up to busy_timeout) and
+// only then reads the version: a process that finds the work done moves on.
 // The version read without the lock only spares an up-to-date database the
 // lock (most opens), and refuses a newer one; version numbers only grow, so
 // neither answer can be stale in a way that matters.
@@ -367,20 +368,24 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	if err != nil || first == len(ms) {
 		return err
 	}
-	for {
-		m, err := migrateStep(ctx, db, ms)
-		if err != nil || m == nil {
-			return err
-		}
-		if first > 0 {
+	applied, err := migratePending(ctx, db, ms)
+	if err != nil {
+		return err
+	}
+	if first > 0 {
+		for _, m := range applied {
 			log.Info("migrated database", "to", m.Version, "migration", m.Name)
 		}
 	}
+	return nil
 }
 
-// migrateStep runs, under the write lock, the migration the database needs
-// next and returns it, or nil if it needs none (another process did it).
-func migrateStep(ctx context.Context, db *sql.DB, ms []migration) (*migration, error) {
+// migratePending runs, under the write lock and in one transaction, the
+// migrations the database still needs (none if another process ran them
+// first) and returns them. One transaction makes a new file's schema
+// appear whole or not at all, and costs one commit rather than one per
+// migration.
+func migratePending(ctx context.Context, db *sql.DB, ms []migration) ([]migration, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: take the write lock: %w", err)
@@ -390,22 +395,23 @@ func migrateStep(ctx context.Context, db *sql.DB, ms []migration) (*migration, e
 	if err != nil || have == len(ms) {
 		return nil, err
 	}
-	m := &ms[have]
-	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
-	}
-	if f := goMigrations[m.Version]; f != nil {
-		if err := f(ctx, tx); err != nil {
+	for _, m := range ms[have:] {
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("migration %s: %w", m.Name, err)
 		}
+		if f := goMigrations[m.Version]; f != nil {
+			if err := f(ctx, tx); err != nil {
+				return nil, fmt.Errorf("migration %s: %w", m.Name, err)
+			}
+		}
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.Version)); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(ms))); err != nil {
+		return nil, fmt.Errorf("migrate to version %d: %w", len(ms), err)
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("migration %s: %w", m.Name, err)
+		return nil, fmt.Errorf("migrate to version %d: %w", len(ms), err)
 	}
-	return m, nil
+	return ms[have:], nil
 }
 
 // schemaVersion reads the database's schema version and refuses one newer
