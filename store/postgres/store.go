@@ -600,6 +600,9 @@ func (s *Store) migratePending(ctx context.Context, ms []migration) error {
 		if have > len(ms) {
 			return tooNew(have, len(ms))
 		}
+		if have == len(ms) {
+			return nil // another node migrated meanwhile
+		}
 		first = have
 		if have == 0 {
 			if _, err := tx.Exec(ctx, versionTable); err != nil {

@@ -391,3 +391,43 @@ func schemaBefore(t *testing.T, suffix string) (string, *sql.DB, int) {
 	}
 	return path, db, before
 }
+
+// An upgrade that fails part way leaves the database as it was: the
+// migrations before the failing one are rolled back with it, and the next
+// open runs them all again. (Not parallel: it swaps a Go migration that
+// every open reads.)
+func TestFailedUpgradeLeavesThePreviousVersion(t *testing.T) {
+	last := SchemaVersion()
+	saved, had := goMigrations[last]
+	goMigrations[last] = func(context.Context, *sql.Tx) error { return errors.New("injected failure") }
+	path := filepath.Join(t.TempDir(), "new.db")
+	_, err := Open(context.Background(), path, Options{})
+	if had {
+		goMigrations[last] = saved
+	} else {
+		delete(goMigrations, last)
+	}
+	if err == nil || !strings.Contains(err.Error(), "injected failure") {
+		t.Fatalf("open: %v, want the injected failure", err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v, tables int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if v != 0 || tables != 0 {
+		t.Fatalf("after the failed upgrade: version %d with %d tables, want version 0 and none", v, tables)
+	}
+	st, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatalf("open after the failure: %v", err)
+	}
+	st.Close()
+}
