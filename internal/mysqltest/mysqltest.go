@@ -219,8 +219,20 @@ func startServer(ctx context.Context, installDB, mariadbd string) (*server, erro
 		return fail(err)
 	}
 	data := filepath.Join(dir, "data")
+	// A temporary directory of its own: with the shared /tmp, a bootstrap
+	// run beside other servers' once failed deleting its own temporary
+	// table ("Error on delete of '/tmp/#sql-temptable-…' (Errcode: 2)").
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return fail(err)
+	}
+	if cred != nil {
+		if err := os.Chown(tmp, int(cred.Uid), int(cred.Gid)); err != nil {
+			return fail(err)
+		}
+	}
 	// Small files: a test server holds a few rows.
-	small := []string{"--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M"}
+	small := []string{"--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M", "--tmpdir=" + tmp}
 	install := exec.CommandContext(ctx, installDB, append([]string{"--no-defaults", "--datadir=" + data,
 		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"}, small...)...)
 	install.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
