@@ -135,17 +135,24 @@ func testTailSIGKILLKeepsGaps(t *testing.T, open func(*testing.T) (string, *sql.
 	args := []string{"tail", "--db", relayPath, "--source", srcURL + sep + "table=edgerelay_outbox",
 		"--poll", "10ms", "--batch", "8", "--log-level", "info", "--json"}
 	var outputs []string
-	start := func() (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	deadline := time.Now().Add(time.Minute)
+	var waitFor func(what string, ok func() bool, stderr *syncBuffer)
+	// start runs tail and waits until it has read its saved position: its
+	// signal handler is in place by then, so a SIGTERM is a clean stop
+	// (a run that finds every row already relayed could otherwise be
+	// signalled before it can catch one).
+	start := func() (*exec.Cmd, *bytes.Buffer, *syncBuffer) {
 		cmd := exec.Command(bin, args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		var stdout bytes.Buffer
+		stderr := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = &stdout, stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		return cmd, &stdout, &stderr
+		waitFor("tail to start", func() bool { return strings.Contains(stderr.String(), "reading rows after the saved position") }, stderr)
+		return cmd, &stdout, stderr
 	}
-	deadline := time.Now().Add(time.Minute)
-	waitFor := func(what string, ok func() bool, stderr *bytes.Buffer) {
+	waitFor = func(what string, ok func() bool, stderr *syncBuffer) {
 		t.Helper()
 		for !ok() {
 			if time.Now().After(deadline) {
@@ -154,7 +161,7 @@ func testTailSIGKILLKeepsGaps(t *testing.T, open func(*testing.T) (string, *sql.
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	kill := func(cmd *exec.Cmd, stderr *bytes.Buffer) {
+	kill := func(cmd *exec.Cmd, stderr *syncBuffer) {
 		t.Helper()
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
