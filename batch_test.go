@@ -26,6 +26,7 @@ import (
 	"github.com/creack/pty"
 
 	"edgerelay/batch"
+	"edgerelay/internal/longtest"
 	"edgerelay/relay"
 )
 
@@ -265,6 +266,7 @@ var logKey = regexp.MustCompile(`"key":"(er1_[0-9a-f]+)"`)
 // between a call and its record may repeat a line: at most one per call in
 // flight per kill.
 func TestBatchSendSIGKILLThenRerun(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and kills real processes")
 	}
@@ -514,6 +516,7 @@ var attemptLine = regexp.MustCompile(`level=(\w+) msg=(attempt|"decided without 
 // delivering, then the summary; not a line per attempt. With --log-level
 // debug the attempt lines are there, at DEBUG.
 func TestBatchSendDispatchTerminal(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds the binary and delivers 10,000 notifications")
 	}

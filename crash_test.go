@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/internal/relaytest"
@@ -44,6 +45,7 @@ func TestMain(m *testing.M) {
 // loses nothing and, against a provider that honours keys, duplicates
 // nothing: every notification ends sent, delivered exactly once.
 func TestSIGKILLMidDispatchLosesAndDuplicatesNothing(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and kills real processes")
 	}

@@ -39,6 +39,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
+
+	"edgerelay/internal/longtest"
 )
 
 // diskFSizeEnv makes the test binary a wrapper: it lowers RLIMIT_FSIZE to
@@ -588,6 +590,7 @@ func (l *diskLimit) grow(t *testing.T) {
 // once writes fail, events are answered 5xx, nothing is acknowledged that
 // was not committed, and once the space is back the relay works again.
 func TestDiskFullServe(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs the real binary on a full disk")
 	}
@@ -836,6 +839,7 @@ func diskFirstLines(s string, n int) string {
 // the WAL reaches it while the database file is small, and nothing needs
 // freeing for the same checkpoint to let writes go on.
 func TestDiskFullRecoversWhenSpaceIsFreed(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs the real binary on a full disk")
 	}
@@ -961,6 +965,7 @@ var diskStoppedRE = regexp.MustCompile(`batch: stopped after (\d+) lines \((\d+)
 // non-zero exit with a clear line, every event it counted accepted is
 // stored, and the same file run again once the space is back finishes it.
 func TestDiskFullBatchSend(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs the real binary on a full disk")
 	}
@@ -1032,6 +1037,7 @@ func TestDiskFullBatchSend(t *testing.T) {
 // must fail with one line, serve must not acknowledge events it could not
 // store, and it must not call itself ready.
 func TestDiskCorruptPages(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}

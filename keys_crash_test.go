@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/sim"
 )
 
@@ -21,6 +22,7 @@ import (
 // 409 request-in-progress for the whole hold (60 s), past the retry budget
 // of many clients.
 func TestIdempotencyKeyFreeAfterSIGKILL(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds the binary and SIGKILLs real processes")
 	}

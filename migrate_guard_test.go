@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
 
 	"github.com/jackc/pgx/v5"
@@ -95,6 +96,7 @@ func (h *heldRun) waitPoint(t *testing.T) {
 // its lock with its connection: the next run is not refused and finishes
 // the copy.
 func TestMigrateStoreTwoRunsAtOnce(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}

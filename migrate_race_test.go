@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/store/sqlite"
 )
 
@@ -104,6 +105,7 @@ func startTogether(t *testing.T, cmds []*exec.Cmd) {
 // 36 such runs failed ("migration 0002_api.sql: ... table request_keys
 // already exists").
 func TestSendsStartedTogetherOnANewFile(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}

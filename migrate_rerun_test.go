@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/sim"
 
@@ -20,6 +21,7 @@ import (
 // as sent, with its attempt, and dispatch on PostgreSQL sends nothing
 // more: the provider (which does not honour keys) received N once.
 func TestMigrateStoreRerunCarriesTheSourcesChanges(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and kills a real process")
 	}

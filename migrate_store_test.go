@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/internal/relaytest"
 	"edgerelay/model"
@@ -48,6 +49,7 @@ type migrateOut struct {
 // source's; a rerun after that is refused and changes nothing; no output
 // shows the password.
 func TestMigrateStoreMovesABox(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and kills a real process")
 	}

@@ -259,6 +259,7 @@ func TestPostgresServe(t *testing.T) {
 // tail relays an outbox into PostgreSQL, and cron runs a batch job into
 // it, keyed by the run: repeating the run adds nothing.
 func TestPostgresTailAndCron(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and signals a real process")
 	}
@@ -324,6 +325,7 @@ func TestPostgresTailAndCron(t *testing.T) {
 // runs cover adjacent ranges of the tenant's own sequence (as
 // TestCronDigestCoversItsTenant on SQLite).
 func TestPostgresCronDigest(t *testing.T) {
+	longtest.Require(t)
 	t.Parallel()
 	db, dir := pgtest.Start(t), t.TempDir()
 	cfg := filepath.Join(dir, "c.yaml")

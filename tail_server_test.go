@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for the application's side
 
+	"edgerelay/internal/longtest"
 	"edgerelay/internal/mysqltest"
 	"edgerelay/internal/pgtest"
 	"edgerelay/relay"
@@ -99,6 +100,7 @@ func appOrder(t *testing.T, db *sql.DB, ph string, i int) *sql.Tx {
 // and gaps: every order's event is accepted once, none lost, and the
 // password is in no output.
 func TestTailServerSIGKILLKeepsGaps(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and kills real processes")
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/longtest"
 	"edgerelay/relay"
 	"edgerelay/sources"
 )
@@ -107,6 +108,7 @@ var resumeRE = regexp.MustCompile(`tail: reading rows after the saved position.*
 // outbox event is accepted exactly once, none is lost, and each kill's
 // accepted-but-unsaved rows are read again as duplicates, creating nothing.
 func TestTailSIGKILLResumesWithoutLossOrRepeat(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and kills real processes")
 	}

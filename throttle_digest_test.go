@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"edgerelay/internal/longtest"
 )
 
 // throttleDigestConfig: marketing is throttled to 2 a day per recipient,
@@ -214,6 +216,7 @@ func checkFolded(t *testing.T, db, cfg, logFile, route string, resent bool) {
 // second dispatcher recovers the leases, and the end is the same: 2 sent,
 // 3 folded, each once into ada's next digest.
 func TestThrottleFoldSurvivesACrash(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("builds and kills a real process")
 	}

@@ -1,9 +1,13 @@
-// Package longtest gates the suite's long drills: the SIGKILL and cluster
-// drills, the stamped second build, the conformance suite's second
-// PostgreSQL protocol mode and the PostgreSQL benchmark table run small.
-// `go test ./...` skips them so that it stays a quicker loop (about 155 s
-// on two cores, from 238 s); `EDGERELAY_LONG_TESTS=1 go test ./...` runs them, and
-// .ci/run sets it, so nothing lands without them.
+// Package longtest gates the suite's long drills: the processes SIGKILLed
+// mid-run (serve, dispatch, batch send, tail), the full-disk and
+// corrupt-page drills, migrate-store end to end, the three-node cluster
+// drill, the PostgreSQL tail and cron runs, the stamped second build, the
+// conformance suite's second PostgreSQL protocol mode and the PostgreSQL
+// benchmark table run small. `go test ./...` skips them so that it stays a
+// quick loop (docs/PROOF.md section 10 has its figures);
+// `EDGERELAY_LONG_TESTS=1 go test ./...` runs them, and .ci/run sets it on
+// lines that name each one (TestCIRunsEveryLongDrill checks that none is
+// left out), so nothing lands without them.
 package longtest
 
 import (
