@@ -195,6 +195,11 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO provider_pauses VALUES ('resend', ` + jsonInt(now+3600000) + `)`,
 		`INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES ((SELECT min(id) FROM notifications), ` +
 			jsonInt(now) + `, 'console, token 1 (support) of tenant default', 'retry', 'was dead')`,
+		// A workflow in two versions, the first retired (no command
+		// saves one yet: the store's rows as a save would write them).
+		`INSERT INTO workflows (tenant, type, version, definition, created_at, retired_at) VALUES
+			('acme', 'invoice.due', 1, '{"type":"invoice.due","steps":[{"id":"email","channels":["email"]}]}', ` + jsonInt(now) + `, ` + jsonInt(now) + `),
+			('acme', 'invoice.due', 2, '{"type":"invoice.due","steps":[{"id":"sms","channels":["sms"]}]}', ` + jsonInt(now) + `, NULL)`,
 	} {
 		if _, err := lite.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -344,6 +349,14 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	}
 	if st, created, err := r.PutTemplate(ctx, tk, map[string]string{"subject": "Moved", "text": "x"}); err != nil || !created || st.Version != 3 {
 		t.Errorf("a PUT after the move: %+v %v %v, want version 3", st, created, err)
+	}
+	// The workflow's versions, the retired one still retired, and the next is 3.
+	if vs, err := r.Store().WorkflowVersions(ctx, "acme", "invoice.due"); err != nil || len(vs) != 2 || vs[0].RetiredAt == nil || vs[1].RetiredAt != nil ||
+		!strings.Contains(string(vs[1].Definition), `"sms"`) {
+		t.Errorf("the workflow's versions on PostgreSQL: %+v %v", vs, err)
+	}
+	if w, created, err := r.Store().PutWorkflow(ctx, "acme", "invoice.due", []byte(`{"type":"invoice.due"}`), time.Now()); err != nil || !created || w.Version != 3 {
+		t.Errorf("a workflow put after the move: %+v %v %v, want version 3", w, created, err)
 	}
 	r.Close()
 	// A repeat of the moved cron run adds nothing.

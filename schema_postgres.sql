@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 25: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 26: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -395,3 +395,14 @@ CREATE TABLE tokens (
     CONSTRAINT tokens_hash_key UNIQUE (hash)
 );
 CREATE INDEX tokens_tenant ON tokens USING btree (tenant);
+
+CREATE TABLE workflows (
+    tenant text NOT NULL,
+    type text NOT NULL,
+    version integer NOT NULL,
+    definition text NOT NULL,
+    created_at bigint NOT NULL,
+    retired_at bigint,
+    CONSTRAINT workflows_pkey PRIMARY KEY (tenant, type, version),
+    CONSTRAINT workflows_version_check CHECK ((version >= 1))
+);

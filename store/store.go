@@ -38,6 +38,7 @@ type Store interface {
 	Console
 	Sessions
 	Templates
+	Workflows
 }
 
 // Console is what a person looking at one tenant in a browser needs beyond

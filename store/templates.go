@@ -43,3 +43,25 @@ type Templates interface {
 	// version and every RetireTemplate raises, in the same transaction.
 	TemplateGeneration(ctx context.Context) (int64, error)
 }
+
+// Workflows are tenants' workflows per event type (issue 26), kept as
+// templates are: numbered versions from the primary key (tenant, type,
+// version), every one readable, a change a new version; a run keeps the
+// version it started with.
+type Workflows interface {
+	// PutWorkflow stores def (a checked workflow, as JSON) as the next
+	// version of tenant's workflow for typ, unless it equals the latest
+	// version and that one is not retired: then it returns that version
+	// and created false. Of writers racing for one number, one takes it
+	// and the other the next.
+	PutWorkflow(ctx context.Context, tenant, typ string, def []byte, now time.Time) (w model.StoredWorkflow, created bool, err error)
+	// WorkflowVersion returns one version, the latest (retired or not)
+	// for version 0; ErrNotFound if there is none.
+	WorkflowVersion(ctx context.Context, tenant, typ string, version int) (model.StoredWorkflow, error)
+	// WorkflowVersions lists the versions, oldest first; none is an empty
+	// list.
+	WorkflowVersions(ctx context.Context, tenant, typ string) ([]model.StoredWorkflow, error)
+	// RetireWorkflow marks the latest version retired at now and returns
+	// it; ErrNotFound if there is none or it is retired already.
+	RetireWorkflow(ctx context.Context, tenant, typ string, now time.Time) (model.StoredWorkflow, error)
+}

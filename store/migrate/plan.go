@@ -126,6 +126,9 @@ var plan = []table{
 		why: "every version of each stored template, retired ones included: old versions stay readable on the nodes, and the next PUT numbers after them; one the source retired after a run is retired on the target too (the source's row replaces one that differs)"},
 	{name: "template_generation", key: []string{"id"}, raise: []string{"gen"},
 		why: "the number every template change raises, which serve polls to reload its templates: moved so it never goes back (the larger kept)"},
+	// Workflows managed over the API.
+	{name: "workflows", key: []string{"tenant", "type", "version"},
+		why: "every version of each tenant's workflow, retired ones included: runs keep the version they started with, and the next PUT numbers after them (the source's row replaces one that differs, as for templates)"},
 	{name: "console_sessions", skip: "not moved: console sign-ins are short-lived (12 h at most); people sign in again on the nodes"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }

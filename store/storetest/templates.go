@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -162,29 +160,10 @@ func testTemplateConcurrentPuts(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	now := time.UnixMilli(1_700_000_000_000).UTC()
 	const n = 8
-	var wg sync.WaitGroup
-	versions := make([]int, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v, _, err := s.PutTemplate(ctx, tkey, map[string]string{"text": fmt.Sprint("text ", i)}, now)
-			versions[i], errs[i] = v.Version, err
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("put %d: %v", i, err)
-		}
-	}
-	sort.Ints(versions)
-	for i, v := range versions {
-		if v != i+1 {
-			t.Fatalf("versions %v: want 1 to %d, each once", versions, n)
-		}
-	}
+	putsGetDistinctVersions(t, n, func(i int) (int, error) {
+		v, _, err := s.PutTemplate(ctx, tkey, map[string]string{"text": fmt.Sprint("text ", i)}, now)
+		return v.Version, err
+	})
 	vs, err := s.TemplateVersions(ctx, tkey)
 	if err != nil || len(vs) != n {
 		t.Fatalf("versions = %d, %v; want %d", len(vs), err, n)

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"edgerelay/model"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -121,4 +123,40 @@ func (m Methods) Suppressions(ctx context.Context, f model.SuppressionFilter, no
 // Unsuppress removes a tenant's entry for an address.
 func (m Methods) Unsuppress(ctx context.Context, tenant, channel, address string) (bool, error) {
 	return get(ctx, m.Write, func(q Querier) (bool, error) { return Unsuppress(ctx, q, tenant, channel, address) })
+}
+
+// PutWorkflow stores def as the next version of tenant's workflow for typ
+// (see the function PutWorkflow); a number another writer took between the
+// read and the insert starts the put again (of n writers racing, one wins
+// each round, so the last needs n rounds), at most maxPutRounds times.
+func (m Methods) PutWorkflow(ctx context.Context, tenant, typ string, def []byte, now time.Time) (w model.StoredWorkflow, created bool, err error) {
+	for range maxPutRounds {
+		err = m.Write(ctx, func(q Querier) (err error) {
+			w, created, err = PutWorkflow(ctx, q, tenant, typ, def, now)
+			return err
+		})
+		if !errors.Is(err, errVersionTaken) {
+			return w, created, err
+		}
+	}
+	return model.StoredWorkflow{}, false, fmt.Errorf("put workflow %s: %w, %d times in a row", typ, err, maxPutRounds)
+}
+
+// maxPutRounds bounds the rounds of a put that keeps finding its version
+// number taken.
+const maxPutRounds = 32
+
+// WorkflowVersion reads one version of a workflow, the latest for 0.
+func (m Methods) WorkflowVersion(ctx context.Context, tenant, typ string, version int) (model.StoredWorkflow, error) {
+	return get(ctx, m.Read, func(q Querier) (model.StoredWorkflow, error) { return WorkflowVersion(ctx, q, tenant, typ, version) })
+}
+
+// WorkflowVersions lists a workflow's versions, oldest first.
+func (m Methods) WorkflowVersions(ctx context.Context, tenant, typ string) ([]model.StoredWorkflow, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.StoredWorkflow, error) { return WorkflowVersions(ctx, q, tenant, typ) })
+}
+
+// RetireWorkflow marks a workflow's latest version retired.
+func (m Methods) RetireWorkflow(ctx context.Context, tenant, typ string, now time.Time) (model.StoredWorkflow, error) {
+	return get(ctx, m.Write, func(q Querier) (model.StoredWorkflow, error) { return RetireWorkflow(ctx, q, tenant, typ, now) })
 }
