@@ -138,6 +138,11 @@ func TestConsoleAccess(t *testing.T) {
 	// POSTs: no CSRF token, a wrong one, another origin: refused, nothing retried.
 	_, page = c.do("GET", fmt.Sprintf("/console/retry?id=%s", f.danID), nil)
 	tok := csrf(t, page)
+	// The confirmation says what a retry does: it never lifts a suppression
+	// (RetryAs refuses one, naming the entry).
+	if !strings.Contains(page, "never lifts a suppression") || strings.Contains(page, "lifted)") {
+		t.Fatalf("the retry page promises what a retry does not do:\n%s", page)
+	}
 	for _, tc := range []struct {
 		name   string
 		form   url.Values
