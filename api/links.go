@@ -109,8 +109,8 @@ type unsubscribeLink struct {
 }
 
 func (s *Server) postLinks(w http.ResponseWriter, r *http.Request, c caller) response {
-	var req linksRequest
-	if _, perr := s.readJSON(w, r, &req, `{"ttl": "168h", "channels": ["email"]}`); perr != nil {
+	var req linksRequest // no body at all: every default
+	if perr := s.readOptionalJSON(w, r, &req, `{"ttl": "168h", "channels": ["email"]}`); perr != nil {
 		return *perr
 	}
 	tenant, perr := s.preferenceTenant(r, c, "link")

@@ -391,3 +391,25 @@ func TestRecipientPagesHeadersAndCrossSite(t *testing.T) {
 		t.Fatalf("after the one-click: %+v", c)
 	}
 }
+
+// POST /v1/recipients/{id}/links needs no body: none at all, or {}, is
+// every default (a week, email), the same links as naming them.
+func TestLinksWithoutABody(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, time.Now)
+	b := setup(t, options{Relay: prefOptions(s.prov)})
+	for _, body := range []string{"", "{}"} {
+		rep := b.do(t, "POST", "/v1/recipients/ada/links", body)
+		if rep.status != http.StatusOK {
+			t.Fatalf("links with the body %q: %s", body, rep)
+		}
+		l := decode[linksReply](t, rep)
+		if len(l.Unsubscribe) != 1 || l.Unsubscribe[0].Channel != "email" || !strings.HasPrefix(l.Unsubscribe[0].URL, "/u/") ||
+			l.Preferences.Expires.Sub(time.Now()) < 6*24*time.Hour {
+			t.Fatalf("links with the body %q: %+v, want one email unsubscribe link and a preferences link for a week", body, l)
+		}
+	}
+	if rep := b.do(t, "POST", "/v1/recipients/ada/links", `{"ttl": 5}`); rep.status != http.StatusBadRequest {
+		t.Fatalf("a body of the wrong shape: %s, want 400", rep)
+	}
+}

@@ -415,15 +415,34 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, shape s
 	if perr != nil {
 		return nil, perr
 	}
+	return body, decodeBody(body, v, shape)
+}
+
+// readOptionalJSON is readJSON for a body that may be left out: an empty
+// one (or only white space) leaves v as it is, every default in force.
+func (s *Server) readOptionalJSON(w http.ResponseWriter, r *http.Request, v any, shape string) *response {
+	body, perr := s.readBody(w, r)
+	if perr != nil {
+		return perr
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	return decodeBody(body, v, shape)
+}
+
+// decodeBody decodes a request's body into v, or is the 400 naming what
+// was wrong and the shape wanted.
+func decodeBody(body []byte, v any, shape string) *response {
 	if err := relay.DecodeJSON(body, v, relay.RawAsSent); err != nil {
 		var field string
 		if je := (*relay.JSONError)(nil); errors.As(err, &je) {
 			field = je.Field
 		}
 		p := problemField(http.StatusBadRequest, probInvalidJSON, "Invalid JSON", "want "+shape+": "+err.Error(), field)
-		return nil, &p
+		return &p
 	}
-	return body, nil
+	return nil
 }
 
 // MaxKeyLen bounds an Idempotency-Key, as Stripe and the IETF draft's
