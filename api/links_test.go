@@ -405,7 +405,7 @@ func TestLinksWithoutABody(t *testing.T) {
 		}
 		l := decode[linksReply](t, rep)
 		if len(l.Unsubscribe) != 1 || l.Unsubscribe[0].Channel != "email" || !strings.HasPrefix(l.Unsubscribe[0].URL, "/u/") ||
-			l.Preferences.Expires.Sub(time.Now()) < 6*24*time.Hour {
+			time.Until(l.Preferences.Expires) < 6*24*time.Hour {
 			t.Fatalf("links with the body %q: %+v, want one email unsubscribe link and a preferences link for a week", body, l)
 		}
 	}
