@@ -156,12 +156,28 @@ func runSchedule(ctx context.Context, r *relay.Relay, runs store.Jobs, j *Job) {
 		}
 	}
 	for {
+		// Runs already due (the one before took longer than the period,
+		// or the catch-up above did): those within the handover's bound
+		// of now run at once, in order, as a takeover's would; a slow run
+		// on a loaded box makes the next ones late, not lost.
+		if behind := handedOver(j.Schedule, from, r.Now(), 2*r.FailoverBound()); len(behind) > 0 {
+			for _, at := range behind {
+				if ctx.Err() != nil {
+					return
+				}
+				if _, err := RunJob(ctx, r, runs, j, at, RunOptions{}); err != nil {
+					r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
+				}
+				from = at
+			}
+			continue
+		}
 		next := j.Schedule.Next(from)
 		if next.IsZero() {
 			return
 		}
-		// More than one run behind (runs that take longer than the
-		// period): the latest due runs, the ones between are skipped.
+		// Further behind than that (a stall longer than the bound): the
+		// latest due runs, the ones between are skipped.
 		if due, ok := j.Schedule.Prev(r.Now()); ok && due.After(next) {
 			next = due
 		}

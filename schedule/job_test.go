@@ -280,9 +280,11 @@ func TestTakeoverFinishesTheLastRunAndRunsTheHandedOverOnes(t *testing.T) {
 	}
 }
 
-// A run that falls due while the one before it still runs is run next,
-// late, not skipped (a takeover's catch-up runs, or one slow run, would
-// otherwise make the schedule lose the run due meanwhile).
+// Runs that fall due while the one before them still runs are run next,
+// late, in order, not skipped (a takeover's catch-up runs, or one slow run
+// on a loaded box, would otherwise make the schedule lose the runs due
+// meanwhile): here two fall due during the slow run. Only runs older than
+// twice the failover bound are skipped (TestALongStallSkipsToTheLatestRun).
 func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
 	t.Parallel()
 	r := setupRelay(t, relay.Options{})
@@ -296,8 +298,10 @@ func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
 			first := len(ran) == 0
 			ran = append(ran, run.ScheduledAt.Unix())
 			mu.Unlock()
-			if first {
-				time.Sleep(1500 * time.Millisecond) // the slow run: the next second falls due meanwhile
+			if first { // the slow run: the next two seconds fall due meanwhile
+				for time.Now().Before(run.ScheduledAt.Add(2500 * time.Millisecond)) {
+					time.Sleep(10 * time.Millisecond)
+				}
 			}
 			return Outcome{}, nil
 		}}
@@ -308,11 +312,11 @@ func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
 		mu.Lock()
 		n := len(ran)
 		mu.Unlock()
-		if n >= 3 {
+		if n >= 4 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("runs %v: want 3 within 10s", ran)
+			t.Fatalf("runs %v: want 4 within 10s", ran)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -324,5 +328,54 @@ func TestARunDueWhileAnotherRunsIsRunNext(t *testing.T) {
 		if ran[i] != ran[i-1]+1 {
 			t.Fatalf("runs %v: want consecutive seconds (the one due during the slow run run next)", ran)
 		}
+	}
+}
+
+// A run that stalls for longer than twice the failover bound does not
+// leave a pile of old runs behind it: the ones older than the bound are
+// skipped, the latest due runs next (here the bound is 2 x 667 ms and the
+// stall 2.5 s: the second after the slow run is skipped, the one after it
+// runs).
+func TestALongStallSkipsToTheLatestRun(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, relay.Options{SingletonTTL: 500 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var ran []int64
+	j := &Job{Name: "stall", Schedule: mustParse(t, "@every 1s", ""),
+		Run: func(_ context.Context, run model.JobRun) (Outcome, error) {
+			mu.Lock()
+			first := len(ran) == 0
+			ran = append(ran, run.ScheduledAt.Unix())
+			mu.Unlock()
+			if first {
+				for time.Now().Before(run.ScheduledAt.Add(2500 * time.Millisecond)) {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			return Outcome{}, nil
+		}}
+	done := make(chan struct{})
+	go func() { RunSchedules(ctx, r, r.Store(), []*Job{j}); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(ran)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs %v: want 2 within 10s", ran)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if ran[1] < ran[0]+2 { // +3 too if the box is slow to get back to the schedule
+		t.Fatalf("runs %v: want the second after the stalled run skipped", ran)
 	}
 }
