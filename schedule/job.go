@@ -134,22 +134,16 @@ func runSchedule(ctx context.Context, r *relay.Relay, runs store.Jobs, j *Job) {
 	if ran {
 		// Its last run, if it began and never finished (keyed by the run,
 		// a repeat creates only what the first attempt did not).
-		if _, err := RunJob(ctx, r, runs, j, last, RunOptions{Unfinished: true}); err != nil {
-			r.Log().Error("job run failed", "job", j.Name, "scheduled", last, "err", err)
-		}
+		runLogged(ctx, r, runs, j, last, RunOptions{Unfinished: true})
 		// The runs that fell due while the lease moved (twice the bound: the
 		// takeover itself may come late in it).
 		for _, at := range handedOver(j.Schedule, last, from, 2*r.FailoverBound()) {
-			if _, err := RunJob(ctx, r, runs, j, at, RunOptions{}); err != nil {
-				r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
-			}
+			runLogged(ctx, r, runs, j, at, RunOptions{})
 		}
 	}
 	if j.Missed == MissedRunOnce {
 		if missed, ok := lastMissed(ctx, runs, j, r.Now()); ok {
-			if _, err := RunJob(ctx, r, runs, j, missed, RunOptions{}); err != nil {
-				r.Log().Error("job run failed", "job", j.Name, "scheduled", missed, "err", err)
-			}
+			runLogged(ctx, r, runs, j, missed, RunOptions{})
 			if missed.After(from) {
 				from = missed
 			}
@@ -165,9 +159,7 @@ func runSchedule(ctx context.Context, r *relay.Relay, runs store.Jobs, j *Job) {
 				if ctx.Err() != nil {
 					return
 				}
-				if _, err := RunJob(ctx, r, runs, j, at, RunOptions{}); err != nil {
-					r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
-				}
+				runLogged(ctx, r, runs, j, at, RunOptions{})
 				from = at
 			}
 			continue
@@ -189,9 +181,15 @@ func runSchedule(ctx context.Context, r *relay.Relay, runs store.Jobs, j *Job) {
 			return
 		case <-t.C:
 		}
-		if _, err := RunJob(ctx, r, runs, j, next, RunOptions{}); err != nil {
-			r.Log().Error("job run failed", "job", j.Name, "scheduled", next, "err", err)
-		}
+		runLogged(ctx, r, runs, j, next, RunOptions{})
+	}
+}
+
+// runLogged is RunJob for the scheduler: a run that fails is logged (its
+// failure is recorded with the run) and the schedule goes on.
+func runLogged(ctx context.Context, r *relay.Relay, runs store.Jobs, j *Job, at time.Time, opts RunOptions) {
+	if _, err := RunJob(ctx, r, runs, j, at, opts); err != nil {
+		r.Log().Error("job run failed", "job", j.Name, "scheduled", at, "err", err)
 	}
 }
 
