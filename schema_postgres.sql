@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 26: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 27: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -395,6 +395,46 @@ CREATE TABLE tokens (
     CONSTRAINT tokens_hash_key UNIQUE (hash)
 );
 CREATE INDEX tokens_tenant ON tokens USING btree (tenant);
+
+CREATE TABLE workflow_runs (
+    id bigint NOT NULL DEFAULT nextval('workflow_runs_id_seq'::regclass),
+    tenant text NOT NULL,
+    event bigint NOT NULL,
+    seq integer NOT NULL,
+    recipient text NOT NULL,
+    type text NOT NULL,
+    version integer NOT NULL,
+    step integer NOT NULL DEFAULT 0,
+    state text NOT NULL DEFAULT 'waiting'::text,
+    due_at bigint NOT NULL,
+    cancel_key text,
+    reason text,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    CONSTRAINT workflow_runs_pkey PRIMARY KEY (id),
+    CONSTRAINT workflow_runs_event_seq_key UNIQUE (event, seq),
+    CONSTRAINT workflow_runs_event_fkey FOREIGN KEY (event) REFERENCES events(id),
+    CONSTRAINT workflow_runs_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'done'::text, 'cancelled'::text])))
+);
+CREATE INDEX workflow_runs_cancel ON workflow_runs USING btree (tenant, cancel_key) WHERE ((state = 'waiting'::text) AND (cancel_key IS NOT NULL));
+CREATE INDEX workflow_runs_due ON workflow_runs USING btree (due_at) WHERE (state = 'waiting'::text);
+CREATE INDEX workflow_runs_finished ON workflow_runs USING btree (updated_at) WHERE (state <> 'waiting'::text);
+CREATE INDEX workflow_runs_tenant ON workflow_runs USING btree (tenant, state, id);
+
+CREATE TABLE workflow_steps (
+    run bigint NOT NULL,
+    step integer NOT NULL,
+    step_id text NOT NULL,
+    outcome text NOT NULL,
+    reason text NOT NULL,
+    due_at bigint NOT NULL,
+    decided_at bigint NOT NULL,
+    notification bigint,
+    feed_seq bigint,
+    CONSTRAINT workflow_steps_pkey PRIMARY KEY (run, step),
+    CONSTRAINT workflow_steps_run_fkey FOREIGN KEY (run) REFERENCES workflow_runs(id),
+    CONSTRAINT workflow_steps_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'skipped'::text, 'delayed'::text])))
+);
 
 CREATE TABLE workflows (
     tenant text NOT NULL,

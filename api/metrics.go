@@ -34,6 +34,7 @@ type Metrics struct {
 	reqLatency    *prometheus.HistogramVec
 	receiptsIn    *prometheus.CounterVec
 	quarantined   prometheus.Counter
+	steps         *prometheus.CounterVec
 	shedTotal     prometheus.Counter
 	batch         prometheus.Histogram
 	commit        prometheus.Histogram
@@ -59,6 +60,9 @@ func NewMetrics() *Metrics {
 		Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)}, []string{"route"})
 	m.receiptsIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_receipts_total",
 		Help: "Delivery receipts received from providers, by status (replays included)."}, []string{"provider", "status"})
+	m.steps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_workflow_steps_total",
+		Help: "Workflow steps decided, by outcome: sent (its notification or in-app item written), skipped (its condition did not hold, or nothing could be sent), delayed."},
+		[]string{"outcome"})
 	m.quarantined = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_quarantined_total",
 		Help: "Events whose fan-out was quarantined (its stored payload no longer decodes, or it does not advance): see edgerelay quarantine list."})
 	m.shedTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_shed_total",
@@ -68,7 +72,7 @@ func NewMetrics() *Metrics {
 	m.commit = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgerelay_writer_commit_seconds",
 		Help: "Writer transaction time, from BEGIN to durable COMMIT.", Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.notifications, m.attempts, m.finished, m.latency,
-		m.requests, m.reqLatency, m.receiptsIn, m.quarantined, m.shedTotal, m.batch, m.commit} {
+		m.requests, m.reqLatency, m.receiptsIn, m.quarantined, m.steps, m.shedTotal, m.batch, m.commit} {
 		f(c)
 	}
 	return m
@@ -158,6 +162,9 @@ func (m *Metrics) shed() { m.shedTotal.Inc() }
 
 // Quarantined implements relay.Observer.
 func (m *Metrics) Quarantined(tenant string) { m.quarantined.Inc() }
+
+// Stepped implements relay.Observer.
+func (m *Metrics) Stepped(outcome string) { m.steps.WithLabelValues(outcome).Inc() }
 
 // Committed records one writer commit (store.Maintenance's OnCommit).
 func (m *Metrics) Committed(writes int, took time.Duration) {

@@ -140,6 +140,7 @@ type sentCounter struct {
 
 func (c *sentCounter) Accepted(string, bool, int) {}
 func (c *sentCounter) Quarantined(string)         {}
+func (c *sentCounter) Stepped(string)             {}
 func (c *sentCounter) Attempted(_, _ string, _ providers.Outcome, status string, _ time.Duration) {
 	if status == "sent" && c.sent.Add(1) == c.want {
 		close(c.done)

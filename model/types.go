@@ -18,6 +18,9 @@ type NewEvent struct {
 	Targets                        int    // notifications the event fans out to
 	// Feeds the event is posted to (fan-out on read: one item per feed).
 	Feeds []string
+	// Cancels is a cancel key: the accept of a new event cancels, in its
+	// transaction, the tenant's waiting workflow runs with that key.
+	Cancels string
 }
 
 // Target is one notification of an event's fan-out, in fan-out order.
@@ -32,6 +35,9 @@ type Target struct {
 	// Message, if set, is this notification's own message (rendered from
 	// a template for its recipient), sent instead of the event's.
 	Message []byte
+	// Run, if set, makes this target a workflow run for Recipient rather
+	// than a notification (Channel and Address are then empty).
+	Run *RunSpec
 }
 
 // Accepted says what AcceptEvent did.
@@ -371,6 +377,8 @@ type JobRun struct {
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
 	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, Suppressions int64
+	// Runs are finished workflow runs (done or cancelled), with their steps.
+	Runs int64
 	// ThrottleSlots are throttle slots taken before the cutoff.
 	ThrottleSlots int64
 }

@@ -68,6 +68,7 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 		in    []model.AcceptInput
 		preps []prepared
 		stop  = len(events)
+		runs  bool // some event starts workflow runs
 	)
 	for i := range events {
 		rec, targets, err := r.prepare(ctx, &events[i])
@@ -80,6 +81,7 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 			}
 			continue
 		}
+		runs = runs || len(targets) > 0 && targets[0].Run != nil
 		in = append(in, model.AcceptInput{Event: rec, First: targets[:min(len(targets), r.opts.Chunk)]})
 		preps = append(preps, prepared{i, targets})
 	}
@@ -98,6 +100,9 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 		return res, errs
 	}
 	r.hooks.at(PhaseAccepted)
+	if runs {
+		r.runsWritten.Store(true) // the stepper looks at once (notify wakes it)
+	}
 	for k, p := range preps {
 		ev, acc := events[p.i], accs[k]
 		if accErrs[k] != nil {
@@ -147,6 +152,18 @@ func (r *Relay) prepare(ctx context.Context, ev *Event) (model.NewEvent, []model
 	}
 	if err := ev.Normalize(r.opts.MaxRecipients); err != nil {
 		return model.NewEvent{}, nil, err
+	}
+	// A type with a workflow: one run per recipient, whose steps choose
+	// the channels and render the messages when they come due.
+	if w, _, err := r.workflowVersion(ctx, ev.Tenant, ev.Type, 0); err != nil {
+		return model.NewEvent{}, nil, err
+	} else if w != nil && len(ev.Recipients) > 0 {
+		rec, _, err := ev.record()
+		if err != nil {
+			return rec, nil, err
+		}
+		runs, _, err := r.prepareRuns(ctx, ev, &rec)
+		return rec, runs, err
 	}
 	if err := r.checkRoutes(ev); err != nil {
 		return model.NewEvent{}, nil, err
@@ -275,8 +292,14 @@ func (r *Relay) finishFanOut(ctx context.Context) error {
 func (r *Relay) finishEvent(ctx context.Context, u model.Unexpanded) error {
 	why := ""
 	var ev Event
-	if err := json.Unmarshal(u.Payload, &ev); err != nil {
+	runs, isRun, runErr := storedRuns(u.Payload)
+	if err := errors.Join(json.Unmarshal(u.Payload, &ev), runErr); err != nil {
 		why = "its stored payload no longer decodes: " + err.Error()
+	} else if isRun && len(runs) != u.Targets {
+		why = fmt.Sprintf("its stored payload gives %d workflow runs, but it was accepted with %d", len(runs), u.Targets)
+	} else if isRun {
+		r.log.Info("finishing fan-out (workflow runs)", "event", u.EventID, "tenant", u.Tenant, "done", u.Expanded, "of", u.Targets)
+		return r.finishExpand(ctx, u, runs)
 	} else if ts := ev.targets(); len(ts) != u.Targets {
 		why = fmt.Sprintf("its stored payload gives %d notifications, but it was accepted with %d", len(ts), u.Targets)
 	} else if set, name, err := storedTemplates(u.Payload); err != nil {
@@ -285,26 +308,40 @@ func (r *Relay) finishEvent(ctx context.Context, u model.Unexpanded) error {
 		why = "rendering the rest from its stored templates failed: " + err.Error()
 	} else {
 		r.log.Info("finishing fan-out", "event", u.EventID, "tenant", u.Tenant, "done", u.Expanded, "of", u.Targets)
-		err := r.expand(ctx, u.EventRow, u.Expanded, ts)
-		switch {
-		case err == nil:
-			r.expandFailures.Delete(u.EventRow)
-			return nil
-		case errors.Is(err, errNoProgress):
-			why = err.Error()
-		case model.IsUnavailable(err) || errors.Is(err, model.ErrClosed) || ctx.Err() != nil:
-			return err
-		default:
-			n, _ := r.expandFailures.LoadOrStore(u.EventRow, new(atomic.Int32))
-			if n.(*atomic.Int32).Add(1) < maxExpandFailures {
-				return err
-			}
-			// The reason is shown to the event's tenant (the API): the
-			// store's innermost error, without its context, which names the
-			// event's row (a count of every tenant's events; the log has it).
-			why = fmt.Sprintf("writing its fan-out failed %d times in a row: %v", maxExpandFailures, innermost(err))
-		}
+		return r.finishExpand(ctx, u, ts)
 	}
+	return r.quarantine(ctx, u, why)
+}
+
+// finishExpand writes the rest of u's fan-out, ts, and quarantines the
+// event when that cannot work: it does not advance, or its writes keep
+// failing.
+func (r *Relay) finishExpand(ctx context.Context, u model.Unexpanded, ts []model.Target) error {
+	var why string
+	err := r.expand(ctx, u.EventRow, u.Expanded, ts)
+	switch {
+	case err == nil:
+		r.expandFailures.Delete(u.EventRow)
+		return nil
+	case errors.Is(err, errNoProgress):
+		why = err.Error()
+	case model.IsUnavailable(err) || errors.Is(err, model.ErrClosed) || ctx.Err() != nil:
+		return err
+	default:
+		n, _ := r.expandFailures.LoadOrStore(u.EventRow, new(atomic.Int32))
+		if n.(*atomic.Int32).Add(1) < maxExpandFailures {
+			return err
+		}
+		// The reason is shown to the event's tenant (the API): the
+		// store's innermost error, without its context, which names the
+		// event's row (a count of every tenant's events; the log has it).
+		why = fmt.Sprintf("writing its fan-out failed %d times in a row: %v", maxExpandFailures, innermost(err))
+	}
+	return r.quarantine(ctx, u, why)
+}
+
+// quarantine takes u's fan-out off the work list, with why.
+func (r *Relay) quarantine(ctx context.Context, u model.Unexpanded, why string) error {
 	r.expandFailures.Delete(u.EventRow)
 	r.log.Error("fan-out quarantined: its notifications so far are delivered, the rest waits for an operator (edgerelay quarantine)",
 		"event", u.EventID, "tenant", u.Tenant, "row", u.EventRow, "done", u.Expanded, "of", u.Targets, "why", why)

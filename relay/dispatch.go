@@ -94,6 +94,10 @@ type dispatcher struct {
 	cancel  context.CancelFunc
 	stopped chan struct{} // the loop returned
 	jitter  jitter        // the backoff's randomness
+	// nextStep is when the loop next asks the store for due workflow runs:
+	// the soonest run's due time, or a poll interval on (another process
+	// may have written runs); an accept of runs here moves it to now.
+	nextStep time.Time
 	// records takes finished calls to the recorder, which writes them in
 	// batches; a worker is free again as soon as its call has ended.
 	records   chan pending
@@ -319,12 +323,37 @@ func (d *dispatcher) turn(ctx context.Context, lastSweep *time.Time, idleExit bo
 			r.log.Warn("dispatcher: the recovery sweep failed; it runs again in a few seconds", "err", err)
 		}
 	}
+	steps, err := d.step(ctx)
+	if err != nil {
+		return 0, false, err
+	}
 	n, err := d.claim(ctx)
-	if err != nil || n > 0 || !idleExit {
-		return n, false, err
+	if err != nil || n > 0 || steps > 0 || !idleExit {
+		return n + steps, false, err
 	}
 	idle, err = d.idle(ctx, maxWait)
 	return 0, idle, err
+}
+
+// step decides the workflow steps that are due, when any may be, and
+// works out when to look next.
+func (d *dispatcher) step(ctx context.Context) (int, error) {
+	r := d.r
+	now := r.now()
+	if !r.runsWritten.Swap(false) && now.Before(d.nextStep) {
+		return 0, nil
+	}
+	n, err := r.StepWorkflows(ctx)
+	if err != nil {
+		return n, err
+	}
+	d.nextStep = now.Add(r.opts.Poll)
+	if next, ok, err := r.store.NextRunDue(ctx); err != nil {
+		return n, err
+	} else if ok && next.Before(d.nextStep) {
+		d.nextStep = next
+	}
+	return n, nil
 }
 
 // fail ends the cron mode's run on err.
@@ -405,6 +434,11 @@ func (d *dispatcher) idle(ctx context.Context, wait time.Duration) (bool, error)
 	if err != nil {
 		return false, err
 	}
+	if next, ok, err := d.r.store.NextRunDue(ctx); err != nil {
+		return false, err
+	} else if ok && !next.After(d.r.now().Add(wait)) {
+		return false, nil // a workflow step is due within wait
+	}
 	// Rows in sending here belong to another process (or a dead one, whose
 	// lease recoverLeases will settle): wait for them too.
 	return due == 0 && sending == 0, nil
@@ -426,6 +460,9 @@ func (d *dispatcher) sleep(ctx context.Context) {
 			// below), not in a busy loop.
 			wait = min(wait, max(open.Sub(now), time.Millisecond))
 		}
+	}
+	if until := d.nextStep.Sub(r.now()); until < wait {
+		wait = max(until, time.Millisecond)
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()

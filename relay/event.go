@@ -11,6 +11,7 @@ import (
 	"io"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -46,7 +47,11 @@ type Event struct {
 	// Feeds posts the event to in-app feeds: "*" (the tenant's), "@USER"
 	// (a user's own) or a topic or team feed. Stored once per feed, read
 	// by every member. An event may go to feeds, to recipients, or both.
-	Feeds   []string        `json:"feeds,omitempty"`
+	Feeds []string `json:"feeds,omitempty"`
+	// Cancels names workflow runs to stop: the tenant's waiting runs whose
+	// workflow gave them this cancel key ("invoice-42") are cancelled in
+	// the transaction that accepts this event, and send nothing more.
+	Cancels string          `json:"cancels,omitempty"`
 	Subject string          `json:"subject,omitempty"`
 	Body    string          `json:"body,omitempty"`
 	HTML    string          `json:"html,omitempty"`
@@ -278,6 +283,11 @@ func (ev *Event) Normalize(maxRecipients int) error {
 		}
 		seenCh[c] = true
 	}
+	if ev.Cancels != "" {
+		if err := checkID("cancels", ev.Cancels); err != nil {
+			return err
+		}
+	}
 	if ev.Audience != "" && !nameRE.MatchString(ev.Audience) {
 		return invalid("audience", "%q: use 1 to 64 letters, digits, '.', '_' or '-'", ev.Audience)
 	}
@@ -378,9 +388,22 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 // "er1_" prefix versions the derivation: changing it would break dedupe
 // against every key already stored and sent to providers.
 func Key(tenant, eventID, purpose, recipient, channel string) string {
+	return keyOf(tenant, eventID, purpose, recipient, channel)
+}
+
+// StepKey is the idempotency key of the notification a workflow run's step
+// sends: Key's fields, then the workflow's version and the step's id, so a
+// run's steps never share a key with one another, with a notification of
+// the event without a workflow, or with a run of another version.
+func StepKey(tenant, eventID, purpose, recipient, channel string, version int, step string) string {
+	return keyOf(tenant, eventID, purpose, recipient, channel, "workflow", strconv.Itoa(version), step)
+}
+
+// keyOf hashes the fields, each length-prefixed.
+func keyOf(fields ...string) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	for _, f := range []string{tenant, eventID, purpose, recipient, channel} {
+	for _, f := range fields {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
 		h.Write([]byte(f))
 	}
@@ -452,7 +475,7 @@ func (ev *Event) record() (model.NewEvent, []model.Target, error) {
 	ts := ev.targets()
 	return model.NewEvent{
 		Tenant: ev.Tenant, EventID: ev.ID, Purpose: ev.Purpose, Type: ev.Type,
-		Payload: payload, Message: msg, Fingerprint: hex.EncodeToString(sum[:]), Targets: len(ts), Feeds: ev.Feeds,
+		Payload: payload, Message: msg, Fingerprint: hex.EncodeToString(sum[:]), Targets: len(ts), Feeds: ev.Feeds, Cancels: ev.Cancels,
 	}, ts, nil
 }
 

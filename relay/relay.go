@@ -176,6 +176,9 @@ type Observer interface {
 	Attempted(channel, provider string, outcome providers.Outcome, status string, took time.Duration)
 	// Quarantined reports an event whose fan-out was quarantined.
 	Quarantined(tenant string)
+	// Stepped reports one workflow step decided, by its outcome (sent,
+	// skipped, delayed).
+	Stepped(outcome string)
 }
 
 // Relay accepts events, fans them out into notifications and delivers them.
@@ -193,6 +196,11 @@ type Relay struct {
 	// expandFailures counts, per event row, sweeps in a row that failed to
 	// write its fan-out.
 	expandFailures sync.Map
+
+	// wf caches the workflow versions runs are at (workflows.go);
+	// runsWritten is set by an accept that wrote runs, for the stepper.
+	wf          workflows
+	runsWritten atomic.Bool
 
 	// templates render messages at accept (nil: none): files merged with
 	// stored (stored_templates.go), rebuilt under tmu.

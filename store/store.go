@@ -39,6 +39,7 @@ type Store interface {
 	Sessions
 	Templates
 	Workflows
+	Runs
 }
 
 // Console is what a person looking at one tenant in a browser needs beyond

@@ -65,3 +65,30 @@ type Workflows interface {
 	// it; ErrNotFound if there is none or it is retired already.
 	RetireWorkflow(ctx context.Context, tenant, typ string, now time.Time) (model.StoredWorkflow, error)
 }
+
+// Runs are workflow runs (issue 26): written by the accept of an event
+// whose type has a workflow (a Target with Run set), one per recipient,
+// and moved step by step by the relay's stepper.
+type Runs interface {
+	// DueRuns reads up to limit waiting runs due by now, soonest first,
+	// each with its event's payload; it locks nothing.
+	DueRuns(ctx context.Context, now time.Time, limit int) ([]model.Run, error)
+	// NextRunDue is when the soonest waiting run is due; ok is false when
+	// none waits.
+	NextRunDue(ctx context.Context) (t time.Time, ok bool, err error)
+	// DecideSteps decides each plan's step in one write transaction: a
+	// run no longer waiting at that step and due is left alone (another
+	// node decided it, or it was cancelled); for the others, the facts of
+	// the earlier steps the plan needs are read in the transaction, decide
+	// is called with them, and its decision (the step's notification or
+	// in-app item, its record, the run's next step) is written. It returns
+	// how many steps were decided.
+	DecideSteps(ctx context.Context, plans []model.StepPlan, decide model.StepDecider, now time.Time) (int, error)
+	// CancelRuns cancels tenant's waiting runs whose cancel key is key,
+	// recording why; it returns how many.
+	CancelRuns(ctx context.Context, tenant, key, why string, now time.Time) (int64, error)
+	// Runs lists a tenant's runs by the filter, in id order.
+	Runs(ctx context.Context, f model.RunFilter) ([]model.Run, error)
+	// RunSteps lists what was decided at each step of a run.
+	RunSteps(ctx context.Context, run int64) ([]model.RunStep, error)
+}

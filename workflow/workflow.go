@@ -137,6 +137,9 @@ type Options struct {
 	// Channels are the channels notifications can go to ("email", "sms",
 	// "in_app", …); a step naming another is refused.
 	Channels []string
+	// AnyChannel accepts every channel (the relay routes any channel, with
+	// a "*" route); Channels is then only what the error lists.
+	AnyChannel bool
 	// MaxDelay bounds the fixed delays and windows of a run added up: a run
 	// must end within the time its keys are kept. Zero is no bound.
 	MaxDelay time.Duration
@@ -312,12 +315,18 @@ func kind(s Step) string {
 	return "channel"
 }
 
+// MaxChannels bounds a channel step's fallback chain.
+const MaxChannels = 8
+
 func checkChannels(i int, s Step, opts Options, bad func(int, string, string, ...any)) {
+	if len(s.Channels) > MaxChannels {
+		bad(i, "channels", "%d channels: at most %d", len(s.Channels), MaxChannels)
+	}
 	seen := map[string]bool{}
 	for j, c := range s.Channels {
 		field := fmt.Sprintf("channels[%d]", j)
 		switch {
-		case !slices.Contains(opts.Channels, c):
+		case !opts.AnyChannel && !slices.Contains(opts.Channels, c):
 			bad(i, field, "%q is not a channel of this relay (%s)", c, strings.Join(opts.Channels, ", "))
 		case seen[c]:
 			bad(i, field, "%q is named twice", c)

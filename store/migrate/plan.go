@@ -129,6 +129,13 @@ var plan = []table{
 	// Workflows managed over the API.
 	{name: "workflows", key: []string{"tenant", "type", "version"},
 		why: "every version of each tenant's workflow, retired ones included: runs keep the version they started with, and the next PUT numbers after them (the source's row replaces one that differs, as for templates)"},
+	{name: "workflow_runs", key: []string{"id"}, id: true, same: []string{"event", "seq"},
+		// updated_at is set by every change (a step decided, a delay's due
+		// time, a cancel), and a run's states only move forward.
+		newer: "{r}.updated_at",
+		why:   "each recipient's run of a workflow with its version, next step, due time, cancel key and why it ended: a waiting run goes on on the nodes at the step it reached, and a delay ends when it would have. A rerun carries over the steps the source decided since (the later updated_at wins; one the target moved on since is refused)"},
+	{name: "workflow_steps", key: []string{"run", "step"}, fixed: true,
+		why: "what was decided at each step of a run, and why, with the notification or in-app item it wrote: `show` and the API read the same trail on the target, and a later step's condition reads the same earlier steps (written once, never changed)"},
 	{name: "console_sessions", skip: "not moved: console sign-ins are short-lived (12 h at most); people sign in again on the nodes"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }

@@ -140,6 +140,18 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, calls []*acceptCall) 
 		if res.FeedItems, err = insertFeedItems(ctx, tx, ev.Tenant, row, ev.Feeds, c.now); err != nil {
 			return err
 		}
+		if ev.Cancels != "" {
+			if _, err := sqlstore.CancelRuns(ctx, shared(tx), ev.Tenant, ev.Cancels, model.CancelledBy(ev), c.now); err != nil {
+				return err
+			}
+		}
+		if len(a.First) > 0 && a.First[0].Run != nil { // a workflow's runs, not notifications
+			if err := sqlstore.InsertRuns(ctx, shared(tx), row, ev.Tenant, ev.Type, 0, a.First, c.now); err != nil {
+				return err
+			}
+			c.out[r.i] = res
+			continue
+		}
 		res.Notifications = make([]model.EventNotification, len(a.First))
 		for i, tg := range a.First {
 			res.Notifications[i] = model.EventNotification{Key: tg.Key, Recipient: tg.Recipient, Channel: tg.Channel, Status: model.StatusPending}
@@ -286,6 +298,9 @@ func insertTargets(ctx context.Context, tx pgx.Tx, eventRow int64, tenant, typ s
 	if len(chunk) == 0 {
 		return ids, nil
 	}
+	if chunk[0].Run != nil { // a workflow's runs, not notifications
+		return ids, sqlstore.InsertRuns(ctx, shared(tx), eventRow, tenant, typ, from, chunk, now)
+	}
 	keys, seqs, rcpts, chans, addrs := make([]string, len(chunk)), make([]int64, len(chunk)), make([]string, len(chunk)),
 		make([]string, len(chunk)), make([]string, len(chunk))
 	addrKeys := make([]*string, len(chunk)) // NULL where the address is its own key
@@ -368,3 +383,4 @@ func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64)
 		return nil
 	})
 }
+

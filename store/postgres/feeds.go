@@ -181,6 +181,7 @@ var dialect = &sqlstore.Dialect{
 	},
 	SuppressFromReceipts: suppressFromReceipts,
 	ForUpdate:            " FOR UPDATE",
+	LockRun:              " FOR UPDATE SKIP LOCKED",
 }
 
 // SetFeedMembers makes users the members of a feed. Members who stay keep

@@ -114,12 +114,23 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	if err == nil {
+		// Finished workflow runs, with what their steps decided; a waiting
+		// run keeps its event.
+		err = step(&res.Runs, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
+			return tx.Exec(ctx, `WITH doomed AS MATERIALIZED (SELECT id FROM workflow_runs
+					WHERE updated_at < $1 AND state <> 'waiting' ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+				steps AS (DELETE FROM workflow_steps USING doomed WHERE workflow_steps.run = doomed.id)
+				DELETE FROM workflow_runs USING doomed WHERE workflow_runs.id = doomed.id`, c, batch)
+		})
+	}
+	if err == nil {
 		err = step(&res.Events, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
 			// Chosen once (a materialized CTE; see PruneRequests).
 			return tx.Exec(ctx, `WITH doomed AS MATERIALIZED (SELECT e.id FROM events e WHERE e.created_at < $1
 				AND e.expanded >= e.targets AND e.quarantined_at IS NULL
 				AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.event = e.id)
-				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT $2 FOR UPDATE SKIP LOCKED)
+				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id)
+				AND NOT EXISTS (SELECT 1 FROM workflow_runs w WHERE w.event = e.id) ORDER BY e.id LIMIT $2 FOR UPDATE SKIP LOCKED)
 				DELETE FROM events USING doomed WHERE events.id = doomed.id`, c, batch)
 		})
 	}

@@ -93,6 +93,14 @@ func acceptEvent(tx *Tx, ev model.NewEvent, first []model.Target, now time.Time)
 		return res, err
 	}
 	res.Expanded = len(first)
+	if ev.Cancels != "" {
+		if _, err := sqlstore.CancelRuns(context.Background(), tx.shared(), ev.Tenant, ev.Cancels, model.CancelledBy(ev), now); err != nil {
+			return res, err
+		}
+	}
+	if len(first) > 0 && first[0].Run != nil { // a workflow's runs, not notifications
+		return res, sqlstore.InsertRuns(context.Background(), tx.shared(), res.EventRow, ev.Tenant, ev.Type, 0, first, now)
+	}
 	ids, err := insertTargets(tx, res.EventRow, ev.Tenant, ev.Type, 0, first, now)
 	if err != nil {
 		return res, err
@@ -143,6 +151,9 @@ const insertRows = 100
 // the ids it wrote by position (a notification that was already there, as
 // after a crash mid-fan-out, is not in the map).
 func insertTargets(tx *Tx, eventRow int64, tenant, typ string, from int, chunk []model.Target, now time.Time) (map[int]int64, error) {
+	if len(chunk) > 0 && chunk[0].Run != nil { // a workflow's runs, not notifications
+		return map[int]int64{}, sqlstore.InsertRuns(context.Background(), tx.shared(), eventRow, tenant, typ, from, chunk, now)
+	}
 	t := ms(now)
 	ids := make(map[int]int64, len(chunk))
 	args := make([]any, 0, min(len(chunk), insertRows)*14)

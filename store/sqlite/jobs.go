@@ -107,6 +107,18 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	if err == nil {
+		// Finished workflow runs, with what their steps decided; a waiting
+		// run keeps its event.
+		err = step(&res.Runs, func(tx *Tx) (sql.Result, error) {
+			if _, err := tx.exec(`DELETE FROM workflow_steps WHERE run IN (SELECT id FROM workflow_runs INDEXED BY workflow_runs_finished
+				WHERE updated_at < ? AND state <> 'waiting' ORDER BY updated_at LIMIT ?)`, c, batch); err != nil {
+				return nil, err
+			}
+			return tx.exec(`DELETE FROM workflow_runs WHERE id IN (SELECT id FROM workflow_runs INDEXED BY workflow_runs_finished
+				WHERE updated_at < ? AND state <> 'waiting' ORDER BY updated_at LIMIT ?)`, c, batch)
+		})
+	}
+	if err == nil {
 		err = step(&res.Events, func(tx *Tx) (sql.Result, error) {
 			// An event whose fan-out is unfinished (or quarantined) stays,
 			// whatever became of the notifications it has: the others are
@@ -114,7 +126,8 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 			return tx.exec(`DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.created_at < ?
 				AND e.expanded >= e.targets AND e.quarantined_at IS NULL
 				AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.event = e.id)
-				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id) ORDER BY e.id LIMIT ?)`, c, batch)
+				AND NOT EXISTS (SELECT 1 FROM feed_items f WHERE f.event = e.id)
+				AND NOT EXISTS (SELECT 1 FROM workflow_runs w WHERE w.event = e.id) ORDER BY e.id LIMIT ?)`, c, batch)
 		})
 	}
 	if err == nil {

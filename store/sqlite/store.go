@@ -133,7 +133,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
 	s := &Store{path: abs, wdb: wdb, log: opts.Logger}
-	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runWrite}
+	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runWrite, Dialect: dialect}
 	if err := s.init(ctx, opts.BusyTimeout); err != nil {
 		wdb.Close()
 		return nil, openError(path, abs, err)

@@ -26,4 +26,7 @@ type Dialect struct {
 	// PostgreSQL's row lock; nothing for SQLite, whose single writer
 	// serialises every write.
 	ForUpdate string
+	// LockRun ends DecideSteps's read of a run: PostgreSQL's row lock
+	// that skips a run another node is deciding; nothing for SQLite.
+	LockRun string
 }

@@ -16,6 +16,8 @@ type Methods struct {
 	// small write that may share its commit with others' (Write for a
 	// driver whose every write does).
 	Read, Write, Grouped Run
+	// Dialect is the driver's SQL where it differs.
+	Dialect *Dialect
 }
 
 func get[T any](ctx context.Context, run Run, fn func(q Querier) (T, error)) (T, error) {
@@ -159,4 +161,40 @@ func (m Methods) WorkflowVersions(ctx context.Context, tenant, typ string) ([]mo
 // RetireWorkflow marks a workflow's latest version retired.
 func (m Methods) RetireWorkflow(ctx context.Context, tenant, typ string, now time.Time) (model.StoredWorkflow, error) {
 	return get(ctx, m.Write, func(q Querier) (model.StoredWorkflow, error) { return RetireWorkflow(ctx, q, tenant, typ, now) })
+}
+
+// DueRuns reads waiting workflow runs due by now (see the function
+// DueRuns).
+func (m Methods) DueRuns(ctx context.Context, now time.Time, limit int) ([]model.Run, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.Run, error) { return DueRuns(ctx, q, now, limit) })
+}
+
+// NextRunDue is when the soonest waiting run is due.
+func (m Methods) NextRunDue(ctx context.Context) (t time.Time, ok bool, err error) {
+	err = m.Read(ctx, func(q Querier) (err error) {
+		t, ok, err = NextRunDue(ctx, q)
+		return err
+	})
+	return t, ok, err
+}
+
+// DecideSteps decides the plans' steps in one write transaction (see
+// Dialect.DecideSteps).
+func (m Methods) DecideSteps(ctx context.Context, plans []model.StepPlan, decide model.StepDecider, now time.Time) (int, error) {
+	return get(ctx, m.Write, func(q Querier) (int, error) { return m.Dialect.DecideSteps(ctx, q, plans, decide, now) })
+}
+
+// CancelRuns cancels tenant's waiting runs with cancel key key.
+func (m Methods) CancelRuns(ctx context.Context, tenant, key, why string, now time.Time) (int64, error) {
+	return get(ctx, m.Write, func(q Querier) (int64, error) { return CancelRuns(ctx, q, tenant, key, why, now) })
+}
+
+// Runs lists a tenant's workflow runs.
+func (m Methods) Runs(ctx context.Context, f model.RunFilter) ([]model.Run, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.Run, error) { return Runs(ctx, q, f) })
+}
+
+// RunSteps lists a run's decided steps.
+func (m Methods) RunSteps(ctx context.Context, run int64) ([]model.RunStep, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.RunStep, error) { return RunSteps(ctx, q, run) })
 }

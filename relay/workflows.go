@@ -1,0 +1,599 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"edgerelay/internal/addrkey"
+	"edgerelay/model"
+	"edgerelay/workflow"
+)
+
+// Workflows (issue 26): an event whose type has a workflow becomes one run
+// per recipient instead of its notifications (written by the accept, in
+// its transaction); the stepper then decides each run's steps in order,
+// each decision in one store transaction that also reads the facts the
+// step's condition needs (an earlier step's notification status, its
+// in-app item's read state) and writes what it decided: the step's
+// notification, which the dispatcher delivers as any other, or its in-app
+// item, or a skip and its reason, and the run's next step and due time.
+// A delay is that due time, so a restart or a SIGKILL loses no step and
+// repeats none: a step is decided exactly when the run's row moves past it.
+
+// InAppChannel is the channel of a workflow step that posts to the
+// recipient's own in-app feed (@RECIPIENT).
+const InAppChannel = "in_app"
+
+// stepRetry is how soon a step whose condition reads a notification that is
+// not final yet (pending, sending) is looked at again, at the earliest.
+const stepRetry = time.Second
+
+// The store numbers a step's notification in its event by the step's
+// position and channel (model.StepSeq), within the bounds the workflow
+// package checks: these fail to compile if the two disagree.
+const (
+	_ = uint(model.MaxStepChannels-workflow.MaxChannels) + uint(workflow.MaxChannels-model.MaxStepChannels)
+	_ = uint(model.MaxRunSteps-workflow.MaxSteps) + uint(workflow.MaxSteps-model.MaxRunSteps)
+)
+
+// stepBatch is how many due runs one stepper transaction decides.
+const stepBatch = 64
+
+// WorkflowError is a workflow that cannot be saved: every problem, each at
+// its step and field. Nothing of it is stored.
+type WorkflowError struct{ Problems workflow.Error }
+
+func (e *WorkflowError) Error() string { return e.Problems.Error() }
+
+// workflowOptions are what a workflow of tenant is checked against: the
+// channels it has routes for, and in-app.
+func (r *Relay) workflowOptions(tenant string) workflow.Options {
+	chans := append([]string{InAppChannel}, r.router.published().channels(tenant)...)
+	return workflow.Options{Channels: chans, AnyChannel: slices.Contains(chans, "*")}
+}
+
+// unsupported names the parts of a checked definition this relay does not
+// run yet, so they are refused at save time rather than ignored.
+func unsupported(def workflow.Definition) workflow.Error {
+	var probs workflow.Error
+	for i, s := range def.Steps {
+		switch {
+		case s.Batch != nil:
+			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "batch", Msg: "batch steps are not run by this version of edgerelay yet (use a category's throttle and digest)"})
+		case s.Delay != nil && s.Delay.Window != "":
+			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "delay.window", Msg: "delays until the recipient's quiet hours allow are not run by this version yet (quiet hours still hold each notification)"})
+		case s.Fallback == workflow.FallbackUndelivered:
+			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "fallback", Msg: `the "undelivered" fallback is not run by this version yet (use a delay and a step with if: "!steps.ID.delivered")`})
+		}
+		if strings.Contains(s.If, "."+workflow.StateClicked) {
+			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "if", Msg: "clicked is not tracked for workflow steps yet"})
+		}
+	}
+	return probs
+}
+
+// CheckWorkflow reads a workflow definition (JSON, unknown fields refused)
+// for tenant and checks it; typ, when set, is the event type it is saved
+// for, and a definition naming another is refused.
+func (r *Relay) CheckWorkflow(tenant, typ string, body []byte) (*workflow.Workflow, error) {
+	var def workflow.Definition
+	if err := DecodeJSON(body, &def); err != nil {
+		return nil, &WorkflowError{workflow.Error{{Step: -1, Field: "body", Msg: err.Error()}}}
+	}
+	if def.Type == "" {
+		def.Type = typ
+	}
+	if typ != "" && def.Type != typ {
+		return nil, &WorkflowError{workflow.Error{{Step: -1, Field: "type", Msg: fmt.Sprintf("%q, but it is saved for %q", def.Type, typ)}}}
+	}
+	w, err := workflow.Check(def, r.workflowOptions(tenant))
+	var probs workflow.Error
+	if errors.As(err, &probs) {
+		return nil, &WorkflowError{probs}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, st := range def.Steps {
+		for j, c := range st.Channels {
+			if err := CheckChannel(c); err != nil {
+				probs = append(probs, workflow.Problem{Step: i, ID: st.ID, Field: fmt.Sprintf("channels[%d]", j), Msg: err.Error()})
+			}
+		}
+	}
+	if probs = append(probs, unsupported(def)...); len(probs) > 0 {
+		return nil, &WorkflowError{probs}
+	}
+	return w, nil
+}
+
+// PutWorkflow checks the definition and stores it as the next version of
+// tenant's workflow for typ (created false: it equals the latest version,
+// which is returned). Runs already started keep their version.
+func (r *Relay) PutWorkflow(ctx context.Context, tenant, typ string, body []byte) (model.StoredWorkflow, bool, error) {
+	w, err := r.CheckWorkflow(tenant, typ, body)
+	if err != nil {
+		return model.StoredWorkflow{}, false, err
+	}
+	def, err := json.Marshal(w.Definition)
+	if err != nil {
+		return model.StoredWorkflow{}, false, err
+	}
+	return r.store.PutWorkflow(ctx, tenant, typ, def, r.now())
+}
+
+// Workflow returns one stored version of tenant's workflow for typ (0: the
+// latest), ErrNotFound if there is none.
+func (r *Relay) Workflow(ctx context.Context, tenant, typ string, version int) (model.StoredWorkflow, error) {
+	return r.store.WorkflowVersion(ctx, tenant, typ, version)
+}
+
+// WorkflowVersions lists every version of tenant's workflow for typ.
+func (r *Relay) WorkflowVersions(ctx context.Context, tenant, typ string) ([]model.StoredWorkflow, error) {
+	return r.store.WorkflowVersions(ctx, tenant, typ)
+}
+
+// RetireWorkflow retires tenant's workflow for typ: new events of the type
+// are delivered as without one; runs already started go on.
+func (r *Relay) RetireWorkflow(ctx context.Context, tenant, typ string) (model.StoredWorkflow, error) {
+	return r.store.RetireWorkflow(ctx, tenant, typ, r.now())
+}
+
+// workflows caches checked workflow versions, which never change once
+// stored.
+type workflows struct {
+	mu   sync.Mutex
+	byID map[string]*workflow.Workflow
+}
+
+// version returns tenant's workflow for typ at version (0: the latest that
+// is not retired; nil, with no error, when there is none).
+func (r *Relay) workflowVersion(ctx context.Context, tenant, typ string, version int) (*workflow.Workflow, int, error) {
+	if version > 0 {
+		k := fmt.Sprintf("%s\x00%s\x00%d", tenant, typ, version)
+		r.wf.mu.Lock()
+		w := r.wf.byID[k]
+		r.wf.mu.Unlock()
+		if w != nil {
+			return w, version, nil
+		}
+	}
+	st, err := r.store.WorkflowVersion(ctx, tenant, typ, version)
+	switch {
+	case errors.Is(err, model.ErrNotFound) && version == 0:
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, err
+	case version == 0 && st.RetiredAt != nil:
+		return nil, 0, nil
+	}
+	var def workflow.Definition
+	if err := json.Unmarshal(st.Definition, &def); err != nil {
+		return nil, 0, fmt.Errorf("workflow %s version %d of tenant %s no longer decodes: %w", typ, st.Version, tenant, err)
+	}
+	// Checked again for what it reads and computes; its channels were
+	// checked when it was saved (a route removed since fails the step's
+	// notification, visibly, rather than the run).
+	opts := r.workflowOptions(tenant)
+	for _, s := range def.Steps {
+		opts.Channels = append(opts.Channels, s.Channels...)
+	}
+	w, err := workflow.Check(def, opts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("workflow %s version %d of tenant %s no longer checks: %w", typ, st.Version, tenant, err)
+	}
+	k := fmt.Sprintf("%s\x00%s\x00%d", tenant, typ, st.Version)
+	r.wf.mu.Lock()
+	if r.wf.byID == nil {
+		r.wf.byID = map[string]*workflow.Workflow{}
+	}
+	r.wf.byID[k] = w
+	r.wf.mu.Unlock()
+	return w, st.Version, nil
+}
+
+// payloadWithWorkflow is the stored payload of an event that started
+// workflow runs: the event, and the version and cancel key its runs got,
+// so the rest of a large fan-out, finished after a crash, writes the same
+// runs. The fingerprint stays that of the event as submitted: a resend
+// after the workflow changed is still a duplicate.
+type payloadWithWorkflow struct {
+	Event
+	WorkflowVersion int    `json:"workflow_version"`
+	CancelKey       string `json:"workflow_cancel_key,omitempty"`
+}
+
+// runTargets are an event's runs, one per recipient in order.
+func runTargets(ev *Event, version int, cancelKey string) []model.Target {
+	ts := make([]model.Target, len(ev.Recipients))
+	for i, rc := range ev.Recipients {
+		ts[i] = model.Target{Recipient: rc.ID, Run: &model.RunSpec{Version: version, CancelKey: cancelKey}}
+	}
+	return ts
+}
+
+// prepareRuns makes rec and its targets those of a workflow's runs when
+// the event's type has a workflow (ok false, and nothing changed, when it
+// has none).
+func (r *Relay) prepareRuns(ctx context.Context, ev *Event, rec *model.NewEvent) ([]model.Target, bool, error) {
+	if len(ev.Recipients) == 0 {
+		return nil, false, nil // feeds only: no one to run a workflow for
+	}
+	w, version, err := r.workflowVersion(ctx, ev.Tenant, ev.Type, 0)
+	if err != nil || w == nil {
+		return nil, false, err
+	}
+	key, err := w.CancelKeyOf(eventFacts(ev, nil))
+	if err != nil {
+		return nil, false, invalid("data", "the workflow of type %q (version %d): %v", ev.Type, version, err)
+	}
+	if rec.Payload, err = json.Marshal(payloadWithWorkflow{Event: *ev, WorkflowVersion: version, CancelKey: key}); err != nil {
+		return nil, false, err
+	}
+	ts := runTargets(ev, version, key)
+	rec.Targets = len(ts)
+	return ts, true, nil
+}
+
+// storedRuns rebuilds the runs of an event from its stored payload (ok
+// false for an event without a workflow).
+func storedRuns(payload []byte) ([]model.Target, bool, error) {
+	var p payloadWithWorkflow
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, false, err
+	}
+	if p.WorkflowVersion == 0 {
+		return nil, false, nil
+	}
+	return runTargets(&p.Event, p.WorkflowVersion, p.CancelKey), true, nil
+}
+
+// eventFacts is what a condition reads of an event and, when rc is set, of
+// the recipient.
+func eventFacts(ev *Event, rc *Recipient) workflow.Facts {
+	f := workflow.Facts{EventID: ev.ID, Type: ev.Type, Data: map[string]any{}}
+	if len(ev.Data) > 0 {
+		_ = json.Unmarshal(ev.Data, &f.Data) // checked at accept: an object
+	}
+	if rc != nil {
+		f.Recipient = map[string]any{"id": rc.ID, "locale": rc.Locale, "timezone": rc.Timezone}
+		for _, c := range []string{"email", "sms", "push", "webhook"} {
+			if a := rc.Address(c); a != "" {
+				f.Recipient[c] = a
+			}
+		}
+	}
+	return f
+}
+
+// stepPrep is what the stepper works out for a due run before the deciding
+// transaction: nothing in it depends on what that transaction reads.
+type stepPrep struct {
+	w     *workflow.Workflow
+	ev    *Event
+	rc    *Recipient
+	needs []workflow.Ref
+	// channel is the channel a channel step sends on, its position in the
+	// step's list, and the target (its message rendered); skip, when set,
+	// is why it cannot send (no address on any of its channels, a
+	// template that does not render).
+	channel string
+	chIdx   int
+	target  model.Target
+	skip    string
+	// broken, when set, is why the run cannot go on (its workflow version
+	// or payload no longer reads): it ends with that reason.
+	broken string
+}
+
+// StepWorkflows decides the steps of the workflow runs that are due, in
+// batches, until none is (a step due at once after the one decided, such
+// as a delay's start after an in-app post, is decided in the next batch);
+// it returns how many steps it decided.
+func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
+	total := 0
+	for ctx.Err() == nil {
+		now := r.now()
+		runs, err := r.store.DueRuns(ctx, now, stepBatch)
+		if err != nil || len(runs) == 0 {
+			return total, err
+		}
+		plans := make([]model.StepPlan, 0, len(runs))
+		preps := make(map[int64]*stepPrep, len(runs))
+		for _, run := range runs {
+			p, err := r.prepareStep(ctx, run)
+			if err != nil {
+				return total, err // the store or the templates cannot be read: the next turn tries again
+			}
+			preps[run.ID] = p
+			plan := model.StepPlan{Run: run}
+			if p.broken == "" {
+				for _, ref := range p.needs {
+					j := slices.IndexFunc(p.w.Steps, func(s workflow.Step) bool { return s.ID == ref.Step })
+					if !slices.Contains(plan.Needs, j) {
+						plan.Needs = append(plan.Needs, j)
+					}
+				}
+			}
+			plans = append(plans, plan)
+		}
+		var outcomes []string // of this transaction's decisions, reported once it commits
+		n, err := r.store.DecideSteps(ctx, plans, func(p model.StepPlan, facts []model.StepFact) model.StepDecision {
+			d := decideStep(preps[p.Run.ID], p, facts, now)
+			if d.Wait.IsZero() {
+				outcomes = append(outcomes, d.Outcome)
+			}
+			return d
+		}, now)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if r.opts.Observer != nil {
+			for _, o := range outcomes[:min(n, len(outcomes))] {
+				r.opts.Observer.Stepped(o)
+			}
+		}
+		r.notify() // the dispatcher: new notifications
+		if n == 0 {
+			return total, nil // what is due waits (or another node took it)
+		}
+	}
+	return total, ctx.Err()
+}
+
+// prepareStep reads a due run's workflow and event and, for a channel
+// step, chooses its channel and renders its message.
+//
+// An error is a store or templates that cannot be read now; a run that
+// can never go on (its workflow version or payload no longer reads) is
+// not an error but p.broken, which ends it with that reason.
+func (r *Relay) prepareStep(ctx context.Context, run model.Run) (*stepPrep, error) {
+	p := &stepPrep{}
+	w, _, err := r.workflowVersion(ctx, run.Tenant, run.Type, run.Version)
+	switch {
+	case model.IsUnavailable(err) || errors.Is(err, model.ErrClosed) || ctx.Err() != nil:
+		return nil, err
+	case err != nil:
+		p.broken = err.Error()
+		return p, nil
+	}
+	p.w = w
+	var stored payloadWithWorkflow
+	if err := json.Unmarshal(run.Payload, &stored); err != nil {
+		p.broken = "its event's stored payload no longer decodes: " + err.Error()
+		return p, nil
+	}
+	p.ev = &stored.Event
+	if i := slices.IndexFunc(p.ev.Recipients, func(rc Recipient) bool { return rc.ID == run.Recipient }); i >= 0 {
+		p.rc = &p.ev.Recipients[i]
+	} else {
+		p.broken = fmt.Sprintf("recipient %q is not in its event's stored payload", run.Recipient)
+		return p, nil
+	}
+	if run.Step >= len(w.Steps) {
+		p.broken = fmt.Sprintf("it is at step %d of a workflow of %d steps", run.Step, len(w.Steps))
+		return p, nil
+	}
+	p.needs = w.Needs(run.Step)
+	s := w.Steps[run.Step]
+	if len(s.Channels) == 0 {
+		return p, nil
+	}
+	p.chIdx = slices.IndexFunc(s.Channels, func(c string) bool { return c == InAppChannel || p.rc.Address(c) != "" })
+	if p.chIdx < 0 {
+		p.skip = fmt.Sprintf("skipped, not sent: recipient %s has no address for %s", run.Recipient, strings.Join(s.Channels, ", "))
+		return p, nil
+	}
+	p.channel = s.Channels[p.chIdx]
+	addr := p.rc.Address(p.channel)
+	p.target = model.Target{
+		Key:       StepKey(run.Tenant, run.EventID, run.Purpose, run.Recipient, p.channel, run.Version, s.ID),
+		Recipient: run.Recipient, Channel: p.channel, Address: addr,
+	}
+	if p.channel != InAppChannel {
+		p.target.AddressKey = addrkey.Stored(p.channel, addr)
+	}
+	set, err := r.Templates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := s.Template
+	if name == "" {
+		name = templateName(set, p.ev)
+	}
+	if name == "" || set == nil {
+		return p, nil // the event's own wording
+	}
+	if _, ok := set.Lookup(run.Tenant, name, p.channel, p.rc.Locale); !ok && p.channel == InAppChannel {
+		return p, nil // an in-app item without a template of its own shows the event's wording
+	}
+	one := []model.Target{p.target}
+	if _, err := renderTargets(ctx, set, name, p.ev, one); err != nil {
+		p.skip = fmt.Sprintf("skipped, not sent: its template %q did not render for %s: %v", name, p.channel, err)
+		return p, nil
+	}
+	p.target.Message = one[0].Message
+	return p, nil
+}
+
+// decideStep decides one run's step from the facts the deciding
+// transaction read. It is policy only: no I/O.
+func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now time.Time) model.StepDecision {
+	run := plan.Run
+	if p.broken != "" {
+		id := fmt.Sprintf("step-%d", run.Step)
+		if p.w != nil && run.Step < len(p.w.Steps) {
+			id = p.w.Steps[run.Step].ID
+		}
+		return model.StepDecision{StepID: id, Outcome: model.StepSkipped, Reason: "skipped, and the run ended: " + p.broken, Next: run.Step, Done: true}
+	}
+	s := p.w.Steps[run.Step]
+	dec := model.StepDecision{StepID: s.ID, Next: run.Step + 1, NextDue: now, Done: run.Step+1 == len(p.w.Steps)}
+	if s.If != "" {
+		f := eventFacts(p.ev, p.rc)
+		f.Steps = map[string]workflow.StepState{}
+		var wait time.Time
+		for k, j := range plan.Needs {
+			st, live, next := stepState(facts[k])
+			if live {
+				wait = later(wait, later(now.Add(stepRetry), next))
+			}
+			f.Steps[p.w.Steps[j].ID] = st
+		}
+		if !wait.IsZero() {
+			return model.StepDecision{Wait: wait}
+		}
+		ok, err := p.w.Allows(run.Step, f)
+		switch {
+		case err != nil:
+			dec.Outcome, dec.Reason = model.StepSkipped, "skipped: its condition could not be evaluated: "+err.Error()
+			return dec
+		case !ok:
+			dec.Outcome, dec.Reason = model.StepSkipped, fmt.Sprintf("skipped: if %q did not hold (%s)", s.If, describeFacts(p, plan, facts))
+			return dec
+		}
+	}
+	switch {
+	case s.Delay != nil:
+		until, why := delayEnd(s.Delay, run.DueAt, p.ev)
+		dec.Outcome, dec.Reason, dec.NextDue = model.StepDelayed, why, later(until, now)
+	case p.skip != "":
+		dec.Outcome, dec.Reason = model.StepSkipped, p.skip
+	case p.channel == InAppChannel:
+		dec.Outcome = model.StepSent
+		dec.Feed, dec.FeedMessage = model.PersonalFeed(run.Recipient), p.target.Message
+		dec.Reason = fmt.Sprintf("posted to %s's in-app feed", run.Recipient)
+	default:
+		tg := p.target
+		dec.Outcome, dec.Notification = model.StepSent, &tg
+		dec.Seq = model.StepSeq(run.Targets, run.Seq, run.Step, p.chIdx)
+		dec.Reason = fmt.Sprintf("written for %s (%s): the dispatcher delivers it", p.channel, tg.Key)
+	}
+	if s.If != "" && dec.Outcome != model.StepSkipped {
+		dec.Reason += fmt.Sprintf("; if %q held (%s)", s.If, describeFacts(p, plan, facts))
+	}
+	return dec
+}
+
+// stepState is how a condition sees an earlier step, and whether its
+// notification is still live (so the condition waits, until next at the
+// earliest).
+func stepState(f model.StepFact) (st workflow.StepState, live bool, next time.Time) {
+	st.Skipped = f.Outcome == model.StepSkipped
+	switch f.Status {
+	case model.StatusPending, model.StatusSending:
+		return st, true, f.NextAttemptAt
+	case model.StatusSent:
+		st.Sent = true
+	case model.StatusDelivered:
+		st.Sent, st.Delivered = true, true
+	case model.StatusBounced:
+		st.Sent, st.Bounced = true, true
+	case model.StatusFailed, model.StatusDead, model.StatusSuppressed, model.StatusSkipped:
+		st.Failed = true
+	}
+	// unknown (maybe sent) is neither sent nor failed.
+	if f.FeedSeq > 0 {
+		st.Sent, st.Read, st.Seen = true, f.Read, f.Read || f.Dismissed
+	}
+	return st, false, time.Time{}
+}
+
+// describeFacts says what a condition read, for the step's reason.
+func describeFacts(p *stepPrep, plan model.StepPlan, facts []model.StepFact) string {
+	if len(plan.Needs) == 0 {
+		return "on the event's data"
+	}
+	var parts []string
+	for k, j := range plan.Needs {
+		f := facts[k]
+		id := p.w.Steps[j].ID
+		switch {
+		case f.Outcome == "":
+			parts = append(parts, id+": not decided")
+		case f.FeedSeq > 0:
+			state := "unread"
+			if f.Read {
+				state = "read"
+			} else if f.Dismissed {
+				state = "dismissed, unread"
+			}
+			parts = append(parts, fmt.Sprintf("%s: in-app item %d %s", id, f.FeedSeq, state))
+		case f.Status != "":
+			parts = append(parts, fmt.Sprintf("%s: %s", id, f.Status))
+		default:
+			parts = append(parts, fmt.Sprintf("%s: %s", id, f.Outcome))
+		}
+	}
+	return strings.Join(parts, "; ") + ", read when the step was decided"
+}
+
+// delayEnd is when a delay step reached at due ends, and the reason
+// recorded for it.
+func delayEnd(d *workflow.Delay, due time.Time, ev *Event) (time.Time, string) {
+	if d.For > 0 || d.Until == "" {
+		end := due.Add(time.Duration(d.For))
+		return end, fmt.Sprintf("waiting %v, until %s", time.Duration(d.For), end.Format(time.RFC3339))
+	}
+	var data map[string]any
+	_ = json.Unmarshal(ev.Data, &data)
+	t, ok, err := workflow.UntilOf(d.Until, data)
+	switch {
+	case err != nil:
+		return due, fmt.Sprintf("not waiting: %v", err)
+	case !ok:
+		return due, fmt.Sprintf("not waiting: the event has no %s", d.Until)
+	}
+	return t, fmt.Sprintf("waiting until %s (%s)", t.Format(time.RFC3339), d.Until)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// CancelRuns cancels tenant's waiting runs whose cancel key is key, as an
+// event with "cancels" does; it returns how many it cancelled.
+func (r *Relay) CancelRuns(ctx context.Context, tenant, key, who string) (int64, error) {
+	if err := checkID("cancel_key", key); err != nil {
+		return 0, err
+	}
+	return r.store.CancelRuns(ctx, tenant, key, fmt.Sprintf("cancelled by %s: cancel key %q", who, key), r.now())
+}
+
+// RunView is a run with what was decided at each of its steps.
+type RunView struct {
+	model.Run
+	Steps []model.RunStep `json:"steps"`
+}
+
+// Runs lists a tenant's workflow runs, each with its steps.
+func (r *Relay) Runs(ctx context.Context, f model.RunFilter) ([]RunView, error) {
+	if f.State != "" && !slices.Contains(model.RunStates, f.State) {
+		return nil, invalid("state", "%q: one of %s", f.State, strings.Join(model.RunStates, ", "))
+	}
+	runs, err := r.store.Runs(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RunView, len(runs))
+	for i, run := range runs {
+		out[i].Run = run
+		if out[i].Steps, err = r.store.RunSteps(ctx, run.ID); err != nil {
+			return nil, err
+		}
+		if out[i].Steps == nil {
+			out[i].Steps = []model.RunStep{}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"edgerelay/model"
+)
+
+func putWorkflow(t *testing.T, r *Relay, tenant, typ, def string) model.StoredWorkflow {
+	t.Helper()
+	w, _, err := r.PutWorkflow(context.Background(), tenant, typ, []byte(def))
+	if err != nil {
+		t.Fatalf("put workflow %s: %v", typ, err)
+	}
+	return w
+}
+
+func stepAll(t *testing.T, r *Relay) int {
+	t.Helper()
+	n, err := r.StepWorkflows(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func runsByRecipient(t *testing.T, r *Relay, f model.RunFilter) map[string]RunView {
+	t.Helper()
+	runs, err := r.Runs(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]RunView{}
+	for _, v := range runs {
+		out[v.EventID+"/"+v.Recipient] = v
+	}
+	return out
+}
+
+// The workflow the issue opens with: in-app first, then email if the item
+// is still unread 30 minutes later. One recipient reads it, the other does
+// not: one email, to the second, with a key of its own; each run says what
+// was decided at each step and why.
+func TestWorkflowEmailsOnlyIfUnread(t *testing.T) {
+	t.Parallel()
+	sim := setupSim(t, true)
+	clk := &clock{}
+	r := setupRelay(t, Options{Routes: Routes{"email": {sim.provider(t, "honoured")}}, Now: clk.now})
+	ctx := context.Background()
+	putWorkflow(t, r, "acme", "comment.created", `{"steps": [
+		{"id": "inbox", "channels": ["in_app"]},
+		{"id": "wait", "delay": {"for": "30m"}},
+		{"id": "email", "channels": ["email"], "if": "!steps.inbox.read"}]}`)
+	ev := Event{ID: "c-1", Type: "comment.created", Tenant: "acme", Subject: "New comment", Body: "Ann replied",
+		Recipients: []Recipient{{ID: "u1", Email: "u1@example.com"}, {ID: "u2", Email: "u2@example.com"}}}
+	res := accept(t, r, ev)
+	if res.Count != 2 || len(res.Notifications) != 0 {
+		t.Fatalf("accept = %+v; want 2 runs and no notification yet", res)
+	}
+	if again := accept(t, r, ev); !again.Duplicate {
+		t.Fatalf("the event again = %+v; want a duplicate", again)
+	}
+	if n := stepAll(t, r); n != 4 {
+		t.Fatalf("decided %d steps at once, want 4 (the in-app item and the delay, each of 2 runs)", n)
+	}
+	items, _, err := r.store.FeedPage(ctx, "acme", "u1", 0, 10)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("u1's feed = %+v, %v; want the item", items, err)
+	}
+	if err := r.MarkItem(ctx, "acme", "u1", model.MarkRead, items[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(29 * time.Minute)
+	if n := stepAll(t, r); n != 0 {
+		t.Fatalf("%d steps decided before the delay ended", n)
+	}
+	clk.advance(time.Minute)
+	if n := stepAll(t, r); n != 2 {
+		t.Fatalf("decided %d steps when the delay ended, want 2", n)
+	}
+	runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
+	u1, u2 := runs["c-1/u1"], runs["c-1/u2"]
+	for _, v := range []RunView{u1, u2} {
+		if v.State != model.RunDone || len(v.Steps) != 3 || v.Version != 1 {
+			t.Fatalf("run %+v; want done after 3 steps of version 1", v)
+		}
+	}
+	if s := u1.Steps[2]; s.Outcome != model.StepSkipped || !strings.Contains(s.Reason, "read") || s.Notification != 0 {
+		t.Errorf("u1's email step = %+v; want skipped, saying the item was read", s)
+	}
+	if s := u2.Steps[2]; s.Outcome != model.StepSent || s.Notification == 0 || !strings.Contains(s.Reason, "unread") {
+		t.Errorf("u2's email step = %+v; want sent, saying the item was unread", s)
+	}
+	if s := u1.Steps[1]; s.Outcome != model.StepDelayed || !strings.Contains(s.Reason, "30m") {
+		t.Errorf("the delay step = %+v", s)
+	}
+	if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := sim.srv.Counts(); got["u2@example.com"] != 1 || got["u1@example.com"] != 0 {
+		t.Fatalf("emails = %v; want one, to u2", got)
+	}
+	want := StepKey("acme", "c-1", "comment.created", "u2", "email", 1, "email")
+	if keys := sim.requestKeys(); len(keys) != 1 || keys[0] != want {
+		t.Fatalf("Idempotency-Keys = %v; want [%s]", keys, want)
+	}
+}
+
+// A run's cancel key comes from the workflow; a later event naming it in
+// "cancels" stops the run in its own accept, and nothing more is sent.
+// The API's cancel does the same.
+func TestWorkflowCancelledByALaterEvent(t *testing.T) {
+	t.Parallel()
+	sim := setupSim(t, true)
+	clk := &clock{}
+	r := setupRelay(t, Options{Routes: Routes{"email": {sim.provider(t, "honoured")}}, Now: clk.now})
+	ctx := context.Background()
+	putWorkflow(t, r, "acme", "invoice.due", `{"cancel_key": "'invoice-' + data.invoice", "steps": [
+		{"id": "wait", "delay": {"for": "72h"}},
+		{"id": "remind", "channels": ["email"]}]}`)
+	for _, id := range []string{"42", "43"} {
+		accept(t, r, Event{ID: "due-" + id, Type: "invoice.due", Tenant: "acme", Subject: "Unpaid", Body: "Invoice " + id,
+			Data: []byte(`{"invoice": "` + id + `"}`), Recipients: []Recipient{{ID: "u1", Email: "u1@example.com"}}})
+	}
+	stepAll(t, r)
+	accept(t, r, Event{ID: "paid-42", Type: "invoice.paid", Tenant: "acme", Cancels: "invoice-42",
+		Feeds: []string{"@u1"}, Body: "Thanks"})
+	if n, err := r.CancelRuns(ctx, "acme", "invoice-43", "the API"); err != nil || n != 1 {
+		t.Fatalf("cancel invoice-43 = %d, %v", n, err)
+	}
+	clk.advance(73 * time.Hour)
+	if n := stepAll(t, r); n != 0 {
+		t.Fatalf("%d steps of cancelled runs decided", n)
+	}
+	runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme", State: model.RunCancelled})
+	if v := runs["due-42/u1"]; !strings.Contains(v.Reason, `cancelled by event "paid-42"`) || len(v.Steps) != 1 {
+		t.Errorf("run of due-42 = %+v; want cancelled by paid-42 after its delay began", v)
+	}
+	if v := runs["due-43/u1"]; !strings.Contains(v.Reason, "cancelled by the API") {
+		t.Errorf("run of due-43 = %+v", v)
+	}
+	if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := sim.srv.Counts(); len(got) != 0 {
+		t.Fatalf("sent %v after the runs were cancelled", got)
+	}
+	if _, err := r.Runs(ctx, model.RunFilter{Tenant: "acme", State: "paused"}); err == nil {
+		t.Error("a list by an unknown state was not refused")
+	}
+}
+
+// A step whose condition reads an earlier notification's outcome waits
+// until that notification is final: "SMS if the email failed" sends the
+// SMS only once the email is refused, and not for the one that was sent.
+func TestWorkflowWaitsForAnOutcome(t *testing.T) {
+	t.Parallel()
+	sim := setupSim(t, true)
+	clk := &clock{}
+	r := setupRelay(t, Options{Routes: Routes{"email": {sim.provider(t, "honoured")}, "sms": {sim.provider(t, "honoured", "&name=sms-sim")}}, Now: clk.now})
+	ctx := context.Background()
+	putWorkflow(t, r, "acme", "otp", `{"steps": [
+		{"id": "email", "channels": ["email"]},
+		{"id": "sms", "channels": ["sms"], "if": "steps.email.failed"}]}`)
+	accept(t, r, Event{ID: "otp-1", Type: "otp", Tenant: "acme", Body: "123456",
+		Recipients: []Recipient{{ID: "u1", Email: "u1@example.com", Phone: "+15550001"}}})
+	if n := stepAll(t, r); n != 1 {
+		t.Fatalf("decided %d steps, want the email alone (the sms waits for its outcome)", n)
+	}
+	clk.advance(2 * time.Second)
+	if n := stepAll(t, r); n != 0 {
+		t.Fatalf("decided %d steps while the email is pending", n)
+	}
+	if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(2 * time.Second)
+	if n := stepAll(t, r); n != 1 {
+		t.Fatalf("decided %d steps once the email was sent, want 1", n)
+	}
+	v := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})["otp-1/u1"]
+	if v.State != model.RunDone || len(v.Steps) != 2 || v.Steps[1].Outcome != model.StepSkipped || !strings.Contains(v.Steps[1].Reason, "email: sent") {
+		t.Fatalf("run = %+v; want the sms skipped because the email was sent", v)
+	}
+}
+
+// What cannot run is refused when saved, with the step and field named,
+// and nothing is stored.
+func TestWorkflowRefusedAtSave(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, Options{Routes: Routes{"email": {setupSim(t, true).provider(t, "honoured")}}})
+	ctx := context.Background()
+	for def, want := range map[string]string{
+		`{"steps": [{"id": "a", "channels": ["sms"]}]}`:                                                              `steps[0] (a).channels[0]: "sms" is not a channel of this relay`,
+		`{"steps": [{"id": "a", "channels": ["email"], "if": "steps.b.read"}, {"id": "b", "channels": ["in_app"]}]}`: "steps[0] (a).if: steps.b is this step or a later one",
+		`{"steps": [{"id": "a", "batch": {"window": "10m"}}, {"id": "b", "channels": ["email"]}]}`:                   "steps[0] (a).batch: batch steps are not run",
+		`{"steps": [{"id": "a", "channels": ["email"]}], "colour": "red"}`:                                           "body:",
+		`{"type": "other", "steps": [{"id": "a", "channels": ["email"]}]}`:                                           `type: "other", but it is saved for "t"`,
+	} {
+		_, _, err := r.PutWorkflow(ctx, "acme", "t", []byte(def))
+		var we *WorkflowError
+		if !errors.As(err, &we) || !strings.Contains(err.Error(), want) {
+			t.Errorf("put %s = %v; want a WorkflowError naming %q", def, err, want)
+		}
+	}
+	if vs, err := r.WorkflowVersions(ctx, "acme", "t"); err != nil || len(vs) != 0 {
+		t.Fatalf("versions after refused puts = %v, %v; want none", vs, err)
+	}
+}

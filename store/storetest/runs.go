@@ -1,0 +1,342 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"edgerelay/model"
+	"edgerelay/store"
+)
+
+// Runs: workflow runs written by the accept, cancelled by a later event,
+// each step decided once, and a step's decision on an in-app item's read
+// state taken in the transaction that writes it.
+func runsSuite(t *testing.T, open opener) {
+	runAll(t, open, []test{
+		{name: "AcceptWritesRunsOnce", run: testRunsAcceptedOnce},
+		{name: "CancelStopsWaitingRuns", run: testRunsCancelled},
+		{name: "StepDecidedOnce", run: testRunStepDecidedOnce},
+		{name: "ReadVersusStepRace", run: testRunReadRace},
+		{name: "PruneKeepsWaitingRuns", run: testRunsPruned},
+	})
+}
+
+// runEvent is event id of tenant and type "invoice" whose n recipients
+// r0…r(n-1) get runs of workflow version 1 with cancel key key.
+func runEvent(tenant, id string, n int, key, cancels string) model.AcceptInput {
+	in := newEvent(tenant, id, n)
+	in.Event.Type, in.Event.Cancels = "invoice", cancels
+	in.First = make([]model.Target, n)
+	for i := range in.First {
+		in.First[i] = model.Target{Recipient: fmt.Sprintf("r%d", i), Run: &model.RunSpec{Version: 1, CancelKey: key}}
+	}
+	return in
+}
+
+func runsOf(t *testing.T, s store.Store, tenant, state string) []model.Run {
+	t.Helper()
+	runs, err := s.Runs(t.Context(), model.RunFilter{Tenant: tenant, State: state, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+func testRunsAcceptedOnce(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	acc := accept(t, s, t0, runEvent("acme", "inv-1", 3, "invoice-1", ""))
+	if len(acc[0].Notifications) != 0 || acc[0].Expanded != 3 {
+		t.Fatalf("accept of a workflow's event = %+v; want 3 expanded, no notifications", acc[0])
+	}
+	again := accept(t, s, t0.Add(time.Second), runEvent("acme", "inv-1", 3, "invoice-1", ""))
+	if !again[0].Duplicate {
+		t.Fatalf("the event again = %+v; want a duplicate", again[0])
+	}
+	// A fan-out chunk written again (after a crash) adds no run.
+	if _, err := s.ExpandEvent(ctx, acc[0].EventRow, 2, runEvent("acme", "inv-1", 3, "invoice-1", "").First[2:], t0); err != nil {
+		t.Fatal(err)
+	}
+	runs := runsOf(t, s, "acme", "")
+	if len(runs) != 3 {
+		t.Fatalf("%d runs, want 3: %+v", len(runs), runs)
+	}
+	for i, r := range runs {
+		if r.State != model.RunWaiting || r.Step != 0 || !r.DueAt.Equal(t0) || r.Recipient != fmt.Sprintf("r%d", i) ||
+			r.Version != 1 || r.CancelKey != "invoice-1" || r.EventID != "inv-1" || r.Targets != 3 {
+			t.Errorf("run %d = %+v", i, r)
+		}
+	}
+	if got := runsOf(t, s, "beta", ""); len(got) != 0 {
+		t.Errorf("another tenant sees %d runs", len(got))
+	}
+	due, err := s.DueRuns(ctx, t0.Add(-time.Millisecond), 10)
+	if err != nil || len(due) != 0 {
+		t.Fatalf("due before their time = %d, %v", len(due), err)
+	}
+	due, err = s.DueRuns(ctx, t0, 10)
+	if err != nil || len(due) != 3 || string(due[0].Payload) != string(runEvent("acme", "inv-1", 3, "", "").Event.Payload) {
+		t.Fatalf("due at their time = %+v, %v; want 3 with their event's payload", due, err)
+	}
+	if next, ok, err := s.NextRunDue(ctx); err != nil || !ok || !next.Equal(t0) {
+		t.Fatalf("next due = %v, %v, %v", next, ok, err)
+	}
+}
+
+func testRunsCancelled(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	accept(t, s, t0, runEvent("acme", "inv-1", 2, "invoice-1", ""), runEvent("acme", "inv-2", 1, "invoice-2", ""),
+		runEvent("beta", "inv-1", 1, "invoice-1", ""))
+	// The payment names the runs it cancels: in its own accept's
+	// transaction, the tenant's only.
+	pay := newEvent("acme", "pay-1", 1)
+	pay.Event.Cancels = "invoice-1"
+	accept(t, s, t0.Add(time.Minute), pay)
+	cancelled := runsOf(t, s, "acme", model.RunCancelled)
+	if len(cancelled) != 2 || cancelled[0].EventID != "inv-1" ||
+		cancelled[0].Reason != `cancelled by event "pay-1" (payment): cancels "invoice-1"` {
+		t.Fatalf("cancelled = %+v; want inv-1's two runs, with the reason", cancelled)
+	}
+	if w := runsOf(t, s, "acme", model.RunWaiting); len(w) != 1 || w[0].EventID != "inv-2" {
+		t.Fatalf("waiting = %+v; want inv-2's", w)
+	}
+	if w := runsOf(t, s, "beta", model.RunWaiting); len(w) != 1 {
+		t.Fatalf("beta's run = %+v; want it still waiting", w)
+	}
+	// A duplicate of the payment cancels nothing more (it writes nothing),
+	// and a cancelled run is never due.
+	n, err := s.CancelRuns(ctx, "acme", "invoice-2", "cancelled by the API", t0.Add(2*time.Minute))
+	if err != nil || n != 1 {
+		t.Fatalf("cancel by key = %d, %v", n, err)
+	}
+	if n, err := s.CancelRuns(ctx, "acme", "invoice-2", "again", t0.Add(3*time.Minute)); err != nil || n != 0 {
+		t.Fatalf("cancel again = %d, %v; want none", n, err)
+	}
+	if due, err := s.DueRuns(ctx, t0.Add(time.Hour), 10); err != nil || len(due) != 1 || due[0].Tenant != "beta" {
+		t.Fatalf("due = %+v, %v; want beta's alone", due, err)
+	}
+}
+
+// postThenEmail decides a two-step run: step 0 posts to the recipient's
+// feed; step 1 writes an email unless step 0's item is read.
+func postThenEmail(p model.StepPlan, facts []model.StepFact, now time.Time) model.StepDecision {
+	r := p.Run
+	if r.Step == 0 {
+		return model.StepDecision{StepID: "inbox", Outcome: model.StepSent, Reason: "posted",
+			Feed: model.PersonalFeed(r.Recipient), Next: 1, NextDue: now}
+	}
+	if len(facts) != 1 || facts[0].Step != 0 || facts[0].FeedSeq == 0 {
+		return model.StepDecision{StepID: "email", Outcome: model.StepSkipped, Reason: fmt.Sprintf("bad facts %+v", facts), Next: 2, Done: true}
+	}
+	if facts[0].Read {
+		return model.StepDecision{StepID: "email", Outcome: model.StepSkipped, Reason: "read", Next: 2, Done: true}
+	}
+	return model.StepDecision{StepID: "email", Outcome: model.StepSent, Reason: "unread", Next: 2, Done: true,
+		Notification: &model.Target{Key: fmt.Sprintf("%s/%s/step1", r.EventID, r.Recipient), Recipient: r.Recipient,
+			Channel: "email", Address: r.Recipient + "@example.com"},
+		Seq: model.StepSeq(r.Targets, r.Seq, r.Step, 0)}
+}
+
+func plansOf(runs []model.Run) []model.StepPlan {
+	ps := make([]model.StepPlan, len(runs))
+	for i, r := range runs {
+		ps[i] = model.StepPlan{Run: r}
+		if r.Step == 1 {
+			ps[i].Needs = []int{0}
+		}
+	}
+	return ps
+}
+
+func decideDue(t *testing.T, s store.Store, now time.Time) int {
+	t.Helper()
+	due, err := s.DueRuns(t.Context(), now, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.DecideSteps(t.Context(), plansOf(due), func(p model.StepPlan, f []model.StepFact) model.StepDecision {
+		return postThenEmail(p, f, now)
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func testRunStepDecidedOnce(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	acc := accept(t, s, t0, runEvent("acme", "inv-1", 2, "", ""))
+	// Two deciders read the same due runs (two nodes); the second finds
+	// them moved on and decides nothing.
+	due, err := s.DueRuns(ctx, t0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := func(p model.StepPlan, f []model.StepFact) model.StepDecision { return postThenEmail(p, f, t0) }
+	if n, err := s.DecideSteps(ctx, plansOf(due), decide, t0); err != nil || n != 2 {
+		t.Fatalf("first decision = %d, %v", n, err)
+	}
+	if n, err := s.DecideSteps(ctx, plansOf(due), decide, t0); err != nil || n != 0 {
+		t.Fatalf("the same plans again = %d, %v; want nothing decided", n, err)
+	}
+	if n := decideDue(t, s, t0); n != 2 {
+		t.Fatalf("step 1 decided for %d runs, want 2", n)
+	}
+	if n := decideDue(t, s, t0.Add(time.Hour)); n != 0 {
+		t.Fatalf("done runs decided again: %d", n)
+	}
+	runs := runsOf(t, s, "acme", "")
+	for _, r := range runs {
+		steps, err := s.RunSteps(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != model.RunDone || len(steps) != 2 || steps[0].FeedSeq == 0 || steps[1].Outcome != model.StepSent || steps[1].Notification == 0 {
+			t.Fatalf("run %+v, steps %+v; want done, an item and an email", r, steps)
+		}
+	}
+	// The steps' notifications are the event's, pending, with their keys.
+	ns, err := s.EventNotifications(ctx, acc[0].EventRow, -1, 10)
+	if err != nil || len(ns) != 2 || ns[0].Key != "inv-1/r0/step1" || ns[0].Status != model.StatusPending {
+		t.Fatalf("the event's notifications = %+v, %v", ns, err)
+	}
+	// Each recipient's item is in their own feed.
+	items, _, err := s.FeedPage(ctx, "acme", "r1", 0, 10)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("r1's feed = %+v, %v", items, err)
+	}
+}
+
+// The race the issue names: a mark-read hammered while the email steps
+// come due. Each run ends with exactly one of an email written and a skip,
+// never both or neither; a read that returned before the decision began is
+// seen (skipped), and one that began after it returned is not (sent).
+func testRunReadRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const n = 60
+	accept(t, s, t0, runEvent("acme", "inv-1", n, "", ""))
+	if got := decideDue(t, s, t0); got != n {
+		t.Fatalf("step 0 decided for %d runs", got)
+	}
+	runs := runsOf(t, s, "acme", "")
+	seqs := make([]int64, n)
+	for _, r := range runs {
+		steps, err := s.RunSteps(ctx, r.ID)
+		if err != nil || len(steps) != 1 {
+			t.Fatalf("steps of run %s = %+v, %v", r.Recipient, steps, err)
+		}
+		seqs[recipientNo(t, r.Recipient)] = steps[0].FeedSeq
+	}
+	type span struct{ start, end time.Time }
+	reads, decisions := make([]span, n), make([]span, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	// The reads go from the last recipient to the first while the steps
+	// are decided from the first to the last: the early steps find their
+	// items unread, the late ones read, and near where the two cross each
+	// read races its step.
+	wg.Go(func() {
+		<-start
+		for i := n - 1; i >= 0; i-- {
+			reads[i].start = time.Now()
+			var err error
+			if i%2 == 0 {
+				err = s.MarkItem(ctx, "acme", fmt.Sprintf("r%d", i), model.MarkRead, seqs[i])
+			} else {
+				_, err = s.MarkAll(ctx, "acme", fmt.Sprintf("r%d", i), model.MarkRead, seqs[i])
+			}
+			reads[i].end = time.Now()
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	// The steps, one at a time, in the runs' order.
+	wg.Go(func() {
+		<-start
+		for range n {
+			due, err := s.DueRuns(ctx, t0, 1)
+			if err != nil || len(due) == 0 {
+				t.Errorf("due: %v, %v", due, err)
+				return
+			}
+			i := recipientNo(t, due[0].Recipient)
+			decisions[i].start = time.Now()
+			if _, err := s.DecideSteps(ctx, plansOf(due), func(p model.StepPlan, f []model.StepFact) model.StepDecision {
+				return postThenEmail(p, f, t0)
+			}, t0); err != nil {
+				t.Error(err)
+				return
+			}
+			decisions[i].end = time.Now()
+		}
+	})
+	close(start)
+	wg.Wait()
+	skipped, sent := 0, 0
+	for _, r := range runsOf(t, s, "acme", "") {
+		i := recipientNo(t, r.Recipient)
+		steps, err := s.RunSteps(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != model.RunDone || len(steps) != 2 {
+			t.Fatalf("run %d = %+v with steps %+v; want done after two", i, r, steps)
+		}
+		st := steps[1]
+		switch {
+		case st.Outcome == model.StepSkipped && st.Reason == "read" && st.Notification == 0:
+			skipped++
+			if reads[i].start.After(decisions[i].end) {
+				t.Errorf("run %d skipped on a read that began after its step was decided", i)
+			}
+		case st.Outcome == model.StepSent && st.Notification != 0:
+			sent++
+			if reads[i].end.Before(decisions[i].start) {
+				t.Errorf("run %d emailed though its read had committed before its step was decided", i)
+			}
+		default:
+			t.Errorf("run %d step 1 = %+v; want exactly one of skipped (read) and sent (with its email)", i, st)
+		}
+	}
+	acc, err := s.EventNotifications(ctx, runs[0].EventRow, -1, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acc) != sent {
+		t.Errorf("%d emails written for %d runs decided sent", len(acc), sent)
+	}
+	t.Logf("%d skipped (read first), %d emailed", skipped, sent)
+}
+
+func testRunsPruned(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	accept(t, s, t0, runEvent("acme", "inv-1", 1, "", ""), runEvent("acme", "inv-2", 1, "k2", ""))
+	if _, err := s.CancelRuns(ctx, "acme", "k2", "cancelled", t0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Prune(ctx, t0.Add(24*time.Hour), t0.Add(24*time.Hour), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Runs != 1 {
+		t.Errorf("pruned %d runs, want the cancelled one", res.Runs)
+	}
+	w := runsOf(t, s, "acme", "")
+	if len(w) != 1 || w[0].EventID != "inv-1" || w[0].State != model.RunWaiting {
+		t.Fatalf("after prune = %+v; want inv-1's waiting run, with its event", w)
+	}
+	if due, err := s.DueRuns(ctx, t0, 10); err != nil || len(due) != 1 || len(due[0].Payload) == 0 {
+		t.Fatalf("due after prune = %+v, %v", due, err)
+	}
+}
+
+// recipientNo is i of recipient "ri".
+func recipientNo(t *testing.T, rcpt string) int {
+	var i int
+	if _, err := fmt.Sscanf(rcpt, "r%d", &i); err != nil {
+		t.Errorf("recipient %q: %v", rcpt, err)
+	}
+	return i
+}
