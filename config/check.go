@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"edgerelay/schedule"
 	"edgerelay/sources"
 	"edgerelay/templates"
+	"edgerelay/workflow"
 )
 
 // Defaults of the api: keys, which are serve's flag defaults too: the
@@ -110,7 +112,71 @@ func (cfg *Config) validate(flagRoutes map[string][]string) []problem {
 	c.tail()
 	c.api()
 	c.templates()
+	c.workflows()
 	return c.problems
+}
+
+// fieldPath is a workflow problem's field ("delay.until", "channels[1]")
+// as key path elements.
+func fieldPath(f string) []string {
+	var out []string
+	for _, part := range strings.Split(f, ".") {
+		if name, idx, ok := strings.Cut(part, "["); ok {
+			out = append(out, name, "["+idx)
+			continue
+		}
+		out = append(out, part)
+	}
+	return out
+}
+
+// workflows checks each workflow as the API checks one (relay's
+// CheckWorkflowDefinition) against the channels the file and the flags
+// route, each problem at its step and field; a tenant's type is defined
+// once.
+func (c *checker) workflows() {
+	seen := map[string]int{}
+	for i, w := range c.cfg.Workflows {
+		at := keyPath{"workflows", "[" + strconv.Itoa(i) + "]"}
+		if w.Tenant != "" && !ValidName(w.Tenant) {
+			c.add(at.with("tenant"), "%q: use 1 to 64 letters, digits, '.', '_' or '-'", w.Tenant)
+			continue
+		}
+		k := w.tenant() + "\x00" + w.Type
+		if j, dup := seen[k]; dup && w.Type != "" {
+			c.add(at.with("type"), "%q is defined for tenant %s by workflows[%d] already", w.Type, w.tenant(), j)
+			continue
+		}
+		seen[k] = i
+		opts := workflow.Options{Channels: []string{relay.InAppChannel}}
+		for _, ch := range c.channelNames() {
+			if ok, _ := c.routed(w.tenant(), ch); ok {
+				opts.Channels = append(opts.Channels, ch)
+			}
+		}
+		for _, st := range w.Steps {
+			for _, ch := range st.Channels {
+				if ok, _ := c.routed(w.tenant(), ch); ok && !slices.Contains(opts.Channels, ch) {
+					opts.Channels = append(opts.Channels, ch) // a "*" route serves it
+				}
+			}
+		}
+		_, err := relay.CheckWorkflowDefinition(w.definition(), opts)
+		var we *relay.WorkflowError
+		if !errors.As(err, &we) {
+			if err != nil {
+				c.add(at, "%v", err)
+			}
+			continue
+		}
+		for _, p := range we.Problems {
+			where := at
+			if p.Step >= 0 {
+				where = at.with("steps", "["+strconv.Itoa(p.Step)+"]")
+			}
+			c.add(where.with(fieldPath(p.Field)...), "%s", p.Msg)
+		}
+	}
 }
 
 // templates loads and compiles every message template: a file that does

@@ -19,6 +19,7 @@ import (
 	"edgerelay/relay"
 	"edgerelay/sources"
 	"edgerelay/templates"
+	"edgerelay/workflow"
 )
 
 // Config is the optional config file (YAML; the repository's
@@ -99,12 +100,35 @@ type Config struct {
 	// Templates render the messages of events that bring no subject or
 	// body (the templates package; README "Templates").
 	Templates TemplatesConfig `yaml:"templates"`
+	// Workflows are workflows per event type (docs/workflows.md), each
+	// for one tenant; the API cannot change these.
+	Workflows []WorkflowConfig `yaml:"workflows"`
 
 	path      string
 	templates *templates.Set                // loaded and compiled by validate
 	shape     *shape                        // where each key is, for the line numbers of problems
 	made      map[string]providers.Provider // by reference (a provider name, or a URL in a route): built once
 	tailSpecs []*sources.Spec               // TailSpecs; nil where the URL is a problem
+}
+
+// WorkflowConfig is one workflow of the file: package workflow's
+// Definition, for a tenant ("default" when not set).
+type WorkflowConfig struct {
+	Tenant    string          `yaml:"tenant"`
+	Type      string          `yaml:"type"`
+	CancelKey string          `yaml:"cancel_key"`
+	Steps     []workflow.Step `yaml:"steps"`
+}
+
+func (w WorkflowConfig) definition() workflow.Definition {
+	return workflow.Definition{Type: w.Type, CancelKey: w.CancelKey, Steps: w.Steps}
+}
+
+func (w WorkflowConfig) tenant() string {
+	if w.Tenant == "" {
+		return "default"
+	}
+	return w.Tenant
 }
 
 // TemplatesConfig names the directory of message templates
@@ -319,15 +343,24 @@ func readConfig(path string, flagRoutes map[string][]string, reach bool) (*Confi
 	}
 	cfg := &Config{path: path, shape: newShape(), made: map[string]providers.Provider{}}
 	sh := cfg.shape
+	partial := false
 	if len(root.Content) > 0 {
 		// The decoder first: it refuses what the walk must not meet (an
 		// alias that contains itself, excessive aliasing). Values that do
 		// not fit are left unset and reported by the walk.
 		var te *yaml.TypeError
 		if err := root.Decode(cfg); err != nil && !errors.As(err, &te) {
-			return nil, nil, notYAML(err)
+			// A value that refused its text (a workflow's duration)
+			// stops the decoder: the walk says where, and nothing is
+			// checked of a config decoded part way.
+			sh.walk(root.Content[0], reflect.TypeFor[Config](), nil)
+			if len(sh.problems) == 0 {
+				return nil, nil, notYAML(err)
+			}
+			partial = true
+		} else {
+			sh.walk(root.Content[0], reflect.TypeFor[Config](), nil)
 		}
-		sh.walk(root.Content[0], reflect.TypeFor[Config](), nil)
 		if te != nil && len(sh.problems) == 0 {
 			// The walk should have found these; never let one pass.
 			for _, e := range te.Errors {
@@ -346,8 +379,11 @@ func readConfig(path string, flagRoutes map[string][]string, reach bool) (*Confi
 	case !errors.Is(err, io.EOF):
 		sh.problems = append(sh.problems, problem{msg: strings.TrimPrefix(err.Error(), "yaml: ")})
 	}
-	all := append(sh.problems, cfg.validate(flagRoutes)...)
-	if reach {
+	all := sh.problems
+	if !partial {
+		all = append(all, cfg.validate(flagRoutes)...)
+	}
+	if reach && !partial {
 		all = append(all, cfg.reachTails(context.Background())...)
 	}
 	// In line order; problems with no line (none expected) last.

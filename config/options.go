@@ -23,6 +23,9 @@ func (cfg *Config) RelayOptions() relay.Options {
 		HardBounceTTL: time.Duration(cfg.Suppression.HardBounceTTL), SoftBounceTTL: time.Duration(cfg.Suppression.SoftBounceTTL),
 		Templates: cfg.templates, PublicURL: cfg.API.PublicURL,
 	}
+	for _, w := range cfg.Workflows {
+		opts.Workflows = append(opts.Workflows, relay.FileWorkflow{Tenant: w.tenant(), Definition: w.definition()})
+	}
 	if opts.HardBounceTTL == 0 {
 		opts.HardBounceTTL = time.Duration(cfg.Dispatch.InvalidAddressTTL) // its old name
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
 	"reflect"
 	"slices"
@@ -88,6 +89,7 @@ func (s *shape) badUnder(at keyPath) bool {
 var (
 	durationType   = reflect.TypeFor[Duration]()
 	stringListType = reflect.TypeFor[StringList]()
+	textType       = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 // walk checks n against the Go type t. The decoder has already run on the
@@ -104,6 +106,15 @@ func (s *shape) walk(n *yaml.Node, t reflect.Type, at keyPath) {
 		if n.Kind != yaml.ScalarNode {
 			s.wrong(n, at, "want a duration such as 90s, 15m or 12h, got %s", describe(n))
 		} else if _, err := parseDuration(n.Value); err != nil {
+			s.wrong(n, at, "%v", err)
+		}
+		return
+	case t.Kind() != reflect.Struct && reflect.PointerTo(t).Implements(textType):
+		// A value that reads itself from text (a workflow's durations):
+		// its own error says what it wants.
+		if n.Kind != yaml.ScalarNode {
+			s.wrong(n, at, "want a single value, got %s", describe(n))
+		} else if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(n.Value)); err != nil {
 			s.wrong(n, at, "%v", err)
 		}
 		return

@@ -106,6 +106,10 @@ type Options struct {
 	Categories       map[string]Category
 	TenantCategories map[string]map[string]Category
 	TypeCategory     map[string]string
+	// Workflows are the workflows the config file defines, per tenant and
+	// event type: stored as their next version when they differ from the
+	// latest (at the first accept or step), and not changed over the API.
+	Workflows []FileWorkflow
 	// PublicURL, if set, is where recipients reach this relay
 	// (https://relay.example.com): mail of an optional category then
 	// carries a one-click unsubscribe link to PublicURL/u/TOKEN.

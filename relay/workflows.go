@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"edgerelay/internal/addrkey"
@@ -51,6 +52,54 @@ type WorkflowError struct{ Problems workflow.Error }
 
 func (e *WorkflowError) Error() string { return e.Problems.Error() }
 
+// FileWorkflow is a workflow a config file defines for a tenant.
+type FileWorkflow struct {
+	Tenant     string
+	Definition workflow.Definition
+}
+
+// ErrWorkflowDefinedByFile: the API cannot change a workflow the config
+// file defines (the file would put it back at the next start).
+var ErrWorkflowDefinedByFile = errors.New("the workflow is defined by the config file")
+
+// fileWorkflow reports whether the config file defines tenant's workflow
+// for typ.
+func (r *Relay) fileWorkflow(tenant, typ string) bool {
+	return slices.ContainsFunc(r.opts.Workflows, func(f FileWorkflow) bool {
+		return f.Tenant == tenant && f.Definition.Type == typ
+	})
+}
+
+// syncFileWorkflows stores each workflow of the config file as the next
+// version of its type when it differs from the latest (the same one again
+// stores nothing), once per process: before the first accept or step
+// reads a workflow.
+func (r *Relay) syncFileWorkflows(ctx context.Context) error {
+	if len(r.opts.Workflows) == 0 || r.wf.synced.Load() {
+		return nil
+	}
+	r.wf.syncMu.Lock()
+	defer r.wf.syncMu.Unlock()
+	if r.wf.synced.Load() {
+		return nil
+	}
+	for _, f := range r.opts.Workflows {
+		w, err := CheckWorkflowDefinition(f.Definition, r.workflowOptions(f.Tenant))
+		if err != nil {
+			return fmt.Errorf("the config file's workflow for %s (tenant %s): %w", f.Definition.Type, f.Tenant, err)
+		}
+		def, err := json.Marshal(w.Definition)
+		if err != nil {
+			return err
+		}
+		if _, _, err := r.store.PutWorkflow(ctx, f.Tenant, f.Definition.Type, def, r.now()); err != nil {
+			return err
+		}
+	}
+	r.wf.synced.Store(true)
+	return nil
+}
+
 // workflowOptions are what a workflow of tenant is checked against: the
 // channels it has routes for, and in-app.
 func (r *Relay) workflowOptions(tenant string) workflow.Options {
@@ -92,7 +141,14 @@ func (r *Relay) CheckWorkflow(tenant, typ string, body []byte) (*workflow.Workfl
 	if typ != "" && def.Type != typ {
 		return nil, &WorkflowError{workflow.Error{{Step: -1, Field: "type", Msg: fmt.Sprintf("%q, but it is saved for %q", def.Type, typ)}}}
 	}
-	w, err := workflow.Check(def, r.workflowOptions(tenant))
+	return CheckWorkflowDefinition(def, r.workflowOptions(tenant))
+}
+
+// CheckWorkflowDefinition checks def against opts and against what this
+// relay runs (package workflow's Check, channel names, the step kinds not
+// run yet): a *WorkflowError names every problem.
+func CheckWorkflowDefinition(def workflow.Definition, opts workflow.Options) (*workflow.Workflow, error) {
+	w, err := workflow.Check(def, opts)
 	var probs workflow.Error
 	if errors.As(err, &probs) {
 		return nil, &WorkflowError{probs}
@@ -117,6 +173,9 @@ func (r *Relay) CheckWorkflow(tenant, typ string, body []byte) (*workflow.Workfl
 // tenant's workflow for typ (created false: it equals the latest version,
 // which is returned). Runs already started keep their version.
 func (r *Relay) PutWorkflow(ctx context.Context, tenant, typ string, body []byte) (model.StoredWorkflow, bool, error) {
+	if r.fileWorkflow(tenant, typ) {
+		return model.StoredWorkflow{}, false, fmt.Errorf("%w: %s (tenant %s): change it there", ErrWorkflowDefinedByFile, typ, tenant)
+	}
 	w, err := r.CheckWorkflow(tenant, typ, body)
 	if err != nil {
 		return model.StoredWorkflow{}, false, err
@@ -142,6 +201,9 @@ func (r *Relay) WorkflowVersions(ctx context.Context, tenant, typ string) ([]mod
 // RetireWorkflow retires tenant's workflow for typ: new events of the type
 // are delivered as without one; runs already started go on.
 func (r *Relay) RetireWorkflow(ctx context.Context, tenant, typ string) (model.StoredWorkflow, error) {
+	if r.fileWorkflow(tenant, typ) {
+		return model.StoredWorkflow{}, fmt.Errorf("%w: %s (tenant %s): remove it there", ErrWorkflowDefinedByFile, typ, tenant)
+	}
 	return r.store.RetireWorkflow(ctx, tenant, typ, r.now())
 }
 
@@ -150,11 +212,17 @@ func (r *Relay) RetireWorkflow(ctx context.Context, tenant, typ string) (model.S
 type workflows struct {
 	mu   sync.Mutex
 	byID map[string]*workflow.Workflow
+	// synced: the config file's workflows are stored (syncFileWorkflows).
+	synced atomic.Bool
+	syncMu sync.Mutex
 }
 
 // version returns tenant's workflow for typ at version (0: the latest that
 // is not retired; nil, with no error, when there is none).
 func (r *Relay) workflowVersion(ctx context.Context, tenant, typ string, version int) (*workflow.Workflow, int, error) {
+	if err := r.syncFileWorkflows(ctx); err != nil {
+		return nil, 0, err
+	}
 	if version > 0 {
 		k := fmt.Sprintf("%s\x00%s\x00%d", tenant, typ, version)
 		r.wf.mu.Lock()

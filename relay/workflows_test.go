@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"edgerelay/model"
+	"edgerelay/workflow"
 )
 
 func putWorkflow(t *testing.T, r *Relay, tenant, typ, def string) model.StoredWorkflow {
@@ -209,5 +210,44 @@ func TestWorkflowRefusedAtSave(t *testing.T) {
 	}
 	if vs, err := r.WorkflowVersions(ctx, "acme", "t"); err != nil || len(vs) != 0 {
 		t.Fatalf("versions after refused puts = %v, %v; want none", vs, err)
+	}
+}
+
+// A workflow of the config file is stored as a version at the first accept
+// (again only when it changed), runs as a stored one does, and cannot be
+// changed over the API.
+func TestWorkflowFromTheConfigFile(t *testing.T) {
+	t.Parallel()
+	sim := setupSim(t, true)
+	db := t.TempDir() + "/relay.db"
+	def := workflow.Definition{Type: "welcome", Steps: []workflow.Step{{ID: "inbox", Channels: []string{InAppChannel}}, {ID: "email", Channels: []string{"email"}}}}
+	opts := Options{Routes: Routes{"email": {sim.provider(t, "honoured")}}, Workflows: []FileWorkflow{{Tenant: "acme", Definition: def}}}
+	r := setupRelayAt(t, db, opts)
+	ctx := context.Background()
+	res := accept(t, r, Event{ID: "w-1", Type: "welcome", Tenant: "acme", Body: "Hello", Recipients: []Recipient{{ID: "u1", Email: "u1@example.com"}}})
+	if res.Count != 1 || len(res.Notifications) != 0 {
+		t.Fatalf("accept = %+v; want one run", res)
+	}
+	if _, _, err := r.PutWorkflow(ctx, "acme", "welcome", []byte(`{"steps": [{"id": "a", "channels": ["email"]}]}`)); !errors.Is(err, ErrWorkflowDefinedByFile) {
+		t.Fatalf("put over the file's = %v; want ErrWorkflowDefinedByFile", err)
+	}
+	if _, err := r.RetireWorkflow(ctx, "acme", "welcome"); !errors.Is(err, ErrWorkflowDefinedByFile) {
+		t.Fatalf("retire the file's = %v; want ErrWorkflowDefinedByFile", err)
+	}
+	// Another process with the same file stores no second version; one
+	// with a changed file stores the next.
+	again := setupRelayAt(t, db, opts)
+	accept(t, again, Event{ID: "w-2", Type: "welcome", Tenant: "acme", Body: "Hello", Recipients: []Recipient{{ID: "u2", Email: "u2@example.com"}}})
+	def.Steps = def.Steps[1:]
+	changed := setupRelayAt(t, db, Options{Routes: opts.Routes, Workflows: []FileWorkflow{{Tenant: "acme", Definition: def}}})
+	accept(t, changed, Event{ID: "w-3", Type: "welcome", Tenant: "acme", Body: "Hello", Recipients: []Recipient{{ID: "u3", Email: "u3@example.com"}}})
+	vs, err := r.WorkflowVersions(ctx, "acme", "welcome")
+	if err != nil || len(vs) != 2 {
+		t.Fatalf("versions = %+v, %v; want 2", vs, err)
+	}
+	stepAll(t, r)
+	runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
+	if runs["w-1/u1"].Version != 1 || len(runs["w-1/u1"].Steps) != 2 || runs["w-3/u3"].Version != 2 || len(runs["w-3/u3"].Steps) != 1 {
+		t.Fatalf("runs = %+v; want w-1 on version 1 (two steps), w-3 on version 2 (one)", runs)
 	}
 }
