@@ -14,7 +14,7 @@ import (
 // Crash points for the crash drills. With EDGERELAY_CRASH_AT=phase:n in its
 // environment, the edgerelay process kills itself with SIGKILL the n-th
 // time the relay reaches phase (relay.Phases: accept, accepted, claimed,
-// called, settle), so a drill can land a kill exactly where the guarantees are
+// called, settle, step), so a drill can land a kill exactly where the guarantees are
 // hardest to keep, not only where a timer happens to fire. Only the binary
 // reads the variable; a program that embeds the relay injects relay.Hooks.
 
@@ -31,7 +31,7 @@ func crashHooks() relay.Hooks {
 		err = fmt.Errorf("unknown phase %q", phase)
 	}
 	if err != nil || n < 1 {
-		fmt.Fprintf(os.Stderr, "edgerelay: ignoring EDGERELAY_CRASH_AT=%q: want accept|accepted|claimed|called|settle:N with N >= 1\n", s)
+		fmt.Fprintf(os.Stderr, "edgerelay: ignoring EDGERELAY_CRASH_AT=%q: want accept|accepted|claimed|called|settle|step:N with N >= 1\n", s)
 		return relay.Hooks{}
 	}
 	var seen atomic.Int64

@@ -27,10 +27,13 @@ const (
 	// PhaseSettle: a tailed outbox's batch, accepted, is about to be
 	// settled: its position and rejected rows written (one transaction).
 	PhaseSettle Phase = "settle"
+	// PhaseStep: a workflow step is decided, inside the transaction that
+	// writes the decision (nothing of it committed yet).
+	PhaseStep Phase = "step"
 )
 
 // Phases lists every phase, in order.
-var Phases = []Phase{PhaseAccept, PhaseAccepted, PhaseClaimed, PhaseCalled, PhaseSettle}
+var Phases = []Phase{PhaseAccept, PhaseAccepted, PhaseClaimed, PhaseCalled, PhaseSettle, PhaseStep}
 
 // Hooks are test signals injected through Options (River's testsignal
 // pattern): the library never reads them from the environment. The crash

@@ -396,6 +396,7 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 			d := decideStep(preps[p.Run.ID], p, facts, now)
 			if d.Wait.IsZero() {
 				outcomes = append(outcomes, d.Outcome)
+				r.hooks.at(PhaseStep)
 			}
 			return d
 		}, now)

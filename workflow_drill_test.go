@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"edgerelay/internal/longtest"
+	"edgerelay/internal/relaytest"
+	"edgerelay/model"
+	"edgerelay/providers"
+	"edgerelay/relay"
+	"edgerelay/sim"
+	"edgerelay/store/sqlite"
+	"edgerelay/workflow"
+)
+
+// Workflow runs under SIGKILLs: dispatch processes (each runs the stepper
+// beside the dispatcher) are killed at random points, and at the "step"
+// crash point, inside the transaction that writes a step's decision, while
+// runs go through an in-app post, a delay, an email, and a chat message
+// whose condition waits for the email's outcome. In the end every run has
+// decided each step exactly once: one item per recipient, each email and
+// each chat message delivered once under its own key, no step skipped, none twice.
+func TestWorkflowSIGKILLAcrossSteps(t *testing.T) {
+	longtest.Require(t)
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "relay.db")
+	server := sim.New(sim.Options{HonourKeys: true, Script: &sim.Script{Rules: []sim.Rule{
+		{To: "*", Action: sim.ActionSlow, Delay: 10 * time.Millisecond},
+	}}})
+	hs := httptest.NewServer(server)
+	t.Cleanup(func() { server.Close(); hs.Close() })
+
+	const n = 150
+	ctx := context.Background()
+	def := workflow.Definition{Type: "order.shipped", Steps: []workflow.Step{
+		{ID: "inbox", Channels: []string{relay.InAppChannel}},
+		{ID: "wait", Delay: &workflow.Delay{For: workflow.Duration(300 * time.Millisecond)}},
+		{ID: "email", Channels: []string{"email"}},
+		{ID: "chat", Channels: []string{"chat"}, If: "steps.email.sent"},
+	}}
+	logp, err := providers.New("log://" + filepath.Join(dir, "accept.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relaytest.Open(ctx, db, relay.Options{Workflows: []relay.FileWorkflow{{Tenant: "default", Definition: def}},
+		Routes: relay.Routes{"*": {logp}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := relay.Event{ID: "ord-1", Type: "order.shipped", Subject: "Shipped", Body: "Your order is on its way"}
+	for i := range n {
+		ev.Recipients = append(ev.Recipients, relay.Recipient{ID: fmt.Sprintf("u%d", i), Email: fmt.Sprintf("u%d@example.com", i),
+			Addresses: map[string]string{"chat": fmt.Sprintf("u%d@chat.example", i)}})
+	}
+	if acc, err := r.Accept(ctx, ev); err != nil || acc.Count != n {
+		t.Fatalf("accept: %+v, %v", acc, err)
+	}
+	r.Close()
+
+	base := "email-http+" + hs.URL + "/v1/emails?from=relay@example.com&idempotency=honoured&timeout=2s"
+	args := []string{"dispatch", "--db", db, "--route", "email=" + base, "--route", "chat=" + base + "&name=chat",
+		"--lease", "1s", "--workers", "8", "--log-level", "warn"}
+	run := func(env string, until func() bool) {
+		cmd := exec.Command(bin, args...)
+		if env != "" {
+			cmd.Env = append(cmd.Environ(), env)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if env == "" {
+			deadline := time.Now().Add(30 * time.Second)
+			for !until() && time.Now().Before(deadline) {
+				time.Sleep(2 * time.Millisecond)
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+		}
+		err := cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+			t.Fatalf("dispatch (%s) was not killed (%v); stderr:\n%s", env, err, stderr.String())
+		}
+		if env != "" && !strings.Contains(stderr.String(), "crash point step:") {
+			t.Fatalf("dispatch (%s) died elsewhere:\n%s", env, stderr.String())
+		}
+	}
+	// Killed inside the deciding transaction: at the 40th step decided
+	// (the in-app posts and the delays' starts), then at the 25th of the
+	// next process (emails and chat messages mixed in).
+	run("EDGERELAY_CRASH_AT=step:40", nil)
+	run("EDGERELAY_CRASH_AT=step:25", nil)
+	for range 4 {
+		target := server.Requests() + 10 + rand.IntN(60)
+		run("", func() bool { return server.Requests() >= target })
+	}
+	final := exec.Command(bin, append(args, "--until-idle", "--max-wait", "10s")...)
+	if out, err := final.CombinedOutput(); err != nil {
+		t.Fatalf("final dispatch: %v\n%s", err, out)
+	}
+
+	st, err := sqlite.Open(ctx, db, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	runs, err := st.Runs(ctx, model.RunFilter{Tenant: "default", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != n {
+		t.Fatalf("%d runs, want %d", len(runs), n)
+	}
+	want := []string{model.StepSent, model.StepDelayed, model.StepSent, model.StepSent}
+	for _, run := range runs {
+		steps, err := st.RunSteps(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range steps {
+			got = append(got, s.Outcome)
+		}
+		if run.State != model.RunDone || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("run of %s: %s with steps %v (%+v), want done with %v", run.Recipient, run.State, got, steps, want)
+		}
+		if items, _, err := st.FeedPage(ctx, "default", run.Recipient, 0, 10); err != nil || len(items) != 1 {
+			t.Errorf("%s's feed: %d items, %v; want 1", run.Recipient, len(items), err)
+		}
+	}
+	perKey := map[string]int{}
+	for _, d := range server.Deliveries() {
+		perKey[d.Key]++
+	}
+	lost, doubled := 0, 0
+	for i := range n {
+		for _, ch := range []string{"email", "chat"} {
+			k := relay.StepKey("default", "ord-1", "order.shipped", fmt.Sprintf("u%d", i), ch, 1, ch)
+			switch perKey[k] {
+			case 0:
+				lost++
+			case 1:
+			default:
+				doubled++
+			}
+		}
+	}
+	status, err := st.Status(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d runs, %d deliveries, statuses %v: %d lost, %d doubled", len(runs), len(server.Deliveries()), status.Counts, lost, doubled)
+	if lost != 0 || doubled != 0 || status.Counts[model.StatusSent] != 2*n {
+		t.Fatalf("%d lost, %d delivered twice, statuses %v; want 0, 0 and %d sent", lost, doubled, status.Counts, 2*n)
+	}
+}
