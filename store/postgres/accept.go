@@ -383,4 +383,3 @@ func (s *Store) ReleaseEvent(ctx context.Context, tenant string, eventRow int64)
 		return nil
 	})
 }
-
