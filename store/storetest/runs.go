@@ -20,6 +20,7 @@ func runsSuite(t *testing.T, open opener) {
 		{name: "StepDecidedOnce", run: testRunStepDecidedOnce},
 		{name: "ReadVersusStepRace", run: testRunReadRace},
 		{name: "PruneKeepsWaitingRuns", run: testRunsPruned},
+		{name: "ConcurrentDecidersDecideEachStepOnce", run: testRunsConcurrentDeciders},
 	})
 }
 
@@ -339,4 +340,56 @@ func recipientNo(t *testing.T, rcpt string) int {
 		t.Errorf("recipient %q: %v", rcpt, err)
 	}
 	return i
+}
+
+// Four deciders at once (four nodes' steppers) over the same due runs:
+// each step is decided by exactly one of them.
+func testRunsConcurrentDeciders(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const n = 80
+	accept(t, s, t0, runEvent("acme", "inv-1", n, "", ""))
+	var mu sync.Mutex
+	decided := 0
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				due, err := s.DueRuns(ctx, t0, 16)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(due) == 0 {
+					return
+				}
+				k, err := s.DecideSteps(ctx, plansOf(due), func(p model.StepPlan, f []model.StepFact) model.StepDecision {
+					return postThenEmail(p, f, t0)
+				}, t0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				decided += k
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if decided != 2*n {
+		t.Errorf("%d steps decided, want %d (2 per run)", decided, 2*n)
+	}
+	for _, r := range runsOf(t, s, "acme", "") {
+		steps, err := s.RunSteps(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != model.RunDone || len(steps) != 2 {
+			t.Errorf("run of %s = %s with %d steps; want done with 2", r.Recipient, r.State, len(steps))
+		}
+	}
+	items, _, err := s.FeedPage(ctx, "acme", "r0", 0, 10)
+	if err != nil || len(items) != 1 {
+		t.Errorf("r0's feed = %d items, %v; want 1", len(items), err)
+	}
 }
