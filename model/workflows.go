@@ -126,6 +126,10 @@ type StepDecision struct {
 	// FeedMessage as its message (nil: the event's).
 	Feed        string
 	FeedMessage []byte
+	// FeedShared is how many shared feeds (not a user's own) the event's
+	// accept posted it to: the unread count looks for a second copy of
+	// the event only then.
+	FeedShared int
 	// Next is the step the run goes on with and NextDue when it is due;
 	// Done ends the run (with Reason).
 	Next    int

@@ -374,8 +374,9 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 		}
 		plans := make([]model.StepPlan, 0, len(runs))
 		preps := make(map[int64]*stepPrep, len(runs))
+		events := map[int64]*payloadWithWorkflow{} // decoded once per event, not once per run
 		for _, run := range runs {
-			p, err := r.prepareStep(ctx, run)
+			p, err := r.prepareStep(ctx, run, events)
 			if err != nil {
 				return total, err // the store or the templates cannot be read: the next turn tries again
 			}
@@ -423,7 +424,7 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 // An error is a store or templates that cannot be read now; a run that
 // can never go on (its workflow version or payload no longer reads) is
 // not an error but p.broken, which ends it with that reason.
-func (r *Relay) prepareStep(ctx context.Context, run model.Run) (*stepPrep, error) {
+func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64]*payloadWithWorkflow) (*stepPrep, error) {
 	p := &stepPrep{}
 	w, _, err := r.workflowVersion(ctx, run.Tenant, run.Type, run.Version)
 	switch {
@@ -434,14 +435,18 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run) (*stepPrep, erro
 		return p, nil
 	}
 	p.w = w
-	var stored payloadWithWorkflow
-	if err := json.Unmarshal(run.Payload, &stored); err != nil {
-		p.broken = "its event's stored payload no longer decodes: " + err.Error()
-		return p, nil
+	stored := events[run.EventRow]
+	if stored == nil {
+		stored = new(payloadWithWorkflow)
+		if err := json.Unmarshal(run.Payload, stored); err != nil {
+			p.broken = "its event's stored payload no longer decodes: " + err.Error()
+			return p, nil
+		}
+		events[run.EventRow] = stored
 	}
 	p.ev = &stored.Event
-	if i := slices.IndexFunc(p.ev.Recipients, func(rc Recipient) bool { return rc.ID == run.Recipient }); i >= 0 {
-		p.rc = &p.ev.Recipients[i]
+	if run.Seq < len(p.ev.Recipients) && p.ev.Recipients[run.Seq].ID == run.Recipient {
+		p.rc = &p.ev.Recipients[run.Seq] // the run's position in the fan-out is the recipient's
 	} else {
 		p.broken = fmt.Sprintf("recipient %q is not in its event's stored payload", run.Recipient)
 		return p, nil
@@ -538,6 +543,11 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 	case p.channel == InAppChannel:
 		dec.Outcome = model.StepSent
 		dec.Feed, dec.FeedMessage = model.PersonalFeed(run.Recipient), p.target.Message
+		for _, f := range p.ev.Feeds {
+			if !strings.HasPrefix(f, "@") {
+				dec.FeedShared++
+			}
+		}
 		dec.Reason = fmt.Sprintf("posted to %s's in-app feed", run.Recipient)
 	default:
 		tg := p.target

@@ -251,3 +251,26 @@ func TestWorkflowFromTheConfigFile(t *testing.T) {
 		t.Fatalf("runs = %+v; want w-1 on version 1 (two steps), w-3 on version 2 (one)", runs)
 	}
 }
+
+// An event posted to the tenant's feed at accept and to each recipient's
+// own by an in-app step is one unread item for each of them, not two; a
+// read of it in either feed reads it.
+func TestWorkflowInAppItemCountedOnce(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, Options{Routes: Routes{"email": {setupSim(t, true).provider(t, "honoured")}}})
+	ctx := context.Background()
+	putWorkflow(t, r, "acme", "news", `{"steps": [{"id": "inbox", "channels": ["in_app"]}, {"id": "email", "channels": ["email"], "if": "!steps.inbox.read"}]}`)
+	accept(t, r, Event{ID: "n-1", Type: "news", Tenant: "acme", Body: "Hello", Feeds: []string{"*"},
+		Recipients: []Recipient{{ID: "u1", Email: "u1@example.com"}, {ID: "u2", Email: "u2@example.com"}}})
+	// The first step only: the email's condition reads the item after.
+	due, err := r.store.DueRuns(ctx, r.now(), 10)
+	if err != nil || len(due) != 2 {
+		t.Fatalf("due = %d, %v", len(due), err)
+	}
+	stepAll(t, r)
+	for _, u := range []string{"u1", "u2"} {
+		if n, err := r.UnreadCount(ctx, "acme", u); err != nil || n != 1 {
+			t.Errorf("%s's unread count = %d, %v; want 1 (the event once)", u, n, err)
+		}
+	}
+}

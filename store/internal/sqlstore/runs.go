@@ -155,7 +155,7 @@ func (d *Dialect) writeDecision(ctx context.Context, q Querier, run model.Run, d
 		note = &id
 	}
 	if dec.Feed != "" {
-		s, err := postStepItem(ctx, q, run, dec.Feed, dec.FeedMessage, now)
+		s, err := postStepItem(ctx, q, run, dec.Feed, dec.FeedMessage, dec.FeedShared, now)
 		if err != nil {
 			return err
 		}
@@ -203,7 +203,7 @@ func insertStepNotification(ctx context.Context, q Querier, run model.Run, seq i
 // commit, so the tenant's items still become visible in seq order). A feed
 // that holds the event already keeps its item, and that item's seq is
 // returned.
-func postStepItem(ctx context.Context, q Querier, run model.Run, feed string, msg []byte, now time.Time) (int64, error) {
+func postStepItem(ctx context.Context, q Querier, run model.Run, feed string, msg []byte, shared int, now time.Time) (int64, error) {
 	var seq int64
 	err := q.QueryRow(ctx, `SELECT seq FROM feed_items WHERE event = $1 AND feed = $2`, run.EventRow, feed).Scan(&seq)
 	if err == nil {
@@ -216,18 +216,20 @@ func postStepItem(ctx context.Context, q Querier, run model.Run, feed string, ms
 		ON CONFLICT (tenant) DO UPDATE SET seq = feed_counters.seq + 1 RETURNING seq`, run.Tenant).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("number the item of step %d of workflow run %d: %w", run.Step, run.ID, err)
 	}
-	var copies int64
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM feed_items WHERE event = $1`, run.EventRow).Scan(&copies); err != nil {
-		return 0, fmt.Errorf("count the items of event %d: %w", run.EventRow, err)
-	}
-	copies++
+	// copies tells the unread count to look for a second copy of the event
+	// among a user's feeds. Other recipients' own feeds (@…) are never a
+	// user's, so only the event's items in shared feeds ("*", topics: the
+	// accept posted those, and the relay says how many) count, and a large
+	// audience's own items do not make each post rewrite every earlier one.
+	copies := int64(shared) + 1
 	if _, err := q.Exec(ctx, `INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at, message)
 		VALUES ($1, $2, $3, coalesce((SELECT max(pos) FROM feed_items WHERE tenant = $1 AND feed = $3), 0) + 1, $4, $5, $6, $7)`,
 		run.Tenant, seq, feed, run.EventRow, copies, MS(now), msg); err != nil {
 		return 0, fmt.Errorf("post step %d of workflow run %d to feed %q: %w", run.Step, run.ID, feed, err)
 	}
-	if copies > 1 {
-		if _, err := q.Exec(ctx, `UPDATE feed_items SET copies = $1 WHERE event = $2`, copies, run.EventRow); err != nil {
+	if shared > 0 {
+		if _, err := q.Exec(ctx, `UPDATE feed_items SET copies = $2 WHERE event = $1 AND feed NOT LIKE '@%' AND copies < $2`,
+			run.EventRow, copies); err != nil {
 			return 0, fmt.Errorf("count the items of event %d: %w", run.EventRow, err)
 		}
 	}
