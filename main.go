@@ -152,6 +152,7 @@ Typical use:
 			tokenCommand(),
 			configCommand(),
 			templateCommand(),
+			workflowCommand(),
 			cronCommand(),
 			pruneCommand(),
 			backupCommand(),

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"edgerelay/internal/relaytest"
+	"edgerelay/relay"
+)
+
+// edgerelay workflow runs shows each run with its steps and why; workflow
+// cancel stops the runs of a cancel key; a bad state is a usage error.
+func TestWorkflowCLI(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "relay.db")
+	ctx := context.Background()
+	r, err := relaytest.Open(ctx, db, relay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.PutWorkflow(ctx, "default", "invoice.due", []byte(`{"cancel_key": "'invoice-' + data.invoice",
+		"steps": [{"id": "inbox", "channels": ["in_app"]}, {"id": "wait", "delay": {"for": "72h"}}, {"id": "remind", "channels": ["email"], "if": "!steps.inbox.read"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"42", "43"} {
+		if _, err := r.Accept(ctx, relay.Event{ID: "due-" + id, Type: "invoice.due", Body: "Unpaid", Data: []byte(`{"invoice": "` + id + `"}`),
+			Recipients: []relay.Recipient{{ID: "ada", Email: "ada@example.com"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.StepWorkflows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	out := runCLI(t, "", "workflow", "runs", "--db", db, "--state", "waiting")
+	if out.code != 0 || strings.Count(out.stdout, "workflow invoice.due v1, waiting") != 2 ||
+		!strings.Contains(out.stdout, "posted to ada's in-app feed") || !strings.Contains(out.stdout, "waiting 72h0m0s, until") {
+		t.Fatalf("workflow runs: exit %d\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	if out := runCLI(t, "", "workflow", "cancel", "--db", db, "invoice-42"); out.code != 0 || out.stdout != "1 runs cancelled\n" {
+		t.Fatalf("workflow cancel: exit %d\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	out = runCLI(t, "", "workflow", "runs", "--db", db, "--state", "cancelled")
+	if !strings.Contains(out.stdout, "event due-42") || strings.Contains(out.stdout, "due-43") ||
+		!strings.Contains(out.stdout, `cancelled by edgerelay workflow cancel: cancel key "invoice-42"`) {
+		t.Fatalf("cancelled runs:\n%s%s", out.stdout, out.stderr)
+	}
+	if out := runCLI(t, "", "workflow", "runs", "--db", db, "--state", "paused"); out.code != 2 || !strings.Contains(out.stderr, `"paused": one of waiting, done, cancelled`) {
+		t.Fatalf("a bad state: exit %d\n%s", out.code, out.stderr)
+	}
+}
