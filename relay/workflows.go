@@ -115,8 +115,6 @@ func unsupported(def workflow.Definition) workflow.Error {
 		switch {
 		case s.Batch != nil:
 			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "batch", Msg: "batch steps are not run by this version of edgerelay yet (use a category's throttle and digest)"})
-		case s.Delay != nil && s.Delay.Window != "":
-			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "delay.window", Msg: "delays until the recipient's quiet hours allow are not run by this version yet (quiet hours still hold each notification)"})
 		case s.Fallback == workflow.FallbackUndelivered:
 			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "fallback", Msg: `the "undelivered" fallback is not run by this version yet (use a delay and a step with if: "!steps.ID.delivered")`})
 		}
@@ -355,6 +353,9 @@ type stepPrep struct {
 	chIdx   int
 	target  model.Target
 	skip    string
+	// windowEnd is when a delay until quiet hours allow ends, and why.
+	windowEnd time.Time
+	windowWhy string
 	// broken, when set, is why the run cannot go on (its workflow version
 	// or payload no longer reads): it ends with that reason.
 	broken string
@@ -457,6 +458,9 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	}
 	p.needs = w.Needs(run.Step)
 	s := w.Steps[run.Step]
+	if s.Delay != nil && s.Delay.Window != "" {
+		return p, r.quietWindow(ctx, run, p)
+	}
 	if len(s.Channels) == 0 {
 		return p, nil
 	}
@@ -497,6 +501,44 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	return p, nil
 }
 
+// quietWindow works out when a delay until the recipient's quiet hours
+// allow ends: the end of the quiet hours the recipient is in now (their
+// own for the event's category, else theirs for every category, else the
+// category's default; read in their time zone: the one they set, else the
+// event's for them, else UTC), or now when they are in none.
+func (r *Relay) quietWindow(ctx context.Context, run model.Run, p *stepPrep) error {
+	now := r.now()
+	p.windowEnd, p.windowWhy = now, "not waiting: outside quiet hours"
+	name, cat, _ := r.categoryOf(run.Tenant, run.Type, run.Purpose)
+	if cat.Required {
+		p.windowWhy = fmt.Sprintf("not waiting: category %q is required, and ignores quiet hours", name)
+		return nil
+	}
+	stored, err := r.store.RecipientPreferences(ctx, run.Tenant, []string{run.Recipient})
+	if err != nil {
+		return err
+	}
+	in := prefInputs{category: name, cat: cat, stored: stored[run.Recipient], loc: time.UTC}
+	zone := in.stored.TimeZone
+	if zone == "" {
+		zone = p.rc.Timezone
+	}
+	if loc, err := time.LoadLocation(zone); zone != "" && err == nil {
+		in.loc = loc
+	}
+	w, why, ok := quietFor(in)
+	if !ok {
+		p.windowWhy = "not waiting: the recipient has no quiet hours"
+		return nil
+	}
+	if end, quiet := quietEnd(now, in.loc, w); quiet {
+		p.windowEnd = end
+		p.windowWhy = fmt.Sprintf("waiting for the end of quiet hours %s in %s (%s), until %s",
+			w, in.loc, why, end.In(in.loc).Format("2006-01-02 15:04 MST"))
+	}
+	return nil
+}
+
 // decideStep decides one run's step from the facts the deciding
 // transaction read. It is policy only: no I/O.
 func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now time.Time) model.StepDecision {
@@ -535,6 +577,8 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		}
 	}
 	switch {
+	case s.Delay != nil && s.Delay.Window != "":
+		dec.Outcome, dec.Reason, dec.NextDue = model.StepDelayed, p.windowWhy, later(p.windowEnd, now)
 	case s.Delay != nil:
 		until, why := delayEnd(s.Delay, run.DueAt, p.ev)
 		dec.Outcome, dec.Reason, dec.NextDue = model.StepDelayed, why, later(until, now)

@@ -274,3 +274,37 @@ func TestWorkflowInAppItemCountedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A delay until the recipient's quiet hours allow waits, for a recipient
+// in their quiet hours, until they end in the recipient's time zone, and
+// not at all for one outside any.
+func TestWorkflowWaitsOutQuietHours(t *testing.T) {
+	t.Parallel()
+	vienna, err := time.LoadLocation("Europe/Vienna")
+	if err != nil {
+		t.Skip(err)
+	}
+	clk := &clock{}
+	clk.advance(time.Until(time.Date(2026, 12, 7, 23, 0, 0, 0, vienna)))
+	r := setupRelay(t, Options{Routes: Routes{"email": {setupSim(t, true).provider(t, "honoured")}}, Now: clk.now})
+	ctx := context.Background()
+	if _, err := r.PutPreferences(ctx, "acme", "night", PreferencesInput{TimeZone: "Europe/Vienna",
+		QuietHours: []QuietPreference{{Window: "21:00-08:00"}}}, model.SetByAPI); err != nil {
+		t.Fatal(err)
+	}
+	putWorkflow(t, r, "acme", "digest", `{"steps": [{"id": "inbox", "channels": ["in_app"]},
+		{"id": "window", "delay": {"window": "allowed"}}, {"id": "email", "channels": ["email"]}]}`)
+	accept(t, r, Event{ID: "d-1", Type: "digest", Tenant: "acme", Body: "Your day",
+		Recipients: []Recipient{{ID: "night", Email: "night@example.com"}, {ID: "day", Email: "day@example.com"}}})
+	stepAll(t, r)
+	runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
+	night, day := runs["d-1/night"], runs["d-1/day"]
+	wantDue := time.Date(2026, 12, 8, 8, 0, 0, 0, vienna)
+	if night.State != model.RunWaiting || night.Step != 2 || !night.DueAt.Equal(wantDue) ||
+		!strings.Contains(night.Steps[1].Reason, "quiet hours 21:00-08:00 in Europe/Vienna") {
+		t.Fatalf("night's run = %+v; want the email due at %s, after its quiet hours", night, wantDue)
+	}
+	if day.State != model.RunDone || day.Steps[1].Reason != "not waiting: the recipient has no quiet hours" {
+		t.Fatalf("day's run = %+v; want done without waiting", day)
+	}
+}
