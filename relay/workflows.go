@@ -351,6 +351,7 @@ type stepPrep struct {
 	// template that does not render).
 	channel string
 	chIdx   int
+	passed  []string // why each channel before it was passed over
 	target  model.Target
 	skip    string
 	// windowEnd is when a delay until quiet hours allow ends, and why.
@@ -464,12 +465,16 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	if len(s.Channels) == 0 {
 		return p, nil
 	}
-	p.chIdx = slices.IndexFunc(s.Channels, func(c string) bool { return c == InAppChannel || p.rc.Address(c) != "" })
+	passed, err := r.chooseChannel(ctx, run, p, s.Channels)
+	if err != nil {
+		return nil, err
+	}
 	if p.chIdx < 0 {
-		p.skip = fmt.Sprintf("skipped, not sent: recipient %s has no address for %s", run.Recipient, strings.Join(s.Channels, ", "))
+		p.skip = fmt.Sprintf("skipped, not sent: none of its channels may reach recipient %s (%s)", run.Recipient, strings.Join(passed, "; "))
 		return p, nil
 	}
 	p.channel = s.Channels[p.chIdx]
+	p.passed = passed
 	addr := p.rc.Address(p.channel)
 	p.target = model.Target{
 		Key:       StepKey(run.Tenant, run.EventID, run.Purpose, run.Recipient, p.channel, run.Version, s.ID),
@@ -499,6 +504,59 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	}
 	p.target.Message = one[0].Message
 	return p, nil
+}
+
+// chooseChannel sets p.chIdx to the first of channels that may reach the
+// run's recipient (-1 for none): in-app always; any other when the
+// recipient has an address for it, the address is not on the tenant's
+// suppression list, and the recipient has not turned the event's category
+// off on it. It returns why each channel before it was passed over. (The
+// dispatcher checks suppression and preferences again at the claim: an
+// entry made after this choice ends the notification suppressed, which a
+// later step's condition sees as failed.)
+func (r *Relay) chooseChannel(ctx context.Context, run model.Run, p *stepPrep, channels []string) ([]string, error) {
+	var passed []string
+	var prefs *prefInputs
+	for i, c := range channels {
+		if c == InAppChannel {
+			p.chIdx = i
+			return passed, nil
+		}
+		addr := p.rc.Address(c)
+		if addr == "" {
+			passed = append(passed, c+": no address")
+			continue
+		}
+		sup, err := r.store.Suppressions(ctx, model.SuppressionFilter{Tenant: run.Tenant, Channel: c, Address: SuppressionKey(c, addr), Limit: 1}, r.now())
+		if err != nil {
+			return nil, err
+		}
+		if len(sup) > 0 {
+			passed = append(passed, fmt.Sprintf("%s: %s is suppressed (%s)", c, addr, sup[0].Reason))
+			continue
+		}
+		if prefs == nil {
+			name, cat, ok := r.categoryOf(run.Tenant, run.Type, run.Purpose)
+			prefs = &prefInputs{}
+			if ok && !cat.Required {
+				stored, err := r.store.RecipientPreferences(ctx, run.Tenant, []string{run.Recipient})
+				if err != nil {
+					return nil, err
+				}
+				prefs = &prefInputs{category: name, cat: cat, stored: stored[run.Recipient]}
+			}
+		}
+		if prefs.category != "" {
+			if on, why := switchFor(*prefs, model.Claimed{Recipient: run.Recipient, Channel: c}); !on {
+				passed = append(passed, c+": "+why)
+				continue
+			}
+		}
+		p.chIdx = i
+		return passed, nil
+	}
+	p.chIdx = -1
+	return passed, nil
 }
 
 // quietWindow works out when a delay until the recipient's quiet hours
@@ -598,6 +656,9 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		dec.Outcome, dec.Notification = model.StepSent, &tg
 		dec.Seq = model.StepSeq(run.Targets, run.Seq, run.Step, p.chIdx)
 		dec.Reason = fmt.Sprintf("written for %s (%s): the dispatcher delivers it", p.channel, tg.Key)
+	}
+	if len(p.passed) > 0 && dec.Outcome == model.StepSent {
+		dec.Reason += " (passed over: " + strings.Join(p.passed, "; ") + ")"
 	}
 	if s.If != "" && dec.Outcome != model.StepSkipped {
 		dec.Reason += fmt.Sprintf("; if %q held (%s)", s.If, describeFacts(p, plan, facts))

@@ -308,3 +308,40 @@ func TestWorkflowWaitsOutQuietHours(t *testing.T) {
 		t.Fatalf("day's run = %+v; want done without waiting", day)
 	}
 }
+
+// A channel step's channels are a fallback chain: the first that may reach
+// the recipient is taken, and the step says why the ones before it were
+// passed over; a step none of whose channels may is skipped, saying why.
+func TestWorkflowFallsBackPastASuppressedAddress(t *testing.T) {
+	t.Parallel()
+	sim := setupSim(t, true)
+	r := setupRelay(t, Options{Routes: Routes{"email": {sim.provider(t, "honoured")}, "chat": {sim.provider(t, "honoured", "&name=chat-sim")}}})
+	ctx := context.Background()
+	if _, err := r.Suppress(ctx, []model.Suppression{{Tenant: "acme", Channel: "email", Address: "Gone@Example.com",
+		Reason: model.ReasonHardBounce, Source: model.SourceImport}}); err != nil {
+		t.Fatal(err)
+	}
+	putWorkflow(t, r, "acme", "alert", `{"steps": [{"id": "notify", "channels": ["email", "chat"]}]}`)
+	accept(t, r, Event{ID: "a-1", Type: "alert", Tenant: "acme", Body: "Disk full", Recipients: []Recipient{
+		{ID: "gone", Email: "gone@example.com", Addresses: map[string]string{"chat": "gone@chat.example"}},
+		{ID: "ok", Email: "ok@example.com", Addresses: map[string]string{"chat": "ok@chat.example"}},
+		{ID: "nowhere", Email: "gone@EXAMPLE.com"}}})
+	stepAll(t, r)
+	runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
+	if s := runs["a-1/gone"].Steps[0]; s.Outcome != model.StepSent || !strings.Contains(s.Reason, "written for chat") ||
+		!strings.Contains(s.Reason, "passed over: email: gone@example.com is suppressed (hard_bounce)") {
+		t.Errorf("gone's step = %+v; want chat, past the suppressed email", s)
+	}
+	if s := runs["a-1/ok"].Steps[0]; !strings.Contains(s.Reason, "written for email") || strings.Contains(s.Reason, "passed over") {
+		t.Errorf("ok's step = %+v; want email", s)
+	}
+	if s := runs["a-1/nowhere"].Steps[0]; s.Outcome != model.StepSkipped || !strings.Contains(s.Reason, "chat: no address") {
+		t.Errorf("nowhere's step = %+v; want skipped, naming both channels", s)
+	}
+	if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := sim.srv.Counts(); got["gone@chat.example"] != 1 || got["ok@example.com"] != 1 || len(got) != 2 {
+		t.Fatalf("sent %v; want gone's chat and ok's email", got)
+	}
+}
