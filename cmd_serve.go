@@ -110,6 +110,12 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    GET    /v1/templates/{name}/{channel}/{locale}/versions/{version}  one version
    DELETE /v1/templates/{name}/{channel}/{locale}  retire it (its versions stay readable)
    POST   /v1/templates/{name}/{channel}/render    preview {"recipient", "data"}: nothing written
+   PUT    /v1/workflows/{type}                save a workflow as the next version
+   GET    /v1/workflows/{type}                the latest version (?version=N: that one)
+   GET    /v1/workflows/{type}/versions       every version
+   DELETE /v1/workflows/{type}                retire it (its versions stay readable)
+   GET    /v1/workflow-runs                   runs with their steps (?state= &event_id= &after= &limit=)
+   POST   /v1/workflow-runs/{cancel_key}/cancel  cancel the waiting runs of that key
    POST   /v1/receipts/{provider}             a provider's callbacks
    GET    /healthz                            the process is up
    GET    /readyz                             the database takes writes (body: each tail's lag)

@@ -126,7 +126,7 @@ func noQuarantined(id string) response {
 // refused by name: the commands print and take them, the API never (a
 // tenant that could name rows could count every tenant's).
 func notAnID(id, prefix string) string {
-	kinds := map[string]string{relay.NotificationIDPrefix: "a notification's", relay.EventIDPrefix: "an event's"}
+	kinds := map[string]string{relay.NotificationIDPrefix: "a notification's", relay.EventIDPrefix: "an event's", relay.RunIDPrefix: "a workflow run's"}
 	want := kinds[prefix] + " id is " + prefix + " and 13 characters of 0-9 and a-z without i, l, o, u, as the API gave it"
 	if _, isRow := relay.ParseRow(id); isRow {
 		return "a row id, which only the commands take; " + want

@@ -161,6 +161,7 @@ func New(r *relay.Relay, st Store, opts Options) *Server {
 	s.suppressionRoutes()
 	s.sourceRoutes()
 	s.templateRoutes()
+	s.workflowRoutes()
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) response {
 		return jsonResponse(http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -37,6 +37,7 @@ import (
 const (
 	NotificationIDPrefix = "n_"
 	EventIDPrefix        = "ev_"
+	RunIDPrefix          = "run_"
 )
 
 // IDKeyName is the name the ids' key is kept under in the store.
@@ -53,7 +54,7 @@ const (
 // IDs turns row ids into the opaque ids the API shows and back. It is safe
 // for concurrent use.
 type IDs struct {
-	notification, event idPerm
+	notification, event, run idPerm
 }
 
 // NewIDs makes the codec of a database from its key (at least 16 bytes).
@@ -69,7 +70,11 @@ func NewIDs(key []byte) (*IDs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &IDs{notification: n, event: e}, nil
+	r, err := newIDPerm(key, "workflow run")
+	if err != nil {
+		return nil, err
+	}
+	return &IDs{notification: n, event: e, run: r}, nil
 }
 
 // Notification is the id the API shows for a notification's row.
@@ -98,6 +103,18 @@ func (x *IDs) EventRow(s string) (int64, bool) {
 		return 0, false
 	}
 	return int64(x.event.backward(v)), true
+}
+
+// Run is the id the API shows for a workflow run's row.
+func (x *IDs) Run(row int64) string { return RunIDPrefix + idString(x.run.forward(uint64(row))) }
+
+// RunRow is the row of an id Run gave, as NotificationRow.
+func (x *IDs) RunRow(s string) (int64, bool) {
+	v, ok := idValue(s, RunIDPrefix)
+	if !ok {
+		return 0, false
+	}
+	return int64(x.run.backward(v)), true
 }
 
 // idPerm is one keyed permutation of [0, 2^63).
