@@ -254,3 +254,31 @@ routes:
 		t.Fatalf("channels %+v", cfg.Channels)
 	}
 }
+
+// The workflow example of docs/workflows.md is a config file that checks.
+func TestWorkflowsDocExampleChecks(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/workflows.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !strings.Contains(block, "workflows:") {
+		t.Fatal("docs/workflows.md has no yaml example with workflows:")
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := checkProblems(t, path); got != nil {
+		t.Fatalf("the example: %q", got)
+	}
+	cfg, err := Check(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := cfg.RelayOptions().Workflows; len(ws) != 1 || ws[0].Tenant != "acme" || len(ws[0].Definition.Steps) != 4 {
+		t.Fatalf("the example's workflows = %+v", ws)
+	}
+}

@@ -131,10 +131,11 @@ type StepDecision struct {
 	// the event only then.
 	FeedShared int
 	// Next is the step the run goes on with and NextDue when it is due;
-	// Done ends the run (with Reason).
-	Next    int
-	NextDue time.Time
-	Done    bool
+	// Done ends the run, with RunReason.
+	Next      int
+	NextDue   time.Time
+	Done      bool
+	RunReason string
 }
 
 // StepDecider decides a run's step from the facts read in the deciding

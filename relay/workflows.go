@@ -606,10 +606,12 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		if p.w != nil && run.Step < len(p.w.Steps) {
 			id = p.w.Steps[run.Step].ID
 		}
-		return model.StepDecision{StepID: id, Outcome: model.StepSkipped, Reason: "skipped, and the run ended: " + p.broken, Next: run.Step, Done: true}
+		return model.StepDecision{StepID: id, Outcome: model.StepSkipped, Reason: "skipped, and the run ended: " + p.broken, Next: run.Step, Done: true,
+			RunReason: fmt.Sprintf("ended at step %d (%s), which could not be decided: %s", run.Step, id, p.broken)}
 	}
 	s := p.w.Steps[run.Step]
-	dec := model.StepDecision{StepID: s.ID, Next: run.Step + 1, NextDue: now, Done: run.Step+1 == len(p.w.Steps)}
+	dec := model.StepDecision{StepID: s.ID, Next: run.Step + 1, NextDue: now, Done: run.Step+1 == len(p.w.Steps),
+		RunReason: fmt.Sprintf("its %d steps are decided", len(p.w.Steps))}
 	if s.If != "" {
 		f := eventFacts(p.ev, p.rc)
 		f.Steps = map[string]workflow.StepState{}

@@ -86,7 +86,7 @@ func TestWorkflowEmailsOnlyIfUnread(t *testing.T) {
 	runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
 	u1, u2 := runs["c-1/u1"], runs["c-1/u2"]
 	for _, v := range []RunView{u1, u2} {
-		if v.State != model.RunDone || len(v.Steps) != 3 || v.Version != 1 {
+		if v.State != model.RunDone || len(v.Steps) != 3 || v.Version != 1 || v.Reason != "its 3 steps are decided" {
 			t.Fatalf("run %+v; want done after 3 steps of version 1", v)
 		}
 	}

@@ -131,9 +131,9 @@ func postThenEmail(p model.StepPlan, facts []model.StepFact, now time.Time) mode
 		return model.StepDecision{StepID: "email", Outcome: model.StepSkipped, Reason: fmt.Sprintf("bad facts %+v", facts), Next: 2, Done: true}
 	}
 	if facts[0].Read {
-		return model.StepDecision{StepID: "email", Outcome: model.StepSkipped, Reason: "read", Next: 2, Done: true}
+		return model.StepDecision{StepID: "email", Outcome: model.StepSkipped, Reason: "read", Next: 2, Done: true, RunReason: "done"}
 	}
-	return model.StepDecision{StepID: "email", Outcome: model.StepSent, Reason: "unread", Next: 2, Done: true,
+	return model.StepDecision{StepID: "email", Outcome: model.StepSent, Reason: "unread", Next: 2, Done: true, RunReason: "done",
 		Notification: &model.Target{Key: fmt.Sprintf("%s/%s/step1", r.EventID, r.Recipient), Recipient: r.Recipient,
 			Channel: "email", Address: r.Recipient + "@example.com"},
 		Seq: model.StepSeq(r.Targets, r.Seq, r.Step, 0)}

@@ -168,7 +168,7 @@ func (d *Dialect) writeDecision(ctx context.Context, q Querier, run model.Run, d
 	}
 	state, reason, next := model.RunWaiting, any(nil), dec.NextDue
 	if dec.Done {
-		state, reason, next = model.RunDone, dec.Reason, now
+		state, reason, next = model.RunDone, dec.RunReason, now
 	}
 	if _, err := q.Exec(ctx, `UPDATE workflow_runs SET step = $2, state = $3, due_at = $4, reason = $5, updated_at = $6 WHERE id = $1`,
 		run.ID, dec.Next, state, MS(next), reason, MS(now)); err != nil {
