@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Workflow runs (issue 26): an event whose type has a workflow becomes one
+// Workflow runs: an event whose type has a workflow becomes one
 // run per recipient instead of its notifications, and a stepper decides
 // each run's steps in order, one transaction per decision.
 

@@ -16,7 +16,7 @@ import (
 	"edgerelay/workflow"
 )
 
-// Workflows (issue 26): an event whose type has a workflow becomes one run
+// Workflows: an event whose type has a workflow becomes one run
 // per recipient instead of its notifications (written by the accept, in
 // its transaction); the stepper then decides each run's steps in order,
 // each decision in one store transaction that also reads the facts the

@@ -44,7 +44,7 @@ type Templates interface {
 	TemplateGeneration(ctx context.Context) (int64, error)
 }
 
-// Workflows are tenants' workflows per event type (issue 26), kept as
+// Workflows are tenants' workflows per event type, kept as
 // templates are: numbered versions from the primary key (tenant, type,
 // version), every one readable, a change a new version; a run keeps the
 // version it started with.
@@ -66,7 +66,7 @@ type Workflows interface {
 	RetireWorkflow(ctx context.Context, tenant, typ string, now time.Time) (model.StoredWorkflow, error)
 }
 
-// Runs are workflow runs (issue 26): written by the accept of an event
+// Runs are workflow runs: written by the accept of an event
 // whose type has a workflow (a Target with Run set), one per recipient,
 // and moved step by step by the relay's stepper.
 type Runs interface {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Workflow runs (issue 26), written once for both stores. A run is written
+// Workflow runs, written once for both stores. A run is written
 // in the accept's transaction (InsertRuns, from each driver's fan-out
 // write); the stepper reads due runs outside any transaction (DueRuns) and
 // decides each in one write transaction that re-reads and locks the run,

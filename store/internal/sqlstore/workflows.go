@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Workflows (issue 26) are kept as templates are: one row per version,
+// Workflows are kept as templates are: one row per version,
 // numbered by the primary key (tenant, type, version). A put reads the
 // latest version and inserts the next number ON CONFLICT DO NOTHING: on
 // SQLite the writer's lock means the number is always free; on PostgreSQL
