@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/internal/pgtest"
 	"edgerelay/providers"
 )
 
@@ -17,9 +18,15 @@ import (
 // transaction that reads its facts and writes its decision. Each round
 // accepts an event of 200 recipients (not timed) and then decides, timed,
 // the two steps of each run: an in-app post, then an email whose condition
-// reads the item's read state. go test ./relay -run '^$' -bench StepWorkflows
+// reads the item's read state. On PostgreSQL (a throwaway server,
+// internal/pgtest) the same. go test ./relay -run '^$' -bench StepWorkflows
 func BenchmarkStepWorkflows(b *testing.B) {
-	r, err := openAt(context.Background(), b.TempDir()+"/w.db", Options{Logger: slog.New(slog.DiscardHandler),
+	b.Run("SQLite", func(b *testing.B) { benchmarkStepWorkflows(b, b.TempDir()+"/w.db") })
+	b.Run("PostgreSQL", func(b *testing.B) { benchmarkStepWorkflows(b, pgtest.Start(b)) })
+}
+
+func benchmarkStepWorkflows(b *testing.B, db string) {
+	r, err := openAt(context.Background(), db, Options{Logger: slog.New(slog.DiscardHandler),
 		Routes: Routes{"*": {providers.NewLog(io.Discard, "log://discard")}}})
 	if err != nil {
 		b.Fatal(err)

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -343,5 +344,37 @@ func TestWorkflowFallsBackPastASuppressedAddress(t *testing.T) {
 	}
 	if got := sim.srv.Counts(); got["gone@chat.example"] != 1 || got["ok@example.com"] != 1 || len(got) != 2 {
 		t.Fatalf("sent %v; want gone's chat and ok's email", got)
+	}
+}
+
+// An event with more recipients than one chunk writes the rest of its runs
+// after the accept, as a fan-out does; each recipient gets one run.
+func TestWorkflowRunsOfALargeEvent(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, Options{Chunk: 2, Routes: Routes{"email": {setupSim(t, true).provider(t, "honoured")}}})
+	ctx := context.Background()
+	putWorkflow(t, r, "acme", "notice", `{"steps": [{"id": "inbox", "channels": ["in_app"]}]}`)
+	ev := Event{ID: "big", Type: "notice", Tenant: "acme", Body: "Hello"}
+	for i := range 7 {
+		ev.Recipients = append(ev.Recipients, Recipient{ID: "u" + strconv.Itoa(i), Email: "u" + strconv.Itoa(i) + "@example.com"})
+	}
+	if res := accept(t, r, ev); res.Count != 7 {
+		t.Fatalf("accept = %+v; want 7 runs", res)
+	}
+	if again := accept(t, r, ev); !again.Duplicate || again.Count != 7 {
+		t.Fatalf("again = %+v", again)
+	}
+	stepAll(t, r)
+	runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
+	if len(runs) != 7 {
+		t.Fatalf("%d runs, want 7", len(runs))
+	}
+	for i := range 7 {
+		if v := runs["big/u"+strconv.Itoa(i)]; v.State != model.RunDone || len(v.Steps) != 1 {
+			t.Errorf("u%d's run = %+v", i, v)
+		}
+		if n, err := r.UnreadCount(ctx, "acme", "u"+strconv.Itoa(i)); err != nil || n != 1 {
+			t.Errorf("u%d unread = %d, %v", i, n, err)
+		}
 	}
 }
