@@ -461,7 +461,10 @@ func writeQ[T any](ctx context.Context, s *Store, fn func(q sqlstore.Querier) (T
 // runRead and runWrite are the read pool and the single writer as
 // sqlstore's Run.
 func (s *Store) runRead(_ context.Context, fn func(q sqlstore.Querier) error) error {
-	return fn(s.reader())
+	if err := fn(s.reader()); err != nil {
+		return s.closedOr(err) // a read of a closed store is refused as a write is
+	}
+	return nil
 }
 
 func (s *Store) runWrite(ctx context.Context, fn func(q sqlstore.Querier) error) error {
