@@ -292,7 +292,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Retry the dead one: select it in the search, confirm with its count.
 	do(t, ctx, chromedp.Navigate(f.url+"/notifications?status=dead"), chromedp.WaitVisible(chromedp.CSS("table.results")))
-	tabTo(t, ctx, "dead search", fmt.Sprintf("pick-%s", f.danID), 30)
+	tabTo(t, ctx, "dead search", fmt.Sprintf("pick-%s", f.danID), 40)
 	do(t, ctx, chromedp.KeyEvent(" "), chromedp.Click(chromedp.CSS("#retry-selected")), chromedp.WaitVisible(chromedp.CSS("#confirm-count")))
 	accessible(t, ctx, "retry confirmation")
 	if got := text(t, ctx, "#confirm-count"); !strings.HasPrefix(got, "Retry 1 notification?") {
@@ -316,7 +316,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	accessible(t, ctx, "dan's notification")
 	screenshot(t, ctx, dir, "console-retried")
 
-	for _, p := range []string{"quarantine", "audiences", "feeds"} {
+	for _, p := range []string{"quarantine", "audiences", "feeds", "workflows"} {
 		do(t, ctx, chromedp.Navigate(f.url+"/"+p), chromedp.WaitVisible(chromedp.CSS("h1")))
 		accessible(t, ctx, p)
 	}

@@ -111,6 +111,7 @@ func (c *Console) funcs() template.FuncMap {
 	return template.FuncMap{
 		"nid": c.nid,
 		"eid": c.eid,
+		"rid": c.rid,
 		"when": func(t time.Time) string {
 			if t.IsZero() {
 				return "—"
@@ -152,6 +153,7 @@ func (c *Console) funcs() template.FuncMap {
 // The pages take either spelling back.
 func (c *Console) nid(row int64) string { return c.spell(row, (*relay.IDs).Notification) }
 func (c *Console) eid(row int64) string { return c.spell(row, (*relay.IDs).Event) }
+func (c *Console) rid(row int64) string { return c.spell(row, (*relay.IDs).Run) }
 
 func (c *Console) spell(row int64, f func(*relay.IDs, int64) string) string {
 	x, err := c.r.IDs(context.Background()) // made at open: an atomic load

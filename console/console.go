@@ -188,6 +188,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+p+"/audiences", c.authed(c.audiences))
 	c.mux.HandleFunc("GET "+p+"/audiences/{name}", c.authed(c.audience))
 	c.mux.HandleFunc("GET "+p+"/feeds", c.authed(c.feeds))
+	c.mux.HandleFunc("GET "+p+"/workflows", c.authed(c.workflows))
 	c.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "No such page", "There is no console page at "+r.URL.Path+".")
 	})
