@@ -119,6 +119,8 @@ func TestSetRoutesSwitchesWhileACallRunsOnTheOld(t *testing.T) {
 	if n := notification(t, r, first); n.Provider != "old" {
 		t.Errorf("the call in flight was recorded as %q's, want old's", n.Provider)
 	}
+	// The new provider answered; its record may still be on its way.
+	waitFor(t, 10*time.Second, "the second notification recorded", func() bool { return statusOf(t, r, second) == model.StatusSent })
 	if n := notification(t, r, second); n.Status != model.StatusSent || n.Provider != "new" {
 		t.Errorf("second: %s by %q", n.Status, n.Provider)
 	}
