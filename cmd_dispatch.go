@@ -70,6 +70,9 @@ is further off than --max-wait. Exit status:
 				if sum.Suppressed > 0 && !c.Bool("json") {
 					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d not sent: the address is on its tenant's suppression list (edgerelay suppressions list)\n", sum.Suppressed)
 				}
+				if sum.RunsWaiting > 0 && !c.Bool("json") {
+					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d workflow runs wait for a later step (a delay): a later dispatch takes them on (edgerelay workflow runs --state waiting)\n", sum.RunsWaiting)
+				}
 				if sum.Quarantined > 0 {
 					fmt.Fprintf(c.App.ErrWriter, "dispatch: %d events quarantined: the rest of their fan-out could not be written (edgerelay quarantine list)\n", sum.Quarantined)
 				}

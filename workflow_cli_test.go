@@ -34,6 +34,10 @@ func TestWorkflowCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
+	// dispatch --until-idle says the runs wait for their delay.
+	if out := runCLI(t, "", "dispatch", "--db", db, "--until-idle", "--route", "*=log://stdout"); !strings.Contains(out.stderr, "2 workflow runs wait for a later step") {
+		t.Fatalf("dispatch --until-idle: exit %d\n%s%s", out.code, out.stdout, out.stderr)
+	}
 	out := runCLI(t, "", "workflow", "runs", "--db", db, "--state", "waiting")
 	if out.code != 0 || strings.Count(out.stdout, "workflow invoice.due v1, waiting") != 2 ||
 		!strings.Contains(out.stdout, "posted to ada's in-app feed") || !strings.Contains(out.stdout, "waiting 72h0m0s, until") {

@@ -77,6 +77,9 @@ type Summary struct {
 	// Quarantined counts events whose fan-out is quarantined at the end:
 	// their missing notifications wait for an operator.
 	Quarantined int `json:"quarantined_events"`
+	// RunsWaiting counts workflow runs whose next step is due later (a
+	// delay): the next run of the dispatcher takes them on.
+	RunsWaiting int64 `json:"workflow_runs_waiting"`
 }
 
 // OK reports whether everything the run attempted was sent and nothing is
@@ -228,6 +231,11 @@ func (r *Relay) RunUntilIdle(ctx context.Context, maxWait time.Duration) (Summar
 	sum := d.summary()
 	_, later, _, err := r.store.Live(context.Background(), r.now().Add(maxWait))
 	sum.Waiting = later
+	if runs, _, rerr := r.store.WaitingRuns(context.Background()); rerr == nil {
+		sum.RunsWaiting = runs
+	} else if err == nil {
+		err = rerr
+	}
 	if qs, qerr := r.store.QuarantinedEvents(context.Background(), "", 0, 10000); qerr == nil {
 		sum.Quarantined = len(qs)
 	} else if err == nil {
@@ -348,9 +356,9 @@ func (d *dispatcher) step(ctx context.Context) (int, error) {
 		return n, err
 	}
 	d.nextStep = now.Add(r.opts.Poll)
-	if next, ok, err := r.store.NextRunDue(ctx); err != nil {
+	if waiting, next, err := r.store.WaitingRuns(ctx); err != nil {
 		return n, err
-	} else if ok && next.Before(d.nextStep) {
+	} else if waiting > 0 && next.Before(d.nextStep) {
 		d.nextStep = next
 	}
 	return n, nil
@@ -434,9 +442,9 @@ func (d *dispatcher) idle(ctx context.Context, wait time.Duration) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	if next, ok, err := d.r.store.NextRunDue(ctx); err != nil {
+	if waiting, next, err := d.r.store.WaitingRuns(ctx); err != nil {
 		return false, err
-	} else if ok && !next.After(d.r.now().Add(wait)) {
+	} else if waiting > 0 && !next.After(d.r.now().Add(wait)) {
 		return false, nil // a workflow step is due within wait
 	}
 	// Rows in sending here belong to another process (or a dead one, whose

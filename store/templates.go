@@ -73,9 +73,9 @@ type Runs interface {
 	// DueRuns reads up to limit waiting runs due by now, soonest first,
 	// each with its event's payload; it locks nothing.
 	DueRuns(ctx context.Context, now time.Time, limit int) ([]model.Run, error)
-	// NextRunDue is when the soonest waiting run is due; ok is false when
-	// none waits.
-	NextRunDue(ctx context.Context) (t time.Time, ok bool, err error)
+	// WaitingRuns counts the waiting runs and says when the soonest is
+	// due (the zero time when none waits).
+	WaitingRuns(ctx context.Context) (n int64, next time.Time, err error)
 	// DecideSteps decides each plan's step in one write transaction: a
 	// run no longer waiting at that step and due is left alone (another
 	// node decided it, or it was cancelled); for the others, the facts of

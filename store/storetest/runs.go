@@ -80,8 +80,8 @@ func testRunsAcceptedOnce(t *testing.T, s store.Store) {
 	if err != nil || len(due) != 3 || string(due[0].Payload) != string(runEvent("acme", "inv-1", 3, "", "").Event.Payload) {
 		t.Fatalf("due at their time = %+v, %v; want 3 with their event's payload", due, err)
 	}
-	if next, ok, err := s.NextRunDue(ctx); err != nil || !ok || !next.Equal(t0) {
-		t.Fatalf("next due = %v, %v, %v", next, ok, err)
+	if n, next, err := s.WaitingRuns(ctx); err != nil || n != 3 || !next.Equal(t0) {
+		t.Fatalf("waiting runs = %d, next due %v, %v; want 3 from %v", n, next, err, t0)
 	}
 }
 

@@ -169,13 +169,14 @@ func (m Methods) DueRuns(ctx context.Context, now time.Time, limit int) ([]model
 	return get(ctx, m.Read, func(q Querier) ([]model.Run, error) { return DueRuns(ctx, q, now, limit) })
 }
 
-// NextRunDue is when the soonest waiting run is due.
-func (m Methods) NextRunDue(ctx context.Context) (t time.Time, ok bool, err error) {
+// WaitingRuns counts the waiting workflow runs and says when the soonest
+// is due (the zero time when none waits).
+func (m Methods) WaitingRuns(ctx context.Context) (n int64, next time.Time, err error) {
 	err = m.Read(ctx, func(q Querier) (err error) {
-		t, ok, err = NextRunDue(ctx, q)
+		n, next, err = WaitingRuns(ctx, q)
 		return err
 	})
-	return t, ok, err
+	return n, next, err
 }
 
 // DecideSteps decides the plans' steps in one write transaction (see

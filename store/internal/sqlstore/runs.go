@@ -89,17 +89,16 @@ func DueRuns(ctx context.Context, q Querier, now time.Time, limit int) ([]model.
 	return out, rows.Err()
 }
 
-// NextRunDue is when the soonest waiting run is due; ok is false when no
-// run waits.
-func NextRunDue(ctx context.Context, q Querier) (t time.Time, ok bool, err error) {
+// WaitingRuns counts the waiting runs and says when the soonest is due.
+func WaitingRuns(ctx context.Context, q Querier) (n int64, next time.Time, err error) {
 	var due *int64
-	if err := q.QueryRow(ctx, `SELECT min(due_at) FROM workflow_runs WHERE state = 'waiting'`).Scan(&due); err != nil {
-		return t, false, fmt.Errorf("next workflow run due: %w", err)
+	if err := q.QueryRow(ctx, `SELECT count(*), min(due_at) FROM workflow_runs WHERE state = 'waiting'`).Scan(&n, &due); err != nil {
+		return 0, next, fmt.Errorf("waiting workflow runs: %w", err)
 	}
-	if due == nil {
-		return t, false, nil
+	if due != nil {
+		next = FromMS(*due)
 	}
-	return FromMS(*due), true, nil
+	return n, next, nil
 }
 
 // DecideSteps decides the step of each plan's run, in q, one write
