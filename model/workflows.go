@@ -37,16 +37,19 @@ const (
 
 // Run is one recipient's run of a workflow.
 type Run struct {
-	ID        int64     `json:"-"`
-	Tenant    string    `json:"tenant"`
-	EventRow  int64     `json:"-"`
-	EventID   string    `json:"event_id"`
-	Purpose   string    `json:"purpose"`
-	Seq       int       `json:"-"` // the recipient's position in the event's fan-out
-	Recipient string    `json:"recipient"`
-	Type      string    `json:"type"`
-	Version   int       `json:"version"`
-	Step      int       `json:"step"` // the next step to decide
+	ID        int64  `json:"-"`
+	Tenant    string `json:"tenant"`
+	EventRow  int64  `json:"-"`
+	EventID   string `json:"event_id"`
+	Purpose   string `json:"purpose"`
+	Seq       int    `json:"-"` // the recipient's position in the event's fan-out
+	Recipient string `json:"recipient"`
+	Type      string `json:"type"`
+	Version   int    `json:"version"`
+	Step      int    `json:"step"` // the next step to decide
+	// Attempt, in a step with the undelivered fallback, is the position
+	// after the channel tried last (0: none tried yet).
+	Attempt   int       `json:"attempt,omitempty"`
 	State     string    `json:"state"`
 	DueAt     time.Time `json:"due_at"`
 	CancelKey string    `json:"cancel_key,omitempty"`
@@ -62,7 +65,10 @@ type Run struct {
 
 // RunStep is what was decided at one step of a run.
 type RunStep struct {
-	Step      int       `json:"step"`
+	Step int `json:"step"`
+	// Attempt is the channel's position in the step for the undelivered
+	// fallback, which records each channel it tries (0 otherwise).
+	Attempt   int       `json:"attempt,omitempty"`
 	StepID    string    `json:"id"`
 	Outcome   string    `json:"outcome"`
 	Reason    string    `json:"reason"`
@@ -116,8 +122,14 @@ type StepDecision struct {
 	// Wait, when set, decides nothing: the step is due again then (an
 	// earlier step's notification is not final yet).
 	Wait time.Time
-	// Outcome and Reason are recorded for the step.
+	// Outcome and Reason are recorded for the step, at Attempt (""
+	// Outcome records nothing: an undelivered fallback whose channel was
+	// delivered goes on to the next step without another row).
 	Outcome, Reason, StepID string
+	Attempt                 int
+	// Amend, with no Outcome, is added to the reason of the step's last
+	// record (the fallback's channel that was delivered, or the last).
+	Amend string
 	// Notification, if set, is written: the step's message to the
 	// recipient on one channel, with its Seq (StepSeq).
 	Notification *Target
@@ -130,12 +142,13 @@ type StepDecision struct {
 	// accept posted it to: the unread count looks for a second copy of
 	// the event only then.
 	FeedShared int
-	// Next is the step the run goes on with and NextDue when it is due;
-	// Done ends the run, with RunReason.
-	Next      int
-	NextDue   time.Time
-	Done      bool
-	RunReason string
+	// Next is the step the run goes on with (at NextAttempt) and NextDue
+	// when it is due; Done ends the run, with RunReason.
+	Next        int
+	NextAttempt int
+	NextDue     time.Time
+	Done        bool
+	RunReason   string
 }
 
 // StepDecider decides a run's step from the facts read in the deciding

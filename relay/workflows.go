@@ -115,8 +115,6 @@ func unsupported(def workflow.Definition) workflow.Error {
 		switch {
 		case s.Batch != nil:
 			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "batch", Msg: "batch steps are not run by this version of edgerelay yet (use a category's throttle and digest)"})
-		case s.Fallback == workflow.FallbackUndelivered:
-			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "fallback", Msg: `the "undelivered" fallback is not run by this version yet (use a delay and a step with if: "!steps.ID.delivered")`})
 		}
 		if strings.Contains(s.If, "."+workflow.StateClicked) {
 			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "if", Msg: "clicked is not tracked for workflow steps yet"})
@@ -385,6 +383,9 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 			preps[run.ID] = p
 			plan := model.StepPlan{Run: run}
 			if p.broken == "" {
+				if s := p.w.Steps[run.Step]; s.Fallback == workflow.FallbackUndelivered && run.Attempt > 0 {
+					plan.Needs = append(plan.Needs, run.Step) // what became of the channel tried last
+				}
 				for _, ref := range p.needs {
 					j := slices.IndexFunc(p.w.Steps, func(s workflow.Step) bool { return s.ID == ref.Step })
 					if !slices.Contains(plan.Needs, j) {
@@ -465,7 +466,11 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	if len(s.Channels) == 0 {
 		return p, nil
 	}
-	passed, err := r.chooseChannel(ctx, run, p, s.Channels)
+	from := 0
+	if s.Fallback == workflow.FallbackUndelivered {
+		from = run.Attempt // the channels after the one tried last
+	}
+	passed, err := r.chooseChannel(ctx, run, p, s.Channels, from)
 	if err != nil {
 		return nil, err
 	}
@@ -506,7 +511,8 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	return p, nil
 }
 
-// chooseChannel sets p.chIdx to the first of channels that may reach the
+// chooseChannel sets p.chIdx to the first of channels, from position from
+// on, that may reach the
 // run's recipient (-1 for none): in-app always; any other when the
 // recipient has an address for it, the address is not on the tenant's
 // suppression list, and the recipient has not turned the event's category
@@ -514,10 +520,13 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 // dispatcher checks suppression and preferences again at the claim: an
 // entry made after this choice ends the notification suppressed, which a
 // later step's condition sees as failed.)
-func (r *Relay) chooseChannel(ctx context.Context, run model.Run, p *stepPrep, channels []string) ([]string, error) {
+func (r *Relay) chooseChannel(ctx context.Context, run model.Run, p *stepPrep, channels []string, from int) ([]string, error) {
 	var passed []string
 	var prefs *prefInputs
 	for i, c := range channels {
+		if i < from {
+			continue
+		}
 		if c == InAppChannel {
 			p.chIdx = i
 			return passed, nil
@@ -612,6 +621,9 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 	s := p.w.Steps[run.Step]
 	dec := model.StepDecision{StepID: s.ID, Next: run.Step + 1, NextDue: now, Done: run.Step+1 == len(p.w.Steps),
 		RunReason: fmt.Sprintf("its %d steps are decided", len(p.w.Steps))}
+	if s.Fallback == workflow.FallbackUndelivered && run.Attempt > 0 {
+		return nextFallback(p, plan, facts, dec, now)
+	}
 	if s.If != "" {
 		f := eventFacts(p.ev, p.rc)
 		f.Steps = map[string]workflow.StepState{}
@@ -658,6 +670,9 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		dec.Outcome, dec.Notification = model.StepSent, &tg
 		dec.Seq = model.StepSeq(run.Targets, run.Seq, run.Step, p.chIdx)
 		dec.Reason = fmt.Sprintf("written for %s (%s): the dispatcher delivers it", p.channel, tg.Key)
+		if s.Fallback == workflow.FallbackUndelivered {
+			awaitDelivery(&dec, s, run, p.chIdx, now)
+		}
 	}
 	if len(p.passed) > 0 && dec.Outcome == model.StepSent {
 		dec.Reason += " (passed over: " + strings.Join(p.passed, "; ") + ")"
@@ -666,6 +681,62 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		dec.Reason += fmt.Sprintf("; if %q held (%s)", s.If, describeFacts(p, plan, facts))
 	}
 	return dec
+}
+
+// awaitDelivery makes dec, which wrote the notification of an undelivered
+// fallback's channel at position ch, keep the run at its step until the
+// channel's time is up, unless ch is the chain's last.
+func awaitDelivery(dec *model.StepDecision, s workflow.Step, run model.Run, ch int, now time.Time) {
+	dec.Attempt = ch
+	if ch == len(s.Channels)-1 {
+		return
+	}
+	within := time.Duration(s.Within)
+	dec.Next, dec.NextAttempt, dec.NextDue, dec.Done = run.Step, ch+1, now.Add(within), false
+	dec.Reason += fmt.Sprintf("; the next channel if it is not delivered within %v", within)
+}
+
+// nextFallback decides an undelivered fallback's step when its last
+// channel's time is up: delivered, the run goes on (the channel's record
+// says so); not delivered (no receipt, or it failed), the next channel
+// that may reach the recipient gets the notification, and none left ends
+// the step where it is.
+func nextFallback(p *stepPrep, plan model.StepPlan, facts []model.StepFact, dec model.StepDecision, now time.Time) model.StepDecision {
+	run, s := plan.Run, p.w.Steps[plan.Run.Step]
+	last := s.Channels[run.Attempt-1]
+	k := slices.Index(plan.Needs, run.Step)
+	if k < 0 {
+		dec.Outcome, dec.Reason = model.StepSkipped, "skipped: the fallback's last channel could not be read"
+		return dec
+	}
+	st, _, _ := stepState(facts[k])
+	within := time.Duration(s.Within)
+	switch {
+	case st.Delivered:
+		dec.Amend = fmt.Sprintf("; delivered within %v: no fallback", within)
+		return dec
+	case p.chIdx < 0 || p.skip != "":
+		dec.Amend = fmt.Sprintf("; not delivered within %v (%s), and no channel after it may reach %s (%s)",
+			within, describeStatus(facts[k]), run.Recipient, strings.Join(p.passed, "; "))
+		return dec
+	}
+	tg := p.target
+	dec.Outcome, dec.Notification = model.StepSent, &tg
+	dec.Seq = model.StepSeq(run.Targets, run.Seq, run.Step, p.chIdx)
+	dec.Reason = fmt.Sprintf("written for %s (%s): %s was not delivered within %v (%s)", p.channel, tg.Key, last, within, describeStatus(facts[k]))
+	if len(p.passed) > 0 {
+		dec.Reason += " (passed over: " + strings.Join(p.passed, "; ") + ")"
+	}
+	awaitDelivery(&dec, s, run, p.chIdx, now)
+	return dec
+}
+
+// describeStatus says what became of a step's notification.
+func describeStatus(f model.StepFact) string {
+	if f.Status == "" {
+		return "no notification"
+	}
+	return f.Status
 }
 
 // stepState is how a condition sees an earlier step, and whether its

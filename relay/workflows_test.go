@@ -11,6 +11,7 @@ import (
 
 	"edgerelay/internal/pgtest"
 	"edgerelay/model"
+	"edgerelay/providers"
 	"edgerelay/workflow"
 )
 
@@ -408,4 +409,58 @@ func onBothStores(t *testing.T, test func(t *testing.T, db string)) {
 			test(t, db(t))
 		})
 	}
+}
+
+// The undelivered fallback: the OTP goes by SMS; without a delivery
+// receipt within 20 s, by email; a delivered SMS sends no email, and its
+// record says so. Each channel's notification is recorded at the step.
+func TestWorkflowFallsBackWhenNotDelivered(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, db string) {
+		sim := setupSim(t, true)
+		clk := &clock{}
+		sms := sim.provider(t, "honoured", "&name=sms-sim")
+		r := setupRelayAt(t, db, Options{Routes: Routes{"email": {sim.provider(t, "honoured")}, "chat": {sms}}, Now: clk.now})
+		ctx := context.Background()
+		putWorkflow(t, r, "acme", "otp", `{"steps": [{"id": "code", "channels": ["chat", "email"], "fallback": "undelivered", "within": "20s"},
+			{"id": "after", "channels": ["in_app"]}]}`)
+		accept(t, r, Event{ID: "otp-1", Type: "otp", Tenant: "acme", Body: "Your code is 123456", Recipients: []Recipient{
+			{ID: "fast", Email: "fast@example.com", Addresses: map[string]string{"chat": "fast@chat.example"}},
+			{ID: "slow", Email: "slow@example.com", Addresses: map[string]string{"chat": "slow@chat.example"}}}})
+		if n := stepAll(t, r); n != 2 {
+			t.Fatalf("decided %d steps, want the two chat messages", n)
+		}
+		if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		key := StepKey("acme", "otp-1", "otp", "fast", "chat", 1, "code")
+		n, err := r.store.Notification(ctx, "", 0, key)
+		if err != nil || n.Status != model.StatusSent {
+			t.Fatalf("fast's chat message = %+v, %v", n, err)
+		}
+		if _, err := r.AddReceipts(ctx, "sms-sim", []providers.Receipt{{Key: key, MessageID: n.ProviderMessageID, Status: providers.ReceiptDelivered}}); err != nil {
+			t.Fatal(err)
+		}
+		clk.advance(19 * time.Second)
+		if n := stepAll(t, r); n != 0 {
+			t.Fatalf("decided %d steps before the 20 s were up", n)
+		}
+		clk.advance(2 * time.Second)
+		stepAll(t, r)
+		if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := sim.srv.Counts(); got["fast@chat.example"] != 1 || got["slow@chat.example"] != 1 || got["slow@example.com"] != 1 || got["fast@example.com"] != 0 {
+			t.Fatalf("sent %v; want both chat messages and slow's email alone", got)
+		}
+		runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
+		fast, slow := runs["otp-1/fast"], runs["otp-1/slow"]
+		if fast.State != model.RunDone || len(fast.Steps) != 2 || !strings.Contains(fast.Steps[0].Reason, "delivered within 20s: no fallback") {
+			t.Errorf("fast's run = %+v; want the chat message, delivered, then the in-app step", fast)
+		}
+		if slow.State != model.RunDone || len(slow.Steps) != 3 || slow.Steps[1].Attempt != 1 ||
+			!strings.Contains(slow.Steps[1].Reason, "written for email") || !strings.Contains(slow.Steps[1].Reason, "chat was not delivered within 20s (sent)") {
+			t.Errorf("slow's run = %+v; want chat, then email at attempt 1, then the in-app step", slow)
+		}
+	})
 }

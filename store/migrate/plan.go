@@ -134,7 +134,7 @@ var plan = []table{
 		// time, a cancel), and a run's states only move forward.
 		newer: "{r}.updated_at",
 		why:   "each recipient's run of a workflow with its version, next step, due time, cancel key and why it ended: a waiting run goes on on the nodes at the step it reached, and a delay ends when it would have. A rerun carries over the steps the source decided since (the later updated_at wins; one the target moved on since is refused)"},
-	{name: "workflow_steps", key: []string{"run", "step"}, fixed: true,
+	{name: "workflow_steps", key: []string{"run", "step", "attempt"}, fixed: true,
 		why: "what was decided at each step of a run, and why, with the notification or in-app item it wrote: `show` and the API read the same trail on the target, and a later step's condition reads the same earlier steps (written once, never changed)"},
 	{name: "console_sessions", skip: "not moved: console sign-ins are short-lived (12 h at most); people sign in again on the nodes"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},

@@ -19,14 +19,14 @@ import (
 // deciding one step, and each read of a fact sees every write committed
 // before it began.
 
-const runCols = `r.id, r.tenant, r.event, e.event_id, e.purpose, r.seq, r.recipient, r.type, r.version, r.step, r.state,
+const runCols = `r.id, r.tenant, r.event, e.event_id, e.purpose, r.seq, r.recipient, r.type, r.version, r.step, r.attempt, r.state,
 	r.due_at, coalesce(r.cancel_key, ''), coalesce(r.reason, ''), r.created_at, r.updated_at, e.targets`
 
 func scanRun(r Row, payload *[]byte) (model.Run, error) {
 	var run model.Run
 	var due, created, updated int64
 	dest := []any{&run.ID, &run.Tenant, &run.EventRow, &run.EventID, &run.Purpose, &run.Seq, &run.Recipient, &run.Type,
-		&run.Version, &run.Step, &run.State, &due, &run.CancelKey, &run.Reason, &created, &updated, &run.Targets}
+		&run.Version, &run.Step, &run.Attempt, &run.State, &due, &run.CancelKey, &run.Reason, &created, &updated, &run.Targets}
 	if payload != nil {
 		dest = append(dest, payload) // text on SQLite, bytea on PostgreSQL
 	}
@@ -110,16 +110,16 @@ func WaitingRuns(ctx context.Context, q Querier) (n int64, next time.Time, err e
 func (d *Dialect) DecideSteps(ctx context.Context, q Querier, plans []model.StepPlan, decide model.StepDecider, now time.Time) (int, error) {
 	decided := 0
 	for _, p := range plans {
-		var step int
+		var step, attempt int
 		var state string
 		var due int64
-		err := q.QueryRow(ctx, `SELECT step, state, due_at FROM workflow_runs WHERE id = $1`+d.LockRun, p.Run.ID).Scan(&step, &state, &due)
+		err := q.QueryRow(ctx, `SELECT step, attempt, state, due_at FROM workflow_runs WHERE id = $1`+d.LockRun, p.Run.ID).Scan(&step, &attempt, &state, &due)
 		switch {
 		case IsNoRows(err):
 			continue // locked by another node's decision
 		case err != nil:
 			return decided, fmt.Errorf("lock workflow run %d: %w", p.Run.ID, err)
-		case state != model.RunWaiting || step != p.Run.Step || due > MS(now):
+		case state != model.RunWaiting || step != p.Run.Step || attempt != p.Run.Attempt || due > MS(now):
 			continue
 		}
 		facts := make([]model.StepFact, len(p.Needs))
@@ -160,17 +160,25 @@ func (d *Dialect) writeDecision(ctx context.Context, q Querier, run model.Run, d
 		}
 		seq = &s
 	}
-	if _, err := q.Exec(ctx, `INSERT INTO workflow_steps (run, step, step_id, outcome, reason, due_at, decided_at, notification, feed_seq)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		run.ID, run.Step, dec.StepID, dec.Outcome, dec.Reason, MS(due), MS(now), note, seq); err != nil {
-		return fmt.Errorf("record step %d of workflow run %d: %w", run.Step, run.ID, err)
+	if dec.Outcome == "" && dec.Amend != "" && run.Attempt > 0 {
+		if _, err := q.Exec(ctx, `UPDATE workflow_steps SET reason = reason || $4 WHERE run = $1 AND step = $2 AND attempt = $3`,
+			run.ID, run.Step, run.Attempt-1, dec.Amend); err != nil {
+			return fmt.Errorf("record step %d of workflow run %d: %w", run.Step, run.ID, err)
+		}
+	}
+	if dec.Outcome != "" {
+		if _, err := q.Exec(ctx, `INSERT INTO workflow_steps (run, step, attempt, step_id, outcome, reason, due_at, decided_at, notification, feed_seq)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			run.ID, run.Step, dec.Attempt, dec.StepID, dec.Outcome, dec.Reason, MS(due), MS(now), note, seq); err != nil {
+			return fmt.Errorf("record step %d of workflow run %d: %w", run.Step, run.ID, err)
+		}
 	}
 	state, reason, next := model.RunWaiting, any(nil), dec.NextDue
 	if dec.Done {
 		state, reason, next = model.RunDone, dec.RunReason, now
 	}
-	if _, err := q.Exec(ctx, `UPDATE workflow_runs SET step = $2, state = $3, due_at = $4, reason = $5, updated_at = $6 WHERE id = $1`,
-		run.ID, dec.Next, state, MS(next), reason, MS(now)); err != nil {
+	if _, err := q.Exec(ctx, `UPDATE workflow_runs SET step = $2, attempt = $3, state = $4, due_at = $5, reason = $6, updated_at = $7 WHERE id = $1`,
+		run.ID, dec.Next, dec.NextAttempt, state, MS(next), reason, MS(now)); err != nil {
 		return fmt.Errorf("advance workflow run %d: %w", run.ID, err)
 	}
 	return nil
@@ -240,7 +248,9 @@ func postStepItem(ctx context.Context, q Querier, run model.Run, feed string, ms
 func stepFact(ctx context.Context, q Querier, run model.Run, s int) (model.StepFact, error) {
 	f := model.StepFact{Step: s}
 	var note, seq *int64
-	err := q.QueryRow(ctx, `SELECT outcome, notification, feed_seq FROM workflow_steps WHERE run = $1 AND step = $2`, run.ID, s).Scan(&f.Outcome, &note, &seq)
+	// An undelivered fallback's step is what its last channel tried left.
+	err := q.QueryRow(ctx, `SELECT outcome, notification, feed_seq FROM workflow_steps WHERE run = $1 AND step = $2
+		ORDER BY attempt DESC LIMIT 1`, run.ID, s).Scan(&f.Outcome, &note, &seq)
 	if IsNoRows(err) {
 		return f, nil
 	}
@@ -307,8 +317,8 @@ func Runs(ctx context.Context, q Querier, f model.RunFilter) ([]model.Run, error
 
 // RunSteps lists what was decided at each step of a run, in step order.
 func RunSteps(ctx context.Context, q Querier, run int64) ([]model.RunStep, error) {
-	rows, err := q.Query(ctx, `SELECT step, step_id, outcome, reason, due_at, decided_at, coalesce(notification, 0), coalesce(feed_seq, 0)
-		FROM workflow_steps WHERE run = $1 ORDER BY step`, run)
+	rows, err := q.Query(ctx, `SELECT step, attempt, step_id, outcome, reason, due_at, decided_at, coalesce(notification, 0), coalesce(feed_seq, 0)
+		FROM workflow_steps WHERE run = $1 ORDER BY step, attempt`, run)
 	if err != nil {
 		return nil, fmt.Errorf("steps of workflow run %d: %w", run, err)
 	}
@@ -317,7 +327,7 @@ func RunSteps(ctx context.Context, q Querier, run int64) ([]model.RunStep, error
 	for rows.Next() {
 		var s model.RunStep
 		var due, decided int64
-		if err := rows.Scan(&s.Step, &s.StepID, &s.Outcome, &s.Reason, &due, &decided, &s.Notification, &s.FeedSeq); err != nil {
+		if err := rows.Scan(&s.Step, &s.Attempt, &s.StepID, &s.Outcome, &s.Reason, &due, &decided, &s.Notification, &s.FeedSeq); err != nil {
 			return nil, fmt.Errorf("steps of workflow run %d: %w", run, err)
 		}
 		s.DueAt, s.DecidedAt = FromMS(due), FromMS(decided)

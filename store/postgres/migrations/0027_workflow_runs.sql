@@ -13,6 +13,7 @@ CREATE TABLE workflow_runs (
     type       text    NOT NULL,
     version    integer NOT NULL,
     step       integer NOT NULL DEFAULT 0,
+    attempt    integer NOT NULL DEFAULT 0,
     state      text    NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'done', 'cancelled')),
     due_at     bigint  NOT NULL, -- ms
     cancel_key text,
@@ -29,6 +30,7 @@ CREATE INDEX workflow_runs_finished ON workflow_runs (updated_at) WHERE state <>
 CREATE TABLE workflow_steps (
     run          bigint  NOT NULL REFERENCES workflow_runs (id),
     step         integer NOT NULL,
+    attempt      integer NOT NULL DEFAULT 0,
     step_id      text    NOT NULL,
     outcome      text    NOT NULL CHECK (outcome IN ('sent', 'skipped', 'delayed')),
     reason       text    NOT NULL,
@@ -36,5 +38,5 @@ CREATE TABLE workflow_steps (
     decided_at   bigint  NOT NULL,
     notification bigint,
     feed_seq     bigint,
-    PRIMARY KEY (run, step)
+    PRIMARY KEY (run, step, attempt)
 );

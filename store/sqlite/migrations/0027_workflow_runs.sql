@@ -14,6 +14,7 @@ CREATE TABLE workflow_runs (
     type       TEXT    NOT NULL,
     version    INTEGER NOT NULL,  -- the workflow version the run started with, kept to its end
     step       INTEGER NOT NULL DEFAULT 0,
+    attempt    INTEGER NOT NULL DEFAULT 0, -- an undelivered fallback: the position after the channel tried last (0: none yet)
     state      TEXT    NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'done', 'cancelled')),
     due_at     INTEGER NOT NULL,  -- ms: when waiting, its step is decided not before this
     cancel_key TEXT,              -- the workflow's cancel_key for the event; an event with "cancels" set to it stops the run
@@ -28,11 +29,13 @@ CREATE INDEX workflow_runs_tenant ON workflow_runs (tenant, state, id);
 CREATE INDEX workflow_runs_finished ON workflow_runs (updated_at) WHERE state <> 'waiting'; -- what prune takes
 
 -- What was decided at each step of a run, and why: written once, in the
--- transaction that decides the step, with the notification or in-app item
+-- transaction that decides the step (for an undelivered fallback, once per
+-- channel tried), with the notification or in-app item
 -- it wrote (a step skipped or a delay writes neither).
 CREATE TABLE workflow_steps (
     run          INTEGER NOT NULL REFERENCES workflow_runs (id),
     step         INTEGER NOT NULL,
+    attempt      INTEGER NOT NULL DEFAULT 0, -- the channel's position in the step (an undelivered fallback writes one row per channel tried)
     step_id      TEXT    NOT NULL,
     outcome      TEXT    NOT NULL CHECK (outcome IN ('sent', 'skipped', 'delayed')),
     reason       TEXT    NOT NULL,
@@ -40,5 +43,5 @@ CREATE TABLE workflow_steps (
     decided_at   INTEGER NOT NULL,  -- ms
     notification INTEGER,           -- the notification it wrote
     feed_seq     INTEGER,           -- the in-app item it posted (the tenant's feed sequence)
-    PRIMARY KEY (run, step)
+    PRIMARY KEY (run, step, attempt)
 ) WITHOUT ROWID;
