@@ -161,6 +161,18 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if err := r.SaveResponse(ctx, k, model.StoredResponse{Status: 202, ContentType: "application/json", Body: []byte(`{"ok":true}`)}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	// A workflow run part way: its in-app step and its delay decided, its
+	// last step waiting for the delay to end.
+	if _, _, err := r.PutWorkflow(ctx, "acme", "welcome", []byte(`{"steps": [{"id": "inbox", "channels": ["in_app"]},
+		{"id": "wait", "delay": {"for": "72h"}}, {"id": "again", "channels": ["in_app"]}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Accept(ctx, relay.Event{ID: "w-1", Type: "welcome", Tenant: "acme", Body: "Welcome", Recipients: []relay.Recipient{{ID: "ada", Email: "ada@example.com"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.StepWorkflows(ctx); err != nil || n != 2 {
+		t.Fatalf("stepped %d, %v; want the in-app post and the delay", n, err)
+	}
 	srcIDs, err := r.IDs(ctx) // the key of the API's ids, as serve makes it
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +361,11 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	}
 	if st, created, err := r.PutTemplate(ctx, tk, map[string]string{"subject": "Moved", "text": "x"}); err != nil || !created || st.Version != 3 {
 		t.Errorf("a PUT after the move: %+v %v %v, want version 3", st, created, err)
+	}
+	// The workflow run waits at its last step, due when it was on the box.
+	if runs, err := r.Runs(ctx, model.RunFilter{Tenant: "acme", State: model.RunWaiting}); err != nil || len(runs) != 1 || runs[0].Step != 2 ||
+		len(runs[0].Steps) != 2 || runs[0].DueAt.Sub(runs[0].CreatedAt) < 72*time.Hour-time.Minute {
+		t.Errorf("the workflow run on PostgreSQL: %+v %v", runs, err)
 	}
 	// The workflow's versions, the retired one still retired, and the next is 3.
 	if vs, err := r.Store().WorkflowVersions(ctx, "acme", "invoice.due"); err != nil || len(vs) != 2 || vs[0].RetiredAt == nil || vs[1].RetiredAt != nil ||
