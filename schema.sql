@@ -321,6 +321,7 @@ CREATE TABLE workflow_runs (
     type       TEXT    NOT NULL,
     version    INTEGER NOT NULL,  -- the workflow version the run started with, kept to its end
     step       INTEGER NOT NULL DEFAULT 0,
+    attempt    INTEGER NOT NULL DEFAULT 0, -- an undelivered fallback: the position after the channel tried last (0: none yet)
     state      TEXT    NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'done', 'cancelled')),
     due_at     INTEGER NOT NULL,  -- ms: when waiting, its step is decided not before this
     cancel_key TEXT,              -- the workflow's cancel_key for the event; an event with "cancels" set to it stops the run
@@ -333,6 +334,7 @@ CREATE TABLE workflow_runs (
 CREATE TABLE workflow_steps (
     run          INTEGER NOT NULL REFERENCES workflow_runs (id),
     step         INTEGER NOT NULL,
+    attempt      INTEGER NOT NULL DEFAULT 0, -- the channel's position in the step (an undelivered fallback writes one row per channel tried)
     step_id      TEXT    NOT NULL,
     outcome      TEXT    NOT NULL CHECK (outcome IN ('sent', 'skipped', 'delayed')),
     reason       TEXT    NOT NULL,
@@ -340,7 +342,7 @@ CREATE TABLE workflow_steps (
     decided_at   INTEGER NOT NULL,  -- ms
     notification INTEGER,           -- the notification it wrote
     feed_seq     INTEGER,           -- the in-app item it posted (the tenant's feed sequence)
-    PRIMARY KEY (run, step)
+    PRIMARY KEY (run, step, attempt)
 ) WITHOUT ROWID;
 
 CREATE TABLE workflows (

@@ -405,6 +405,7 @@ CREATE TABLE workflow_runs (
     type text NOT NULL,
     version integer NOT NULL,
     step integer NOT NULL DEFAULT 0,
+    attempt integer NOT NULL DEFAULT 0,
     state text NOT NULL DEFAULT 'waiting'::text,
     due_at bigint NOT NULL,
     cancel_key text,
@@ -424,6 +425,7 @@ CREATE INDEX workflow_runs_tenant ON workflow_runs USING btree (tenant, state, i
 CREATE TABLE workflow_steps (
     run bigint NOT NULL,
     step integer NOT NULL,
+    attempt integer NOT NULL DEFAULT 0,
     step_id text NOT NULL,
     outcome text NOT NULL,
     reason text NOT NULL,
@@ -431,7 +433,7 @@ CREATE TABLE workflow_steps (
     decided_at bigint NOT NULL,
     notification bigint,
     feed_seq bigint,
-    CONSTRAINT workflow_steps_pkey PRIMARY KEY (run, step),
+    CONSTRAINT workflow_steps_pkey PRIMARY KEY (run, step, attempt),
     CONSTRAINT workflow_steps_run_fkey FOREIGN KEY (run) REFERENCES workflow_runs(id),
     CONSTRAINT workflow_steps_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'skipped'::text, 'delayed'::text])))
 );

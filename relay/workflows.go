@@ -31,6 +31,12 @@ import (
 // recipient's own in-app feed (@RECIPIENT).
 const InAppChannel = "in_app"
 
+// MaxWorkflowDelay bounds a workflow's fixed delays and windows added up:
+// the default retention (prune's 30d). A run's earlier notifications are
+// kept while it waits, but its in-app items are pruned by age like any
+// other, and a condition read after that would not see their marks.
+const MaxWorkflowDelay = 30 * 24 * time.Hour
+
 // stepRetry is how soon a step whose condition reads a notification that is
 // not final yet (pending, sending) is looked at again, at the earliest.
 const stepRetry = time.Second
@@ -104,7 +110,7 @@ func (r *Relay) syncFileWorkflows(ctx context.Context) error {
 // channels it has routes for, and in-app.
 func (r *Relay) workflowOptions(tenant string) workflow.Options {
 	chans := append([]string{InAppChannel}, r.router.published().channels(tenant)...)
-	return workflow.Options{Channels: chans, AnyChannel: slices.Contains(chans, "*")}
+	return workflow.Options{Channels: chans, AnyChannel: slices.Contains(chans, "*"), MaxDelay: MaxWorkflowDelay}
 }
 
 // unsupported names the parts of a checked definition this relay does not

@@ -209,6 +209,7 @@ func TestWorkflowRefusedAtSave(t *testing.T) {
 		`{"steps": [{"id": "a", "channels": ["sms"]}]}`:                                                              `steps[0] (a).channels[0]: "sms" is not a channel of this relay`,
 		`{"steps": [{"id": "a", "channels": ["email"], "if": "steps.b.read"}, {"id": "b", "channels": ["in_app"]}]}`: "steps[0] (a).if: steps.b is this step or a later one",
 		`{"steps": [{"id": "a", "batch": {"window": "10m"}}, {"id": "b", "channels": ["email"]}]}`:                   "steps[0] (a).batch: batch steps are not run",
+		`{"steps": [{"id": "a", "delay": {"for": "800h"}}, {"id": "b", "channels": ["email"]}]}`:                     "steps: the delays and batch windows add up to 800h0m0s, over the 720h0m0s a run may wait",
 		`{"steps": [{"id": "a", "channels": ["email"]}], "colour": "red"}`:                                           "body:",
 		`{"type": "other", "steps": [{"id": "a", "channels": ["email"]}]}`:                                           `type: "other", but it is saved for "t"`,
 	} {
@@ -461,6 +462,43 @@ func TestWorkflowFallsBackWhenNotDelivered(t *testing.T) {
 		if slow.State != model.RunDone || len(slow.Steps) != 3 || slow.Steps[1].Attempt != 1 ||
 			!strings.Contains(slow.Steps[1].Reason, "written for email") || !strings.Contains(slow.Steps[1].Reason, "chat was not delivered within 20s (sent)") {
 			t.Errorf("slow's run = %+v; want chat, then email at attempt 1, then the in-app step", slow)
+		}
+	})
+}
+
+// Prune keeps a waiting run's earlier notifications, whatever their age:
+// a step due after the retention (a delay until a time in the data) still
+// reads what became of them.
+func TestWorkflowPruneKeepsWhatALaterStepReads(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, db string) {
+		sim := setupSim(t, true)
+		clk := &clock{}
+		r := setupRelayAt(t, db, Options{Routes: Routes{"email": {sim.provider(t, "honoured")}}, Now: clk.now})
+		ctx := context.Background()
+		putWorkflow(t, r, "acme", "renewal", `{"steps": [{"id": "email", "channels": ["email"]},
+			{"id": "wait", "delay": {"until": "data.renews_at"}}, {"id": "inbox", "channels": ["in_app"], "if": "steps.email.sent"}]}`)
+		renews := clk.now().Add(40 * 24 * time.Hour).UTC().Format(time.RFC3339)
+		accept(t, r, Event{ID: "r-1", Type: "renewal", Tenant: "acme", Body: "Your plan renews soon", Data: []byte(`{"renews_at": "` + renews + `"}`),
+			Recipients: []Recipient{{ID: "u1", Email: "u1@example.com"}}})
+		stepAll(t, r)
+		if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		stepAll(t, r)
+		clk.advance(35 * 24 * time.Hour)
+		if _, err := r.Prune(ctx, 30*24*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		key := StepKey("acme", "r-1", "renewal", "u1", "email", 1, "email")
+		if n, err := r.store.Notification(ctx, "", 0, key); err != nil || n.Status != model.StatusSent {
+			t.Fatalf("the email after prune = %+v, %v; want it kept, sent", n, err)
+		}
+		clk.advance(6 * 24 * time.Hour)
+		stepAll(t, r)
+		v := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})["r-1/u1"]
+		if v.State != model.RunDone || len(v.Steps) != 3 || v.Steps[2].Outcome != model.StepSent || !strings.Contains(v.Steps[2].Reason, "email: sent") {
+			t.Fatalf("run = %+v; want the in-app step sent, the email read as sent", v)
 		}
 	})
 }

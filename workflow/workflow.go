@@ -297,7 +297,7 @@ func Check(def Definition, opts Options) (*Workflow, error) {
 		bad(-1, "steps", "no step sends anything (a workflow needs a channel step)")
 	}
 	if opts.MaxDelay > 0 && delays > opts.MaxDelay {
-		bad(-1, "steps", "the delays and batch windows add up to %v, over the %v a run's keys are kept", delays, opts.MaxDelay)
+		bad(-1, "steps", "the delays and batch windows add up to %v, over the %v a run may wait (what its later steps read is kept that long)", delays, opts.MaxDelay)
 	}
 	if len(probs) > 0 {
 		return nil, probs

@@ -58,8 +58,11 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		// The rows are locked, so none changes (a retry) between being
 		// chosen and being deleted; attempts and receipts go with them, in
 		// the same write.
+		// Not while a workflow run of its event waits: a later step's
+		// condition may read what became of it.
 		rows, err := tx.Query(ctx, `SELECT id FROM notifications WHERE status IN (`+sqlstore.PrunableStatuses+`)
-			AND updated_at < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, c, batch)
+			AND updated_at < $1 AND NOT EXISTS (SELECT 1 FROM workflow_runs w WHERE w.event = notifications.event AND w.state = 'waiting')
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, c, batch)
 		if err != nil {
 			return pgconn.CommandTag{}, err
 		}

@@ -64,8 +64,11 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 	after = func() { res.Attempts += attempts; res.Receipts += receipts }
 	err := step(&res.Notifications, func(tx *Tx) (sql.Result, error) {
 		// Attempts and receipts go with their notification, in the same write.
+		// Not while a workflow run of its event waits: a later step's
+		// condition may read what became of it.
 		ids := `SELECT id FROM notifications WHERE status IN (` + sqlstore.PrunableStatuses + `)
-			AND updated_at < ?1 ORDER BY id LIMIT ?2`
+			AND updated_at < ?1 AND NOT EXISTS (SELECT 1 FROM workflow_runs w WHERE w.event = notifications.event AND w.state = 'waiting')
+			ORDER BY id LIMIT ?2`
 		r, err := tx.exec(`DELETE FROM attempts WHERE notification IN (`+ids+`)`, c, batch)
 		if err != nil {
 			return nil, err
