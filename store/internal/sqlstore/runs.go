@@ -248,9 +248,18 @@ func postStepItem(ctx context.Context, q Querier, run model.Run, feed string, ms
 func stepFact(ctx context.Context, q Querier, run model.Run, s int) (model.StepFact, error) {
 	f := model.StepFact{Step: s}
 	var note, seq *int64
-	// An undelivered fallback's step is what its last channel tried left.
-	err := q.QueryRow(ctx, `SELECT outcome, notification, feed_seq FROM workflow_steps WHERE run = $1 AND step = $2
-		ORDER BY attempt DESC LIMIT 1`, run.ID, s).Scan(&f.Outcome, &note, &seq)
+	var next int64
+	var readOne, dismissedOne bool
+	// One statement: the step's record (an undelivered fallback's is what
+	// its last channel tried left), its notification's status (none when
+	// pruned: Status stays "", which no condition reads as any state) and
+	// its in-app item's own marks.
+	err := q.QueryRow(ctx, `SELECT s.outcome, s.notification, s.feed_seq, coalesce(n.status, ''), coalesce(n.next_attempt_at, 0),
+			EXISTS (SELECT 1 FROM feed_item_marks m WHERE m.tenant = $3 AND m."user" = $4 AND m.kind = 'read' AND m.seq = s.feed_seq),
+			EXISTS (SELECT 1 FROM feed_item_marks m WHERE m.tenant = $3 AND m."user" = $4 AND m.kind = 'dismissed' AND m.seq = s.feed_seq)
+		FROM workflow_steps s LEFT JOIN notifications n ON n.id = s.notification
+		WHERE s.run = $1 AND s.step = $2 ORDER BY s.attempt DESC LIMIT 1`,
+		run.ID, s, run.Tenant, run.Recipient).Scan(&f.Outcome, &note, &seq, &f.Status, &next, &readOne, &dismissedOne)
 	if IsNoRows(err) {
 		return f, nil
 	}
@@ -258,13 +267,6 @@ func stepFact(ctx context.Context, q Querier, run model.Run, s int) (model.StepF
 		return f, fmt.Errorf("read step %d of workflow run %d: %w", s, run.ID, err)
 	}
 	if note != nil {
-		var next int64
-		// Pruned (older than every retry window): Status stays "", which
-		// no condition reads as any state.
-		err := q.QueryRow(ctx, `SELECT status, next_attempt_at FROM notifications WHERE id = $1`, *note).Scan(&f.Status, &next)
-		if err != nil && !IsNoRows(err) {
-			return f, fmt.Errorf("read the notification of step %d of workflow run %d: %w", s, run.ID, err)
-		}
 		f.NextAttemptAt = FromMS(next)
 	}
 	if seq != nil {
@@ -273,20 +275,7 @@ func stepFact(ctx context.Context, q Querier, run model.Run, s int) (model.StepF
 		if err != nil {
 			return f, err
 		}
-		f.Read, f.Dismissed = f.FeedSeq <= read, f.FeedSeq <= dismissed
-		for _, k := range []string{model.MarkRead, model.MarkDismissed} {
-			var one int
-			err := q.QueryRow(ctx, `SELECT 1 FROM feed_item_marks WHERE tenant = $1 AND "user" = $2 AND kind = $3 AND seq = $4`,
-				run.Tenant, run.Recipient, k, f.FeedSeq).Scan(&one)
-			switch {
-			case err == nil && k == model.MarkRead:
-				f.Read = true
-			case err == nil:
-				f.Dismissed = true
-			case !IsNoRows(err):
-				return f, fmt.Errorf("read the marks of step %d of workflow run %d: %w", s, run.ID, err)
-			}
-		}
+		f.Read, f.Dismissed = f.FeedSeq <= read || readOne, f.FeedSeq <= dismissed || dismissedOne
 	}
 	return f, nil
 }
