@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"encoding"
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
@@ -202,13 +203,21 @@ func writeStep(sb *strings.Builder, tok string, index bool) {
 	}
 }
 
-var rawMessageType = reflect.TypeFor[stdjson.RawMessage]()
+var (
+	rawMessageType  = reflect.TypeFor[stdjson.RawMessage]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
 
 // semanticError says in JSON's words (not Go's) what did not fit where.
 func semanticError(sem *jsonv2.SemanticError, target reflect.Type) error {
 	field := typePath(sem.JSONPointer, target)
 	if errors.Is(sem.Err, jsonv2.ErrUnknownName) {
 		return &JSONError{Field: field, Reason: "unknown field"}
+	}
+	if sem.JSONKind == '"' && sem.Err != nil && sem.GoType != nil && reflect.PointerTo(sem.GoType).Implements(textUnmarshaler) {
+		// A string the type read and refused (a duration): its own words
+		// say what it wants.
+		return &JSONError{Field: field, Reason: sem.Err.Error()}
 	}
 	got := map[jsontext.Kind]string{'n': "null", 't': "true", 'f': "false", '"': "a string", '0': "a number",
 		'{': "an object", '[': "an array"}[sem.JSONKind]

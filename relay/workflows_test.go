@@ -211,6 +211,7 @@ func TestWorkflowRefusedAtSave(t *testing.T) {
 		`{"steps": [{"id": "a", "batch": {"window": "10m"}}, {"id": "b", "channels": ["email"]}]}`:                   "steps[0] (a).batch: batch steps are not run",
 		`{"steps": [{"id": "a", "delay": {"for": "800h"}}, {"id": "b", "channels": ["email"]}]}`:                     "steps: the delays and batch windows add up to 800h0m0s, over the 720h0m0s a run may wait",
 		`{"steps": [{"id": "a", "channels": ["email"]}], "colour": "red"}`:                                           "body:",
+		`{"steps": [{"id": "a", "delay": {"for": "soon"}}, {"id": "b", "channels": ["email"]}]}`:                     `steps[0].delay.for: not a duration such as 30s, 15m or 72h: "soon"`,
 		`{"type": "other", "steps": [{"id": "a", "channels": ["email"]}]}`:                                           `type: "other", but it is saved for "t"`,
 	} {
 		_, _, err := r.PutWorkflow(ctx, "acme", "t", []byte(def))
