@@ -17,12 +17,14 @@ import (
 func showCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "show",
-		Usage:     "print the audit trail of one notification, by id (a number, or the n_… id the API showed) or idempotency key",
-		ArgsUsage: "ID|KEY",
+		Usage:     "print the audit trail of one notification, by id (a number, or the n_… id the API showed) or idempotency key, or of one workflow run (run_…)",
+		ArgsUsage: "ID|KEY|RUN",
 		Description: `Prints the notification (key, event, recipient, channel, provider, status and
 why) and every attempt: its start and end, outcome (sent, refused, unknown),
 HTTP status, the provider's message id and the provider's response. This is
-the answer to "did my OTP go out?".`,
+the answer to "did my OTP go out?". A notification a workflow step wrote is
+followed by its run; a run_… id prints the run: each step, when it was due,
+what was decided and why.`,
 		Flags:        commonFlags(&cli.BoolFlag{Name: "json", Usage: "print as JSON"}),
 		OnUsageError: usageErr,
 		Action: func(c *cli.Context) error {
@@ -34,6 +36,9 @@ the answer to "did my OTP go out?".`,
 				return err
 			}
 			defer r.Close()
+			if arg := c.Args().First(); strings.HasPrefix(arg, relay.RunIDPrefix) {
+				return showRun(c, r, arg)
+			}
 			n, err := r.Notification(c.Context, c.Args().First())
 			if errors.Is(err, model.ErrNotFound) {
 				return cli.Exit(err.Error(), exitError)
@@ -57,9 +62,44 @@ the answer to "did my OTP go out?".`,
 				apiID = x.Notification(n.ID)
 			}
 			printNotification(c.App.Writer, n, apiID)
+			// A workflow step's notification: the run it belongs to.
+			runs, err := r.Runs(c.Context, model.RunFilter{Notification: n.ID, Limit: 1})
+			if err != nil {
+				return err
+			}
+			for _, v := range runs {
+				fmt.Fprintln(c.App.Writer, "\nWritten by a workflow step of this run:")
+				printRun(c.App.Writer, v)
+			}
 			return nil
 		},
 	}
+}
+
+// showRun prints one workflow run, by the run_… id the API showed.
+func showRun(c *cli.Context, r *relay.Relay, arg string) error {
+	x, err := r.IDs(c.Context)
+	if err != nil {
+		return err
+	}
+	row, ok := x.RunRow(arg)
+	if !ok {
+		return cli.Exit(fmt.Sprintf("%q: a run's id is run_ and 13 characters, as the API showed it", arg), exitUsage)
+	}
+	runs, err := r.Runs(c.Context, model.RunFilter{ID: row, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(runs) == 0 {
+		return cli.Exit(fmt.Sprintf("workflow run %s: not found", arg), exitError)
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(runs[0])
+	}
+	printRun(c.App.Writer, runs[0])
+	return nil
 }
 
 // printNotification prints n; apiID, when known, is the id the API shows.

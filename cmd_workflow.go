@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -51,7 +52,7 @@ config file (workflows:); docs/workflows.md has the whole story.`,
 						fmt.Fprintln(c.App.ErrWriter, "no workflow runs")
 					}
 					for _, v := range runs {
-						printRun(c, v)
+						printRun(c.App.Writer, v)
 					}
 					return nil
 				},
@@ -84,18 +85,18 @@ config file (workflows:); docs/workflows.md has the whole story.`,
 }
 
 // printRun prints a run and its steps, control characters escaped.
-func printRun(c *cli.Context, v relay.RunView) {
+func printRun(w io.Writer, v relay.RunView) {
 	sc := relay.ShowControls
-	fmt.Fprintf(c.App.Writer, "event %s, recipient %s: workflow %s v%d, %s", sc(v.EventID), sc(v.Recipient), sc(v.Type), v.Version, v.State)
+	fmt.Fprintf(w, "event %s, recipient %s: workflow %s v%d, %s", sc(v.EventID), sc(v.Recipient), sc(v.Type), v.Version, v.State)
 	switch v.State {
 	case model.RunWaiting:
-		fmt.Fprintf(c.App.Writer, " (step %d due %s)", v.Step, v.DueAt.Format(time.RFC3339))
+		fmt.Fprintf(w, " (step %d due %s)", v.Step, v.DueAt.Format(time.RFC3339))
 	default:
-		fmt.Fprintf(c.App.Writer, ": %s", sc(v.Reason))
+		fmt.Fprintf(w, ": %s", sc(v.Reason))
 	}
-	fmt.Fprintln(c.App.Writer)
+	fmt.Fprintln(w)
 	for _, s := range v.Steps {
-		fmt.Fprintf(c.App.Writer, "  %d %-10s %-8s due %s, decided %s: %s\n", s.Step, sc(s.StepID), s.Outcome,
+		fmt.Fprintf(w, "  %d %-10s %-8s due %s, decided %s: %s\n", s.Step, sc(s.StepID), s.Outcome,
 			s.DueAt.Format(time.RFC3339), s.DecidedAt.Format(time.RFC3339), sc(s.Reason))
 	}
 }

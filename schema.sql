@@ -425,3 +425,5 @@ CREATE INDEX workflow_runs_due ON workflow_runs (due_at) WHERE state = 'waiting'
 CREATE INDEX workflow_runs_finished ON workflow_runs (updated_at) WHERE state <> 'waiting';
 
 CREATE INDEX workflow_runs_tenant ON workflow_runs (tenant, state, id);
+
+CREATE INDEX workflow_steps_notification ON workflow_steps (notification) WHERE notification IS NOT NULL;

@@ -437,6 +437,7 @@ CREATE TABLE workflow_steps (
     CONSTRAINT workflow_steps_run_fkey FOREIGN KEY (run) REFERENCES workflow_runs(id),
     CONSTRAINT workflow_steps_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'skipped'::text, 'delayed'::text])))
 );
+CREATE INDEX workflow_steps_notification ON workflow_steps USING btree (notification) WHERE (notification IS NOT NULL);
 
 CREATE TABLE workflows (
     tenant text NOT NULL,

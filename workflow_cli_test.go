@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"edgerelay/internal/relaytest"
+	"edgerelay/model"
 	"edgerelay/relay"
 )
 
@@ -30,10 +31,37 @@ func TestWorkflowCLI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A workflow whose step writes an email at once: show follows the
+	// notification to its run, and show run_… prints a run.
+	if _, _, err := r.PutWorkflow(ctx, "default", "ping", []byte(`{"steps": [{"id": "mail", "channels": ["email"]}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Accept(ctx, relay.Event{ID: "ping-1", Type: "ping", Body: "Ping", Recipients: []relay.Recipient{{ID: "ada", Email: "ada@example.com"}}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := r.StepWorkflows(ctx); err != nil {
 		t.Fatal(err)
 	}
+	x, err := r.IDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pings, err := r.Runs(ctx, model.RunFilter{Tenant: "default", EventID: "ping-1"})
+	if err != nil || len(pings) != 1 || len(pings[0].Steps) != 1 || pings[0].Steps[0].Notification == 0 {
+		t.Fatalf("the ping's run = %+v, %v", pings, err)
+	}
+	pingNote, pingRun := x.Notification(pings[0].Steps[0].Notification), x.Run(pings[0].ID)
 	r.Close()
+	if out := runCLI(t, "", "show", "--db", db, pingNote); out.code != 0 || !strings.Contains(out.stdout, "Written by a workflow step of this run:") ||
+		!strings.Contains(out.stdout, "event ping-1, recipient ada: workflow ping v1, done") {
+		t.Fatalf("show of the step's notification: exit %d\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	if out := runCLI(t, "", "show", "--db", db, pingRun); out.code != 0 || !strings.Contains(out.stdout, "0 mail") || !strings.Contains(out.stdout, "written for email") {
+		t.Fatalf("show %s: exit %d\n%s%s", pingRun, out.code, out.stdout, out.stderr)
+	}
+	if out := runCLI(t, "", "show", "--db", db, "run_nope"); out.code != 2 {
+		t.Fatalf("show run_nope: exit %d\n%s", out.code, out.stderr)
+	}
 	// dispatch --until-idle says the runs wait for their delay.
 	if out := runCLI(t, "", "dispatch", "--db", db, "--until-idle", "--route", "*=log://stdout"); !strings.Contains(out.stderr, "2 workflow runs wait for a later step") {
 		t.Fatalf("dispatch --until-idle: exit %d\n%s%s", out.code, out.stdout, out.stderr)

@@ -157,11 +157,15 @@ type StepDecider func(p StepPlan, facts []StepFact) StepDecision
 
 // RunFilter selects runs to list.
 type RunFilter struct {
-	Tenant  string
-	State   string // "" for any
-	EventID string // "" for any
-	AfterID int64
-	Limit   int
+	Tenant string // "" for any (the operator's commands)
+	ID     int64  // 0 for any
+	// Notification, when set, selects the run one of whose steps wrote
+	// that notification.
+	Notification int64
+	State        string // "" for any
+	EventID      string // "" for any
+	AfterID      int64
+	Limit        int
 }
 
 // CancelledBy is the reason recorded on the runs an event cancels.

@@ -287,8 +287,10 @@ func Runs(ctx context.Context, q Querier, f model.RunFilter) ([]model.Run, error
 		limit = 100
 	}
 	rows, err := q.Query(ctx, `SELECT `+runCols+` FROM workflow_runs r JOIN events e ON e.id = r.event
-		WHERE r.tenant = $1 AND ($2 = '' OR r.state = $2) AND ($3 = '' OR e.event_id = $3) AND r.id > $4
-		ORDER BY r.id LIMIT $5`, f.Tenant, f.State, f.EventID, f.AfterID, limit)
+		WHERE ($1 = '' OR r.tenant = $1) AND ($2 = '' OR r.state = $2) AND ($3 = '' OR e.event_id = $3) AND r.id > $4
+		  AND ($6 = 0 OR r.id = $6)
+		  AND ($7 = 0 OR r.id IN (SELECT s.run FROM workflow_steps s WHERE s.notification = $7))
+		ORDER BY r.id LIMIT $5`, f.Tenant, f.State, f.EventID, f.AfterID, limit, f.ID, f.Notification)
 	if err != nil {
 		return nil, fmt.Errorf("list workflow runs: %w", err)
 	}

@@ -40,3 +40,4 @@ CREATE TABLE workflow_steps (
     feed_seq     bigint,
     PRIMARY KEY (run, step, attempt)
 );
+CREATE INDEX workflow_steps_notification ON workflow_steps (notification) WHERE notification IS NOT NULL; -- show: the run of a step's notification

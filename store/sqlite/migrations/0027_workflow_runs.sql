@@ -45,3 +45,4 @@ CREATE TABLE workflow_steps (
     feed_seq     INTEGER,           -- the in-app item it posted (the tenant's feed sequence)
     PRIMARY KEY (run, step, attempt)
 ) WITHOUT ROWID;
+CREATE INDEX workflow_steps_notification ON workflow_steps (notification) WHERE notification IS NOT NULL; -- show: the run of a step's notification
