@@ -416,7 +416,9 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 		}
 		if r.opts.Observer != nil {
 			for _, o := range outcomes[:min(n, len(outcomes))] {
-				r.opts.Observer.Stepped(o)
+				if o != "" { // "": a fallback's channel delivered, the run goes on; no step of its own
+					r.opts.Observer.Stepped(o)
+				}
 			}
 		}
 		r.notify() // the dispatcher: new notifications
