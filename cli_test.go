@@ -368,6 +368,8 @@ types:
     url: webhook+https://hooks.example.com/b
 routes:
   webhook: [primary, backup]
+  emial: backup
+  chat: primary
 tenants:
   acme:
     routes:
@@ -378,6 +380,12 @@ tenants:
 	if r.code != 0 || !strings.Contains(r.stdout, "route webhook  primary -> backup") || !strings.Contains(r.stdout, "tenant acme: route webhook backup") ||
 		strings.Contains(r.stdout+r.stderr, "secret-value-123") {
 		t.Fatalf("good config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// A route for a channel a slip away from a standard one is named (a
+	// channel of one's own may have any name, so it is not a problem).
+	if !strings.Contains(r.stdout, "route emial    backup   (not a standard channel: did you mean email?") ||
+		strings.Contains(r.stdout, "route chat     primary   (") {
+		t.Fatalf("the near miss: %s", r.stdout)
 	}
 }
 

@@ -57,12 +57,21 @@ command sees only the file.`,
 				}
 				w := c.App.Writer
 				fmt.Fprintf(w, "%s: ok\n", path)
+				// A channel a slip away from a standard one is named
+				// (it is a valid name for a channel of one's own, so not a
+				// problem): a typo shows here, not at the first send.
+				slip := func(ch string) string {
+					if std, ok := config.NearMiss(ch); ok {
+						return fmt.Sprintf("   (not a standard channel: did you mean %s? events name %q in channels or addresses to use it)", std, ch)
+					}
+					return ""
+				}
 				for _, ch := range slices.Sorted(maps.Keys(routes)) {
-					fmt.Fprintf(w, "  route %-8s %s\n", ch, routeNames(routes[ch]))
+					fmt.Fprintf(w, "  route %-8s %s%s\n", ch, routeNames(routes[ch]), slip(ch))
 				}
 				for _, t := range slices.Sorted(maps.Keys(tenants)) {
 					for _, ch := range slices.Sorted(maps.Keys(tenants[t])) {
-						fmt.Fprintf(w, "  tenant %s: route %s %s\n", t, ch, routeNames(tenants[t][ch]))
+						fmt.Fprintf(w, "  tenant %s: route %s %s%s\n", t, ch, routeNames(tenants[t][ch]), slip(ch))
 					}
 				}
 				for _, name := range slices.Sorted(maps.Keys(limits)) {

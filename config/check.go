@@ -669,3 +669,14 @@ func checkAddress(addr string) string {
 	}
 	return ""
 }
+
+// NearMiss says, for a channel a route names that is not a standard one,
+// the standard channel it is one slip away from ("emial": "email"), so
+// config check can point at a likely typo that is still a valid name of a
+// channel of one's own.
+func NearMiss(channel string) (string, bool) {
+	if channel == "*" || slices.Contains(standardChannels, channel) {
+		return "", false
+	}
+	return closest(channel, standardChannels)
+}
