@@ -60,6 +60,7 @@ func (r *Relay) Accept(ctx context.Context, ev Event) (AcceptResult, error) {
 // loses nothing and repeats nothing.
 func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]AcceptResult, []error) {
 	res, errs := make([]AcceptResult, len(events)), make([]error, len(events))
+	seen := latestWorkflows{} // one read of each tenant and type's workflow for the whole run
 	type prepared struct {
 		i       int
 		targets []model.Target
@@ -71,7 +72,7 @@ func (r *Relay) AcceptAll(ctx context.Context, events []Event, list int) ([]Acce
 		runs  bool // some event starts workflow runs
 	)
 	for i := range events {
-		rec, targets, err := r.prepare(ctx, &events[i])
+		rec, targets, err := r.prepare(ctx, &events[i], seen)
 		if err != nil {
 			errs[i] = err
 			var inv *InvalidEventError
@@ -145,8 +146,9 @@ func (r *Relay) listed(ctx context.Context, acc model.Accepted, limit int) ([]mo
 
 // prepare resolves an event's audience, validates and normalises it,
 // checks that a route (and its first provider) takes each notification,
-// and makes its rows: all an accept does before it writes.
-func (r *Relay) prepare(ctx context.Context, ev *Event) (model.NewEvent, []model.Target, error) {
+// and makes its rows: all an accept does before it writes. seen (may be
+// nil) remembers the latest workflows read for earlier events.
+func (r *Relay) prepare(ctx context.Context, ev *Event, seen latestWorkflows) (model.NewEvent, []model.Target, error) {
 	if err := r.resolveAudience(ctx, ev); err != nil {
 		return model.NewEvent{}, nil, err
 	}
@@ -155,14 +157,14 @@ func (r *Relay) prepare(ctx context.Context, ev *Event) (model.NewEvent, []model
 	}
 	// A type with a workflow: one run per recipient, whose steps choose
 	// the channels and render the messages when they come due.
-	if w, _, err := r.workflowVersion(ctx, ev.Tenant, ev.Type, 0); err != nil {
+	if w, version, err := r.latestWorkflow(ctx, ev.Tenant, ev.Type, seen); err != nil {
 		return model.NewEvent{}, nil, err
-	} else if w != nil && len(ev.Recipients) > 0 {
+	} else if w != nil && len(ev.Recipients) > 0 { // feeds only: no one to run a workflow for
 		rec, _, err := ev.record()
 		if err != nil {
 			return rec, nil, err
 		}
-		runs, _, err := r.prepareRuns(ctx, ev, &rec)
+		runs, err := prepareRuns(ev, &rec, w, version)
 		return rec, runs, err
 	}
 	if err := r.checkRoutes(ev); err != nil {

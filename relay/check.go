@@ -11,6 +11,6 @@ const MaxEventBytes = maxEventBytes
 // cannot see a conflict with an accepted event (the same identity, other
 // content), which only the write finds.
 func (r *Relay) Check(ctx context.Context, ev Event) error {
-	_, _, err := r.prepare(ctx, &ev)
+	_, _, err := r.prepare(ctx, &ev, nil)
 	return err
 }

@@ -36,7 +36,7 @@ func TestFanOutFinishedFromTheTemplatesOfItsAccept(t *testing.T) {
 	ctx := context.Background()
 	ev := Event{ID: "evt_1", Type: "payment", Purpose: "receipt", Data: json.RawMessage(`{"n": 1234}`),
 		Recipients: []Recipient{{ID: "a", Email: "a@example.com", Locale: "de-AT"}, {ID: "b", Email: "b@example.com"}, {ID: "c", Email: "c@example.com", Locale: "de"}}}
-	rec, targets, err := r.prepare(ctx, &ev)
+	rec, targets, err := r.prepare(ctx, &ev, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

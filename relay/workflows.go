@@ -113,16 +113,15 @@ func (r *Relay) workflowOptions(tenant string) workflow.Options {
 	return workflow.Options{Channels: chans, AnyChannel: slices.Contains(chans, "*"), MaxDelay: MaxWorkflowDelay}
 }
 
-// unsupported names the parts of a checked definition this relay does not
+// unsupported names the parts of a checked workflow this relay does not
 // run yet, so they are refused at save time rather than ignored.
-func unsupported(def workflow.Definition) workflow.Error {
+func unsupported(w *workflow.Workflow) workflow.Error {
 	var probs workflow.Error
-	for i, s := range def.Steps {
-		switch {
-		case s.Batch != nil:
+	for i, s := range w.Steps {
+		if s.Batch != nil {
 			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "batch", Msg: "batch steps are not run by this version of edgerelay yet (use a category's throttle and digest)"})
 		}
-		if strings.Contains(s.If, "."+workflow.StateClicked) {
+		if slices.ContainsFunc(w.Needs(i), func(ref workflow.Ref) bool { return ref.State == workflow.StateClicked }) {
 			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "if", Msg: "clicked is not tracked for workflow steps yet"})
 		}
 	}
@@ -165,7 +164,7 @@ func CheckWorkflowDefinition(def workflow.Definition, opts workflow.Options) (*w
 			}
 		}
 	}
-	if probs = append(probs, unsupported(def)...); len(probs) > 0 {
+	if probs = append(probs, unsupported(w)...); len(probs) > 0 {
 		return nil, &WorkflowError{probs}
 	}
 	return w, nil
@@ -243,6 +242,13 @@ func (r *Relay) workflowVersion(ctx context.Context, tenant, typ string, version
 	case version == 0 && st.RetiredAt != nil:
 		return nil, 0, nil
 	}
+	k := fmt.Sprintf("%s\x00%s\x00%d", tenant, typ, st.Version)
+	r.wf.mu.Lock()
+	w := r.wf.byID[k]
+	r.wf.mu.Unlock()
+	if w != nil {
+		return w, st.Version, nil // the latest, read; compiled once
+	}
 	var def workflow.Definition
 	if err := json.Unmarshal(st.Definition, &def); err != nil {
 		return nil, 0, fmt.Errorf("workflow %s version %d of tenant %s no longer decodes: %w", typ, st.Version, tenant, err)
@@ -254,11 +260,9 @@ func (r *Relay) workflowVersion(ctx context.Context, tenant, typ string, version
 	for _, s := range def.Steps {
 		opts.Channels = append(opts.Channels, s.Channels...)
 	}
-	w, err := workflow.Check(def, opts)
-	if err != nil {
+	if w, err = workflow.Check(def, opts); err != nil {
 		return nil, 0, fmt.Errorf("workflow %s version %d of tenant %s no longer checks: %w", typ, st.Version, tenant, err)
 	}
-	k := fmt.Sprintf("%s\x00%s\x00%d", tenant, typ, st.Version)
 	r.wf.mu.Lock()
 	if r.wf.byID == nil {
 		r.wf.byID = map[string]*workflow.Workflow{}
@@ -288,27 +292,43 @@ func runTargets(ev *Event, version int, cancelKey string) []model.Target {
 	return ts
 }
 
-// prepareRuns makes rec and its targets those of a workflow's runs when
-// the event's type has a workflow (ok false, and nothing changed, when it
-// has none).
-func (r *Relay) prepareRuns(ctx context.Context, ev *Event, rec *model.NewEvent) ([]model.Target, bool, error) {
-	if len(ev.Recipients) == 0 {
-		return nil, false, nil // feeds only: no one to run a workflow for
+// latestWorkflows remembers, for one AcceptAll, the latest workflow of
+// each tenant and type its events have (nil for none): a batch of one
+// type reads it once.
+type latestWorkflows map[[2]string]latestWorkflow
+
+type latestWorkflow struct {
+	w       *workflow.Workflow
+	version int
+}
+
+// latestWorkflow is tenant's workflow for typ that new events start, nil
+// when there is none, read through seen (which may be nil).
+func (r *Relay) latestWorkflow(ctx context.Context, tenant, typ string, seen latestWorkflows) (*workflow.Workflow, int, error) {
+	k := [2]string{tenant, typ}
+	if l, ok := seen[k]; ok {
+		return l.w, l.version, nil
 	}
-	w, version, err := r.workflowVersion(ctx, ev.Tenant, ev.Type, 0)
-	if err != nil || w == nil {
-		return nil, false, err
+	w, version, err := r.workflowVersion(ctx, tenant, typ, 0)
+	if err == nil && seen != nil {
+		seen[k] = latestWorkflow{w, version}
 	}
+	return w, version, err
+}
+
+// prepareRuns makes rec and its targets those of the runs of workflow w
+// (at version) for the event's recipients.
+func prepareRuns(ev *Event, rec *model.NewEvent, w *workflow.Workflow, version int) ([]model.Target, error) {
 	key, err := w.CancelKeyOf(eventFacts(ev, nil))
 	if err != nil {
-		return nil, false, invalid("data", "the workflow of type %q (version %d): %v", ev.Type, version, err)
+		return nil, invalid("data", "the workflow of type %q (version %d): %v", ev.Type, version, err)
 	}
 	if rec.Payload, err = json.Marshal(payloadWithWorkflow{Event: *ev, WorkflowVersion: version, CancelKey: key}); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	ts := runTargets(ev, version, key)
 	rec.Targets = len(ts)
-	return ts, true, nil
+	return ts, nil
 }
 
 // storedRuns rebuilds the runs of an event from its stored payload (ok
@@ -349,6 +369,7 @@ type stepPrep struct {
 	ev    *Event
 	rc    *Recipient
 	needs []workflow.Ref
+	facts workflow.Facts // the event's and the recipient's, for the step's condition
 	// channel is the channel a channel step sends on, its position in the
 	// step's list, and the target (its message rendered); skip, when set,
 	// is why it cannot send (no address on any of its channels, a
@@ -468,6 +489,9 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	}
 	p.needs = w.Needs(run.Step)
 	s := w.Steps[run.Step]
+	if s.If != "" {
+		p.facts = eventFacts(p.ev, p.rc) // decoded here, not in the deciding transaction
+	}
 	if s.Delay != nil && s.Delay.Window != "" {
 		return p, r.quietWindow(ctx, run, p)
 	}
@@ -633,7 +657,7 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		return nextFallback(p, plan, facts, dec, now)
 	}
 	if s.If != "" {
-		f := eventFacts(p.ev, p.rc)
+		f := p.facts
 		f.Steps = map[string]workflow.StepState{}
 		var wait time.Time
 		for k, j := range plan.Needs {

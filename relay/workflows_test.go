@@ -6,12 +6,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"edgerelay/internal/pgtest"
 	"edgerelay/model"
 	"edgerelay/providers"
+	"edgerelay/store"
+	"edgerelay/store/open"
 	"edgerelay/workflow"
 )
 
@@ -206,13 +209,14 @@ func TestWorkflowRefusedAtSave(t *testing.T) {
 	r := setupRelay(t, Options{Routes: Routes{"email": {setupSim(t, true).provider(t, "honoured")}}})
 	ctx := context.Background()
 	for def, want := range map[string]string{
-		`{"steps": [{"id": "a", "channels": ["sms"]}]}`:                                                              `steps[0] (a).channels[0]: "sms" is not a channel of this relay`,
-		`{"steps": [{"id": "a", "channels": ["email"], "if": "steps.b.read"}, {"id": "b", "channels": ["in_app"]}]}`: "steps[0] (a).if: steps.b is this step or a later one",
-		`{"steps": [{"id": "a", "batch": {"window": "10m"}}, {"id": "b", "channels": ["email"]}]}`:                   "steps[0] (a).batch: batch steps are not run",
-		`{"steps": [{"id": "a", "delay": {"for": "800h"}}, {"id": "b", "channels": ["email"]}]}`:                     "steps: the delays and batch windows add up to 800h0m0s, over the 720h0m0s a run may wait",
-		`{"steps": [{"id": "a", "channels": ["email"]}], "colour": "red"}`:                                           "body:",
-		`{"steps": [{"id": "a", "delay": {"for": "soon"}}, {"id": "b", "channels": ["email"]}]}`:                     `steps[0].delay.for: not a duration such as 30s, 15m or 72h: "soon"`,
-		`{"type": "other", "steps": [{"id": "a", "channels": ["email"]}]}`:                                           `type: "other", but it is saved for "t"`,
+		`{"steps": [{"id": "a", "channels": ["sms"]}]}`:                                                                 `steps[0] (a).channels[0]: "sms" is not a channel of this relay`,
+		`{"steps": [{"id": "a", "channels": ["email"], "if": "steps.b.read"}, {"id": "b", "channels": ["in_app"]}]}`:    "steps[0] (a).if: steps.b is this step or a later one",
+		`{"steps": [{"id": "a", "channels": ["email"]}, {"id": "b", "channels": ["email"], "if": "!steps.a.clicked"}]}`: "steps[1] (b).if: clicked is not tracked",
+		`{"steps": [{"id": "a", "batch": {"window": "10m"}}, {"id": "b", "channels": ["email"]}]}`:                      "steps[0] (a).batch: batch steps are not run",
+		`{"steps": [{"id": "a", "delay": {"for": "800h"}}, {"id": "b", "channels": ["email"]}]}`:                        "steps: the delays and batch windows add up to 800h0m0s, over the 720h0m0s a run may wait",
+		`{"steps": [{"id": "a", "channels": ["email"]}], "colour": "red"}`:                                              "body:",
+		`{"steps": [{"id": "a", "delay": {"for": "soon"}}, {"id": "b", "channels": ["email"]}]}`:                        `steps[0].delay.for: not a duration such as 30s, 15m or 72h: "soon"`,
+		`{"type": "other", "steps": [{"id": "a", "channels": ["email"]}]}`:                                              `type: "other", but it is saved for "t"`,
 	} {
 		_, _, err := r.PutWorkflow(ctx, "acme", "t", []byte(def))
 		var we *WorkflowError
@@ -222,6 +226,10 @@ func TestWorkflowRefusedAtSave(t *testing.T) {
 	}
 	if vs, err := r.WorkflowVersions(ctx, "acme", "t"); err != nil || len(vs) != 0 {
 		t.Fatalf("versions after refused puts = %v, %v; want none", vs, err)
+	}
+	// A field of the event's data named clicked is not the step state.
+	if _, _, err := r.PutWorkflow(ctx, "acme", "t", []byte(`{"steps": [{"id": "a", "channels": ["email"], "if": "data.clicked == true"}]}`)); err != nil {
+		t.Fatalf("a condition on data.clicked: %v", err)
 	}
 }
 
@@ -502,4 +510,48 @@ func TestWorkflowPruneKeepsWhatALaterStepReads(t *testing.T) {
 			t.Fatalf("run = %+v; want the in-app step sent, the email read as sent", v)
 		}
 	})
+}
+
+// workflowReads is a store that counts its reads of workflow versions.
+type workflowReads struct {
+	store.Store
+	n atomic.Int32
+}
+
+func (w *workflowReads) WorkflowVersion(ctx context.Context, tenant, typ string, version int) (model.StoredWorkflow, error) {
+	w.n.Add(1)
+	return w.Store.WorkflowVersion(ctx, tenant, typ, version)
+}
+
+// One accept of many events reads each tenant and type's workflow once,
+// not once per event.
+func TestWorkflowReadOncePerAccept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := open.Store(ctx, filepath.Join(t.TempDir(), "relay.db"), open.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &workflowReads{Store: st}
+	r, err := New(ctx, counted, Options{Routes: Routes{"email": {setupSim(t, true).provider(t, "honoured")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	putWorkflow(t, r, "acme", "notice", `{"steps": [{"id": "inbox", "channels": ["in_app"]}]}`)
+	var evs []Event
+	for i := range 10 {
+		for _, typ := range []string{"notice", "plain"} {
+			evs = append(evs, Event{ID: typ + strconv.Itoa(i), Type: typ, Tenant: "acme", Body: "Hi",
+				Recipients: []Recipient{{ID: "u" + strconv.Itoa(i), Email: "u" + strconv.Itoa(i) + "@example.com"}}})
+		}
+	}
+	counted.n.Store(0)
+	_, errs := r.AcceptAll(ctx, evs, 0)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted.n.Load(); n != 2 {
+		t.Fatalf("%d reads of a workflow for 20 events of 2 types, want 2", n)
+	}
 }

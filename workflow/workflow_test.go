@@ -61,6 +61,9 @@ func TestCheckNamesEachProblem(t *testing.T) {
 		{`{"type": "t", "steps": [{"id": "Bad Id", "channels": ["email"]}]}`, []string{`steps[0] (Bad Id).id: a step id`}},
 		{`{"type": "t", "steps": [{"id": "a", "channels": ["email"], "delay": {"for": "1m"}}]}`, []string{"exactly one of channels, delay and batch (this one has 2)"}},
 		{`{"type": "t", "steps": [{"id": "a"}]}`, []string{"exactly one of channels, delay and batch (this one has 0)"}},
+		// A fallback chain of at most 8 channels (the store numbers each one's notification).
+		{`{"type": "t", "steps": [{"id": "a", "channels": ["email", "sms", "in_app", "voice", "fax", "c6", "c7", "c8", "c9"]}]}`,
+			[]string{"steps[0] (a).channels: 9 channels: at most 8"}},
 		// A condition on the step itself or a later one.
 		{`{"type": "t", "steps": [{"id": "a", "channels": ["email"], "if": "!steps.b.read"}, {"id": "b", "channels": ["in_app"]}]}`,
 			[]string{"steps[0] (a).if: steps.b is this step or a later one"}},
