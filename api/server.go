@@ -105,7 +105,7 @@ type Server struct {
 // notifications and the status, the backlog (store.Dispatch's Live: the
 // API claims nothing), stored tokens, completed requests under their
 // Idempotency-Key, quarantined fan-outs, tailed rows rejected, stored
-// template versions, and the store's health.
+// template and workflow versions, and the store's health.
 type Store interface {
 	store.Reads
 	store.Dispatch
@@ -114,6 +114,7 @@ type Store interface {
 	store.Events
 	store.Sources
 	store.Templates
+	store.Workflows
 	store.Maintenance
 }
 

@@ -147,7 +147,7 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, c caller) r
 		}
 		version = n
 	}
-	st, err := s.r.Workflow(r.Context(), tenant, typ, version)
+	st, err := s.st.WorkflowVersion(r.Context(), tenant, typ, version)
 	switch {
 	case errors.Is(err, model.ErrNotFound) && version > 0:
 		return noWorkflow(tenant, typ, " with version "+strconv.Itoa(version))
@@ -165,7 +165,7 @@ func (s *Server) workflowVersions(w http.ResponseWriter, r *http.Request, c call
 		return *perr
 	}
 	typ := r.PathValue("type")
-	vs, err := s.r.WorkflowVersions(r.Context(), tenant, typ)
+	vs, err := s.st.WorkflowVersions(r.Context(), tenant, typ)
 	if err != nil {
 		return s.internal(err)
 	}

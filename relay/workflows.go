@@ -188,17 +188,6 @@ func (r *Relay) PutWorkflow(ctx context.Context, tenant, typ string, body []byte
 	return r.store.PutWorkflow(ctx, tenant, typ, def, r.now())
 }
 
-// Workflow returns one stored version of tenant's workflow for typ (0: the
-// latest), ErrNotFound if there is none.
-func (r *Relay) Workflow(ctx context.Context, tenant, typ string, version int) (model.StoredWorkflow, error) {
-	return r.store.WorkflowVersion(ctx, tenant, typ, version)
-}
-
-// WorkflowVersions lists every version of tenant's workflow for typ.
-func (r *Relay) WorkflowVersions(ctx context.Context, tenant, typ string) ([]model.StoredWorkflow, error) {
-	return r.store.WorkflowVersions(ctx, tenant, typ)
-}
-
 // RetireWorkflow retires tenant's workflow for typ: new events of the type
 // are delivered as without one; runs already started go on.
 func (r *Relay) RetireWorkflow(ctx context.Context, tenant, typ string) (model.StoredWorkflow, error) {

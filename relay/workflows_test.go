@@ -224,7 +224,7 @@ func TestWorkflowRefusedAtSave(t *testing.T) {
 			t.Errorf("put %s = %v; want a WorkflowError naming %q", def, err, want)
 		}
 	}
-	if vs, err := r.WorkflowVersions(ctx, "acme", "t"); err != nil || len(vs) != 0 {
+	if vs, err := r.Store().WorkflowVersions(ctx, "acme", "t"); err != nil || len(vs) != 0 {
 		t.Fatalf("versions after refused puts = %v, %v; want none", vs, err)
 	}
 	// A field of the event's data named clicked is not the step state.
@@ -261,7 +261,7 @@ func TestWorkflowFromTheConfigFile(t *testing.T) {
 		def.Steps = def.Steps[1:]
 		changed := setupRelayAt(t, db, Options{Routes: opts.Routes, Workflows: []FileWorkflow{{Tenant: "acme", Definition: def}}})
 		accept(t, changed, Event{ID: "w-3", Type: "welcome", Tenant: "acme", Body: "Hello", Recipients: []Recipient{{ID: "u3", Email: "u3@example.com"}}})
-		vs, err := r.WorkflowVersions(ctx, "acme", "welcome")
+		vs, err := r.Store().WorkflowVersions(ctx, "acme", "welcome")
 		if err != nil || len(vs) != 2 {
 			t.Fatalf("versions = %+v, %v; want 2", vs, err)
 		}
