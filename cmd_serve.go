@@ -85,6 +85,7 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    POST   /u/{token}                          one-click unsubscribe (RFC 8058), no token needed
    GET    /p/{token}                          the recipient's preferences page, no token needed
    POST   /p/{token}                          save it (its form)
+   GET    /c/{token}                          a tracked link: counts the click, redirects (302)
    GET    /v1/feeds/{feed}/members            members, seq each joined at
    PUT    /v1/feeds/{feed}/members            replace them
    GET    /v1/users/{user}/feed               the user's merged feed

@@ -157,6 +157,17 @@ func printNotification(w io.Writer, n model.Notification, apiID string) {
 			fmt.Fprintf(w, "             then %s\n", a.Decision)
 		}
 	}
+	for _, rc := range n.Receipts {
+		fmt.Fprintf(w, "  receipt    %s from %s, received %s", rc.Status, rc.Provider, rc.ReceivedAt.Format(time.RFC3339))
+		if rc.Detail != "" {
+			fmt.Fprintf(w, ": %s", relay.ShowControls(oneLine(rc.Detail, 200)))
+		}
+		fmt.Fprintln(w)
+	}
+	for _, c := range n.Clicks {
+		fmt.Fprintf(w, "  clicked    %s  %d time%s, first %s, last %s\n", relay.ShowControls(c.URL), c.Count, plural(int(c.Count)),
+			c.First.Format(time.RFC3339), c.Last.Format(time.RFC3339))
+	}
 }
 
 func plural(n int) string {

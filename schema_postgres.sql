@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 27: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 28: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -144,6 +144,15 @@ CREATE TABLE leases (
     holder text NOT NULL,
     until bigint NOT NULL,
     CONSTRAINT leases_pkey PRIMARY KEY (name)
+);
+
+CREATE TABLE link_clicks (
+    notification bigint NOT NULL,
+    url text NOT NULL,
+    count bigint NOT NULL,
+    first_at bigint NOT NULL,
+    last_at bigint NOT NULL,
+    CONSTRAINT link_clicks_pkey PRIMARY KEY (notification, url)
 );
 
 CREATE TABLE notification_audit (

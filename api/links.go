@@ -19,8 +19,8 @@ import (
 // preferences page at /p/{token}. Rendered on the server with
 // html/template (escaping by default), no script, no asset from elsewhere.
 //
-// A GET never changes anything: link scanners and mail previews fetch
-// GETs. Only a POST does: /u/{token} with List-Unsubscribe=One-Click (what
+// A GET changes nothing but a click count: link scanners and mail
+// previews fetch GETs. Only a POST changes what a recipient gets: /u/{token} with List-Unsubscribe=One-Click (what
 // a mail client sends, RFC 8058 §3.2; the confirmation page's form sends
 // the same), /p/{token} with the form token its page carried (CSRF: only
 // a page the relay rendered knows it) and not from another site
@@ -32,6 +32,24 @@ func (s *Server) linkRoutes() {
 	s.handle("POST /u/{token}", s.recipientPage(s.unsubscribe))
 	s.handle("GET /p/{token}", s.recipientPage(s.preferencesPage))
 	s.handle("POST /p/{token}", s.recipientPage(s.postPreferencesPage))
+	s.handle("GET /c/{token}", s.recipientPage(s.click))
+}
+
+// click is a tracked link (a template's track helper): it counts the click
+// for the message's notification and sends the browser on with 302 Found.
+// The redirect sends no Referer, so the destination never sees the token.
+// A forged or altered token is the 403 page and sends nowhere: the relay
+// only redirects to links it signed. A mail scanner that follows links
+// counts as a click too, as it does for every sender that tracks them.
+func (s *Server) click(w http.ResponseWriter, r *http.Request) response {
+	link, err := s.r.Click(r.Context(), r.PathValue("token"))
+	if err != nil {
+		return s.linkRefused(err)
+	}
+	w.Header().Set("Location", link)
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	body := `<!doctype html><title>Redirecting</title><p><a href="` + template.HTMLEscapeString(link) + `">Continue</a></p>` + "\n"
+	return response{status: http.StatusFound, ctype: "text/html; charset=utf-8", body: []byte(body)}
 }
 
 // recipientPage wraps the recipients' pages. Their answers are never

@@ -440,6 +440,9 @@ type Notification struct {
 	Message    json.RawMessage `json:"message,omitempty"`
 	AttemptLog []Attempt       `json:"attempt_log"`
 	Receipts   []Receipt       `json:"receipts,omitempty"`
+	// Clicks are the recipient's clicks on the message's tracked links,
+	// one entry per link, first clicked first.
+	Clicks []Click `json:"clicks,omitempty"`
 	// Quarantine, when set, says the fan-out of this notification's event
 	// is quarantined: why, and since when.
 	Quarantine *QuarantinedEvent `json:"event_quarantined,omitempty"`
@@ -447,6 +450,15 @@ type Notification struct {
 	// one notification (Notification), not by lists, and not in the API's
 	// JSON.
 	Audit []AuditEntry `json:"-"`
+}
+
+// Click counts the clicks on one tracked link of a notification's
+// message: a recipient's, or a mail scanner's that fetched the link.
+type Click struct {
+	URL   string    `json:"url"`
+	Count int64     `json:"count"`
+	First time.Time `json:"first_at"`
+	Last  time.Time `json:"last_at"`
 }
 
 // AuditEntry is one thing a person did to a notification: who (the actor

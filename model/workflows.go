@@ -108,6 +108,8 @@ type StepFact struct {
 	// its marks for the recipient: the item's own or a watermark past it.
 	FeedSeq         int64
 	Read, Dismissed bool
+	// Clicked says a tracked link of the step's notification was clicked.
+	Clicked bool
 }
 
 // StepPlan is one due run for DecideSteps: the run as DueRuns read it and

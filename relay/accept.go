@@ -179,7 +179,7 @@ func (r *Relay) prepare(ctx context.Context, ev *Event, seen latestWorkflows) (m
 		return model.NewEvent{}, nil, err
 	}
 	if name := templateName(set, ev); name != "" {
-		srcs, err := renderTargets(ctx, set, name, ev, targets)
+		srcs, err := renderTargets(ctx, r, set, name, ev, targets)
 		if err != nil {
 			return model.NewEvent{}, nil, err
 		}
@@ -306,7 +306,7 @@ func (r *Relay) finishEvent(ctx context.Context, u model.Unexpanded) error {
 		why = fmt.Sprintf("its stored payload gives %d notifications, but it was accepted with %d", len(ts), u.Targets)
 	} else if set, name, err := storedTemplates(u.Payload); err != nil {
 		why = "its stored templates no longer compile: " + err.Error()
-	} else if _, err := renderIfTemplated(ctx, set, name, &ev, ts[min(u.Expanded, len(ts)):]); err != nil {
+	} else if _, err := renderIfTemplated(ctx, r, set, name, &ev, ts[min(u.Expanded, len(ts)):]); err != nil {
 		why = "rendering the rest from its stored templates failed: " + err.Error()
 	} else {
 		r.log.Info("finishing fan-out", "event", u.EventID, "tenant", u.Tenant, "done", u.Expanded, "of", u.Targets)

@@ -112,7 +112,8 @@ type Options struct {
 	Workflows []FileWorkflow
 	// PublicURL, if set, is where recipients reach this relay
 	// (https://relay.example.com): mail of an optional category then
-	// carries a one-click unsubscribe link to PublicURL/u/TOKEN.
+	// carries a one-click unsubscribe link to PublicURL/u/TOKEN, and a
+	// template's tracked links go through PublicURL/c/TOKEN.
 	PublicURL string
 	// Retry is the default retry policy; ChannelRetry overrides it per channel.
 	Retry        Policy

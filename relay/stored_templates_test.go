@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -203,7 +204,12 @@ func TestTemplateRefreshRacesRenders(t *testing.T) {
 					t.Error("receipt0 missing from a published set")
 					return
 				}
-				if _, err := tp.Render(templates.Input{Data: json.RawMessage(`{"n": 1}`)}); err != nil {
+				_, err = tp.Render(templates.Input{Data: json.RawMessage(`{"n": 1}`)})
+				// The render's time budget is wall time: on a loaded box a
+				// descheduled render can run out of it, which is the budget
+				// working, not a torn set.
+				var be *templates.BudgetError
+				if err != nil && !(errors.As(err, &be) && be.Limit == "time") {
 					t.Error(err)
 					return
 				}

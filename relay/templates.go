@@ -55,9 +55,10 @@ type payloadWithTemplates struct {
 }
 
 // renderTargets renders each target's message from s, in fan-out order,
-// and returns the sources used. A failure is an *InvalidEventError that
+// and returns the sources used. Its tracked links are r's (none when r is
+// nil: a preview). A failure is an *InvalidEventError that
 // names the recipient, the template, its line and the missing field.
-func renderTargets(ctx context.Context, s *templates.Set, name string, ev *Event, ts []model.Target) ([]templates.Source, error) {
+func renderTargets(ctx context.Context, r *Relay, s *templates.Set, name string, ev *Event, ts []model.Target) ([]templates.Source, error) {
 	byID := make(map[string]int, len(ev.Recipients))
 	for i, rc := range ev.Recipients {
 		byID[rc.ID] = i
@@ -76,7 +77,12 @@ func renderTargets(ctx context.Context, s *templates.Set, name string, ev *Event
 			return nil, invalid(field, "no template %q for channel %q (it has templates for: %v%s; or give the event a subject or body)",
 				name, ts[k].Channel, s.Channels(ev.Tenant, name), retired)
 		}
+		var track func(string) (string, error)
+		if r != nil {
+			track = r.tracker(ctx, ev.Tenant, ts[k].Key)
+		}
 		out, err := t.RenderContext(ctx, templates.Input{
+			Track:     track,
 			Data:      ev.Data,
 			Event:     map[string]string{"id": ev.ID, "type": ev.Type, "purpose": ev.Purpose, "tenant": ev.Tenant},
 			Recipient: map[string]any{"id": rc.ID, "address": ts[k].Address, "locale": rc.Locale, "timezone": rc.Timezone},
@@ -129,11 +135,11 @@ func storedTemplates(payload []byte) (*templates.Set, string, error) {
 
 // renderIfTemplated renders ts from set when the event was rendered at
 // accept (set is not nil).
-func renderIfTemplated(ctx context.Context, set *templates.Set, name string, ev *Event, ts []model.Target) ([]templates.Source, error) {
+func renderIfTemplated(ctx context.Context, r *Relay, set *templates.Set, name string, ev *Event, ts []model.Target) ([]templates.Source, error) {
 	if set == nil {
 		return nil, nil
 	}
-	return renderTargets(ctx, set, name, ev, ts)
+	return renderTargets(ctx, r, set, name, ev, ts)
 }
 
 // Preview renders what an event would send one recipient on one channel,
@@ -152,7 +158,7 @@ func Preview(ctx context.Context, set *templates.Set, ev Event, channel string) 
 		return nil, invalid("type", "no template named %q or %q", ev.Purpose, ev.Type)
 	}
 	ts := ev.targets()
-	if _, err := renderTargets(ctx, set, name, &ev, ts); err != nil {
+	if _, err := renderTargets(ctx, nil, set, name, &ev, ts); err != nil {
 		return nil, err
 	}
 	return ts[0].Message, nil

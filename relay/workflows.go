@@ -121,9 +121,6 @@ func unsupported(w *workflow.Workflow) workflow.Error {
 		if s.Batch != nil {
 			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "batch", Msg: "batch steps are not run by this version of edgerelay yet (use a category's throttle and digest)"})
 		}
-		if slices.ContainsFunc(w.Needs(i), func(ref workflow.Ref) bool { return ref.State == workflow.StateClicked }) {
-			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "if", Msg: "clicked is not tracked for workflow steps yet"})
-		}
 	}
 	return probs
 }
@@ -524,7 +521,7 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 		return p, nil // an in-app item without a template of its own shows the event's wording
 	}
 	one := []model.Target{p.target}
-	if _, err := renderTargets(ctx, set, name, p.ev, one); err != nil {
+	if _, err := renderTargets(ctx, r, set, name, p.ev, one); err != nil {
 		p.skip = fmt.Sprintf("skipped, not sent: its template %q did not render for %s: %v", name, p.channel, err)
 		return p, nil
 	}
@@ -764,7 +761,7 @@ func describeStatus(f model.StepFact) string {
 // notification is still live (so the condition waits, until next at the
 // earliest).
 func stepState(f model.StepFact) (st workflow.StepState, live bool, next time.Time) {
-	st.Skipped = f.Outcome == model.StepSkipped
+	st.Skipped, st.Clicked = f.Outcome == model.StepSkipped, f.Clicked
 	switch f.Status {
 	case model.StatusPending, model.StatusSending:
 		return st, true, f.NextAttemptAt
@@ -804,6 +801,8 @@ func describeFacts(p *stepPrep, plan model.StepPlan, facts []model.StepFact) str
 				state = "dismissed, unread"
 			}
 			parts = append(parts, fmt.Sprintf("%s: in-app item %d %s", id, f.FeedSeq, state))
+		case f.Status != "" && f.Clicked:
+			parts = append(parts, fmt.Sprintf("%s: %s, a tracked link clicked", id, f.Status))
 		case f.Status != "":
 			parts = append(parts, fmt.Sprintf("%s: %s", id, f.Status))
 		default:

@@ -209,14 +209,13 @@ func TestWorkflowRefusedAtSave(t *testing.T) {
 	r := setupRelay(t, Options{Routes: Routes{"email": {setupSim(t, true).provider(t, "honoured")}}})
 	ctx := context.Background()
 	for def, want := range map[string]string{
-		`{"steps": [{"id": "a", "channels": ["sms"]}]}`:                                                                 `steps[0] (a).channels[0]: "sms" is not a channel of this relay`,
-		`{"steps": [{"id": "a", "channels": ["email"], "if": "steps.b.read"}, {"id": "b", "channels": ["in_app"]}]}`:    "steps[0] (a).if: steps.b is this step or a later one",
-		`{"steps": [{"id": "a", "channels": ["email"]}, {"id": "b", "channels": ["email"], "if": "!steps.a.clicked"}]}`: "steps[1] (b).if: clicked is not tracked",
-		`{"steps": [{"id": "a", "batch": {"window": "10m"}}, {"id": "b", "channels": ["email"]}]}`:                      "steps[0] (a).batch: batch steps are not run",
-		`{"steps": [{"id": "a", "delay": {"for": "800h"}}, {"id": "b", "channels": ["email"]}]}`:                        "steps: the delays and batch windows add up to 800h0m0s, over the 720h0m0s a run may wait",
-		`{"steps": [{"id": "a", "channels": ["email"]}], "colour": "red"}`:                                              "body:",
-		`{"steps": [{"id": "a", "delay": {"for": "soon"}}, {"id": "b", "channels": ["email"]}]}`:                        `steps[0].delay.for: not a duration such as 30s, 15m or 72h: "soon"`,
-		`{"type": "other", "steps": [{"id": "a", "channels": ["email"]}]}`:                                              `type: "other", but it is saved for "t"`,
+		`{"steps": [{"id": "a", "channels": ["sms"]}]}`:                                                              `steps[0] (a).channels[0]: "sms" is not a channel of this relay`,
+		`{"steps": [{"id": "a", "channels": ["email"], "if": "steps.b.read"}, {"id": "b", "channels": ["in_app"]}]}`: "steps[0] (a).if: steps.b is this step or a later one",
+		`{"steps": [{"id": "a", "batch": {"window": "10m"}}, {"id": "b", "channels": ["email"]}]}`:                   "steps[0] (a).batch: batch steps are not run",
+		`{"steps": [{"id": "a", "delay": {"for": "800h"}}, {"id": "b", "channels": ["email"]}]}`:                     "steps: the delays and batch windows add up to 800h0m0s, over the 720h0m0s a run may wait",
+		`{"steps": [{"id": "a", "channels": ["email"]}], "colour": "red"}`:                                           "body:",
+		`{"steps": [{"id": "a", "delay": {"for": "soon"}}, {"id": "b", "channels": ["email"]}]}`:                     `steps[0].delay.for: not a duration such as 30s, 15m or 72h: "soon"`,
+		`{"type": "other", "steps": [{"id": "a", "channels": ["email"]}]}`:                                           `type: "other", but it is saved for "t"`,
 	} {
 		_, _, err := r.PutWorkflow(ctx, "acme", "t", []byte(def))
 		var we *WorkflowError

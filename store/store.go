@@ -158,11 +158,16 @@ type Reads interface {
 	Status(ctx context.Context, now time.Time) (model.Status, error)
 }
 
-// Receipts are providers' status callbacks.
+// Receipts are what became of a sent message: providers' status
+// callbacks, and clicks on its tracked links.
 type Receipts interface {
 	// AddReceipts keeps each receipt once and moves the notification it is
 	// about; it returns how many were new.
 	AddReceipts(ctx context.Context, rs []model.Receipt, now time.Time) (int, error)
+	// RecordClick counts a click on a tracked link of tenant's
+	// notification with key and returns its id; ErrNotFound if there is
+	// none.
+	RecordClick(ctx context.Context, tenant, key, link string, now time.Time) (int64, error)
 }
 
 // Audiences are named recipient lists; members are opaque JSON documents,

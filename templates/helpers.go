@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 
 // placeholderFuncs has every helper's name, for parsing; each rendering
 // binds its own (the recipient's locale and zone).
-var placeholderFuncs = helpers("en", time.UTC, &budget{noLimits: true})
+var placeholderFuncs = helpers("en", time.UTC, &budget{noLimits: true}, nil)
 
 // helpers are the functions a template may call, bound to one rendering's
 // locale and time zone:
@@ -29,9 +30,12 @@ var placeholderFuncs = helpers("en", time.UTC, &budget{noLimits: true})
 //	currency AMOUNT CODE                 an amount, exact (a decimal string or number)
 //	get MAP KEY [DEFAULT]                an optional field: DEFAULT (or "") when absent
 //	json V                               V as JSON (for push data and webhook bodies)
+//	track URL                            URL as a link whose clicks are counted for this
+//	                                     message (an http or https URL; as written when
+//	                                     the relay has no public URL, and in previews)
 //
 // V for dates is RFC 3339 text or Unix seconds.
-func helpers(locale string, loc *time.Location, b *budget) map[string]any {
+func helpers(locale string, loc *time.Location, b *budget, track func(string) (string, error)) map[string]any {
 	tr := translator(locale)
 	check := b.check
 	dt := func(kind string) func(v any, style ...string) (string, error) {
@@ -132,6 +136,22 @@ func helpers(locale string, loc *time.Location, b *budget) map[string]any {
 				err = b.charge(len(out))
 			}
 			return string(out), err
+		},
+		"track": func(link string) (string, error) {
+			if err := check(); err != nil {
+				return "", err
+			}
+			if u, err := url.Parse(link); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return "", fmt.Errorf("track: %q is not an http or https URL", link)
+			}
+			if track == nil {
+				return link, nil
+			}
+			out, err := track(link)
+			if err == nil {
+				err = b.charge(len(out))
+			}
+			return out, err
 		},
 	}
 	for k, f := range b.funcs() {

@@ -240,6 +240,10 @@ type Input struct {
 	// Locale and TimeZone format dates, numbers and amounts; "" is the
 	// template's locale and UTC.
 	Locale, TimeZone string
+	// Track, when set, turns a link into one whose clicks are counted for
+	// this message (the track helper); without it, track leaves the link
+	// as written.
+	Track func(url string) (string, error)
 }
 
 // Output is a rendered message, in the fields a provider sends.
@@ -301,7 +305,7 @@ func (t *Template) RenderContext(ctx context.Context, in Input) (Output, error) 
 	}
 	root := map[string]any{"data": data, "recipient": rec, "event": ev, "locale": locale}
 	b := newBudget(ctx)
-	fm := helpers(locale, loc, b)
+	fm := helpers(locale, loc, b, in.Track)
 	var out Output
 	for _, p := range Parts(t.src.Channel) {
 		if _, ok := t.src.Parts[p]; !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -196,5 +197,43 @@ func TestTenantTemplates(t *testing.T) {
 	}
 	if s.Has("other", "welcome") || !s.Has("acme", "welcome") {
 		t.Error("a tenant's own template is seen by another tenant")
+	}
+}
+
+// track makes a link whose clicks are counted when the rendering has a
+// Track (the relay's, with a public URL); without one the link stays as
+// written. Only http and https links are tracked: anything else is a
+// render error naming it, in the text and in the HTML part.
+func TestTrackHelper(t *testing.T) {
+	tpl, err := Compile(Source{Name: "invoice", Channel: "email", Locale: "en", Parts: map[string]string{
+		"subject": "Invoice",
+		"text":    `Pay at {{track .data.url}}`,
+		"html":    `<a href="{{track .data.url}}">Pay</a>`,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	track := func(u string) (string, error) {
+		asked = append(asked, u)
+		return "https://relay.example/c/T" + strconv.Itoa(len(asked)), nil
+	}
+	data := json.RawMessage(`{"url":"https://pay.example/inv/42?a=1&b=2"}`)
+	out, err := tpl.Render(Input{Data: data, Track: track})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Body != "Pay at https://relay.example/c/T1" || out.HTML != `<a href="https://relay.example/c/T2">Pay</a>` ||
+		len(asked) != 2 || asked[0] != "https://pay.example/inv/42?a=1&b=2" {
+		t.Fatalf("tracked: body %q, html %q, asked %q", out.Body, out.HTML, asked)
+	}
+	if out, err := tpl.Render(Input{Data: data}); err != nil || out.Body != "Pay at https://pay.example/inv/42?a=1&b=2" {
+		t.Fatalf("without a Track: %q, %v; want the link as written", out.Body, err)
+	}
+	for _, bad := range []string{"javascript:alert(1)", "/relative", "mailto:a@example.com", "https://"} {
+		_, err := tpl.Render(Input{Data: json.RawMessage(`{"url":` + strconv.Quote(bad) + `}`), Track: track})
+		if err == nil || !strings.Contains(err.Error(), "is not an http or https URL") {
+			t.Errorf("track %q = %v; want refused", bad, err)
+		}
 	}
 }

@@ -136,6 +136,8 @@ var plan = []table{
 		why:   "each recipient's run of a workflow with its version, next step, due time, cancel key and why it ended: a waiting run goes on on the nodes at the step it reached, and a delay ends when it would have. A rerun carries over the steps the source decided since (the later updated_at wins; one the target moved on since is refused)"},
 	{name: "workflow_steps", key: []string{"run", "step", "attempt"}, fixed: true,
 		why: "what was decided at each step of a run, and why, with the notification or in-app item it wrote: `show` and the API read the same trail on the target, and a later step's condition reads the same earlier steps (written once, never changed)"},
+	{name: "link_clicks", key: []string{"notification", "url"}, raise: []string{"count", "last_at"},
+		why: "the clicks on each notification's tracked links: `show` lists the same, and a waiting run's `clicked` condition reads the same. Counts only grow: a rerun keeps the larger count and the later last click"},
 	{name: "console_sessions", skip: "not moved: console sign-ins are short-lived (12 h at most); people sign in again on the nodes"},
 	{name: "leases", skip: "not moved: a lease names a process on the old box; a live one means a serve still runs there (refused), a lapsed one means nothing, and the nodes take their own"},
 }

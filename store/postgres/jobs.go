@@ -78,6 +78,9 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		if _, err := tx.Exec(ctx, `DELETE FROM notification_audit WHERE notification = ANY($1)`, ids); err != nil {
 			return pgconn.CommandTag{}, err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM link_clicks WHERE notification = ANY($1)`, ids); err != nil {
+			return pgconn.CommandTag{}, err
+		}
 		// Not a receipt another notification with the same message id
 		// has (its own, or one naming none while others are left).
 		if tag, err = tx.Exec(ctx, `DELETE FROM receipts WHERE (provider, message_id) IN

@@ -79,6 +79,9 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 		if err := notificationExtras(ctx, q, &n); err != nil {
 			return err
 		}
+		if n.Clicks, err = sqlstore.ClicksFor(ctx, shared(q), n.ID); err != nil {
+			return err
+		}
 		if n.Quarantine, err = sqlstore.NotificationQuarantine(ctx, shared(q), n.ID); err != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 	var attempts, receipts int64
 	after = func() { res.Attempts += attempts; res.Receipts += receipts }
 	err := step(&res.Notifications, func(tx *Tx) (sql.Result, error) {
-		// Attempts and receipts go with their notification, in the same write.
+		// Attempts, receipts and clicks go with their notification, in the same write.
 		// Not while a workflow run of its event waits: a later step's
 		// condition may read what became of it.
 		ids := `SELECT id FROM notifications WHERE status IN (` + sqlstore.PrunableStatuses + `)
@@ -75,6 +75,9 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		}
 		attempts, _ = r.RowsAffected()
 		if _, err := tx.exec(`DELETE FROM notification_audit WHERE notification IN (`+ids+`)`, c, batch); err != nil {
+			return nil, err
+		}
+		if _, err := tx.exec(`DELETE FROM link_clicks WHERE notification IN (`+ids+`)`, c, batch); err != nil {
 			return nil, err
 		}
 		// Not a receipt another notification with the same message id

@@ -68,6 +68,9 @@ func (s *Store) Notification(ctx context.Context, tenant string, id int64, key s
 	if err := s.notificationExtras(ctx, &n); err != nil {
 		return n, err
 	}
+	if n.Clicks, err = sqlstore.ClicksFor(ctx, s.reader(), n.ID); err != nil {
+		return n, err
+	}
 	if n.Quarantine, err = sqlstore.NotificationQuarantine(ctx, s.reader(), n.ID); err != nil {
 		return n, err
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ func receipts(t *testing.T, open opener) {
 		{name: "OnlyTheirProvidersNotification", run: testReceiptsOtherProvider},
 		{name: "OnlyASentNotificationMoves", run: testReceiptsOnlySent},
 		{name: "AboutOneNotification", run: testReceiptsAboutOne},
+		{name: "ClicksCountedPerLink", run: testClicksCounted},
 	})
 }
 
@@ -223,5 +225,58 @@ func testReceiptsAboutOne(t *testing.T, s store.Store) {
 	}
 	if got := suppressed(); len(got) != 1 || got[0] != "beta" {
 		t.Fatalf("suppressed %v, want beta's address alone", got)
+	}
+}
+
+// A click on a tracked link is counted per notification and link, and
+// listed with the notification, first clicked first; a key another tenant
+// has, or none has, is ErrNotFound and records nothing; a pruned
+// notification's clicks go with it.
+func testClicksCounted(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	ns := accept(t, s, t0, newEvent("acme", "e", 2))[0].Notifications
+	n, err := s.Notification(ctx, "acme", ns[0].ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	click := func(tenant, key, link string, at time.Time) (int64, error) {
+		return s.RecordClick(ctx, tenant, key, link, at)
+	}
+	for i, c := range []struct {
+		link string
+		at   time.Time
+	}{{"https://a.example/pay", t0.Add(2 * time.Second)}, {"https://a.example/help", t0.Add(time.Second)}, {"https://a.example/pay", t0.Add(3 * time.Second)}} {
+		if id, err := click("acme", n.Key, c.link, c.at); err != nil || id != n.ID {
+			t.Fatalf("click %d = %d, %v; want notification %d", i, id, err, n.ID)
+		}
+	}
+	for _, tenant := range []string{"bravo", ""} {
+		if _, err := click(tenant, n.Key, "https://a.example/pay", t0); !errors.Is(err, model.ErrNotFound) {
+			t.Fatalf("a click naming tenant %q = %v; want ErrNotFound", tenant, err)
+		}
+	}
+	if _, err := click("acme", "no-such-key", "https://a.example/pay", t0); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a click naming no notification = %v; want ErrNotFound", err)
+	}
+	got := notification(t, s, n.ID).Clicks
+	want := []model.Click{{URL: "https://a.example/help", Count: 1, First: t0.Add(time.Second), Last: t0.Add(time.Second)},
+		{URL: "https://a.example/pay", Count: 2, First: t0.Add(2 * time.Second), Last: t0.Add(3 * time.Second)}}
+	if len(got) != len(want) {
+		t.Fatalf("clicks %+v; want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].URL != want[i].URL || got[i].Count != want[i].Count || !got[i].First.Equal(want[i].First) || !got[i].Last.Equal(want[i].Last) {
+			t.Fatalf("clicks %+v; want %+v", got, want)
+		}
+	}
+	if other := notification(t, s, ns[1].ID).Clicks; len(other) != 0 {
+		t.Fatalf("the other notification's clicks %+v; want none", other)
+	}
+	settleAll(t, s, t0, map[int64]outcome{ns[0].ID: {status: model.StatusSent}, ns[1].ID: {status: model.StatusSent}})
+	if res, err := s.Prune(ctx, t0.Add(time.Hour), t0.Add(2*time.Hour), 500); err != nil || res.Notifications != 2 {
+		t.Fatalf("prune = %+v, %v; want both notifications", res, err)
+	}
+	if _, err := click("acme", n.Key, "https://a.example/pay", t0); !errors.Is(err, model.ErrNotFound) {
+		t.Fatalf("a click on a pruned notification = %v; want ErrNotFound", err)
 	}
 }

@@ -244,7 +244,7 @@ func postStepItem(ctx context.Context, q Querier, run model.Run, feed string, ms
 }
 
 // stepFact reads what step s of run left: its record, its notification's
-// status and its in-app item's marks for the run's recipient.
+// status and clicks, and its in-app item's marks for the run's recipient.
 func stepFact(ctx context.Context, q Querier, run model.Run, s int) (model.StepFact, error) {
 	f := model.StepFact{Step: s}
 	var note, seq *int64
@@ -252,14 +252,15 @@ func stepFact(ctx context.Context, q Querier, run model.Run, s int) (model.StepF
 	var readOne, dismissedOne bool
 	// One statement: the step's record (an undelivered fallback's is what
 	// its last channel tried left), its notification's status (none when
-	// pruned: Status stays "", which no condition reads as any state) and
-	// its in-app item's own marks.
+	// pruned: Status stays "", which no condition reads as any state), its
+	// in-app item's own marks and whether a tracked link was clicked.
 	err := q.QueryRow(ctx, `SELECT s.outcome, s.notification, s.feed_seq, coalesce(n.status, ''), coalesce(n.next_attempt_at, 0),
 			EXISTS (SELECT 1 FROM feed_item_marks m WHERE m.tenant = $3 AND m."user" = $4 AND m.kind = 'read' AND m.seq = s.feed_seq),
-			EXISTS (SELECT 1 FROM feed_item_marks m WHERE m.tenant = $3 AND m."user" = $4 AND m.kind = 'dismissed' AND m.seq = s.feed_seq)
+			EXISTS (SELECT 1 FROM feed_item_marks m WHERE m.tenant = $3 AND m."user" = $4 AND m.kind = 'dismissed' AND m.seq = s.feed_seq),
+			EXISTS (SELECT 1 FROM link_clicks c WHERE c.notification = s.notification)
 		FROM workflow_steps s LEFT JOIN notifications n ON n.id = s.notification
 		WHERE s.run = $1 AND s.step = $2 ORDER BY s.attempt DESC LIMIT 1`,
-		run.ID, s, run.Tenant, run.Recipient).Scan(&f.Outcome, &note, &seq, &f.Status, &next, &readOne, &dismissedOne)
+		run.ID, s, run.Tenant, run.Recipient).Scan(&f.Outcome, &note, &seq, &f.Status, &next, &readOne, &dismissedOne, &f.Clicked)
 	if IsNoRows(err) {
 		return f, nil
 	}
