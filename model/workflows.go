@@ -33,6 +33,7 @@ const (
 	StepSent    = "sent"    // its notification or in-app item was written
 	StepSkipped = "skipped" // its condition did not hold, or nothing could be sent
 	StepDelayed = "delayed" // a delay: the next step is due later
+	StepBatched = "batched" // a batch step: the run opened, joined or closed a batch
 )
 
 // Run is one recipient's run of a workflow.
@@ -117,6 +118,43 @@ type StepFact struct {
 type StepPlan struct {
 	Run   Run
 	Needs []int // earlier steps, by position
+	// Batched marks a batch step: DecideSteps reads its batch (Batch) in
+	// the deciding transaction.
+	Batched bool
+	// Batch is the batch a batch step's run may join (at attempt 0: the
+	// open one of its recipient, nil for none) or the one it is in (after),
+	// as the deciding transaction read and locked it.
+	Batch *BatchFact
+}
+
+// The attempts of a run at a batch step: the batch's leader waits for it
+// to close at BatchLeading, a run that joined it at BatchJoined.
+const (
+	BatchLeading = 1
+	BatchJoined  = 2
+)
+
+// BatchFact is a batch as a deciding transaction read it.
+type BatchFact struct {
+	ID            int64
+	Leader        int64
+	LeaderWaiting bool // the leader is still waiting (not cancelled)
+	Open          bool
+	Size          int // runs that joined, the leader's included
+	ClosesAt      time.Time
+}
+
+// The batch operations a step decision writes (StepDecision.Batch).
+const (
+	BatchOpen  = "open"  // the run opens a batch and leads it
+	BatchJoin  = "join"  // the run joins Plan.Batch
+	BatchClose = "close" // the run closes its batch and leads it on (its leader, or a run taking over from a cancelled one)
+)
+
+// BatchItem is one event a closed batch carries.
+type BatchItem struct {
+	EventID, Type string
+	Payload       []byte // the event as stored
 }
 
 // StepDecision is what the relay decided for a run's step.
@@ -144,6 +182,13 @@ type StepDecision struct {
 	// accept posted it to: the unread count looks for a second copy of
 	// the event only then.
 	FeedShared int
+	// Batch, when set, is a batch operation (BatchOpen, BatchJoin,
+	// BatchClose): Window is the window of a batch opened (or, on a join,
+	// of a batch whose window ended with its leader cancelled: it starts
+	// anew), and Fill, on a join, closes the batch at once (it is full).
+	Batch  string
+	Window time.Duration
+	Fill   bool
 	// Next is the step the run goes on with (at NextAttempt) and NextDue
 	// when it is due; Done ends the run, with RunReason.
 	Next        int

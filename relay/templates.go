@@ -56,9 +56,10 @@ type payloadWithTemplates struct {
 
 // renderTargets renders each target's message from s, in fan-out order,
 // and returns the sources used. Its tracked links are r's (none when r is
-// nil: a preview). A failure is an *InvalidEventError that
+// nil: a preview); batch, when given, is the events a workflow's batch
+// step carried on with the event. A failure is an *InvalidEventError that
 // names the recipient, the template, its line and the missing field.
-func renderTargets(ctx context.Context, r *Relay, s *templates.Set, name string, ev *Event, ts []model.Target) ([]templates.Source, error) {
+func renderTargets(ctx context.Context, r *Relay, s *templates.Set, name string, ev *Event, ts []model.Target, batch ...templates.BatchEvent) ([]templates.Source, error) {
 	byID := make(map[string]int, len(ev.Recipients))
 	for i, rc := range ev.Recipients {
 		byID[rc.ID] = i
@@ -83,6 +84,7 @@ func renderTargets(ctx context.Context, r *Relay, s *templates.Set, name string,
 		}
 		out, err := t.RenderContext(ctx, templates.Input{
 			Track:     track,
+			Batch:     batch,
 			Data:      ev.Data,
 			Event:     map[string]string{"id": ev.ID, "type": ev.Type, "purpose": ev.Purpose, "tenant": ev.Tenant},
 			Recipient: map[string]any{"id": rc.ID, "address": ts[k].Address, "locale": rc.Locale, "timezone": rc.Timezone},

@@ -13,6 +13,7 @@ import (
 
 	"edgerelay/internal/addrkey"
 	"edgerelay/model"
+	"edgerelay/templates"
 	"edgerelay/workflow"
 )
 
@@ -113,18 +114,6 @@ func (r *Relay) workflowOptions(tenant string) workflow.Options {
 	return workflow.Options{Channels: chans, AnyChannel: slices.Contains(chans, "*"), MaxDelay: MaxWorkflowDelay}
 }
 
-// unsupported names the parts of a checked workflow this relay does not
-// run yet, so they are refused at save time rather than ignored.
-func unsupported(w *workflow.Workflow) workflow.Error {
-	var probs workflow.Error
-	for i, s := range w.Steps {
-		if s.Batch != nil {
-			probs = append(probs, workflow.Problem{Step: i, ID: s.ID, Field: "batch", Msg: "batch steps are not run by this version of edgerelay yet (use a category's throttle and digest)"})
-		}
-	}
-	return probs
-}
-
 // CheckWorkflow reads a workflow definition (JSON, unknown fields refused)
 // for tenant and checks it; typ, when set, is the event type it is saved
 // for, and a definition naming another is refused.
@@ -161,7 +150,7 @@ func CheckWorkflowDefinition(def workflow.Definition, opts workflow.Options) (*w
 			}
 		}
 	}
-	if probs = append(probs, unsupported(w)...); len(probs) > 0 {
+	if len(probs) > 0 {
 		return nil, &WorkflowError{probs}
 	}
 	return w, nil
@@ -371,6 +360,8 @@ type stepPrep struct {
 	// broken, when set, is why the run cannot go on (its workflow version
 	// or payload no longer reads): it ends with that reason.
 	broken string
+	// runID shows a run's id as the API does.
+	runID func(int64) string
 }
 
 // StepWorkflows decides the steps of the workflow runs that are due, in
@@ -396,6 +387,7 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 			preps[run.ID] = p
 			plan := model.StepPlan{Run: run}
 			if p.broken == "" {
+				plan.Batched = p.w.Steps[run.Step].Batch != nil
 				if s := p.w.Steps[run.Step]; s.Fallback == workflow.FallbackUndelivered && run.Attempt > 0 {
 					plan.Needs = append(plan.Needs, run.Step) // what became of the channel tried last
 				}
@@ -408,11 +400,13 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 			}
 			plans = append(plans, plan)
 		}
-		var outcomes []string // of this transaction's decisions, reported once it commits
+		// Of this transaction's decisions, by run, reported once it commits
+		// (a batch step found taken by another node is decided again).
+		outcomes := map[int64]string{}
 		n, err := r.store.DecideSteps(ctx, plans, func(p model.StepPlan, facts []model.StepFact) model.StepDecision {
 			d := decideStep(preps[p.Run.ID], p, facts, now)
 			if d.Wait.IsZero() {
-				outcomes = append(outcomes, d.Outcome)
+				outcomes[p.Run.ID] = d.Outcome
 				r.hooks.at(PhaseStep)
 			}
 			return d
@@ -422,7 +416,7 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 			return total, err
 		}
 		if r.opts.Observer != nil {
-			for _, o := range outcomes[:min(n, len(outcomes))] {
+			for _, o := range outcomes {
 				if o != "" { // "": a fallback's channel delivered, the run goes on; no step of its own
 					r.opts.Observer.Stepped(o)
 				}
@@ -443,7 +437,10 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 // can never go on (its workflow version or payload no longer reads) is
 // not an error but p.broken, which ends it with that reason.
 func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64]*payloadWithWorkflow) (*stepPrep, error) {
-	p := &stepPrep{}
+	p := &stepPrep{runID: func(id int64) string { return fmt.Sprintf("run %d", id) }}
+	if x := r.ids.Load(); x != nil {
+		p.runID = x.Run
+	}
 	w, _, err := r.workflowVersion(ctx, run.Tenant, run.Type, run.Version)
 	switch {
 	case model.IsUnavailable(err) || errors.Is(err, model.ErrClosed) || ctx.Err() != nil:
@@ -520,8 +517,12 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	if _, ok := set.Lookup(run.Tenant, name, p.channel, p.rc.Locale); !ok && p.channel == InAppChannel {
 		return p, nil // an in-app item without a template of its own shows the event's wording
 	}
+	batch, err := r.batchOf(ctx, run, p)
+	if err != nil {
+		return nil, err
+	}
 	one := []model.Target{p.target}
-	if _, err := renderTargets(ctx, r, set, name, p.ev, one); err != nil {
+	if _, err := renderTargets(ctx, r, set, name, p.ev, one, batch...); err != nil {
 		p.skip = fmt.Sprintf("skipped, not sent: its template %q did not render for %s: %v", name, p.channel, err)
 		return p, nil
 	}
@@ -667,6 +668,8 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		}
 	}
 	switch {
+	case s.Batch != nil:
+		return decideBatch(p, plan, s, dec, now)
 	case s.Delay != nil && s.Delay.Window != "":
 		dec.Outcome, dec.Reason, dec.NextDue = model.StepDelayed, p.windowWhy, later(p.windowEnd, now)
 	case s.Delay != nil:
@@ -699,6 +702,91 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		dec.Reason += fmt.Sprintf("; if %q held (%s)", s.If, describeFacts(p, plan, facts))
 	}
 	return dec
+}
+
+// decideBatch decides a batch step from the batch the deciding
+// transaction read (plan.Batch). Reaching the step, a run opens a batch
+// for its recipient or joins the open one; the batch's leader waits for
+// the window to end (or the batch to fill) and closes it, then goes on
+// with every event still waiting in it; the runs that joined end, carried
+// on by the leader. A batch whose leader was cancelled is closed and led
+// on by the first of its runs to come due.
+func decideBatch(p *stepPrep, plan model.StepPlan, s workflow.Step, dec model.StepDecision, now time.Time) model.StepDecision {
+	run, b := plan.Run, plan.Batch
+	window := time.Duration(s.Batch.Window)
+	stay := func(attempt int, due time.Time) {
+		dec.Next, dec.NextAttempt, dec.NextDue, dec.Done = run.Step, attempt, later(due, now), false
+	}
+	dec.Outcome = model.StepBatched
+	switch {
+	case run.Attempt == 0 && b == nil:
+		dec.Batch, dec.Window = model.BatchOpen, window
+		dec.Reason = fmt.Sprintf("opened a batch: %s's runs of %s reaching this step until %s join it",
+			run.Recipient, run.Type, now.Add(window).Format(time.RFC3339))
+		if s.Batch.Max > 0 {
+			dec.Reason += fmt.Sprintf(" (or until it holds %d)", s.Batch.Max)
+		}
+		stay(model.BatchLeading, now.Add(window))
+	case run.Attempt == 0:
+		dec.Batch, dec.Fill = model.BatchJoin, s.Batch.Max > 0 && b.Size+1 >= s.Batch.Max
+		closes := b.ClosesAt
+		if !b.LeaderWaiting && !now.Before(closes) {
+			// Its leader was cancelled and its window is over: this run
+			// takes it over when a window from now ends.
+			dec.Window, closes = window, now.Add(window)
+		}
+		if dec.Fill {
+			closes = now
+		}
+		dec.Reason = fmt.Sprintf("joined the batch %s leads (%d runs in it), which closes at %s", p.runID(b.Leader), b.Size+1, closes.Format(time.RFC3339))
+		if dec.Fill {
+			dec.Reason = fmt.Sprintf("joined the batch %s leads and filled it (%d runs): it closes now", p.runID(b.Leader), b.Size+1)
+		}
+		stay(model.BatchJoined, closes)
+	case b == nil && run.Attempt == model.BatchLeading:
+		dec.Reason = "its batch is gone (pruned): it goes on alone"
+		dec.Attempt = run.Attempt
+	case b == nil:
+		return model.StepDecision{StepID: s.ID, Next: run.Step, Done: true, RunReason: "carried on by its batch, which is gone since (pruned)"}
+	case !b.Open && b.Leader != run.ID:
+		return model.StepDecision{StepID: s.ID, Next: run.Step, Done: true,
+			RunReason: fmt.Sprintf("carried on by the batch %s leads: its event goes on in that run's next steps", p.runID(b.Leader))}
+	case !b.Open:
+		dec.Reason, dec.Attempt = "its batch was closed", run.Attempt
+	case b.Leader != run.ID && b.LeaderWaiting:
+		return model.StepDecision{Wait: later(b.ClosesAt, now.Add(stepRetry))} // its leader closes it
+	case now.Before(b.ClosesAt):
+		return model.StepDecision{Wait: b.ClosesAt}
+	case b.Leader == run.ID:
+		dec.Batch, dec.Attempt = model.BatchClose, run.Attempt
+		dec.Reason = "closed the batch it opened"
+	default:
+		dec.Batch, dec.Attempt = model.BatchClose, run.Attempt
+		dec.Reason = fmt.Sprintf("closed the batch, and leads it on: its leader %s was cancelled", p.runID(b.Leader))
+	}
+	return dec
+}
+
+// batchOf is the batch a run's channel step renders with: the events the
+// batch the run leads on carried, when an earlier step is a batch step;
+// nil otherwise (the template's .batch is then the event alone).
+func (r *Relay) batchOf(ctx context.Context, run model.Run, p *stepPrep) ([]templates.BatchEvent, error) {
+	if !slices.ContainsFunc(p.w.Steps[:run.Step], func(s workflow.Step) bool { return s.Batch != nil }) {
+		return nil, nil
+	}
+	items, err := r.store.BatchItems(ctx, run.ID)
+	if err != nil || len(items) == 0 {
+		return nil, err
+	}
+	out := make([]templates.BatchEvent, len(items))
+	for i, it := range items {
+		var stored payloadWithWorkflow
+		if err := json.Unmarshal(it.Payload, &stored); err != nil {
+			return nil, fmt.Errorf("the stored payload of batched event %s: %w", it.EventID, err)
+		}
+		out[i] = templates.BatchEvent{ID: it.EventID, Type: it.Type, Data: stored.Event.Data}
+	}
+	return out, nil
 }
 
 // awaitDelivery makes dec, which wrote the notification of an undelivered

@@ -89,6 +89,9 @@ type Runs interface {
 	CancelRuns(ctx context.Context, tenant, key, why string, now time.Time) (int64, error)
 	// Runs lists a tenant's runs by the filter, in id order.
 	Runs(ctx context.Context, f model.RunFilter) ([]model.Run, error)
+	// BatchItems lists the events of the batch run last closed and leads
+	// on, in the order their runs were written; none when it leads none.
+	BatchItems(ctx context.Context, run int64) ([]model.BatchItem, error)
 	// RunSteps lists what was decided at each step of a run.
 	RunSteps(ctx context.Context, run int64) ([]model.RunStep, error)
 }

@@ -240,10 +240,20 @@ type Input struct {
 	// Locale and TimeZone format dates, numbers and amounts; "" is the
 	// template's locale and UTC.
 	Locale, TimeZone string
+	// Batch, when set, is the events a workflow's batch step gathered
+	// (.batch.count, .batch.items: each .id, .type and .data); unset, .batch
+	// holds the one event being rendered, so a template reads both alike.
+	Batch []BatchEvent
 	// Track, when set, turns a link into one whose clicks are counted for
 	// this message (the track helper); without it, track leaves the link
 	// as written.
 	Track func(url string) (string, error)
+}
+
+// BatchEvent is one event of a batch, as a template sees it.
+type BatchEvent struct {
+	ID, Type string
+	Data     json.RawMessage
 }
 
 // Output is a rendered message, in the fields a provider sends.
@@ -303,8 +313,23 @@ func (t *Template) RenderContext(ctx context.Context, in Input) (Output, error) 
 			return fail(fmt.Errorf("time zone %q: %v", in.TimeZone, err))
 		}
 	}
-	root := map[string]any{"data": data, "recipient": rec, "event": ev, "locale": locale}
 	b := newBudget(ctx)
+	items := []any{map[string]any{"id": ev["id"], "type": ev["type"], "data": data}}
+	if in.Batch != nil {
+		items = make([]any, len(in.Batch))
+		for i, e := range in.Batch {
+			if err := b.charge(len(e.Data)); err != nil {
+				return fail(err)
+			}
+			d, err := decodeData(e.Data)
+			if err != nil {
+				return fail(fmt.Errorf("batch item %d (event %s): data: %v", i, e.ID, err))
+			}
+			items[i] = map[string]any{"id": e.ID, "type": e.Type, "data": d}
+		}
+	}
+	root := map[string]any{"data": data, "recipient": rec, "event": ev, "locale": locale,
+		"batch": map[string]any{"count": len(items), "items": items}}
 	fm := helpers(locale, loc, b, in.Track)
 	var out Output
 	for _, p := range Parts(t.src.Channel) {

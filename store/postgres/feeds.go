@@ -182,6 +182,7 @@ var dialect = &sqlstore.Dialect{
 	SuppressFromReceipts: suppressFromReceipts,
 	ForUpdate:            " FOR UPDATE",
 	LockRun:              " FOR UPDATE SKIP LOCKED",
+	LockBatch:            " FOR UPDATE OF b",
 }
 
 // SetFeedMembers makes users the members of a feed. Members who stay keep

@@ -123,10 +123,16 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		// Finished workflow runs, with what their steps decided; a waiting
 		// run keeps its event.
 		err = step(&res.Runs, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
-			return tx.Exec(ctx, `WITH doomed AS MATERIALIZED (SELECT id FROM workflow_runs
-					WHERE updated_at < $1 AND state <> 'waiting' ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-				steps AS (DELETE FROM workflow_steps USING doomed WHERE workflow_steps.run = doomed.id)
+			tag, err := tx.Exec(ctx, `WITH doomed AS MATERIALIZED (SELECT id FROM workflow_runs
+					WHERE updated_at < $1 AND state <> 'waiting' AND NOT EXISTS (`+sqlstore.CarriedByWaitingSQL+`)
+					ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+				steps AS (DELETE FROM workflow_steps USING doomed WHERE workflow_steps.run = doomed.id),
+				batched AS (DELETE FROM workflow_batch_runs USING doomed WHERE workflow_batch_runs.run = doomed.id)
 				DELETE FROM workflow_runs USING doomed WHERE workflow_runs.id = doomed.id`, c, batch)
+			if err == nil {
+				_, err = tx.Exec(ctx, sqlstore.PruneBatchesSQL)
+			}
+			return tag, err
 		})
 	}
 	if err == nil {

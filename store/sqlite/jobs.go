@@ -116,12 +116,16 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		// Finished workflow runs, with what their steps decided; a waiting
 		// run keeps its event.
 		err = step(&res.Runs, func(tx *Tx) (sql.Result, error) {
-			if _, err := tx.exec(`DELETE FROM workflow_steps WHERE run IN (SELECT id FROM workflow_runs INDEXED BY workflow_runs_finished
-				WHERE updated_at < ? AND state <> 'waiting' ORDER BY updated_at LIMIT ?)`, c, batch); err != nil {
-				return nil, err
+			for _, del := range []string{`DELETE FROM workflow_steps WHERE run IN `, `DELETE FROM workflow_batch_runs WHERE run IN `} {
+				if _, err := tx.exec(del+finishedRunsSQL, c, batch); err != nil {
+					return nil, err
+				}
 			}
-			return tx.exec(`DELETE FROM workflow_runs WHERE id IN (SELECT id FROM workflow_runs INDEXED BY workflow_runs_finished
-				WHERE updated_at < ? AND state <> 'waiting' ORDER BY updated_at LIMIT ?)`, c, batch)
+			r, err := tx.exec(`DELETE FROM workflow_runs WHERE id IN `+finishedRunsSQL, c, batch)
+			if err == nil {
+				_, err = tx.exec(sqlstore.PruneBatchesSQL)
+			}
+			return r, err
 		})
 	}
 	if err == nil {
@@ -194,3 +198,9 @@ func (s *Store) Backup(ctx context.Context, dest string) error {
 	}
 	return nil
 }
+
+// finishedRunsSQL (cutoff, batch) chooses the finished runs a prune takes:
+// not one whose event a batch carries on while its leader still waits.
+const finishedRunsSQL = `(SELECT id FROM workflow_runs INDEXED BY workflow_runs_finished
+	WHERE updated_at < ? AND state <> 'waiting' AND NOT EXISTS (` + sqlstore.CarriedByWaitingSQL + `)
+	ORDER BY updated_at LIMIT ?)`

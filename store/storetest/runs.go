@@ -21,6 +21,8 @@ func runsSuite(t *testing.T, open opener) {
 		{name: "ReadVersusStepRace", run: testRunReadRace},
 		{name: "PruneKeepsWaitingRuns", run: testRunsPruned},
 		{name: "ConcurrentDecidersDecideEachStepOnce", run: testRunsConcurrentDeciders},
+		{name: "BatchCarriesEachRunOnce", run: testBatchCarriesEachRunOnce},
+		{name: "BatchOfACancelledLeader", run: testBatchCancelledLeader},
 	})
 }
 
@@ -391,5 +393,163 @@ func testRunsConcurrentDeciders(t *testing.T, s store.Store) {
 	items, _, err := s.FeedPage(ctx, "acme", "r0", 0, 10)
 	if err != nil || len(items) != 1 {
 		t.Errorf("r0's feed = %d items, %v; want 1", len(items), err)
+	}
+}
+
+// batchStep decides a one-step workflow whose step is a batch of window
+// and max (0: none), as the relay's policy does: open or join at attempt
+// 0; the leader (or, its leader cancelled, the first run due) closes it
+// when the window ends and the run is done; the others end carried.
+func batchStep(p model.StepPlan, now time.Time, window time.Duration, max int) model.StepDecision {
+	r, b := p.Run, p.Batch
+	dec := model.StepDecision{StepID: "digest", Outcome: model.StepBatched, Next: 1, Done: true, RunReason: "led the batch on"}
+	stay := func(attempt int, due time.Time) {
+		dec.Next, dec.NextAttempt, dec.NextDue, dec.Done = 0, attempt, due, false
+	}
+	switch {
+	case r.Attempt == 0 && b == nil:
+		dec.Batch, dec.Window, dec.Reason = model.BatchOpen, window, "opened"
+		stay(model.BatchLeading, now.Add(window))
+	case r.Attempt == 0:
+		dec.Batch, dec.Fill, dec.Reason = model.BatchJoin, max > 0 && b.Size+1 >= max, "joined"
+		due := b.ClosesAt
+		if dec.Fill {
+			due = now
+		}
+		stay(model.BatchJoined, due)
+	case b == nil:
+		return model.StepDecision{StepID: "digest", Done: true, RunReason: "its batch is gone"}
+	case !b.Open && b.Leader != r.ID:
+		return model.StepDecision{StepID: "digest", Next: 0, Done: true, RunReason: "carried"}
+	case b.Leader != r.ID && b.LeaderWaiting:
+		return model.StepDecision{Wait: now.Add(time.Second)}
+	case now.Before(b.ClosesAt):
+		return model.StepDecision{Wait: b.ClosesAt}
+	default:
+		dec.Batch, dec.Attempt, dec.Reason = model.BatchClose, r.Attempt, "closed"
+	}
+	return dec
+}
+
+// stepBatches runs deciders (nodes' steppers) at once over the runs due at
+// now until none is, each deciding with batchStep.
+func stepBatches(t *testing.T, s store.Store, deciders int, now time.Time, window time.Duration, max int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range deciders {
+		wg.Go(func() {
+			for {
+				due, err := s.DueRuns(t.Context(), now, 8)
+				if err != nil || len(due) == 0 {
+					if err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				ps := plansOf(due)
+				for i := range ps {
+					ps[i].Needs, ps[i].Batched = nil, true
+				}
+				// A run another decider holds is due again until it commits;
+				// one told to wait is due later: DueRuns ends the loop.
+				if _, err := s.DecideSteps(t.Context(), ps, func(p model.StepPlan, _ []model.StepFact) model.StepDecision {
+					return batchStep(p, now, window, max)
+				}, now); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// carriedBy reads which events each leader's batch carries on.
+func carriedBy(t *testing.T, s store.Store, tenant string) map[int64][]string {
+	t.Helper()
+	out := map[int64][]string{}
+	for _, r := range runsOf(t, s, tenant, "") {
+		items, err := s.BatchItems(t.Context(), r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			out[r.ID] = append(out[r.ID], it.EventID)
+		}
+	}
+	return out
+}
+
+// Sixty events for one recipient reach a batch step at once, decided by
+// four deciders at once: with no max, one batch carries all sixty; with a
+// max of 7, nine batches do; either way each event is carried exactly
+// once, by a run that is done, and every other run ended carried.
+func testBatchCarriesEachRunOnce(t *testing.T, s store.Store) {
+	for _, tc := range []struct {
+		tenant  string
+		max     int
+		batches int
+	}{{"acme", 0, 1}, {"bravo", 7, 9}} {
+		var in []model.AcceptInput
+		for i := range 60 {
+			in = append(in, runEvent(tc.tenant, fmt.Sprintf("c-%02d", i), 1, "", ""))
+		}
+		accept(t, s, t0, in...)
+		stepBatches(t, s, 4, t0, 10*time.Minute, tc.max)
+		stepBatches(t, s, 4, t0.Add(10*time.Minute), 10*time.Minute, tc.max)
+		// A run that found its batch still open (its leader was being
+		// decided by another decider) looks again a second later.
+		stepBatches(t, s, 4, t0.Add(10*time.Minute+2*time.Second), 10*time.Minute, tc.max)
+		carried := carriedBy(t, s, tc.tenant)
+		seen := map[string]int{}
+		for _, evs := range carried {
+			for _, e := range evs {
+				seen[e]++
+			}
+		}
+		if len(carried) != tc.batches || len(seen) != 60 {
+			t.Errorf("%s (max %d): %d batches carrying %d events; want %d carrying 60", tc.tenant, tc.max, len(carried), len(seen), tc.batches)
+		}
+		for e, n := range seen {
+			if n != 1 {
+				t.Errorf("%s: event %s carried %d times", tc.tenant, e, n)
+			}
+		}
+		for _, r := range runsOf(t, s, tc.tenant, "") {
+			_, leads := carried[r.ID]
+			if r.State != model.RunDone || (!leads && r.Reason != "carried") {
+				t.Errorf("%s: run of %s is %s (%s); want done, led on or carried", tc.tenant, r.EventID, r.State, r.Reason)
+			}
+		}
+	}
+}
+
+// A batch whose leader is cancelled while it is open is closed by the
+// first of its runs to come due, which leads it on: the cancelled run's
+// event is not carried, the others' are.
+func testBatchCancelledLeader(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	window := 10 * time.Minute
+	accept(t, s, t0, runEvent("acme", "c-0", 1, "k0", ""))
+	stepBatches(t, s, 1, t0, window, 0)
+	accept(t, s, t0.Add(time.Minute), runEvent("acme", "c-1", 1, "k1", ""), runEvent("acme", "c-2", 1, "k2", ""))
+	stepBatches(t, s, 1, t0.Add(time.Minute), window, 0)
+	if n, err := s.CancelRuns(ctx, "acme", "k0", "cancelled", t0.Add(2*time.Minute)); err != nil || n != 1 {
+		t.Fatalf("cancel the leader = %d, %v", n, err)
+	}
+	stepBatches(t, s, 1, t0.Add(window), window, 0)
+	carried := carriedBy(t, s, "acme")
+	if len(carried) != 1 {
+		t.Fatalf("carried %v; want one batch", carried)
+	}
+	for leader, evs := range carried {
+		if len(evs) != 2 || evs[0] != "c-1" || evs[1] != "c-2" {
+			t.Errorf("the batch carries %v; want c-1 and c-2, not the cancelled c-0", evs)
+		}
+		for _, r := range runsOf(t, s, "acme", "") {
+			if r.ID == leader && r.EventID != "c-1" {
+				t.Errorf("the batch is led on by %s's run; want c-1's, the first due", r.EventID)
+			}
+		}
 	}
 }

@@ -29,4 +29,9 @@ type Dialect struct {
 	// LockRun ends DecideSteps's read of a run: PostgreSQL's row lock
 	// that skips a run another node is deciding; nothing for SQLite.
 	LockRun string
+	// LockBatch ends DecideSteps's read of a batch (as b, joined to its
+	// leader's run): PostgreSQL's lock of the batch's row alone, so that
+	// the runs joining, closing or taking it over decide one after the
+	// other; nothing for SQLite.
+	LockBatch string
 }

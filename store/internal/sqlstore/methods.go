@@ -195,6 +195,11 @@ func (m Methods) Runs(ctx context.Context, f model.RunFilter) ([]model.Run, erro
 	return get(ctx, m.Read, func(q Querier) ([]model.Run, error) { return Runs(ctx, q, f) })
 }
 
+// BatchItems lists the events of the batch run last closed and leads on.
+func (m Methods) BatchItems(ctx context.Context, run int64) ([]model.BatchItem, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.BatchItem, error) { return BatchItems(ctx, q, run) })
+}
+
 // RunSteps lists a run's decided steps.
 func (m Methods) RunSteps(ctx context.Context, run int64) ([]model.RunStep, error) {
 	return get(ctx, m.Read, func(q Querier) ([]model.RunStep, error) { return RunSteps(ctx, q, run) })

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"edgerelay/model"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -128,23 +129,46 @@ func (d *Dialect) DecideSteps(ctx context.Context, q Querier, plans []model.Step
 				return decided, err
 			}
 		}
-		dec := decide(p, facts)
-		if !dec.Wait.IsZero() {
-			if _, err := q.Exec(ctx, `UPDATE workflow_runs SET due_at = $2, updated_at = $3 WHERE id = $1`,
-				p.Run.ID, MS(dec.Wait), MS(now)); err != nil {
-				return decided, fmt.Errorf("defer workflow run %d: %w", p.Run.ID, err)
+		// A batch step is decided against its batch as read, locked, here;
+		// an opener that finds the open batch taken since (another node
+		// opened it) reads it again and decides once more: it joins.
+		for try := 1; ; try++ {
+			if p.Batched {
+				if p.Batch, err = d.batchFact(ctx, q, p.Run); err != nil {
+					return decided, err
+				}
 			}
-			continue
+			dec := decide(p, facts)
+			if !dec.Wait.IsZero() {
+				if _, err := q.Exec(ctx, `UPDATE workflow_runs SET due_at = $2, updated_at = $3 WHERE id = $1`,
+					p.Run.ID, MS(dec.Wait), MS(now)); err != nil {
+					return decided, fmt.Errorf("defer workflow run %d: %w", p.Run.ID, err)
+				}
+				break
+			}
+			err = d.writeDecision(ctx, q, p, FromMS(due), dec, now)
+			if errors.Is(err, errBatchTaken) && try < 3 {
+				continue
+			}
+			if err != nil {
+				return decided, err
+			}
+			decided++
+			break
 		}
-		if err := d.writeDecision(ctx, q, p.Run, FromMS(due), dec, now); err != nil {
-			return decided, err
-		}
-		decided++
 	}
 	return decided, nil
 }
 
-func (d *Dialect) writeDecision(ctx context.Context, q Querier, run model.Run, due time.Time, dec model.StepDecision, now time.Time) error {
+func (d *Dialect) writeDecision(ctx context.Context, q Querier, p model.StepPlan, due time.Time, dec model.StepDecision, now time.Time) error {
+	run := p.Run
+	if dec.Batch != "" {
+		more, err := writeBatch(ctx, q, run, p.Batch, dec, now)
+		if err != nil {
+			return err
+		}
+		dec.Reason += more
+	}
 	var note, seq *int64
 	if tg := dec.Notification; tg != nil {
 		id, err := insertStepNotification(ctx, q, run, dec.Seq, *tg, now)
