@@ -31,6 +31,9 @@ import (
 // whose condition waits for the email's outcome. In the end every run has
 // decided each step exactly once: one item per recipient, each email and
 // each chat message delivered once under its own key, no step skipped, none twice.
+// Beside them, forty events for each of five recipients go through a batch
+// step (a digest email): however the kills cut the windows, each event is in
+// exactly one digest delivered, and each digest is delivered once.
 //
 // On PostgreSQL two dispatch processes run at once on the database, and
 // the kills take one of them at a time: any node decides the next step.
@@ -70,7 +73,11 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relaytest.Open(ctx, db, relay.Options{Workflows: []relay.FileWorkflow{{Tenant: "default", Definition: def}},
+	digest := workflow.Definition{Type: "comment.digest", Steps: []workflow.Step{
+		{ID: "digest", Batch: &workflow.Batch{Window: workflow.Duration(300 * time.Millisecond)}},
+		{ID: "email", Channels: []string{"email"}},
+	}}
+	r, err := relaytest.Open(ctx, db, relay.Options{Workflows: []relay.FileWorkflow{{Tenant: "default", Definition: def}, {Tenant: "default", Definition: digest}},
 		Routes: relay.Routes{"*": {logp}}})
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +90,8 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if acc, err := r.Accept(ctx, ev); err != nil || acc.Count != n {
 		t.Fatalf("accept: %+v, %v", acc, err)
 	}
+	const digestEvents, digestRecipients = 40, 5
+	acceptDigests(t, r, digestEvents, digestRecipients)
 	r.Close()
 
 	base := "email-http+" + hs.URL + "/v1/emails?from=relay@example.com&idempotency=honoured&timeout=2s"
@@ -157,11 +166,17 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != n {
-		t.Fatalf("%d runs, want %d", len(runs), n)
+	if len(runs) != n+digestEvents*digestRecipients {
+		t.Fatalf("%d runs, want %d", len(runs), n+digestEvents*digestRecipients)
 	}
 	want := []string{model.StepSent, model.StepDelayed, model.StepSent, model.StepSent}
 	for _, run := range runs {
+		if run.Type == digest.Type {
+			if run.State != model.RunDone {
+				t.Errorf("digest run of %s for %s: %s (%s), want done", run.EventID, run.Recipient, run.State, run.Reason)
+			}
+			continue
+		}
 		steps, err := st.RunSteps(ctx, run.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -194,12 +209,75 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 			}
 		}
 	}
+	digests := checkDigests(t, server.Deliveries(), perKey, digestEvents, digestRecipients)
 	status, err := st.Status(ctx, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d runs, %d deliveries, statuses %v: %d lost, %d doubled", len(runs), len(server.Deliveries()), status.Counts, lost, doubled)
-	if lost != 0 || doubled != 0 || status.Counts[model.StatusSent] != 2*n {
-		t.Fatalf("%d lost, %d delivered twice, statuses %v; want 0, 0 and %d sent", lost, doubled, status.Counts, 2*n)
+	t.Logf("%d runs, %d deliveries (%d digests), statuses %v: %d lost, %d doubled", len(runs), len(server.Deliveries()), digests,
+		status.Counts, lost, doubled)
+	if lost != 0 || doubled != 0 || status.Counts[model.StatusSent] != int64(2*n+digests) {
+		t.Fatalf("%d lost, %d delivered twice, statuses %v; want 0, 0 and %d sent", lost, doubled, status.Counts, 2*n+digests)
 	}
+}
+
+// acceptDigests stores the digest's template and accepts events events
+// for each of recipients recipients (d0, d1, …), one event per recipient
+// and number.
+func acceptDigests(t *testing.T, r *relay.Relay, events, recipients int) {
+	t.Helper()
+	ctx := context.Background()
+	key, err := relay.TemplateKey("default", "comment.digest", "email", "en")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.PutTemplate(ctx, key, map[string]string{"subject": "digest", "text": "{{range .batch.items}}{{.id}} {{end}}"}); err != nil {
+		t.Fatal(err)
+	}
+	var evs []relay.Event
+	for i := range events {
+		for j := range recipients {
+			evs = append(evs, relay.Event{ID: fmt.Sprintf("c-%02d-d%d", i, j), Type: "comment.digest",
+				Recipients: []relay.Recipient{{ID: fmt.Sprintf("d%d", j), Email: fmt.Sprintf("d%d@example.com", j)}}})
+		}
+	}
+	_, errs := r.AcceptAll(ctx, evs, 0)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("accept %s: %v", evs[i].ID, err)
+		}
+	}
+}
+
+// checkDigests fails unless each digest event is in exactly one digest
+// delivered to its recipient, and no digest was delivered twice; it
+// returns how many digests there were.
+func checkDigests(t *testing.T, ds []sim.Delivery, perKey map[string]int, events, recipients int) int {
+	t.Helper()
+	carried := map[string]int{}
+	digests := 0
+	for _, d := range ds {
+		if d.Subject != "digest" {
+			continue
+		}
+		if perKey[d.Key] != 1 {
+			t.Errorf("digest %s delivered %d times", d.Key, perKey[d.Key])
+		}
+		digests++
+		for _, id := range strings.Fields(d.Text) {
+			carried[d.To+" "+id]++
+		}
+	}
+	for i := range events {
+		for j := range recipients {
+			k := fmt.Sprintf("d%d@example.com c-%02d-d%d", j, i, j)
+			if carried[k] != 1 {
+				t.Errorf("%s: in %d digests, want 1", k, carried[k])
+			}
+		}
+	}
+	if len(carried) != events*recipients {
+		t.Errorf("%d events carried, want %d", len(carried), events*recipients)
+	}
+	return digests
 }
