@@ -5,6 +5,7 @@ package relay
 import (
 	"cmp"
 	"context"
+	"crypto/ecdh"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -62,7 +63,7 @@ func TestFaultMatrix(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	fcm := newFMFCM(t)
-	provs := fmProviders(fcm)
+	provs := fmProviders(fcm, newFMWebPush(t))
 	template := fmTemplateDB(t)
 
 	type job struct {
@@ -253,6 +254,19 @@ type fmProvider struct {
 	// okDetailBare: a 2xx detail is the status alone, whatever the body
 	// (Slack's "ok" is no JSON and carries no id: nothing to note).
 	okDetailBare bool
+	// rcptFor, if set, is the recipient for a server at addr (whose
+	// address names the server: a push subscription's endpoint), instead
+	// of rcpt.
+	rcptFor func(addr string) Recipient
+	// overrides are shared faults whose expectation differs for this
+	// provider, by fault name.
+	overrides map[string]fmOverride
+}
+
+// fmOverride is a provider's own expectation for a shared fault.
+type fmOverride struct {
+	want   fmExpect
+	detail string
 }
 
 func (p *fmProvider) label() string { return p.name + " (" + p.note + ")" }
@@ -264,7 +278,7 @@ func (p *fmProvider) errBody(status int) string {
 	return fmt.Sprintf("<html><body><h1>%d %s</h1></body></html>", status, http.StatusText(status))
 }
 
-func fmProviders(fcm *fmFCM) []*fmProvider {
+func fmProviders(fcm *fmFCM, wp *fmWebPush) []*fmProvider {
 	email := Recipient{ID: "ada", Email: "ada@example.com"}
 	jsonErr := func(status int) string { return fmt.Sprintf(`{"error":%q}`, http.StatusText(status)) }
 	generic := map[int]string{}
@@ -279,6 +293,9 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 	}
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
+	}
+	pushErr := func(status, errno int, msg string) string {
+		return fmt.Sprintf(`{"code":%d,"errno":%d,"error":%q,"message":%q}`, status, errno, http.StatusText(status), msg)
 	}
 	fcmErr := func(status int, grpc, code, msg string) string {
 		details := ""
@@ -435,6 +452,36 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 			errBodies: map[int]string{
 				400: "invalid_payload", 401: "invalid_auth", 404: "no_service", 410: "channel_is_archived",
 				429: "rate_limited", 500: "rollup_error",
+			},
+		},
+		{
+			name: "webpush", note: "keys: none, idempotency=honoured refused", channel: "webpush",
+			rcptFor: func(a string) Recipient {
+				return Recipient{ID: "ada", Addresses: map[string]string{"webpush": wp.subscription("http://" + a + "/wpush/v2/sub-1")}}
+			},
+			url: func(string) string {
+				return "webpush+http://push?allow_private=true&subject=mailto:ops%40example.com&vapid_key=" + url.QueryEscape(wp.key)
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			// RFC 8030 §5: 201 Created, the message's URL in Location.
+			ok: fmAnswer{status: 201, header: map[string]string{"Location": "https://push.example/m/gAAAAABe"},
+				id: "https://push.example/m/gAAAAABe", idInHeader: true},
+			// Mozilla's autopush answers errors this way.
+			errBodies: map[int]string{
+				400: pushErr(400, 110, "Invalid TTL header"), 401: pushErr(401, 109, "Invalid Authorization"),
+				404: pushErr(404, 102, "Request did not validate No such subscription"),
+				410: pushErr(410, 106, "Request did not validate No such subscription"),
+				413: pushErr(413, 104, "Body is too large"), 429: pushErr(429, 999, "Too Many Requests"),
+				500: pushErr(500, 999, "Internal Server Error"), 503: pushErr(503, 201, "Service Unavailable"),
+			},
+			overrides: map[string]fmOverride{
+				// The endpoint is the subscription: its absence is the
+				// subscription's end, so it is suppressed.
+				"404": {want: xInvalid, detail: "expired or was unsubscribed"},
+				"410": {want: xInvalid, detail: "expired or was unsubscribed"},
+				// The case's body is far beyond what a push message holds: it is
+				// refused for good before any request (the reset cannot happen).
+				"reset before the request was written (mid-body)": {want: xFailed, detail: "more than the 3993 a push message holds"},
 			},
 		},
 	}
@@ -627,6 +674,9 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if f.wantFor != nil {
 		want = f.wantFor(p)
 	}
+	if o, ok := p.overrides[f.name]; ok {
+		want, f.detail = o.want, o.detail
+	}
 	srv := &fmServer{t: t, p: p, f: f, release: make(chan struct{})}
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -706,8 +756,12 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 		body = strings.Repeat("x", fmBigBody(t))
 		t.Logf("a body of %d bytes", len(body))
 	}
+	rcpt := p.rcpt
+	if p.rcptFor != nil {
+		rcpt = p.rcptFor(addr)
+	}
 	acc := accept(t, r, Event{ID: "evt_fault", Type: "notice", Channels: []string{p.channel},
-		Recipients: []Recipient{p.rcpt}, Subject: "Fault matrix", Body: body})
+		Recipients: []Recipient{rcpt}, Subject: "Fault matrix", Body: body})
 	id := acc.Notifications[0].ID
 	// run delivers what is due at the clock's time and returns how many
 	// calls it made.
@@ -1088,4 +1142,36 @@ func newFMFCM(t *testing.T) *fmFCM {
 		t.Fatal(err)
 	}
 	return &fmFCM{credentials: path, tokenURL: tokens.URL + "/token"}
+}
+
+// fmWebPush is what a webpush provider needs besides its push service: a
+// VAPID key file and a browser's subscription keys.
+type fmWebPush struct {
+	key          string // the VAPID key file
+	p256dh, auth string
+}
+
+func newFMWebPush(t *testing.T) *fmWebPush {
+	t.Helper()
+	priv, _, err := providers.GenerateVAPIDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "vapid.pem")
+	if err := os.WriteFile(path, priv, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ua, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding
+	return &fmWebPush{key: path, p256dh: enc.EncodeToString(ua.PublicKey().Bytes()), auth: enc.EncodeToString([]byte("fault-matrix-16b"))}
+}
+
+// subscription is the subscription JSON of a browser whose push service
+// is at endpoint.
+func (w *fmWebPush) subscription(endpoint string) string {
+	b, _ := json.Marshal(map[string]any{"endpoint": endpoint, "keys": map[string]string{"p256dh": w.p256dh, "auth": w.auth}})
+	return string(b)
 }
