@@ -177,6 +177,22 @@ var loopbackFixes = map[string]loopbackFix{
 		},
 		address: func(t *testing.T, rec *httpRecorder) string { return newBrowserSub(t, rec.URL+"/push/1").json },
 	},
+	"apns": {
+		adapt: func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
+			b := newAPNsBundle(t)
+			q := u.Query()
+			q.Set("key", b.p8)
+			q.Set("ca", b.ca)
+			u.RawQuery = q.Encode()
+			u.Host = b.srv.Listener.Addr().String()
+			return func(p Provider) { p.(*APNs).now = b.clock.Now }, func(t *testing.T, key string) {
+				if reqs := b.requests(); len(reqs) != 1 || reqs[0].header.Get("apns-id") != apnsID(key) {
+					t.Errorf("the APNs stand-in saw %+v, want one request with the key's apns-id", reqs)
+				}
+			}
+		},
+		address: func(*testing.T, *httpRecorder) string { return apnsToken },
+	},
 }
 
 // Every registered kind builds from its example URL, pointed at a loopback

@@ -260,13 +260,19 @@ func newWebPushURL(u *url.URL, q url.Values) (Provider, string) {
 // (PKCS #8 or SEC 1), as GenerateVAPIDKey writes it. Its problems never
 // quote the file.
 func ReadVAPIDKey(path string) (*ecdsa.PrivateKey, string) {
+	return readP256Key(path, " (make one with edgerelay webpush keygen)")
+}
+
+// readP256Key reads a PEM file holding a P-256 private key, PKCS #8 or
+// SEC 1 (a VAPID key, an APNs .p8); hint follows the PEM complaint.
+func readP256Key(path, hint string) (*ecdsa.PrivateKey, string) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err.Error()
 	}
 	block, _ := pem.Decode(b)
 	if block == nil {
-		return nil, "not a PEM file (make one with edgerelay webpush keygen)"
+		return nil, "not a PEM file" + hint
 	}
 	var key any
 	switch block.Type {
@@ -282,7 +288,7 @@ func ReadVAPIDKey(path string) (*ecdsa.PrivateKey, string) {
 	}
 	ek, ok := key.(*ecdsa.PrivateKey)
 	if !ok || ek.Curve != elliptic.P256() {
-		return nil, "not a P-256 (prime256v1) EC key, which VAPID requires"
+		return nil, "not a P-256 (prime256v1) EC key, which ES256 requires"
 	}
 	return ek, ""
 }
