@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -317,10 +318,13 @@ func (p *APNs) Send(ctx context.Context, m *Message) Result {
 	r, header := doHTTP2(ctx, p.client, req)
 	r = apnsResult(r)
 	if r.Outcome == Sent {
+		// The id is apns-id, never in the body (which APNs leaves empty):
+		// a note that the body held none would contradict it.
 		r.MessageID = id
 		if got := header.Get("apns-id"); got != "" {
 			r.MessageID = got
 		}
+		r.Detail = strings.TrimSuffix(r.Detail, ", no message id")
 	}
 	if r.HTTPStatus == http.StatusForbidden && r.Response != "" && apnsReason(r.Response) == "ExpiredProviderToken" {
 		p.expire(jwt, signed)

@@ -6,9 +6,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/ecdh"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -63,7 +66,7 @@ func TestFaultMatrix(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	fcm := newFMFCM(t)
-	provs := fmProviders(fcm, newFMWebPush(t))
+	provs := fmProviders(fcm, newFMWebPush(t), newFMAPNs(t))
 	template := fmTemplateDB(t)
 
 	type job struct {
@@ -261,6 +264,9 @@ type fmProvider struct {
 	// overrides are shared faults whose expectation differs for this
 	// provider, by fault name.
 	overrides map[string]fmOverride
+	// h2: the API is HTTP/2 over TLS (APNs), so the faults below HTTP are
+	// played on the connection, not by hijacking it.
+	h2 bool
 }
 
 // fmOverride is a provider's own expectation for a shared fault.
@@ -278,7 +284,7 @@ func (p *fmProvider) errBody(status int) string {
 	return fmt.Sprintf("<html><body><h1>%d %s</h1></body></html>", status, http.StatusText(status))
 }
 
-func fmProviders(fcm *fmFCM, wp *fmWebPush) []*fmProvider {
+func fmProviders(fcm *fmFCM, wp *fmWebPush, apns *fmAPNs) []*fmProvider {
 	email := Recipient{ID: "ada", Email: "ada@example.com"}
 	jsonErr := func(status int) string { return fmt.Sprintf(`{"error":%q}`, http.StatusText(status)) }
 	generic := map[int]string{}
@@ -294,6 +300,7 @@ func fmProviders(fcm *fmFCM, wp *fmWebPush) []*fmProvider {
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
 	}
+	apnsErr := func(reason string) string { return fmt.Sprintf(`{"reason":%q}`, reason) }
 	pushErr := func(status, errno int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"errno":%d,"error":%q,"message":%q}`, status, errno, http.StatusText(status), msg)
 	}
@@ -484,6 +491,36 @@ func fmProviders(fcm *fmFCM, wp *fmWebPush) []*fmProvider {
 				"reset before the request was written (mid-body)": {want: xFailed, detail: "more than the 3993 a push message holds"},
 			},
 		},
+		{
+			name: "apns", note: "HTTP/2 over TLS, keys: none, idempotency=honoured refused", channel: "push", h2: true,
+			rcpt: Recipient{ID: "ada", DeviceToken: "740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad"},
+			url: func(a string) string {
+				return "apns://" + a + "?key_id=ABC123DEFG&team_id=DEF123GHIJ&topic=com.example.app&key=" + url.QueryEscape(apns.key) +
+					"&ca=" + url.QueryEscape(apns.ca)
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			// APNs answers 200 with an empty body and the apns-id.
+			ok: fmAnswer{status: 200, header: map[string]string{"apns-id": "eabeae54-14a8-11e5-b60b-1697f925ec7b"},
+				id: "eabeae54-14a8-11e5-b60b-1697f925ec7b", idInHeader: true},
+			errBodies: map[int]string{
+				400: apnsErr("BadExpirationDate"), 403: apnsErr("InvalidProviderToken"), 404: apnsErr("BadPath"),
+				410: apnsErr("Unregistered"), 413: apnsErr("PayloadTooLarge"), 429: apnsErr("TooManyProviderTokenUpdates"),
+				500: apnsErr("InternalServerError"), 503: apnsErr("ServiceUnavailable"),
+			},
+			overrides: map[string]fmOverride{
+				"410": {want: xInvalid, detail: "Unregistered"},
+				// The case's body is far beyond the 4 KB APNs takes: it is
+				// refused for good before any request.
+				"reset before the request was written (mid-body)": {want: xFailed, detail: "more than the 4096 APNs takes"},
+			},
+			extras: []fmFault{
+				{name: "400 BadDeviceToken", play: playBody, status: 400, want: xInvalid, detail: "BadDeviceToken", body: apnsErr("BadDeviceToken")},
+				{name: "410 ExpiredToken", play: playBody, status: 410, want: xInvalid, detail: "ExpiredToken", body: apnsErr("ExpiredToken")},
+				{name: "400 IdleTimeout", play: playBody, status: 400, want: xRefused, detail: "IdleTimeout", body: apnsErr("IdleTimeout")},
+				{name: "403 ExpiredProviderToken", play: playBody, status: 403, want: xRefused, detail: "ExpiredProviderToken", body: apnsErr("ExpiredProviderToken")},
+				{name: "429 TooManyRequests (one device)", play: playBody, status: 429, want: xRefused, detail: "TooManyRequests", body: apnsErr("TooManyRequests")},
+			},
+		},
 	}
 }
 
@@ -503,7 +540,10 @@ type fmRequest struct {
 // fmServer is the provider's API on loopback: the first request that
 // reaches it gets the fault, every later one the success answer.
 type fmServer struct {
-	t       *testing.T
+	t *testing.T
+	// conns are the server's connections by remote address, for the h2
+	// plays that close one.
+	conns   sync.Map
 	p       *fmProvider
 	f       fmFault
 	release chan struct{} // closed at the end of the case: a slow answer gives up
@@ -526,6 +566,9 @@ func (s *fmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if n > 0 || s.f.play == playRefuse {
 		s.readBody(n, r)
 		s.answer(w, s.p.ok.status, "", s.p.ok.header, s.p.ok.body)
+		return
+	}
+	if s.p.h2 && s.playH2(w, r, n) {
 		return
 	}
 	switch s.f.play {
@@ -607,6 +650,67 @@ func (s *fmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.t.Errorf("server: no script for %v", s.f.play)
 	}
+}
+
+// playH2 plays the faults below HTTP on an HTTP/2 connection, which
+// cannot be hijacked: it closes or resets the connection itself (as the
+// server's ConnState recorded it), or writes the broken answer through the
+// stream. It reports false for the faults ServeHTTP plays the same way on
+// either protocol.
+func (s *fmServer) playH2(w http.ResponseWriter, r *http.Request, n int) bool {
+	conn := func() net.Conn {
+		c, ok := s.conns.Load(r.RemoteAddr)
+		if !ok {
+			s.t.Fatalf("server: no connection recorded for %s", r.RemoteAddr)
+		}
+		return c.(net.Conn)
+	}
+	body := s.p.ok.body
+	if body == "" {
+		body = "{}"
+	}
+	switch s.f.play {
+	case playResetAfterRead:
+		s.readBody(n, r)
+		c := conn()
+		c.(*tls.Conn).NetConn().(*net.TCPConn).SetLinger(0)
+		c.Close()
+	case playCloseAfterRead:
+		s.readBody(n, r)
+		conn().Close()
+	case playTruncated, playNotJSON:
+		s.readBody(n, r)
+		for k, v := range s.p.ok.header {
+			w.Header().Set(k, v)
+		}
+		if s.f.play == playNotJSON {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(s.p.ok.status)
+			io.WriteString(w, "<html><body>Accepted</body></html>")
+			return true
+		}
+		// The stream ends short of its Content-Length: the client reads
+		// an unexpected end.
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)+64))
+		w.WriteHeader(s.p.ok.status)
+		io.WriteString(w, body[:len(body)/2])
+	case playSlowBody:
+		s.readBody(n, r)
+		for k, v := range s.p.ok.header {
+			w.Header().Set(k, v)
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(s.p.ok.status)
+		io.WriteString(w, body[:len(body)/2])
+		w.(http.Flusher).Flush()
+		select { // silence until the client gives up (or the case ends)
+		case <-r.Context().Done():
+		case <-s.release:
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 func (s *fmServer) readBody(n int, r *http.Request) {
@@ -691,9 +795,19 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	default:
 		hs.Listener = fmListen(t, false)
 	}
+	start := hs.Start
+	if p.h2 {
+		hs.EnableHTTP2 = true
+		hs.Config.ConnState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				srv.conns.Store(c.RemoteAddr().String(), c)
+			}
+		}
+		start = hs.StartTLS
+	}
 	if listenLater == nil {
 		addr = hs.Listener.Addr().String()
-		hs.Start()
+		start()
 	}
 	// Cleanups run last-in first-out: release the slow handler, then close
 	// the server (which waits for its handlers).
@@ -885,7 +999,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if listenLater != nil {
 		// The provider is back where it refused connections.
 		hs.Listener = listenLater()
-		hs.Start()
+		start()
 	}
 	clock.Set(next)
 	run()
@@ -1174,4 +1288,35 @@ func newFMWebPush(t *testing.T) *fmWebPush {
 func (w *fmWebPush) subscription(endpoint string) string {
 	b, _ := json.Marshal(map[string]any{"endpoint": endpoint, "keys": map[string]string{"p256dh": w.p256dh, "auth": w.auth}})
 	return string(b)
+}
+
+// fmAPNs is what an apns provider needs besides its API: a .p8 key and the
+// CA of the TLS stand-in (every httptest TLS server has the same
+// certificate).
+type fmAPNs struct {
+	key, ca string
+}
+
+func newFMAPNs(t *testing.T) *fmAPNs {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a := &fmAPNs{key: filepath.Join(dir, "AuthKey_ABC123DEFG.p8"), ca: filepath.Join(dir, "ca.pem")}
+	if err := os.WriteFile(a.key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe := httptest.NewTLSServer(http.NotFoundHandler())
+	cert := probe.Certificate()
+	probe.Close()
+	if err := os.WriteFile(a.ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
