@@ -82,7 +82,7 @@ var apnsKind = &Kind{
 //	400 IdleTimeout                  refused, retried (the request was not processed)
 //	other 400, 403, 404, 405, 413    refused for good
 //	403 ExpiredProviderToken         refused, retried with a new JWT
-//	429 TooManyRequests              refused, retried (too many to that one device: the provider is not slowed)
+//	429 TooManyRequests              refused, retried (too many to that one device: the provider is neither slowed nor paused)
 //	429 TooManyProviderTokenUpdates  refused, retried
 //	503 ServiceUnavailable, Shutdown refused, retried
 //	500, no answer after the request was written   unknown
@@ -425,8 +425,8 @@ func apnsResult(r Result) Result {
 		r.Detail += " (a new provider token goes with the retry; if it keeps coming, check the clock)"
 	case "TooManyRequests":
 		// Too many notifications to this one device: the others are not
-		// to be slowed down for it.
-		r.Outcome, r.Permanent, r.Overloaded = Refused, false, false
+		// to be slowed down or paused for it.
+		r.Outcome, r.Permanent, r.Overloaded, r.RetryAfter = Refused, false, false, 0
 	case "TooManyProviderTokenUpdates":
 		r.Outcome, r.Permanent = Refused, false
 	case "DeviceTokenNotForTopic", "TopicDisallowed", "BadTopic":

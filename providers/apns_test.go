@@ -353,6 +353,9 @@ func TestAPNsAnswers(t *testing.T) {
 			t.Parallel()
 			p, b := setupAPNs(t, "")
 			b.answer = func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+				if c.status == 429 {
+					w.Header().Set("Retry-After", "30")
+				}
 				w.WriteHeader(c.status)
 				if c.reason != "" {
 					fmt.Fprintf(w, `{"reason":%q,"timestamp":1700000000000}`, c.reason)
@@ -364,6 +367,10 @@ func TestAPNsAnswers(t *testing.T) {
 				r.Overloaded != c.overloaded || r.HTTPStatus != c.status || !strings.Contains(r.Detail, c.reason) {
 				t.Errorf("got %s permanent=%v invalid=%v overloaded=%v %d (%s); want %s permanent=%v invalid=%v overloaded=%v",
 					r.Outcome, r.Permanent, r.InvalidAddress, r.Overloaded, r.HTTPStatus, r.Detail, c.outcome, c.permanent, c.invalid, c.overloaded)
+			}
+			// One device's limit pauses nobody else; the provider's does.
+			if wantPause := c.status == 429 && c.overloaded; (r.RetryAfter == 30*time.Second) != wantPause {
+				t.Errorf("RetryAfter %s, want a pause: %v", r.RetryAfter, wantPause)
 			}
 		})
 	}
