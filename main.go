@@ -150,6 +150,7 @@ Typical use:
 			audienceCommand(),
 			feedCommand(),
 			tokenCommand(),
+			webpushCommand(),
 			configCommand(),
 			templateCommand(),
 			workflowCommand(),

@@ -133,10 +133,13 @@ func startRecorder(t *testing.T) *httpRecorder {
 // the recorder and the recorder must see the key.
 type loopbackFix struct {
 	adapt func(t *testing.T, u *url.URL, rec *httpRecorder) (ready func(Provider), check func(t *testing.T, key string))
+	// address, if set, is the recipient's address for the kind (one that
+	// names the recorder), instead of testMessage's.
+	address func(t *testing.T, rec *httpRecorder) string
 }
 
 var loopbackFixes = map[string]loopbackFix{
-	"log": {func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
+	"log": {adapt: func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
 		path := filepath.Join(t.TempDir(), "out.log")
 		u.Path = path
 		return nil, func(t *testing.T, key string) {
@@ -146,7 +149,7 @@ var loopbackFixes = map[string]loopbackFix{
 			}
 		}
 	}},
-	"smtp": {func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
+	"smtp": {adapt: func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
 		pass, _ := u.User.Password()
 		s := startSMTP(t, smtpServerOpts{tls: startTLSSMTP, user: u.User.Username(), pass: pass})
 		u.Host = s.addr
@@ -157,12 +160,39 @@ var loopbackFixes = map[string]loopbackFix{
 				}
 			}
 	}},
-	"fcm": {func(t *testing.T, u *url.URL, rec *httpRecorder) (func(Provider), func(*testing.T, string)) {
+	"fcm": {adapt: func(t *testing.T, u *url.URL, rec *httpRecorder) (func(Provider), func(*testing.T, string)) {
 		q := u.Query()
 		q.Set("credentials", writeServiceAccount(t, map[string]string{"token_uri": rec.URL + "/token"}))
 		u.RawQuery = q.Encode()
 		return nil, nil
 	}},
+	"webpush": {
+		adapt: func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
+			q := u.Query()
+			key, _ := writeVAPIDKey(t)
+			q.Set("vapid_key", key)
+			q.Set("allow_private", "true") // the recorder is on loopback
+			u.RawQuery = q.Encode()
+			return nil, nil
+		},
+		address: func(t *testing.T, rec *httpRecorder) string { return newBrowserSub(t, rec.URL+"/push/1").json },
+	},
+	"apns": {
+		adapt: func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
+			b := newAPNsBundle(t)
+			q := u.Query()
+			q.Set("key", b.p8)
+			q.Set("ca", b.ca)
+			u.RawQuery = q.Encode()
+			u.Host = b.srv.Listener.Addr().String()
+			return func(p Provider) { p.(*APNs).now = b.clock.Now }, func(t *testing.T, key string) {
+				if reqs := b.requests(); len(reqs) != 1 || reqs[0].header.Get("apns-id") != apnsID(key) {
+					t.Errorf("the APNs stand-in saw %+v, want one request with the key's apns-id", reqs)
+				}
+			}
+		},
+		address: func(*testing.T, *httpRecorder) string { return apnsToken },
+	},
 }
 
 // Every registered kind builds from its example URL, pointed at a loopback
@@ -180,8 +210,12 @@ func TestEveryKindSendsFromItsExample(t *testing.T) {
 			rec := startRecorder(t)
 			var ready func(Provider)
 			var check func(*testing.T, string)
+			m := testMessage("er1_example_" + k.Name)
 			if fix, ok := loopbackFixes[k.Name]; ok {
 				ready, check = fix.adapt(t, u, rec)
+				if fix.address != nil {
+					m.Address = fix.address(t, rec)
+				}
 			}
 			if check == nil {
 				if !slices.Contains(k.Schemes, u.Scheme) || !strings.HasSuffix(u.Scheme, "+https") {
@@ -201,11 +235,10 @@ func TestEveryKindSendsFromItsExample(t *testing.T) {
 			if ready != nil {
 				ready(p)
 			}
-			key := "er1_example_" + k.Name
-			if r := send(p, testMessage(key)); r.Outcome != Sent {
+			if r := send(p, m); r.Outcome != Sent {
 				t.Fatalf("%s: %+v", Redact(u.String()), r)
 			}
-			check(t, key)
+			check(t, m.Key)
 		})
 	}
 }

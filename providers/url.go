@@ -161,7 +161,7 @@ func params(u *url.URL, allowed, explained []string) (url.Values, string) {
 // publicParams are the query parameters whose values are not secret.
 // Redact hides every other value, so a credential put under a wrong name
 // (apikey=…) is not echoed by the error that names the wrong parameter.
-var publicParams = []string{"concurrency", "from", "idempotency", "name", "timeout", "preset", "starttls", "dkim_selector", "dkim_domain", "list_unsubscribe", "channel", "to", "allow", "allow_prefix", "allow_private"}
+var publicParams = []string{"concurrency", "from", "idempotency", "name", "timeout", "preset", "starttls", "dkim_selector", "dkim_domain", "list_unsubscribe", "channel", "to", "allow", "allow_prefix", "allow_private", "vapid_key", "subject", "ttl", "urgency", "key_id", "team_id", "topic", "push_type", "priority", "ca"}
 
 // Redact returns rawURL fit to quote in errors and logs: userinfo becomes
 // REDACTED, as do the values of token and of any parameter not known to be

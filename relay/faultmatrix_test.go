@@ -5,9 +5,13 @@ package relay
 import (
 	"cmp"
 	"context"
+	"crypto/ecdh"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -62,7 +66,7 @@ func TestFaultMatrix(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	fcm := newFMFCM(t)
-	provs := fmProviders(fcm)
+	provs := fmProviders(fcm, newFMWebPush(t), newFMAPNs(t))
 	template := fmTemplateDB(t)
 
 	type job struct {
@@ -253,6 +257,22 @@ type fmProvider struct {
 	// okDetailBare: a 2xx detail is the status alone, whatever the body
 	// (Slack's "ok" is no JSON and carries no id: nothing to note).
 	okDetailBare bool
+	// rcptFor, if set, is the recipient for a server at addr (whose
+	// address names the server: a push subscription's endpoint), instead
+	// of rcpt.
+	rcptFor func(addr string) Recipient
+	// overrides are shared faults whose expectation differs for this
+	// provider, by fault name.
+	overrides map[string]fmOverride
+	// h2: the API is HTTP/2 over TLS (APNs), so the faults below HTTP are
+	// played on the connection, not by hijacking it.
+	h2 bool
+}
+
+// fmOverride is a provider's own expectation for a shared fault.
+type fmOverride struct {
+	want   fmExpect
+	detail string
 }
 
 func (p *fmProvider) label() string { return p.name + " (" + p.note + ")" }
@@ -264,7 +284,7 @@ func (p *fmProvider) errBody(status int) string {
 	return fmt.Sprintf("<html><body><h1>%d %s</h1></body></html>", status, http.StatusText(status))
 }
 
-func fmProviders(fcm *fmFCM) []*fmProvider {
+func fmProviders(fcm *fmFCM, wp *fmWebPush, apns *fmAPNs) []*fmProvider {
 	email := Recipient{ID: "ada", Email: "ada@example.com"}
 	jsonErr := func(status int) string { return fmt.Sprintf(`{"error":%q}`, http.StatusText(status)) }
 	generic := map[int]string{}
@@ -279,6 +299,10 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 	}
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
+	}
+	apnsErr := func(reason string) string { return fmt.Sprintf(`{"reason":%q}`, reason) }
+	pushErr := func(status, errno int, msg string) string {
+		return fmt.Sprintf(`{"code":%d,"errno":%d,"error":%q,"message":%q}`, status, errno, http.StatusText(status), msg)
 	}
 	fcmErr := func(status int, grpc, code, msg string) string {
 		details := ""
@@ -437,6 +461,66 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 				429: "rate_limited", 500: "rollup_error",
 			},
 		},
+		{
+			name: "webpush", note: "keys: none, idempotency=honoured refused", channel: "webpush",
+			rcptFor: func(a string) Recipient {
+				return Recipient{ID: "ada", Addresses: map[string]string{"webpush": wp.subscription("http://" + a + "/wpush/v2/sub-1")}}
+			},
+			url: func(string) string {
+				return "webpush+http://push?allow_private=true&subject=mailto:ops%40example.com&vapid_key=" + url.QueryEscape(wp.key)
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			// RFC 8030 §5: 201 Created, the message's URL in Location.
+			ok: fmAnswer{status: 201, header: map[string]string{"Location": "https://push.example/m/gAAAAABe"},
+				id: "https://push.example/m/gAAAAABe", idInHeader: true},
+			// Mozilla's autopush answers errors this way.
+			errBodies: map[int]string{
+				400: pushErr(400, 110, "Invalid TTL header"), 401: pushErr(401, 109, "Invalid Authorization"),
+				404: pushErr(404, 102, "Request did not validate No such subscription"),
+				410: pushErr(410, 106, "Request did not validate No such subscription"),
+				413: pushErr(413, 104, "Body is too large"), 429: pushErr(429, 999, "Too Many Requests"),
+				500: pushErr(500, 999, "Internal Server Error"), 503: pushErr(503, 201, "Service Unavailable"),
+			},
+			overrides: map[string]fmOverride{
+				// The endpoint is the subscription: its absence is the
+				// subscription's end, so it is suppressed.
+				"404": {want: xInvalid, detail: "expired or was unsubscribed"},
+				"410": {want: xInvalid, detail: "expired or was unsubscribed"},
+				// The case's body is far beyond what a push message holds: it is
+				// refused for good before any request (the reset cannot happen).
+				"reset before the request was written (mid-body)": {want: xFailed, detail: "more than the 3993 a push message holds"},
+			},
+		},
+		{
+			name: "apns", note: "HTTP/2 over TLS, keys: none, idempotency=honoured refused", channel: "push", h2: true,
+			rcpt: Recipient{ID: "ada", DeviceToken: "740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad"},
+			url: func(a string) string {
+				return "apns://" + a + "?key_id=ABC123DEFG&team_id=DEF123GHIJ&topic=com.example.app&key=" + url.QueryEscape(apns.key) +
+					"&ca=" + url.QueryEscape(apns.ca)
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			// APNs answers 200 with an empty body and the apns-id.
+			ok: fmAnswer{status: 200, header: map[string]string{"apns-id": "eabeae54-14a8-11e5-b60b-1697f925ec7b"},
+				id: "eabeae54-14a8-11e5-b60b-1697f925ec7b", idInHeader: true},
+			errBodies: map[int]string{
+				400: apnsErr("BadExpirationDate"), 403: apnsErr("InvalidProviderToken"), 404: apnsErr("BadPath"),
+				410: apnsErr("Unregistered"), 413: apnsErr("PayloadTooLarge"), 429: apnsErr("TooManyProviderTokenUpdates"),
+				500: apnsErr("InternalServerError"), 503: apnsErr("ServiceUnavailable"),
+			},
+			overrides: map[string]fmOverride{
+				"410": {want: xInvalid, detail: "Unregistered"},
+				// The case's body is far beyond the 4 KB APNs takes: it is
+				// refused for good before any request.
+				"reset before the request was written (mid-body)": {want: xFailed, detail: "more than the 4096 APNs takes"},
+			},
+			extras: []fmFault{
+				{name: "400 BadDeviceToken", play: playBody, status: 400, want: xInvalid, detail: "BadDeviceToken", body: apnsErr("BadDeviceToken")},
+				{name: "410 ExpiredToken", play: playBody, status: 410, want: xInvalid, detail: "ExpiredToken", body: apnsErr("ExpiredToken")},
+				{name: "400 IdleTimeout", play: playBody, status: 400, want: xRefused, detail: "IdleTimeout", body: apnsErr("IdleTimeout")},
+				{name: "403 ExpiredProviderToken", play: playBody, status: 403, want: xRefused, detail: "ExpiredProviderToken", body: apnsErr("ExpiredProviderToken")},
+				{name: "429 TooManyRequests (one device)", play: playBody, status: 429, want: xRefused, detail: "TooManyRequests", body: apnsErr("TooManyRequests")},
+			},
+		},
 	}
 }
 
@@ -456,7 +540,10 @@ type fmRequest struct {
 // fmServer is the provider's API on loopback: the first request that
 // reaches it gets the fault, every later one the success answer.
 type fmServer struct {
-	t       *testing.T
+	t *testing.T
+	// conns are the server's connections by remote address, for the h2
+	// plays that close one.
+	conns   sync.Map
 	p       *fmProvider
 	f       fmFault
 	release chan struct{} // closed at the end of the case: a slow answer gives up
@@ -479,6 +566,9 @@ func (s *fmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if n > 0 || s.f.play == playRefuse {
 		s.readBody(n, r)
 		s.answer(w, s.p.ok.status, "", s.p.ok.header, s.p.ok.body)
+		return
+	}
+	if s.p.h2 && s.playH2(w, r, n) {
 		return
 	}
 	switch s.f.play {
@@ -562,6 +652,67 @@ func (s *fmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// playH2 plays the faults below HTTP on an HTTP/2 connection, which
+// cannot be hijacked: it closes or resets the connection itself (as the
+// server's ConnState recorded it), or writes the broken answer through the
+// stream. It reports false for the faults ServeHTTP plays the same way on
+// either protocol.
+func (s *fmServer) playH2(w http.ResponseWriter, r *http.Request, n int) bool {
+	conn := func() net.Conn {
+		c, ok := s.conns.Load(r.RemoteAddr)
+		if !ok {
+			s.t.Fatalf("server: no connection recorded for %s", r.RemoteAddr)
+		}
+		return c.(net.Conn)
+	}
+	body := s.p.ok.body
+	if body == "" {
+		body = "{}"
+	}
+	switch s.f.play {
+	case playResetAfterRead:
+		s.readBody(n, r)
+		c := conn()
+		c.(*tls.Conn).NetConn().(*net.TCPConn).SetLinger(0)
+		c.Close()
+	case playCloseAfterRead:
+		s.readBody(n, r)
+		conn().Close()
+	case playTruncated, playNotJSON:
+		s.readBody(n, r)
+		for k, v := range s.p.ok.header {
+			w.Header().Set(k, v)
+		}
+		if s.f.play == playNotJSON {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(s.p.ok.status)
+			io.WriteString(w, "<html><body>Accepted</body></html>")
+			return true
+		}
+		// The stream ends short of its Content-Length: the client reads
+		// an unexpected end.
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)+64))
+		w.WriteHeader(s.p.ok.status)
+		io.WriteString(w, body[:len(body)/2])
+	case playSlowBody:
+		s.readBody(n, r)
+		for k, v := range s.p.ok.header {
+			w.Header().Set(k, v)
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(s.p.ok.status)
+		io.WriteString(w, body[:len(body)/2])
+		w.(http.Flusher).Flush()
+		select { // silence until the client gives up (or the case ends)
+		case <-r.Context().Done():
+		case <-s.release:
+		}
+	default:
+		return false
+	}
+	return true
+}
+
 func (s *fmServer) readBody(n int, r *http.Request) {
 	h := sha256.New()
 	if _, err := io.Copy(h, r.Body); err != nil {
@@ -627,6 +778,9 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if f.wantFor != nil {
 		want = f.wantFor(p)
 	}
+	if o, ok := p.overrides[f.name]; ok {
+		want, f.detail = o.want, o.detail
+	}
 	srv := &fmServer{t: t, p: p, f: f, release: make(chan struct{})}
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -641,9 +795,19 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	default:
 		hs.Listener = fmListen(t, false)
 	}
+	start := hs.Start
+	if p.h2 {
+		hs.EnableHTTP2 = true
+		hs.Config.ConnState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				srv.conns.Store(c.RemoteAddr().String(), c)
+			}
+		}
+		start = hs.StartTLS
+	}
 	if listenLater == nil {
 		addr = hs.Listener.Addr().String()
-		hs.Start()
+		start()
 	}
 	// Cleanups run last-in first-out: release the slow handler, then close
 	// the server (which waits for its handlers).
@@ -706,8 +870,12 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 		body = strings.Repeat("x", fmBigBody(t))
 		t.Logf("a body of %d bytes", len(body))
 	}
+	rcpt := p.rcpt
+	if p.rcptFor != nil {
+		rcpt = p.rcptFor(addr)
+	}
 	acc := accept(t, r, Event{ID: "evt_fault", Type: "notice", Channels: []string{p.channel},
-		Recipients: []Recipient{p.rcpt}, Subject: "Fault matrix", Body: body})
+		Recipients: []Recipient{rcpt}, Subject: "Fault matrix", Body: body})
 	id := acc.Notifications[0].ID
 	// run delivers what is due at the clock's time and returns how many
 	// calls it made.
@@ -831,7 +999,7 @@ func runFaultCase(t *testing.T, template string, p *fmProvider, f fmFault, row *
 	if listenLater != nil {
 		// The provider is back where it refused connections.
 		hs.Listener = listenLater()
-		hs.Start()
+		start()
 	}
 	clock.Set(next)
 	run()
@@ -1088,4 +1256,67 @@ func newFMFCM(t *testing.T) *fmFCM {
 		t.Fatal(err)
 	}
 	return &fmFCM{credentials: path, tokenURL: tokens.URL + "/token"}
+}
+
+// fmWebPush is what a webpush provider needs besides its push service: a
+// VAPID key file and a browser's subscription keys.
+type fmWebPush struct {
+	key          string // the VAPID key file
+	p256dh, auth string
+}
+
+func newFMWebPush(t *testing.T) *fmWebPush {
+	t.Helper()
+	priv, _, err := providers.GenerateVAPIDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "vapid.pem")
+	if err := os.WriteFile(path, priv, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ua, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding
+	return &fmWebPush{key: path, p256dh: enc.EncodeToString(ua.PublicKey().Bytes()), auth: enc.EncodeToString([]byte("fault-matrix-16b"))}
+}
+
+// subscription is the subscription JSON of a browser whose push service
+// is at endpoint.
+func (w *fmWebPush) subscription(endpoint string) string {
+	b, _ := json.Marshal(map[string]any{"endpoint": endpoint, "keys": map[string]string{"p256dh": w.p256dh, "auth": w.auth}})
+	return string(b)
+}
+
+// fmAPNs is what an apns provider needs besides its API: a .p8 key and the
+// CA of the TLS stand-in (every httptest TLS server has the same
+// certificate).
+type fmAPNs struct {
+	key, ca string
+}
+
+func newFMAPNs(t *testing.T) *fmAPNs {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a := &fmAPNs{key: filepath.Join(dir, "AuthKey_ABC123DEFG.p8"), ca: filepath.Join(dir, "ca.pem")}
+	if err := os.WriteFile(a.key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe := httptest.NewTLSServer(http.NotFoundHandler())
+	cert := probe.Certificate()
+	probe.Close()
+	if err := os.WriteFile(a.ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
