@@ -170,8 +170,18 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 	if _, err := r.Accept(ctx, relay.Event{ID: "w-1", Type: "welcome", Tenant: "acme", Body: "Welcome", Recipients: []relay.Recipient{{ID: "ada", Email: "ada@example.com"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := r.StepWorkflows(ctx); err != nil || n != 2 {
-		t.Fatalf("stepped %d, %v; want the in-app post and the delay", n, err)
+	// And a batch open on the box: two events for ada, the first leading.
+	if _, _, err := r.PutWorkflow(ctx, "acme", "digest", []byte(`{"steps": [{"id": "batch", "batch": {"window": "1h"}},
+		{"id": "inbox", "channels": ["in_app"]}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d-1", "d-2"} {
+		if _, err := r.Accept(ctx, relay.Event{ID: id, Type: "digest", Tenant: "acme", Body: "News", Recipients: []relay.Recipient{{ID: "ada", Email: "ada@example.com"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := r.StepWorkflows(ctx); err != nil || n != 4 {
+		t.Fatalf("stepped %d, %v; want the in-app post, the delay, the batch opened and joined", n, err)
 	}
 	srcIDs, err := r.IDs(ctx) // the key of the API's ids, as serve makes it
 	if err != nil {
@@ -205,6 +215,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO console_sessions VALUES ('` + strings.Repeat("ab", 32) + `', 'default', '', 'open console', ` + jsonInt(now) + `, ` + jsonInt(now+3600000) + `)`,
 		`INSERT INTO throttle_slots VALUES (1, 'default', 'ada', 'marketing', ` + jsonInt(now) + `)`,
 		`INSERT INTO provider_pauses VALUES ('resend', ` + jsonInt(now+3600000) + `)`,
+		`INSERT INTO link_clicks VALUES ((SELECT min(id) FROM notifications), 'https://shop.example/x', 2, ` + jsonInt(now) + `, ` + jsonInt(now) + `)`,
 		`INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES ((SELECT min(id) FROM notifications), ` +
 			jsonInt(now) + `, 'console, token 1 (support) of tenant default', 'retry', 'was dead')`,
 		// A workflow in two versions, the first retired (no command
@@ -363,7 +374,7 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		t.Errorf("a PUT after the move: %+v %v %v, want version 3", st, created, err)
 	}
 	// The workflow run waits at its last step, due when it was on the box.
-	if runs, err := r.Runs(ctx, model.RunFilter{Tenant: "acme", State: model.RunWaiting}); err != nil || len(runs) != 1 || runs[0].Step != 2 ||
+	if runs, err := r.Runs(ctx, model.RunFilter{Tenant: "acme", State: model.RunWaiting, EventID: "w-1"}); err != nil || len(runs) != 1 || runs[0].Step != 2 ||
 		len(runs[0].Steps) != 2 || runs[0].DueAt.Sub(runs[0].CreatedAt) < 72*time.Hour-time.Minute {
 		t.Errorf("the workflow run on PostgreSQL: %+v %v", runs, err)
 	}
