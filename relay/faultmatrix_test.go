@@ -277,6 +277,9 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 	sendgridErr := func(msg string) string {
 		return fmt.Sprintf(`{"errors":[{"message":%q,"field":null,"help":null}]}`, msg)
 	}
+	discordErr := func(code int, msg string) string {
+		return fmt.Sprintf(`{"message":%q,"code":%d}`, msg, code)
+	}
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
 	}
@@ -436,6 +439,24 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 				400: "invalid_payload", 401: "invalid_auth", 404: "no_service", 410: "channel_is_archived",
 				429: "rate_limited", 500: "rollup_error",
 			},
+		},
+		{
+			name: "discord", note: "keys: none", channel: "chat", rcpt: Recipient{ID: "ops", Addresses: map[string]string{"chat": "#ops"}},
+			url: func(a string) string {
+				return "discord+http://" + a + "/api/webhooks/123456789012345678/XXXXsecretXXXX"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"id":"1234567890123456789","type":0,"channel_id":"99"}`, id: "1234567890123456789"},
+			errBodies: map[int]string{
+				400: discordErr(50035, "Invalid Form Body"), 401: discordErr(50027, "Invalid Webhook Token"),
+				404: discordErr(10015, "Unknown Webhook"), 500: discordErr(0, "500: Internal Server Error"),
+				// A 429 without retry_after: the Retry-After rows decide.
+				429: discordErr(0, "You are being rate limited."),
+			},
+			extras: []fmFault{{
+				name: "429 retry_after: 30 in the body only", play: playBody, status: 429, want: xRefusedRA, detail: "rate limited",
+				body: `{"message":"You are being rate limited.","retry_after":30,"global":false}`,
+			}},
 		},
 	}
 }
