@@ -1,7 +1,7 @@
 // Package providers holds the one interface through which edgerelay
 // delivers, and one implementation per file: log, webhook (signed per
 // Standard Webhooks), email-http (with Postmark, Resend and SendGrid
-// presets), smtp, twilio, fcm, slack and discord. Each file declares its Kind, and
+// presets), smtp, twilio, fcm, slack, discord and telegram. Each file declares its Kind, and
 // kinds (kind.go) lists them: New builds from that list, and the CLI's help
 // and the README's provider table are rendered from it. Providers that take
 // status callbacks also implement ReceiptParser.

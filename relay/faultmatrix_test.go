@@ -280,6 +280,13 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 	discordErr := func(code int, msg string) string {
 		return fmt.Sprintf(`{"message":%q,"code":%d}`, msg, code)
 	}
+	telegramErr := func(code int, desc, params string) string {
+		b := fmt.Sprintf(`{"ok":false,"error_code":%d,"description":%q`, code, desc)
+		if params != "" {
+			b += `,"parameters":` + params
+		}
+		return b + "}"
+	}
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
 	}
@@ -457,6 +464,31 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 				name: "429 retry_after: 30 in the body only", play: playBody, status: 429, want: xRefusedRA, detail: "rate limited",
 				body: `{"message":"You are being rate limited.","retry_after":30,"global":false}`,
 			}},
+		},
+		{
+			name: "telegram", note: "keys: none", channel: "telegram", rcpt: Recipient{ID: "ada", Addresses: map[string]string{"telegram": "987654321"}},
+			url:       func(a string) string { return "telegram+http://" + a + "?token=123456%3AAAXXXXsecretXXXX" },
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"ok":true,"result":{"message_id":42,"chat":{"id":987654321,"type":"private"},"date":1767225600}}`, id: "987654321/42"},
+			errBodies: map[int]string{
+				400: telegramErr(400, "Bad Request: message text is empty", ""), 401: telegramErr(401, "Unauthorized", ""),
+				404: telegramErr(404, "Not Found", ""), 409: telegramErr(409, "Conflict: terminated by other getUpdates request", ""),
+				500: telegramErr(500, "Internal Server Error", ""),
+				// A 429 without parameters: the Retry-After rows decide.
+				429: telegramErr(429, "Too Many Requests", ""),
+			},
+			extras: []fmFault{
+				{name: "403 bot was blocked by the user", play: playBody, status: 403, want: xInvalid, detail: "bot was blocked by the user",
+					body: telegramErr(403, "Forbidden: bot was blocked by the user", "")},
+				{name: "400 chat not found", play: playBody, status: 400, want: xInvalid, detail: "chat not found",
+					body: telegramErr(400, "Bad Request: chat not found", "")},
+				{name: "400 migrate_to_chat_id (a group now a supergroup)", play: playBody, status: 400, want: xInvalid, detail: "the chat is now -1009876543210",
+					body: telegramErr(400, "Bad Request: group chat was upgraded to a supergroup chat", `{"migrate_to_chat_id":-1009876543210}`)},
+				{name: "403 bot can't send messages to bots", play: playBody, status: 403, want: xFailed, detail: "messages to bots",
+					body: telegramErr(403, "Forbidden: bot can't send messages to bots", "")},
+				{name: "429 parameters.retry_after: 30 in the body only", play: playBody, status: 429, want: xRefusedRA, detail: "retry after 30",
+					body: telegramErr(429, "Too Many Requests: retry after 30", `{"retry_after":30}`)},
+			},
 		},
 	}
 }
