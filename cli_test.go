@@ -304,7 +304,8 @@ func exampleEnv(t *testing.T) {
 	for k, v := range map[string]string{"RESEND_TOKEN": "re_test_123", "SMTP_PASSWORD": "pw",
 		"WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "ACME_API_TOKEN": "acme-token-0123456789",
 		"TWILIO_ACCOUNT_SID": "AC0123", "TWILIO_AUTH_TOKEN": "twilio-token",
-		"DISCORD_WEBHOOK_TOKEN": "discord-webhook-token", "TELEGRAM_BOT_TOKEN": "123456:telegram-bot-token"} {
+		"DISCORD_WEBHOOK_TOKEN": "discord-webhook-token", "TELEGRAM_BOT_TOKEN": "123456:telegram-bot-token",
+		"TEAMS_WORKFLOW_SIG": "teams-workflow-sig"} {
 		t.Setenv(k, v)
 	}
 }
@@ -316,7 +317,8 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 	if r := runCLI(t, "", "config", "check", "testdata/edgerelay.yaml"); r.code != 0 ||
 		!strings.Contains(r.stdout, "route email    resend -> smtp-backup") || strings.Contains(r.stdout, "re_test_123") ||
 		!strings.Contains(r.stdout, "route chat") || strings.Contains(r.stdout+r.stderr, "discord-webhook-token") ||
-		!strings.Contains(r.stdout, "route telegram") || strings.Contains(r.stdout+r.stderr, "telegram-bot-token") {
+		!strings.Contains(r.stdout, "route telegram") || strings.Contains(r.stdout+r.stderr, "telegram-bot-token") ||
+		!strings.Contains(r.stdout, "route teams") || strings.Contains(r.stdout+r.stderr, "teams-workflow-sig") {
 		t.Fatalf("config check: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := runCLI(t, "", "dispatch", "--until-idle", "--config", "testdata/edgerelay.yaml", "--db", filepath.Join(t.TempDir(), "c.db"))
@@ -327,7 +329,7 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Types["otp.requested"].Delivery != "at-most-once" || cfg.Channels["sms"].MaxAttempts != 5 || len(cfg.Routes) != 5 {
+	if cfg.Types["otp.requested"].Delivery != "at-most-once" || cfg.Channels["sms"].MaxAttempts != 5 || len(cfg.Routes) != 6 {
 		t.Fatalf("config %+v", cfg)
 	}
 }

@@ -164,7 +164,7 @@ func params(u *url.URL, allowed, explained []string) (url.Values, string) {
 var publicParams = []string{"concurrency", "from", "idempotency", "name", "timeout", "preset", "starttls", "dkim_selector", "dkim_domain", "list_unsubscribe", "channel", "to", "allow", "allow_prefix", "allow_private"}
 
 // secretPathSchemes are the kinds whose URL path is a credential.
-var secretPathSchemes = []string{"slack+", "discord+"}
+var secretPathSchemes = []string{"slack+", "discord+", "teams+"}
 
 // secretPath reports whether a URL that starts with head (its scheme and
 // //) keeps a credential in its path.
@@ -193,7 +193,8 @@ func Redact(rawURL string) string {
 		if j := strings.LastIndexByte(authority, '@'); j >= 0 {
 			authority = hidden + authority[j:]
 		}
-		// A chat webhook's path is its secret (Slack's, Discord's token).
+		// A chat webhook's path is its secret (Slack's, Discord's token,
+		// a Teams webhook's ids).
 		if hasPath && secretPath(head) {
 			path = hidden
 		}

@@ -287,6 +287,9 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 		}
 		return b + "}"
 	}
+	teamsErr := func(code, msg string) string {
+		return fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg)
+	}
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
 	}
@@ -488,6 +491,28 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 					body: telegramErr(403, "Forbidden: bot can't send messages to bots", "")},
 				{name: "429 parameters.retry_after: 30 in the body only", play: playBody, status: 429, want: xRefusedRA, detail: "retry after 30",
 					body: telegramErr(429, "Too Many Requests: retry after 30", `{"retry_after":30}`)},
+			},
+		},
+		{
+			name: "teams", note: "workflow URL, keys: none", channel: "chat", rcpt: Recipient{ID: "ops", Addresses: map[string]string{"chat": "#ops"}},
+			url: func(a string) string {
+				return "teams+http://" + a + "/workflows/0123abcd/triggers/manual/paths/invoke?api-version=2016-06-01&sp=%2Ftriggers%2Fmanual%2Frun&sv=1.0&sig=XXXXsecretXXXX"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 202},
+			errBodies: map[int]string{
+				400: teamsErr("InvalidRequestContent", "The request content is not valid."),
+				401: teamsErr("DirectApiAuthorizationRequired", "The request must be authenticated only by Shared Access scheme."),
+				404: teamsErr("WorkflowNotFound", "The workflow could not be found."),
+				429: teamsErr("WorkflowRequestsThrottled", "Rate limit is exceeded."),
+				500: teamsErr("InternalServerError", "Encountered internal server error."),
+			},
+			// An Office 365 connector says in a 200 that it did not post.
+			extras: []fmFault{
+				{name: "200 connector: delivery failed, HTTP error 429", play: playBody, status: 200, want: xRefused, detail: "HTTP error 429",
+					body: "Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 429 with ContextId tcid=0,server=msgapi,cv=x"},
+				{name: "200 connector: delivery failed, HTTP error 413", play: playBody, status: 200, want: xFailed, detail: "HTTP error 413",
+					body: "Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 413 with ContextId tcid=0,server=msgapi,cv=x"},
 			},
 		},
 	}
