@@ -305,7 +305,8 @@ func exampleEnv(t *testing.T) {
 		"WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "ACME_API_TOKEN": "acme-token-0123456789",
 		"TWILIO_ACCOUNT_SID": "AC0123", "TWILIO_AUTH_TOKEN": "twilio-token",
 		"DISCORD_WEBHOOK_TOKEN": "discord-webhook-token", "TELEGRAM_BOT_TOKEN": "123456:telegram-bot-token",
-		"TEAMS_WORKFLOW_SIG": "teams-workflow-sig"} {
+		"TEAMS_WORKFLOW_SIG": "teams-workflow-sig", "MAILGUN_API_KEY": "mailgun-api-key",
+		"MAILGUN_WEBHOOK_SIGNING_KEY": "mailgun-signing-key"} {
 		t.Setenv(k, v)
 	}
 }
@@ -318,7 +319,9 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 		!strings.Contains(r.stdout, "route email    resend -> smtp-backup") || strings.Contains(r.stdout, "re_test_123") ||
 		!strings.Contains(r.stdout, "route chat") || strings.Contains(r.stdout+r.stderr, "discord-webhook-token") ||
 		!strings.Contains(r.stdout, "route telegram") || strings.Contains(r.stdout+r.stderr, "telegram-bot-token") ||
-		!strings.Contains(r.stdout, "route teams") || strings.Contains(r.stdout+r.stderr, "teams-workflow-sig") {
+		!strings.Contains(r.stdout, "route teams") || strings.Contains(r.stdout+r.stderr, "teams-workflow-sig") ||
+		!strings.Contains(r.stdout, "resend -> smtp-backup -> mailgun-eu") || strings.Contains(r.stdout+r.stderr, "mailgun-api-key") ||
+		strings.Contains(r.stdout+r.stderr, "mailgun-signing-key") {
 		t.Fatalf("config check: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := runCLI(t, "", "dispatch", "--until-idle", "--config", "testdata/edgerelay.yaml", "--db", filepath.Join(t.TempDir(), "c.db"))

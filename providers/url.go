@@ -161,7 +161,7 @@ func params(u *url.URL, allowed, explained []string) (url.Values, string) {
 // publicParams are the query parameters whose values are not secret.
 // Redact hides every other value, so a credential put under a wrong name
 // (apikey=…) is not echoed by the error that names the wrong parameter.
-var publicParams = []string{"concurrency", "from", "idempotency", "name", "timeout", "preset", "starttls", "dkim_selector", "dkim_domain", "list_unsubscribe", "channel", "to", "allow", "allow_prefix", "allow_private"}
+var publicParams = []string{"concurrency", "from", "idempotency", "name", "timeout", "preset", "starttls", "dkim_selector", "dkim_domain", "list_unsubscribe", "channel", "to", "allow", "allow_prefix", "allow_private", "domain", "tag", "thread_id"}
 
 // secretPathSchemes are the kinds whose URL path is a credential.
 var secretPathSchemes = []string{"slack+", "discord+", "teams+"}

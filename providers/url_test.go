@@ -68,8 +68,8 @@ func TestNewErrors(t *testing.T) {
 		url  string
 		want string // the whole error, or a part of it when partial
 	}{
-		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https)`},
-		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https)`},
+		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https)`},
+		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https)`},
 		{"log:stdout", `expected log://`},
 		{"log://relative/file.log", `log target must be stdout, stderr or an absolute file path`},
 		{"log://stdout?timeout=1s", `unknown parameter "timeout" (supported: name)`},
@@ -162,7 +162,7 @@ func TestRedact(t *testing.T) {
 		{"webhook+https://u:p/ss@h/x", "webhook+https://REDACTED"}, // does not parse
 		{"not a url at all", "not a url at all"},
 		{"slack+https://hooks.slack.com/services/T0/B0/s3cret", "slack+https://hooks.slack.com/REDACTED"},
-		{"discord+https://discord.com/api/webhooks/1/s3cret?thread_id=2", "discord+https://discord.com/REDACTED?thread_id=REDACTED"},
+		{"discord+https://discord.com/api/webhooks/1/s3cret?thread_id=2", "discord+https://discord.com/REDACTED?thread_id=2"},
 		{"teams+https://h.example/workflows/w/invoke?api-version=1&sig=s3cret", "teams+https://h.example/REDACTED?api-version=REDACTED&sig=REDACTED"},
 	}
 	for _, c := range cases {

@@ -515,6 +515,23 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 					body: "Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 413 with ContextId tcid=0,server=msgapi,cv=x"},
 			},
 		},
+		{
+			name: "mailgun", note: "keys: none", channel: "email", rcpt: email,
+			url: func(a string) string {
+				return "mailgun+http://" + a + "?domain=mg.example.com&from=relay%40mg.example.com&token=key-test"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"id":"<20250201100000.1.5F3C2A@mg.example.com>","message":"Queued. Thank you."}`, id: "20250201100000.1.5F3C2A@mg.example.com"},
+			errBodies: map[int]string{
+				400: `{"message":"Need at least one of 'text' or 'html' parameters specified"}`,
+				401: "Forbidden", 404: `{"message":"Domain not found: mg.example.com"}`,
+				429: `{"message":"Too many requests"}`, 500: `{"message":"Internal Server Error"}`,
+			},
+			extras: []fmFault{{
+				name: "400 'to' parameter is not a valid address", play: playBody, status: 400, want: xInvalid, detail: "not a valid address",
+				body: `{"message":"'to' parameter is not a valid address. please check documentation"}`,
+			}},
+		},
 	}
 }
 
