@@ -306,7 +306,8 @@ func exampleEnv(t *testing.T) {
 		"TWILIO_ACCOUNT_SID": "AC0123", "TWILIO_AUTH_TOKEN": "twilio-token",
 		"DISCORD_WEBHOOK_TOKEN": "discord-webhook-token", "TELEGRAM_BOT_TOKEN": "123456:telegram-bot-token",
 		"TEAMS_WORKFLOW_SIG": "teams-workflow-sig", "MAILGUN_API_KEY": "mailgun-api-key",
-		"MAILGUN_WEBHOOK_SIGNING_KEY": "mailgun-signing-key"} {
+		"MAILGUN_WEBHOOK_SIGNING_KEY": "mailgun-signing-key", "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+		"AWS_SECRET_ACCESS_KEY": "aws-secret-key"} {
 		t.Setenv(k, v)
 	}
 }
@@ -321,7 +322,8 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 		!strings.Contains(r.stdout, "route telegram") || strings.Contains(r.stdout+r.stderr, "telegram-bot-token") ||
 		!strings.Contains(r.stdout, "route teams") || strings.Contains(r.stdout+r.stderr, "teams-workflow-sig") ||
 		!strings.Contains(r.stdout, "resend -> smtp-backup -> mailgun-eu") || strings.Contains(r.stdout+r.stderr, "mailgun-api-key") ||
-		strings.Contains(r.stdout+r.stderr, "mailgun-signing-key") {
+		strings.Contains(r.stdout+r.stderr, "mailgun-signing-key") ||
+		!strings.Contains(r.stdout, "-> mailgun-eu -> ses") || strings.Contains(r.stdout+r.stderr, "aws-secret-key") {
 		t.Fatalf("config check: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := runCLI(t, "", "dispatch", "--until-idle", "--config", "testdata/edgerelay.yaml", "--db", filepath.Join(t.TempDir(), "c.db"))

@@ -1,9 +1,9 @@
 // Package providers holds the one interface through which edgerelay
 // delivers, and one implementation per file: log, webhook (signed per
 // Standard Webhooks), email-http (with Postmark, Resend and SendGrid
-// presets), mailgun, smtp, twilio, fcm, slack, discord, telegram and
-// teams. Each file declares its Kind, and kinds (kind.go) lists them: New
-// builds from that list, and the CLI's help and the README's provider
+// presets), mailgun, ses, smtp, twilio, fcm, slack, discord, telegram
+// and teams. Each file declares its Kind, and kinds (kind.go) lists them:
+// New builds from that list, and the CLI's help and the README's provider
 // table are rendered from it. Providers that take status callbacks also
 // implement ReceiptParser.
 //

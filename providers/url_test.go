@@ -68,8 +68,8 @@ func TestNewErrors(t *testing.T) {
 		url  string
 		want string // the whole error, or a part of it when partial
 	}{
-		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https)`},
-		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https)`},
+		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https, ses+http, ses+https)`},
+		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https, ses+http, ses+https)`},
 		{"log:stdout", `expected log://`},
 		{"log://relative/file.log", `log target must be stdout, stderr or an absolute file path`},
 		{"log://stdout?timeout=1s", `unknown parameter "timeout" (supported: name)`},

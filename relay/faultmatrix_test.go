@@ -290,6 +290,9 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 	teamsErr := func(code, msg string) string {
 		return fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg)
 	}
+	sesErr := func(name, msg string) string {
+		return fmt.Sprintf(`{"__type":"com.amazonaws.sesv2#%s","message":%q}`, name, msg)
+	}
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
 	}
@@ -531,6 +534,27 @@ func fmProviders(fcm *fmFCM) []*fmProvider {
 				name: "400 'to' parameter is not a valid address", play: playBody, status: 400, want: xInvalid, detail: "not a valid address",
 				body: `{"message":"'to' parameter is not a valid address. please check documentation"}`,
 			}},
+		},
+		{
+			name: "ses", note: "SigV4, keys: none", channel: "email", rcpt: email,
+			url: func(a string) string {
+				return "ses+http://AKIAEXAMPLE:secret@" + a + "?region=eu-west-1&from=relay%40example.com"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"MessageId":"0102018c1234abcd-0000-000000"}`, id: "0102018c1234abcd-0000-000000"},
+			errBodies: map[int]string{
+				400: sesErr("BadRequestException", "Missing required field Destination."),
+				403: sesErr("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided."),
+				404: sesErr("NotFoundException", "Configuration set <transactional> does not exist."),
+				429: sesErr("TooManyRequestsException", "Maximum sending rate exceeded."),
+				500: sesErr("InternalFailure", "Internal failure."),
+			},
+			extras: []fmFault{
+				{name: "400 MessageRejected", play: playBody, status: 400, want: xFailed, detail: "MessageRejected",
+					body: sesErr("MessageRejected", "Email address is not verified.")},
+				{name: "400 LimitExceeded (a sending quota)", play: playBody, status: 400, want: xRefused, detail: "LimitExceeded",
+					body: sesErr("LimitExceededException", "Daily message quota exceeded.")},
+			},
 		},
 	}
 }
