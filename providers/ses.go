@@ -17,19 +17,28 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
-var _ Provider = (*SES)(nil)
+var (
+	_ Provider      = (*SES)(nil)
+	_ ReceiptParser = (*SES)(nil)
+)
 
 var sesKind = &Kind{
 	Name: "ses", Schemes: httpSchemes("ses"),
 	URLs: []string{"ses+https://ACCESS_KEY_ID:SECRET@email.REGION.amazonaws.com?from=ADDR[&configuration_set=…]"},
 	Summary: "Amazon SES v2 `SendEmail` (JSON, signed with SigV4 for the URL's region); each message carries the " +
 		"email tag `edgerelay-key` (its key); `MessageRejected`, `MailFromDomainNotVerified`, `AccountSuspended`, " +
-		"`SendingPaused`, `NotFound` and 403 (the credentials) fail, `LimitExceeded`, 429 and 503 retry, 500 is unknown",
+		"`SendingPaused`, `NotFound` and 403 (the credentials) fail, `LimitExceeded`, 429 and 503 retry, 500 is unknown. " +
+		"SES's bounces, complaints and deliveries through SNS are receipts, taken only with a valid SNS signature: " +
+		"a `Permanent` bounce is hard, `Transient` soft",
 	Params: []Param{
 		{"from", "the sender, a verified identity's address, with or without a display name (percent-encoded)"},
 		{"region", "the AWS region to sign for (default: from the host, `email.REGION.amazonaws.com`)"},
 		{"configuration_set", "the SES configuration set to send with (its event destinations publish bounces, complaints and deliveries)"},
 		{"session_token", "a temporary credential's session token, sent as `X-Amz-Security-Token`"},
+		{"sns_topic_arn", "the SNS topic SES publishes this sender's bounces, complaints and deliveries to: receipts posted to " +
+			"`/v1/receipts/NAME` are taken only from it, and only with a valid SNS signature (a subscription to it is confirmed)"},
+		{"sns_cert_host", "the host an SNS signing certificate and subscription URL must be on, `*` standing for one label " +
+			"(default `sns.*.amazonaws.com`)"},
 		paramListUnsubscribe,
 		paramConcurrency, paramName, paramTimeout},
 	Keys: "no: SendEmail takes none; a resend after an unknown outcome sends a second message " +
@@ -75,6 +84,7 @@ type SES struct {
 	unsub     listUnsubscribe
 	// now dates each signature; tests may fix it.
 	now func() time.Time
+	sns snsVerifier
 }
 
 var _ CommercialSender = (*SES)(nil)
@@ -136,6 +146,9 @@ func newSESURL(u *url.URL, q url.Values) (Provider, string) {
 		}
 	}
 	if problem := p.unsub.parse(q); problem != "" {
+		return nil, problem
+	}
+	if problem := p.sns.parse(q, e.timeout); problem != "" {
 		return nil, problem
 	}
 	return p, ""
