@@ -221,30 +221,34 @@ func mailgunResult(r Result) Result {
 // to keep very old captures out.
 const MailgunReceiptTolerance = 12 * time.Hour
 
-// mailgunWebhook is one webhook request: the signature and the event.
+// mailgunWebhook is one webhook request: the signature and the event,
+// read only once the signature holds.
 type mailgunWebhook struct {
 	Signature struct {
 		Timestamp json.RawMessage `json:"timestamp"`
 		Token     string          `json:"token"`
 		Signature string          `json:"signature"`
 	} `json:"signature"`
-	EventData *struct {
-		ID        string  `json:"id"`
-		Event     string  `json:"event"`
-		Timestamp float64 `json:"timestamp"`
-		Severity  string  `json:"severity"`
-		Reason    string  `json:"reason"`
-		Message   struct {
-			Headers struct {
-				MessageID string `json:"message-id"`
-			} `json:"headers"`
-		} `json:"message"`
-		UserVariables  map[string]any `json:"user-variables"`
-		DeliveryStatus struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"delivery-status"`
-	} `json:"event-data"`
+	EventData json.RawMessage `json:"event-data"`
+}
+
+// mailgunEvent is a webhook's event-data.
+type mailgunEvent struct {
+	ID        string  `json:"id"`
+	Event     string  `json:"event"`
+	Timestamp float64 `json:"timestamp"`
+	Severity  string  `json:"severity"`
+	Reason    string  `json:"reason"`
+	Message   struct {
+		Headers struct {
+			MessageID string `json:"message-id"`
+		} `json:"headers"`
+	} `json:"message"`
+	UserVariables  map[string]any `json:"user-variables"`
+	DeliveryStatus struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"delivery-status"`
 }
 
 // ParseReceipts reads one Mailgun webhook event (the JSON webhooks, with
@@ -259,7 +263,7 @@ func (p *Mailgun) ParseReceipts(_ *http.Request, body []byte, _ string) ([]Recei
 	}
 	var w mailgunWebhook
 	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, fmt.Errorf("mailgun receipt: not a webhook event (JSON with signature and event-data): %w", err)
+		return nil, errors.New("mailgun receipt: not a webhook event (a JSON object with signature and event-data)")
 	}
 	ts := string(bytes.Trim(w.Signature.Timestamp, `"`))
 	if !p.signed(ts, w.Signature.Token, w.Signature.Signature) {
@@ -272,9 +276,9 @@ func (p *Mailgun) ParseReceipts(_ *http.Request, body []byte, _ string) ([]Recei
 	if age := time.Since(time.Unix(secs, 0)); age > MailgunReceiptTolerance || age < -5*time.Minute {
 		return nil, fmt.Errorf("%w: signed %s ago, outside the %s Mailgun events may take", ErrBadSignature, age.Round(time.Second), MailgunReceiptTolerance)
 	}
-	ev := w.EventData
-	if ev == nil || ev.Event == "" {
-		return nil, errors.New(`mailgun receipt: no "event-data" with an "event"`)
+	var ev mailgunEvent
+	if json.Unmarshal(w.EventData, &ev) != nil || ev.Event == "" {
+		return nil, errors.New(`mailgun receipt: no "event-data" object with an "event"`)
 	}
 	rc := Receipt{ID: ev.ID, MessageID: strings.Trim(ev.Message.Headers.MessageID, "<>")}
 	if k, ok := ev.UserVariables[mailgunKeyVar].(string); ok {

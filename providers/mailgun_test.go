@@ -161,9 +161,9 @@ func TestMailgunURL(t *testing.T) {
 	}
 }
 
-// mailgunEvent is a webhook request as Mailgun signs it: HMAC-SHA256 under
+// signedMailgunEvent is a webhook request as Mailgun signs it: HMAC-SHA256 under
 // the signing key over timestamp and token, in hex.
-func mailgunEvent(key string, signedAt time.Time, eventData string) []byte {
+func signedMailgunEvent(key string, signedAt time.Time, eventData string) []byte {
 	ts := strconv.FormatInt(signedAt.Unix(), 10)
 	token := base64.RawURLEncoding.EncodeToString([]byte(ts + "-a-random-token-of-fifty-chars-or-so"))
 	mac := hmac.New(sha256.New, []byte(key))
@@ -202,7 +202,7 @@ func TestMailgunReceipts(t *testing.T) {
 		{"temporary", event("failed", `,"severity":"temporary","reason":"generic","delivery-status":{"code":452,"message":"4.2.2 Mailbox full"}`),
 			ReceiptSent, BounceNone, "failed temporary generic 452: 4.2.2 Mailbox full"},
 	} {
-		rs, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/v1/receipts/mailgun", nil), mailgunEvent(mailgunSigningKey, time.Now(), c.data), "")
+		rs, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/v1/receipts/mailgun", nil), signedMailgunEvent(mailgunSigningKey, time.Now(), c.data), "")
 		if err != nil || len(rs) != 1 {
 			t.Errorf("%s: %v, %d receipts", c.name, err, len(rs))
 			continue
@@ -221,22 +221,22 @@ func TestMailgunReceipts(t *testing.T) {
 		p    *Mailgun
 		body []byte
 	}{
-		{"another key", p, mailgunEvent("another-key", time.Now(), delivered)},
-		{"signed 13 hours ago", p, mailgunEvent(mailgunSigningKey, time.Now().Add(-13*time.Hour), delivered)},
-		{"signed an hour ahead", p, mailgunEvent(mailgunSigningKey, time.Now().Add(time.Hour), delivered)},
+		{"another key", p, signedMailgunEvent("another-key", time.Now(), delivered)},
+		{"signed 13 hours ago", p, signedMailgunEvent(mailgunSigningKey, time.Now().Add(-13*time.Hour), delivered)},
+		{"signed an hour ahead", p, signedMailgunEvent(mailgunSigningKey, time.Now().Add(time.Hour), delivered)},
 		{"no signature", p, []byte(`{"event-data":` + delivered + `}`)},
-		{"tampered timestamp", p, []byte(strings.Replace(string(mailgunEvent(mailgunSigningKey, time.Now(), delivered)), `"timestamp":"1`, `"timestamp":"2`, 1))},
-		{"no signing key configured", newProvider(t, mailgunURL("https://api.mailgun.net", "")).(*Mailgun), mailgunEvent(mailgunSigningKey, time.Now(), delivered)},
+		{"tampered timestamp", p, []byte(strings.Replace(string(signedMailgunEvent(mailgunSigningKey, time.Now(), delivered)), `"timestamp":"1`, `"timestamp":"2`, 1))},
+		{"no signing key configured", newProvider(t, mailgunURL("https://api.mailgun.net", "")).(*Mailgun), signedMailgunEvent(mailgunSigningKey, time.Now(), delivered)},
 	} {
 		if _, err := c.p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), c.body, ""); !errors.Is(err, ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadSignature", c.name, err)
 		}
 	}
 	// Signed an 8-hour retry later: still taken.
-	if _, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), mailgunEvent(mailgunSigningKey, time.Now().Add(-8*time.Hour), delivered), ""); err != nil {
+	if _, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), signedMailgunEvent(mailgunSigningKey, time.Now().Add(-8*time.Hour), delivered), ""); err != nil {
 		t.Errorf("an event signed 8 hours ago: %v", err)
 	}
-	if _, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), mailgunEvent(mailgunSigningKey, time.Now(), `{"id":"x","event":"delivered"}`), ""); err == nil || errors.Is(err, ErrBadSignature) {
+	if _, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), signedMailgunEvent(mailgunSigningKey, time.Now(), `{"id":"x","event":"delivered"}`), ""); err == nil || errors.Is(err, ErrBadSignature) {
 		t.Errorf("an event naming no message: %v, want an invalid receipt", err)
 	}
 }
