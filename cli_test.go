@@ -303,7 +303,11 @@ func exampleEnv(t *testing.T) {
 	t.Setenv("APP_DB", app)
 	for k, v := range map[string]string{"RESEND_TOKEN": "re_test_123", "SMTP_PASSWORD": "pw",
 		"WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "ACME_API_TOKEN": "acme-token-0123456789",
-		"TWILIO_ACCOUNT_SID": "AC0123", "TWILIO_AUTH_TOKEN": "twilio-token"} {
+		"TWILIO_ACCOUNT_SID": "AC0123", "TWILIO_AUTH_TOKEN": "twilio-token",
+		"DISCORD_WEBHOOK_TOKEN": "discord-webhook-token", "TELEGRAM_BOT_TOKEN": "123456:telegram-bot-token",
+		"TEAMS_WORKFLOW_SIG": "teams-workflow-sig", "MAILGUN_API_KEY": "mailgun-api-key",
+		"MAILGUN_WEBHOOK_SIGNING_KEY": "mailgun-signing-key", "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+		"AWS_SECRET_ACCESS_KEY": "aws-secret-key"} {
 		t.Setenv(k, v)
 	}
 }
@@ -313,7 +317,13 @@ func exampleEnv(t *testing.T) {
 func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment variables
 	exampleEnv(t)
 	if r := runCLI(t, "", "config", "check", "testdata/edgerelay.yaml"); r.code != 0 ||
-		!strings.Contains(r.stdout, "route email    resend -> smtp-backup") || strings.Contains(r.stdout, "re_test_123") {
+		!strings.Contains(r.stdout, "route email    resend -> smtp-backup") || strings.Contains(r.stdout, "re_test_123") ||
+		!strings.Contains(r.stdout, "route chat") || strings.Contains(r.stdout+r.stderr, "discord-webhook-token") ||
+		!strings.Contains(r.stdout, "route telegram") || strings.Contains(r.stdout+r.stderr, "telegram-bot-token") ||
+		!strings.Contains(r.stdout, "route teams") || strings.Contains(r.stdout+r.stderr, "teams-workflow-sig") ||
+		!strings.Contains(r.stdout, "resend -> smtp-backup -> mailgun-eu") || strings.Contains(r.stdout+r.stderr, "mailgun-api-key") ||
+		strings.Contains(r.stdout+r.stderr, "mailgun-signing-key") ||
+		!strings.Contains(r.stdout, "-> mailgun-eu -> ses") || strings.Contains(r.stdout+r.stderr, "aws-secret-key") {
 		t.Fatalf("config check: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := runCLI(t, "", "dispatch", "--until-idle", "--config", "testdata/edgerelay.yaml", "--db", filepath.Join(t.TempDir(), "c.db"))
@@ -324,7 +334,7 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Types["otp.requested"].Delivery != "at-most-once" || cfg.Channels["sms"].MaxAttempts != 5 || len(cfg.Routes) != 3 {
+	if cfg.Types["otp.requested"].Delivery != "at-most-once" || cfg.Channels["sms"].MaxAttempts != 5 || len(cfg.Routes) != 6 {
 		t.Fatalf("config %+v", cfg)
 	}
 }

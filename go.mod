@@ -45,8 +45,11 @@ require github.com/golang-jwt/jwt/v5 v5.3.1 // user tokens: the browser's JWT fo
 
 require github.com/getkin/kin-openapi v0.153.0 // tests only: every API test's request and answer validated against api/openapi.yaml (openapi3filter); v0.153 validates OpenAPI 3.1 documents with JSON Schema 2020-12, so pb33f/libopenapi-validator was not needed
 
+require github.com/aws/aws-sdk-go-v2 v1.48.0 // the ses provider: Signature Version 4 from AWS's own signer (aws/signer/v4), not a hand-rolled one; the core module only, no service clients
+
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect

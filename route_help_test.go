@@ -40,7 +40,7 @@ func TestConfigCheckUnknownScheme(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte(`providers:
   mail:
-    url: mailgun+https://api.mailgun.net/v3
+    url: mandrill+https://mandrillapp.com/api/1.0
 routes:
   email: [mail]
   sms: ftp://sms.example.com/send
@@ -52,7 +52,7 @@ routes:
 	supported := "(supported: " + strings.Join(all, ", ") + ")"
 	r := runCLI(t, "", "config", "check", bad)
 	for _, want := range []string{
-		`line 2 (providers.mail): provider URL "mailgun+https://api.mailgun.net/v3?name=mail": unknown scheme "mailgun+https" ` + supported,
+		`line 2 (providers.mail): provider URL "mandrill+https://mandrillapp.com/api/1.0?name=mail": unknown scheme "mandrill+https" ` + supported,
 		`line 6 (routes.sms): provider URL "ftp://sms.example.com/send": unknown scheme "ftp" ` + supported,
 	} {
 		if !strings.Contains(r.stderr, want) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -116,7 +117,14 @@ func (e tlsError) Unwrap() error { return e.error }
 
 // transportResult classifies a call that got no HTTP answer.
 func transportResult(err error, written bool) Result {
-	r := Result{Response: truncate([]byte(err.Error()))}
+	text := err.Error()
+	if ue, ok := err.(*url.Error); ok {
+		// net/http quotes the whole URL, and a URL can hold a credential
+		// (a chat webhook's path, a bot token): the audit trail keeps what
+		// failed, not where.
+		text = ue.Op + ": " + ue.Err.Error()
+	}
+	r := Result{Response: truncate([]byte(text))}
 	var netErr net.Error
 	timeout := errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
 	cancelled := errors.Is(err, context.Canceled)

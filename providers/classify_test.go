@@ -473,3 +473,34 @@ func endpoint(p Provider) *httpEndpoint {
 	}
 	return e
 }
+
+// A call that got no answer keeps the transport's error in
+// Result.Response (the audit trail), without the URL net/http quotes: a
+// chat webhook's path is its credential.
+func TestTransportErrorHidesTheURL(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	reset := rawServer(t, func(c net.Conn, _ <-chan struct{}) {
+		readRequest(bufio.NewReader(c))
+		resetOnClose(t, c)
+	})
+	for _, c := range []struct{ url, detail string }{
+		{"slack+http://" + refused + slackPath, "connection refused"},
+		{"discord+http://" + refused + discordPath, "connection refused"},
+		{"slack+http://" + reset + slackPath, "connection closed before the answer"},
+		{"discord+http://" + reset + discordPath, "connection closed before the answer"},
+	} {
+		r := send(newProvider(t, c.url), testMessage("k"))
+		if !strings.Contains(r.Detail, c.detail) || !strings.HasPrefix(r.Response, "Post: ") {
+			t.Errorf("%s: detail %q, response %q; want %q and the error after Post:", Redact(c.url), r.Detail, r.Response, c.detail)
+		}
+		if strings.Contains(r.Response, "XXXXsecretXXXX") {
+			t.Errorf("%s: the response quotes the URL's secret: %q", Redact(c.url), r.Response)
+		}
+	}
+}

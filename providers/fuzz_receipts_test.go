@@ -3,11 +3,16 @@ package providers
 import (
 	"crypto/hmac"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -171,5 +176,50 @@ func FuzzWebhookReceipts(f *testing.F) {
 			t.Fatalf("no receipt from a single object %q", body)
 		}
 		checkReceipts(t, rs)
+	})
+}
+
+// FuzzMailgunReceipts posts an arbitrary event-data as a Mailgun webhook,
+// signed with the webhook signing key or with another. Signed with
+// another: ErrBadSignature. Signed: never ErrBadSignature, and either one
+// receipt that names a message (its message-id or its key) with a known
+// status, or another error.
+func FuzzMailgunReceipts(f *testing.F) {
+	f.Add([]byte(`{"id":"ev1","event":"delivered","message":{"headers":{"message-id":"m1@mg.example.com"}}}`), true)
+	f.Add([]byte(`{"id":"ev2","event":"failed","severity":"permanent","reason":"bounce","user-variables":{"edgerelay-key":"er1_k"}}`), true)
+	f.Add([]byte(`{"event":"failed","user-variables":{"edgerelay-key":7}}`), false)
+	p := fuzzReceiptParser(f, "mailgun+http://127.0.0.1:1?domain=mg.example.com&from=a%40mg.example.com&token=k&webhook_signing_key=signing-key")
+
+	f.Fuzz(func(t *testing.T, eventData []byte, sign bool) {
+		key := "another-key"
+		if sign {
+			key = "signing-key"
+		}
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		mac := hmac.New(sha256.New, []byte(key))
+		mac.Write([]byte(ts + "fuzz-token"))
+		body := fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":"fuzz-token","signature":%q},"event-data":%s}`,
+			ts, hex.EncodeToString(mac.Sum(nil)), eventData)
+		rs, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/v1/receipts/mailgun", nil), body, "")
+		t.Logf("signed %v: %+v, %v", sign, rs, err)
+		switch {
+		case !sign:
+			// A body that is not JSON at all is refused before its
+			// signature is read.
+			if err == nil || json.Valid(body) && !errors.Is(err, ErrBadSignature) {
+				t.Fatalf("signed with another key: %+v, %v; want ErrBadSignature", rs, err)
+			}
+		case errors.Is(err, ErrBadSignature):
+			t.Fatalf("correctly signed event refused: %v", err)
+		case err == nil:
+			if len(rs) != 1 || rs[0].MessageID == "" && rs[0].Key == "" {
+				t.Fatalf("receipts %+v: want one that names a message", rs)
+			}
+			switch rs[0].Status {
+			case ReceiptDelivered, ReceiptBounced, ReceiptComplained, ReceiptFailed, ReceiptSent:
+			default:
+				t.Fatalf("unknown status %q", rs[0].Status)
+			}
+		}
 	})
 }

@@ -51,7 +51,7 @@ type Param struct {
 
 // kinds are the providers New knows, in the order errors and the README
 // list them.
-var kinds = []*Kind{logKind, webhookKind, emailHTTPKind, smtpKind, twilioKind, fcmKind, slackKind, webPushKind, apnsKind}
+var kinds = []*Kind{logKind, webhookKind, emailHTTPKind, smtpKind, twilioKind, fcmKind, slackKind, discordKind, telegramKind, teamsKind, mailgunKind, sesKind, webPushKind, apnsKind}
 
 // Kinds returns every provider kind, in the order errors and the README
 // list them.

@@ -160,6 +160,13 @@ var loopbackFixes = map[string]loopbackFix{
 				}
 			}
 	}},
+	// ses reads its region from the host, which moving it to loopback loses.
+	"ses": {adapt: func(t *testing.T, u *url.URL, _ *httpRecorder) (func(Provider), func(*testing.T, string)) {
+		q := u.Query()
+		q.Set("region", "us-east-1")
+		u.RawQuery = q.Encode()
+		return nil, nil
+	}},
 	"fcm": {adapt: func(t *testing.T, u *url.URL, rec *httpRecorder) (func(Provider), func(*testing.T, string)) {
 		q := u.Query()
 		q.Set("credentials", writeServiceAccount(t, map[string]string{"token_uri": rec.URL + "/token"}))

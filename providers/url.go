@@ -161,7 +161,17 @@ func params(u *url.URL, allowed, explained []string) (url.Values, string) {
 // publicParams are the query parameters whose values are not secret.
 // Redact hides every other value, so a credential put under a wrong name
 // (apikey=…) is not echoed by the error that names the wrong parameter.
-var publicParams = []string{"concurrency", "from", "idempotency", "name", "timeout", "preset", "starttls", "dkim_selector", "dkim_domain", "list_unsubscribe", "channel", "to", "allow", "allow_prefix", "allow_private", "vapid_key", "subject", "ttl", "urgency", "key_id", "team_id", "topic", "push_type", "priority", "ca"}
+var publicParams = []string{"concurrency", "from", "idempotency", "name", "timeout", "preset", "starttls", "dkim_selector", "dkim_domain", "list_unsubscribe", "channel", "to", "allow", "allow_prefix", "allow_private", "vapid_key", "subject", "ttl", "urgency", "key_id", "team_id", "topic", "push_type", "priority", "ca", "domain", "tag", "thread_id"}
+
+// secretPathSchemes are the kinds whose URL path is a credential.
+var secretPathSchemes = []string{"slack+", "discord+", "teams+"}
+
+// secretPath reports whether a URL that starts with head (its scheme and
+// //) keeps a credential in its path.
+func secretPath(head string) bool {
+	head = strings.ToLower(head)
+	return slices.ContainsFunc(secretPathSchemes, func(s string) bool { return strings.HasPrefix(head, s) })
+}
 
 // Redact returns rawURL fit to quote in errors and logs: userinfo becomes
 // REDACTED, as do the values of token and of any parameter not known to be
@@ -183,8 +193,9 @@ func Redact(rawURL string) string {
 		if j := strings.LastIndexByte(authority, '@'); j >= 0 {
 			authority = hidden + authority[j:]
 		}
-		// A Slack incoming webhook's path is its secret.
-		if hasPath && strings.HasPrefix(strings.ToLower(head), "slack+") {
+		// A chat webhook's path is its secret (Slack's, Discord's token,
+		// a Teams webhook's ids).
+		if hasPath && secretPath(head) {
 			path = hidden
 		}
 		s = head + authority

@@ -68,8 +68,8 @@ func TestNewErrors(t *testing.T) {
 		url  string
 		want string // the whole error, or a part of it when partial
 	}{
-		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, webpush+http, webpush+https, apns)`},
-		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, webpush+http, webpush+https, apns)`},
+		{"foo://x", `provider URL "foo://x": unknown scheme "foo" (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https, ses+http, ses+https, webpush+http, webpush+https, apns)`},
+		{"stdout", `provider URL "stdout": missing scheme (supported: log, webhook+http, webhook+https, email-http+http, email-http+https, smtp, smtps, twilio+http, twilio+https, fcm+http, fcm+https, slack+http, slack+https, discord+http, discord+https, telegram+http, telegram+https, teams+http, teams+https, mailgun+http, mailgun+https, ses+http, ses+https, webpush+http, webpush+https, apns)`},
 		{"log:stdout", `expected log://`},
 		{"log://relative/file.log", `log target must be stdout, stderr or an absolute file path`},
 		{"log://stdout?timeout=1s", `unknown parameter "timeout" (supported: name)`},
@@ -118,6 +118,7 @@ func TestNoSecretInErrorsOrNames(t *testing.T) {
 		"webhook+https://admin:hunter2@h:port/x?token=s3cret",               // unparsable
 		"email-http+https://h/x?from=a%40b.c&token=s3cret&Token=apikey-val", // a case slip
 		"slack+https://hooks.slack.com/services/T0/B0/hunter2?tokn=1",       // a Slack webhook's path is its secret
+		"discord+https://discord.com/api/webhooks/1/hunter2?tokn=1",         // so is a Discord webhook's
 	}
 	for _, raw := range bad {
 		_, err := New(raw)
@@ -160,6 +161,9 @@ func TestRedact(t *testing.T) {
 		{"webhook+https://u:p@ss@h/x", "webhook+https://REDACTED@h/x"},
 		{"webhook+https://u:p/ss@h/x", "webhook+https://REDACTED"}, // does not parse
 		{"not a url at all", "not a url at all"},
+		{"slack+https://hooks.slack.com/services/T0/B0/s3cret", "slack+https://hooks.slack.com/REDACTED"},
+		{"discord+https://discord.com/api/webhooks/1/s3cret?thread_id=2", "discord+https://discord.com/REDACTED?thread_id=2"},
+		{"teams+https://h.example/workflows/w/invoke?api-version=1&sig=s3cret", "teams+https://h.example/REDACTED?api-version=REDACTED&sig=REDACTED"},
 	}
 	for _, c := range cases {
 		if got := Redact(c.in); got != c.want {

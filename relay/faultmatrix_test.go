@@ -297,6 +297,22 @@ func fmProviders(fcm *fmFCM, wp *fmWebPush, apns *fmAPNs) []*fmProvider {
 	sendgridErr := func(msg string) string {
 		return fmt.Sprintf(`{"errors":[{"message":%q,"field":null,"help":null}]}`, msg)
 	}
+	discordErr := func(code int, msg string) string {
+		return fmt.Sprintf(`{"message":%q,"code":%d}`, msg, code)
+	}
+	telegramErr := func(code int, desc, params string) string {
+		b := fmt.Sprintf(`{"ok":false,"error_code":%d,"description":%q`, code, desc)
+		if params != "" {
+			b += `,"parameters":` + params
+		}
+		return b + "}"
+	}
+	teamsErr := func(code, msg string) string {
+		return fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg)
+	}
+	sesErr := func(name, msg string) string {
+		return fmt.Sprintf(`{"__type":"com.amazonaws.sesv2#%s","message":%q}`, name, msg)
+	}
 	twilioErr := func(status, code int, msg string) string {
 		return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
 	}
@@ -519,6 +535,109 @@ func fmProviders(fcm *fmFCM, wp *fmWebPush, apns *fmAPNs) []*fmProvider {
 				{name: "400 IdleTimeout", play: playBody, status: 400, want: xRefused, detail: "IdleTimeout", body: apnsErr("IdleTimeout")},
 				{name: "403 ExpiredProviderToken", play: playBody, status: 403, want: xRefused, detail: "ExpiredProviderToken", body: apnsErr("ExpiredProviderToken")},
 				{name: "429 TooManyRequests (one device)", play: playBody, status: 429, want: xRefused, detail: "TooManyRequests", body: apnsErr("TooManyRequests")},
+			},
+		},
+		{
+			name: "discord", note: "keys: none", channel: "chat", rcpt: Recipient{ID: "ops", Addresses: map[string]string{"chat": "#ops"}},
+			url: func(a string) string {
+				return "discord+http://" + a + "/api/webhooks/123456789012345678/XXXXsecretXXXX"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"id":"1234567890123456789","type":0,"channel_id":"99"}`, id: "1234567890123456789"},
+			errBodies: map[int]string{
+				400: discordErr(50035, "Invalid Form Body"), 401: discordErr(50027, "Invalid Webhook Token"),
+				404: discordErr(10015, "Unknown Webhook"), 500: discordErr(0, "500: Internal Server Error"),
+				// A 429 without retry_after: the Retry-After rows decide.
+				429: discordErr(0, "You are being rate limited."),
+			},
+			extras: []fmFault{{
+				name: "429 retry_after: 30 in the body only", play: playBody, status: 429, want: xRefusedRA, detail: "rate limited",
+				body: `{"message":"You are being rate limited.","retry_after":30,"global":false}`,
+			}},
+		},
+		{
+			name: "telegram", note: "keys: none", channel: "telegram", rcpt: Recipient{ID: "ada", Addresses: map[string]string{"telegram": "987654321"}},
+			url:       func(a string) string { return "telegram+http://" + a + "?token=123456%3AAAXXXXsecretXXXX" },
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"ok":true,"result":{"message_id":42,"chat":{"id":987654321,"type":"private"},"date":1767225600}}`, id: "987654321/42"},
+			errBodies: map[int]string{
+				400: telegramErr(400, "Bad Request: message text is empty", ""), 401: telegramErr(401, "Unauthorized", ""),
+				404: telegramErr(404, "Not Found", ""), 409: telegramErr(409, "Conflict: terminated by other getUpdates request", ""),
+				500: telegramErr(500, "Internal Server Error", ""),
+				// A 429 without parameters: the Retry-After rows decide.
+				429: telegramErr(429, "Too Many Requests", ""),
+			},
+			extras: []fmFault{
+				{name: "403 bot was blocked by the user", play: playBody, status: 403, want: xInvalid, detail: "bot was blocked by the user",
+					body: telegramErr(403, "Forbidden: bot was blocked by the user", "")},
+				{name: "400 chat not found", play: playBody, status: 400, want: xInvalid, detail: "chat not found",
+					body: telegramErr(400, "Bad Request: chat not found", "")},
+				{name: "400 migrate_to_chat_id (a group now a supergroup)", play: playBody, status: 400, want: xInvalid, detail: "the chat is now -1009876543210",
+					body: telegramErr(400, "Bad Request: group chat was upgraded to a supergroup chat", `{"migrate_to_chat_id":-1009876543210}`)},
+				{name: "403 bot can't send messages to bots", play: playBody, status: 403, want: xFailed, detail: "messages to bots",
+					body: telegramErr(403, "Forbidden: bot can't send messages to bots", "")},
+				{name: "429 parameters.retry_after: 30 in the body only", play: playBody, status: 429, want: xRefusedRA, detail: "retry after 30",
+					body: telegramErr(429, "Too Many Requests: retry after 30", `{"retry_after":30}`)},
+			},
+		},
+		{
+			name: "teams", note: "workflow URL, keys: none", channel: "chat", rcpt: Recipient{ID: "ops", Addresses: map[string]string{"chat": "#ops"}},
+			url: func(a string) string {
+				return "teams+http://" + a + "/workflows/0123abcd/triggers/manual/paths/invoke?api-version=2016-06-01&sp=%2Ftriggers%2Fmanual%2Frun&sv=1.0&sig=XXXXsecretXXXX"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 202},
+			errBodies: map[int]string{
+				400: teamsErr("InvalidRequestContent", "The request content is not valid."),
+				401: teamsErr("DirectApiAuthorizationRequired", "The request must be authenticated only by Shared Access scheme."),
+				404: teamsErr("WorkflowNotFound", "The workflow could not be found."),
+				429: teamsErr("WorkflowRequestsThrottled", "Rate limit is exceeded."),
+				500: teamsErr("InternalServerError", "Encountered internal server error."),
+			},
+			// An Office 365 connector says in a 200 that it did not post.
+			extras: []fmFault{
+				{name: "200 connector: delivery failed, HTTP error 429", play: playBody, status: 200, want: xRefused, detail: "HTTP error 429",
+					body: "Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 429 with ContextId tcid=0,server=msgapi,cv=x"},
+				{name: "200 connector: delivery failed, HTTP error 413", play: playBody, status: 200, want: xFailed, detail: "HTTP error 413",
+					body: "Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 413 with ContextId tcid=0,server=msgapi,cv=x"},
+			},
+		},
+		{
+			name: "mailgun", note: "keys: none", channel: "email", rcpt: email,
+			url: func(a string) string {
+				return "mailgun+http://" + a + "?domain=mg.example.com&from=relay%40mg.example.com&token=key-test"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"id":"<20250201100000.1.5F3C2A@mg.example.com>","message":"Queued. Thank you."}`, id: "20250201100000.1.5F3C2A@mg.example.com"},
+			errBodies: map[int]string{
+				400: `{"message":"Need at least one of 'text' or 'html' parameters specified"}`,
+				401: "Forbidden", 404: `{"message":"Domain not found: mg.example.com"}`,
+				429: `{"message":"Too many requests"}`, 500: `{"message":"Internal Server Error"}`,
+			},
+			extras: []fmFault{{
+				name: "400 'to' parameter is not a valid address", play: playBody, status: 400, want: xInvalid, detail: "not a valid address",
+				body: `{"message":"'to' parameter is not a valid address. please check documentation"}`,
+			}},
+		},
+		{
+			name: "ses", note: "SigV4, keys: none", channel: "email", rcpt: email,
+			url: func(a string) string {
+				return "ses+http://AKIAEXAMPLE:secret@" + a + "?region=eu-west-1&from=relay%40example.com"
+			},
+			idHeaders: []string{"Idempotency-Key"},
+			ok:        fmAnswer{status: 200, body: `{"MessageId":"0102018c1234abcd-0000-000000"}`, id: "0102018c1234abcd-0000-000000"},
+			errBodies: map[int]string{
+				400: sesErr("BadRequestException", "Missing required field Destination."),
+				403: sesErr("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided."),
+				404: sesErr("NotFoundException", "Configuration set <transactional> does not exist."),
+				429: sesErr("TooManyRequestsException", "Maximum sending rate exceeded."),
+				500: sesErr("InternalFailure", "Internal failure."),
+			},
+			extras: []fmFault{
+				{name: "400 MessageRejected", play: playBody, status: 400, want: xFailed, detail: "MessageRejected",
+					body: sesErr("MessageRejected", "Email address is not verified.")},
+				{name: "400 LimitExceeded (a sending quota)", play: playBody, status: 400, want: xRefused, detail: "LimitExceeded",
+					body: sesErr("LimitExceededException", "Daily message quota exceeded.")},
 			},
 		},
 	}
