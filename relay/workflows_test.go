@@ -191,10 +191,11 @@ func TestWorkflowWaitsForAnOutcome(t *testing.T) {
 		if _, err := r.RunUntilIdle(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
+		// The sms step is due again a second after it last waited: the
+		// dispatcher's own stepper may decide it inside RunUntilIdle on a
+		// loaded box, else this does. Either way it is decided once, below.
 		clk.advance(2 * time.Second)
-		if n := stepAll(t, r); n != 1 {
-			t.Fatalf("decided %d steps once the email was sent, want 1", n)
-		}
+		stepAll(t, r)
 		v := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})["otp-1/u1"]
 		if v.State != model.RunDone || len(v.Steps) != 2 || v.Steps[1].Outcome != model.StepSkipped || !strings.Contains(v.Steps[1].Reason, "email: sent") {
 			t.Fatalf("run = %+v; want the sms skipped because the email was sent", v)
