@@ -38,6 +38,10 @@ const (
 	probInvalidReceipt = "https://edgerelay.dev/problems/invalid-receipt"
 	probInvalidRequest = "https://edgerelay.dev/problems/invalid-request"
 	probBodyTimeout    = "https://edgerelay.dev/problems/body-timeout"
+	// A user token for one user, asking for another's feed.
+	probUserMismatch = "https://edgerelay.dev/problems/user-mismatch"
+	// A page whose origin the tenant has not allowed (CORS).
+	probOriginNotAllowed = "https://edgerelay.dev/problems/origin-not-allowed"
 )
 
 // response is what a handler produces: written once, and stored verbatim
@@ -67,7 +71,9 @@ func problemField(status int, typ, title, detail, field string) response {
 }
 
 func (r response) write(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", r.ctype)
+	if r.ctype != "" { // "" for a 204
+		w.Header().Set("Content-Type", r.ctype)
+	}
 	if r.retryAfter != "" {
 		w.Header().Set("Retry-After", r.retryAfter)
 	}

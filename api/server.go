@@ -26,6 +26,7 @@ import (
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/store"
+	"edgerelay/usertoken"
 )
 
 // Options configure the API. The zero value is usable for an open API.
@@ -110,6 +111,7 @@ type Store interface {
 	store.Reads
 	store.Dispatch
 	store.Tokens
+	store.UserTokens
 	store.Requests
 	store.Events
 	store.Sources
@@ -157,6 +159,7 @@ func New(r *relay.Relay, st Store, opts Options) *Server {
 	// is their authentication.
 	s.handle("POST /v1/receipts/{provider}", s.postReceipts)
 	s.feedRoutes()
+	s.userTokenRoutes()
 	s.operatorRoutes()
 	s.suppressionRoutes()
 	s.sourceRoutes()
@@ -290,10 +293,12 @@ func (s *Server) setTokens(hashes map[string]string) {
 	s.tokens.Store(&m)
 }
 
-// caller is who is asking: a tenant, or any tenant on an open API.
+// caller is who is asking: a tenant, any tenant on an open API, or one
+// user of a tenant (a user token: that user's feed only).
 type caller struct {
 	tenant string // "" with any
 	any    bool
+	user   string // set for a user token
 }
 
 // tenantFor resolves the tenant a request acts as: its own, or, on an open
@@ -322,16 +327,25 @@ func (s *Server) auth(h authedHandler) handler {
 		if err != nil {
 			return s.internal(err)
 		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if open && ok && usertoken.Shaped(token) {
+			// Even an open API gives a user token no more than its user's
+			// feed: whoever holds one in a browser is that user, not the
+			// operator on loopback.
+			return userTokenRefused(w)
+		}
 		if open {
 			return h(w, r, caller{any: true})
 		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay"`)
 			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "send Authorization: Bearer TOKEN")
 		}
 		// Looked up on every request: a revoked token stops working at once.
 		t, err := s.TokenByHash(r.Context(), HashToken(token))
+		if errors.Is(err, model.ErrNotFound) && usertoken.Shaped(token) {
+			return userTokenRefused(w)
+		}
 		if errors.Is(err, model.ErrNotFound) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
 			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")
