@@ -320,6 +320,18 @@ type UserTokens interface {
 	OriginAllowed(ctx context.Context, origin string) (bool, error)
 }
 
+// FeedSignals is a store that says when feeds changed, so that live
+// streams re-read them instead of polling.
+type FeedSignals interface {
+	// WatchFeeds calls fn after each commit that changed feeds (an item
+	// posted or folded, a mark, members set) with the tenants it changed,
+	// until ctx ends. "" among them means any tenant: re-read them all.
+	// fn must not block. SQLite tells the commits of this process;
+	// PostgreSQL those of every node (LISTEN/NOTIFY), and "" after its
+	// listening connection was lost, since changes may have been missed.
+	WatchFeeds(ctx context.Context, fn func(tenants []string)) error
+}
+
 // Secrets are values made once per database and kept in it, so that every
 // process sharing the store (every node, every restart) uses the same one:
 // the key of the opaque ids the API shows.
