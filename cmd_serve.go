@@ -89,6 +89,7 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    PUT    /v1/feeds/{feed}/members            replace them
    GET    /v1/users/{user}/feed               the user's merged feed
    GET    /v1/users/{user}/feed/unread_count  unread items
+   GET    /v1/users/{user}/feed/stream        live, as Server-Sent Events (Last-Event-ID resumes)
    POST   /v1/users/{user}/feed/read-all      {"up_to": SEQ}
    POST   /v1/users/{user}/feed/dismiss-all   {"up_to": SEQ}
    POST   /v1/users/{user}/feed/{seq}/read    one item
@@ -96,6 +97,7 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    OPTIONS /v1/users/{user}/feed              a browser's CORS preflight (and for
    OPTIONS /v1/users/{user}/feed/unread_count   each route a user token opens)
    OPTIONS /v1/users/{user}/feed/read-all
+   OPTIONS /v1/users/{user}/feed/stream
    OPTIONS /v1/users/{user}/feed/{seq}/read
    OPTIONS /v1/users/{user}/feed/{seq}/dismiss
    POST   /v1/user-token-keys                 a new key for user tokens: kid and secret (once)
@@ -365,6 +367,10 @@ func (sv *server) start() error {
 		return err
 	}
 	go handler.ShedLoop(c.Context, time.Second)
+	// Feed streams hear the store's commits; they end when the context
+	// does, before the requests are drained, so a stream never holds the
+	// shutdown to its deadline.
+	go handler.StreamLoop(c.Context)
 	// Templates stored by another process (a PUT on another node,
 	// `template set`) reach this node's accepts within this period.
 	refresh := time.Duration(s.cfg.Templates.Refresh)

@@ -42,6 +42,8 @@ const (
 	probUserMismatch = "https://edgerelay.dev/problems/user-mismatch"
 	// A page whose origin the tenant has not allowed (CORS).
 	probOriginNotAllowed = "https://edgerelay.dev/problems/origin-not-allowed"
+	// A stream beyond the bound of its user's or its tenant's.
+	probTooManyStreams = "https://edgerelay.dev/problems/too-many-streams"
 )
 
 // response is what a handler produces: written once, and stored verbatim
@@ -51,6 +53,7 @@ type response struct {
 	ctype      string
 	body       []byte
 	retryAfter string // seconds, for 503 and 429
+	streamed   bool   // the handler wrote the answer itself, as it went (a stream)
 }
 
 func jsonResponse(status int, v any) response {
@@ -71,6 +74,9 @@ func problemField(status int, typ, title, detail, field string) response {
 }
 
 func (r response) write(w http.ResponseWriter) {
+	if r.streamed {
+		return
+	}
 	if r.ctype != "" { // "" for a 204
 		w.Header().Set("Content-Type", r.ctype)
 	}

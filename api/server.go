@@ -77,6 +77,15 @@ type Options struct {
 	// Sources, if set, lists the outboxes serve tails, for /readyz's
 	// detail (their lag does not make the API unready).
 	Sources func() []TailSource
+	// StreamHeartbeat is how often an idle feed stream sends a comment, so
+	// that proxies keep it open. Default 15 s.
+	StreamHeartbeat time.Duration
+	// StreamSweep is how often every stream re-reads its feed besides the
+	// store's signals (a write they cannot tell). Default 10 s.
+	StreamSweep time.Duration
+	// MaxStreamsPerUser and MaxStreamsPerTenant bound the open feed
+	// streams (a tab each): more are refused 429. Defaults 5 and 500.
+	MaxStreamsPerUser, MaxStreamsPerTenant int
 }
 
 // Server is the HTTP API over one Relay.
@@ -89,6 +98,7 @@ type Server struct {
 
 	shed    shedState
 	renders renderSlots
+	hub     *hub // the open feed streams
 
 	patterns []string // every route's pattern, in the order registered
 	// tokens is opts.TokenHashes, replaced whole by SetTokenHashes.
@@ -139,13 +149,25 @@ func New(r *relay.Relay, st Store, opts Options) *Server {
 	if opts.TokenCheck <= 0 {
 		opts.TokenCheck = time.Second
 	}
+	if opts.StreamHeartbeat <= 0 {
+		opts.StreamHeartbeat = 15 * time.Second
+	}
+	if opts.StreamSweep <= 0 {
+		opts.StreamSweep = 10 * time.Second
+	}
+	if opts.MaxStreamsPerUser <= 0 {
+		opts.MaxStreamsPerUser = 5
+	}
+	if opts.MaxStreamsPerTenant <= 0 {
+		opts.MaxStreamsPerTenant = 500
+	}
 	if len(opts.TokenHashes) > 0 {
 		opts.Open = false // tokens exist from the start
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{r: r, st: st, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{r: r, st: st, opts: opts, log: opts.Logger, mux: http.NewServeMux(), hub: newHub()}
 	s.setTokens(opts.TokenHashes)
 	s.handle("POST /v1/events", s.auth(s.unlessShedding(s.postEvent)))
 	s.handle("POST /v1/events:batch", s.auth(s.unlessShedding(s.postBatch)))

@@ -18,7 +18,7 @@ import (
 
 // preflightHeaders are the request headers a page may send to the feed
 // routes.
-const preflightHeaders = "Authorization, Content-Type"
+const preflightHeaders = "Authorization, Content-Type, Last-Event-ID"
 
 func (s *Server) userTokenRoutes() {
 	s.handle("POST /v1/user-token-keys", s.auth(s.createUserTokenKey))

@@ -45,7 +45,10 @@ func bearer(tok string) []string { return []string{"Authorization", "Bearer " + 
 // userTokenSetup is a closed API with tenants acme and globex, a key
 // each, and events in ada's, bob's and the tenant feed of acme.
 func userTokenSetup(t *testing.T) (b *bundle, acme, globex []string, acmeKey, globexKey key) {
-	b = setup(t, options{Tokens: map[string]string{api.HashToken("acme-token"): "acme", api.HashToken("globex-token"): "globex"}})
+	// No sweep during a test: a stream hears of a change through the
+	// store's signal, or not at all.
+	b = setup(t, options{Tokens: map[string]string{api.HashToken("acme-token"): "acme", api.HashToken("globex-token"): "globex"},
+		API: api.Options{StreamSweep: time.Hour}})
 	acme, globex = bearer("acme-token"), bearer("globex-token")
 	acmeKey, globexKey = b.createKey(t, "", acme...), b.createKey(t, "", globex...)
 	b.postFeedEvent(t, feedEvent("e1", "For everyone", "*"), acme...)
