@@ -90,10 +90,22 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    PUT    /v1/feeds/{feed}/members            replace them
    GET    /v1/users/{user}/feed               the user's merged feed
    GET    /v1/users/{user}/feed/unread_count  unread items
+   GET    /v1/users/{user}/feed/stream        live, as Server-Sent Events (Last-Event-ID resumes)
    POST   /v1/users/{user}/feed/read-all      {"up_to": SEQ}
    POST   /v1/users/{user}/feed/dismiss-all   {"up_to": SEQ}
    POST   /v1/users/{user}/feed/{seq}/read    one item
    POST   /v1/users/{user}/feed/{seq}/dismiss one item
+   OPTIONS /v1/users/{user}/feed              a browser's CORS preflight (and for
+   OPTIONS /v1/users/{user}/feed/unread_count   each route a user token opens)
+   OPTIONS /v1/users/{user}/feed/read-all
+   OPTIONS /v1/users/{user}/feed/stream
+   OPTIONS /v1/users/{user}/feed/{seq}/read
+   OPTIONS /v1/users/{user}/feed/{seq}/dismiss
+   POST   /v1/user-token-keys                 a new key for user tokens: kid and secret (once)
+   GET    /v1/user-token-keys                 the tenant's keys, retired ones too (no secrets)
+   POST   /v1/user-token-keys/{kid}/retire    tokens it signed are refused from now on
+   GET    /v1/feed-origins                    the browser origins the tenant allows
+   PUT    /v1/feed-origins                    replace them {"origins": [...]}
    GET    /v1/quarantine                      fan-outs stopped part way
    POST   /v1/quarantine/{id}/retry           try the fan-out again
    POST   /v1/quarantine/{id}/drop            give up its rest
@@ -356,6 +368,10 @@ func (sv *server) start() error {
 		return err
 	}
 	go handler.ShedLoop(c.Context, time.Second)
+	// Feed streams hear the store's commits; they end when the context
+	// does, before the requests are drained, so a stream never holds the
+	// shutdown to its deadline.
+	go handler.StreamLoop(c.Context)
 	// Templates stored by another process (a PUT on another node,
 	// `template set`) reach this node's accepts within this period.
 	refresh := time.Duration(s.cfg.Templates.Refresh)

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"edgerelay/config"
+	"edgerelay/model"
 	"edgerelay/relay"
 )
 
@@ -91,6 +94,181 @@ func tokenCommand() *cli.Command {
 					return st.DeleteToken(c.Context, id)
 				},
 			},
+			userKeyCommand(),
+			originsCommand(),
 		},
 	}
+}
+
+// userKeyCommand manages a tenant's keys for user tokens, which its
+// backend signs for the browser (one user's feed).
+func userKeyCommand() *cli.Command {
+	tenantFlag := func() cli.Flag {
+		return &cli.StringFlag{Name: "tenant", Usage: "the tenant whose keys these are (required)"}
+	}
+	create := func(retireOthers bool) cli.ActionFunc {
+		return func(c *cli.Context) error {
+			tenant, err := needTenant(c)
+			if err != nil {
+				return err
+			}
+			r, _, err := openRelay(c, c.App.ErrWriter)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			k, secret, err := r.CreateUserTokenKey(c.Context, tenant, retireOthers)
+			if err != nil {
+				return err
+			}
+			what := "its other keys still verify tokens until retired"
+			if retireOthers {
+				what = "every other key of the tenant is retired: tokens they signed are refused from now on"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "user-token key %s for tenant %s (%s); the secret, shown once, on stdout: sign HS256 with its bytes as they are, header kid %q\n", k.KID, tenant, what, k.KID)
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"tenant": tenant, "kid": k.KID, "secret": secret, "created_at": k.CreatedAt})
+			}
+			fmt.Fprintf(c.App.Writer, "%s\t%s\n", k.KID, secret)
+			return nil
+		}
+	}
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print {\"tenant\", \"kid\", \"secret\", \"created_at\"}"}
+	return &cli.Command{
+		Name:  "user-key",
+		Usage: "create, list, rotate and retire a tenant's keys for user tokens (the browser's token for one user's feed)",
+		Subcommands: []*cli.Command{
+			{
+				Name:         "create",
+				Usage:        "make a new key and print its id and secret (once); the tenant's other keys stay live",
+				ArgsUsage:    " ",
+				Flags:        commonFlags(tenantFlag(), jsonFlag),
+				OnUsageError: usageErr,
+				Action:       create(false),
+			},
+			{
+				Name:         "rotate",
+				Usage:        "make a new key and retire every other key of the tenant in the same write (after a leak)",
+				ArgsUsage:    " ",
+				Flags:        commonFlags(tenantFlag(), jsonFlag),
+				OnUsageError: usageErr,
+				Action:       create(true),
+			},
+			{
+				Name:         "list",
+				Usage:        "list the tenant's keys (ids, when made, when retired; never the secrets)",
+				ArgsUsage:    " ",
+				Flags:        commonFlags(tenantFlag()),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					tenant, err := needTenant(c)
+					if err != nil {
+						return err
+					}
+					r, _, err := openRelay(c, c.App.ErrWriter)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					ks, err := r.UserTokenKeys(c.Context, tenant)
+					if err != nil {
+						return err
+					}
+					for _, k := range ks {
+						state := "live"
+						if !k.RetiredAt.IsZero() {
+							state = "retired " + k.RetiredAt.Format("2006-01-02 15:04:05")
+						}
+						fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\n", k.KID, k.CreatedAt.Format("2006-01-02 15:04:05"), state)
+					}
+					return nil
+				},
+			},
+			{
+				Name:         "retire",
+				Usage:        "retire a key: tokens it signed are refused from the next request on",
+				ArgsUsage:    "KID",
+				Flags:        commonFlags(tenantFlag()),
+				OnUsageError: usageErr,
+				Action: func(c *cli.Context) error {
+					tenant, err := needTenant(c)
+					if err != nil {
+						return err
+					}
+					if c.NArg() != 1 {
+						return cli.Exit("retire takes one key id (see edgerelay token user-key list --tenant "+tenant+")", exitUsage)
+					}
+					r, _, err := openRelay(c, c.App.ErrWriter)
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					err = r.RetireUserTokenKey(c.Context, tenant, c.Args().First())
+					if errors.Is(err, model.ErrNotFound) {
+						return cli.Exit(fmt.Sprintf("tenant %s has no live user-token key %q (see edgerelay token user-key list --tenant %s)", tenant, c.Args().First(), tenant), 1)
+					}
+					return err
+				},
+			},
+		},
+	}
+}
+
+// originsCommand shows or replaces the browser origins a tenant allows to
+// call its users' feeds with user tokens.
+func originsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "origins",
+		Usage:     "show the browser origins a tenant allows (CORS), or replace them with ORIGIN... (--clear for none)",
+		ArgsUsage: "[ORIGIN...]",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "tenant", Usage: "the tenant (required)"},
+			&cli.BoolFlag{Name: "clear", Usage: "allow no origin"},
+		),
+		OnUsageError: usageErr,
+		Action: func(c *cli.Context) error {
+			tenant, err := needTenant(c)
+			if err != nil {
+				return err
+			}
+			if c.Bool("clear") && c.NArg() > 0 {
+				return cli.Exit("origins: give ORIGIN... or --clear, not both", exitUsage)
+			}
+			r, _, err := openRelay(c, c.App.ErrWriter)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			if c.NArg() > 0 || c.Bool("clear") {
+				err := r.SetFeedOrigins(c.Context, tenant, c.Args().Slice())
+				var inv *relay.InvalidEventError
+				if errors.As(err, &inv) {
+					return cli.Exit(fmt.Sprintf("%s: %s", strings.Replace(inv.Field, "origins", "ORIGIN", 1), inv.Reason), exitUsage)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			os, err := r.FeedOrigins(c.Context, tenant)
+			if err != nil {
+				return err
+			}
+			for _, o := range os {
+				fmt.Fprintln(c.App.Writer, o)
+			}
+			return nil
+		},
+	}
+}
+
+// needTenant reads a required, valid --tenant.
+func needTenant(c *cli.Context) (string, error) {
+	tenant := c.String("tenant")
+	if tenant == "" {
+		return "", cli.Exit(c.Command.FullName()+" needs --tenant NAME", exitUsage)
+	}
+	if !config.ValidName(tenant) {
+		return "", cli.Exit(fmt.Sprintf("--tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant), exitUsage)
+	}
+	return tenant, nil
 }

@@ -216,6 +216,8 @@ func TestMigrateStoreMovesABox(t *testing.T) {
 		`INSERT INTO throttle_slots VALUES (1, 'default', 'ada', 'marketing', ` + jsonInt(now) + `)`,
 		`INSERT INTO provider_pauses VALUES ('resend', ` + jsonInt(now+3600000) + `)`,
 		`INSERT INTO link_clicks VALUES ((SELECT min(id) FROM notifications), 'https://shop.example/x', 2, ` + jsonInt(now) + `, ` + jsonInt(now) + `)`,
+		`INSERT INTO user_token_keys VALUES ('acme', 'k1', 'secret-k1', ` + jsonInt(now) + `, NULL)`,
+		`INSERT INTO feed_origins (tenant, origin, created_at) VALUES ('acme', 'https://app.example.com', ` + jsonInt(now) + `)`,
 		`INSERT INTO notification_audit (notification, at, actor, action, detail) VALUES ((SELECT min(id) FROM notifications), ` +
 			jsonInt(now) + `, 'console, token 1 (support) of tenant default', 'retry', 'was dead')`,
 		// A workflow in two versions, the first retired (no command

@@ -31,7 +31,7 @@ func TestServeHelpListsEveryRoute(t *testing.T) {
 		t.Fatalf("serve --help has no Endpoints list:\n%s", desc)
 	}
 	list, _, _ = strings.Cut(list, "\n\n")
-	line := regexp.MustCompile(`(?m)^\s+(GET|POST|PUT|DELETE|PATCH)\s+(/\S*)`)
+	line := regexp.MustCompile(`(?m)^\s+(GET|POST|PUT|DELETE|PATCH|OPTIONS)\s+(/\S*)`)
 	var listed []string
 	for _, m := range line.FindAllStringSubmatch(list, -1) {
 		listed = append(listed, m[1]+" "+m[2])

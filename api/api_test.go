@@ -64,6 +64,8 @@ type bundle struct {
 	// closeRelay closes the relay (and its store) once; later calls, and
 	// the cleanup, return the first result.
 	closeRelay func() error
+	// stopStreams ends StreamLoop, and with it every open feed stream.
+	stopStreams func()
 }
 
 // setup opens a relay on a fresh database under tb.TempDir() and serves the
@@ -133,6 +135,13 @@ func setup(tb testing.TB, o options) *bundle {
 	b.api = api.New(r, st, o.API)
 	b.srv = httptest.NewServer(b.api)
 	tb.Cleanup(b.srv.Close)
+	// Registered after the server's Close, so it runs first: the streams
+	// end, and Close does not wait for them.
+	streams, stopStreams := context.WithCancel(context.Background())
+	streamsDone := make(chan struct{})
+	go func() { defer close(streamsDone); b.api.StreamLoop(streams) }()
+	b.stopStreams = func() { stopStreams(); <-streamsDone }
+	tb.Cleanup(b.stopStreams)
 	b.client = b.srv.Client()
 	b.client.Transport = contract(tb, b.client.Transport) // every request and answer held to the OpenAPI document
 	return b

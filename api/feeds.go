@@ -15,12 +15,21 @@ import (
 func (s *Server) feedRoutes() {
 	s.handle("PUT /v1/feeds/{feed}/members", s.auth(s.putFeedMembers))
 	s.handle("GET /v1/feeds/{feed}/members", s.auth(s.getFeedMembers))
-	s.handle("GET /v1/users/{user}/feed", s.auth(s.getFeed))
-	s.handle("GET /v1/users/{user}/feed/unread_count", s.auth(s.getUnreadCount))
-	s.handle("POST /v1/users/{user}/feed/read-all", s.auth(s.markAll(model.MarkRead)))
+	// The routes a user token opens (userAuth), each with its preflight;
+	// dismiss-all and members need a tenant's token.
+	s.handle("GET /v1/users/{user}/feed", s.userAuth(s.getFeed))
+	s.handle("GET /v1/users/{user}/feed/unread_count", s.userAuth(s.getUnreadCount))
+	s.handle("GET /v1/users/{user}/feed/stream", s.userAuth(s.streamFeed))
+	s.handle("POST /v1/users/{user}/feed/read-all", s.userAuth(s.markAll(model.MarkRead)))
 	s.handle("POST /v1/users/{user}/feed/dismiss-all", s.auth(s.markAll(model.MarkDismissed)))
-	s.handle("POST /v1/users/{user}/feed/{seq}/read", s.auth(s.markItem(model.MarkRead)))
-	s.handle("POST /v1/users/{user}/feed/{seq}/dismiss", s.auth(s.markItem(model.MarkDismissed)))
+	s.handle("POST /v1/users/{user}/feed/{seq}/read", s.userAuth(s.markItem(model.MarkRead)))
+	s.handle("POST /v1/users/{user}/feed/{seq}/dismiss", s.userAuth(s.markItem(model.MarkDismissed)))
+	s.handle("OPTIONS /v1/users/{user}/feed", s.preflight(http.MethodGet))
+	s.handle("OPTIONS /v1/users/{user}/feed/unread_count", s.preflight(http.MethodGet))
+	s.handle("OPTIONS /v1/users/{user}/feed/stream", s.preflight(http.MethodGet))
+	s.handle("OPTIONS /v1/users/{user}/feed/read-all", s.preflight(http.MethodPost))
+	s.handle("OPTIONS /v1/users/{user}/feed/{seq}/read", s.preflight(http.MethodPost))
+	s.handle("OPTIONS /v1/users/{user}/feed/{seq}/dismiss", s.preflight(http.MethodPost))
 }
 
 // feedTenant resolves the tenant of a feed request.
@@ -180,6 +189,12 @@ func (s *Server) markAll(kind string) authedHandler {
 			}
 		}
 		upTo := int64(-1)
+		if req.UpTo == nil && c.user != "" {
+			// A page marks read what it showed: "everything now" would
+			// also mark what arrived after it rendered.
+			return problemField(http.StatusBadRequest, probInvalidQuery, "Invalid up_to",
+				"up_to: required with a user token (the seq of the newest item shown)", "up_to")
+		}
 		if req.UpTo != nil {
 			if *req.UpTo < 0 {
 				return problemField(http.StatusBadRequest, probInvalidQuery, "Invalid up_to", "up_to: the seq of the newest item shown", "up_to")

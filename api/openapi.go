@@ -137,7 +137,7 @@ type refPage struct {
 // referenceOnce renders the page once: the document is fixed at build time.
 var referenceOnce = sync.OnceValues(referencePage)
 
-var methodOrder = []string{"get", "put", "post", "delete", "patch"}
+var methodOrder = []string{"get", "put", "post", "delete", "patch", "options"}
 
 func referencePage() ([]byte, error) {
 	OpenAPIJSON()

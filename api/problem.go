@@ -38,6 +38,12 @@ const (
 	probInvalidReceipt = "https://edgerelay.dev/problems/invalid-receipt"
 	probInvalidRequest = "https://edgerelay.dev/problems/invalid-request"
 	probBodyTimeout    = "https://edgerelay.dev/problems/body-timeout"
+	// A user token for one user, asking for another's feed.
+	probUserMismatch = "https://edgerelay.dev/problems/user-mismatch"
+	// A page whose origin the tenant has not allowed (CORS).
+	probOriginNotAllowed = "https://edgerelay.dev/problems/origin-not-allowed"
+	// A stream beyond the bound of its user's or its tenant's.
+	probTooManyStreams = "https://edgerelay.dev/problems/too-many-streams"
 )
 
 // response is what a handler produces: written once, and stored verbatim
@@ -47,6 +53,7 @@ type response struct {
 	ctype      string
 	body       []byte
 	retryAfter string // seconds, for 503 and 429
+	streamed   bool   // the handler wrote the answer itself, as it went (a stream)
 }
 
 func jsonResponse(status int, v any) response {
@@ -67,7 +74,12 @@ func problemField(status int, typ, title, detail, field string) response {
 }
 
 func (r response) write(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", r.ctype)
+	if r.streamed {
+		return
+	}
+	if r.ctype != "" { // "" for a 204
+		w.Header().Set("Content-Type", r.ctype)
+	}
 	if r.retryAfter != "" {
 		w.Header().Set("Retry-After", r.retryAfter)
 	}

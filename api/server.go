@@ -26,6 +26,7 @@ import (
 	"edgerelay/providers"
 	"edgerelay/relay"
 	"edgerelay/store"
+	"edgerelay/usertoken"
 )
 
 // Options configure the API. The zero value is usable for an open API.
@@ -76,6 +77,15 @@ type Options struct {
 	// Sources, if set, lists the outboxes serve tails, for /readyz's
 	// detail (their lag does not make the API unready).
 	Sources func() []TailSource
+	// StreamHeartbeat is how often an idle feed stream sends a comment, so
+	// that proxies keep it open. Default 15 s.
+	StreamHeartbeat time.Duration
+	// StreamSweep is how often every stream re-reads its feed besides the
+	// store's signals (a write they cannot tell). Default 10 s.
+	StreamSweep time.Duration
+	// MaxStreamsPerUser and MaxStreamsPerTenant bound the open feed
+	// streams (a tab each): more are refused 429. Defaults 5 and 500.
+	MaxStreamsPerUser, MaxStreamsPerTenant int
 }
 
 // Server is the HTTP API over one Relay.
@@ -88,6 +98,7 @@ type Server struct {
 
 	shed    shedState
 	renders renderSlots
+	hub     *hub // the open feed streams
 
 	patterns []string // every route's pattern, in the order registered
 	// tokens is opts.TokenHashes, replaced whole by SetTokenHashes.
@@ -110,6 +121,7 @@ type Store interface {
 	store.Reads
 	store.Dispatch
 	store.Tokens
+	store.UserTokens
 	store.Requests
 	store.Events
 	store.Sources
@@ -138,13 +150,25 @@ func New(r *relay.Relay, st Store, opts Options) *Server {
 	if opts.TokenCheck <= 0 {
 		opts.TokenCheck = time.Second
 	}
+	if opts.StreamHeartbeat <= 0 {
+		opts.StreamHeartbeat = 15 * time.Second
+	}
+	if opts.StreamSweep <= 0 {
+		opts.StreamSweep = 10 * time.Second
+	}
+	if opts.MaxStreamsPerUser <= 0 {
+		opts.MaxStreamsPerUser = 5
+	}
+	if opts.MaxStreamsPerTenant <= 0 {
+		opts.MaxStreamsPerTenant = 500
+	}
 	if len(opts.TokenHashes) > 0 {
 		opts.Open = false // tokens exist from the start
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{r: r, st: st, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{r: r, st: st, opts: opts, log: opts.Logger, mux: http.NewServeMux(), hub: newHub()}
 	s.setTokens(opts.TokenHashes)
 	s.handle("POST /v1/events", s.auth(s.unlessShedding(s.postEvent)))
 	s.handle("POST /v1/events:batch", s.auth(s.unlessShedding(s.postBatch)))
@@ -158,6 +182,7 @@ func New(r *relay.Relay, st Store, opts Options) *Server {
 	// is their authentication.
 	s.handle("POST /v1/receipts/{provider}", s.postReceipts)
 	s.feedRoutes()
+	s.userTokenRoutes()
 	s.operatorRoutes()
 	s.suppressionRoutes()
 	s.sourceRoutes()
@@ -291,10 +316,12 @@ func (s *Server) setTokens(hashes map[string]string) {
 	s.tokens.Store(&m)
 }
 
-// caller is who is asking: a tenant, or any tenant on an open API.
+// caller is who is asking: a tenant, any tenant on an open API, or one
+// user of a tenant (a user token: that user's feed only).
 type caller struct {
 	tenant string // "" with any
 	any    bool
+	user   string // set for a user token
 }
 
 // tenantFor resolves the tenant a request acts as: its own, or, on an open
@@ -323,16 +350,25 @@ func (s *Server) auth(h authedHandler) handler {
 		if err != nil {
 			return s.internal(err)
 		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if open && ok && usertoken.Shaped(token) {
+			// Even an open API gives a user token no more than its user's
+			// feed: whoever holds one in a browser is that user, not the
+			// operator on loopback.
+			return userTokenRefused(w)
+		}
 		if open {
 			return h(w, r, caller{any: true})
 		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay"`)
 			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "send Authorization: Bearer TOKEN")
 		}
 		// Looked up on every request: a revoked token stops working at once.
 		t, err := s.TokenByHash(r.Context(), HashToken(token))
+		if errors.Is(err, model.ErrNotFound) && usertoken.Shaped(token) {
+			return userTokenRefused(w)
+		}
 		if errors.Is(err, model.ErrNotFound) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay", error="invalid_token"`)
 			return problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized", "unknown token")

@@ -625,6 +625,9 @@ var (
 	ErrKeyReused = errors.New("idempotency key already used for a different request")
 	// ErrTokenExists: a token with the same hash is already stored.
 	ErrTokenExists = errors.New("token already exists")
+	// ErrKeyExists: the tenant already has a user-token key with that id
+	// (live or retired: an id never names a second secret).
+	ErrKeyExists = errors.New("user-token key already exists")
 	// ErrUnavailable: the storage refused the write for a reason of its
 	// own (a full disk, a read-only or corrupt file, a database that cannot
 	// be reached), not of the request: nothing was written, and the same
@@ -643,6 +646,16 @@ type Token struct {
 	Tenant    string    `json:"tenant"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// UserTokenKey is one of a tenant's keys for user tokens, as listed: its
+// secret is shown once, when it is made, and read only to verify a token.
+type UserTokenKey struct {
+	Tenant    string    `json:"tenant"`
+	KID       string    `json:"kid"`
+	CreatedAt time.Time `json:"created_at"`
+	// RetiredAt is when the key stopped verifying tokens; zero while live.
+	RetiredAt time.Time `json:"retired_at,omitzero"`
 }
 
 // Session is one sign-in to the console (model.Sessions).

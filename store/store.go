@@ -32,6 +32,7 @@ type Store interface {
 	Leases
 	Pauses
 	Tokens
+	UserTokens
 	Secrets
 	Maintenance
 	Preferences
@@ -294,6 +295,46 @@ type Tokens interface {
 	Tokens(ctx context.Context) ([]model.Token, error)
 	DeleteToken(ctx context.Context, id int64) error
 	HasTokens(ctx context.Context) (bool, error)
+}
+
+// UserTokens are what lets a browser read one user's feed: each tenant's
+// keys for the user tokens its backend signs, and the browser origins it
+// lets call the feed endpoints.
+type UserTokens interface {
+	// CreateUserTokenKey keeps a new live key k with its secret; with
+	// retireOthers, the tenant's other live keys are retired at
+	// k.CreatedAt in the same transaction (a rotation after a leak).
+	// ErrKeyExists if the tenant has a key with that id, live or retired.
+	CreateUserTokenKey(ctx context.Context, k model.UserTokenKey, secret string, retireOthers bool) error
+	// UserTokenSecret is the secret of the tenant's live key kid:
+	// ErrNotFound if it has none, or retired it.
+	UserTokenSecret(ctx context.Context, tenant, kid string) (string, error)
+	// UserTokenKeys lists the tenant's keys, retired ones too, oldest
+	// first; never their secrets.
+	UserTokenKeys(ctx context.Context, tenant string) ([]model.UserTokenKey, error)
+	// RetireUserTokenKey retires the tenant's live key kid at now: from
+	// then on it verifies nothing. ErrNotFound if there is no such live key.
+	RetireUserTokenKey(ctx context.Context, tenant, kid string, now time.Time) error
+	// SetFeedOrigins replaces the tenant's allowed browser origins with
+	// origins (none: no browser may call).
+	SetFeedOrigins(ctx context.Context, tenant string, origins []string, now time.Time) error
+	// FeedOrigins lists the tenant's allowed origins in byte order.
+	FeedOrigins(ctx context.Context, tenant string) ([]string, error)
+	// OriginAllowed reports whether any tenant allows origin: a preflight
+	// carries no token to name the tenant.
+	OriginAllowed(ctx context.Context, origin string) (bool, error)
+}
+
+// FeedSignals is a store that says when feeds changed, so that live
+// streams re-read them instead of polling.
+type FeedSignals interface {
+	// WatchFeeds calls fn after each commit that changed feeds (an item
+	// posted or folded, a mark, members set) with the tenants it changed,
+	// until ctx ends. "" among them means any tenant: re-read them all.
+	// fn must not block. SQLite tells the commits of this process;
+	// PostgreSQL those of every node (LISTEN/NOTIFY), and "" after its
+	// listening connection was lost, since changes may have been missed.
+	WatchFeeds(ctx context.Context, fn func(tenants []string)) error
 }
 
 // Secrets are values made once per database and kept in it, so that every

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -140,4 +141,16 @@ func Verify(ctx context.Context, token string, keys KeyFunc, now time.Time) (Cla
 	}
 	c.User, c.Expires = rc.Subject, exp
 	return c, nil
+}
+
+// Shaped reports whether token has the shape of a JWT (three base64url
+// parts, the first a JSON object): the API tells a user token from a
+// tenant's token by it, before verifying anything.
+func Shaped(token string) bool {
+	head, rest, ok := strings.Cut(token, ".")
+	if !ok || !strings.HasPrefix(head, "eyJ") {
+		return false
+	}
+	claims, sig, ok := strings.Cut(rest, ".")
+	return ok && claims != "" && !strings.Contains(sig, ".")
 }

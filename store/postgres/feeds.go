@@ -39,6 +39,9 @@ func insertFeedItems(ctx context.Context, tx pgx.Tx, tenant string, eventRow int
 	if len(uniq) == 0 {
 		return nil, nil
 	}
+	if err := notifyFeed(ctx, tx, tenant); err != nil {
+		return nil, err
+	}
 	var last int64
 	if err := tx.QueryRow(ctx, `INSERT INTO feed_counters (tenant, seq) VALUES ($1, $2)
 		ON CONFLICT (tenant) DO UPDATE SET seq = feed_counters.seq + excluded.seq RETURNING seq`, tenant, len(uniq)).Scan(&last); err != nil {
@@ -86,6 +89,9 @@ func foldItems(ctx context.Context, tx pgx.Tx, ss []model.Settlement, applied []
 	}
 	if len(ids) == 0 {
 		return nil
+	}
+	if err := notifyFeed(ctx, tx, ""); err != nil { // the tenants are the notifications'
+		return err
 	}
 	b := &pgx.Batch{}
 	b.Queue(lockFoldCountersSQL, ids)
@@ -193,6 +199,9 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 		users = []string{} // an empty array, not NULL: every member leaves
 	}
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		if err := notifyFeed(ctx, tx, tenant); err != nil {
+			return err
+		}
 		var joined int64
 		if !history {
 			if err := tx.QueryRow(ctx, sqlstore.NewestSeqSQL, tenant).Scan(&joined); err != nil {
@@ -220,6 +229,9 @@ func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users [
 func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error) {
 	var mark int64
 	err := s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		if err := notifyFeed(ctx, tx, tenant); err != nil {
+			return err
+		}
 		// Never past the newest item: a client's up_to from the future
 		// would otherwise swallow items not yet posted. The counter is
 		// read committed: every item up to it has committed (they commit
@@ -257,6 +269,9 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 		return nil
 	}
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error {
+		if err := notifyFeed(ctx, tx, tenant); err != nil {
+			return err
+		}
 		for _, c := range copies {
 			if _, err := tx.Exec(ctx, `INSERT INTO feed_item_marks (tenant, "user", kind, seq, feed)
 				SELECT $1, $2, $3, $4, $5

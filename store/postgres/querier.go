@@ -27,6 +27,12 @@ func (p pgxQuerier) Exec(ctx context.Context, query string, args ...any) (int64,
 	return tag.RowsAffected(), err
 }
 
+// FeedChanged notifies every node's listener (WatchFeeds) when the
+// transaction commits; PostgreSQL folds a tenant's repeats into one.
+func (p pgxQuerier) FeedChanged(ctx context.Context, tenant string) error {
+	return notifyFeed(ctx, p.q, tenant)
+}
+
 // writeQ runs fn in a write transaction of class, as sqlstore's Querier,
 // and returns what fn returns.
 func writeQ[T any](ctx context.Context, s *Store, class model.WriteClass, fn func(q sqlstore.Querier) (T, error)) (T, error) {

@@ -34,6 +34,7 @@ func insertFeedItems(tx *Tx, tenant string, eventRow int64, feeds []string, now 
 	if len(uniq) == 0 {
 		return nil, nil
 	}
+	tx.feedChanged(tenant)
 	var last int64
 	if err := tx.queryRow(`INSERT INTO feed_counters (tenant, seq) VALUES (?1, ?2)
 		ON CONFLICT (tenant) DO UPDATE SET seq = seq + ?2 RETURNING seq`, tenant, len(uniq)).Scan(&last); err != nil {
@@ -65,6 +66,7 @@ func foldItems(tx *Tx, ss []model.Settlement, applied []bool) error {
 		if !applied[i] || f == nil {
 			continue
 		}
+		tx.feedChanged("") // its tenant is the notification's
 		var tenant string
 		var event, seq, copies int64
 		err := tx.queryRow(`INSERT INTO feed_items (tenant, seq, feed, pos, event, copies, created_at, message)
@@ -125,6 +127,7 @@ func pageItems(tenant string, events []int64) (string, []any) {
 // history, the feed's whole past); members not listed leave.
 func (s *Store) SetFeedMembers(ctx context.Context, tenant, feed string, users []string, history bool) error {
 	return s.w.do(ctx, func(tx *Tx) error {
+		tx.feedChanged(tenant)
 		var joined int64
 		if !history {
 			if err := tx.queryRow(sqlstore.NewestSeqSQL, tenant).Scan(&joined); err != nil {
@@ -194,6 +197,7 @@ func (s *Store) FeedMembers(ctx context.Context, tenant, feed, after string, lim
 func (s *Store) MarkAll(ctx context.Context, tenant, user, kind string, upTo int64) (int64, error) {
 	var mark int64
 	err := s.w.do(ctx, func(tx *Tx) error {
+		tx.feedChanged(tenant)
 		// Never past the newest item: a client's up_to from the future
 		// would otherwise swallow items not yet posted.
 		var newest int64
@@ -225,6 +229,7 @@ func (s *Store) MarkItem(ctx context.Context, tenant, user, kind string, seq int
 		return err
 	}
 	return s.w.do(ctx, func(tx *Tx) error {
+		tx.feedChanged(tenant)
 		for _, c := range copies {
 			if _, err := tx.exec(`INSERT INTO feed_item_marks (tenant, user, kind, seq, feed)
 				SELECT ?1, ?2, ?3, ?4, ?5 WHERE ?4 > coalesce((SELECT mark FROM feed_marks WHERE tenant = ?1 AND user = ?2 AND kind = ?3), 0)

@@ -61,6 +61,40 @@ type writer struct {
 	diskFull, smallWAL bool
 
 	onCommit atomic.Pointer[func(writes int, took time.Duration)]
+
+	// feeds are the tenants whose feeds the batch in progress changed
+	// (only the writer goroutine touches it); watchers hear them after
+	// its commit.
+	feeds    map[string]struct{}
+	watchMu  sync.Mutex
+	watchers map[*func([]string)]struct{}
+}
+
+// feedChanged notes that the transaction changes tenant's feeds ("": any).
+func (t *Tx) feedChanged(tenant string) {
+	if t.w.feeds == nil {
+		t.w.feeds = map[string]struct{}{}
+	}
+	t.w.feeds[tenant] = struct{}{}
+}
+
+// signalFeeds tells the watchers the tenants the committed batch changed.
+// A write rolled back to its savepoint may have noted its tenant too: a
+// watcher then re-reads for nothing, which is harmless; one missed is not.
+func (w *writer) signalFeeds() {
+	if len(w.feeds) == 0 {
+		return
+	}
+	tenants := make([]string, 0, len(w.feeds))
+	for t := range w.feeds {
+		tenants = append(tenants, t)
+	}
+	clear(w.feeds)
+	w.watchMu.Lock()
+	defer w.watchMu.Unlock()
+	for fn := range w.watchers {
+		(*fn)(tenants)
+	}
 }
 
 // Tx is the write transaction handed to a write function. It is only valid
@@ -206,6 +240,7 @@ func (w *writer) drain(tx *Tx, batch []writeOp) {
 }
 
 func (w *writer) commit(tx *Tx, batch []writeOp) {
+	clear(w.feeds) // a batch that did not commit signals nothing
 	start := time.Now()
 	ctx := context.Background()
 	errs := make([]error, len(batch))
@@ -366,6 +401,7 @@ func (w *writer) finish(tx *Tx, batch []writeOp, errs []error, took []time.Durat
 		w.health.recover(time.Now(), w.log)
 	}
 	answer(nil)
+	w.signalFeeds()
 }
 
 // checkpoint runs before each batch of a failure episode that a commit can
@@ -684,6 +720,12 @@ func (q txQuerier) Query(_ context.Context, query string, args ...any) (sqlstore
 
 func (q txQuerier) QueryRow(_ context.Context, query string, args ...any) sqlstore.Row {
 	return q.t.queryRow(query, args...)
+}
+
+// FeedChanged notes the tenant for the signal after the commit.
+func (q txQuerier) FeedChanged(_ context.Context, tenant string) error {
+	q.t.feedChanged(tenant)
+	return nil
 }
 
 func (q txQuerier) Exec(_ context.Context, query string, args ...any) (int64, error) {

@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Leases", leases},
 		{"Pauses", pauses},
 		{"Tokens", tokens},
+		{"UserTokens", userTokens},
 		{"Secrets", secrets},
 		{"Maintenance", maintenance},
 		{"Preferences", preferences},

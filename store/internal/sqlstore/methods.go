@@ -204,3 +204,39 @@ func (m Methods) BatchItems(ctx context.Context, run int64) ([]model.BatchItem, 
 func (m Methods) RunSteps(ctx context.Context, run int64) ([]model.RunStep, error) {
 	return get(ctx, m.Read, func(q Querier) ([]model.RunStep, error) { return RunSteps(ctx, q, run) })
 }
+
+// CreateUserTokenKey keeps a new live key (see the function
+// CreateUserTokenKey).
+func (m Methods) CreateUserTokenKey(ctx context.Context, k model.UserTokenKey, secret string, retireOthers bool) error {
+	return m.Write(ctx, func(q Querier) error { return CreateUserTokenKey(ctx, q, k, secret, retireOthers) })
+}
+
+// UserTokenSecret is the secret of a tenant's live key.
+func (m Methods) UserTokenSecret(ctx context.Context, tenant, kid string) (string, error) {
+	return get(ctx, m.Read, func(q Querier) (string, error) { return UserTokenSecret(ctx, q, tenant, kid) })
+}
+
+// UserTokenKeys lists a tenant's keys, oldest first.
+func (m Methods) UserTokenKeys(ctx context.Context, tenant string) ([]model.UserTokenKey, error) {
+	return get(ctx, m.Read, func(q Querier) ([]model.UserTokenKey, error) { return UserTokenKeys(ctx, q, tenant) })
+}
+
+// RetireUserTokenKey retires a tenant's live key.
+func (m Methods) RetireUserTokenKey(ctx context.Context, tenant, kid string, now time.Time) error {
+	return m.Write(ctx, func(q Querier) error { return RetireUserTokenKey(ctx, q, tenant, kid, now) })
+}
+
+// SetFeedOrigins replaces a tenant's allowed browser origins.
+func (m Methods) SetFeedOrigins(ctx context.Context, tenant string, origins []string, now time.Time) error {
+	return m.Write(ctx, func(q Querier) error { return SetFeedOrigins(ctx, q, tenant, origins, now) })
+}
+
+// FeedOrigins lists a tenant's allowed browser origins.
+func (m Methods) FeedOrigins(ctx context.Context, tenant string) ([]string, error) {
+	return get(ctx, m.Read, func(q Querier) ([]string, error) { return FeedOrigins(ctx, q, tenant) })
+}
+
+// OriginAllowed reports whether any tenant allows origin.
+func (m Methods) OriginAllowed(ctx context.Context, origin string) (bool, error) {
+	return get(ctx, m.Read, func(q Querier) (bool, error) { return OriginAllowed(ctx, q, origin) })
+}

@@ -258,6 +258,9 @@ func postStepItem(ctx context.Context, q Querier, run model.Run, feed string, ms
 		run.Tenant, seq, feed, run.EventRow, copies, MS(now), msg); err != nil {
 		return 0, fmt.Errorf("post step %d of workflow run %d to feed %q: %w", run.Step, run.ID, feed, err)
 	}
+	if err := FeedChanged(ctx, q, run.Tenant); err != nil {
+		return 0, err
+	}
 	if shared > 0 {
 		if _, err := q.Exec(ctx, `UPDATE feed_items SET copies = $2 WHERE event = $1 AND feed NOT LIKE '@%' AND copies < $2`,
 			run.EventRow, copies); err != nil {
