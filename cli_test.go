@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"database/sql"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -310,6 +315,22 @@ func exampleEnv(t *testing.T) {
 		"AWS_SECRET_ACCESS_KEY": "aws-secret-key"} {
 		t.Setenv(k, v)
 	}
+	// A P-256 key in PKCS #8 PEM is both a VAPID key and an APNs .p8.
+	for _, env := range []string{"VAPID_KEY_FILE", "APNS_KEY_FILE"} {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(t.TempDir(), env+".pem")
+		if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(env, f)
+	}
 }
 
 // The example config in testdata loads, builds every provider and resolves
@@ -323,7 +344,8 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 		!strings.Contains(r.stdout, "route teams") || strings.Contains(r.stdout+r.stderr, "teams-workflow-sig") ||
 		!strings.Contains(r.stdout, "resend -> smtp-backup -> mailgun-eu") || strings.Contains(r.stdout+r.stderr, "mailgun-api-key") ||
 		strings.Contains(r.stdout+r.stderr, "mailgun-signing-key") ||
-		!strings.Contains(r.stdout, "-> mailgun-eu -> ses") || strings.Contains(r.stdout+r.stderr, "aws-secret-key") {
+		!strings.Contains(r.stdout, "-> mailgun-eu -> ses") || strings.Contains(r.stdout+r.stderr, "aws-secret-key") ||
+		!strings.Contains(r.stdout, "route webpush") || !strings.Contains(r.stdout, "route push") {
 		t.Fatalf("config check: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := runCLI(t, "", "dispatch", "--until-idle", "--config", "testdata/edgerelay.yaml", "--db", filepath.Join(t.TempDir(), "c.db"))
@@ -334,7 +356,7 @@ func TestExampleConfigLoads(t *testing.T) { // not parallel: it sets environment
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Types["otp.requested"].Delivery != "at-most-once" || cfg.Channels["sms"].MaxAttempts != 5 || len(cfg.Routes) != 6 {
+	if cfg.Types["otp.requested"].Delivery != "at-most-once" || cfg.Channels["sms"].MaxAttempts != 5 || len(cfg.Routes) != 8 {
 		t.Fatalf("config %+v", cfg)
 	}
 }
