@@ -107,16 +107,7 @@ func userKeyCommand() *cli.Command {
 		return &cli.StringFlag{Name: "tenant", Usage: "the tenant whose keys these are (required)"}
 	}
 	create := func(retireOthers bool) cli.ActionFunc {
-		return func(c *cli.Context) error {
-			tenant, err := needTenant(c)
-			if err != nil {
-				return err
-			}
-			r, _, err := openRelay(c, c.App.ErrWriter)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
+		return onTenantRelay(nil, func(c *cli.Context, tenant string, r *relay.Relay) error {
 			k, secret, err := r.CreateUserTokenKey(c.Context, tenant, retireOthers)
 			if err != nil {
 				return err
@@ -131,7 +122,7 @@ func userKeyCommand() *cli.Command {
 			}
 			fmt.Fprintf(c.App.Writer, "%s\t%s\n", k.KID, secret)
 			return nil
-		}
+		})
 	}
 	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print {\"tenant\", \"kid\", \"secret\", \"created_at\"}"}
 	return &cli.Command{
@@ -160,16 +151,7 @@ func userKeyCommand() *cli.Command {
 				ArgsUsage:    " ",
 				Flags:        commonFlags(tenantFlag()),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					tenant, err := needTenant(c)
-					if err != nil {
-						return err
-					}
-					r, _, err := openRelay(c, c.App.ErrWriter)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
+				Action: onTenantRelay(nil, func(c *cli.Context, tenant string, r *relay.Relay) error {
 					ks, err := r.UserTokenKeys(c.Context, tenant)
 					if err != nil {
 						return err
@@ -182,7 +164,7 @@ func userKeyCommand() *cli.Command {
 						fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\n", k.KID, k.CreatedAt.Format("2006-01-02 15:04:05"), state)
 					}
 					return nil
-				},
+				}),
 			},
 			{
 				Name:         "retire",
@@ -190,25 +172,18 @@ func userKeyCommand() *cli.Command {
 				ArgsUsage:    "KID",
 				Flags:        commonFlags(tenantFlag()),
 				OnUsageError: usageErr,
-				Action: func(c *cli.Context) error {
-					tenant, err := needTenant(c)
-					if err != nil {
-						return err
-					}
+				Action: onTenantRelay(func(c *cli.Context, tenant string) error {
 					if c.NArg() != 1 {
 						return cli.Exit("retire takes one key id (see edgerelay token user-key list --tenant "+tenant+")", exitUsage)
 					}
-					r, _, err := openRelay(c, c.App.ErrWriter)
-					if err != nil {
-						return err
-					}
-					defer r.Close()
-					err = r.RetireUserTokenKey(c.Context, tenant, c.Args().First())
+					return nil
+				}, func(c *cli.Context, tenant string, r *relay.Relay) error {
+					err := r.RetireUserTokenKey(c.Context, tenant, c.Args().First())
 					if errors.Is(err, model.ErrNotFound) {
 						return cli.Exit(fmt.Sprintf("tenant %s has no live user-token key %q (see edgerelay token user-key list --tenant %s)", tenant, c.Args().First(), tenant), 1)
 					}
 					return err
-				},
+				}),
 			},
 		},
 	}
@@ -226,19 +201,12 @@ func originsCommand() *cli.Command {
 			&cli.BoolFlag{Name: "clear", Usage: "allow no origin"},
 		),
 		OnUsageError: usageErr,
-		Action: func(c *cli.Context) error {
-			tenant, err := needTenant(c)
-			if err != nil {
-				return err
-			}
+		Action: onTenantRelay(func(c *cli.Context, _ string) error {
 			if c.Bool("clear") && c.NArg() > 0 {
 				return cli.Exit("origins: give ORIGIN... or --clear, not both", exitUsage)
 			}
-			r, _, err := openRelay(c, c.App.ErrWriter)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
+			return nil
+		}, func(c *cli.Context, tenant string, r *relay.Relay) error {
 			if c.NArg() > 0 || c.Bool("clear") {
 				err := r.SetFeedOrigins(c.Context, tenant, c.Args().Slice())
 				var inv *relay.InvalidEventError
@@ -257,7 +225,30 @@ func originsCommand() *cli.Command {
 				fmt.Fprintln(c.App.Writer, o)
 			}
 			return nil
-		},
+		}),
+	}
+}
+
+// onTenantRelay is an action on one tenant: --tenant is read and checked,
+// then check (when set) looks at the arguments, and only then is the relay
+// opened for act, and closed after it.
+func onTenantRelay(check func(c *cli.Context, tenant string) error, act func(c *cli.Context, tenant string, r *relay.Relay) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		tenant, err := needTenant(c)
+		if err != nil {
+			return err
+		}
+		if check != nil {
+			if err := check(c, tenant); err != nil {
+				return err
+			}
+		}
+		r, _, err := openRelay(c, c.App.ErrWriter)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		return act(c, tenant, r)
 	}
 }
 

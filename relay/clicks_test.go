@@ -97,3 +97,30 @@ func TestWorkflowSkipsAStepWhenALinkWasClicked(t *testing.T) {
 		}
 	})
 }
+
+// A tracked link is the same every time it is made (a message rendered
+// again after a crash carries the same bytes), and differs per message
+// and per link.
+func TestTrackedLinkIsTheSameEveryTime(t *testing.T) {
+	t.Parallel()
+	r := setupRelay(t, Options{PublicURL: "https://relay.example"})
+	ctx := context.Background()
+	mk := func(key, link string) string {
+		t.Helper()
+		out, err := r.tracker(ctx, "acme", key)(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a := mk("k1", "https://a.example/1")
+	if again := mk("k1", "https://a.example/1"); again != a || !strings.HasPrefix(a, "https://relay.example/c/") {
+		t.Fatalf("the same link made twice: %q and %q", a, again)
+	}
+	if mk("k2", "https://a.example/1") == a || mk("k1", "https://a.example/2") == a {
+		t.Fatal("another message's or another link's token is the same")
+	}
+	if r2 := setupRelay(t, Options{}); r2.tracker(ctx, "acme", "k1") != nil {
+		t.Fatal("without a public URL links are tracked")
+	}
+}

@@ -84,6 +84,9 @@ type Template struct {
 	version string
 	text    map[string]*texttemplate.Template
 	html    *htmltemplate.Template
+	// batch: a part names .batch, so a rendering builds it (the others,
+	// nearly every template, skip that work).
+	batch bool
 }
 
 var (
@@ -141,6 +144,7 @@ func Compile(src Source) (*Template, error) {
 			return nil, fmt.Errorf("%s: the %s channel's templates have no part %q (its parts: %s)", t.file(p), src.Channel, p, strings.Join(allowed, ", "))
 		}
 		names = append(names, p)
+		t.batch = t.batch || strings.Contains(src.Parts[p], "batch")
 	}
 	sort.Strings(names)
 	for _, group := range required(src.Channel) {
@@ -314,22 +318,12 @@ func (t *Template) RenderContext(ctx context.Context, in Input) (Output, error) 
 		}
 	}
 	b := newBudget(ctx)
-	items := []any{map[string]any{"id": ev["id"], "type": ev["type"], "data": data}}
-	if in.Batch != nil {
-		items = make([]any, len(in.Batch))
-		for i, e := range in.Batch {
-			if err := b.charge(len(e.Data)); err != nil {
-				return fail(err)
-			}
-			d, err := decodeData(e.Data)
-			if err != nil {
-				return fail(fmt.Errorf("batch item %d (event %s): data: %v", i, e.ID, err))
-			}
-			items[i] = map[string]any{"id": e.ID, "type": e.Type, "data": d}
+	root := map[string]any{"data": data, "recipient": rec, "event": ev, "locale": locale}
+	if t.batch {
+		if root["batch"], err = batchOf(in, ev, data, b); err != nil {
+			return fail(err)
 		}
 	}
-	root := map[string]any{"data": data, "recipient": rec, "event": ev, "locale": locale,
-		"batch": map[string]any{"count": len(items), "items": items}}
 	fm := helpers(locale, loc, b, in.Track)
 	var out Output
 	for _, p := range Parts(t.src.Channel) {
@@ -373,6 +367,27 @@ func (t *Template) RenderContext(ctx context.Context, in Input) (Output, error) 
 		}
 	}
 	return out, nil
+}
+
+// batchOf is what a template's .batch holds: the batch's events (count and
+// items, each id, type and data), or the one event rendered when it is in
+// no batch.
+func batchOf(in Input, ev map[string]any, data any, b *budget) (map[string]any, error) {
+	items := []any{map[string]any{"id": ev["id"], "type": ev["type"], "data": data}}
+	if in.Batch != nil {
+		items = make([]any, len(in.Batch))
+		for i, e := range in.Batch {
+			if err := b.charge(len(e.Data)); err != nil {
+				return nil, err
+			}
+			d, err := decodeData(e.Data)
+			if err != nil {
+				return nil, fmt.Errorf("batch item %d (event %s): data: %v", i, e.ID, err)
+			}
+			items[i] = map[string]any{"id": e.ID, "type": e.Type, "data": d}
+		}
+	}
+	return map[string]any{"count": len(items), "items": items}, nil
 }
 
 // decodeData decodes an event's data with numbers as written (json.Number)

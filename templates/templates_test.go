@@ -237,3 +237,23 @@ func TestTrackHelper(t *testing.T) {
 		}
 	}
 }
+
+// .batch is the batch's events when a workflow's batch step gathered
+// some, and the one event rendered otherwise, so a template reads both
+// alike.
+func TestBatchField(t *testing.T) {
+	tpl, err := Compile(Source{Name: "digest", Channel: "email", Locale: "en", Parts: map[string]string{
+		"subject": "{{.batch.count}} new", "text": "{{range .batch.items}}{{.id}}:{{.data.text}};{{end}}"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := tpl.Render(Input{Data: json.RawMessage(`{"text":"hi"}`), Event: map[string]string{"id": "e1", "type": "comment"}})
+	if err != nil || one.Subject != "1 new" || one.Body != "e1:hi;" {
+		t.Fatalf("outside a batch: %+v, %v; want the event alone", one, err)
+	}
+	two, err := tpl.Render(Input{Data: json.RawMessage(`{"text":"hi"}`), Event: map[string]string{"id": "e1", "type": "comment"},
+		Batch: []BatchEvent{{ID: "a", Type: "comment", Data: json.RawMessage(`{"text":"x"}`)}, {ID: "b", Type: "comment", Data: json.RawMessage(`{"text":null}`)}}})
+	if err != nil || two.Subject != "2 new" || two.Body != "a:x;b:;" {
+		t.Fatalf("a batch of two: %+v, %v", two, err)
+	}
+}
