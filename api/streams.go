@@ -168,11 +168,8 @@ func (s *Server) streamFeed(w http.ResponseWriter, r *http.Request, c caller) re
 		from = n
 	}
 	ctx := r.Context()
-	// The first read checks tenant and user before any stream is counted.
-	window, readMark, err := s.r.FeedPage(ctx, tenant, user, 0, streamWindow)
-	if err != nil {
-		return s.paramError(err, "tenant", "user")
-	}
+	// Joined before the first read: a commit after the read wakes the
+	// stream, and none between the two is missed.
 	ls, full := s.hub.join(tenant, user, s.opts.MaxStreamsPerTenant, s.opts.MaxStreamsPerUser)
 	if ls == nil {
 		p := problem(http.StatusTooManyRequests, probTooManyStreams, "Too many streams", full)
@@ -180,6 +177,11 @@ func (s *Server) streamFeed(w http.ResponseWriter, r *http.Request, c caller) re
 		return p
 	}
 	defer s.hub.leave(tenant, user, ls)
+	// The first read checks tenant and user (a refused one leaves at once).
+	window, readMark, err := s.r.FeedPage(ctx, tenant, user, 0, streamWindow)
+	if err != nil {
+		return s.paramError(err, "tenant", "user")
+	}
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

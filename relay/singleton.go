@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 )
@@ -38,7 +39,8 @@ func (r *Relay) Singly(ctx context.Context, name string, work func(ctx context.C
 	log := r.log.With("lease", name, "holder", r.holder)
 	waiting := false
 	for ctx.Err() == nil {
-		held, err := r.store.HoldLease(ctx, name, r.holder, r.now(), ttl)
+		at := r.now()
+		held, err := r.store.HoldLease(ctx, name, r.holder, at, ttl)
 		if err != nil || !held {
 			if err != nil && ctx.Err() == nil {
 				log.Warn("could not take the lease; trying again", "err", err)
@@ -52,22 +54,38 @@ func (r *Relay) Singly(ctx context.Context, name string, work func(ctx context.C
 			continue
 		}
 		waiting = false
-		log.Info("holding the lease: running", "ttl", ttl)
-		r.holding(ctx, name, work, ttl, every)
+		r.holding(ctx, name, work, at.Add(ttl), ttl, every)
 	}
 }
 
 // holding runs work while the lease is renewed, and gives the lease up
-// when it ends.
-func (r *Relay) holding(ctx context.Context, name string, work func(ctx context.Context), ttl, every time.Duration) {
+// when it ends. The lease ends where the write that took or renewed it
+// says (until: the time asked for plus the TTL, not the time the answer
+// came), and the work stops a third of the TTL before that unless a
+// renewal moved it on: a write slowed past the TTL (a loaded box, a slow
+// store) never leaves the work running on a lease another process may
+// have taken over meanwhile.
+func (r *Relay) holding(ctx context.Context, name string, work func(ctx context.Context), until time.Time, ttl, every time.Duration) {
 	log := r.log.With("lease", name, "holder", r.holder)
+	left := func(until time.Time) time.Duration { return until.Sub(r.now()) - every }
+	if left(until) <= 0 {
+		log.Warn("took the lease too late to run on it (the write took most of its TTL); trying again", "ttl", ttl)
+		r.dropLease(name, log)
+		return
+	}
+	log.Info("holding the lease: running", "ttl", ttl)
 	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deadline := time.AfterFunc(left(until), func() {
+		log.Error("could not renew the lease in time: stopping")
+		cancel()
+	})
+	defer deadline.Stop()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		work(wctx)
 	}()
-	renewed := time.Now()
 	t := time.NewTicker(every)
 	defer t.Stop()
 loop:
@@ -75,26 +93,32 @@ loop:
 		select {
 		case <-done:
 			break loop
-		case <-ctx.Done():
+		case <-wctx.Done():
 			break loop
 		case <-t.C:
 		}
-		held, err := r.store.HoldLease(ctx, name, r.holder, r.now(), ttl)
+		at := r.now()
+		held, err := r.store.HoldLease(ctx, name, r.holder, at, ttl)
 		switch {
 		case err == nil && held:
-			renewed = time.Now()
+			if wctx.Err() == nil {
+				deadline.Reset(left(at.Add(ttl)))
+			}
 		case err == nil:
 			log.Warn("lost the lease (another process took it over): stopping")
 			break loop
-		case time.Since(renewed) >= ttl-every:
-			// Past this, the lease may lapse before the next try: stop
-			// before another process can take over.
-			log.Error("could not renew the lease in time: stopping", "err", err)
-			break loop
+		default:
+			// The deadline stops the work if no renewal comes in time.
+			log.Warn("could not renew the lease; trying again", "err", err)
 		}
 	}
 	cancel()
 	<-done
+	r.dropLease(name, log)
+}
+
+// dropLease gives the lease up, if this process still holds it.
+func (r *Relay) dropLease(name string, log *slog.Logger) {
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	if err := r.store.DropLease(dctx, name, r.holder); err != nil {

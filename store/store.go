@@ -332,8 +332,9 @@ type FeedSignals interface {
 	// posted or folded, a mark, members set) with the tenants it changed,
 	// until ctx ends. "" among them means any tenant: re-read them all.
 	// fn must not block. SQLite tells the commits of this process;
-	// PostgreSQL those of every node (LISTEN/NOTIFY), and "" after its
-	// listening connection was lost, since changes may have been missed.
+	// PostgreSQL those of every node (LISTEN/NOTIFY). Each calls fn with ""
+	// once it hears (and PostgreSQL again after its listening connection
+	// was lost), since what was committed before may not have been told.
 	WatchFeeds(ctx context.Context, fn func(tenants []string)) error
 }
 

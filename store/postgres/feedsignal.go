@@ -24,13 +24,14 @@ func notifyFeed(ctx context.Context, q querier, tenant string) error {
 // WatchFeeds listens for feed changes on a connection of its own, taken
 // out of the pool (a listening connection must not serve other queries),
 // and calls fn with each notified tenant. A notification sent while the
-// connection was lost is lost with it: after each reconnect fn hears ""
-// (any tenant), and the streams read what they missed. It needs a session
+// connection was lost is lost with it: once listening, and after each
+// reconnect, fn hears "" (any tenant), and the streams read what they
+// missed. It needs a session
 // connection (not PgBouncer's transaction pooling, which cannot LISTEN).
 func (s *Store) WatchFeeds(ctx context.Context, fn func(tenants []string)) error {
 	wait := 100 * time.Millisecond
-	for first := true; ; first = false {
-		err := s.listen(ctx, fn, !first)
+	for {
+		err := s.listen(ctx, fn)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -45,7 +46,7 @@ func (s *Store) WatchFeeds(ctx context.Context, fn func(tenants []string)) error
 }
 
 // listen holds one listening connection until it fails or ctx ends.
-func (s *Store) listen(ctx context.Context, fn func([]string), again bool) error {
+func (s *Store) listen(ctx context.Context, fn func([]string)) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -55,9 +56,10 @@ func (s *Store) listen(ctx context.Context, fn func([]string), again bool) error
 	if _, err := conn.Exec(ctx, `LISTEN `+sqlstore.FeedChannel); err != nil {
 		return err
 	}
-	if again {
-		fn([]string{""}) // listening again: re-read what the gap may have hidden
-	}
+	// Listening (first, or again): re-read every stream, for what was
+	// committed before the LISTEN took (a stream that opened first, or
+	// the gap of a lost connection).
+	fn([]string{""})
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

@@ -20,6 +20,7 @@ func (s *Store) WatchFeeds(ctx context.Context, fn func(tenants []string)) error
 	}
 	w.watchers[&fn] = struct{}{}
 	w.watchMu.Unlock()
+	fn([]string{""}) // heard from now on: re-read what was committed before
 	<-ctx.Done()
 	w.watchMu.Lock()
 	delete(w.watchers, &fn)
