@@ -62,10 +62,13 @@ its headers before any body is read; a body must arrive within --body-timeout
 (408 after it). At most --max-conns connections are open at once: more wait
 in the kernel's accept queue, holding no descriptor, until one closes.
 
-Overload: while more than --shed-above notifications (default 100000) are
-due and not yet claimed, POST /v1/events and /v1/events:batch answer 503
-overloaded with Retry-After: 5 and store nothing, so a burst slows its
-sender instead of growing the backlog without bound (checked once a second).
+Overload: while delivery is more than --shed-behind (default 5s) behind
+(the notifications the dispatcher claims had been due longer; waits a
+provider imposed, by its pauses, rate or window, do not count), or more than
+--shed-above notifications (default 100000) are due and not yet claimed
+(checked once a second), POST /v1/events and /v1/events:batch answer 503
+overloaded with Retry-After and store nothing, so a burst slows its sender
+instead of growing the backlog without bound.
 
 Endpoints, one per route (the tenant is the token's; on an open API,
 ?tenant=, default "default"):
@@ -182,6 +185,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-recipients", EnvVars: []string{"EDGERELAY_MAX_RECIPIENTS"}, Usage: "most recipients per event (default 10000, or limits.max_recipients); 413 beyond"},
 		&cli.DurationFlag{Name: "body-timeout", Value: config.DefaultBodyTimeout, EnvVars: []string{"EDGERELAY_BODY_TIMEOUT"}, Usage: "how long a request body may take to arrive (408 and the connection closed beyond)"},
 		&cli.IntFlag{Name: "max-conns", Value: config.DefaultMaxConns, EnvVars: []string{"EDGERELAY_MAX_CONNS"}, Usage: "most connections open at once; more wait in the kernel's accept queue"},
+		&cli.DurationFlag{Name: "shed-behind", Value: config.DefaultShedBehind, EnvVars: []string{"EDGERELAY_SHED_BEHIND"}, Usage: "refuse new events (503 overloaded, Retry-After) while delivery is further behind than this; 0: never"},
 		&cli.Int64Flag{Name: "shed-above", Value: config.DefaultShedAbove, EnvVars: []string{"EDGERELAY_SHED_ABOVE"}, Usage: "refuse new events (503 overloaded, Retry-After) while more than this many notifications are due and unclaimed; 0: never"},
 		&cli.StringFlag{Name: "metrics-listen", EnvVars: []string{"EDGERELAY_METRICS_LISTEN"}, Usage: "serve GET /metrics without a token on this `ADDRESS` of its own (a private interface)"},
 		&cli.DurationFlag{Name: "leader-ttl", Value: 15 * time.Second, EnvVars: []string{"EDGERELAY_LEADER_TTL"},
@@ -276,13 +280,15 @@ func (sv *server) check() error {
 		return err
 	}
 	sv.opts = api.Options{MaxBody: f.MaxBody, MaxBatch: f.MaxBatch, KeyTTL: f.KeyTTL, BodyTimeout: f.BodyTimeout,
-		ShedAbove: f.ShedAbove, MetricsToken: f.MetricsToken,
+		ShedAbove: f.ShedAbove, ShedBehind: f.ShedBehind, MetricsToken: f.MetricsToken,
 		Logger: s.opts.Logger, TokenHashes: config.TokenHashes(s.cfg), PublicURL: s.cfg.API.PublicURL}
 	sv.maxConns = f.MaxConns
 	opts, maxConns := sv.opts, sv.maxConns
 	switch {
 	case opts.BodyTimeout <= 0:
 		return cli.Exit(fmt.Sprintf("--body-timeout %s: want a positive duration, e.g. 10s", opts.BodyTimeout), exitUsage)
+	case opts.ShedBehind < 0:
+		return cli.Exit(fmt.Sprintf("--shed-behind %s: want 0 (never shed) or how far behind delivery may fall", opts.ShedBehind), exitUsage)
 	case opts.ShedAbove < 0:
 		return cli.Exit(fmt.Sprintf("--shed-above %d: want 0 (never shed) or a number of due notifications", opts.ShedAbove), exitUsage)
 	case maxConns <= 0:

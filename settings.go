@@ -176,6 +176,7 @@ type overrides struct {
 	BodyTimeout    time.Duration `flag:"body-timeout" key:"api.body_timeout"`
 	MaxConns       int           `flag:"max-conns" key:"api.max_conns"`
 	ShedAbove      int64         `flag:"shed-above" key:"api.shed_above"`
+	ShedBehind     time.Duration `flag:"shed-behind" key:"api.shed_behind"`
 	MetricsToken   string        `flag:"metrics-token" key:"api.metrics_token"`
 
 	// from names where each value came from, by flag name, for messages:

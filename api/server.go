@@ -74,6 +74,13 @@ type Options struct {
 	// unclaimed, as ShedLoop last read it: a burst slows its sender
 	// instead of growing the backlog without bound. 0 turns it off.
 	ShedAbove int64
+	// ShedBehind, when positive, refuses new events the same way while
+	// the dispatcher is further behind than this: the notifications it
+	// last claimed had been due longer (relay.Relay.Lag, which leaves out
+	// the waits a provider's pause, rate or window imposed). It bounds
+	// the backlog by time, where ShedAbove bounds it by count. 0 turns it
+	// off.
+	ShedBehind time.Duration
 	// Sources, if set, lists the outboxes serve tails, for /readyz's
 	// detail (their lag does not make the API unready).
 	Sources func() []TailSource

@@ -8,13 +8,21 @@ import (
 	"time"
 )
 
-// Shedding: above a backlog of due notifications, new events are refused
-// (503 overloaded, with Retry-After) rather than queued without bound. The
-// backlog is the number of notifications due now and not yet claimed; a
-// loop (ShedLoop, run by serve) reads it once a second, so an accept pays
-// nothing but an atomic load. Only accepts are shed; a repeat of a request
-// under its Idempotency-Key is shed too while the backlog lasts, and
-// replayed once it is below the limit.
+// Shedding: past what the relay can deliver, new events are refused (503
+// overloaded, with Retry-After) rather than queued without bound. Two
+// rules, either of which sheds:
+//   - ShedBehind: the dispatcher is further behind than this (the
+//     notifications it last claimed had been due longer; relay.Relay.Lag).
+//     This is the rule that acts first when ingest outruns delivery: it
+//     bounds how late a notification accepted now will be.
+//   - ShedAbove: more notifications are due and unclaimed than this, as a
+//     loop (ShedLoop, run by serve) reads once a second. It bounds the
+//     backlog where the lag cannot see it (a process that only accepts,
+//     with another dispatching).
+//
+// An accept pays nothing but two atomic loads. Only accepts are shed; a
+// repeat of a request under its Idempotency-Key is shed too while the
+// backlog lasts, and replayed once it is below the limit.
 
 // shedState is the backlog as last read.
 type shedState struct {
@@ -24,28 +32,38 @@ type shedState struct {
 
 // shedding reports whether accepts are refused now, and for how long a
 // client should wait.
-func (s *Server) shedding() (bool, int) {
+func (s *Server) shedding() (bool, int, string) {
+	if d := s.opts.ShedBehind; d > 0 {
+		if lag := s.r.Lag(); lag > d {
+			return true, retryAfterSeconds(lag - d), "delivery is " + lag.Round(time.Second/10).String() +
+				" behind, more than its limit (" + d.String() + ")"
+		}
+	}
 	if s.opts.ShedAbove <= 0 || !s.shed.read.Load() {
-		return false, 0
+		return false, 0, ""
 	}
-	due := s.shed.due.Load()
-	if due <= s.opts.ShedAbove {
-		return false, 0
+	if s.shed.due.Load() <= s.opts.ShedAbove {
+		return false, 0, ""
 	}
-	return true, 5
+	return true, 5, "the delivery backlog is above its limit (" + strconv.FormatInt(s.opts.ShedAbove, 10) + " notifications due)"
+}
+
+// retryAfterSeconds is the wait to suggest for a lag this far past its
+// limit: about the time to catch up by that much, from 1 to 30 s.
+func retryAfterSeconds(past time.Duration) int {
+	return min(max(int(past.Seconds()+0.999), 1), 30)
 }
 
 // unlessShedding answers 503 overloaded instead of h while the backlog is
 // above the limit.
 func (s *Server) unlessShedding(h authedHandler) authedHandler {
 	return func(w http.ResponseWriter, r *http.Request, c caller) response {
-		if shed, wait := s.shedding(); shed {
+		if shed, wait, why := s.shedding(); shed {
 			if s.opts.Metrics != nil {
 				s.opts.Metrics.shed()
 			}
 			p := problem(http.StatusServiceUnavailable, probOverloaded, "Overloaded",
-				"the delivery backlog is above its limit ("+strconv.FormatInt(s.opts.ShedAbove, 10)+
-					" notifications due); nothing was stored: retry after a few seconds, with the same Idempotency-Key, if any")
+				why+"; nothing was stored: retry after "+strconv.Itoa(wait)+" s, with the same Idempotency-Key, if any")
 			p.retryAfter = strconv.Itoa(wait)
 			return p
 		}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"edgerelay/api"
+	"edgerelay/providers"
+	"edgerelay/relay"
 )
 
 // Above the backlog limit, new events are refused with 503 overloaded and
@@ -64,3 +68,66 @@ func TestShedAboveBacklog(t *testing.T) {
 }
 
 func fmtID(i int) string { return "evt_" + string(rune('a'+i)) }
+
+// heldProvider holds each call until release is closed.
+type heldProvider struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *heldProvider) Name() string      { return "held" }
+func (p *heldProvider) HonoursKeys() bool { return true }
+func (p *heldProvider) Send(ctx context.Context, m *providers.Message) providers.Result {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+	}
+	return providers.Result{Outcome: providers.Sent}
+}
+
+// While the dispatcher is further behind than ShedBehind (what it claims
+// had been due for longer), new events are refused with 503 overloaded,
+// Retry-After and the reason; once it has caught up they are accepted.
+// The clock jumps ten seconds so that the backlog's wait is real to the
+// relay without the test waiting for it.
+func TestShedBehindLag(t *testing.T) {
+	t.Parallel()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	p := &heldProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b := setup(t, options{API: api.Options{ShedBehind: time.Second},
+		Relay: relay.Options{Now: now, Workers: 1, Routes: relay.Routes{"email": {p}}}})
+	for i := range 3 {
+		accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt(fmtID(i), 1))))
+	}
+	offset.Store(int64(10 * time.Second)) // the three have waited ten seconds
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := b.r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b.r.Stop(context.Background())
+	<-p.entered // claimed ten seconds late; its one worker is busy
+	rep := b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_late", 1)))
+	prob := wantProblem(t, rep, http.StatusServiceUnavailable, "overloaded")
+	if !strings.Contains(prob.Detail, "behind") || !strings.Contains(prob.Detail, "nothing was stored") {
+		t.Errorf("detail %q: want how far behind, and that nothing was stored", prob.Detail)
+	}
+	if ra, err := strconv.Atoi(rep.header.Get("Retry-After")); err != nil || ra < 1 || ra > 30 {
+		t.Errorf("Retry-After %q: want 1 to 30 s", rep.header.Get("Retry-After"))
+	}
+	close(p.release)
+	deadline := time.Now().Add(bound)
+	for {
+		rep = b.do(t, "POST", "/v1/events", jsonOf(t, receipt("evt_after_lag", 1)))
+		if rep.status == http.StatusAccepted || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	accepted(t, rep)
+}

@@ -31,6 +31,7 @@ const (
 	DefaultBodyTimeout = 10 * time.Second
 	DefaultMaxConns    = 1024
 	DefaultShedAbove   = 100000
+	DefaultShedBehind  = 5 * time.Second
 )
 
 // Defaults of the other keys refused at zero: the dispatch and limits ones
@@ -622,6 +623,9 @@ func (c *checker) api() {
 	c.positive(at.with("max_conns"), a.MaxConns <= 0, a.MaxConns, DefaultMaxConns)
 	if a.ShedAbove != nil && *a.ShedAbove < 0 {
 		c.add(at.with("shed_above"), "shed_above %d: want 0 (never shed) or a number of due notifications, e.g. %d", *a.ShedAbove, DefaultShedAbove)
+	}
+	if a.ShedBehind != nil && *a.ShedBehind < 0 {
+		c.add(at.with("shed_behind"), "shed_behind %s: want 0 (never shed) or how far behind delivery may fall, e.g. %s", time.Duration(*a.ShedBehind), DefaultShedBehind)
 	}
 	for _, n := range []struct{ key, addr string }{{"listen", a.Listen}, {"metrics_listen", a.MetricsListen}, {"console_listen", a.ConsoleListen}} {
 		if c.has("api", n.key) {

@@ -95,6 +95,10 @@ type Config struct {
 		// ShedAbove refuses new events (503 overloaded) while more than
 		// this many notifications are due and unclaimed; 0 turns it off.
 		ShedAbove *int64 `yaml:"shed_above"`
+		// ShedBehind refuses new events the same way while delivery is
+		// further behind than this (what it claims had been due longer);
+		// 0 turns it off.
+		ShedBehind *Duration `yaml:"shed_behind"`
 	} `yaml:"api"`
 
 	// Templates render the messages of events that bring no subject or

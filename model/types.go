@@ -121,6 +121,10 @@ type Claimed struct {
 	CycleStartedAt time.Time
 	ClaimedAt      time.Time
 	LeaseUntil     time.Time
+	// DueAt is when the notification became due (its next_attempt_at as
+	// the claim found it): ClaimedAt - DueAt is how long it waited for a
+	// worker, the dispatcher's lag.
+	DueAt time.Time
 	// CreatedAt is when the notification was written: a message built from
 	// it (an email's Date) is the same on every attempt.
 	CreatedAt time.Time

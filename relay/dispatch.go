@@ -519,8 +519,12 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 			}
 			break
 		}
+		if p.gate != nil && len(got) >= p.limit {
+			p.gate.hold(now)
+		}
 		cs = append(cs, got...)
 	}
+	r.observeLag(now, cs)
 	d.giveSlots(free - len(cs))
 	prefs, prefErrs := d.gatherPreferences(ctx, cs)
 	var settle []pending

@@ -1,5 +1,7 @@
 package relay
 
+import "time"
+
 // The messages of the log records the dispatcher writes for each
 // notification it settles, for tools that follow its log (batch send's
 // progress): one per provider call, and one per claim ended without a call
@@ -42,6 +44,9 @@ type Hooks struct {
 	// At, if set, is called each time the relay reaches a phase, on the
 	// goroutine doing the work; it must be safe for concurrent use.
 	At func(Phase)
+	// Lag, if set, hears the lag each claim of the dispatcher sets (on
+	// its goroutine), before any of the claim's calls starts.
+	Lag func(time.Duration)
 }
 
 func (h Hooks) at(p Phase) {

@@ -197,6 +197,7 @@ type Relay struct {
 	router   *router
 	now      func() time.Time
 	wake     chan struct{}
+	lag      atomic.Int64 // the dispatcher's, in nanoseconds (lag.go)
 
 	// expandFailures counts, per event row, sweeps in a row that failed to
 	// write its fan-out.

@@ -72,6 +72,7 @@ type gate struct {
 type pace struct {
 	mu    sync.Mutex
 	until time.Time     // paused until
+	held  time.Time     // when it last held calls back (lag.go)
 	took  time.Duration // a moving average of call durations, for the wait when every slot is taken
 }
 
@@ -351,6 +352,15 @@ outer:
 // dispatcher's.
 func (rt *router) published() *table { return rt.next.Load() }
 
+// gateNamed is the gate of the provider of that name in the dispatcher's
+// table, nil if none (the dispatcher's goroutine only, as route).
+func (rt *router) gateNamed(name string) *gate {
+	if p, ok := rt.cur.named[name]; ok {
+		return rt.cur.gates[p]
+	}
+	return nil
+}
+
 // route returns the route of a tenant's channel in the dispatcher's table.
 // Only the dispatcher's goroutine may call it; others use published().route.
 func (rt *router) route(tenant, channel string) Route { return rt.cur.route(tenant, channel) }
@@ -412,6 +422,9 @@ func (rt *table) channels(tenant string) []string {
 type claimPlan struct {
 	filter model.ClaimFilter
 	limit  int
+	// gate is the provider whose room set limit, if one did: a claim
+	// that takes all of it leaves the rest waiting on the provider.
+	gate *gate
 }
 
 // plan splits free workers among claims so that no provider is handed
@@ -453,7 +466,9 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 			return false
 		}
 		if n > 0 {
-			plans = append(plans, claimPlan{f, n})
+			plans = append(plans, claimPlan{f, n, g})
+		} else {
+			g.hold(now)
 		}
 		left[g] = 0
 		return true
@@ -471,11 +486,11 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 		// The channels routed by "*" have their claim; the roomy explicit
 		// channels share what is left.
 		if len(roomy) > 0 {
-			plans = append(plans, claimPlan{model.ClaimFilter{Only: roomy}, free})
+			plans = append(plans, claimPlan{model.ClaimFilter{Only: roomy}, free, nil})
 		}
 		return plans
 	}
-	return append(plans, claimPlan{model.ClaimFilter{Exclude: limited}, free})
+	return append(plans, claimPlan{model.ClaimFilter{Exclude: limited}, free, nil})
 }
 
 // nextOpen is the earliest time a closed gate of a default route opens

@@ -16,16 +16,16 @@ import (
 // probe). attempts and cycle_attempts count calls recorded, so this attempt
 // is the next one.
 const claimedCols = `n.id, n.key, n.event, n.tenant, n.type, n.claims, n.recipient, n.channel, n.address, n.attempts + 1, n.cycle_attempts + 1,
-	n.cycle_started_at, n.claimed_at, n.lease_until, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), coalesce(n.claimed_provider, ''), ` + suppressionEntry + `, e.event_id, e.purpose`
+	n.cycle_started_at, n.claimed_at, n.lease_until, n.next_attempt_at, n.created_at, n.route_pos, n.pinned, coalesce(n.provider, ''), coalesce(n.claimed_provider, ''), ` + suppressionEntry + `, e.event_id, e.purpose`
 
 func scanClaimed(row pgx.Row, extra ...any) (model.Claimed, error) {
 	var c model.Claimed
-	var cycle, claimed, lease, created int64
+	var cycle, claimed, lease, due, created int64
 	var entry *string
 	dest := append([]any{&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.EventID, &c.Purpose}, extra...)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &due, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.EventID, &c.Purpose}, extra...)
 	err := row.Scan(dest...)
-	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
+	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.DueAt, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(due), fromMS(created)
 	if err == nil {
 		c.Suppression, err = decodeSuppression(entry, c.Tenant, c.Channel)
 	}

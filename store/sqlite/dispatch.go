@@ -20,7 +20,7 @@ import (
 // instead of a read per call. attempts and cycle_attempts count calls
 // recorded, so this attempt is the next one.
 const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, address, attempts + 1, cycle_attempts + 1,
-	cycle_started_at, claimed_at, lease_until, created_at, route_pos, pinned, coalesce(provider, ''), coalesce(claimed_provider, ''),
+	cycle_started_at, claimed_at, lease_until, next_attempt_at, created_at, route_pos, pinned, coalesce(provider, ''), coalesce(claimed_provider, ''),
 	(SELECT json_object('address', s.address, 'reason', s.reason, 'source', s.source, 'provider', s.provider, 'notification', s.notification,
 			'detail', s.detail, 'created_at', s.created_at, 'expires_at', s.expires_at)
 		FROM suppressions s
@@ -30,11 +30,11 @@ const claimedCols = `id, key, event, tenant, type, claims, recipient, channel, a
 
 func scanClaimed(rows *sql.Rows) (model.Claimed, error) {
 	var c model.Claimed
-	var cycle, claimed, lease, created int64
+	var cycle, claimed, lease, due, created int64
 	var entry sql.NullString
 	err := rows.Scan(&c.ID, &c.Key, &c.EventRow, &c.Tenant, &c.Type, &c.Token, &c.Recipient, &c.Channel, &c.Address,
-		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.Message)
-	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(created)
+		&c.Attempt, &c.CycleAttempts, &cycle, &claimed, &lease, &due, &created, &c.RoutePos, &c.Pinned, &c.LastProvider, &c.Provider, &entry, &c.Message)
+	c.CycleStartedAt, c.ClaimedAt, c.LeaseUntil, c.DueAt, c.CreatedAt = fromMS(cycle), fromMS(claimed), fromMS(lease), fromMS(due), fromMS(created)
 	if err == nil && entry.Valid {
 		var e sqlstore.SuppressionJSON
 		if err = json.Unmarshal([]byte(entry.String), &e); err == nil {

@@ -54,6 +54,16 @@ func dispatchClaims(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 	})
 
+	t.Run("a claim says when its row came due", func(t *testing.T) {
+		s := open(t)
+		dispatchEvent(t, s, "e", 1, "email")
+		late := t0.Add(90 * time.Second)
+		cs := claim(t, s, model.ClaimRequest{Limit: 1, Now: late, Lease: time.Minute})
+		if len(cs) != 1 || !cs[0].DueAt.Equal(t0) || !cs[0].ClaimedAt.Equal(late) {
+			t.Fatalf("claimed %+v, want it due at %s and claimed at %s (the dispatcher's lag is the difference)", cs, t0, late)
+		}
+	})
+
 	t.Run("claim filters by channel", func(t *testing.T) {
 		s := open(t)
 		dispatchEvent(t, s, "e", 6, "email", "sms", "push")
