@@ -122,12 +122,14 @@ var (
 	windowDesc   = prometheus.NewDesc("edgerelay_provider_window", "The most calls the relay makes to the provider at once now: its window, halved when the provider pushes back.", []string{"provider"}, nil)
 	ceilingDesc  = prometheus.NewDesc("edgerelay_provider_window_ceiling", "The most calls the provider's window ever allows (its concurrency).", []string{"provider"}, nil)
 	inFlightDesc = prometheus.NewDesc("edgerelay_provider_calls_in_flight", "Calls to the provider in flight now.", []string{"provider"}, nil)
+	lagDesc      = prometheus.NewDesc("edgerelay_dispatch_lag_seconds", "How long the notifications the dispatcher last claimed had been due, leaving out waits a provider's pause, rate or window imposed (serve sheds above --shed-behind).", nil, nil)
 )
 
 func (w windowCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- windowDesc
 	ch <- ceilingDesc
 	ch <- inFlightDesc
+	ch <- lagDesc
 }
 
 func (w windowCollector) Collect(ch chan<- prometheus.Metric) {
@@ -136,6 +138,7 @@ func (w windowCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(ceilingDesc, prometheus.GaugeValue, float64(win.Ceiling), win.Provider)
 		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(win.InFlight), win.Provider)
 	}
+	ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, w.r.Lag().Seconds())
 }
 
 // Accepted implements relay.Observer.

@@ -99,7 +99,7 @@ func TestShedBehindLag(t *testing.T) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	p := &heldProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	b := setup(t, options{API: api.Options{ShedBehind: time.Second},
+	b := setup(t, options{API: api.Options{ShedBehind: time.Second}, Metrics: true,
 		Relay: relay.Options{Now: now, Workers: 1, Routes: relay.Routes{"email": {p}}}})
 	for i := range 3 {
 		accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt(fmtID(i), 1))))
@@ -119,6 +119,12 @@ func TestShedBehindLag(t *testing.T) {
 	}
 	if ra, err := strconv.Atoi(rep.header.Get("Retry-After")); err != nil || ra < 1 || ra > 30 {
 		t.Errorf("Retry-After %q: want 1 to 30 s", rep.header.Get("Retry-After"))
+	}
+	m := regexp.MustCompile(`\nedgerelay_dispatch_lag_seconds (\S+)\n`).FindStringSubmatch(string(b.do(t, "GET", "/metrics", "").body))
+	if len(m) != 2 {
+		t.Errorf("/metrics has no edgerelay_dispatch_lag_seconds")
+	} else if lag, err := strconv.ParseFloat(m[1], 64); err != nil || lag < 10 {
+		t.Errorf("/metrics' lag: %q, want the 10 s the claimed notification waited", m[1])
 	}
 	close(p.release)
 	deadline := time.Now().Add(bound)
