@@ -62,13 +62,14 @@ its headers before any body is read; a body must arrive within --body-timeout
 (408 after it). At most --max-conns connections are open at once: more wait
 in the kernel's accept queue, holding no descriptor, until one closes.
 
-Overload: while delivery is more than --shed-behind (default 5s) behind
-(the notifications the dispatcher claims had been due longer; waits a
-provider imposed, by its pauses, rate or window, do not count), or more than
---shed-above notifications (default 100000) are due and not yet claimed
-(checked once a second), POST /v1/events and /v1/events:batch answer 503
-overloaded with Retry-After and store nothing, so a burst slows its sender
-instead of growing the backlog without bound.
+Overload: POST /v1/events and /v1/events:batch answer 503 overloaded with
+Retry-After and store nothing, so a burst slows its sender instead of
+growing the backlog without bound, while delivery through a provider the
+event goes to is more than --shed-behind (default 5s) behind (the
+notifications last claimed for it had been due longer; waits its pauses or
+rate limit imposed do not count, so a slow provider does not get the others'
+events refused), or while more than --shed-above notifications (default
+100000) are due and not yet claimed (checked once a second).
 
 Endpoints, one per route (the tenant is the token's; on an open API,
 ?tenant=, default "default"):

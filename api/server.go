@@ -75,11 +75,11 @@ type Options struct {
 	// instead of growing the backlog without bound. 0 turns it off.
 	ShedAbove int64
 	// ShedBehind, when positive, refuses new events the same way while
-	// the dispatcher is further behind than this: the notifications it
-	// last claimed had been due longer (relay.Relay.Lag, which leaves out
-	// the waits a provider's pause, rate or window imposed). It bounds
-	// the backlog by time, where ShedAbove bounds it by count. 0 turns it
-	// off.
+	// delivery through a provider they go to is further behind than this:
+	// the notifications last claimed for it had been due longer
+	// (relay.Relay.Behind, which leaves out the waits a provider's pause
+	// or rate limit imposed). It bounds the backlog by time, where
+	// ShedAbove bounds it by count. 0 turns it off.
 	ShedBehind time.Duration
 	// Sources, if set, lists the outboxes serve tails, for /readyz's
 	// detail (their lag does not make the API unready).
@@ -685,6 +685,9 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request, c caller) res
 	if perr != nil {
 		return *perr
 	}
+	if perr := s.behind(ev); perr != nil {
+		return *perr
+	}
 	// The codec is read before the accept: an answer that cannot be
 	// written must not follow an event that was.
 	x, perr := s.codec(r.Context())
@@ -847,6 +850,11 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, c caller) res
 		evs[i] = batchEvent{ev: ev, perr: perr}
 		fmt.Fprintf(&fp, "%d\n", len(canon))
 		fp.Write(canon)
+		if perr == nil {
+			if perr := s.behind(ev); perr != nil {
+				return *perr // the whole batch, as the size rule sheds it: nothing stored
+			}
+		}
 	}
 	x, perr := s.codec(r.Context())
 	if perr != nil {

@@ -6,13 +6,16 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"edgerelay/relay"
 )
 
 // Shedding: past what the relay can deliver, new events are refused (503
 // overloaded, with Retry-After) rather than queued without bound. Two
 // rules, either of which sheds:
-//   - ShedBehind: the dispatcher is further behind than this (the
-//     notifications it last claimed had been due longer; relay.Relay.Lag).
+//   - ShedBehind: delivery through a provider the event goes to is
+//     further behind than this (the notifications last claimed for it had
+//     been due longer; relay.Relay.Behind).
 //     This is the rule that acts first when ingest outruns delivery: it
 //     bounds how late a notification accepted now will be.
 //   - ShedAbove: more notifications are due and unclaimed than this, as a
@@ -20,7 +23,11 @@ import (
 //     backlog where the lag cannot see it (a process that only accepts,
 //     with another dispatching).
 //
-// An accept pays nothing but two atomic loads. Only accepts are shed; a
+// The size is checked before the body is read, the lag once the events are
+// decoded: an event is refused only when a provider its channels go to is
+// behind, so a slow provider does not get the others' events refused.
+// Neither costs an accept more than a few atomic loads and locks. Only
+// accepts are shed; a
 // repeat of a request under its Idempotency-Key is shed too while the
 // backlog lasts, and replayed once it is below the limit.
 
@@ -30,15 +37,9 @@ type shedState struct {
 	read atomic.Bool // the loop has read it at least once
 }
 
-// shedding reports whether accepts are refused now, and for how long a
-// client should wait.
+// shedding reports whether accepts are refused now by the backlog's
+// size, for how long a client should wait, and why.
 func (s *Server) shedding() (bool, int, string) {
-	if d := s.opts.ShedBehind; d > 0 {
-		if lag := s.r.Lag(); lag > d {
-			return true, retryAfterSeconds(lag - d), "delivery is " + lag.Round(time.Second/10).String() +
-				" behind, more than its limit (" + d.String() + ")"
-		}
-	}
 	if s.opts.ShedAbove <= 0 || !s.shed.read.Load() {
 		return false, 0, ""
 	}
@@ -48,24 +49,54 @@ func (s *Server) shedding() (bool, int, string) {
 	return true, 5, "the delivery backlog is above its limit (" + strconv.FormatInt(s.opts.ShedAbove, 10) + " notifications due)"
 }
 
+// behind is the answer that refuses events while delivery to a provider
+// one of them goes to is further behind than ShedBehind; nil to go on.
+func (s *Server) behind(evs ...relay.Event) *response {
+	d := s.opts.ShedBehind
+	if d <= 0 {
+		return nil
+	}
+	for _, ev := range evs {
+		lag, who := s.r.Behind(ev.Tenant, ev.Channels)
+		if lag <= d {
+			continue
+		}
+		what := "delivery"
+		if who != "" {
+			what = "delivery through " + who
+		}
+		p := s.overloaded(what+" is "+lag.Round(time.Second/10).String()+" behind, more than its limit ("+d.String()+")",
+			retryAfterSeconds(lag-d))
+		return &p
+	}
+	return nil
+}
+
 // retryAfterSeconds is the wait to suggest for a lag this far past its
 // limit: about the time to catch up by that much, from 1 to 30 s.
 func retryAfterSeconds(past time.Duration) int {
 	return min(max(int(past.Seconds()+0.999), 1), 30)
 }
 
+// overloaded is the 503 that sheds an accept: why, that nothing was
+// stored, and when to retry.
+func (s *Server) overloaded(why string, wait int) response {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.shed()
+	}
+	p := problem(http.StatusServiceUnavailable, probOverloaded, "Overloaded",
+		why+"; nothing was stored: retry after "+strconv.Itoa(wait)+" s, with the same Idempotency-Key, if any")
+	p.retryAfter = strconv.Itoa(wait)
+	return p
+}
+
 // unlessShedding answers 503 overloaded instead of h while the backlog is
-// above the limit.
+// above its size limit (before the body is read: it does not depend on
+// the events).
 func (s *Server) unlessShedding(h authedHandler) authedHandler {
 	return func(w http.ResponseWriter, r *http.Request, c caller) response {
 		if shed, wait, why := s.shedding(); shed {
-			if s.opts.Metrics != nil {
-				s.opts.Metrics.shed()
-			}
-			p := problem(http.StatusServiceUnavailable, probOverloaded, "Overloaded",
-				why+"; nothing was stored: retry after "+strconv.Itoa(wait)+" s, with the same Idempotency-Key, if any")
-			p.retryAfter = strconv.Itoa(wait)
-			return p
+			return s.overloaded(why, wait)
 		}
 		return h(w, r, c)
 	}

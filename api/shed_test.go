@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -89,9 +90,10 @@ func (p *heldProvider) Send(ctx context.Context, m *providers.Message) providers
 	return providers.Result{Outcome: providers.Sent}
 }
 
-// While the dispatcher is further behind than ShedBehind (what it claims
-// had been due for longer), new events are refused with 503 overloaded,
-// Retry-After and the reason; once it has caught up they are accepted.
+// While delivery through a provider is further behind than ShedBehind
+// (what was claimed for it had been due for longer), new events for it are
+// refused with 503 overloaded, Retry-After and the reason, and events for
+// another provider are not; once it has caught up they are accepted.
 // The clock jumps ten seconds so that the backlog's wait is real to the
 // relay without the test waiting for it.
 func TestShedBehindLag(t *testing.T) {
@@ -100,7 +102,7 @@ func TestShedBehindLag(t *testing.T) {
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	p := &heldProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	b := setup(t, options{API: api.Options{ShedBehind: time.Second}, Metrics: true,
-		Relay: relay.Options{Now: now, Workers: 1, Routes: relay.Routes{"email": {p}}}})
+		Relay: relay.Options{Now: now, Workers: 1, Routes: relay.Routes{"email": {p}, "sms": {providers.NewLog(io.Discard, "log://discard")}}}})
 	for i := range 3 {
 		accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, receipt(fmtID(i), 1))))
 	}
@@ -120,6 +122,11 @@ func TestShedBehindLag(t *testing.T) {
 	if ra, err := strconv.Atoi(rep.header.Get("Retry-After")); err != nil || ra < 1 || ra > 30 {
 		t.Errorf("Retry-After %q: want 1 to 30 s", rep.header.Get("Retry-After"))
 	}
+	wantProblem(t, b.do(t, "POST", "/v1/events:batch", `{"events": [`+jsonOf(t, receipt("evt_late_b", 1))+`]}`), http.StatusServiceUnavailable, "overloaded")
+	// An event for another provider, which is not behind, is accepted.
+	sms := relay.Event{ID: "evt_sms", Type: "login", Purpose: "otp", Channels: []string{"sms"},
+		Recipients: []relay.Recipient{{ID: "u1", Phone: "+15550001111"}}, Body: "code 123456"}
+	accepted(t, b.do(t, "POST", "/v1/events", jsonOf(t, sms)))
 	m := regexp.MustCompile(`\nedgerelay_dispatch_lag_seconds (\S+)\n`).FindStringSubmatch(string(b.do(t, "GET", "/metrics", "").body))
 	if len(m) != 2 {
 		t.Errorf("/metrics has no edgerelay_dispatch_lag_seconds")

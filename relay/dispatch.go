@@ -519,9 +519,6 @@ func (d *dispatcher) claim(ctx context.Context) (int, error) {
 			}
 			break
 		}
-		if p.gate != nil && len(got) >= p.limit {
-			p.gate.hold(now)
-		}
 		cs = append(cs, got...)
 	}
 	r.observeLag(now, cs)

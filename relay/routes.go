@@ -72,7 +72,8 @@ type gate struct {
 type pace struct {
 	mu    sync.Mutex
 	until time.Time     // paused until
-	held  time.Time     // when it last held calls back (lag.go)
+	held  time.Time     // when a pause or the rate last held calls back (lag.go)
+	lag   time.Duration // how long its last claimed notifications had been due (lag.go)
 	took  time.Duration // a moving average of call durations, for the wait when every slot is taken
 }
 
@@ -108,11 +109,15 @@ func (g *gate) paused(now time.Time) bool {
 // capacity is how many calls could start now without waiting.
 func (g *gate) capacity(now time.Time) int {
 	if g.paused(now) {
+		g.hold(now)
 		return 0
 	}
 	n := g.win.free()
 	if g.rl != nil {
-		n = min(n, int(g.rl.TokensAt(now)))
+		if tokens := int(g.rl.TokensAt(now)); tokens <= n {
+			g.hold(now) // the rate, not the window, bounds the calls
+			n = tokens
+		}
 	}
 	return max(n, 0)
 }
@@ -422,9 +427,6 @@ func (rt *table) channels(tenant string) []string {
 type claimPlan struct {
 	filter model.ClaimFilter
 	limit  int
-	// gate is the provider whose room set limit, if one did: a claim
-	// that takes all of it leaves the rest waiting on the provider.
-	gate *gate
 }
 
 // plan splits free workers among claims so that no provider is handed
@@ -466,9 +468,7 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 			return false
 		}
 		if n > 0 {
-			plans = append(plans, claimPlan{f, n, g})
-		} else {
-			g.hold(now)
+			plans = append(plans, claimPlan{f, n})
 		}
 		left[g] = 0
 		return true
@@ -486,11 +486,11 @@ func (rt *router) plan(now time.Time, free int) []claimPlan {
 		// The channels routed by "*" have their claim; the roomy explicit
 		// channels share what is left.
 		if len(roomy) > 0 {
-			plans = append(plans, claimPlan{model.ClaimFilter{Only: roomy}, free, nil})
+			plans = append(plans, claimPlan{model.ClaimFilter{Only: roomy}, free})
 		}
 		return plans
 	}
-	return append(plans, claimPlan{model.ClaimFilter{Exclude: limited}, free, nil})
+	return append(plans, claimPlan{model.ClaimFilter{Exclude: limited}, free})
 }
 
 // nextOpen is the earliest time a closed gate of a default route opens
