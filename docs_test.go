@@ -26,8 +26,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"edgerelay/config"
+	"edgerelay/model"
 	"edgerelay/relay"
 	"edgerelay/sim"
+	"edgerelay/store/open"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated parts of docs/ (the API's operations) from their sources")
@@ -363,7 +365,7 @@ func TestDocsYAMLConfigsLoad(t *testing.T) {
 // takes, decoded as strictly.
 func TestDocsJSONBlocks(t *testing.T) {
 	t.Parallel()
-	events := 0
+	events, prefs := 0, 0
 	for _, p := range docPages(t) {
 		for _, b := range p.blocks {
 			if b.lang() != "json" || strings.Contains(b.text, "…") {
@@ -381,22 +383,62 @@ func TestDocsJSONBlocks(t *testing.T) {
 					t.Errorf("%s:%d: send refuses the event: exit %d %s", p.path, b.line, r.code, r.stderr)
 				}
 			case b.has("preferences"):
-				dec := json.NewDecoder(strings.NewReader(b.text))
-				dec.DisallowUnknownFields()
-				var in relay.PreferencesInput
-				if err := dec.Decode(&in); err != nil {
-					t.Errorf("%s:%d: not a preferences body: %v", p.path, b.line, err)
-				}
-				for i, sw := range in.Switches {
-					if sw.Category == "" || sw.Enabled == nil {
-						t.Errorf("%s:%d: switches[%d] lacks category or enabled", p.path, b.line, i)
-					}
-				}
+				prefs++
+				checkPreferencesBody(t, p, b)
 			}
 		}
 	}
-	if events == 0 {
-		t.Fatal("no json event blocks found")
+	if events == 0 || prefs == 0 {
+		t.Fatalf("%d json event and %d json preferences blocks found", events, prefs)
+	}
+}
+
+// checkPreferencesBody puts the preferences body b (decoded as strictly as
+// the API decodes it) for a recipient, with the categories of the page's
+// first config that has some.
+func checkPreferencesBody(t *testing.T, p *docPage, b docBlock) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(b.text))
+	dec.DisallowUnknownFields()
+	var in relay.PreferencesInput
+	if err := dec.Decode(&in); err != nil {
+		t.Errorf("%s:%d: not a preferences body: %v", p.path, b.line, err)
+		return
+	}
+	var cfgText string
+	for _, c := range p.blocks {
+		if c.lang() == "yaml" && cfgText == "" && strings.Contains(c.text, "categories:") {
+			cfgText = c.text
+		}
+	}
+	if cfgText == "" {
+		t.Errorf("%s:%d: a preferences body on a page with no config of categories", p.path, b.line)
+		return
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(path, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Check(path)
+	if err != nil {
+		t.Fatalf("%s: the categories' config: %v", p.path, err)
+	}
+	ctx := t.Context()
+	st, err := open.Store(ctx, filepath.Join(dir, "r.db"), open.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(ctx, st, cfg.RelayOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.PutPreferences(ctx, "default", "ada", in, model.SetByAPI)
+	if err != nil {
+		t.Errorf("%s:%d: the body is refused: %v", p.path, b.line, err)
+	} else if got.TimeZone != in.TimeZone || len(got.Quiet) != len(in.QuietHours) {
+		t.Errorf("%s:%d: put %+v, read back %+v", p.path, b.line, in, got)
 	}
 }
 
