@@ -906,3 +906,43 @@ func apiOperations(doc []byte) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Every flag the docs' prose names on its own (`--max-body`, `--route
+// CHANNEL=URL`) is a flag of some command of the CLI.
+func TestDocsFlagsExist(t *testing.T) {
+	t.Parallel()
+	app := newApp(strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
+	known := map[string]bool{"help": true, "version": true}
+	var walk func([]*cli.Command)
+	walk = func(cs []*cli.Command) {
+		for _, c := range cs {
+			for _, f := range c.Flags {
+				for _, n := range f.Names() {
+					known[n] = true
+				}
+			}
+			walk(c.Subcommands)
+		}
+	}
+	for _, f := range app.Flags {
+		for _, n := range f.Names() {
+			known[n] = true
+		}
+	}
+	walk(app.Commands)
+	flagRE := regexp.MustCompile(`^--([a-z][a-z0-9-]*)(=|\s|$)`)
+	n := 0
+	for _, p := range docPages(t) {
+		for _, s := range p.spans {
+			if m := flagRE.FindStringSubmatch(s.text); m != nil {
+				n++
+				if !known[m[1]] {
+					t.Errorf("%s:%d: `%s`: no command has a flag --%s", p.path, s.line, s.text, m[1])
+				}
+			}
+		}
+	}
+	if n < 30 {
+		t.Fatalf("only %d flags found in the docs' inline code", n)
+	}
+}
