@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -944,5 +945,41 @@ func TestDocsFlagsExist(t *testing.T) {
 	}
 	if n < 30 {
 		t.Fatalf("only %d flags found in the docs' inline code", n)
+	}
+}
+
+// docs/configuration.md's table of keys names every top-level key of the
+// config file, and only those.
+func TestDocsConfigKeys(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(page), "<!-- keys:begin")
+	table, _, ok2 := strings.Cut(table, "<!-- keys:end -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/configuration.md lacks the keys:begin/end markers around its table")
+	}
+	listed := map[string]bool{}
+	for _, row := range strings.Split(table, "\n") {
+		first, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " | ")
+		for _, m := range spanRE.FindAllStringSubmatch(first, -1) {
+			listed[m[2]] = true
+		}
+	}
+	typ := reflect.TypeOf(config.Config{})
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		if !listed[name] {
+			t.Errorf("docs/configuration.md: the table of keys lacks %q", name)
+		}
+		delete(listed, name)
+	}
+	for k := range listed {
+		t.Errorf("docs/configuration.md: the table of keys names %q, which the config does not have", k)
 	}
 }
