@@ -983,3 +983,35 @@ func TestDocsConfigKeys(t *testing.T) {
 		t.Errorf("docs/configuration.md: the table of keys names %q, which the config does not have", k)
 	}
 }
+
+// A ```sh run block holds edgerelay commands that run as written on a
+// database of their own: each line, in order, must exit 0.
+func TestDocsRunBlocks(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, p := range docPages(t) {
+		for _, b := range p.blocks {
+			if b.lang() != "sh" || !b.has("run") {
+				continue
+			}
+			db := filepath.Join(t.TempDir(), "edgerelay.db")
+			for i, line := range strings.Split(strings.ReplaceAll(b.text, "\\\n", " "), "\n") {
+				if strings.TrimSpace(line) == "" {
+					continue
+				}
+				words, ok := edgerelayWords(line)
+				if !ok {
+					t.Errorf("%s:%d: a run block holds only edgerelay commands: %s", p.path, b.line+1+i, line)
+					continue
+				}
+				n++
+				if r := runCLI(t, "", append(words, "--db", db)...); r.code != 0 {
+					t.Errorf("%s:%d: exit %d: %s\n%s", p.path, b.line+1+i, r.code, line, r.stderr)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no sh run blocks found")
+	}
+}
