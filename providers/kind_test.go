@@ -17,7 +17,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the provider table in ../README.md from the registry")
+var update = flag.Bool("update", false, "rewrite the provider table in ../docs/providers.md from the registry")
 
 // The registry's entries are whole: each kind has its text, shows URLs of
 // its own schemes, and no scheme or parameter is claimed twice (New would
@@ -250,11 +250,11 @@ func TestEveryKindSendsFromItsExample(t *testing.T) {
 	}
 }
 
-// The README's provider table is rendered from the registry;
-// go test ./providers -run TestREADMEProviderTable -update rewrites it.
-func TestREADMEProviderTable(t *testing.T) {
+// The provider table of docs/providers.md is rendered from the registry;
+// go test ./providers -run TestDocsProviderTable -update rewrites it.
+func TestDocsProviderTable(t *testing.T) {
 	t.Parallel()
-	const path = "../README.md"
+	const path = "../docs/providers.md"
 	const begin, end = "<!-- providers:begin -->\n", "<!-- providers:end -->\n"
 	readme, err := os.ReadFile(path)
 	if err != nil {
@@ -273,18 +273,18 @@ func TestREADMEProviderTable(t *testing.T) {
 		return
 	}
 	if got != string(readme) {
-		t.Fatalf("the README's provider table differs from the registry; run go test ./providers -run TestREADMEProviderTable -update\n%s", providerTable(Kinds()))
+		t.Fatalf("docs/providers.md's provider table differs from the registry; run go test ./providers -run TestDocsProviderTable -update\n%s", providerTable(Kinds()))
 	}
 }
 
-// providerTable renders the README section: one row per kind, then the
+// providerTable renders the docs section: one row per kind, then the
 // shared parameters.
 func providerTable(kinds []Kind) string {
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	code := func(s string) string { return "`" + s + "`" }
 	shared := SharedParams()
 	var b strings.Builder
-	b.WriteString("<!-- Generated from the registry (providers.Kinds) by `go test ./providers -run TestREADMEProviderTable -update`. -->\n\n")
+	b.WriteString("<!-- Generated from the registry (providers.Kinds) by `go test ./providers -run TestDocsProviderTable -update`. -->\n\n")
 	b.WriteString("| URL | provider | parameters | keys |\n|---|---|---|---|\n")
 	for _, k := range kinds {
 		urls := make([]string, len(k.URLs))
