@@ -20,8 +20,8 @@ import (
 //     bounds how late a notification accepted now will be.
 //   - ShedAbove: more notifications are due and unclaimed than this, as a
 //     loop (ShedLoop, run by serve) reads once a second. It bounds the
-//     backlog where the lag cannot see it (a process that only accepts,
-//     with another dispatching).
+//     backlog where the lag says little (a dispatcher backing off after a
+//     store error claims nothing, so measures nothing).
 //
 // The size is checked before the body is read, the lag once the events are
 // decoded: an event is refused only when a provider its channels go to is
