@@ -786,30 +786,36 @@ func TestDocsFixedURLWebhook(t *testing.T) {
 		posts <- p
 	}))
 	defer hook.Close()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "c.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(cfg, fixed, "webhook+"+hook.URL+"/notify")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	db := filepath.Join(dir, "r.db")
-	sent := runCLI(t, event, "send", "--db", db, "--config", path)
-	if sent.code != 0 {
-		t.Fatalf("send: exit %d %s", sent.code, sent.stderr)
-	}
-	lines := decodeLines(t, sent.stdout)
-	if len(lines) != 1 {
-		t.Fatalf("send: %s", sent.stdout)
-	}
-	if r := runCLI(t, "", "dispatch", "--until-idle", "--db", db, "--config", path); r.code != 0 {
-		t.Fatalf("dispatch: exit %d %s", r.code, r.stderr)
-	}
-	select {
-	case got := <-posts:
-		if got.path != "/notify" || got.key != lines[0].Key || got.body.Key != lines[0].Key || got.body.Recipient.Address != "platform-team" || got.body.Channel != "ops" {
-			t.Errorf("the webhook got %+v, want key %s to platform-team on ops", got, lines[0].Key)
+	// As the page shows it, on a channel of its own; then on the webhook
+	// channel, the address under addresses.webhook.
+	for _, channel := range []string{"ops", "webhook"} {
+		cfg := strings.Replace(cfg, "ops: hooks", channel+": hooks", 1)
+		event := strings.ReplaceAll(event, `"ops"`, `"`+channel+`"`)
+		dir := t.TempDir()
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(cfg, fixed, "webhook+"+hook.URL+"/notify")), 0o644); err != nil {
+			t.Fatal(err)
 		}
-	default:
-		t.Fatal("dispatch ended and the webhook got nothing")
+		db := filepath.Join(dir, "r.db")
+		sent := runCLI(t, event, "send", "--db", db, "--config", path)
+		if sent.code != 0 {
+			t.Fatalf("%s: send: exit %d %s", channel, sent.code, sent.stderr)
+		}
+		lines := decodeLines(t, sent.stdout)
+		if len(lines) != 1 {
+			t.Fatalf("%s: send: %s", channel, sent.stdout)
+		}
+		if r := runCLI(t, "", "dispatch", "--until-idle", "--db", db, "--config", path); r.code != 0 {
+			t.Fatalf("%s: dispatch: exit %d %s", channel, r.code, r.stderr)
+		}
+		select {
+		case got := <-posts:
+			if got.path != "/notify" || got.key != lines[0].Key || got.body.Key != lines[0].Key || got.body.Recipient.Address != "platform-team" || got.body.Channel != channel {
+				t.Errorf("the webhook got %+v, want key %s to platform-team on %s", got, lines[0].Key, channel)
+			}
+		default:
+			t.Fatalf("%s: dispatch ended and the webhook got nothing", channel)
+		}
 	}
 	if len(posts) != 0 {
 		t.Errorf("%d more POSTs", len(posts))

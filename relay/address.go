@@ -41,8 +41,12 @@ func addressField(recipient string, r Recipient, channel string) string {
 
 // checkAddress checks the address a of recipient r (at path recipient) on
 // a channel whose addresses have a known shape: email an addr-spec, sms an
-// E.164 number, webhook an absolute http(s) URL. Other channels' addresses
-// (push tokens, chat channels) are the provider's to judge.
+// E.164 number, the url field an absolute http(s) URL. Other addresses are
+// the provider's to judge (checkRoutes): push tokens, chat channels, and a
+// webhook address given in addresses, which is a URL for a route that
+// posts to the recipient's URL (to=recipient checks it against its
+// allow-list) and any text, passed along, for a route that posts to its
+// own URL: "addresses": {"webhook": "ops"} reaches a fixed-URL webhook.
 func checkAddress(recipient string, r Recipient, channel, a string) error {
 	var why string
 	switch channel {
@@ -53,7 +57,9 @@ func checkAddress(recipient string, r Recipient, channel, a string) error {
 			why = "not an E.164 phone number (want + and 8 to 15 digits, the first not 0, e.g. +15550100)"
 		}
 	case "webhook":
-		why = urlProblem(a)
+		if _, own := r.Addresses[channel]; !own {
+			why = urlProblem(a) // the url field is a URL
+		}
 	}
 	if why == "" {
 		return nil
