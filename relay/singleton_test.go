@@ -3,11 +3,15 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"edgerelay/store"
+	"edgerelay/store/open"
 )
 
 // Work one process at a time must do: of two relays on one database, one
@@ -125,4 +129,70 @@ func TestSinglyTakesOverALapsedLease(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("never took the lapsed lease over")
 	}
+}
+
+// slowLeases is a store whose lease renewals (every HoldLease after the
+// first) wait until hold is closed: a store slowed past the lease's TTL.
+type slowLeases struct {
+	store.Store
+	calls atomic.Int32
+	hold  chan struct{}
+}
+
+func (s *slowLeases) HoldLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error) {
+	if s.calls.Add(1) > 1 {
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return s.Store.HoldLease(ctx, name, holder, now, ttl)
+}
+
+// The work stops on its own lease's clock: when a renewal does not come
+// back in time (the store is slow, not failing), the work's context ends
+// while the renewal is still waiting, before the lease lapses and another
+// process could take it over; not only once the renewal answers.
+func TestSinglyStopsWhenARenewalIsLate(t *testing.T) {
+	t.Parallel()
+	st, err := open.Store(context.Background(), t.TempDir()+"/relay.db", open.Options{Logger: testLogger(t, slog.LevelInfo)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowLeases{Store: st, hold: make(chan struct{})}
+	r, err := New(context.Background(), slow, Options{SingletonTTL: 300 * time.Millisecond, Logger: testLogger(t, slog.LevelInfo)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started, stopped, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		once := false
+		r.Singly(ctx, "schedules", func(wctx context.Context) {
+			if once {
+				return
+			}
+			once = true
+			close(started)
+			<-wctx.Done()
+			close(stopped)
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		r.Close()
+	})
+	<-started
+	select {
+	case <-stopped:
+	case <-time.After(bound):
+		t.Fatalf("the work still runs %s after it took a 300ms lease whose renewal has not come back", bound)
+	}
+	if n := slow.calls.Load(); n < 2 {
+		t.Errorf("%d HoldLease calls: the work stopped before any renewal was tried", n)
+	}
+	close(slow.hold)
 }
