@@ -367,6 +367,9 @@ func smtpDialResult(ctx context.Context, err error) Result {
 	auth := strings.Contains(msg, "SMTP AUTH") || errors.Is(err, gomail.ErrNoSupportedAuthDiscovered)
 	switch {
 	case errors.As(err, &reply):
+		// The reply as it came, its code first, as a transaction's
+		// refusal is recorded (show prints the code).
+		r.Response = truncate([]byte(replyString(reply)))
 		r.Permanent, r.Overloaded = reply.Code >= 500, smtpOverloaded(reply.Code)
 		r.Detail = "refused before the message was sent: " + firstLine(replyString(reply))
 		if auth {

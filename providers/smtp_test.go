@@ -447,6 +447,9 @@ func TestSMTPStartTLSAuth(t *testing.T) {
 	if res.Outcome != Refused || !res.Permanent || !strings.HasPrefix(res.Detail, "authentication failed: 535") {
 		t.Errorf("wrong password: %+v, want a permanent Refused, authentication failed: 535", res)
 	}
+	if !strings.HasPrefix(res.Response, "535 ") {
+		t.Errorf("wrong password: Response %q, want the server's reply, its code first", res.Response)
+	}
 	if strings.Contains(res.Response+res.Detail, "wrong") {
 		t.Errorf("the result quotes the password: %+v", res)
 	}
