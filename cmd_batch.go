@@ -100,8 +100,16 @@ Exit status:
    4  --dispatch: none ended badly, but some wait for a retry beyond
       --max-wait (after 5)
    2  usage: flags, FILE, format
-   1  could not work (database, config, I/O) or interrupted: run the same
-      file again to finish; nothing is accepted twice`,
+   1  could not work (database, config, I/O) or interrupted (Ctrl-C,
+      SIGTERM): while accepting, run the same file again to finish
+      (nothing is accepted twice); while delivering, every line is
+      accepted and dispatch --until-idle (or serve) delivers the rest.
+      The last line says "interrupted" and counts what is pending.
+
+Interrupted while delivering, it stops claiming and waits up to 10 s for the
+calls in flight (a fixed time, as dispatch --until-idle: --drain-timeout is
+serve's and dispatch's), then cancels them and records them unknown; a second
+signal exits at once.`,
 		Flags: commonFlags(
 			flagRoute(), flagDelivery(),
 			&cli.StringFlag{Name: "format", EnvVars: []string{"EDGERELAY_BATCH_FORMAT"}, Usage: "jsonl (or ndjson) or csv; default: by the file's extension"},
@@ -170,6 +178,10 @@ type batchSummary struct {
 	Batch    batch.Result   `json:"batch"`
 	Dispatch *relay.Summary `json:"dispatch,omitempty"`
 	Strict   *batch.Result  `json:"strict_check,omitempty"`
+	// Interrupted: a signal stopped the delivery; Pending is then every
+	// notification not final in the database.
+	Interrupted bool  `json:"interrupted,omitempty"`
+	Pending     int64 `json:"pending,omitempty"`
 }
 
 func batchSend(c *cli.Context, args []string) error {
@@ -278,13 +290,16 @@ func batchSend(c *cli.Context, args []string) error {
 			return err
 		}
 		sum.Dispatch = &ds
+		if err != nil {
+			return batchInterrupted(c, r, sum)
+		}
 		fmt.Fprintf(stderr, "dispatch: %d attempts; sent %d, failed %d, dead %d, unknown %d; %d waiting for a retry\n",
 			ds.Attempts, ds.Sent, ds.Failed, ds.Dead, ds.Unknown, ds.Waiting)
 		switch {
 		case ds.Failed+ds.Dead+ds.Unknown > 0:
 			code = exitFailed
 		case code == exitRejected:
-		case ds.Waiting > 0 || err != nil:
+		case ds.Waiting > 0:
 			code = exitWaiting
 		}
 	}
@@ -361,6 +376,29 @@ func batchStopped(c *cli.Context, what string, res batch.Result, err error) erro
 		return cli.Exit(fmt.Sprintf("batch: %s: %v", what, err), exitRejected)
 	}
 	return fmt.Errorf("batch: %s: %w", what, err)
+}
+
+// batchInterrupted ends a run whose delivery a signal stopped (every line
+// was accepted by then): it counts what is still to deliver, every
+// notification not final (never tried, waiting for a retry, or claimed
+// and not called), says so on the last line, and exits 1, as an
+// interrupted accept does.
+func batchInterrupted(c *cli.Context, r *relay.Relay, sum batchSummary) error {
+	ds := sum.Dispatch
+	due, later, sending, err := r.Store().Live(context.Background(), r.Now())
+	if err != nil {
+		return fmt.Errorf("batch: interrupted; count the pending notifications: %w", err)
+	}
+	sum.Interrupted, sum.Pending = true, due+later+sending
+	if c.Bool("json") {
+		if err := json.NewEncoder(c.App.Writer).Encode(sum); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.App.ErrWriter, "dispatch: interrupted after %d attempts; sent %d, failed %d, dead %d, unknown %d; %d pending "+
+		"(every line is accepted: edgerelay dispatch --until-idle, or serve, delivers them)\n",
+		ds.Attempts, ds.Sent, ds.Failed, ds.Dead, ds.Unknown, sum.Pending)
+	return cli.Exit("", exitError)
 }
 
 // readerNoSeek is standard input: read once (--strict, which rewinds, is

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -9,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"edgerelay/config"
+	"edgerelay/providers"
+	"edgerelay/relay"
 )
 
 func configCommand() *cli.Command {
@@ -31,9 +35,17 @@ while an application's database is down. Prints each problem with its line
 and key path and exits 1, or prints the routes and exits 0. No secret is
 printed.
 
+With --connect it also connects to each routed provider that can be tried
+without sending anything (smtp:// and smtps://: TCP, TLS or STARTTLS, EHLO
+and AUTH, then QUIT), and prints what each answered; a provider that cannot
+be reached, or refuses the configuration (no STARTTLS where the URL requires
+it, a rejected password), is a problem (exit 1). HTTP providers are not
+called: no request to them is free of effects.
+
 A --route given to serve or dispatch counts as a route for the checks; this
 command sees only the file.`,
-			Flags:        commonFlags(),
+			Flags: commonFlags(&cli.BoolFlag{Name: "connect", EnvVars: []string{"EDGERELAY_CONFIG_CONNECT"},
+				Usage: "also connect to each routed SMTP provider (TLS, EHLO, AUTH, no message) and report what it answered"}),
 			OnUsageError: usageErr,
 			Action: func(c *cli.Context) error {
 				path := lookup(c, "config")
@@ -79,6 +91,9 @@ command sees only the file.`,
 						fmt.Fprintf(w, "  limit %s: concurrency %d, rate %g/s, burst %d\n", name, l.Concurrency, l.Rate, l.Burst)
 					}
 				}
+				if c.Bool("connect") {
+					return connectProviders(c.Context, w, routes, tenants)
+				}
 				return nil
 			},
 		}},
@@ -91,4 +106,51 @@ func routeNames[P interface{ Name() string }](ps []P) string {
 		names[i] = p.Name()
 	}
 	return strings.Join(names, " -> ")
+}
+
+// prober is a provider that can open a connection and close it again
+// without sending anything (the smtp provider).
+type prober interface {
+	Name() string
+	Probe(context.Context) error
+}
+
+// connectProviders tries each distinct routed provider that is a prober,
+// once, and prints one line for each provider: ok, the problem, or that it
+// is not tried. Any problem makes the command exit 1.
+func connectProviders(ctx context.Context, w io.Writer, routes relay.Routes, tenants map[string]relay.Routes) error {
+	var all []providers.Provider
+	seen := map[providers.Provider]bool{}
+	add := func(rs relay.Routes) {
+		for _, ch := range slices.Sorted(maps.Keys(rs)) {
+			for _, p := range rs[ch] {
+				if !seen[p] {
+					seen[p] = true
+					all = append(all, p)
+				}
+			}
+		}
+	}
+	add(routes)
+	for _, t := range slices.Sorted(maps.Keys(tenants)) {
+		add(tenants[t])
+	}
+	failed := 0
+	for _, p := range all {
+		pr, ok := p.(prober)
+		if !ok {
+			fmt.Fprintf(w, "  connect %s: not tried (only SMTP providers can be reached without sending)\n", p.Name())
+			continue
+		}
+		if err := pr.Probe(ctx); err != nil {
+			failed++
+			fmt.Fprintf(w, "  connect %s: FAILED: %v\n", p.Name(), err)
+			continue
+		}
+		fmt.Fprintf(w, "  connect %s: ok\n", p.Name())
+	}
+	if failed > 0 {
+		return cli.Exit(fmt.Sprintf("config check --connect: %d of the providers tried could not be used (see above)", failed), exitError)
+	}
+	return nil
 }

@@ -53,7 +53,8 @@ working at once.
 
 Metrics (GET /metrics) cover every tenant, so no tenant's token opens them.
 On the API's address they are served while the API is open, or to
-Authorization: Bearer METRICS_TOKEN (--metrics-token); --metrics-listen
+Authorization: Bearer METRICS_TOKEN (--metrics-token, or a token made by
+"edgerelay token create --metrics", taken without a restart); --metrics-listen
 serves them without a token on an address of their own (a private interface
 for the scraper).
 

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"edgerelay/model"
+	"edgerelay/providers"
 	"edgerelay/relay"
 )
 
@@ -133,17 +135,16 @@ func printNotification(w io.Writer, n model.Notification, apiID string) {
 			q.At.Format(time.RFC3339), q.Expanded, q.Targets, relay.ShowControls(q.Reason), q.EventRow)
 	}
 	for _, a := range n.AttemptLog {
-		status := "no HTTP answer"
-		if a.HTTPStatus != 0 {
-			status = fmt.Sprintf("HTTP %d", a.HTTPStatus)
-		}
 		outcome := a.Outcome
 		if a.Permanent {
 			outcome += " (for good)"
 		}
-		fmt.Fprintf(w, "  attempt %d  %s  %s .. %s (%s)  %s, %s\n", a.N, a.Provider,
+		if answer := attemptAnswer(a); answer != "" {
+			outcome += ", " + answer
+		}
+		fmt.Fprintf(w, "  attempt %d  %s  %s .. %s (%s)  %s\n", a.N, a.Provider,
 			a.StartedAt.Format("15:04:05.000"), a.EndedAt.Format("15:04:05.000"), a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond),
-			outcome, status)
+			outcome)
 		if a.Detail != "" {
 			fmt.Fprintf(w, "             %s\n", a.Detail)
 		}
@@ -168,6 +169,26 @@ func printNotification(w io.Writer, n model.Notification, apiID string) {
 		fmt.Fprintf(w, "  clicked    %s  %d time%s, first %s, last %s\n", relay.ShowControls(c.URL), c.Count, plural(int(c.Count)),
 			c.First.Format(time.RFC3339), c.Last.Format(time.RFC3339))
 	}
+}
+
+// smtpReply is how the smtp provider records a server's answer: the reply
+// as it came, its code first ("451 4.3.0 try again later").
+var smtpReply = regexp.MustCompile(`^[2-5][0-9][0-9]( |-|$)`)
+
+// attemptAnswer is what the provider answered on an attempt: an HTTP
+// status, an SMTP reply code, "no answer" for a call that failed without
+// one, or "" for a provider that answers nothing when it succeeds (log://,
+// whose detail says where the line went).
+func attemptAnswer(a model.Attempt) string {
+	switch {
+	case a.HTTPStatus != 0:
+		return fmt.Sprintf("HTTP %d", a.HTTPStatus)
+	case smtpReply.MatchString(a.Response):
+		return "SMTP " + a.Response[:3]
+	case a.Outcome == string(providers.Sent):
+		return ""
+	}
+	return "no answer"
 }
 
 func plural(n int) string {

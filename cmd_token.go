@@ -1,14 +1,18 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/urfave/cli/v2"
 
+	"edgerelay/api"
 	"edgerelay/config"
 	"edgerelay/model"
 	"edgerelay/relay"
@@ -21,17 +25,29 @@ func tokenCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "create",
-				Usage:     "create a token for a tenant and print it (once: only its hash is stored)",
+				Usage:     "create a token for a tenant (or, with --metrics, one that reads GET /metrics) and print it (once: only its hash is stored)",
 				ArgsUsage: " ",
+				Description: `A tenant's token acts as that tenant on the API and the console. A metrics
+token (--metrics) is no tenant's: it opens GET /metrics (and /readyz's source
+detail) on the API's address, which a tenant's token never does, and a running
+serve takes it at its next request, as it takes any token. Revoke either with
+token revoke. The first stored token of either kind closes an open API.`,
 				Flags: commonFlags(
-					&cli.StringFlag{Name: "tenant", Usage: "the tenant the token acts as (required)"},
+					&cli.StringFlag{Name: "tenant", Usage: "the tenant the token acts as (required without --metrics)"},
+					&cli.BoolFlag{Name: "metrics", Usage: "a token that reads GET /metrics on the API's address, and nothing else"},
 					&cli.StringFlag{Name: "name", Usage: "a label to recognise the token by (at most 64 bytes)"},
 				),
 				OnUsageError: usageErr,
 				Action: func(c *cli.Context) error {
 					tenant := c.String("tenant")
+					if c.Bool("metrics") {
+						if tenant != "" {
+							return cli.Exit("token create: --metrics and --tenant do not go together (a metrics token is no tenant's)", exitUsage)
+						}
+						return createMetricsToken(c)
+					}
 					if tenant == "" {
-						return cli.Exit("token create needs --tenant NAME", exitUsage)
+						return cli.Exit("token create needs --tenant NAME (or --metrics, for a token that reads GET /metrics)", exitUsage)
 					}
 					if !config.ValidName(tenant) {
 						return cli.Exit(fmt.Sprintf("--tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant), exitUsage)
@@ -70,7 +86,11 @@ func tokenCommand() *cli.Command {
 						return err
 					}
 					for _, t := range ts {
-						fmt.Fprintf(c.App.Writer, "%d\t%s\t%s\t%s\n", t.ID, t.Tenant, t.Name, t.CreatedAt.Format("2006-01-02 15:04:05"))
+						tenant := t.Tenant
+						if tenant == api.MetricsTenant {
+							tenant = "(metrics)"
+						}
+						fmt.Fprintf(c.App.Writer, "%d\t%s\t%s\t%s\n", t.ID, tenant, t.Name, t.CreatedAt.Format("2006-01-02 15:04:05"))
 					}
 					return nil
 				},
@@ -98,6 +118,31 @@ func tokenCommand() *cli.Command {
 			originsCommand(),
 		},
 	}
+}
+
+// createMetricsToken stores a metrics token (api.MetricsTenant) and
+// prints it once. relay.CreateToken refuses the tenant name, which no
+// tenant can have: the token is made here, the same way.
+func createMetricsToken(c *cli.Context) error {
+	name := c.String("name")
+	if len(name) > relay.MaxNameLen || strings.TrimSpace(name) != name || strings.ContainsFunc(name, unicode.IsControl) {
+		return cli.Exit(fmt.Sprintf("--name: at most %d bytes, without control characters or surrounding white space", relay.MaxNameLen), exitUsage)
+	}
+	r, _, err := openRelay(c, c.App.ErrWriter) // as a tenant's token: the database is made if new
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	token := "ert_" + base64.RawURLEncoding.EncodeToString(secret)
+	t, err := r.Store().CreateToken(c.Context, api.MetricsTenant, name, relay.TokenHash(token), r.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "metrics token %d (shown once; the scraper sends it as Authorization: Bearer TOKEN to GET /metrics):\n", t.ID)
+	fmt.Fprintln(c.App.Writer, token)
+	return nil
 }
 
 // userKeyCommand manages a tenant's keys for user tokens, which its

@@ -360,8 +360,24 @@ func TestServeTokensTakeEffectWhileRunning(t *testing.T) {
 	if code, body := call(t, "POST", p.base+"/v1/events", token, ev("e1", "")); code != http.StatusAccepted || !strings.Contains(body, `"tenant":"acme"`) {
 		t.Errorf("the token's event: %d %s, want 202 in tenant acme", code, body)
 	}
-	if code, _ := call(t, "GET", p.base+"/metrics", token, ""); code != http.StatusNotFound {
-		t.Errorf("metrics on the API's address with a tenant's token: %d, want 404", code)
+	if code, _ := call(t, "GET", p.base+"/metrics", token, ""); code != http.StatusUnauthorized {
+		t.Errorf("metrics on the API's address with a tenant's token: %d, want 401", code)
+	}
+	// A metrics token made by another process opens them on the API's
+	// address at once, without a restart, and acts as no tenant.
+	out, err = exec.Command(bin, "token", "create", "--db", db, "--metrics", "--name", "scraper").Output()
+	if err != nil {
+		t.Fatalf("token create --metrics: %v", err)
+	}
+	scraper := strings.TrimSpace(string(out))
+	if code, body := call(t, "GET", p.base+"/metrics", scraper, ""); code != http.StatusOK || !strings.Contains(body, "edgerelay_events_accepted_total 2") {
+		t.Errorf("metrics on the API's address with a metrics token: %d %.300s", code, body)
+	}
+	if code, _ := call(t, "GET", p.base+"/v1/notifications", scraper, ""); code != http.StatusUnauthorized {
+		t.Errorf("the metrics token on /v1/notifications: %d, want 401", code)
+	}
+	if out, err := exec.Command(bin, "token", "list", "--db", db).Output(); err != nil || !strings.Contains(string(out), "2\t(metrics)\tscraper") {
+		t.Errorf("token list: %v\n%s", err, out)
 	}
 	if code, body := call(t, "GET", "http://"+metricsAddr+"/metrics", "", ""); code != http.StatusOK || !strings.Contains(body, "edgerelay_events_accepted_total 2") {
 		t.Errorf("metrics listener: %d %.300s", code, body)

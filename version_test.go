@@ -2,6 +2,7 @@ package main
 
 import (
 	"debug/buildinfo"
+	"debug/elf"
 	"io"
 	"os"
 	"os/exec"
@@ -49,10 +50,11 @@ func TestVersionIsTheBuildInfo(t *testing.T) {
 // Built from a git checkout with -ldflags -X main.version, --version shows
 // that version with the checkout's revision and commit time. This tree may
 // be a git worktree, which go build does not stamp (golang/go#58218): the
-// test builds a copy of it committed to a repository of its own. It builds
-// without -trimpath: --version does not depend on it, and a -trimpath build
-// misses the cache the test builds filled, so it recompiled the standard
-// library and every dependency (minutes on a loaded machine).
+// test builds a copy of it committed to a repository of its own, with
+// packaging/release.sh, and checks that the binary is stripped. The script
+// builds without -trimpath: a -trimpath build misses the cache the test
+// builds filled, so it recompiled the standard library and every
+// dependency (minutes on a loaded machine).
 func TestVersionFromLdflagsAndVCS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary from a copy of the tree")
@@ -83,11 +85,25 @@ func TestVersionFromLdflagsAndVCS(t *testing.T) {
 	git("add", "-A")
 	git("commit", "-q", "-m", "copy")
 	rev := git("rev-parse", "HEAD")
+	// Built as a release is: packaging/release.sh, stripped.
 	bin := filepath.Join(t.TempDir(), "edgerelay")
-	build := exec.Command("go", "build", "-buildvcs=true", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
+	build := exec.Command("sh", "packaging/release.sh", "v9.8.7-test", bin)
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("packaging/release.sh: %v\n%s", err, out)
+	}
+	if f, err := elf.Open(bin); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, sec := range f.Sections {
+			if sec.Name == ".symtab" || strings.HasPrefix(sec.Name, ".debug_") {
+				t.Errorf("the release binary has a %s section: not stripped", sec.Name)
+			}
+		}
+		f.Close()
+	}
+	if st, err := os.Stat(bin); err == nil {
+		t.Logf("release binary: %d bytes", st.Size())
 	}
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {

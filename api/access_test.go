@@ -88,11 +88,29 @@ func TestMetricsProtected(t *testing.T) {
 
 	closed := setup(t, options{Metrics: true, Tokens: tokens})
 	for _, hdr := range [][]string{nil, acme} {
-		p := wantProblem(t, closed.do(t, "GET", "/metrics", "", hdr...), http.StatusNotFound, "not-found")
-		if !strings.Contains(p.Detail, "--metrics-listen") || !strings.Contains(p.Detail, "--metrics-token") {
-			t.Errorf("the 404 does not say how to enable metrics: %q", p.Detail)
+		p := wantProblem(t, closed.do(t, "GET", "/metrics", "", hdr...), http.StatusUnauthorized, "unauthorized")
+		if !strings.Contains(p.Detail, "--metrics-listen") || !strings.Contains(p.Detail, "--metrics-token") ||
+			!strings.Contains(p.Detail, "token create --metrics") {
+			t.Errorf("the 401 does not say how to read metrics: %q", p.Detail)
 		}
 	}
+	// A stored metrics token (token create --metrics) opens them at once,
+	// without a restart, and nothing else; revoked, it stops.
+	stored := "ert_stored-metrics-0123456789"
+	mt, err := closed.st.CreateToken(context.Background(), api.MetricsTenant, "scraper", api.HashToken(stored), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := closed.do(t, "GET", "/metrics", "", "Authorization", "Bearer "+stored); rep.status != http.StatusOK ||
+		!strings.Contains(string(rep.body), "edgerelay_notifications{") {
+		t.Errorf("a stored metrics token: %s", rep)
+	}
+	wantProblem(t, closed.do(t, "GET", "/v1/notifications", "", "Authorization", "Bearer "+stored), http.StatusUnauthorized, "unauthorized")
+	wantProblem(t, closed.do(t, "POST", "/v1/events", jsonOf(t, ev), "Authorization", "Bearer "+stored), http.StatusUnauthorized, "unauthorized")
+	if err := closed.st.DeleteToken(context.Background(), mt.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, closed.do(t, "GET", "/metrics", "", "Authorization", "Bearer "+stored), http.StatusUnauthorized, "unauthorized")
 	// Their own listener (serve --metrics-listen) serves them as they are.
 	own := httptest.NewServer(closed.api.MetricsHandler())
 	defer own.Close()

@@ -188,7 +188,7 @@ var pages = template.Must(template.New("pages").Parse(`
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <meta name="referrer" content="no-referrer"><title>{{.}}</title>
 <style>body{font:16px/1.5 system-ui,sans-serif;max-width:36em;margin:2em auto;padding:0 1em}
-fieldset{border:1px solid #ccc;margin:1em 0}button{font:inherit;padding:.3em 1em}</style></head><body>{{end}}
+fieldset{border:1px solid #ccc;margin:1em 0}button{font:inherit;padding:.3em 1em}.channel{margin-left:2em}</style></head><body>{{end}}
 {{define "unsubscribe"}}{{template "head" "Unsubscribe"}}
 <h1>Unsubscribe</h1>
 <p>Stop <strong>{{.Category}}</strong> messages by <strong>{{.Channel}}</strong> to <strong>{{.Recipient}}</strong>?</p>
@@ -209,8 +209,11 @@ fieldset{border:1px solid #ccc;margin:1em 0}button{font:inherit;padding:.3em 1em
 <input type="hidden" name="form" value="{{.Form}}">
 <fieldset><legend>What reaches you</legend>
 {{range .Prefs.Categories}}<p><label><input type="checkbox" name="on" value="{{.Name}}"{{if .Enabled}} checked{{end}}{{if .Required}} disabled{{end}}>
-{{.Name}}</label>{{if .Required}} (always sent){{end}}</p>
-{{end}}</fieldset>
+{{.Name}}</label>{{if .Required}} (always sent){{else if .Channels}} (on every channel, except as set below){{end}}</p>
+{{if not .Required}}{{$cat := .Name}}{{range .Channels}}<p class="channel"><input type="hidden" name="shown" value="{{$cat}}/{{.Channel}}">
+<label><input type="checkbox" name="channel" value="{{$cat}}/{{.Channel}}"{{if .Enabled}} checked{{end}}>
+{{$cat}} by {{.Channel}}</label>{{if not .Enabled}} (turned off {{if eq .SetBy "unsubscribe"}}by an unsubscribe link{{else}}for {{.Channel}} alone{{end}}: tick it to receive it again){{end}}</p>
+{{end}}{{end}}{{end}}</fieldset>
 <fieldset><legend>Quiet hours</legend>
 <p><label>From <input name="quiet_from" type="time" value="{{.QuietFrom}}"></label>
 <label>to <input name="quiet_to" type="time" value="{{.QuietTo}}"></label></p>
@@ -320,9 +323,12 @@ func (s *Server) preferencesPage(w http.ResponseWriter, r *http.Request) respons
 }
 
 // postPreferencesPage saves the page's form: every optional category on
-// if ticked, off if not (on every channel; a channel's own switch set
-// through the API stays), the quiet hours for every optional category
-// and the time zone.
+// if ticked, off if not (on every channel); each channel's own switch the
+// page showed (an unsubscribe link's, or one set through the API) on if
+// ticked, off if not, and dropped when it says what the category says (it
+// then follows the category again); one the page did not show (set since
+// it was loaded) stays; the quiet hours for every optional category and
+// the time zone.
 func (s *Server) postPreferencesPage(w http.ResponseWriter, r *http.Request) response {
 	tok := r.PathValue("token")
 	l, err := s.r.CheckPage(r.Context(), tok)
@@ -339,25 +345,7 @@ func (s *Server) postPreferencesPage(w http.ResponseWriter, r *http.Request) res
 	if err != nil {
 		return s.linkRefused(err)
 	}
-	on := map[string]bool{}
-	for _, v := range r.PostForm["on"] {
-		on[v] = true
-	}
-	in := relay.PreferencesInput{TimeZone: strings.TrimSpace(r.PostForm.Get("timezone"))}
-	for _, cp := range cur.Categories {
-		for _, sw := range cp.Channels {
-			enabled := sw.Enabled
-			in.Switches = append(in.Switches, relay.SwitchInput{Category: sw.Category, Channel: sw.Channel, Enabled: &enabled})
-		}
-		if cp.Required {
-			continue
-		}
-		enabled := on[cp.Name]
-		if enabled == cp.Default && cp.SetAt.IsZero() {
-			continue // still the default: nothing to store
-		}
-		in.Switches = append(in.Switches, relay.SwitchInput{Category: cp.Name, Enabled: &enabled})
-	}
+	in := relay.PreferencesInput{TimeZone: strings.TrimSpace(r.PostForm.Get("timezone")), Switches: pageSwitches(cur, r.PostForm)}
 	for _, q := range cur.Quiet {
 		if q.Category != "" {
 			in.QuietHours = append(in.QuietHours, relay.QuietPreference{Category: q.Category, Window: q.Window})
@@ -374,4 +362,37 @@ func (s *Server) postPreferencesPage(w http.ResponseWriter, r *http.Request) res
 		return s.linkRefused(err)
 	}
 	return s.renderPreferences(r, tok, l, true)
+}
+
+// pageSwitches are the switches the preferences form sets: see
+// postPreferencesPage.
+func pageSwitches(cur relay.Preferences, form url.Values) []relay.SwitchInput {
+	set := func(vs []string) map[string]bool {
+		m := map[string]bool{}
+		for _, v := range vs {
+			m[v] = true
+		}
+		return m
+	}
+	on, shown, channelOn := set(form["on"]), set(form["shown"]), set(form["channel"])
+	var out []relay.SwitchInput
+	for _, cp := range cur.Categories {
+		all := cp.Enabled
+		if !cp.Required {
+			all = on[cp.Name]
+			if all != cp.Default || !cp.SetAt.IsZero() { // else still the default: nothing to store
+				out = append(out, relay.SwitchInput{Category: cp.Name, Enabled: &all})
+			}
+		}
+		for _, sw := range cp.Channels {
+			enabled, key := sw.Enabled, cp.Name+"/"+sw.Channel
+			if shown[key] && !cp.Required {
+				if enabled = channelOn[key]; enabled == all {
+					continue // the same as the category's: it follows the category again
+				}
+			}
+			out = append(out, relay.SwitchInput{Category: sw.Category, Channel: sw.Channel, Enabled: &enabled})
+		}
+	}
+	return out
 }

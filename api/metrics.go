@@ -227,14 +227,21 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Metrics cover every tenant (queue depth, attempts, request counts), so
 // no tenant's token opens them. On the API's listener they are served
-// while the API is open (loopback, no tokens) or to the metrics token;
-// MetricsHandler serves them on a listener of their own (a private
-// interface for the scraper). Labels are channels, providers, statuses and
-// route patterns, never tenants, users or ids.
+// while the API is open (loopback, no tokens) or to a metrics token: the
+// one serve was given (--metrics-token) or a stored one (edgerelay token
+// create --metrics), which needs no restart. MetricsHandler serves them on
+// a listener of their own (a private interface for the scraper). Labels
+// are channels, providers, statuses and route patterns, never tenants,
+// users or ids.
 
 // metrics is GET /metrics on the API's listener.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	if s.metricsTokenGiven(r) {
+	given, err := s.metricsToken(r)
+	if err != nil {
+		s.internal(err).write(w)
+		return
+	}
+	if given {
 		s.MetricsHandler().ServeHTTP(w, r)
 		return
 	}
@@ -247,27 +254,36 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		s.MetricsHandler().ServeHTTP(w, r)
 		return
 	}
-	if s.opts.MetricsToken == "" {
-		problem(http.StatusNotFound, probNotFound, "Not found",
-			"metrics cover every tenant and are not served on this listener once API tokens exist: "+
-				"serve them on a private address (--metrics-listen) or set a metrics token (--metrics-token) and send it as Authorization: Bearer TOKEN").write(w)
-		return
-	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="edgerelay-metrics"`)
 	problem(http.StatusUnauthorized, probUnauthorized, "Unauthorized",
-		"send the metrics token (--metrics-token) as Authorization: Bearer TOKEN; a tenant's API token does not open metrics").write(w)
+		"metrics cover every tenant, so a tenant's API token does not open them: send a metrics token as Authorization: Bearer TOKEN "+
+			"(make one with `edgerelay token create --metrics`, taken at once, or give serve --metrics-token), "+
+			"or serve them without a token on a private address (--metrics-listen)").write(w)
 }
 
-// metricsTokenGiven reports whether r carries the metrics token.
+// metricsTokenGiven reports whether r carries a metrics token (serve's or
+// a stored one); a failed look-up counts as no.
 func (s *Server) metricsTokenGiven(r *http.Request) bool {
+	given, _ := s.metricsToken(r)
+	return given
+}
+
+// metricsToken reports whether r carries serve's metrics token or a
+// stored one.
+func (s *Server) metricsToken(r *http.Request) (bool, error) {
 	token, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if s.opts.MetricsToken == "" || !bearer {
-		return false
+	if !bearer || token == "" {
+		return false, nil
 	}
-	// Hashes of equal length, compared in constant time: the answer says
-	// nothing of how much of a guess was right.
-	given, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(s.opts.MetricsToken))
-	return subtle.ConstantTimeCompare(given[:], want[:]) == 1
+	if s.opts.MetricsToken != "" {
+		// Hashes of equal length, compared in constant time: the answer
+		// says nothing of how much of a guess was right.
+		given, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(s.opts.MetricsToken))
+		if subtle.ConstantTimeCompare(given[:], want[:]) == 1 {
+			return true, nil
+		}
+	}
+	return s.storedMetricsToken(r.Context(), token)
 }
 
 // MetricsHandler serves the metrics without authentication, for a listener

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,5 +81,78 @@ func TestPreferencesPageInABrowser(t *testing.T) {
 	runIdle(t, b.r)
 	if d := s.delivered(); len(d) != 1 || d[0] != "otp→ada" {
 		t.Fatalf("delivered %v, want only the OTP", d)
+	}
+}
+
+// After a one-click unsubscribe from email, the preferences page shows
+// the email switch of the category, unticked and saying why, under the
+// category's own (still ticked); ticking it and saving undoes the
+// unsubscribe (the switch is dropped: email follows the category again),
+// and the next newsletter is sent. In a real headless browser.
+func TestPreferencesPageUndoesAnUnsubscribe(t *testing.T) {
+	t.Parallel()
+	chrome, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("no chromium on PATH (apt-get install chromium): the page's browser test needs it")
+	}
+	s := newSink(t, time.Now)
+	b := setup(t, options{Relay: prefOptions(s.prov)})
+	l := links(t, b, "ada")
+	if rep := postForm(t, b, l.Unsubscribe[0].URL, url.Values{"List-Unsubscribe": {"One-Click"}}); rep.status != 200 {
+		t.Fatalf("one-click unsubscribe: %s", rep)
+	}
+	if m := marketing(t, b, "ada"); len(m.Channels) != 1 || m.Channels[0].Enabled {
+		t.Fatalf("after the one-click: %+v, want marketing off on email", m)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancel := chromedp.NewExecAllocator(t.Context(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(b.srv.URL+l.Preferences.URL)); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	ctx, cancel = context.WithTimeout(ctx, bound)
+	defer cancel()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("browser: %v", err)
+		}
+	}
+	const emailBox = `input[name="channel"][value="marketing/email"]`
+	must(chromedp.Do(ctx, chromedp.WaitVisible(emailBox)))
+	categoryOn, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('input[value="marketing"]').checked`))
+	must(err)
+	emailOn, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('`+emailBox+`').checked`))
+	must(err)
+	text, err := chromedp.Run(ctx, chromedp.Text(`form`))
+	must(err)
+	before, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	must(err)
+	os.WriteFile(filepath.Join(t.ArtifactDir(), "preferences-unsubscribed.png"), before, 0o644)
+	if !categoryOn || emailOn {
+		t.Fatalf("the page shows marketing ticked %v, marketing by email ticked %v; want ticked and unticked", categoryOn, emailOn)
+	}
+	if !strings.Contains(text, "marketing by email") || !strings.Contains(text, "turned off by an unsubscribe link") {
+		t.Fatalf("the page does not say email was unsubscribed:\n%s", text)
+	}
+
+	must(chromedp.Do(ctx, chromedp.Click(emailBox), chromedp.Click(`button[type="submit"]`), chromedp.WaitVisible(`p[role="status"]`)))
+	after, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	must(err)
+	os.WriteFile(filepath.Join(t.ArtifactDir(), "preferences-resubscribed.png"), after, 0o644)
+	if m := marketing(t, b, "ada"); !m.Enabled || len(m.Channels) != 0 {
+		t.Fatalf("after ticking email and saving: %+v, want marketing on, with no switch of email's own", m)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('`+emailBox+`').length`)); err != nil || n != 0 {
+		t.Fatalf("the saved page still shows email's own switch (%d, %v)", n, err)
+	}
+	accepted(t, b.do(t, "POST", "/v1/events", event("n1", "newsletter", "ada")))
+	runIdle(t, b.r)
+	if d := s.delivered(); len(d) != 1 || d[0] != "newsletter→ada" {
+		t.Fatalf("delivered %v, want the newsletter", d)
 	}
 }

@@ -255,8 +255,15 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll('svg.chart rect').length`); n == 0 {
 		t.Fatal("the chart has no bars: the attempts of the last hour are not drawn")
 	}
-	if got := text(t, ctx, "#decide-h + p"); !strings.Contains(got, f.danID) {
-		t.Fatalf("needing a decision: %q, want dan's %s", got, f.danID)
+	// Needing a decision: dan's dead notification with whom it was for
+	// and why, not a bare id; the health in an operator's words.
+	decide := eval[[]string](t, ctx, `[...document.querySelectorAll('#decide tbody tr:not(.more)')].map(r => r.innerText)`)
+	if len(decide) != 1 || !strings.Contains(decide[0], f.danID) || !strings.Contains(decide[0], "dan") ||
+		!strings.Contains(decide[0], "email: dan@example.com") || !strings.Contains(decide[0], "503") {
+		t.Fatalf("needing a decision: %q, want dan's %s with his address and the 503 that ended it", decide, f.danID)
+	}
+	if got := text(t, ctx, "dl.facts"); strings.Contains(got, "writing") || strings.Contains(got, "commits of") || !strings.Contains(got, "Database") {
+		t.Fatalf("health: %q", got)
 	}
 	screenshot(t, ctx, dir, "console-overview")
 
@@ -273,6 +280,24 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("search by recipient ada: %q", rows)
 	}
 	accessible(t, ctx, "search results")
+	// Each row says why, and the time fields read as the page writes
+	// dates (text in UTC, not the browser's locale's picker).
+	if why := eval[[]string](t, ctx, `[...document.querySelectorAll('table.results tbody td.why')].map(e => e.innerText)`); len(why) != 1 || why[0] == "" {
+		t.Fatalf("the results' why column: %q", why)
+	}
+	if typ := eval[string](t, ctx, `document.querySelector('#q-from').type`); typ != "text" {
+		t.Fatalf("the From field is %q, want text (YYYY-MM-DD HH:MM)", typ)
+	}
+	do(t, ctx, chromedp.Navigate(f.url+"/notifications?recipient=dan&from=2000-01-01+00:00&to=2999-01-01"), chromedp.WaitVisible(chromedp.CSS("table.results")))
+	rows = eval[[]string](t, ctx, `[...document.querySelectorAll('table.results tbody tr')].map(r => r.innerText)`)
+	if len(rows) != 1 || !strings.Contains(rows[0], "dead") || !strings.Contains(rows[0], "503") {
+		t.Fatalf("search by recipient dan, created 2000-01-01 00:00 to 2999-01-01: %q", rows)
+	}
+	if got := eval[string](t, ctx, `document.querySelector('#q-from').value`); got != "2000-01-01 00:00" {
+		t.Fatalf("the From field shows %q after the search, want it as typed", got)
+	}
+	screenshot(t, ctx, dir, "console-search")
+	do(t, ctx, chromedp.Navigate(f.url+"/notifications?recipient=ada"), chromedp.WaitVisible(chromedp.CSS("table.results")))
 	do(t, ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href$="/notifications/%s"]`, f.adaID))), chromedp.WaitVisible(chromedp.CSS("#attempts")))
 	accessible(t, ctx, "ada's notification")
 	outcomes := eval[[]string](t, ctx, `[...document.querySelectorAll('#attempts tbody tr td:nth-child(5) .outcome')].map(e => e.textContent)`)

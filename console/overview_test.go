@@ -66,7 +66,8 @@ func TestConsoleOverview(t *testing.T) {
 		"2 accepted", "1 sent", // acme's: ada's and dan's, ada sent (eve is beta's)
 		"25% of 4 attempts", // ada: unknown, unknown, sent; dan: refused
 		"resend 1 1 2",      // sent, refused, unknown
-		"writes commit", "commits of",
+		"Database saving changes (since this process started:", "changes saved, grouped into",
+		"Delivery no error: outcomes are recorded",
 		`nightly &#34;0 3 * * *&#34; in UTC never`,
 		"billing-outbox tailed by another process 7",
 		"0 0 0 — — —",
@@ -119,12 +120,12 @@ func TestConsoleTenantSeesNoProcessFigures(t *testing.T) {
 	mu.Unlock()
 	_, page := c.do("GET", "/console/", nil)
 	text := strings.Join(strings.Fields(regexp.MustCompile(`<[^>]+>`).ReplaceAllString(page, " ")), " ")
-	for _, not := range []string{"commits of", "writes (", "largest batch", "Tail sources", "orders-outbox"} {
+	for _, not := range []string{"changes saved", "transactions", "since this process started", "Tail sources", "orders-outbox"} {
 		if strings.Contains(text, not) {
 			t.Errorf("beta's overview shows the process-wide %q", not)
 		}
 	}
-	if !strings.Contains(text, "writes commit") || !strings.Contains(text, "1 accepted") {
+	if !strings.Contains(text, "Database saving changes") || !strings.Contains(text, "1 accepted") {
 		t.Errorf("beta's overview lacks its own figures or the writer's health")
 	}
 	if t.Failed() {

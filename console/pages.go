@@ -54,10 +54,17 @@ type providerRow struct {
 	Sent, Refused, Unknown int64
 }
 
+// decideRow is one status of the overview's "Needing a decision": its
+// newest notifications, each with whom it was for and why it ended so.
 type decideRow struct {
 	Status string
-	IDs    []int64
+	Items  []model.Notification
+	More   int // the status's other newest ids, not shown here
 }
+
+// decideShown is how many notifications of each status the overview
+// shows in full; the search lists them all.
+const decideShown = 5
 
 type jobRow struct {
 	Name, Schedule string
@@ -107,10 +114,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		d.Providers = append(d.Providers, providerRow{name, oc["sent"], oc["refused"], oc["unknown"]})
 	}
 	slices.SortFunc(d.Providers, func(a, b providerRow) int { return strings.Compare(a.Name, b.Name) })
-	for _, l := range []decideRow{{model.StatusUnknown, o.Unknown}, {model.StatusDead, o.Dead}, {model.StatusFailed, o.Failed}} {
-		if len(l.IDs) > 0 {
-			d.Decide = append(d.Decide, l)
-		}
+	if d.Decide, err = c.decide(r, s, o); err != nil {
+		c.internal(w, r, s, err)
+		return
 	}
 	for _, j := range c.opts.Jobs {
 		row := jobRow{Name: j.Name, Schedule: j.Schedule.String(), Next: j.Schedule.Next(d.Now)}
@@ -132,6 +138,34 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	c.render(w, r, s, http.StatusOK, "overview", "Overview", d)
 }
 
+// decide reads the newest unknown, dead and failed notifications the
+// overview names, so that each shows its recipient and its reason, not an
+// id alone.
+func (c *Console) decide(r *http.Request, s *session, o model.Overview) ([]decideRow, error) {
+	var rows []decideRow
+	for _, l := range []struct {
+		status string
+		ids    []int64
+	}{{model.StatusUnknown, o.Unknown}, {model.StatusDead, o.Dead}, {model.StatusFailed, o.Failed}} {
+		if len(l.ids) == 0 {
+			continue
+		}
+		row := decideRow{Status: l.status, More: max(0, len(l.ids)-decideShown)}
+		for _, id := range l.ids[:min(len(l.ids), decideShown)] {
+			n, err := c.st.Notification(r.Context(), s.Tenant, id, "")
+			if errors.Is(err, model.ErrNotFound) {
+				continue // pruned since the overview was read
+			}
+			if err != nil {
+				return nil, err
+			}
+			row.Items = append(row.Items, n)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
 // searchForm is the search page's query, as typed.
 type searchForm struct {
 	Key, EventID, Recipient, Address, Status, Type, From, To string
@@ -146,17 +180,21 @@ type searchData struct {
 	Searched bool
 }
 
-// timeLayouts are what the time fields take: the browser's datetime-local
-// (UTC, as the labels say), or RFC 3339.
-var timeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339}
+// timeLayouts are what the time fields take, in UTC as the labels say:
+// a date, a date and a time (with a space or a T), or RFC 3339. The
+// fields are text, not datetime-local, whose picker shows the date in the
+// browser's locale (03/01/2026 in one, 01.03.2026 in another) while the
+// page and the rest of the console write 2026-03-01.
+var timeLayouts = []string{"2006-01-02 15:04", "2006-01-02 15:04:05", "2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02", time.RFC3339}
 
 func parseTime(field, v string) (time.Time, error) {
+	v = strings.TrimSpace(v)
 	for _, l := range timeLayouts {
 		if t, err := time.ParseInLocation(l, v, time.UTC); err == nil {
 			return t, nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%s %q: want a time like 2026-03-01T12:00 (UTC)", field, v)
+	return time.Time{}, fmt.Errorf("%s %q: want a date and time in UTC like 2026-03-01 12:00 (or the date alone, 2026-03-01)", field, v)
 }
 
 const searchPage = 50

@@ -224,8 +224,9 @@ func newSMTPURL(u *url.URL, q url.Values) (Provider, string) {
 //     X.1.10 to RCPT, the address is marked invalid.
 //   - Any failure before the end of DATA went out (DNS, refused
 //     connection, TLS, no STARTTLS where required, AUTH, a connection lost
-//     mid-way): Refused; permanent only when the server answered 5xx (a
-//     rejected password, as HTTP's 401).
+//     mid-way): Refused; permanent when the server answered 5xx (a
+//     rejected password, as HTTP's 401) or offers no STARTTLS where the
+//     URL requires it (a configuration mistake).
 //   - The end of DATA went out whole and no reply came (timeout, lost
 //     connection, cancelled ctx): Unknown, the server may have queued it.
 func (p *SMTP) Send(ctx context.Context, m *Message) Result {
@@ -339,6 +340,23 @@ func (p *SMTP) tls() *tls.Config {
 	return cfg
 }
 
+// Probe opens a session as a message would (TCP, TLS or STARTTLS, EHLO,
+// AUTH) and quits it without sending anything: config check --connect.
+// The error is what a message's attempt would have recorded.
+func (p *SMTP) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	s, refused := p.open(ctx)
+	if refused != nil {
+		if refused.Permanent {
+			return errors.New(refused.Detail)
+		}
+		return fmt.Errorf("%s (temporary: a message would be retried)", refused.Detail)
+	}
+	s.quit()
+	return nil
+}
+
 // smtpDialResult classifies a failure while connecting, greeting, starting
 // TLS or authenticating: the message was not sent.
 func smtpDialResult(ctx context.Context, err error) Result {
@@ -349,6 +367,9 @@ func smtpDialResult(ctx context.Context, err error) Result {
 	auth := strings.Contains(msg, "SMTP AUTH") || errors.Is(err, gomail.ErrNoSupportedAuthDiscovered)
 	switch {
 	case errors.As(err, &reply):
+		// The reply as it came, its code first, as a transaction's
+		// refusal is recorded (show prints the code).
+		r.Response = truncate([]byte(replyString(reply)))
 		r.Permanent, r.Overloaded = reply.Code >= 500, smtpOverloaded(reply.Code)
 		r.Detail = "refused before the message was sent: " + firstLine(replyString(reply))
 		if auth {
@@ -369,8 +390,13 @@ func smtpDialResult(ctx context.Context, err error) Result {
 	case isTLSFailure(err):
 		r.Detail = "tls handshake failed: " + msg
 	case strings.Contains(msg, "does not support STARTTLS"):
-		// go-mail has no sentinel for this; its message is matched.
-		r.Detail = "server does not offer STARTTLS (starttls=required)"
+		// go-mail has no sentinel for this; its message is matched. A
+		// configuration mistake, not a passing refusal: the server will
+		// not start offering it between retries, so the notification
+		// fails now rather than spending them.
+		r.Permanent = true
+		r.Detail = "server does not offer STARTTLS, and the URL requires it (starttls=required, the default): " +
+			"use smtps:// if the server takes TLS from the first byte, or starttls=opportunistic to send without it"
 	default:
 		r.Detail = "connection failed before the message was sent"
 	}

@@ -447,6 +447,9 @@ func TestSMTPStartTLSAuth(t *testing.T) {
 	if res.Outcome != Refused || !res.Permanent || !strings.HasPrefix(res.Detail, "authentication failed: 535") {
 		t.Errorf("wrong password: %+v, want a permanent Refused, authentication failed: 535", res)
 	}
+	if !strings.HasPrefix(res.Response, "535 ") {
+		t.Errorf("wrong password: Response %q, want the server's reply, its code first", res.Response)
+	}
 	if strings.Contains(res.Response+res.Detail, "wrong") {
 		t.Errorf("the result quotes the password: %+v", res)
 	}
@@ -486,8 +489,12 @@ func TestSMTPStartTLSMissing(t *testing.T) {
 	for _, extra := range []string{"", "starttls=required"} {
 		p := newSMTP(t, smtpURL("smtp", "", s.addr, extra), s.roots)
 		res := send(p, testMessage("er1_plain"))
-		if res.Outcome != Refused || res.Permanent || !strings.Contains(res.Detail, "STARTTLS") {
-			t.Errorf("%q against a server without STARTTLS: %+v, want Refused naming STARTTLS", extra, res)
+		// A configuration mistake: failed for good, not retried.
+		if res.Outcome != Refused || !res.Permanent || !strings.Contains(res.Detail, "STARTTLS") {
+			t.Errorf("%q against a server without STARTTLS: %+v, want a permanent Refused naming STARTTLS", extra, res)
+		}
+		if err := p.Probe(context.Background()); err == nil || !strings.Contains(err.Error(), "does not offer STARTTLS") {
+			t.Errorf("%q: Probe against a server without STARTTLS: %v, want it named", extra, err)
 		}
 		s.none(t)
 	}
@@ -499,6 +506,10 @@ func TestSMTPStartTLSMissing(t *testing.T) {
 	if got := s.one(t); got.tls {
 		t.Error("opportunistic against a server without STARTTLS: message came over TLS?")
 	}
+	if err := p.Probe(context.Background()); err != nil {
+		t.Errorf("opportunistic: Probe: %v, want nil", err)
+	}
+	s.none(t) // a probe sends nothing
 }
 
 func TestSMTPRefusals(t *testing.T) {

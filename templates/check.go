@@ -6,6 +6,7 @@ import (
 	"fmt"
 	htmltemplate "html/template"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	texttemplate "text/template"
@@ -176,13 +177,69 @@ func forbidden(name, part, body string, tree *parse.Tree, defined int) error {
 func escapeMessage(he *htmltemplate.Error) string {
 	switch he.ErrorCode {
 	case htmltemplate.ErrEndContext:
-		return "the HTML ends inside a tag, an attribute or a quoted value: is a closing quote or > missing?"
+		return endContextMessage(he.Description)
+	case htmltemplate.ErrSlashAmbig:
+		return "in a <script>, a / after an {{if}}, {{with}} or {{range}} could start a division or a regular expression, " +
+			"depending on the branch taken: is a semicolon missing in a branch? Parentheses make it clear"
 	case htmltemplate.ErrBranchEnd:
 		return "the branches of an {{if}}, {{with}} or {{range}} end in different places of the HTML (one inside a tag, an attribute or a quote, the other not): close them alike"
 	case htmltemplate.ErrRangeLoopReentry:
 		return "a {{range}} ends in another place of the HTML than it starts (inside a tag, an attribute or a quote): close what it opens before {{end}}"
 	}
 	return stateDump.ReplaceAllString(he.Description, "")
+}
+
+// slashAt is where the ambiguous / of an ErrSlashAmbig is, or -1: the
+// escaper gives no line for it, only the text from the / on ("/-"), which
+// is found after the {{end}} that precedes it.
+func slashAt(he *htmltemplate.Error, body string) int {
+	if he.ErrorCode != htmltemplate.ErrSlashAmbig {
+		return -1
+	}
+	i := strings.LastIndex(he.Description, ": ")
+	if i < 0 {
+		return -1
+	}
+	text, err := strconv.Unquote(he.Description[i+2:])
+	if err != nil || text == "" {
+		return -1
+	}
+	for off := 0; ; {
+		j := strings.Index(body[off:], text)
+		if j < 0 {
+			return -1
+		}
+		if strings.HasSuffix(strings.TrimRight(body[:off+j], " \t\n"), "}}") {
+			return off + j
+		}
+		off += j + 1
+	}
+}
+
+// endContextMessage says where an HTML part ends unfinished. The escaper
+// says so only in its state's dump ({stateURL delimDoubleQuote …
+// elementNone}), which is read here for the one word an author needs; a
+// dump of another shape gets the general message.
+func endContextMessage(desc string) string {
+	words := strings.FieldsFunc(desc, func(r rune) bool { return r == ' ' || r == '{' || r == '}' })
+	has := func(w string) bool { return slices.Contains(words, w) }
+	switch {
+	case has("stateHTMLCmt"):
+		return "the HTML ends inside a comment: is a closing --> missing?"
+	case has("delimDoubleQuote"):
+		return `the HTML ends inside an attribute's value in double quotes: is a closing " missing?`
+	case has("delimSingleQuote"):
+		return "the HTML ends inside an attribute's value in single quotes: is a closing ' missing?"
+	case has("stateTag"), has("stateAttrName"), has("stateAfterName"), has("stateBeforeValue"), has("delimSpaceOrTagEnd"):
+		return "the HTML ends inside a tag: is a closing > missing?"
+	}
+	for _, el := range []string{"Script", "Style", "Textarea", "Title"} {
+		if has("element" + el) {
+			tag := strings.ToLower(el)
+			return fmt.Sprintf("the HTML ends inside a <%s> element: is </%s> missing?", tag, tag)
+		}
+	}
+	return "the HTML ends inside a tag, an attribute or a quoted value: is a closing quote or > missing?"
 }
 
 // stateDump is the escaper's state in a description: ": {stateURL …}".
@@ -211,6 +268,8 @@ func escapeCheck(name, part, body string, t *htmltemplate.Template) error {
 	pe := &ParseError{Part: part, File: name, Line: he.Line, Column: 1, Msg: escapeMessage(he)}
 	if he.ErrorCode == htmltemplate.ErrEndContext {
 		pe.Line, pe.Column = position(body, len(body)) // it is the end that is unfinished
+	} else if at := slashAt(he, body); at >= 0 {
+		pe.Line, pe.Column = position(body, at)
 	} else if he.Node != nil {
 		off := min(int(he.Node.Position()), len(body))
 		if j := strings.LastIndex(body[:off], "{{"); j >= 0 {

@@ -2,13 +2,20 @@
 
 // gen_locales writes locales_gen.go: the locales of
 // github.com/go-playground/locales (CLDR's date, time and number formats)
-// the relay carries, by name: every language, and the regional variants
-// whose formats differ in ways readers notice (en-GB dates, de-CH and
-// fr-CH numbers, pt-PT, zh-Hant). Every one of the 764 would add about
-// 30 MB to the binary (each locale is a package of code); any other
-// region falls back to its language (de-LU formats as de). Run with
+// the relay carries, by name. The rule: every language CLDR itself rates
+// at its highest coverage level, "modern" (common/properties/
+// coverageLevels.txt of CLDR 42, the list below: about 90 languages, those
+// with complete date, time and number data, which covers the languages
+// of nearly every internet user), and the regional variants whose formats
+// differ in ways readers notice (en-GB dates, de-CH and fr-CH numbers,
+// pt-PT, zh-Hant): 114 locales. Each locale is a package of code, about
+// 35 KB of a stripped binary: all 764 would add about 27 MB, every
+// language (232 locales, the set before this rule) 8.0 MB, this set 4.4 MB
+// (measured with go build -ldflags='-s -w' against a build with en alone).
+// Any other region falls back to its language (de-LU formats as de), any
+// other language to English. Run with
 // `go generate ./templates` after changing that module's version or the
-// list.
+// lists.
 package main
 
 import (
@@ -30,7 +37,7 @@ func main() {
 	for _, p := range strings.Fields(string(out)) {
 		switch name := path.Base(p); {
 		case p == "github.com/go-playground/locales", name == "currency", strings.Contains(p, "/cmd"):
-		case !strings.Contains(name, "_") || regions[name]:
+		case modern[name] || regions[name]:
 			pkgs = append(pkgs, p)
 		}
 	}
@@ -53,7 +60,19 @@ func main() {
 	}
 }
 
-// regions are the regional variants kept beside every language.
+// modern are the languages at CLDR 42's "modern" coverage level (no, a
+// macrolanguage there, is nb here).
+var modern = map[string]bool{}
+
+func init() {
+	for _, l := range strings.Fields(`af am ar as az be bg bn bs ca chr cs cy da de dsb el en es et eu fa fi fil fr
+		ga gd gl gu ha he hi hr hsb hu hy id ig is it ja jv ka kk km kn ko kok ky lo lt lv mk ml mn mr ms my
+		ne nl nn nb or pa pcm pl ps pt ro ru sd si sk sl so sr sv sw ta te th tk tr uk ur uz vi yo yue zh zu`) {
+		modern[l] = true
+	}
+}
+
+// regions are the regional variants kept beside the languages.
 var regions = map[string]bool{
 	"en_GB": true, "en_AU": true, "en_CA": true, "en_IN": true, "en_IE": true, "en_NZ": true, "en_ZA": true,
 	"de_AT": true, "de_CH": true, "fr_CA": true, "fr_CH": true, "fr_BE": true, "it_CH": true, "nl_BE": true,

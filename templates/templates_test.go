@@ -111,7 +111,7 @@ func TestLoadDirSaysWhatIsWrong(t *testing.T) {
 		notWant string
 	}{
 		{map[string]string{"receipt/en/email.subject.tmpl": "ok", "receipt/en/email.html.tmpl": `<p>Hi</p>` + "\n" + `<a href="{{.data.url}}>pay</a>`},
-			[]string{"email.html.tmpl:2:31:", "ends inside a tag, an attribute or a quoted value", "closing quote or > missing"}, "{state"},
+			[]string{"email.html.tmpl:2:31:", `ends inside an attribute's value in double quotes: is a closing " missing?`}, "{state"},
 		{map[string]string{"receipt/en/sms.html.tmpl": "x"},
 			[]string{`the sms channel's templates have no part "html"`, "its parts: text"}, " a sms "},
 		{map[string]string{"receipt/en/email.subject.tmpl": "ok", "receipt/en/email.text.tmpl": "t", "receipt/xx-bogus/email.subject.tmpl": "hi", "receipt/xx-bogus/email.text.tmpl": "t"},
@@ -134,6 +134,34 @@ func TestLoadDirSaysWhatIsWrong(t *testing.T) {
 	write(t, dir, map[string]string{"receipt/en/sms.text.tmpl": "ok", "receipt/de-CH-1996/sms.text.tmpl": "ok", "receipt/tlh/sms.text.tmpl": "ok"})
 	if _, err := LoadDir(dir, "en"); err != nil {
 		t.Errorf("de-CH-1996 and tlh: %v", err)
+	}
+}
+
+// Every way an HTML part can end unfinished, and an ambiguous / in a
+// script, is said in an author's words, at its place, without the
+// escaper's state ({stateURL delimDoubleQuote …}) or a line 0.
+func TestHTMLEscaperErrorsSaidPlainly(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ html, want string }{
+		{`<a href="{{.data.url}}`, `1:23: the HTML ends inside an attribute's value in double quotes: is a closing " missing?`},
+		{`<a title='{{.data.t}}`, `1:22: the HTML ends inside an attribute's value in single quotes: is a closing ' missing?`},
+		{`<p a=">x</p>`, `1:13: the HTML ends inside an attribute's value in double quotes`},
+		{"<p>hi</p>\n<a {{.data.x}}", "2:15: the HTML ends inside a tag: is a closing > missing?"},
+		{`<script>var a = 1 {{.data.x}}`, "1:30: the HTML ends inside a <script> element: is </script> missing?"},
+		{`<style>p{color:{{.data.x}}`, "1:27: the HTML ends inside a <style> element: is </style> missing?"},
+		{`<textarea>{{.data.x}}`, "1:22: the HTML ends inside a <textarea> element: is </textarea> missing?"},
+		{`<title>{{.data.x}}`, "1:19: the HTML ends inside a <title> element: is </title> missing?"},
+		{`<p>{{.data.x}}<!-- note`, "1:24: the HTML ends inside a comment: is a closing --> missing?"},
+		{"<p>x</p>\n<script>{{if .data.x}}var x = 1{{end}}/-{{.data.y}}/</script>",
+			"2:39: in a <script>, a / after an {{if}}, {{with}} or {{range}} could start a division or a regular expression"},
+	} {
+		_, err := Compile(Source{Name: "r", Channel: "email", Locale: "en", Parts: map[string]string{"subject": "s", "html": c.html}})
+		if err == nil || !strings.Contains(err.Error(), "r/en/email.html:"+c.want) {
+			t.Errorf("%q: %v\nwant it to say r/en/email.html:%s", c.html, err, c.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "{state") || strings.Contains(err.Error(), ":0:")) {
+			t.Errorf("%q: %v: the escaper's internals, or line 0", c.html, err)
+		}
 	}
 }
 
