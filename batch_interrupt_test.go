@@ -63,16 +63,25 @@ func (l *lockedLines) waitFor(t *testing.T, s string, d time.Duration) {
 	}
 }
 
-// Ctrl-C during batch send --dispatch: the process stops claiming, lets
-// the call in flight finish, and exits 1 (as --help says for an
-// interrupted run) with a last line that says it was interrupted and
-// counts what is still pending: the notifications never tried, not only
-// those waiting for a retry.
+// Ctrl-C during batch send --dispatch, and during dispatch --until-idle:
+// the process stops claiming, lets the call in flight finish, and exits 1
+// (as --help says for an interrupted run) with a last line that says it
+// was interrupted and counts what is still pending: the notifications
+// never tried, not only those waiting for a retry.
 func TestBatchSendInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real process and interrupts it")
 	}
 	t.Parallel()
+	for _, how := range []string{"batch send --dispatch", "dispatch --until-idle"} {
+		t.Run(strings.ReplaceAll(how, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			interruptDelivery(t, how)
+		})
+	}
+}
+
+func interruptDelivery(t *testing.T, how string) {
 	bin := binary(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "in.jsonl")
@@ -101,8 +110,14 @@ func TestBatchSendInterrupted(t *testing.T) {
 		}
 	}()
 
-	cmd := exec.Command(bin, "batch", "send", file, "--db", filepath.Join(dir, "r.db"), "--dispatch", "--workers", "1",
-		"--route", "email=webhook+"+srv.URL+"/hook", "--log-level", "info")
+	db, route := filepath.Join(dir, "r.db"), "email=webhook+"+srv.URL+"/hook"
+	cmd := exec.Command(bin, "batch", "send", file, "--db", db, "--dispatch", "--workers", "1", "--route", route, "--log-level", "info")
+	if how == "dispatch --until-idle" {
+		if out, err := exec.Command(bin, "batch", "send", file, "--db", db, "--route", route).CombinedOutput(); err != nil {
+			t.Fatalf("batch send: %v\n%s", err, out)
+		}
+		cmd = exec.Command(bin, "dispatch", "--until-idle", "--db", db, "--workers", "1", "--route", route, "--log-level", "info")
+	}
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +144,7 @@ func TestBatchSendInterrupted(t *testing.T) {
 	err = cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != exitError {
-		t.Errorf("exit: %v, want status %d (interrupted, as batch send --help says)", err, exitError)
+		t.Errorf("exit: %v, want status %d (interrupted, as %s --help says)", err, exitError, strings.Fields(how)[0])
 	}
 	out := stderr.String()
 	t.Logf("stderr:\n%s", out)

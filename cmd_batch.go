@@ -379,26 +379,38 @@ func batchStopped(c *cli.Context, what string, res batch.Result, err error) erro
 }
 
 // batchInterrupted ends a run whose delivery a signal stopped (every line
-// was accepted by then): it counts what is still to deliver, every
-// notification not final (never tried, waiting for a retry, or claimed
-// and not called), says so on the last line, and exits 1, as an
-// interrupted accept does.
+// was accepted by then): it says so on the last line, with what is still
+// to deliver, and exits 1, as an interrupted accept does.
 func batchInterrupted(c *cli.Context, r *relay.Relay, sum batchSummary) error {
-	ds := sum.Dispatch
-	due, later, sending, err := r.Store().Live(context.Background(), r.Now())
+	pending, err := countPending(r)
 	if err != nil {
-		return fmt.Errorf("batch: interrupted; count the pending notifications: %w", err)
+		return fmt.Errorf("batch: interrupted; %w", err)
 	}
-	sum.Interrupted, sum.Pending = true, due+later+sending
+	sum.Interrupted, sum.Pending = true, pending
 	if c.Bool("json") {
 		if err := json.NewEncoder(c.App.Writer).Encode(sum); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(c.App.ErrWriter, "dispatch: interrupted after %d attempts; sent %d, failed %d, dead %d, unknown %d; %d pending "+
-		"(every line is accepted: edgerelay dispatch --until-idle, or serve, delivers them)\n",
-		ds.Attempts, ds.Sent, ds.Failed, ds.Dead, ds.Unknown, sum.Pending)
+	sayInterrupted(c, *sum.Dispatch, pending)
 	return cli.Exit("", exitError)
+}
+
+// countPending counts every notification not final: never tried, waiting
+// for a retry, or claimed and not called.
+func countPending(r *relay.Relay) (int64, error) {
+	due, later, sending, err := r.Store().Live(context.Background(), r.Now())
+	if err != nil {
+		return 0, fmt.Errorf("count the pending notifications: %w", err)
+	}
+	return due + later + sending, nil
+}
+
+// sayInterrupted is the last line of a delivery a signal stopped.
+func sayInterrupted(c *cli.Context, ds relay.Summary, pending int64) {
+	fmt.Fprintf(c.App.ErrWriter, "dispatch: interrupted after %d attempts; sent %d, failed %d, dead %d, unknown %d; %d pending "+
+		"(edgerelay dispatch --until-idle, or serve, delivers them)\n",
+		ds.Attempts, ds.Sent, ds.Failed, ds.Dead, ds.Unknown, pending)
 }
 
 // readerNoSeek is standard input: read once (--strict, which rewinds, is

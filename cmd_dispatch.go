@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"edgerelay/relay"
 )
 
 func dispatchCommand() *cli.Command {
@@ -35,7 +37,12 @@ is further off than --max-wait. Exit status:
    0  every notification attempted was sent, none is waiting
    3  some ended failed, dead or unknown (see: edgerelay status, edgerelay show ID)
    4  none ended badly, but some still wait for a retry beyond --max-wait
-   1  could not work at all (database, config)`,
+   1  could not work at all (database, config), or interrupted (Ctrl-C,
+      SIGTERM): the last line says "interrupted" and counts what is pending
+
+Interrupted with --until-idle, it stops claiming and waits up to 10 s for the
+calls in flight (a fixed time; --drain-timeout is for the long-running mode),
+then cancels them and records them unknown; a second signal exits at once.`,
 		Flags: commonFlags(
 			flagRoute(), flagDelivery(),
 			&cli.BoolFlag{Name: "until-idle", EnvVars: []string{"EDGERELAY_UNTIL_IDLE"}, Usage: "exit when nothing is due within --max-wait (cron mode)"},
@@ -61,6 +68,9 @@ is further off than --max-wait. Exit status:
 				if err != nil && !errors.Is(err, context.Canceled) {
 					return err
 				}
+				if err != nil {
+					return untilIdleInterrupted(c, r, sum)
+				}
 				if c.Bool("json") {
 					json.NewEncoder(c.App.Writer).Encode(sum)
 				} else {
@@ -79,7 +89,7 @@ is further off than --max-wait. Exit status:
 				switch {
 				case sum.Failed+sum.Dead+sum.Unknown > 0:
 					return cli.Exit("", exitFailed)
-				case sum.Waiting > 0 || err != nil:
+				case sum.Waiting > 0:
 					return cli.Exit("", exitWaiting)
 				}
 				return nil
@@ -96,4 +106,26 @@ is further off than --max-wait. Exit status:
 			return nil
 		},
 	}
+}
+
+// untilIdleInterrupted ends a --until-idle run a signal stopped: the
+// summary (with interrupted and pending under --json), a last line that
+// says so, and exit 1.
+func untilIdleInterrupted(c *cli.Context, r *relay.Relay, sum relay.Summary) error {
+	pending, err := countPending(r)
+	if err != nil {
+		return fmt.Errorf("dispatch: interrupted; %w", err)
+	}
+	if c.Bool("json") {
+		out := struct {
+			relay.Summary
+			Interrupted bool  `json:"interrupted"`
+			Pending     int64 `json:"pending"`
+		}{sum, true, pending}
+		if err := json.NewEncoder(c.App.Writer).Encode(out); err != nil {
+			return err
+		}
+	}
+	sayInterrupted(c, sum, pending)
+	return cli.Exit("", exitError)
 }
