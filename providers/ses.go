@@ -39,6 +39,8 @@ var sesKind = &Kind{
 			"`/v1/receipts/NAME` are taken only from it, and only with a valid SNS signature (a subscription to it is confirmed)"},
 		{"sns_cert_host", "the host an SNS signing certificate and subscription URL must be on, `*` standing for one label " +
 			"(default `sns.*.amazonaws.com`)"},
+		{"sns_ca", "a PEM file of the CAs to trust, instead of the system's, when fetching SNS signing certificates and " +
+			"confirming subscriptions (a private stand-in for SNS, such as `edgerelay sim`'s)"},
 		paramListUnsubscribe,
 		paramConcurrency, paramName, paramTimeout},
 	Keys: "no: SendEmail takes none; a resend after an unknown outcome sends a second message " +

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 	"sync"
@@ -32,7 +33,7 @@ type snsVerifier struct {
 	certHost string // a host pattern, "*" one label
 	client   *http.Client
 	// tlsConfig, nil for the system's roots, is what the certificate and
-	// subscription fetches trust; tests set it.
+	// subscription fetches trust: sns_ca's CAs (a stand-in for SNS).
 	tlsConfig *tls.Config
 
 	mu    sync.Mutex
@@ -50,6 +51,17 @@ func (v *snsVerifier) parse(q url.Values, timeout time.Duration) string {
 		if v.topic = q.Get("sns_topic_arn"); !strings.HasPrefix(v.topic, "arn:") || strings.Count(v.topic, ":") < 5 {
 			return `parameter "sns_topic_arn": not a topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)`
 		}
+	}
+	if q.Has("sns_ca") {
+		pemBytes, err := os.ReadFile(q.Get("sns_ca"))
+		if err != nil {
+			return `parameter "sns_ca": ` + err.Error()
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemBytes) {
+			return `parameter "sns_ca": no PEM certificate in the file`
+		}
+		v.tlsConfig = &tls.Config{RootCAs: pool}
 	}
 	v.client = &http.Client{
 		Timeout: timeout,

@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -222,6 +224,14 @@ func TestSESReceipts(t *testing.T) {
 	}
 }
 
+func notPEMFile(t *testing.T) string {
+	f := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // The SNS parameters say what is wrong with them.
 func TestSESReceiptParams(t *testing.T) {
 	t.Parallel()
@@ -229,6 +239,8 @@ func TestSESReceiptParams(t *testing.T) {
 	for _, c := range []struct{ extra, want string }{
 		{"&sns_topic_arn=ses-events", `parameter "sns_topic_arn": not a topic ARN`},
 		{"&sns_cert_host=https://sns.example", `parameter "sns_cert_host": want a host name`},
+		{"&sns_ca=/nonexistent/ca.pem", `parameter "sns_ca": open /nonexistent/ca.pem`},
+		{"&sns_ca=" + notPEMFile(t), `parameter "sns_ca": no PEM certificate in the file`},
 	} {
 		if _, err := New(base + c.extra); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.extra, err, c.want)
