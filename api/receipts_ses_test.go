@@ -212,7 +212,7 @@ func TestSESReceipts(t *testing.T) {
 
 	// SNS first asks the endpoint to confirm the subscription.
 	confirm := map[string]string{"Type": "SubscriptionConfirmation", "MessageId": "sns-sub", "TopicArn": sesTopic, "Token": "confirm-token",
-		"Message": "You have chosen to subscribe to the topic " + sesTopic + ".\nTo confirm the subscription, visit the SubscribeURL included in this message.",
+		"Message":      "You have chosen to subscribe to the topic " + sesTopic + ".\nTo confirm the subscription, visit the SubscribeURL included in this message.",
 		"SubscribeURL": sns.srv.URL + "/?Action=ConfirmSubscription&TopicArn=" + url.QueryEscape(sesTopic) + "&Token=confirm-token",
 		"Timestamp":    "2026-12-07T00:59:00.000Z"}
 	wantReceived(t, post(sns.sign(t, confirm, "1", cert)), 0, 0)
