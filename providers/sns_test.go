@@ -214,6 +214,7 @@ func TestSESReceipts(t *testing.T) {
 		{"signature version 3", p, []byte(strings.Replace(string(s.sign(t, good, "2", s.key)), `"SignatureVersion":"2"`, `"SignatureVersion":"3"`, 1))},
 		{"subscribe URL off the SNS host", p, badConfirm},
 		{"no sns_topic_arn", sesWithSNS(t, s, ""), s.sign(t, good, "2", s.key)},
+		{"raw message delivery (unsigned)", p, []byte(good["Message"])},
 	} {
 		if _, err := c.p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), c.body, ""); !errors.Is(err, ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadSignature", c.name, err)
@@ -238,7 +239,8 @@ func TestSESReceiptParams(t *testing.T) {
 	base := "ses+https://AK:secret@email.eu-west-1.amazonaws.com?from=a%40example.com"
 	for _, c := range []struct{ extra, want string }{
 		{"&sns_topic_arn=ses-events", `parameter "sns_topic_arn": not a topic ARN`},
-		{"&sns_cert_host=https://sns.example", `parameter "sns_cert_host": want a host name`},
+		{"&sns_cert_host=https://sns.example", `parameter "sns_cert_host": want host names`},
+		{"&sns_cert_host=sns.example,", `parameter "sns_cert_host": want host names`},
 		{"&sns_ca=/nonexistent/ca.pem", `parameter "sns_ca": open /nonexistent/ca.pem`},
 		{"&sns_ca=" + notPEMFile(t), `parameter "sns_ca": no PEM certificate in the file`},
 	} {
@@ -248,6 +250,7 @@ func TestSESReceiptParams(t *testing.T) {
 	}
 	p := newProvider(t, base).(*SES)
 	for host, ok := range map[string]bool{"sns.eu-west-1.amazonaws.com": true, "SNS.us-east-1.amazonaws.com": true,
+		"sns.cn-north-1.amazonaws.com.cn": true, "sns.amazonaws.com.cn": false,
 		"sns.amazonaws.com": false, "sns.eu-west-1.amazonaws.com.evil.example": false, "evil.example": false, "sns..amazonaws.com": false} {
 		if p.sns.hostOK(host) != ok {
 			t.Errorf("hostOK(%q) = %v", host, !ok)
