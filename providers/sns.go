@@ -306,7 +306,7 @@ type sesEvent struct {
 // Notification carries one SES notification or event: Bounce (Permanent a
 // hard bounce, Transient a soft one, Undetermined a failure), Complaint,
 // Delivery, and the events Send, DeliveryDelay (progress), Reject and
-// RenderingFailure (failures), Open and Click (delivered).
+// Rendering Failure (failures), Open and Click (delivered).
 func (p *SES) ParseReceipts(r *http.Request, body []byte, _ string) ([]Receipt, error) {
 	m, err := p.sns.verify(r.Context(), body, p.Name())
 	if err != nil {
@@ -381,7 +381,9 @@ func (p *SES) ParseReceipts(r *http.Request, body []byte, _ string) ([]Receipt, 
 		}
 	case "Open", "Click":
 		rc.Status = ReceiptDelivered
-	case "Reject", "RenderingFailure":
+	case "Reject", "Rendering Failure", "RenderingFailure":
+		// SES documents the event type as "Rendering Failure", with a
+		// space; its API's enum spells it without.
 		rc.Status, rc.Bounce = ReceiptFailed, BounceNone
 	default: // Send, DeliveryDelay, Subscription …
 		rc.Status = ReceiptSent

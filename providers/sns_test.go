@@ -157,6 +157,9 @@ func TestSESReceipts(t *testing.T) {
 		{"event publishing", `{"eventType":"Bounce",` + mail + `,"bounce":{"bounceType":"Undetermined","bounceSubType":"Undetermined","timestamp":"2026-12-06T23:39:58Z"}}`, "2",
 			Receipt{Status: ReceiptFailed, Bounce: BounceNone, Detail: "Bounce Undetermined Undetermined", At: time.Date(2026, 12, 6, 23, 39, 58, 0, time.UTC)}},
 		{"send event", `{"eventType":"Send",` + mail + `}`, "2", Receipt{Status: ReceiptSent, Detail: "Send"}},
+		// AWS spells this event type with a space.
+		{"rendering failure", `{"eventType":"Rendering Failure",` + mail + `,"failure":{"errorMessage":"Attribute 'name' is not present","templateName":"t"}}`, "2",
+			Receipt{Status: ReceiptFailed, Bounce: BounceNone, Detail: "Rendering Failure"}},
 	} {
 		rs, err := post(s.sign(t, notification("sns-"+c.name, c.message), c.version, s.key))
 		if err != nil || len(rs) != 1 {
