@@ -2,7 +2,6 @@ package sim
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -53,6 +52,12 @@ var shapes = []*shape{
 	{name: "apns", route: "POST /3/device/{token}", decode: decodeAPNs, ok: apnsOK, problem: apnsProblem},
 }
 
+// said is a vendor's own words for a refusal, as its API answers them
+// (capitalised, punctuated): the decoders' errors.
+type said string
+
+func (s said) Error() string { return string(s) }
+
 // writeProblem answers status with the shape's refusal.
 func (sh *shape) writeProblem(w http.ResponseWriter, status int, msg string, retryAfter int) {
 	h, body := sh.problem(status, msg, retryAfter)
@@ -78,24 +83,24 @@ func header(kv ...string) http.Header {
 // auth api:KEY).
 func decodeMailgun(_ *Server, r *http.Request, body []byte) (sendRequest, int, error) {
 	if user, pass, ok := r.BasicAuth(); !ok || user != "api" || pass == "" {
-		return sendRequest{}, http.StatusUnauthorized, errors.New("Forbidden")
+		return sendRequest{}, http.StatusUnauthorized, said("Forbidden")
 	}
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
-		return sendRequest{}, http.StatusBadRequest, errors.New("the body is not a form")
+		return sendRequest{}, http.StatusBadRequest, said("the body is not a form")
 	}
 	req := sendRequest{From: form.Get("from"), To: recipients(form["to"]), Subject: form.Get("subject"),
 		Text: form.Get("text"), HTML: form.Get("html"), ref: r.PathValue("domain")}
 	switch {
 	case req.From == "":
-		return req, http.StatusBadRequest, errors.New("'from' parameter is missing")
+		return req, http.StatusBadRequest, said("'from' parameter is missing")
 	case len(req.To) == 0:
-		return req, http.StatusBadRequest, errors.New("'to' parameter is missing")
+		return req, http.StatusBadRequest, said("'to' parameter is missing")
 	case req.Text == "" && req.HTML == "":
-		return req, http.StatusBadRequest, errors.New("Need at least one of 'text' or 'html' parameters specified")
+		return req, http.StatusBadRequest, said("Need at least one of 'text' or 'html' parameters specified")
 	}
 	if _, err := checkEmail(&req); err != nil {
-		return req, http.StatusBadRequest, errors.New("'to' parameter is not a valid address. please check documentation")
+		return req, http.StatusBadRequest, said("'to' parameter is not a valid address. please check documentation")
 	}
 	return req, 0, nil
 }
@@ -117,7 +122,7 @@ func mailgunProblem(status int, msg string, _ int) (http.Header, []byte) {
 func decodeSES(_ *Server, r *http.Request, body []byte) (sendRequest, int, error) {
 	auth := r.Header.Get("Authorization")
 	if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential=") || !strings.Contains(auth, "/ses/aws4_request") {
-		return sendRequest{}, http.StatusForbidden, errors.New("Missing Authentication Token: want a SigV4 Authorization for the ses service")
+		return sendRequest{}, http.StatusForbidden, said("Missing Authentication Token: want a SigV4 Authorization for the ses service")
 	}
 	var b struct {
 		FromEmailAddress string
@@ -130,7 +135,7 @@ func decodeSES(_ *Server, r *http.Request, body []byte) (sendRequest, int, error
 		}
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
-		return sendRequest{}, http.StatusBadRequest, errors.New("the body is not SendEmail's JSON")
+		return sendRequest{}, http.StatusBadRequest, said("the body is not SendEmail's JSON")
 	}
 	req := sendRequest{From: b.FromEmailAddress, To: b.Destination.ToAddresses, Subject: b.Content.Simple.Subject.Data}
 	if t := b.Content.Simple.Body.Text; t != nil {
@@ -163,10 +168,10 @@ func decodeDiscord(_ *Server, r *http.Request, body []byte) (sendRequest, int, e
 		Content string `json:"content"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
-		return sendRequest{}, http.StatusBadRequest, errors.New("The request body contains invalid JSON.")
+		return sendRequest{}, http.StatusBadRequest, said("The request body contains invalid JSON.")
 	}
 	if strings.TrimSpace(b.Content) == "" {
-		return sendRequest{}, http.StatusBadRequest, errors.New("Cannot send an empty message")
+		return sendRequest{}, http.StatusBadRequest, said("Cannot send an empty message")
 	}
 	to := "discord:" + r.PathValue("id")
 	if t := r.URL.Query().Get("thread_id"); t != "" {
@@ -194,21 +199,21 @@ func discordProblem(status int, msg string, retryAfter int) (http.Header, []byte
 // decodeTelegram reads sendMessage's JSON (POST /botTOKEN/sendMessage).
 func decodeTelegram(_ *Server, r *http.Request, body []byte) (sendRequest, int, error) {
 	if bot := r.PathValue("bot"); !strings.HasPrefix(bot, "bot") || !strings.Contains(bot, ":") {
-		return sendRequest{}, http.StatusUnauthorized, errors.New("Unauthorized")
+		return sendRequest{}, http.StatusUnauthorized, said("Unauthorized")
 	}
 	var b struct {
 		ChatID json.RawMessage `json:"chat_id"`
 		Text   string          `json:"text"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
-		return sendRequest{}, http.StatusBadRequest, errors.New("Bad Request: the body is not JSON")
+		return sendRequest{}, http.StatusBadRequest, said("Bad Request: the body is not JSON")
 	}
 	chat := strings.Trim(string(b.ChatID), `"`)
 	switch {
 	case chat == "" || chat == "null":
-		return sendRequest{}, http.StatusBadRequest, errors.New("Bad Request: chat_id is empty")
+		return sendRequest{}, http.StatusBadRequest, said("Bad Request: chat_id is empty")
 	case strings.TrimSpace(b.Text) == "":
-		return sendRequest{}, http.StatusBadRequest, errors.New("Bad Request: message text is empty")
+		return sendRequest{}, http.StatusBadRequest, said("Bad Request: message text is empty")
 	}
 	return sendRequest{To: recipients{"telegram:" + chat}, Text: b.Text, ref: chat}, 0, nil
 }
@@ -246,7 +251,7 @@ func telegramProblem(status int, msg string, retryAfter int) (http.Header, []byt
 // first text block is the subject when there are more.
 func decodeTeams(_ *Server, r *http.Request, body []byte) (sendRequest, int, error) {
 	if r.URL.Query().Get("sig") == "" {
-		return sendRequest{}, http.StatusUnauthorized, errors.New("The request must be authenticated only by Shared Access scheme.")
+		return sendRequest{}, http.StatusUnauthorized, said("The request must be authenticated only by Shared Access scheme.")
 	}
 	var b struct {
 		Attachments []struct {
@@ -263,7 +268,7 @@ func decodeTeams(_ *Server, r *http.Request, body []byte) (sendRequest, int, err
 	}
 	if err := json.Unmarshal(body, &b); err != nil || len(b.Attachments) == 0 ||
 		b.Attachments[0].ContentType != "application/vnd.microsoft.card.adaptive" {
-		return sendRequest{}, http.StatusBadRequest, errors.New("the body is not a message with an Adaptive Card attachment")
+		return sendRequest{}, http.StatusBadRequest, said("the body is not a message with an Adaptive Card attachment")
 	}
 	var texts []string
 	for _, block := range b.Attachments[0].Content.Body {
@@ -276,7 +281,7 @@ func decodeTeams(_ *Server, r *http.Request, body []byte) (sendRequest, int, err
 	req := sendRequest{To: recipients{"teams:" + r.PathValue("id")}}
 	switch len(texts) {
 	case 0:
-		return req, http.StatusBadRequest, errors.New("the card has no text")
+		return req, http.StatusBadRequest, said("the card has no text")
 	case 1:
 		req.Text = texts[0]
 	default:
@@ -303,13 +308,13 @@ func decodeAPNs(_ *Server, r *http.Request, body []byte) (sendRequest, int, erro
 	token := r.PathValue("token")
 	switch {
 	case r.ProtoMajor != 2 || r.TLS == nil:
-		return sendRequest{}, http.StatusHTTPVersionNotSupported, errors.New("APNs speaks HTTP/2 over TLS only (edgerelay sim --tls-listen)")
+		return sendRequest{}, http.StatusHTTPVersionNotSupported, said("APNs speaks HTTP/2 over TLS only (edgerelay sim --tls-listen)")
 	case !strings.HasPrefix(r.Header.Get("Authorization"), "bearer "):
-		return sendRequest{}, http.StatusForbidden, errors.New("MissingProviderToken")
+		return sendRequest{}, http.StatusForbidden, said("MissingProviderToken")
 	case r.Header.Get("apns-topic") == "":
-		return sendRequest{}, http.StatusBadRequest, errors.New("MissingTopic")
+		return sendRequest{}, http.StatusBadRequest, said("MissingTopic")
 	case token == "" || len(token)%2 != 0 || strings.Trim(strings.ToLower(token), "0123456789abcdef") != "":
-		return sendRequest{}, http.StatusBadRequest, errors.New("BadDeviceToken")
+		return sendRequest{}, http.StatusBadRequest, said("BadDeviceToken")
 	}
 	var b struct {
 		APS struct {
@@ -317,7 +322,7 @@ func decodeAPNs(_ *Server, r *http.Request, body []byte) (sendRequest, int, erro
 		} `json:"aps"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
-		return sendRequest{}, http.StatusBadRequest, errors.New("PayloadEmpty")
+		return sendRequest{}, http.StatusBadRequest, said("PayloadEmpty")
 	}
 	req := sendRequest{To: recipients{"apns:" + strings.ToLower(token)}, ref: r.Header.Get("apns-id")}
 	var alert struct{ Title, Body string }
