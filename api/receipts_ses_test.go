@@ -253,12 +253,15 @@ func TestSESReceipts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, forged := range map[string]string{
-		"tampered":                strings.Replace(good, `250 2.0.0 OK`, `250 2.0.0 Okay`, 1),
-		"another key":             other.sign(t, delivery, "2", cert),
-		"certificate not on SNS":  sns.sign(t, delivery, "2", "https://sns.eu-west-1.amazonaws.com.evil.example"+snsCertPath),
-		"certificate over http":   sns.sign(t, delivery, "2", strings.Replace(cert, "https://", "http://", 1)),
-		"another topic":           sns.sign(t, map[string]string{"Type": "Notification", "MessageId": "sns-x", "TopicArn": "arn:aws:sns:eu-west-1:999999999999:other", "Message": delivery["Message"], "Timestamp": delivery["Timestamp"]}, "2", cert),
-		"signature version blank": strings.Replace(good, `"SignatureVersion":"1"`, `"SignatureVersion":""`, 1),
+		"tampered":               strings.Replace(good, `250 2.0.0 OK`, `250 2.0.0 Okay`, 1),
+		"another key":            other.sign(t, delivery, "2", cert),
+		"certificate not on SNS": sns.sign(t, delivery, "2", "https://sns.eu-west-1.amazonaws.com.evil.example"+snsCertPath),
+		"certificate over http":  sns.sign(t, delivery, "2", strings.Replace(cert, "https://", "http://", 1)),
+		// The stand-in itself, by a name that is not an allowed host: a
+		// fetch would show in the count below.
+		"certificate on localhost": sns.sign(t, delivery, "2", strings.Replace(cert, "127.0.0.1", "localhost", 1)),
+		"another topic":            sns.sign(t, map[string]string{"Type": "Notification", "MessageId": "sns-x", "TopicArn": "arn:aws:sns:eu-west-1:999999999999:other", "Message": delivery["Message"], "Timestamp": delivery["Timestamp"]}, "2", cert),
+		"signature version blank":  strings.Replace(good, `"SignatureVersion":"1"`, `"SignatureVersion":""`, 1),
 	} {
 		p := wantProblem(t, post(forged), http.StatusUnauthorized, "bad-signature")
 		if p.Detail == "" {
