@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"edgerelay/providers"
 	"edgerelay/sim"
 )
 
@@ -125,5 +126,28 @@ func TestSimTLSFlagsGoTogether(t *testing.T) {
 	r := runCLI(t, "", "sim", "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--tls-listen and --tls-ca go together") {
 		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// The provider URLs `edgerelay sim` prints build as printed (those that
+// name no key file).
+func TestSimPrintedRoutesBuild(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printSimRoutes(&out, sim.New(sim.Options{HonourKeys: true}), "127.0.0.1:9099", "127.0.0.1:9443", "/tmp/ca.pem", 0, "no faults", true)
+	n := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		u, ok := strings.CutPrefix(line, "sim:   ")
+		if !ok || strings.Contains(u, "FILE") {
+			continue
+		}
+		u, _, _ = strings.Cut(u, " ")
+		if _, err := providers.New(u); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+		n++
+	}
+	if n != 5 {
+		t.Errorf("%d URLs checked, want 5 (mailgun, ses, discord, telegram, teams):\n%s", n, out.String())
 	}
 }

@@ -61,6 +61,10 @@ type Delivery struct {
 //	GET  /requests    {"total"}: send requests received
 //	POST /reset       forget deliveries, keys, attempt and request counts
 //
+// and the vendors' own APIs (shapes.go): Mailgun, SES, Discord, Telegram,
+// Teams, Web Push (POST /push-subscriptions makes a subscription, kept by
+// Reset) and APNs (over HTTP/2 with TLS only).
+//
 // Addresses are compared case-insensitively and reported in lower case.
 // A malformed send (bad JSON: 400; missing from or to: 422) counts as a
 // request but not as an attempt, meets no fault rule and is not stored for
