@@ -70,7 +70,8 @@ Fault script (--faults FILE), JSON:
      {"to": "ada@example.com", "attempts": [1, 2], "action": "lose-answer"},
      {"to": "ben@example.com", "attempts": [1], "action": "refuse", "status": 503}]}
 
-  "to" is an address or "*". "attempts" lists which attempts the rule
+  "to" is an email address, a vendor API's recipient (discord:ID,
+  telegram:CHAT_ID, teams:ID, webpush:ID, apns:TOKEN) or "*". "attempts" lists which attempts the rule
   matches (absent: all): attempt n is the n-th send request received for that
   address, counting every request, from 1. The first matching rule wins.
   "honour_keys" (optional) sets key honouring; --no-keys overrides it.
@@ -86,7 +87,8 @@ Actions:
                Retry-After from "retry_after" ("2s") if given
   fail         answer "status" 500 (default), 502 or 504; with "deliver": true
                the email is sent first and a retry with the key gets the 200
-  reject       permanent error "status" 400 (default), 401, 403, 404 or 422;
+  reject       permanent error "status" 400 (default), 401, 403, 404, 410, 413
+               or 422 (410: a Web Push subscription or APNs token gone);
                nothing is sent; kept for the key
   slow         wait "delay" (required, e.g. "300ms"), then process normally
 

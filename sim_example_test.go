@@ -23,10 +23,13 @@ import (
 // dispatched with the CLI reaches each: Mailgun (and SES once Mailgun
 // refuses an address's first attempt), Discord, Telegram, Teams, Web Push
 // (decrypted by the simulator with the subscription's keys, so the
-// subject arrives as sent) and APNs.
+// subject arrives as sent) and APNs; a token the sim's APNs says is
+// gone (410) is suppressed.
 func TestSimExampleConfig(t *testing.T) { // not parallel: it sets environment variables
+	const goneToken = "ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00"
 	exampleEnv(t) // the VAPID and APNs keys
-	script, err := sim.ParseScript([]byte(`{"rules": [{"to": "bo@example.com", "attempts": [1], "action": "refuse", "status": 503}]}`))
+	script, err := sim.ParseScript([]byte(`{"rules": [{"to": "bo@example.com", "attempts": [1], "action": "refuse", "status": 503},
+		{"to": "apns:` + goneToken + `", "action": "reject", "status": 410}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +80,12 @@ func TestSimExampleConfig(t *testing.T) { // not parallel: it sets environment v
 		}}
 	bo := map[string]any{"id": "evt_sim_2", "type": "incident.opened", "subject": "Disk full", "body": "db-1 has 2% left.",
 		"channels": []string{"email"}, "recipients": []map[string]any{{"id": "bo", "email": "bo@example.com"}}}
+	// APNs says cy's token is gone (410 Unregistered): nothing is delivered
+	// and the token is suppressed.
+	cy := map[string]any{"id": "evt_sim_3", "type": "incident.opened", "subject": "Disk full", "body": "db-1 has 2% left.",
+		"channels": []string{"push"}, "recipients": []map[string]any{{"id": "cy", "device_token": goneToken}}}
 	db := filepath.Join(t.TempDir(), "sim.db")
-	for _, e := range []map[string]any{ev, bo} {
+	for _, e := range []map[string]any{ev, bo, cy} {
 		body, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)
@@ -87,7 +94,9 @@ func TestSimExampleConfig(t *testing.T) { // not parallel: it sets environment v
 			t.Fatalf("send: %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 	}
-	if r := runCLI(t, "", "--db", db, "--config", cfg, "dispatch", "--until-idle"); r.code != 0 {
+	// Exit 3: cy's notification failed, as it should.
+	if r := runCLI(t, "", "--db", db, "--config", cfg, "dispatch", "--until-idle"); r.code != exitFailed ||
+		!strings.Contains(r.stderr, "sent 7, failed 1, dead 0, unknown 0") {
 		t.Fatalf("dispatch: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
@@ -113,6 +122,10 @@ func TestSimExampleConfig(t *testing.T) { // not parallel: it sets environment v
 			(d.Via == "discord" || d.Via == "telegram") && !strings.Contains(d.Text, "Disk full") {
 			t.Errorf("%s got text %q", d.Via, d.Text)
 		}
+	}
+	if r := runCLI(t, "", "--db", db, "--config", cfg, "suppressions", "list"); r.code != 0 || !strings.Contains(r.stdout, goneToken) ||
+		strings.Contains(r.stdout, token) {
+		t.Errorf("suppressions: %d\n%s%s\nwant %s (and not %s)", r.code, r.stdout, r.stderr, goneToken, token)
 	}
 	// Mailgun's refusal of bo's first attempt sent nothing, then SES did.
 	if n := srv.Counts()["bo@example.com"]; n != 1 {
