@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -19,12 +20,12 @@ import (
 func simCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "sim",
-		Usage:     "run a simulated email provider that honours Idempotency-Key and injects faults",
-		UsageText: "edgerelay sim [--listen ADDR] [--faults FILE] [--no-keys] [--latency D] [--quiet]",
-		Description: `Runs an email-style HTTP API on loopback for trying the relay against a
-provider that misbehaves on cue. It prints the URL to route to, logs one line
-per request (recipient, attempt, action, status) on stderr, and counts what
-each recipient really received. Stop it with Ctrl-C.
+		Usage:     "run a simulated provider (an email API, and Mailgun, SES, Discord, Telegram, Teams, Web Push and APNs) that injects faults",
+		UsageText: "edgerelay sim [--listen ADDR] [--tls-listen ADDR --tls-ca FILE] [--faults FILE] [--no-keys] [--latency D] [--quiet]",
+		Description: `Runs provider APIs on loopback for trying the relay against providers that
+misbehave on cue. It prints the provider URLs to route to, logs one line per
+request (recipient, attempt, action, status) on stderr, and counts what each
+recipient really received. Stop it with Ctrl-C.
 
 Endpoints:
   POST /v1/emails   {"from", "to" (string or array), "subject", "text", "html"},
@@ -32,6 +33,25 @@ Endpoints:
   GET  /deliveries  {"total", "by_recipient", "deliveries"}: what was really sent
   GET  /requests    {"total"}: send requests received
   POST /reset       forget deliveries, keys and attempt counts
+
+Vendors' APIs, each answering as its vendor documents (ids, error bodies,
+Retry-After and the vendor's own retry_after), none honouring keys (the
+vendors take none), recipients named as fault rules' "to" names them:
+  POST /v3/DOMAIN/messages                 Mailgun (basic auth api:KEY); to: the address
+  POST /v2/email/outbound-emails           SES v2 SendEmail (SigV4 for ses); to: the address
+  POST /api/webhooks/ID/TOKEN              Discord (?wait=true); to: discord:ID
+  POST /botTOKEN/sendMessage               Telegram; to: telegram:CHAT_ID
+  POST /workflows/ID/triggers/manual/paths/invoke?…&sig=…   Teams Workflows (202); to: teams:ID
+  POST /push-subscriptions                 make a Web Push subscription: its JSON is the address
+  POST /push/v1/ID                         Web Push (VAPID, aes128gcm, decrypted with the
+                                           subscription's keys); an unknown ID is 410; to: webpush:ID
+  POST /3/device/TOKEN                     APNs, only over HTTP/2 with TLS (--tls-listen): a bearer
+                                           token and apns-topic; answers the apns-id; to: apns:TOKEN
+
+--tls-listen ADDR serves every endpoint over TLS too (HTTP/2 and HTTP/1.1),
+with a certificate made at start for 127.0.0.1, ::1 and localhost, written
+as PEM to --tls-ca FILE: an apns provider's ca= (and an ses provider's
+sns_ca=) names that file.
 
 Idempotency-Key: the first processed answer for a key (2xx, or a permanent
 4xx) is kept for 24h and replayed for a repeat, which sends nothing; a repeat
@@ -50,7 +70,8 @@ Fault script (--faults FILE), JSON:
      {"to": "ada@example.com", "attempts": [1, 2], "action": "lose-answer"},
      {"to": "ben@example.com", "attempts": [1], "action": "refuse", "status": 503}]}
 
-  "to" is an address or "*". "attempts" lists which attempts the rule
+  "to" is an email address, a vendor API's recipient (discord:ID,
+  telegram:CHAT_ID, teams:ID, webpush:ID, apns:TOKEN) or "*". "attempts" lists which attempts the rule
   matches (absent: all): attempt n is the n-th send request received for that
   address, counting every request, from 1. The first matching rule wins.
   "honour_keys" (optional) sets key honouring; --no-keys overrides it.
@@ -66,7 +87,8 @@ Actions:
                Retry-After from "retry_after" ("2s") if given
   fail         answer "status" 500 (default), 502 or 504; with "deliver": true
                the email is sent first and a retry with the key gets the 200
-  reject       permanent error "status" 400 (default), 401, 403, 404 or 422;
+  reject       permanent error "status" 400 (default), 401, 403, 404, 410, 413
+               or 422 (410: a Web Push subscription or APNs token gone);
                nothing is sent; kept for the key
   slow         wait "delay" (required, e.g. "300ms"), then process normally
 
@@ -81,6 +103,17 @@ Examples:
 				Value:   "127.0.0.1:9099",
 				Usage:   "address to listen on (port 0 picks a free one)",
 				EnvVars: []string{"EDGERELAY_SIM_LISTEN"},
+			},
+			&cli.StringFlag{
+				Name:    "tls-listen",
+				Usage:   "also serve over TLS (HTTP/2) on `ADDR`, as APNs needs (port 0 picks a free one)",
+				EnvVars: []string{"EDGERELAY_SIM_TLS_LISTEN"},
+			},
+			&cli.StringFlag{
+				Name:      "tls-ca",
+				Usage:     "with --tls-listen: write the TLS certificate (PEM) to `FILE`, for a provider's ca=",
+				EnvVars:   []string{"EDGERELAY_SIM_TLS_CA"},
+				TakesFile: true,
 			},
 			&cli.StringFlag{
 				Name:      "faults",
@@ -148,31 +181,38 @@ func runSim(c *cli.Context) error {
 		srv.SetHonourKeys(false)
 	}
 
+	if (c.String("tls-listen") == "") != (c.String("tls-ca") == "") {
+		return cli.Exit("sim: --tls-listen and --tls-ca go together: the certificate of the TLS listener is written to --tls-ca for the provider's ca=", exitUsage)
+	}
 	ln, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
 		return fmt.Errorf("sim: --listen: %w (try another address, or port 0 for a free one)", err)
 	}
-	url := "http://" + ln.Addr().String() + "/v1/emails"
-	keys, idem := "keys honoured", "honoured"
-	if !srv.HonoursKeys() {
-		keys, idem = "keys ignored", "none"
+	servers := []*http.Server{{Handler: srv, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)}}
+	listeners := []net.Listener{ln}
+	if addr := c.String("tls-listen"); addr != "" {
+		tln, err := simTLSListener(addr, c.String("tls-ca"))
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		servers = append(servers, &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: servers[0].ErrorLog})
+		listeners = append(listeners, tln)
 	}
-	if d := c.Duration("latency"); d > 0 {
-		keys += ", latency " + d.String()
-	}
-	fmt.Fprintf(stderr, "sim: listening on %s (%s, %s); route with --route 'email=email-http+%s?from=relay@example.com&idempotency=%s'\n",
-		url, keys, faults, url, idem)
+	printSimRoutes(stderr, srv, ln.Addr().String(), listeners[len(listeners)-1].Addr().String(), c.String("tls-ca"),
+		c.Duration("latency"), faults, len(listeners) > 1)
 
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+	served := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() { served <- hs.Serve(listeners[i]) }()
 	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-
 	select {
 	case err := <-served:
+		for _, hs := range servers {
+			_ = hs.Close()
+		}
 		return fmt.Errorf("sim: serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -182,12 +222,63 @@ func runSim(c *cli.Context) error {
 	srv.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := hs.Shutdown(shutdownCtx); err != nil {
-		_ = hs.Close()
+	for _, hs := range servers {
+		if err := hs.Shutdown(shutdownCtx); err != nil {
+			_ = hs.Close()
+		}
 	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("sim: serve: %w", err)
+	for range servers {
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("sim: serve: %w", err)
+		}
 	}
 	fmt.Fprintf(stderr, "sim: stopped after %d send requests, %d deliveries\n", srv.Requests(), len(srv.Deliveries()))
 	return nil
+}
+
+// simTLSListener listens on addr with a certificate made now for the
+// loopback names, written to caFile.
+func simTLSListener(addr, caFile string) (net.Listener, error) {
+	cert, certPEM, err := sim.SelfSigned()
+	if err != nil {
+		return nil, fmt.Errorf("sim: make the TLS certificate: %w", err)
+	}
+	if err := os.WriteFile(caFile, certPEM, 0o644); err != nil {
+		return nil, fmt.Errorf("sim: --tls-ca: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("sim: --tls-listen: %w (try another address, or port 0 for a free one)", err)
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}), nil
+}
+
+// printSimRoutes says where the simulator listens and how to route each
+// provider to it.
+func printSimRoutes(w io.Writer, srv *sim.Server, addr, tlsAddr, ca string, latency time.Duration, faults string, withTLS bool) {
+	keys, idem := "keys honoured", "honoured"
+	if !srv.HonoursKeys() {
+		keys, idem = "keys ignored", "none"
+	}
+	if latency > 0 {
+		keys += ", latency " + latency.String()
+	}
+	url := "http://" + addr + "/v1/emails"
+	fmt.Fprintf(w, "sim: listening on %s (%s, %s); route with --route 'email=email-http+%s?from=relay@example.com&idempotency=%s'\n",
+		url, keys, faults, url, idem)
+	fmt.Fprintf(w, "sim: vendor APIs on http://%s (no keys honoured, as the vendors'):\n", addr)
+	for _, u := range []string{
+		"mailgun+http://" + addr + "?domain=sim.example&from=relay%40sim.example&token=key-sim",
+		"ses+http://AKIDSIM:secret@" + addr + "?region=us-east-1&from=relay%40sim.example",
+		"discord+http://" + addr + "/api/webhooks/1/sim",
+		"telegram+http://" + addr + "?token=1:sim&chat_id=42",
+		"teams+http://" + addr + "/workflows/sim/triggers/manual/paths/invoke?api-version=1&sig=sim",
+		"webpush+http://sim?allow_private=true&subject=mailto:ops%40example.com&vapid_key=FILE   (address: POST http://" + addr + "/push-subscriptions)",
+	} {
+		fmt.Fprintf(w, "sim:   %s\n", u)
+	}
+	if withTLS {
+		fmt.Fprintf(w, "sim: over TLS (HTTP/2) on https://%s, certificate in %s:\n", tlsAddr, ca)
+		fmt.Fprintf(w, "sim:   apns://%s?key=FILE.p8&key_id=ABC123DEFG&team_id=DEF123GHIJ&topic=com.example.app&ca=%s\n", tlsAddr, ca)
+	}
 }

@@ -228,6 +228,9 @@ type mailgunWebhook struct {
 		Timestamp json.RawMessage `json:"timestamp"`
 		Token     string          `json:"token"`
 		Signature string          `json:"signature"`
+		// ParentSignature is there for a subaccount's events: the same
+		// HMAC under the primary account's signing key.
+		ParentSignature string `json:"parent-signature"`
 	} `json:"signature"`
 	EventData json.RawMessage `json:"event-data"`
 }
@@ -254,7 +257,8 @@ type mailgunEvent struct {
 // ParseReceipts reads one Mailgun webhook event (the JSON webhooks, with
 // "signature" and "event-data"). It verifies the signature as Mailgun
 // documents it: HMAC-SHA256, keyed with the webhook signing key, over the
-// timestamp and the token concatenated, in hex; the timestamp must be
+// timestamp and the token concatenated, in hex (for a subaccount's event,
+// its signature or its parent-signature, the primary account's); the timestamp must be
 // within MailgunReceiptTolerance. Without a webhook_signing_key every
 // receipt is refused: anyone who can reach edgerelay could forge one.
 func (p *Mailgun) ParseReceipts(_ *http.Request, body []byte, _ string) ([]Receipt, error) {
@@ -265,8 +269,11 @@ func (p *Mailgun) ParseReceipts(_ *http.Request, body []byte, _ string) ([]Recei
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, errors.New("mailgun receipt: not a webhook event (a JSON object with signature and event-data)")
 	}
-	ts := string(bytes.Trim(w.Signature.Timestamp, `"`))
-	if !p.signed(ts, w.Signature.Token, w.Signature.Signature) {
+	ts, sig := string(bytes.Trim(w.Signature.Timestamp, `"`)), w.Signature
+	// A subaccount's event is signed with its own key and, as
+	// parent-signature, with the primary account's: either key may be the
+	// one configured.
+	if !p.signed(ts, sig.Token, sig.Signature) && (sig.ParentSignature == "" || !p.signed(ts, sig.Token, sig.ParentSignature)) {
 		return nil, ErrBadSignature
 	}
 	secs, err := strconv.ParseInt(ts, 10, 64)

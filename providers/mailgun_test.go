@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -231,6 +232,23 @@ func TestMailgunReceipts(t *testing.T) {
 		if _, err := c.p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), c.body, ""); !errors.Is(err, ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadSignature", c.name, err)
 		}
+	}
+	// A subaccount's event: signed with the subaccount's key, and with
+	// the primary account's (the one configured) as parent-signature.
+	now := time.Now()
+	sub := string(signedMailgunEvent("subaccount-key", now, delivered))
+	var w struct {
+		Signature map[string]string `json:"signature"`
+	}
+	if err := json.Unmarshal(signedMailgunEvent(mailgunSigningKey, now, delivered), &w); err != nil {
+		t.Fatal(err)
+	}
+	withParent := strings.Replace(sub, `"signature":{`, `"signature":{"parent-signature":"`+w.Signature["signature"]+`",`, 1)
+	if _, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), []byte(withParent), ""); err != nil {
+		t.Errorf("a subaccount's event with the primary's parent-signature: %v", err)
+	}
+	if _, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), []byte(strings.Replace(withParent, `"parent-signature":"`, `"parent-signature":"0`, 1)), ""); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("a wrong parent-signature: %v, want ErrBadSignature", err)
 	}
 	// Signed an 8-hour retry later: still taken.
 	if _, err := p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), signedMailgunEvent(mailgunSigningKey, time.Now().Add(-8*time.Hour), delivered), ""); err != nil {

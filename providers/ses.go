@@ -37,8 +37,10 @@ var sesKind = &Kind{
 		{"session_token", "a temporary credential's session token, sent as `X-Amz-Security-Token`"},
 		{"sns_topic_arn", "the SNS topic SES publishes this sender's bounces, complaints and deliveries to: receipts posted to " +
 			"`/v1/receipts/NAME` are taken only from it, and only with a valid SNS signature (a subscription to it is confirmed)"},
-		{"sns_cert_host", "the host an SNS signing certificate and subscription URL must be on, `*` standing for one label " +
-			"(default `sns.*.amazonaws.com`)"},
+		{"sns_cert_host", "the hosts an SNS signing certificate and subscription URL may be on, comma-separated, `*` standing " +
+			"for one label (default `sns.*.amazonaws.com,sns.*.amazonaws.com.cn`: SNS's, the China regions' too)"},
+		{"sns_ca", "a PEM file of the CAs to trust, instead of the system's, when fetching SNS signing certificates and " +
+			"confirming subscriptions (a private stand-in for SNS, such as `edgerelay sim`'s)"},
 		paramListUnsubscribe,
 		paramConcurrency, paramName, paramTimeout},
 	Keys: "no: SendEmail takes none; a resend after an unknown outcome sends a second message " +

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 	"sync"
@@ -29,10 +30,10 @@ import (
 // SignatureVersion 1, SHA256 for 2).
 type snsVerifier struct {
 	topic    string // sns_topic_arn, "" when receipts are refused
-	certHost string // a host pattern, "*" one label
+	certHost string // host patterns, comma-separated, "*" one label
 	client   *http.Client
 	// tlsConfig, nil for the system's roots, is what the certificate and
-	// subscription fetches trust; tests set it.
+	// subscription fetches trust: sns_ca's CAs (a stand-in for SNS).
 	tlsConfig *tls.Config
 
 	mu    sync.Mutex
@@ -40,16 +41,32 @@ type snsVerifier struct {
 }
 
 func (v *snsVerifier) parse(q url.Values, timeout time.Duration) string {
-	v.certHost = "sns.*.amazonaws.com"
+	// SNS's own hosts, the China regions' under amazonaws.com.cn, as
+	// AWS's message validators allow.
+	v.certHost = "sns.*.amazonaws.com,sns.*.amazonaws.com.cn"
 	if q.Has("sns_cert_host") {
-		if v.certHost = q.Get("sns_cert_host"); v.certHost == "" || strings.ContainsAny(v.certHost, "/:@ ") {
-			return `parameter "sns_cert_host": want a host name such as sns.*.amazonaws.com`
+		v.certHost = q.Get("sns_cert_host")
+		for _, h := range strings.Split(v.certHost, ",") {
+			if h == "" || strings.ContainsAny(h, "/:@ ") {
+				return `parameter "sns_cert_host": want host names such as sns.*.amazonaws.com, comma-separated`
+			}
 		}
 	}
 	if q.Has("sns_topic_arn") {
 		if v.topic = q.Get("sns_topic_arn"); !strings.HasPrefix(v.topic, "arn:") || strings.Count(v.topic, ":") < 5 {
 			return `parameter "sns_topic_arn": not a topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)`
 		}
+	}
+	if q.Has("sns_ca") {
+		pemBytes, err := os.ReadFile(q.Get("sns_ca"))
+		if err != nil {
+			return `parameter "sns_ca": ` + err.Error()
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemBytes) {
+			return `parameter "sns_ca": no PEM certificate in the file`
+		}
+		v.tlsConfig = &tls.Config{RootCAs: pool}
 	}
 	v.client = &http.Client{
 		Timeout: timeout,
@@ -61,10 +78,19 @@ func (v *snsVerifier) parse(q url.Values, timeout time.Duration) string {
 	return ""
 }
 
-// hostOK reports whether host matches the certificate host pattern.
+// hostOK reports whether host matches one of the certificate host
+// patterns.
 func (v *snsVerifier) hostOK(host string) bool {
-	want := strings.Split(strings.ToLower(v.certHost), ".")
 	got := strings.Split(strings.ToLower(host), ".")
+	for _, pattern := range strings.Split(v.certHost, ",") {
+		if hostMatches(strings.Split(strings.ToLower(pattern), "."), got) {
+			return true
+		}
+	}
+	return false
+}
+
+func hostMatches(want, got []string) bool {
 	if len(want) != len(got) {
 		return false
 	}
@@ -204,6 +230,11 @@ func (v *snsVerifier) verify(ctx context.Context, body []byte, who string) (*sns
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("sns message: not JSON: %w", err)
 	}
+	if m.Type == "" {
+		// With raw message delivery on, SNS posts the bare message,
+		// unsigned.
+		return nil, fmt.Errorf("%w: not an SNS message (no Type, no signature): turn raw message delivery off for this subscription, so that SNS signs what it posts", ErrBadSignature)
+	}
 	if m.TopicArn != v.topic {
 		return nil, fmt.Errorf("%w: the message is from topic %q, not %s", ErrBadSignature, m.TopicArn, v.topic)
 	}
@@ -275,7 +306,7 @@ type sesEvent struct {
 // Notification carries one SES notification or event: Bounce (Permanent a
 // hard bounce, Transient a soft one, Undetermined a failure), Complaint,
 // Delivery, and the events Send, DeliveryDelay (progress), Reject and
-// RenderingFailure (failures), Open and Click (delivered).
+// Rendering Failure (failures), Open and Click (delivered).
 func (p *SES) ParseReceipts(r *http.Request, body []byte, _ string) ([]Receipt, error) {
 	m, err := p.sns.verify(r.Context(), body, p.Name())
 	if err != nil {
@@ -350,7 +381,9 @@ func (p *SES) ParseReceipts(r *http.Request, body []byte, _ string) ([]Receipt, 
 		}
 	case "Open", "Click":
 		rc.Status = ReceiptDelivered
-	case "Reject", "RenderingFailure":
+	case "Reject", "Rendering Failure", "RenderingFailure":
+		// SES documents the event type as "Rendering Failure", with a
+		// space; its API's enum spells it without.
 		rc.Status, rc.Bounce = ReceiptFailed, BounceNone
 	default: // Send, DeliveryDelay, Subscription …
 		rc.Status = ReceiptSent

@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -155,6 +157,9 @@ func TestSESReceipts(t *testing.T) {
 		{"event publishing", `{"eventType":"Bounce",` + mail + `,"bounce":{"bounceType":"Undetermined","bounceSubType":"Undetermined","timestamp":"2026-12-06T23:39:58Z"}}`, "2",
 			Receipt{Status: ReceiptFailed, Bounce: BounceNone, Detail: "Bounce Undetermined Undetermined", At: time.Date(2026, 12, 6, 23, 39, 58, 0, time.UTC)}},
 		{"send event", `{"eventType":"Send",` + mail + `}`, "2", Receipt{Status: ReceiptSent, Detail: "Send"}},
+		// AWS spells this event type with a space.
+		{"rendering failure", `{"eventType":"Rendering Failure",` + mail + `,"failure":{"errorMessage":"Attribute 'name' is not present","templateName":"t"}}`, "2",
+			Receipt{Status: ReceiptFailed, Bounce: BounceNone, Detail: "Rendering Failure"}},
 	} {
 		rs, err := post(s.sign(t, notification("sns-"+c.name, c.message), c.version, s.key))
 		if err != nil || len(rs) != 1 {
@@ -212,6 +217,7 @@ func TestSESReceipts(t *testing.T) {
 		{"signature version 3", p, []byte(strings.Replace(string(s.sign(t, good, "2", s.key)), `"SignatureVersion":"2"`, `"SignatureVersion":"3"`, 1))},
 		{"subscribe URL off the SNS host", p, badConfirm},
 		{"no sns_topic_arn", sesWithSNS(t, s, ""), s.sign(t, good, "2", s.key)},
+		{"raw message delivery (unsigned)", p, []byte(good["Message"])},
 	} {
 		if _, err := c.p.ParseReceipts(httptest.NewRequest(http.MethodPost, "/", nil), c.body, ""); !errors.Is(err, ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadSignature", c.name, err)
@@ -222,13 +228,24 @@ func TestSESReceipts(t *testing.T) {
 	}
 }
 
+func notPEMFile(t *testing.T) string {
+	f := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // The SNS parameters say what is wrong with them.
 func TestSESReceiptParams(t *testing.T) {
 	t.Parallel()
 	base := "ses+https://AK:secret@email.eu-west-1.amazonaws.com?from=a%40example.com"
 	for _, c := range []struct{ extra, want string }{
 		{"&sns_topic_arn=ses-events", `parameter "sns_topic_arn": not a topic ARN`},
-		{"&sns_cert_host=https://sns.example", `parameter "sns_cert_host": want a host name`},
+		{"&sns_cert_host=https://sns.example", `parameter "sns_cert_host": want host names`},
+		{"&sns_cert_host=sns.example,", `parameter "sns_cert_host": want host names`},
+		{"&sns_ca=/nonexistent/ca.pem", `parameter "sns_ca": open /nonexistent/ca.pem`},
+		{"&sns_ca=" + notPEMFile(t), `parameter "sns_ca": no PEM certificate in the file`},
 	} {
 		if _, err := New(base + c.extra); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.extra, err, c.want)
@@ -236,6 +253,7 @@ func TestSESReceiptParams(t *testing.T) {
 	}
 	p := newProvider(t, base).(*SES)
 	for host, ok := range map[string]bool{"sns.eu-west-1.amazonaws.com": true, "SNS.us-east-1.amazonaws.com": true,
+		"sns.cn-north-1.amazonaws.com.cn": true, "sns.amazonaws.com.cn": false,
 		"sns.amazonaws.com": false, "sns.eu-west-1.amazonaws.com.evil.example": false, "evil.example": false, "sns..amazonaws.com": false} {
 		if p.sns.hostOK(host) != ok {
 			t.Errorf("hostOK(%q) = %v", host, !ok)

@@ -42,7 +42,7 @@ var webPushKind = &Kind{
 		"`keys.p256dh`, `keys.auth`). Sent: 2xx (the `Location` is the message id). Refused for good and the " +
 		"subscription suppressed: 404, 410. Refused for good: other 4xx (400, 401, 403 VAPID, 413 too large), " +
 		"a payload over 4 KB, an endpoint the allow-list or the address rules refuse. Refused, retried: 429 " +
-		"(`Retry-After` pauses the provider), 503, 408, 409. Unknown: 500, 502, 504, a lost answer",
+		"(`Retry-After` pauses the provider), 406 (WNS, Edge's push service, for its throttle limit), 503, 408, 409. Unknown: 500, 502, 504, a lost answer",
 	Params: []Param{
 		{"vapid_key", "the VAPID private key file (PEM, P-256), made by `edgerelay webpush keygen`, which prints the " +
 			"public key for `PushManager.subscribe`'s `applicationServerKey`"},
@@ -82,6 +82,7 @@ var webPushKind = &Kind{
 //	404, 410                refused for good; the subscription is dead and suppressed
 //	400, 401, 403, 413 …    refused for good (a VAPID key the subscription was not made with is 401 or 403)
 //	429, 503                refused, retried; Retry-After pauses the provider
+//	406                     refused, retried (WNS's throttle limit)
 //	408, 409, 425           refused, retried
 //	500, 502, 504, no answer after the request was written   unknown
 //
@@ -447,6 +448,12 @@ func webPushResult(r Result, header http.Header) Result {
 			"subscription was made with this key's public key as applicationServerKey)"
 	case r.HTTPStatus == http.StatusRequestEntityTooLarge:
 		r.Detail += " (the push service takes a smaller payload)"
+	case r.HTTPStatus == http.StatusNotAcceptable:
+		// Windows' push service (WNS, Edge's) documents 406 as "exceeded
+		// its throttle limit: send with a delay", where RFC 8030's
+		// services say 429. Nothing was sent; later it will be.
+		r.Outcome, r.Permanent, r.Overloaded = Refused, false, true
+		r.Detail += " (the push service's throttle limit: retried later)"
 	}
 	return r
 }

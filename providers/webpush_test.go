@@ -281,8 +281,8 @@ func TestWebPushDelivers(t *testing.T) {
 }
 
 // The push service's answers, classified: 404 and 410 end the
-// subscription; 429 pauses with its Retry-After; VAPID refusals are
-// permanent but leave the subscription alone.
+// subscription; 429 pauses with its Retry-After, and WNS's 406 backs off;
+// VAPID refusals are permanent but leave the subscription alone.
 func TestWebPushAnswers(t *testing.T) {
 	t.Parallel()
 	keyFile, _ := writeVAPIDKey(t)
@@ -302,6 +302,8 @@ func TestWebPushAnswers(t *testing.T) {
 		{404, "", Refused, true, true, "expired or was unsubscribed"},
 		{410, "", Refused, true, true, "expired or was unsubscribed"},
 		{413, "", Refused, true, false, "smaller payload"},
+		// WNS (Edge) says 406 for its throttle limit.
+		{406, "", Refused, false, false, "throttle limit"},
 		{429, "30", Refused, false, false, ""},
 		{500, "", Unknown, false, false, ""},
 		{503, "", Refused, false, false, ""},
@@ -326,6 +328,9 @@ func TestWebPushAnswers(t *testing.T) {
 			if r.Outcome != c.outcome || r.Permanent != c.permanent || r.InvalidAddress != c.invalid || !strings.Contains(r.Detail, c.detail) {
 				t.Errorf("%d: %s permanent=%v invalid=%v (%s); want %s permanent=%v invalid=%v, detail with %q",
 					c.status, r.Outcome, r.Permanent, r.InvalidAddress, r.Detail, c.outcome, c.permanent, c.invalid, c.detail)
+			}
+			if c.status == 406 && !r.Overloaded {
+				t.Error("406: not overloaded")
 			}
 			if c.status == 429 && (r.RetryAfter != 30*time.Second || !r.Overloaded) {
 				t.Errorf("429: RetryAfter %s overloaded %v, want 30s and overloaded", r.RetryAfter, r.Overloaded)

@@ -506,6 +506,11 @@ func fmProviders(fcm *fmFCM, wp *fmWebPush, apns *fmAPNs) []*fmProvider {
 				// refused for good before any request (the reset cannot happen).
 				"reset before the request was written (mid-body)": {want: xFailed, detail: "more than the 3993 a push message holds"},
 			},
+			extras: []fmFault{
+				// Windows' push service (WNS, Edge's) says 406 for its throttle limit.
+				{name: "406 (WNS throttle limit)", play: playBody, status: 406, want: xRefused, detail: "throttle limit",
+					body: `{"error":"Not Acceptable"}`},
+			},
 		},
 		{
 			name: "apns", note: "HTTP/2 over TLS, keys: none, idempotency=honoured refused", channel: "push", h2: true,

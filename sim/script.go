@@ -34,8 +34,9 @@ const (
 	// is stored for the key; without it nothing is sent.
 	ActionFail Action = "fail"
 	// ActionReject answers a permanent error, Rule.Status (400, 401, 403,
-	// 404 or 422). Nothing is sent; under key honouring the rejection is
-	// stored for the key.
+	// 404, 410, 413 or 422; 410 is the end of a push subscription or a
+	// device token to webpush and apns). Nothing is sent; under key
+	// honouring the rejection is stored for the key.
 	ActionReject Action = "reject"
 	// ActionSlow waits Rule.Delay (while the key is held as in progress),
 	// then processes the request normally.
@@ -51,7 +52,7 @@ var actions = []Action{ActionOK, ActionLoseAnswer, ActionHang, ActionRefuse, Act
 var statuses = map[Action][]int{
 	ActionRefuse: {503, 429},
 	ActionFail:   {500, 502, 504},
-	ActionReject: {400, 401, 403, 404, 422},
+	ActionReject: {400, 401, 403, 404, 410, 413, 422},
 }
 
 // DefaultHangDelay is how long a hang holds a request when the rule gives
@@ -275,13 +276,21 @@ func (s *Script) Validate() error {
 	return nil
 }
 
+// vendorRecipient reports whether to names a recipient as a vendor shape
+// does: discord:ID, telegram:CHAT_ID, teams:ID, webpush:ID, apns:TOKEN.
+func vendorRecipient(to string) bool {
+	kind, rest, ok := strings.Cut(to, ":")
+	return ok && rest != "" && slices.Contains([]string{"discord", "telegram", "teams", "webpush", "apns"}, kind)
+}
+
 func (r *Rule) validate() *ScriptError {
 	to := strings.TrimSpace(r.To)
 	switch {
 	case to == "":
 		return scriptErr(0, "to", `required (an address, or "*" for every recipient)`)
-	case to != "*" && !strings.Contains(to, "@"):
-		return scriptErr(0, "to", `%q is not an address (want an address, or "*" for every recipient)`, r.To)
+	case to != "*" && !strings.Contains(to, "@") && !vendorRecipient(to):
+		return scriptErr(0, "to", `%q is not an address (want an email address, a vendor API's recipient such as `+
+			`apns:TOKEN or telegram:CHAT_ID, or "*" for every recipient)`, r.To)
 	}
 	for j, n := range r.Attempts {
 		if n < 1 {

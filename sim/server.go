@@ -43,7 +43,10 @@ type Options struct {
 
 // Delivery is one email a recipient really received.
 type Delivery struct {
-	Seq     int       `json:"seq"`
+	Seq int `json:"seq"`
+	// Via is the API that took it: email (POST /v1/emails) or a vendor's
+	// (mailgun, ses, discord, telegram, teams, webpush, apns).
+	Via     string    `json:"via"`
 	To      string    `json:"to"`
 	Key     string    `json:"key"` // the request's Idempotency-Key, "" if none
 	Subject string    `json:"subject"`
@@ -57,6 +60,10 @@ type Delivery struct {
 //	GET  /deliveries  {"total", "by_recipient", "deliveries"}
 //	GET  /requests    {"total"}: send requests received
 //	POST /reset       forget deliveries, keys, attempt and request counts
+//
+// and the vendors' own APIs (shapes.go): Mailgun, SES, Discord, Telegram,
+// Teams, Web Push (POST /push-subscriptions makes a subscription, kept by
+// Reset) and APNs (over HTTP/2 with TLS only).
 //
 // Addresses are compared case-insensitively and reported in lower case.
 // A malformed send (bad JSON: 400; missing from or to: 422) counts as a
@@ -83,6 +90,7 @@ type Server struct {
 	deliveries []Delivery
 	keys       map[string]*keyEntry
 	nextPrune  time.Time
+	subs       map[string]*pushSub // Web Push subscriptions, by id; kept by Reset
 }
 
 // keyEntry is a claimed key: pending while its first request is being
@@ -90,6 +98,7 @@ type Server struct {
 type keyEntry struct {
 	pending bool
 	status  int
+	header  http.Header
 	body    []byte
 	expires time.Time
 }
@@ -129,7 +138,10 @@ func New(opts Options) *Server {
 	s.SetScript(opts.Script)
 
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST /v1/emails", s.handleSend)
+	for _, sh := range shapes {
+		s.mux.HandleFunc(sh.route, func(w http.ResponseWriter, r *http.Request) { s.handleSend(sh, w, r) })
+	}
+	s.mux.HandleFunc("POST /push-subscriptions", s.handleSubscribe)
 	s.mux.HandleFunc("GET /deliveries", s.handleDeliveries)
 	s.mux.HandleFunc("GET /requests", s.handleRequests)
 	s.mux.HandleFunc("POST /reset", s.handleReset)
@@ -232,6 +244,8 @@ type sendRequest struct {
 	Subject string     `json:"subject"`
 	Text    string     `json:"text"`
 	HTML    string     `json:"html"`
+	// ref is what a vendor's answer echoes (a chat id, an apns-id).
+	ref string
 }
 
 // recipients accepts "to" as a string or an array of strings.
@@ -255,12 +269,13 @@ func (r *recipients) UnmarshalJSON(b []byte) error {
 // back decide whether the client sees it.
 type answer struct {
 	status    int
+	header    http.Header
 	body      []byte
 	replayed  bool
 	delivered int
 }
 
-func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleSend(sh *shape, w http.ResponseWriter, r *http.Request) {
 	rec := record{Key: r.Header.Get("Idempotency-Key"), Outcome: "answered"}
 	finished := false
 	finish := func() {
@@ -278,10 +293,10 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	s.requests++
 	s.mu.Unlock()
 
-	req, status, err := decodeSend(w, r)
+	req, status, err := s.decode(sh, w, r)
 	if err != nil {
 		rec.Status = status
-		writeJSON(w, status, errorBody(err.Error()))
+		sh.writeProblem(w, status, err.Error(), 0)
 		return
 	}
 	rcpts := req.To
@@ -301,7 +316,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 		attempts[i] = s.attempts[a]
 	}
 	rule := s.script.match(rcpts, attempts)
-	honour := s.honour
+	honour := s.honour && sh.keys
 	s.mu.Unlock()
 
 	rec.To, rec.Attempt = strings.Join(rcpts, ","), attempts[0]
@@ -315,23 +330,24 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case rec.Action == ActionRefuse:
 		rec.Status = rule.status()
+		secs := 0
 		if rule.RetryAfter > 0 {
-			secs := (rule.RetryAfter + time.Second - 1) / time.Second
-			w.Header().Set("Retry-After", strconv.Itoa(int(secs)))
+			secs = int((rule.RetryAfter + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
 		}
 		msg := "service unavailable, try again later"
 		if rec.Status == http.StatusTooManyRequests {
 			msg = "too many requests, slow down"
 		}
-		writeJSON(w, rec.Status, errorBody(msg))
+		sh.writeProblem(w, rec.Status, msg, secs)
 		return
 	case rec.Action == ActionFail && !rule.Deliver:
 		rec.Status = rule.status()
-		writeJSON(w, rec.Status, errorBody("internal error"))
+		sh.writeProblem(w, rec.Status, "internal error", 0)
 		return
 	}
 
-	ans, ok := s.process(r.Context(), &req, rec.Key, honour, rule)
+	ans, ok := s.process(r.Context(), sh, &req, rec.Key, honour, rule)
 	if !ok {
 		rec.Outcome = "gave up while slow" // the client, or the simulator on Close
 		finish()
@@ -364,9 +380,14 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	case ActionFail:
 		rec.Outcome = fmt.Sprintf("answered %d after processing", rule.status())
 		rec.Status = rule.status()
-		writeJSON(w, rec.Status, errorBody("internal error"))
+		sh.writeProblem(w, rec.Status, "internal error", 0)
 	default:
-		w.Header().Set("Content-Type", "application/json")
+		for k, v := range ans.header {
+			w.Header()[k] = v
+		}
+		if len(ans.body) > 0 && w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
 		if ans.replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
 		}
@@ -375,16 +396,22 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func decodeSend(w http.ResponseWriter, r *http.Request) (sendRequest, int, error) {
-	var req sendRequest
+// decode reads the request's body and hands it to the shape's decoder.
+func (s *Server) decode(sh *shape, w http.ResponseWriter, r *http.Request) (sendRequest, int, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return req, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", maxBody)
+			return sendRequest{}, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", maxBody)
 		}
-		return req, http.StatusBadRequest, fmt.Errorf("read body: %w", err)
+		return sendRequest{}, http.StatusBadRequest, fmt.Errorf("read body: %w", err)
 	}
+	return sh.decode(s, r, body)
+}
+
+// decodeEmail reads POST /v1/emails's JSON.
+func decodeEmail(_ *Server, _ *http.Request, body []byte) (sendRequest, int, error) {
+	var req sendRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) || len(body) == 0 {
@@ -396,26 +423,32 @@ func decodeSend(w http.ResponseWriter, r *http.Request) (sendRequest, int, error
 		}
 		return req, http.StatusUnprocessableEntity, err
 	}
+	status, err := checkEmail(&req)
+	return req, status, err
+}
+
+// checkEmail checks an email's sender and recipients, lower-casing these.
+func checkEmail(req *sendRequest) (int, error) {
 	if strings.TrimSpace(req.From) == "" {
-		return req, http.StatusUnprocessableEntity, errors.New("from: required")
+		return http.StatusUnprocessableEntity, errors.New("from: required")
 	}
 	if len(req.To) == 0 {
-		return req, http.StatusUnprocessableEntity, errors.New("to: required")
+		return http.StatusUnprocessableEntity, errors.New("to: required")
 	}
 	for i, a := range req.To {
 		a = strings.ToLower(strings.TrimSpace(a))
 		if !strings.Contains(a, "@") {
-			return req, http.StatusUnprocessableEntity, fmt.Errorf("to: %q is not an email address", req.To[i])
+			return http.StatusUnprocessableEntity, fmt.Errorf("to: %q is not an email address", req.To[i])
 		}
 		req.To[i] = a
 	}
-	return req, 0, nil
+	return 0, nil
 }
 
 // process claims the key, waits if the rule is slow, then sends (or
 // rejects) and stores the answer for the key. It returns false if the
 // client gave up, or the Server was closed, while slow: nothing was done.
-func (s *Server) process(ctx context.Context, req *sendRequest, key string, honour bool, rule *Rule) (answer, bool) {
+func (s *Server) process(ctx context.Context, sh *shape, req *sendRequest, key string, honour bool, rule *Rule) (answer, bool) {
 	var claim *keyEntry
 	if honour && key != "" {
 		s.mu.Lock()
@@ -428,7 +461,7 @@ func (s *Server) process(ctx context.Context, req *sendRequest, key string, hono
 			}
 			if now.Before(e.expires) {
 				s.mu.Unlock()
-				return answer{status: e.status, body: e.body, replayed: true}, true
+				return answer{status: e.status, header: e.header, body: e.body, replayed: true}, true
 			}
 		}
 		claim = &keyEntry{pending: true}
@@ -452,21 +485,23 @@ func (s *Server) process(ctx context.Context, req *sendRequest, key string, hono
 	now := s.now()
 	var ans answer
 	if rule != nil && rule.action() == ActionReject {
-		ans = answer{status: rule.status(), body: errorBody("rejected: the provider will not send this message")}
+		h, body := sh.problem(rule.status(), "rejected: the provider will not send this message", 0)
+		ans = answer{status: rule.status(), header: h, body: body}
 	} else {
 		first := len(s.deliveries) + 1
 		for _, to := range req.To {
 			s.deliveries = append(s.deliveries, Delivery{
-				Seq: len(s.deliveries) + 1, To: to, Key: key,
+				Seq: len(s.deliveries) + 1, Via: sh.name, To: to, Key: key,
 				Subject: req.Subject, Text: req.Text, At: now,
 			})
 		}
-		ans = answer{status: http.StatusOK, body: jsonBody(map[string]string{"id": "sim_" + strconv.Itoa(first)}), delivered: len(req.To)}
+		status, h, body := sh.ok(first, req, now)
+		ans = answer{status: status, header: h, body: body, delivered: len(req.To)}
 	}
 	// After a Reset the claim is gone: the answer belongs to a forgotten
 	// world and is not stored.
 	if claim != nil && s.keys[key] == claim {
-		claim.pending, claim.status, claim.body, claim.expires = false, ans.status, ans.body, now.Add(s.ttl)
+		claim.pending, claim.status, claim.header, claim.body, claim.expires = false, ans.status, ans.header, ans.body, now.Add(s.ttl)
 	}
 	return ans, true
 }
