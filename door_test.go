@@ -20,8 +20,8 @@ func TestSendRefusesBadAddresses(t *testing.T) {
 		{`{"id": "1", "type": "x", "recipients": [{"id": "a", "email": "bad@@example"}]}`, "recipients[0].email: not an email address"},
 		{`{"id": "1", "type": "x", "recipients": [{"id": "a", "phone": "12345"}]}`, "recipients[0].phone: not an E.164 phone number"},
 		{`{"id": "1", "type": "x", "recipients": [{"id": "a", "url": "ftp:/nope"}]}`, "recipients[0].url: not an http(s) URL"},
-		{`{"id": "1", "type": "x", "recipients": [{"id": "a", "email": "a@example.com"}, {"id": "b", "addresses": {"webhook": "ops"}}]}`,
-			"recipients[1].addresses.webhook: not an http(s) URL"},
+		{`{"id": "1", "type": "x", "recipients": [{"id": "a", "email": "a@example.com"}, {"id": "b", "url": "ops"}]}`,
+			"recipients[1].url: not an http(s) URL"},
 	} {
 		in := strings.Replace(tc.in, `"id": "1"`, fmt.Sprintf(`"id": "evt_%d"`, i), 1) // each its own event
 		r := runCLI(t, in, "--db", db, "send")
