@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -53,7 +54,18 @@ func TestWorkflowSkipsAStepWhenALinkWasClicked(t *testing.T) {
 			if n >= 2 || time.Now().After(deadline) {
 				break
 			}
-			t.Logf("RunUntilIdle returned with %d of 2 emails delivered; running it again", n)
+			ns, _ := r.store.ListNotifications(ctx, model.ListFilter{Tenant: "acme"})
+			var states []string
+			for _, x := range ns {
+				when := func(p *time.Time) string {
+					if p == nil {
+						return "-"
+					}
+					return p.Sub(clk.now()).Round(time.Millisecond).String()
+				}
+				states = append(states, fmt.Sprintf("%d %s %s due %s lease %s", x.ID, x.Channel, x.Status, when(x.NextAttemptAt), when(x.LeaseUntil)))
+			}
+			t.Logf("RunUntilIdle returned with %d of 2 emails delivered; running it again: %v", n, states)
 		}
 		tokens := map[string]string{}
 		for _, d := range sim.srv.Deliveries() {
