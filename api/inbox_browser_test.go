@@ -150,6 +150,53 @@ func TestInboxElementInABrowser(t *testing.T) {
 	t.Run("read-all marks what was shown", func(t *testing.T) { inboxReadAllShown(t, bctx, app) })
 	t.Run("escapes", func(t *testing.T) { inboxEscapes(t, bctx, app) })
 	t.Run("restart", func(t *testing.T) { inboxRestart(t, bctx, app) })
+	t.Run("pages", func(t *testing.T) { inboxPages(t, bctx, app) })
+	t.Run("demo", func(t *testing.T) { inboxDemo(t, bctx, app) })
+}
+
+// The panel pages back by the feed list's cursor (page-size items a page).
+func inboxPages(t *testing.T, bctx context.Context, app *httptest.Server) {
+	b, _, ada := inboxSetup(t, app)
+	tb := openTab(t, bctx, app, b.srv.URL, ada)
+	tb.wait("the feed", `titles().length === 2`)
+	eval[bool](tb, `document.querySelector('edgerelay-inbox').setAttribute('page-size', '1'), true`)
+	tb.wait("one item a page", `titles().join('|') === 'For ada' && !ib('.more').hidden`)
+	eval[bool](tb, `ib('.bell').click(), ib('.more').click(), true`)
+	tb.wait("the older page", `titles().join('|') === 'For ada|For everyone'`)
+	// A full page may have been the last: the next one is empty, and ends it.
+	eval[bool](tb, `ib('.more').click(), true`)
+	tb.wait("no page after the last", `ib('.more').hidden && titles().length === 2`)
+}
+
+// The demo page, on the server's own origin (allowed by the tenant), takes
+// the token from its fragment, drops it from the address, and works.
+func inboxDemo(t *testing.T, bctx context.Context, app *httptest.Server) {
+	b, acme, ada := inboxSetup(t, app)
+	if rep := b.do(t, "PUT", "/v1/feed-origins", `{"origins": ["`+b.srv.URL+`"]}`, acme...); rep.status != 200 {
+		t.Fatal(rep)
+	}
+	ctx, cancel := chromedp.NewContext(bctx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 3*bound)
+	defer cancel()
+	tok := strings.TrimPrefix(ada[1], "Bearer ")
+	if err := chromedp.Do(ctx, chromedp.Navigate(b.srv.URL+"/inbox/demo#user=ada&token="+tok)); err != nil {
+		t.Fatal(err)
+	}
+	tb := &tab{t: t, ctx: ctx}
+	eval[bool](tb, `window.ib = (sel) => document.querySelector('edgerelay-inbox').shadowRoot.querySelector(sel);
+		window.titles = () => [...document.querySelector('edgerelay-inbox').shadowRoot.querySelectorAll('li .title')].map((e) => e.textContent);
+		window.badge = () => ib('.badge').classList.contains('zero') ? '0' : ib('.badge .count').textContent; window.seen = []; true`)
+	tb.wait("the demo's inbox", `titles().length === 2 && badge() === '2'`)
+	if got := eval[string](tb, `location.href`); strings.Contains(got, "token") {
+		t.Errorf("the token stayed in the address: %s", got)
+	}
+	eval[bool](tb, `ib('.bell').click(), ib('.read-all').click(), true`)
+	tb.wait("read-all from the demo", `badge() === '0'`)
+	if n := b.unreadCount(t, "ada", acme...); n != 0 {
+		t.Errorf("after the demo's read-all: %d unread", n)
+	}
+	tb.screenshot("inbox-demo")
 }
 
 // An event accepted through the API appears at the top of the element with

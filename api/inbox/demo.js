@@ -24,5 +24,6 @@
     inbox.addEventListener('edgerelay-inbox:' + name, (e) => log(name + ' ' + JSON.stringify(e.detail)));
   }
   document.getElementById('slot').append(inbox);
+  document.getElementById('help').hidden = true;
   document.getElementById('who').textContent = 'Showing the feed of ' + (inbox.user || 'the token\'s user') + '.';
 })();
