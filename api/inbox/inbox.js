@@ -469,6 +469,7 @@ li[data-read="true"] .title { font-weight: 400; }
       if (e && !e.item.read) { this._setRead(e, true); this._setUnread(Math.max(0, this._unread - 1)); }
       try {
         await this._call(this._path() + '/' + seq + '/read', { method: 'POST' });
+        this._emit('marked', { kind: 'read', seq });
       } catch (err) {
         if (e) { this._setRead(e, false); this._setUnread(this._unread + 1); }
         this._fail(err, 'Marking it read');
@@ -480,6 +481,7 @@ li[data-read="true"] .title { font-weight: 400; }
       this._remove(seq, true);
       try {
         await this._call(this._path() + '/' + seq + '/dismiss', { method: 'POST' });
+        this._emit('marked', { kind: 'dismissed', seq });
       } catch (err) {
         if (e) { this._prepend(e.item); this._render(); }
         this._fail(err, 'Dismissing it');
@@ -493,8 +495,11 @@ li[data-read="true"] .title { font-weight: 400; }
       if (shown.length === 0) return;
       const upTo = Math.max(...shown);
       for (const [seq, e] of this._items) if (seq <= upTo) this._setRead(e, true);
+      // Until the stream's count comes: what is left is what was not shown.
+      this._setUnread(this._pending.filter((p) => !p.read).length);
       try {
         await this._call(this._path() + '/read-all', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ up_to: upTo }) });
+        this._emit('marked', { kind: 'read-all', up_to: upTo });
       } catch (err) { this._fail(err, 'Marking all read'); }
     }
 
