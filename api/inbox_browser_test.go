@@ -152,6 +152,7 @@ func TestInboxElementInABrowser(t *testing.T) {
 	t.Run("escapes", func(t *testing.T) { inboxEscapes(t, bctx, app) })
 	t.Run("restart", func(t *testing.T) { inboxRestart(t, bctx, app) })
 	t.Run("pages", func(t *testing.T) { inboxPages(t, bctx, app) })
+	t.Run("idle timeout", func(t *testing.T) { inboxIdleTimeout(t, bctx, app) })
 	t.Run("demo", func(t *testing.T) { inboxDemo(t, bctx, app) })
 }
 
@@ -167,6 +168,22 @@ func inboxPages(t *testing.T, bctx context.Context, app *httptest.Server) {
 	// A full page may have been the last: the next one is empty, and ends it.
 	eval[bool](tb, `ib('.more').click(), true`)
 	tb.wait("no page after the last", `ib('.more').hidden && titles().length === 2`)
+}
+
+// A stream silent for idle-timeout (here 1 s, under the server's 15 s
+// heartbeat) is dropped and made again from the last id: nothing repeats.
+func inboxIdleTimeout(t *testing.T, bctx context.Context, app *httptest.Server) {
+	b, acme, ada := inboxSetup(t, app)
+	tb := openTab(t, bctx, app, b.srv.URL, ada)
+	tb.wait("the feed", `titles().length === 2 && connects === 1`)
+	eval[bool](tb, `document.querySelector('edgerelay-inbox').setAttribute('idle-timeout', '1'), document.querySelector('edgerelay-inbox').refresh(), true`)
+	tb.wait("two reconnects after the refresh's connection", `connects >= 4`)
+	seq := b.postFeedEvent(t, feedEvent("e4", "After the reconnects", "@ada"), acme...).FeedItems[0].Seq
+	tb.wait("the item", `titles()[0] === 'After the reconnects'`)
+	tb.wait("another reconnect", `connects >= 5`)
+	if got := eval[[]int64](tb, `seen`); !slices.Equal(got, []int64{seq}) {
+		t.Errorf("across the reconnects the stream delivered %v, want [%d] once", got, seq)
+	}
 }
 
 // The demo page, on the server's own origin (allowed by the tenant), takes

@@ -8,7 +8,9 @@
 // Attributes: token (a user token the app's backend minted), server (the
 // edgerelay base URL; default: where this script came from), user (default:
 // the token's sub), page-size (items per page, default 20), label (the
-// bell's accessible name, default "Notifications").
+// bell's accessible name, default "Notifications"), idle-timeout (seconds
+// without a byte, heartbeats included, before the stream is made again;
+// default 45).
 //
 // The stream is read with fetch() (EventSource cannot send Authorization):
 // the token stays in a header, never in a URL a proxy or a log keeps.
@@ -108,16 +110,19 @@ li[data-read="true"] .title { font-weight: 400; }
   };
 
   // sseEvents reads a text/event-stream body, calling onEvent({id, event,
-  // data}) for each event and onRetry(ms) for each retry field.
-  async function sseEvents(body, onEvent, onRetry) {
+  // data}) for each event, onRetry(ms) for each retry field and onChunk
+  // for whatever arrives (a heartbeat too).
+  async function sseEvents(body, onEvent, onRetry, onChunk) {
     const reader = body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = '', ev = { id: null, event: '', data: [] };
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
+      onChunk();
       buf += value;
       let i;
       while ((i = buf.search(/\r\n|\r|\n/)) >= 0) {
+        if (i === buf.length - 1 && buf[i] === '\r') break; // a CR LF split between chunks
         const line = buf.slice(0, i);
         buf = buf.slice(i + (buf.startsWith('\r\n', i) ? 2 : 1));
         if (line === '') {
@@ -139,7 +144,7 @@ li[data-read="true"] .title { font-weight: 400; }
   }
 
   class EdgerelayInbox extends HTMLElement {
-    static get observedAttributes() { return ['token', 'server', 'user', 'page-size', 'label']; }
+    static get observedAttributes() { return ['token', 'server', 'user', 'page-size', 'label', 'idle-timeout']; }
 
     constructor() {
       super();
@@ -193,6 +198,7 @@ li[data-read="true"] .title { font-weight: 400; }
 
     attributeChangedCallback(name, was, now) {
       if (was === now || !this.isConnected) return;
+      if (name === 'idle-timeout') return; // read by the next connection
       if (name === 'label') { this._bellLabel.textContent = now || 'Notifications'; this._title.textContent = now || 'Notifications'; return; }
       // A new token for the same user goes on from the last item received;
       // anything else starts over.
@@ -267,8 +273,17 @@ li[data-read="true"] .title { font-weight: 400; }
       let failures = 0;
       while (!signal.aborted) {
         let opened = false;
+        // A connection that went quiet (not even a heartbeat within
+        // idle-timeout: a half-open TCP connection after a sleep) is dropped
+        // and made again.
+        const conn = new AbortController();
+        const stop = () => conn.abort();
+        signal.addEventListener('abort', stop, { once: true });
+        const idle = 1000 * (Number(this.getAttribute('idle-timeout')) || 45);
+        let watchdog = setTimeout(stop, idle);
+        const alive = () => { clearTimeout(watchdog); watchdog = setTimeout(stop, idle); };
         try {
-          const r = await this._call(this._path() + '/stream', { headers: { 'Last-Event-ID': String(this._lastId), Accept: 'text/event-stream' } }, signal);
+          const r = await this._call(this._path() + '/stream', { headers: { 'Last-Event-ID': String(this._lastId), Accept: 'text/event-stream' } }, conn.signal);
           opened = true; failures = 0;
           this._status.textContent = '';
           this._emit('connected', { lastEventId: this._lastId });
@@ -278,11 +293,15 @@ li[data-read="true"] .title { font-weight: 400; }
             // After a reconnect, once the stream has read the feed: what was
             // read or dismissed while it was down.
             if (first && ev.event === 'state') { first = false; this._reconcile(signal); }
-          }, (ms) => { this._retry = ms; });
+          }, (ms) => { this._retry = ms; }, alive);
         } catch (e) {
           if (signal.aborted) return;
           if (e.status === 401 || e.status === 403 || e.status === 400) { this._fail(e, 'The live stream'); return; }
           if (e.status === 429 && e.retryAfter) failures = Math.max(failures, 1);
+        } finally {
+          clearTimeout(watchdog);
+          signal.removeEventListener('abort', stop);
+          conn.abort(); // the body, if still open
         }
         if (signal.aborted) return;
         reconcile = true;
