@@ -168,6 +168,8 @@ func inboxPages(t *testing.T, bctx context.Context, app *httptest.Server) {
 	// A full page may have been the last: the next one is empty, and ends it.
 	eval[bool](tb, `ib('.more').click(), true`)
 	tb.wait("no page after the last", `ib('.more').hidden && titles().length === 2`)
+	eval[bool](tb, `document.querySelector('edgerelay-inbox').setAttribute('label', 'Alerts'), true`)
+	tb.wait("the label", `ib('h2').textContent === 'Alerts' && ib('.bell .sr').textContent === 'Alerts' && titles().length === 2`)
 }
 
 // A stream silent for idle-timeout (here 1 s, under the server's 15 s

@@ -158,7 +158,7 @@ li[data-read="true"] .title { font-weight: 400; }
       this._retry = 2000;
       this._run = null;         // the current connection's AbortController
 
-      const label = this.getAttribute('label') || 'Notifications';
+      const label = 'Notifications'; // the attribute's, once connected
       this._bell = el('button', { class: 'bell', part: 'bell', type: 'button', 'aria-expanded': 'false', 'aria-controls': 'panel' });
       this._bellLabel = el('span', { class: 'sr' }, label);
       this._badge = el('span', { class: 'badge zero', part: 'badge', 'aria-live': 'polite', 'aria-atomic': 'true' });
@@ -189,7 +189,17 @@ li[data-read="true"] .title { font-weight: 400; }
       this._outside = (e) => { if (!e.composedPath().includes(this)) this.close(false); };
     }
 
-    connectedCallback() { document.addEventListener('click', this._outside); this._restart(true); }
+    connectedCallback() {
+      document.addEventListener('click', this._outside);
+      this._labelled();
+      this._restart(true);
+    }
+
+    _labelled() {
+      const label = this.getAttribute('label') || 'Notifications';
+      this._bellLabel.textContent = label;
+      this._title.textContent = label;
+    }
     disconnectedCallback() {
       document.removeEventListener('click', this._outside);
       if (this._run) this._run.abort();
@@ -199,7 +209,7 @@ li[data-read="true"] .title { font-weight: 400; }
     attributeChangedCallback(name, was, now) {
       if (was === now || !this.isConnected) return;
       if (name === 'idle-timeout') return; // read by the next connection
-      if (name === 'label') { this._bellLabel.textContent = now || 'Notifications'; this._title.textContent = now || 'Notifications'; return; }
+      if (name === 'label') { this._labelled(); return; }
       // A new token for the same user goes on from the last item received;
       // anything else starts over.
       this._restart(name !== 'token' || this._path() !== this._shownPath);
