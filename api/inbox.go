@@ -42,8 +42,11 @@ func (s *Server) inboxRoutes() {
 	demo := loadInboxAsset("inbox/demo.html", "text/html; charset=utf-8")
 	demoJS := loadInboxAsset("inbox/demo.js", "text/javascript; charset=utf-8")
 	s.handle("GET /inbox.js", serveAsset(js, func(h http.Header) {
-		// Any app's page loads it, cross-origin (and under COEP).
+		// Any app's page loads it, cross-origin (and under COEP); a public
+		// file without credentials, so * lets <script crossorigin
+		// integrity=…> pin it.
 		h.Set("Cross-Origin-Resource-Policy", "cross-origin")
+		h.Set("Access-Control-Allow-Origin", "*")
 	}))
 	s.handle("GET /inbox/demo", serveAsset(demo, func(h http.Header) {
 		h.Set("Content-Security-Policy", demoPolicy)

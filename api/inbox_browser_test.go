@@ -446,7 +446,8 @@ func TestInboxAssets(t *testing.T) {
 	if strings.Contains(string(rep.body), "eyJ") {
 		t.Error("the demo page carries a token")
 	}
-	if rep := b.do(t, "GET", "/inbox.js", ""); rep.header.Get("Cross-Origin-Resource-Policy") != "cross-origin" {
-		t.Errorf("inbox.js's Cross-Origin-Resource-Policy %q: an app's page under COEP could not load it", rep.header.Get("Cross-Origin-Resource-Policy"))
+	if rep := b.do(t, "GET", "/inbox.js", ""); rep.header.Get("Cross-Origin-Resource-Policy") != "cross-origin" || rep.header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("inbox.js's Cross-Origin-Resource-Policy %q, Access-Control-Allow-Origin %q: an app's page under COEP, or pinning it by integrity, could not load it",
+			rep.header.Get("Cross-Origin-Resource-Policy"), rep.header.Get("Access-Control-Allow-Origin"))
 	}
 }
