@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"crypto/sha512"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -43,7 +45,7 @@ window.ib = (sel) => document.querySelector('edgerelay-inbox').shadowRoot.queryS
 window.titles = () => [...document.querySelector('edgerelay-inbox').shadowRoot.querySelectorAll('li .title')].map((e) => e.textContent);
 window.badge = () => ib('.badge').classList.contains('zero') ? '0' : ib('.badge .count').textContent;
 </script>
-<script src="%[1]s/inbox.js"></script>
+<script src="%[1]s/inbox.js"%[3]s></script>
 <p>An app</p>
 <edgerelay-inbox server="%[1]s" token="%[2]s"></edgerelay-inbox>
 `
@@ -53,7 +55,11 @@ func appServer(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprintf(w, appPageHTML, html.EscapeString(q.Get("server")), html.EscapeString(q.Get("token")))
+		pin := ""
+		if sri := q.Get("integrity"); sri != "" {
+			pin = ` integrity="` + html.EscapeString(sri) + `" crossorigin="anonymous"`
+		}
+		fmt.Fprintf(w, appPageHTML, html.EscapeString(q.Get("server")), html.EscapeString(q.Get("token")), pin)
 	}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -87,14 +93,18 @@ type tab struct {
 	ctx context.Context
 }
 
-func openTab(t *testing.T, browserCtx context.Context, app *httptest.Server, server string, token []string) *tab {
+func openTab(t *testing.T, browserCtx context.Context, app *httptest.Server, server string, token []string, more ...string) *tab {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(browserCtx)
 	t.Cleanup(cancel)
 	ctx, cancel = context.WithTimeout(ctx, 3*bound)
 	t.Cleanup(cancel)
 	tok := strings.TrimPrefix(token[1], "Bearer ")
-	page := app.URL + "/?" + url.Values{"server": {server}, "token": {tok}}.Encode()
+	q := url.Values{"server": {server}, "token": {tok}}
+	for i := 0; i+1 < len(more); i += 2 {
+		q.Set(more[i], more[i+1])
+	}
+	page := app.URL + "/?" + q.Encode()
 	if err := chromedp.Do(ctx, chromedp.Navigate(page)); err != nil {
 		t.Fatalf("open the app's page: %v", err)
 	}
@@ -154,6 +164,22 @@ func TestInboxElementInABrowser(t *testing.T) {
 	t.Run("pages", func(t *testing.T) { inboxPages(t, bctx, app) })
 	t.Run("idle timeout", func(t *testing.T) { inboxIdleTimeout(t, bctx, app) })
 	t.Run("demo", func(t *testing.T) { inboxDemo(t, bctx, app) })
+	t.Run("integrity", func(t *testing.T) { inboxIntegrity(t, bctx, app) })
+}
+
+// A page that pins inbox.js by its hash (integrity=, crossorigin) runs it;
+// one pinning another hash does not.
+func inboxIntegrity(t *testing.T, bctx context.Context, app *httptest.Server) {
+	b, _, ada := inboxSetup(t, app)
+	js := b.do(t, "GET", "/inbox.js", "")
+	sum := sha512.Sum384(js.body)
+	pin := "sha384-" + base64.StdEncoding.EncodeToString(sum[:])
+	tb := openTab(t, bctx, app, b.srv.URL, ada, "integrity", pin)
+	tb.wait("the pinned element", `titles().length === 2 && badge() === '2'`)
+	bad := openTab(t, bctx, app, b.srv.URL, ada, "integrity", "sha384-"+base64.StdEncoding.EncodeToString(make([]byte, 48)))
+	if got := eval[bool](bad, `customElements.get('edgerelay-inbox') === undefined`); !got {
+		t.Error("a page pinning another hash ran inbox.js")
+	}
 }
 
 // The panel pages back by the feed list's cursor (page-size items a page).
