@@ -165,6 +165,35 @@ func TestInboxElementInABrowser(t *testing.T) {
 	t.Run("idle timeout", func(t *testing.T) { inboxIdleTimeout(t, bctx, app) })
 	t.Run("demo", func(t *testing.T) { inboxDemo(t, bctx, app) })
 	t.Run("integrity", func(t *testing.T) { inboxIntegrity(t, bctx, app) })
+	t.Run("bound", func(t *testing.T) { inboxBound(t, bctx, app) })
+}
+
+// Beyond the user's bound of streams, a second tab shows the feed, says
+// the stream was refused (429), and goes live once the first tab closes.
+func inboxBound(t *testing.T, bctx context.Context, app *httptest.Server) {
+	b := setup(t, options{Tokens: map[string]string{api.HashToken("acme-token"): "acme"},
+		API: api.Options{StreamSweep: time.Hour, MaxStreamsPerUser: 1}})
+	acme := bearer("acme-token")
+	k := b.createKey(t, "", acme...)
+	if rep := b.do(t, "PUT", "/v1/feed-origins", `{"origins": ["`+app.URL+`"]}`, acme...); rep.status != 200 {
+		t.Fatal(rep)
+	}
+	b.postFeedEvent(t, feedEvent("e1", "First", "@ada"), acme...)
+	ada := mint(t, k, "acme", "ada")
+	// The first tab under a context of its own, to close it mid-test.
+	ctx, closeOne := chromedp.NewContext(bctx)
+	defer closeOne()
+	one := openTab(t, ctx, app, b.srv.URL, ada)
+	one.wait("the first tab live", `connects === 1`)
+	two := openTab(t, bctx, app, b.srv.URL, ada)
+	two.wait("the second tab's feed, its stream refused", `titles().join('|') === 'First' && badge() === '1' && connects === 0 && ib('.status').textContent.includes('streams open')`)
+	closeOne()
+	two.wait("the second tab live once the first closed", `connects === 1`)
+	seq := b.postFeedEvent(t, feedEvent("e2", "Second", "@ada"), acme...).FeedItems[0].Seq
+	two.wait("the item in the second tab", `titles()[0] === 'Second' && badge() === '2'`)
+	if got := eval[[]int64](two, `seen`); !slices.Equal(got, []int64{seq}) {
+		t.Errorf("the second tab's stream delivered %v, want [%d]", got, seq)
+	}
 }
 
 // A page that pins inbox.js by its hash (integrity=, crossorigin) runs it;

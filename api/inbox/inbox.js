@@ -307,7 +307,12 @@ li[data-read="true"] .title { font-weight: 400; }
         } catch (e) {
           if (signal.aborted) return;
           if (e.status === 401 || e.status === 403 || e.status === 400) { this._fail(e, 'The live stream'); return; }
-          if (e.status === 429 && e.retryAfter) failures = Math.max(failures, 1);
+          if (e.status === 429) {
+            // Too many streams (tabs): said once, then retried with the
+            // backoff, so that closing another tab makes this one live.
+            if (failures === 0) this._fail(e, 'The live stream');
+            failures = Math.max(failures, 1);
+          }
         } finally {
           clearTimeout(watchdog);
           signal.removeEventListener('abort', stop);
