@@ -140,6 +140,9 @@ Endpoints, one per route (the tenant is the token's; on an open API,
    GET    /metrics                            Prometheus (see above)
    GET    /openapi.json                       this API as an OpenAPI 3.1 document, no token needed
    GET    /docs/api                           its reference page, no token needed
+   GET    /inbox.js                           the <edgerelay-inbox> element for an app's pages
+   GET    /inbox/demo                         the element against this server (token in the #fragment)
+   GET    /inbox/demo.js                      the demo page's script
 An accept answers its notifications and feed_items (feed, seq). A page of
 notifications takes ?status= &recipient= &event_id= (every purpose; &purpose=
 for one) &cursor= &limit=. Lists of audiences and members page with ?after=
@@ -196,6 +199,10 @@ func serveFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"EDGERELAY_TRUSTED_PROXY"},
 			Usage: "the `CIDR` (or address) of a proxy in front of serve, repeatable or comma-separated: from it, X-Forwarded-Proto: https makes the console's cookie Secure and __Host-, and X-Forwarded-For names the client"},
 		&cli.StringFlag{Name: "metrics-token", EnvVars: []string{"EDGERELAY_METRICS_TOKEN"}, Usage: "a bearer `TOKEN` (16+ characters) that opens GET /metrics on the API's address"},
+		&cli.IntFlag{Name: "streams-per-user", Value: 5, EnvVars: []string{"EDGERELAY_STREAMS_PER_USER"}, Usage: "most feed streams (GET /v1/users/{user}/feed/stream, a tab each) one user has open on this process; 429 too-many-streams beyond"},
+		&cli.IntFlag{Name: "streams-per-tenant", Value: 500, EnvVars: []string{"EDGERELAY_STREAMS_PER_TENANT"}, Usage: "most feed streams one tenant's users have open on this process; 429 too-many-streams beyond (each is a connection: see --max-conns)"},
+		&cli.DurationFlag{Name: "stream-heartbeat", Value: 15 * time.Second, EnvVars: []string{"EDGERELAY_STREAM_HEARTBEAT"}, Usage: "how often an idle feed stream sends a comment, so that proxies keep it open"},
+		&cli.DurationFlag{Name: "stream-sweep", Value: 10 * time.Second, EnvVars: []string{"EDGERELAY_STREAM_SWEEP"}, Usage: "how often every feed stream re-reads its feed besides the store's signals (catches a write by another process on the same file)"},
 	)
 }
 
@@ -285,6 +292,9 @@ func (sv *server) check() error {
 		ShedAbove: f.ShedAbove, ShedBehind: f.ShedBehind, MetricsToken: f.MetricsToken,
 		Logger: s.opts.Logger, TokenHashes: config.TokenHashes(s.cfg), PublicURL: s.cfg.API.PublicURL}
 	sv.maxConns = f.MaxConns
+	if err := streamFlags(c, &sv.opts); err != nil {
+		return err
+	}
 	opts, maxConns := sv.opts, sv.maxConns
 	switch {
 	case opts.BodyTimeout <= 0:
@@ -611,4 +621,23 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// streamFlags reads the feed streams' bounds and periods into opts.
+func streamFlags(c *cli.Context, opts *api.Options) error {
+	opts.MaxStreamsPerUser, opts.MaxStreamsPerTenant = c.Int("streams-per-user"), c.Int("streams-per-tenant")
+	opts.StreamHeartbeat, opts.StreamSweep = c.Duration("stream-heartbeat"), c.Duration("stream-sweep")
+	switch {
+	case opts.MaxStreamsPerUser <= 0:
+		return cli.Exit(fmt.Sprintf("--streams-per-user %d: want a positive number, e.g. 5 (tabs a user keeps open)", opts.MaxStreamsPerUser), exitUsage)
+	case opts.MaxStreamsPerTenant <= 0:
+		return cli.Exit(fmt.Sprintf("--streams-per-tenant %d: want a positive number, e.g. 500", opts.MaxStreamsPerTenant), exitUsage)
+	case opts.MaxStreamsPerTenant < opts.MaxStreamsPerUser:
+		return cli.Exit(fmt.Sprintf("--streams-per-tenant %d is below --streams-per-user %d: one user could not open what the user bound allows", opts.MaxStreamsPerTenant, opts.MaxStreamsPerUser), exitUsage)
+	case opts.StreamHeartbeat < 10*time.Millisecond:
+		return cli.Exit(fmt.Sprintf("--stream-heartbeat %s: want at least 10ms, e.g. 15s (under a proxy's idle timeout)", opts.StreamHeartbeat), exitUsage)
+	case opts.StreamSweep < 10*time.Millisecond:
+		return cli.Exit(fmt.Sprintf("--stream-sweep %s: want at least 10ms, e.g. 10s", opts.StreamSweep), exitUsage)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -49,6 +50,9 @@ type options struct {
 	Metrics bool
 	// Quiet discards every log (benchmarks).
 	Quiet bool
+	// Addr, if set, is the loopback address the API listens on (a restart
+	// on the same port); else a free one.
+	Addr string
 }
 
 // bundle is what a test works with: the relay, the API served on a
@@ -133,7 +137,16 @@ func setup(tb testing.TB, o options) *bundle {
 	// Cleanups run last-in first-out: the server stops (waiting for requests
 	// in flight) before the relay closes.
 	b.api = api.New(r, st, o.API)
-	b.srv = httptest.NewServer(b.api)
+	b.srv = httptest.NewUnstartedServer(b.api)
+	if o.Addr != "" {
+		ln, err := net.Listen("tcp", o.Addr)
+		if err != nil {
+			tb.Fatalf("listen on %s: %v", o.Addr, err)
+		}
+		b.srv.Listener.Close()
+		b.srv.Listener = ln
+	}
+	b.srv.Start()
 	tb.Cleanup(b.srv.Close)
 	// Registered after the server's Close, so it runs first: the streams
 	// end, and Close does not wait for them.

@@ -56,7 +56,7 @@ func loadContract() (routers.Router, error) {
 	contractOnce.Do(func() {
 		// Bodies the document names that openapi3filter has no decoder for:
 		// they are validated as strings.
-		for _, ct := range []string{"text/html", "message/rfc822", "text/event-stream"} {
+		for _, ct := range []string{"text/html", "message/rfc822", "text/event-stream", "text/javascript"} {
 			openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
 		}
 		loader := openapi3.NewLoader()

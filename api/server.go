@@ -189,6 +189,7 @@ func New(r *relay.Relay, st Store, opts Options) *Server {
 	// is their authentication.
 	s.handle("POST /v1/receipts/{provider}", s.postReceipts)
 	s.feedRoutes()
+	s.inboxRoutes() // GET /inbox.js, GET /inbox/demo (inbox.go)
 	s.userTokenRoutes()
 	s.operatorRoutes()
 	s.suppressionRoutes()
