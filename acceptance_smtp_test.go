@@ -25,9 +25,9 @@ import (
 	"github.com/emersion/go-msgauth/dkim"
 	gosmtp "github.com/emersion/go-smtp"
 
-	"edgerelay/internal/relaytest"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The acceptance case once more, through the smtp provider and a real SMTP

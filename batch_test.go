@@ -25,9 +25,9 @@ import (
 
 	"github.com/creack/pty"
 
-	"edgerelay/batch"
-	"edgerelay/internal/longtest"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/batch"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // batchOut decodes what batch send --json prints.

@@ -22,7 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 	_ "modernc.org/sqlite"
 
-	"edgerelay/config"
+	"github.com/edgerelay/edgerelay/config"
 )
 
 // cli runs the app in-process with buffers, as main would.

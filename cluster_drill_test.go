@@ -52,12 +52,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/pgtest"
-	"edgerelay/relay"
-	"edgerelay/sim"
-	"edgerelay/store"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 const (

@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/bench"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/bench"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 func benchCommand() *cli.Command {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/config"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/config"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 func configCommand() *cli.Command {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/batch"
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/schedule"
+	"github.com/edgerelay/edgerelay/batch"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/schedule"
 )
 
 func cronCommand() *cli.Command {

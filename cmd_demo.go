@@ -14,10 +14,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/sim"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 func demoCommand() *cli.Command {

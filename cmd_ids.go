@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The commands take a notification or an event by its row id (as they

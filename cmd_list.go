@@ -12,9 +12,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // listFlags select notifications, for list and for retry's bulk form.

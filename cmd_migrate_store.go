@@ -16,8 +16,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/store/migrate"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/store/migrate"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 // migrate-store works below the relay, on the two stores' tables (package

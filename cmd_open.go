@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/store"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // openExistingStore opens the existing database's store alone, with the

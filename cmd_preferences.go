@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // preferencesCommand shows and changes what a recipient lets reach them

@@ -16,12 +16,12 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/net/netutil"
 
-	"edgerelay/api"
-	"edgerelay/config"
-	"edgerelay/console"
-	"edgerelay/relay"
-	"edgerelay/schedule"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/config"
+	"github.com/edgerelay/edgerelay/console"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/schedule"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 func serveCommand() *cli.Command {

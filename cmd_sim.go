@@ -14,7 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 func simCommand() *cli.Command {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 func statusCommand() *cli.Command {

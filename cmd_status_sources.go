@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/sources"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/sources"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // sourceStatus is a tailed outbox as edgerelay status shows it: its saved

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // The suppression list through the commands: a DSN dropped in a

@@ -10,10 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/sources"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // tailRejectsCommand is `tail rejects`: the outbox rows whose event was

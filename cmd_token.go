@@ -12,10 +12,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/api"
-	"edgerelay/config"
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/config"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 func tokenCommand() *cli.Command {

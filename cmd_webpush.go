@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // webpushKeyFlag names the VAPID private key file; both subcommands take

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // webpush keygen writes a private key only the owner reads and prints its

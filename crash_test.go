@@ -14,15 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/mysqltest"
-	"edgerelay/internal/pgtest"
-	"edgerelay/internal/relaytest"
-	"edgerelay/internal/testbin"
-	"edgerelay/internal/testpar"
-	"edgerelay/relay"
-	"edgerelay/sim"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/mysqltest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/internal/testbin"
+	"github.com/edgerelay/edgerelay/internal/testpar"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // binary is edgerelay built from this tree, once per run for all the test

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Crash points for the crash drills. With EDGERELAY_CRASH_AT=phase:n in its

@@ -40,7 +40,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/longtest"
 )
 
 // diskFSizeEnv makes the test binary a wrapper: it lowers RLIMIT_FSIZE to

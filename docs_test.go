@@ -26,11 +26,11 @@ import (
 	"github.com/urfave/cli/v2"
 	"gopkg.in/yaml.v3"
 
-	"edgerelay/config"
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/sim"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/config"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated parts of docs/ (the API's operations) from their sources")

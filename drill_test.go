@@ -53,12 +53,12 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/sim"
-	"edgerelay/store"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // The crash phases of relay/crashpoint.go, and the driver's own kill.

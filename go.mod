@@ -1,4 +1,4 @@
-module edgerelay
+module github.com/edgerelay/edgerelay
 
 go 1.26.0
 

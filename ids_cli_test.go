@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/internal/relaytest"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // An operator pastes what a client holds: the commands that take a

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/usertoken"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/usertoken"
 )
 
 // serve's stream flags: a value it cannot use is a usage error naming the

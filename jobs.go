@@ -6,10 +6,10 @@ import (
 	"maps"
 	"slices"
 
-	"edgerelay/config"
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/schedule"
+	"github.com/edgerelay/edgerelay/config"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/schedule"
 )
 
 // defaultPrune is the prune serve runs when the config declares none.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 // An Idempotency-Key held by a request in flight when serve is SIGKILLed is

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // badProviders answers /fail with a 422 (failed for good) and drops the

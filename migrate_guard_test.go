@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
 
 	"github.com/jackc/pgx/v5"
 )

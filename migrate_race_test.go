@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // barrierEnv makes the test binary a starting gate: it writes one byte to

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 // serve with --db a PgBouncer URL (transaction pooling, the README's

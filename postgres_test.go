@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/pgtest"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/sim"
 
 	"github.com/jackc/pgx/v5"
 )

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // The ways the once-in-effect promise was found to break, each through

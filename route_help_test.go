@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // The --route help of the commands that deliver lists every provider

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/api"
-	"edgerelay/internal/relaytest"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // serve --help lists every route the API serves, and no route it does not:

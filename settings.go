@@ -16,10 +16,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/config"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/config"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // Flags are made afresh for every app: urfave/cli writes parsed values

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"edgerelay/config"
+	"github.com/edgerelay/edgerelay/config"
 )
 
 // mergeFlags lays flags over the file in one place: a flag given (on the

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/providers"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 // testdata/edgerelay.sim.yaml routes every vendor provider to the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // run runs the binary with args (and env added to the environment), and

@@ -18,11 +18,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for the application's side
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/mysqltest"
-	"edgerelay/internal/pgtest"
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/mysqltest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // mariadbApp creates the outbox from outbox_mysql.sql in a new MariaDB

@@ -19,10 +19,10 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/api"
-	"edgerelay/internal/relaytest"
-	"edgerelay/relay"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // receiptTemplates writes the receipt's templates in English and German

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // template set stores a version from part files named as in templates.dir,

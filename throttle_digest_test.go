@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/longtest"
 )
 
 // throttleDigestConfig: marketing is throttled to 2 a day per recipient,

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/relaytest"
-	"edgerelay/relay"
-	"edgerelay/usertoken"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/usertoken"
 )
 
 // token user-key makes keys whose secret, printed once, signs user tokens

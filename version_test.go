@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/longtest"
 )
 
 // --version of the built binary shows its build info: the module version

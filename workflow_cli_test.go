@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/internal/relaytest"
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // edgerelay workflow runs shows each run with its steps and why; workflow

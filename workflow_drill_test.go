@@ -13,15 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/pgtest"
-	"edgerelay/internal/relaytest"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/sim"
-	"edgerelay/store/open"
-	"edgerelay/workflow"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/workflow"
 )
 
 // Workflow runs under SIGKILLs: dispatch processes (each runs the stepper

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // An open API (loopback, no tokens) closes itself once a token is created

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // What can only fail later is refused at the door: a 400 naming the field

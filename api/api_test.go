@@ -21,12 +21,12 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/store"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // bound is how long a test waits for something that should happen at once;

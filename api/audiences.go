@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The audience endpoints: named recipient lists of the caller's tenant (on

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // batchBody is the 200 body of POST /v1/events:batch.

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // postmarkAPI stands in for Postmark's POST /email: it keeps each request

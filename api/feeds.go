@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // The in-app feed endpoints. The tenant is the token's (or, on an open API,

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // feedPageBody is the body of GET /v1/users/{user}/feed.

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Every id the API shows is opaque (relay.IDs): a notification is n_…, an

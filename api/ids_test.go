@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/api"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 var (

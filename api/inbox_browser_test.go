@@ -22,9 +22,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"edgerelay/api"
-	"edgerelay/internal/pgtest"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 // The inbox element (GET /inbox.js) in a real headless browser (Debian's

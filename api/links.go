@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The recipients' own pages, reached through signed links, no

@@ -21,7 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	legacyrouter "github.com/getkin/kin-openapi/routers/legacy"
 
-	"edgerelay/api"
+	"github.com/edgerelay/edgerelay/api"
 )
 
 // The API tests' requests go through contract (setup installs it on the

@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"strconv"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // What an operator (or a tenant's support staff) looks at and acts on over

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 
 	_ "modernc.org/sqlite"
 )

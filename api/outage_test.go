@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // PostgreSQL stops under a request that holds an Idempotency-Key: its

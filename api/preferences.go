@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net/http"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The preference endpoints: what a recipient of the caller's

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // What an operator reads back over HTTP: the feed items an accept posted,

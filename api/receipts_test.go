@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The Twilio account the fake API and the signatures use.

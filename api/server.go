@@ -22,11 +22,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/store"
-	"edgerelay/usertoken"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/usertoken"
 )
 
 // Options configure the API. The zero value is usable for an open API.

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Shedding: past what the relay can deliver, new events are refused (503

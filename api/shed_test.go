@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Above the backlog limit, new events are refused with 503 overloaded and

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Tailed outboxes' rejected rows over HTTP, as `edgerelay tail rejects`.

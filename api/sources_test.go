@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/model"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // A tailed outbox's rejected rows over HTTP: listed with their reasons,

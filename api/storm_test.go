@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 // The duplicate storm: 1,000 concurrent submissions over HTTP of 100

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // Live feeds: GET /v1/users/{user}/feed/stream, Server-Sent Events. Each

@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgerelay/api"
-	"edgerelay/internal/pgtest"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 // sse is one Server-Sent Event as a client parses it; a comment line (a

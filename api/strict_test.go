@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/api"
+	"github.com/edgerelay/edgerelay/api"
 )
 
 // The case: four sources send events whose ids differ as sent.

@@ -16,9 +16,9 @@ import (
 
 	gosmtp "github.com/emersion/go-smtp"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Suppression lists over HTTP.

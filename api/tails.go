@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // TailSource is one outbox serve tails, as /metrics and /readyz show it.

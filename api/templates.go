@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // Templates over HTTP, each scoped to the caller's tenant (an

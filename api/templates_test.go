@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 const (

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/schedule"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/schedule"
 )
 
 // A throttle whose excess folds into digest weekly, over HTTP

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Token resolution, shared with the console (which holds this Server):

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/usertoken"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/usertoken"
 )
 
 // User tokens: a tenant's keys for them, the browser origins it allows,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"edgerelay/usertoken"
+	"github.com/edgerelay/edgerelay/usertoken"
 )
 
 // CORS as a real browser applies it (Debian's chromium): a page of an

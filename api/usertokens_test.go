@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/usertoken"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/usertoken"
 )
 
 // key is the 201 body of POST /v1/user-token-keys.

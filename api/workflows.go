@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/workflow"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/workflow"
 )
 
 // Workflows over HTTP, each scoped to the caller's tenant (an open API

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // workflowBundle is an API with acme's and bravo's tokens over a relay

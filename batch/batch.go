@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"iter"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // DefaultGroup is how many lines' events go to one relay.AcceptAll call,

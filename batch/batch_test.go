@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/relaytest"
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // testLogger routes the relay's log to the test's output.

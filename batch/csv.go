@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // CSV rows are found line by line here, not by encoding/csv: it reads an

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // FuzzBatchJSONL and FuzzBatchCSV read arbitrary bytes as a batch file.

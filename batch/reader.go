@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Reading batch files: one line (or CSV record) at a time, each an event

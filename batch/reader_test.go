@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // readAll reads a batch from a string: the lines, and the reader's error.

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"edgerelay/batch"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/batch"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Batch measures accepting a batch file (`edgerelay batch send`): n

@@ -25,9 +25,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 var quiet = slog.New(slog.DiscardHandler)

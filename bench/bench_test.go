@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/internal/testbin"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/testbin"
 )
 
 // The whole table as Go benchmarks, each sub-benchmark one row, in one run:

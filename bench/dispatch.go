@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Sim is the simulated email provider running as its own process

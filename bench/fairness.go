@@ -16,11 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // Fairness: serve's API and dispatcher on one writer, under a steady

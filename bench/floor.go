@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The dispatch floor: what this machine can do for one delivery with none

@@ -3,9 +3,9 @@ package bench
 import (
 	"context"
 
-	"edgerelay/relay"
-	"edgerelay/store"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // openRelay opens the store db names and a relay over it, as the binary

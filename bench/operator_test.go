@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/longtest"
 )
 
 // The load generator counts what came back: accepted, shed with and

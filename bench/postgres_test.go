@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
 )
 
 // The PostgreSQL table runs, small, against a real server: every row is

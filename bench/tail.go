@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // Tail measures tailing an application's outbox (`edgerelay tail`): n

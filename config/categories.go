@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"time"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Categories: a tenant's kinds of notification, each required

@@ -13,13 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/batch"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/schedule"
-	"edgerelay/sources"
-	"edgerelay/templates"
-	"edgerelay/workflow"
+	"github.com/edgerelay/edgerelay/batch"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/schedule"
+	"github.com/edgerelay/edgerelay/sources"
+	"github.com/edgerelay/edgerelay/templates"
+	"github.com/edgerelay/edgerelay/workflow"
 )
 
 // Defaults of the api: keys, which are serve's flag defaults too: the

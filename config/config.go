@@ -15,11 +15,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/sources"
-	"edgerelay/templates"
-	"edgerelay/workflow"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
+	"github.com/edgerelay/edgerelay/templates"
+	"github.com/edgerelay/edgerelay/workflow"
 )
 
 // Config is the optional config file (YAML; the repository's

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // RelayOptions are the relay's options that the file sets: retry policies,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Trusted proxies (api.trusted_proxies, --trusted-proxy) are CIDRs and

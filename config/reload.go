@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // A running serve reloads its config on SIGHUP: routes (with their

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // A browser without JavaScript: a cookie jar, no redirects followed

@@ -14,8 +14,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/internal/testpar"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/testpar"
 )
 
 // The console in a real browser: Debian's chromium, headless, driven by

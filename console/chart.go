@@ -6,8 +6,8 @@ import (
 	"html/template"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The overview's chart: accepts and attempts per minute over the last hour,

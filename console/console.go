@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/schedule"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/schedule"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 //go:embed templates/*.html

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // The notification page shows control characters in message text as

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/console"
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/schedule"
+	"github.com/edgerelay/edgerelay/console"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/schedule"
 )
 
 // The overview, read without JavaScript: acme's counts by status, its

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // overviewData is the first page: the tenant's state and the process's

@@ -13,9 +13,9 @@ import (
 	"strconv"
 	"strings"
 
-	"edgerelay/api"
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Sessions. A login exchanges an API token for a cookie holding a random

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/console"
-	"edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/console"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
 )
 
 // clock is a settable clock for sessions and the login throttle.

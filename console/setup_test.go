@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/api"
-	"edgerelay/console"
-	"edgerelay/internal/relaytest"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/api"
+	"github.com/edgerelay/edgerelay/console"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 // fixture is a relay on a fresh database delivering through the simulator

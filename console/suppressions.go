@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // The tenant's suppression list: addresses that bounced, complained or

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // The suppression list is the tenant's own: acme sees and lifts its entry

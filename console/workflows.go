@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // workflowsData is the workflow runs page: the tenant's runs in a state

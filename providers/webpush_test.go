@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/testserver"
+	"github.com/edgerelay/edgerelay/internal/testserver"
 )
 
 // writeVAPIDKey writes a fresh VAPID key file and returns its path and

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Accepting: the one way events come in, whoever sends them (the API, a

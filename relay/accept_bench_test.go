@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // BenchmarkAcceptOne is one accept after another through the Go API, each

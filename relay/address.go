@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"strings"
 
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // Addresses are checked when an event is accepted, not when its

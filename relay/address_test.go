@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // Each channel's addresses are checked at accept, and the error names the

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // resolveAudience replaces an event's audience name by its members, read

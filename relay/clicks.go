@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Tracked links. A template's track helper turns a link into

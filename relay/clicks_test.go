@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 var trackedLink = regexp.MustCompile(`https://relay\.example/c/([A-Za-z0-9_.-]+)`)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // What the console asks of the relay beyond the API's reads: a retry that

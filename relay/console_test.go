@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // The sentence the console shows for each situation: one row per way a

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // The dispatch cycle of one notification, and where each step lives:

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // These tests make the store's writes fail for real: a trigger on the

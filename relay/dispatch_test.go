@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 func idempotency(honour bool) string {

@@ -17,9 +17,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"edgerelay/internal/addrkey"
-	"edgerelay/model"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/internal/addrkey"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // Event is the unit of input: something happened in a source system, and

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 func TestKeyDeterministicAndDistinct(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // Accept an event, deliver it, and accept it again: the redelivery is a

@@ -35,9 +35,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // TestFaultMatrix is the fault matrix: every HTTP provider against every way

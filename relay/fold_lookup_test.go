@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // unfoldable reads the audience as it is at that moment: a member removed

@@ -12,8 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // fuzzAudience is stored in tenant "default" as "team", so audience events

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // Hostile event data rendered into a webhook body's JSON string stays that

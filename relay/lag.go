@@ -3,8 +3,8 @@ package relay
 import (
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // The dispatcher's lag is how long the notifications it claims had been

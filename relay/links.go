@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Signed links for recipients: a one-click unsubscribe link

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"edgerelay/internal/testpar"
+	"github.com/edgerelay/edgerelay/internal/testpar"
 )
 
 func TestMain(m *testing.M) {

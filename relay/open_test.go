@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"edgerelay/store"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // openAt opens the store at db and a relay over it, as the commands do.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // A Retry-After heard by one process holds the provider in every process

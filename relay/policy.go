@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // The delivery policy: every decision about a claimed notification's next

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // The preference part of the delivery policy, as a table: each

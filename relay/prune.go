@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Retention: prune is the relay's, since only it knows the retry windows

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 func TestParseAge(t *testing.T) {

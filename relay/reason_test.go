@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // A quarantine's reason is shown to the event's tenant (GET

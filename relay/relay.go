@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/store"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // Mode is what a notification type does after an unknown outcome from a

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/sim"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // bound is how long a test waits for something that should happen soon (the

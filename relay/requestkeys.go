@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Request idempotency: an Idempotency-Key is held in the store by the

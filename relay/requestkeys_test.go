@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // A request whose release or saved response never reached the store (the

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // Route is the providers that serve a channel, in failover order. A
@@ -356,15 +356,6 @@ outer:
 // published is the latest table, for goroutines other than the
 // dispatcher's.
 func (rt *router) published() *table { return rt.next.Load() }
-
-// gateNamed is the gate of the provider of that name in the dispatcher's
-// table, nil if none (the dispatcher's goroutine only, as route).
-func (rt *router) gateNamed(name string) *gate {
-	if p, ok := rt.cur.named[name]; ok {
-		return rt.cur.gates[p]
-	}
-	return nil
-}
 
 // route returns the route of a tenant's channel in the dispatcher's table.
 // Only the dispatcher's goroutine may call it; others use published().route.

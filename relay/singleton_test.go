@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // Work one process at a time must do: of two relays on one database, one

@@ -3,7 +3,7 @@ package relay
 import (
 	"context"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Tailed outboxes: package sources settles each batch through the relay

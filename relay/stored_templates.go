@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // Templates managed over the API. Accepts render from one

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/providers"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // putReceipts stores n templates named receipt0 … on r, one version each.

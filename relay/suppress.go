@@ -9,10 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"edgerelay/bounce"
-	"edgerelay/internal/addrkey"
-	"edgerelay/model"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/bounce"
+	"github.com/edgerelay/edgerelay/internal/addrkey"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // Suppression: each tenant's list of addresses nothing is sent

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // SuppressionCSVHeader is the header line of an export, and the columns an

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"edgerelay/model"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 // Rendering at accept: an event without a literal subject, body or html

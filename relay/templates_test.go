@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"edgerelay/model"
-	"edgerelay/templates"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/templates"
 )
 
 func receiptSet(t *testing.T, subject string) *templates.Set {

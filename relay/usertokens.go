@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"edgerelay/model"
-	"edgerelay/usertoken"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/usertoken"
 )
 
 // User tokens. The relay draws each key's id and secret (the secret is

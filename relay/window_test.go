@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 // The window starts at its ceiling, is halved by an overload at most once

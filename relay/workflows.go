@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgerelay/internal/addrkey"
-	"edgerelay/model"
-	"edgerelay/templates"
-	"edgerelay/workflow"
+	"github.com/edgerelay/edgerelay/internal/addrkey"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/templates"
+	"github.com/edgerelay/edgerelay/workflow"
 )
 
 // Workflows: an event whose type has a workflow becomes one run

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // A digest as a workflow: comments for one recipient within ten minutes

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/providers"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/providers"
 )
 
 // BenchmarkStepWorkflows is the scheduling cost of workflows on SQLite:

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/store"
-	"edgerelay/store/open"
-	"edgerelay/workflow"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/workflow"
 )
 
 func putWorkflow(t *testing.T, r *Relay, tenant, typ, def string) model.StoredWorkflow {

@@ -10,8 +10,8 @@ import (
 	"text/template"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // DigestConfig is a digest job: one message per member of an audience with

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // Missed says what a job does about runs it missed while no process ran

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/relaytest"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // setupRelay opens a relay on a fresh database in t.TempDir(), closed when

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"edgerelay/sim"
+	"github.com/edgerelay/edgerelay/sim"
 )
 
 // A provider that loses its first answer to ada: a retry with the same

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // Which columns of an outbox row make its event: the URL parameters shape,

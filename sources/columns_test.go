@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/relay"
+	"github.com/edgerelay/edgerelay/relay"
 )
 
 // A Debezium row's event: the mapped columns join the payload's fields,

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // debeziumDDL is the commented Debezium section of an outbox*.sql file:

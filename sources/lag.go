@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // LagSource is a source that can measure how far behind it the tailer is.

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/mysqltest"
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/internal/mysqltest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // The README's claims about how the oldest row's age is read ("Seeing the

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // kinds runs f as one parallel subtest per database: the two servers and

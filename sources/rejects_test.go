@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 // exec runs one statement of the application's, written with ? for

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/relaytest"
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 var benchKinds = []string{"sqlite", "postgres", "mariadb"}

@@ -18,12 +18,12 @@ import (
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for the application's side
 
-	"edgerelay/internal/mysqltest"
-	"edgerelay/internal/pgtest"
-	"edgerelay/internal/relaytest"
-	"edgerelay/internal/testpar"
-	"edgerelay/relay"
-	"edgerelay/sources"
+	"github.com/edgerelay/edgerelay/internal/mysqltest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/internal/testpar"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sources"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // sqlDB is an outbox in a server database with concurrent writers

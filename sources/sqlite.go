@@ -15,7 +15,7 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // SQLite is an outbox table in an application's SQLite database:

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/relay"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // Tailing an outbox: an application writes its business row and an event

@@ -19,13 +19,13 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/relaytest"
-	"edgerelay/model"
-	"edgerelay/providers"
-	"edgerelay/relay"
-	"edgerelay/sim"
-	"edgerelay/sources"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/internal/relaytest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/providers"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/sim"
+	"github.com/edgerelay/edgerelay/sources"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // bound is how long a test waits for something that should happen soon;

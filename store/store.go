@@ -2,7 +2,7 @@ package store
 
 import (
 	"context"
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 	"time"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/testserver"
+	"github.com/edgerelay/edgerelay/internal/testserver"
 )
 
 var (

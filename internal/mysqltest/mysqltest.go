@@ -35,7 +35,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/testserver"
+	"github.com/edgerelay/edgerelay/internal/testserver"
 
 	"github.com/go-sql-driver/mysql"
 )

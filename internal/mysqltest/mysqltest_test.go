@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"edgerelay/internal/mysqltest"
+	"github.com/edgerelay/edgerelay/internal/mysqltest"
 )
 
 func TestMain(m *testing.M) {

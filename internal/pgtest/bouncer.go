@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/testserver"
+	"github.com/edgerelay/edgerelay/internal/testserver"
 )
 
 // The PgBouncers, one per test process and ignore list, started by the

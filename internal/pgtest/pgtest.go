@@ -41,7 +41,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/testserver"
+	"github.com/edgerelay/edgerelay/internal/testserver"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

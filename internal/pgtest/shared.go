@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"edgerelay/internal/testserver"
+	"github.com/edgerelay/edgerelay/internal/testserver"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

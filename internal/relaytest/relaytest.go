@@ -6,8 +6,8 @@ package relaytest
 import (
 	"context"
 
-	"edgerelay/relay"
-	"edgerelay/store/open"
+	"github.com/edgerelay/edgerelay/relay"
+	"github.com/edgerelay/edgerelay/store/open"
 )
 
 // Open opens (creating if needed) the store db names and a relay over it;

@@ -62,7 +62,7 @@ func build() (string, error) {
 	bin := filepath.Join(dir, "edgerelay")
 	// The link goes to go's work directory and is renamed over bin, so a
 	// process still running an older bin keeps its file.
-	cmd := exec.Command("go", "build", "-o", bin, "edgerelay")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/edgerelay/edgerelay")
 	cmd.Dir = mod
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)

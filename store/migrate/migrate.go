@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/store/postgres"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the source is read with database/sql

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/internal/testpar"
-	"edgerelay/model"
-	"edgerelay/store/migrate"
-	"edgerelay/store/postgres"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/testpar"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/migrate"
+	"github.com/edgerelay/edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"

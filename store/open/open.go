@@ -11,9 +11,9 @@ import (
 	"log/slog"
 	"strings"
 
-	"edgerelay/store"
-	"edgerelay/store/postgres"
-	"edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/store/sqlite"
 )
 
 // Options are what every store takes; a driver ignores those it has no use

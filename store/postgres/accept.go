@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"time"
 
 	"github.com/jackc/pgx/v5"

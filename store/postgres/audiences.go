@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"time"
 
 	"github.com/jackc/pgx/v5"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
 )
 
 // A schema from before the recipient-id migration, with an audience, is

@@ -6,10 +6,10 @@ import (
 	"path"
 	"testing"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/store"
-	"edgerelay/store/postgres"
-	"edgerelay/store/storetest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/store/storetest"
 
 	"github.com/jackc/pgx/v5"
 )

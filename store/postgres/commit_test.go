@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/model"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 // A claim or a settlement whose COMMIT answer is lost with its connection

@@ -5,12 +5,12 @@ import (
 	"os"
 	"testing"
 
-	"edgerelay/internal/longtest"
-	"edgerelay/internal/pgtest"
-	"edgerelay/internal/testpar"
-	"edgerelay/store"
-	"edgerelay/store/postgres"
-	"edgerelay/store/storetest"
+	"github.com/edgerelay/edgerelay/internal/longtest"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/internal/testpar"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/store/storetest"
 )
 
 func TestMain(m *testing.M) {

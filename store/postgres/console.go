@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 
 	"github.com/jackc/pgx/v5"
 )

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 // While migrate-store holds a schema's copy lock, Open refuses the schema

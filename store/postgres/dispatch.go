@@ -2,9 +2,9 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"strconv"
 	"time"
 

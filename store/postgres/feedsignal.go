@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/store"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 )
 
 var _ store.FeedSignals = (*Store)(nil)

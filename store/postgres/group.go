@@ -2,9 +2,9 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
 	"errors"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"io"
 	"sync"
 	"sync/atomic"

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/model"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/postgres"
 )
 
 // Concurrent accepts share commits: 256 callers at once make far fewer

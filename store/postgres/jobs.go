@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"time"
 
 	"github.com/jackc/pgx/v5"

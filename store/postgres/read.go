@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
 	"encoding/json"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"strconv"
 	"strings"
 	"time"

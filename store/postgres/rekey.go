@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 
 	"github.com/jackc/pgx/v5"
 )

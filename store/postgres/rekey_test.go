@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // A schema at 0023 with suppression entries and notifications keyed the

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 )
 
 // SourceRejects lists recorded rejects (sqlstore.SourceRejects).

@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
-	"edgerelay/store"
-	"edgerelay/store/internal/sqlstore"
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"io"
 	"log/slog"
 	"maps"

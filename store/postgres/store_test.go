@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/internal/pgtest"
-	"edgerelay/model"
-	"edgerelay/store"
-	"edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/internal/pgtest"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/postgres"
 
 	"github.com/jackc/pgx/v5"
 )

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 )
 
 // Suppression lists are sqlstore's; PostgreSQL's own is how receipts list

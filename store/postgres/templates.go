@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"context"
-	"edgerelay/model"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"time"
 
 	"github.com/jackc/pgx/v5"

@@ -3,8 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/model"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"strings"
 	"time"
 )

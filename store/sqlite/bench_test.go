@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // BenchmarkAcceptEvent measures durable accepts (one event, one

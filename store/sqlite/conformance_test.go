@@ -4,9 +4,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"edgerelay/store"
-	"edgerelay/store/sqlite"
-	"edgerelay/store/storetest"
+	"github.com/edgerelay/edgerelay/store"
+	"github.com/edgerelay/edgerelay/store/sqlite"
+	"github.com/edgerelay/edgerelay/store/storetest"
 )
 
 // The SQLite store passes the conformance suite every store passes, each

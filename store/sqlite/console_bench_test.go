@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // BenchmarkConsoleSearch measures the console's reads on a database of

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 )
 
 // claimedCols are read with each claimed row, in the claim's RETURNING

@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"slices"
 	"strings"
 	"time"

@@ -2,8 +2,8 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/model"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"math/rand/v2"
 	"os"
 	"path/filepath"

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 var _ store.FeedSignals = (*Store)(nil)

@@ -3,10 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
 	"errors"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"os"
 	"time"
 )

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 	"os"
 	"path/filepath"
 	"regexp"

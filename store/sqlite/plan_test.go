@@ -2,7 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 	"strings"
 	"testing"
 	"time"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Preferences, quiet hours, tenant keys and throttle slots: what

@@ -2,8 +2,8 @@ package sqlite
 
 import (
 	"context"
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 	"time"
 )
 

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 )
 
 // goMigrations are the steps SQL cannot do, run after the migration of the

@@ -3,8 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/model"
 	"errors"
+	"github.com/edgerelay/edgerelay/model"
 	"testing"
 )
 

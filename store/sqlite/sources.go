@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store/internal/sqlstore"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/internal/sqlstore"
 )
 
 // SourceRejects lists recorded rejects in (source, row) order.

@@ -3,10 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/model"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"os"
 	"path/filepath"
 	"strings"

@@ -1,6 +1,6 @@
 package sqlite
 
-import "edgerelay/store/internal/sqlstore"
+import "github.com/edgerelay/edgerelay/store/internal/sqlstore"
 
 // Suppression lists are sqlstore's; SQLite's own is how receipts list an
 // address.

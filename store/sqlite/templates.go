@@ -3,10 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgerelay/model"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"time"
 )
 

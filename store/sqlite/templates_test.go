@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Two stores on one file (serve and a `template set` beside it) put

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 func audiences(t *testing.T, open opener) {

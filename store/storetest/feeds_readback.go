@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // feedReadback: what accepts and membership reads give back.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // A throttle's excess folded into a digest: the settlement that

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // testFoldBatchNumbering: one settlement of several folds, of two tenants

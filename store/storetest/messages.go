@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // A notification's own message (rendered at accept from a template) is

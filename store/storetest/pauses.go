@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // pauses: a provider's Retry-After, kept for every process.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // Preferences: what recipients set, tenant keys, throttle slots and the

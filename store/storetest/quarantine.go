@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"edgerelay/model"
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 // Quarantine states how a fan-out that cannot go on is set aside: off the

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"edgerelay/store"
+	"github.com/edgerelay/edgerelay/store"
 )
 
 func secrets(t *testing.T, open opener) {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Batch steps, written once for both stores. The first of a recipient's

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // RecordClick counts a click on link, a tracked link in the message of

@@ -2,7 +2,7 @@ package sqlstore
 
 import (
 	"context"
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Run runs fn with a Querier of the driver's: one read (a snapshot or the

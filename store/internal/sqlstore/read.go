@@ -2,8 +2,8 @@ package sqlstore
 
 import (
 	"context"
-	"edgerelay/model"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // Attempts is a notification's attempt log, in order ([] for none).

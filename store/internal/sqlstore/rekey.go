@@ -2,8 +2,8 @@ package sqlstore
 
 import (
 	"context"
-	"edgerelay/internal/addrkey"
 	"fmt"
+	"github.com/edgerelay/edgerelay/internal/addrkey"
 )
 
 // RekeySuppressions moves suppression entries to addrkey.Key's normal form

@@ -1,8 +1,8 @@
 package sqlstore
 
 import (
-	"edgerelay/model"
 	"encoding/json"
+	"github.com/edgerelay/edgerelay/model"
 	"sync/atomic"
 )
 

@@ -1,8 +1,8 @@
 package sqlstore
 
 import (
-	"edgerelay/model"
 	"errors"
+	"github.com/edgerelay/edgerelay/model"
 	"slices"
 	"testing"
 )

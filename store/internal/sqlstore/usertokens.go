@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"edgerelay/model"
+	"github.com/edgerelay/edgerelay/model"
 )
 
 // CreateUserTokenKey keeps a new live key with its secret, in q, a write

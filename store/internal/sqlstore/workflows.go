@@ -2,9 +2,9 @@ package sqlstore
 
 import (
 	"context"
-	"edgerelay/model"
 	"errors"
 	"fmt"
+	"github.com/edgerelay/edgerelay/model"
 	"time"
 )
 
