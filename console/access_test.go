@@ -125,6 +125,13 @@ func TestConsoleAccess(t *testing.T) {
 	if !strings.Contains(page, "ada@example.com") || !strings.Contains(page, fmt.Sprintf(`/console/notifications/%s"`, f.adaID)) {
 		t.Fatalf("search without JavaScript:\n%s", page)
 	}
+	// The search lists newest first: dan's event came after ada's.
+	_, page = c.do("GET", "/console/notifications?from=2000-01-01", nil)
+	ai, di := strings.Index(page, "/console/notifications/"+f.adaID+`"`), strings.Index(page, "/console/notifications/"+f.danID+`"`)
+	if ai < 0 || di < 0 || di > ai {
+		t.Fatalf("search from 2000-01-01: ada's row at %d, dan's at %d; want both, dan's (the newer) first", ai, di)
+	}
+	_, page = c.do("GET", "/console/notifications?recipient=ada", nil)
 	// Pages spell ids as the API does: a row id, from one sequence for
 	// every tenant, would let a tenant count the others' traffic.
 	if strings.Contains(page, fmt.Sprintf(`/console/notifications/%d"`, f.ada)) || strings.Contains(page, fmt.Sprintf(">#%d<", f.ada)) {

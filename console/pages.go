@@ -221,7 +221,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	f := model.ListFilter{Tenant: s.Tenant, Recipient: form.Recipient, Address: form.Address, Type: form.Type, EventID: form.EventID,
-		Limit: searchPage}
+		Limit: searchPage, Newest: true} // newest first, as an operator looks for what just happened
 	if form.Status != "" {
 		if !slices.Contains(model.Statuses, form.Status) {
 			d.Errors = append(d.Errors, fmt.Sprintf("Status %q: choose one of %s.", form.Status, strings.Join(model.Statuses, ", ")))
@@ -241,7 +241,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	if v := q.Get("after"); v != "" {
 		if f.After, err = c.r.NotificationRow(r.Context(), v); err != nil || f.After < 0 {
-			d.Errors = append(d.Errors, "after: the last id of the previous page")
+			d.Errors = append(d.Errors, "after: the last (oldest) id of the previous page")
 		}
 	}
 	if len(d.Errors) > 0 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -413,8 +414,20 @@ type ListFilter struct {
 	Address string
 	Type    string
 	EventID string
-	After   int64 // the cursor: only ids greater than this
+	After   int64 // the cursor: only ids greater than this (less, with Newest; 0: from the newest)
 	Limit   int   // at most this many; <= 0 means 100, and more than MaxListLimit means MaxListLimit
+	// Newest lists newest first (descending ids), as an operator searching
+	// reads; pages by the last id returned as After, the same way.
+	Newest bool
+}
+
+// ListCursor is the id a page of f starts beyond: After, or, newest first
+// with no cursor yet, past every id.
+func (f ListFilter) ListCursor() int64 {
+	if f.Newest && f.After <= 0 {
+		return math.MaxInt64
+	}
+	return f.After
 }
 
 // Notification is one notification with its audit trail.

@@ -293,15 +293,19 @@ func listQuery(f model.ListFilter) (string, []any) {
 		limit = defaultListLimit
 	}
 	limit = min(limit, model.MaxListLimit)
+	beyond, order := ">", ""
+	if f.Newest {
+		beyond, order = "<", " DESC" // newest first, paged from the other end
+	}
 	var b strings.Builder
-	args := []any{f.After}
+	args := []any{f.ListCursor()}
 	cond := func(c string, v any) {
 		args = append(args, v)
 		b.WriteString(" AND " + c + " = $" + strconv.Itoa(len(args)))
 	}
 	b.WriteString(`SELECT ` + notificationCols + `
 		FROM notifications n JOIN events e ON e.id = n.event
-		WHERE n.id > $1`)
+		WHERE n.id `+beyond+` $1`)
 	few := f.Recipient != "" || f.Address != "" || f.EventID != "" || f.EventRow != 0
 	if f.Tenant != "" && !few && (!f.CreatedSince.IsZero() || !f.CreatedBefore.IsZero()) {
 		// A tenant's creation range also bounds the ids read, as in
@@ -322,9 +326,17 @@ func listQuery(f model.ListFilter) (string, []any) {
 		// into a walk of the primary key from the first id until a row
 		// matches, the whole table for a recent range. The index holds id
 		// (INCLUDE), so the range is read from it alone.
-		b.WriteString(` AND n.id > coalesce((SELECT min(id) FROM (SELECT id` + rng + ` OFFSET 0) r) - 1, 9223372036854775807)`)
-		if !f.CreatedBefore.IsZero() {
-			b.WriteString(` AND n.id <= (SELECT max(id) FROM (SELECT id` + rng + ` OFFSET 0) r)`)
+		switch {
+		case f.Newest:
+			b.WriteString(` AND n.id < coalesce((SELECT max(id) FROM (SELECT id` + rng + ` OFFSET 0) r) + 1, 0)`)
+			if !f.CreatedSince.IsZero() {
+				b.WriteString(` AND n.id >= (SELECT min(id) FROM (SELECT id` + rng + ` OFFSET 0) r)`)
+			}
+		default:
+			b.WriteString(` AND n.id > coalesce((SELECT min(id) FROM (SELECT id` + rng + ` OFFSET 0) r) - 1, 9223372036854775807)`)
+			if !f.CreatedBefore.IsZero() {
+				b.WriteString(` AND n.id <= (SELECT max(id) FROM (SELECT id` + rng + ` OFFSET 0) r)`)
+			}
 		}
 	}
 	if f.Tenant != "" {
@@ -372,7 +384,7 @@ func listQuery(f model.ListFilter) (string, []any) {
 		b.WriteString(" AND n.updated_at >= $" + strconv.Itoa(len(args)))
 	}
 	args = append(args, limit)
-	b.WriteString(` ORDER BY n.id LIMIT $` + strconv.Itoa(len(args)))
+	b.WriteString(` ORDER BY n.id` + order + ` LIMIT $` + strconv.Itoa(len(args)))
 	return b.String(), args
 }
 

@@ -95,15 +95,21 @@ func BenchmarkConsoleSearch(b *testing.B) {
 		{"an address none has", model.ListFilter{Address: "nobody@example.com"}},
 	}
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			f := c.f
-			f.Tenant, f.Limit = "acme", 50
-			for b.Loop() {
-				if _, err := s.ListNotifications(ctx, f); err != nil {
-					b.Fatal(err)
-				}
+		for _, newest := range []bool{true, false} { // the console reads newest first; the API oldest first
+			name := c.name + "/newest first"
+			if !newest {
+				name = c.name + "/oldest first"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				f := c.f
+				f.Tenant, f.Limit, f.Newest = "acme", 50, newest
+				for b.Loop() {
+					if _, err := s.ListNotifications(ctx, f); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 	b.Run("key", func(b *testing.B) {
 		// The console opens a key's notification directly (the key index).

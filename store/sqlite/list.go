@@ -29,7 +29,7 @@ func (s *Store) ListNotifications(ctx context.Context, f model.ListFilter) ([]mo
 		// those (at most statusProbe, checked for the type); else the type's.
 		var n int
 		if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM notifications
-			WHERE tenant = ? AND status = ? AND id > ? LIMIT ?)`, f.Tenant, f.Status, f.After, statusProbe).Scan(&n); err != nil {
+			WHERE tenant = ? AND status = ? AND id `+idBeyond(f)+` ? LIMIT ?)`, f.Tenant, f.Status, f.ListCursor(), statusProbe).Scan(&n); err != nil {
 			return nil, fmt.Errorf("list notifications: %w", err)
 		}
 		statusFew = n < statusProbe
@@ -104,15 +104,27 @@ func listQueryWith(f model.ListFilter, statusFew bool) (string, []any) {
 			rng += ` AND created_at < ?`
 			rargs = append(rargs, ms(f.CreatedBefore))
 		}
-		b.WriteString(`n.id > max(?, coalesce((SELECT min(id)` + rng + `) - 1, 9223372036854775807))`)
-		args = append(append(args, f.After), rargs...)
-		if !f.CreatedBefore.IsZero() {
-			b.WriteString(` AND n.id <= (SELECT max(id)` + rng + `)`)
-			args = append(args, rargs...)
+		// Newest first, the same from the other end: one upper bound, the
+		// cursor's or the range's.
+		switch {
+		case f.Newest:
+			b.WriteString(`n.id < min(?, coalesce((SELECT max(id)` + rng + `) + 1, 0))`)
+			args = append(append(args, f.ListCursor()), rargs...)
+			if !f.CreatedSince.IsZero() {
+				b.WriteString(` AND n.id >= (SELECT min(id)` + rng + `)`)
+				args = append(args, rargs...)
+			}
+		default:
+			b.WriteString(`n.id > max(?, coalesce((SELECT min(id)` + rng + `) - 1, 9223372036854775807))`)
+			args = append(append(args, f.After), rargs...)
+			if !f.CreatedBefore.IsZero() {
+				b.WriteString(` AND n.id <= (SELECT max(id)` + rng + `)`)
+				args = append(args, rargs...)
+			}
 		}
 	} else {
-		b.WriteString(`n.id > ?`)
-		args = append(args, f.After)
+		b.WriteString(`n.id ` + idBeyond(f) + ` ?`)
+		args = append(args, f.ListCursor())
 	}
 	if f.Tenant != "" && f.EventID != "" {
 		// The event's rows are few: keep SQLite on them (notifications_event),
@@ -187,9 +199,22 @@ func listQueryWith(f model.ListFilter, statusFew bool) (string, []any) {
 		b.WriteString(` AND n.updated_at >= ?`)
 		args = append(args, ms(f.UpdatedSince))
 	}
-	b.WriteString(` ORDER BY n.id LIMIT ?`)
+	if f.Newest {
+		b.WriteString(` ORDER BY n.id DESC LIMIT ?`)
+	} else {
+		b.WriteString(` ORDER BY n.id LIMIT ?`)
+	}
 	args = append(args, limit)
 	return b.String(), args
+}
+
+// idBeyond is how a page's ids compare with its cursor: greater, or less
+// newest first.
+func idBeyond(f model.ListFilter) string {
+	if f.Newest {
+		return "<"
+	}
+	return ">"
 }
 
 // EventRow returns the row id of the event tenant accepted under eventID

@@ -63,24 +63,7 @@ func testListConsoleFilters(t *testing.T, s store.Store) {
 									want = append(want, n.ID)
 								}
 							}
-							var got []int64
-							for page := f; ; {
-								page.Limit = 2
-								ns, err := s.ListNotifications(t.Context(), page)
-								if err != nil {
-									t.Fatal(err)
-								}
-								if len(ns) == 0 {
-									break
-								}
-								for _, n := range ns {
-									got = append(got, n.ID)
-								}
-								page.After = ns[len(ns)-1].ID
-							}
-							if !slices.Equal(got, want) {
-								t.Fatalf("%+v: got %v, want %v", f, got, want)
-							}
+							pagesBothWays(t, s, f, 2, want)
 							if len(want) > 0 {
 								nonEmpty++
 							}
@@ -135,24 +118,7 @@ func testListRangeOutOfOrder(t *testing.T, s store.Store) {
 			}
 		}
 		for _, limit := range []int{1, 3, 100} {
-			var got []int64
-			for page := f; ; {
-				page.Limit = limit
-				ns, err := s.ListNotifications(t.Context(), page)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(ns) == 0 {
-					break
-				}
-				for _, n := range ns {
-					got = append(got, n.ID)
-				}
-				page.After = ns[len(ns)-1].ID
-			}
-			if !slices.Equal(got, want) {
-				t.Fatalf("minutes [%d, %d) by pages of %d: got %v, want %v", r.since, r.before, limit, got, want)
-			}
+			pagesBothWays(t, s, f, limit, want)
 		}
 	}
 }
@@ -341,5 +307,38 @@ func testFeedMemberships(t *testing.T, s store.Store) {
 	}
 	if ms, err = s.FeedMemberships(t.Context(), "", model.FeedMembership{}, 10); err != nil || len(ms) != 5 || ms[4].Tenant != "other" {
 		t.Fatalf("every tenant's: %v, %v", got(ms), err)
+	}
+}
+
+// pagesBothWays pages through f by pages of limit, oldest first and then
+// newest first (Newest, the console's search), and fails unless the first
+// gives want and the second want reversed: no row skipped or repeated
+// either way, a creation range's bounds included.
+func pagesBothWays(t *testing.T, s store.Store, f model.ListFilter, limit int, want []int64) {
+	t.Helper()
+	for _, newest := range []bool{false, true} {
+		var got []int64
+		for page := f; ; {
+			page.Limit, page.Newest = limit, newest
+			ns, err := s.ListNotifications(t.Context(), page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ns) == 0 {
+				break
+			}
+			for _, n := range ns {
+				got = append(got, n.ID)
+			}
+			page.After = ns[len(ns)-1].ID
+		}
+		w := want
+		if newest {
+			w = slices.Clone(want)
+			slices.Reverse(w)
+		}
+		if !slices.Equal(got, w) {
+			t.Fatalf("%+v by pages of %d, newest first %v: got %v, want %v", f, limit, newest, got, w)
+		}
 	}
 }

@@ -261,23 +261,30 @@ func testListFilters(t *testing.T, s store.Store) {
 						}
 					}
 					for _, limit := range []int{2, model.MaxListLimit} { // pages of two, and one page
-						var got []int64
-						for page := f; ; {
-							page.Limit = limit
-							ns, err := s.ListNotifications(t.Context(), page)
-							if err != nil {
-								t.Fatal(err)
+						for _, newest := range []bool{false, true} { // oldest first, and newest first
+							var got []int64
+							for page := f; ; {
+								page.Limit, page.Newest = limit, newest
+								ns, err := s.ListNotifications(t.Context(), page)
+								if err != nil {
+									t.Fatal(err)
+								}
+								if len(ns) == 0 {
+									break
+								}
+								for _, n := range ns {
+									got = append(got, n.ID)
+								}
+								page.After = ns[len(ns)-1].ID
 							}
-							if len(ns) == 0 {
-								break
+							want := wantIDs
+							if newest {
+								want = slices.Clone(wantIDs)
+								slices.Reverse(want)
 							}
-							for _, n := range ns {
-								got = append(got, n.ID)
+							if !slices.Equal(got, want) {
+								t.Fatalf("%+v, limit %d, newest first %v: got %v, want %v", f, limit, newest, got, want)
 							}
-							page.After = ns[len(ns)-1].ID
-						}
-						if !slices.Equal(got, wantIDs) {
-							t.Fatalf("%+v, limit %d: got %v, want %v", f, limit, got, wantIDs)
 						}
 					}
 					if len(wantIDs) > 0 {
