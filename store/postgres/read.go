@@ -305,7 +305,7 @@ func listQuery(f model.ListFilter) (string, []any) {
 	}
 	b.WriteString(`SELECT ` + notificationCols + `
 		FROM notifications n JOIN events e ON e.id = n.event
-		WHERE n.id `+beyond+` $1`)
+		WHERE n.id ` + beyond + ` $1`)
 	few := f.Recipient != "" || f.Address != "" || f.EventID != "" || f.EventRow != 0
 	if f.Tenant != "" && !few && (!f.CreatedSince.IsZero() || !f.CreatedBefore.IsZero()) {
 		// A tenant's creation range also bounds the ids read, as in
