@@ -292,7 +292,7 @@ func (sv *server) check() error {
 		ShedAbove: f.ShedAbove, ShedBehind: f.ShedBehind, MetricsToken: f.MetricsToken,
 		Logger: s.opts.Logger, TokenHashes: config.TokenHashes(s.cfg), PublicURL: s.cfg.API.PublicURL}
 	sv.maxConns = f.MaxConns
-	if err := streamFlags(c, &sv.opts); err != nil {
+	if err := streamFlags(f, &sv.opts); err != nil {
 		return err
 	}
 	opts, maxConns := sv.opts, sv.maxConns
@@ -623,21 +623,22 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// streamFlags reads the feed streams' bounds and periods into opts.
-func streamFlags(c *cli.Context, opts *api.Options) error {
-	opts.MaxStreamsPerUser, opts.MaxStreamsPerTenant = c.Int("streams-per-user"), c.Int("streams-per-tenant")
-	opts.StreamHeartbeat, opts.StreamSweep = c.Duration("stream-heartbeat"), c.Duration("stream-sweep")
+// streamFlags reads the feed streams' bounds and periods (flags, or the
+// config's api: keys) into opts.
+func streamFlags(f *overrides, opts *api.Options) error {
+	opts.MaxStreamsPerUser, opts.MaxStreamsPerTenant = f.StreamsPerUser, f.StreamsPerTenant
+	opts.StreamHeartbeat, opts.StreamSweep = f.StreamHeartbeat, f.StreamSweep
 	switch {
 	case opts.MaxStreamsPerUser <= 0:
-		return cli.Exit(fmt.Sprintf("--streams-per-user %d: want a positive number, e.g. 5 (tabs a user keeps open)", opts.MaxStreamsPerUser), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s %d: want a positive number, e.g. 5 (tabs a user keeps open)", f.from["streams-per-user"], opts.MaxStreamsPerUser), exitUsage)
 	case opts.MaxStreamsPerTenant <= 0:
-		return cli.Exit(fmt.Sprintf("--streams-per-tenant %d: want a positive number, e.g. 500", opts.MaxStreamsPerTenant), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s %d: want a positive number, e.g. 500", f.from["streams-per-tenant"], opts.MaxStreamsPerTenant), exitUsage)
 	case opts.MaxStreamsPerTenant < opts.MaxStreamsPerUser:
-		return cli.Exit(fmt.Sprintf("--streams-per-tenant %d is below --streams-per-user %d: one user could not open what the user bound allows", opts.MaxStreamsPerTenant, opts.MaxStreamsPerUser), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s %d is below %s %d: one user could not open what the user bound allows", f.from["streams-per-tenant"], opts.MaxStreamsPerTenant, f.from["streams-per-user"], opts.MaxStreamsPerUser), exitUsage)
 	case opts.StreamHeartbeat < 10*time.Millisecond:
-		return cli.Exit(fmt.Sprintf("--stream-heartbeat %s: want at least 10ms, e.g. 15s (under a proxy's idle timeout)", opts.StreamHeartbeat), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s %s: want at least 10ms, e.g. 15s (under a proxy's idle timeout)", f.from["stream-heartbeat"], opts.StreamHeartbeat), exitUsage)
 	case opts.StreamSweep < 10*time.Millisecond:
-		return cli.Exit(fmt.Sprintf("--stream-sweep %s: want at least 10ms, e.g. 10s", opts.StreamSweep), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s %s: want at least 10ms, e.g. 10s", f.from["stream-sweep"], opts.StreamSweep), exitUsage)
 	}
 	return nil
 }

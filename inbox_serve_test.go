@@ -34,6 +34,27 @@ func TestServeStreamFlagsChecked(t *testing.T) {
 			t.Errorf("serve %v: exit %d %q, want a usage error naming %s", args, r.code, r.stderr, args[0])
 		}
 	}
+	// The same settings from the config file's api: keys, named as the
+	// file spells them; a flag still wins over the file.
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfg, []byte("api:\n  streams_per_tenant: 3\n  streams_per_user: 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "", "serve", "--db", db, "--listen", "127.0.0.1:0", "--config", cfg)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "api.streams_per_tenant 3 is below api.streams_per_user 4") {
+		t.Errorf("serve with the bounds in its config: exit %d %q, want a usage error naming both keys", r.code, r.stderr)
+	}
+	r = runCLI(t, "", "serve", "--db", db, "--listen", "127.0.0.1:0", "--config", cfg, "--streams-per-user", "0")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--streams-per-user 0") {
+		t.Errorf("serve with a flag over the file: exit %d %q, want the flag's value refused", r.code, r.stderr)
+	}
+	if err := os.WriteFile(cfg, []byte("api:\n  stream_heartbeat: 0s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, "", "config", "check", cfg)
+	if r.code == 0 || !strings.Contains(r.stderr+r.stdout, "stream_heartbeat must be positive") {
+		t.Errorf("config check of stream_heartbeat: 0s: exit %d %q", r.code, r.stderr)
+	}
 	if _, err := os.Stat(db); err == nil {
 		t.Error("a refused serve created its database")
 	}

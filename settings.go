@@ -162,22 +162,26 @@ func loadSettings(c *cli.Context, stderr io.Writer) (*settings, error) {
 // otherwise the key, where the file sets it; otherwise the flag's default.
 // A command without the flag takes the key's value.
 type overrides struct {
-	DB             string        `flag:"db" key:"db"`
-	Workers        int           `flag:"workers" key:"dispatch.workers"`
-	Lease          time.Duration `flag:"lease" key:"dispatch.lease"`
-	MaxRecipients  int           `flag:"max-recipients" key:"limits.max_recipients"`
-	Listen         string        `flag:"listen" key:"api.listen"`
-	MetricsListen  string        `flag:"metrics-listen" key:"api.metrics_listen"`
-	ConsoleListen  string        `flag:"console-listen" key:"api.console_listen"`
-	TrustedProxies []string      `flag:"trusted-proxy" key:"api.trusted_proxies"`
-	MaxBody        int64         `flag:"max-body" key:"api.max_body"`
-	MaxBatch       int           `flag:"max-batch" key:"api.max_batch"`
-	KeyTTL         time.Duration `flag:"key-ttl" key:"api.key_ttl"`
-	BodyTimeout    time.Duration `flag:"body-timeout" key:"api.body_timeout"`
-	MaxConns       int           `flag:"max-conns" key:"api.max_conns"`
-	ShedAbove      int64         `flag:"shed-above" key:"api.shed_above"`
-	ShedBehind     time.Duration `flag:"shed-behind" key:"api.shed_behind"`
-	MetricsToken   string        `flag:"metrics-token" key:"api.metrics_token"`
+	DB               string        `flag:"db" key:"db"`
+	Workers          int           `flag:"workers" key:"dispatch.workers"`
+	Lease            time.Duration `flag:"lease" key:"dispatch.lease"`
+	MaxRecipients    int           `flag:"max-recipients" key:"limits.max_recipients"`
+	Listen           string        `flag:"listen" key:"api.listen"`
+	MetricsListen    string        `flag:"metrics-listen" key:"api.metrics_listen"`
+	ConsoleListen    string        `flag:"console-listen" key:"api.console_listen"`
+	TrustedProxies   []string      `flag:"trusted-proxy" key:"api.trusted_proxies"`
+	MaxBody          int64         `flag:"max-body" key:"api.max_body"`
+	MaxBatch         int           `flag:"max-batch" key:"api.max_batch"`
+	KeyTTL           time.Duration `flag:"key-ttl" key:"api.key_ttl"`
+	BodyTimeout      time.Duration `flag:"body-timeout" key:"api.body_timeout"`
+	MaxConns         int           `flag:"max-conns" key:"api.max_conns"`
+	ShedAbove        int64         `flag:"shed-above" key:"api.shed_above"`
+	ShedBehind       time.Duration `flag:"shed-behind" key:"api.shed_behind"`
+	StreamsPerUser   int           `flag:"streams-per-user" key:"api.streams_per_user"`
+	StreamsPerTenant int           `flag:"streams-per-tenant" key:"api.streams_per_tenant"`
+	StreamHeartbeat  time.Duration `flag:"stream-heartbeat" key:"api.stream_heartbeat"`
+	StreamSweep      time.Duration `flag:"stream-sweep" key:"api.stream_sweep"`
+	MetricsToken     string        `flag:"metrics-token" key:"api.metrics_token"`
 
 	// from names where each value came from, by flag name, for messages:
 	// "--listen", or "api.listen" where the file's value is used.

@@ -624,6 +624,10 @@ func (c *checker) api() {
 	if a.ShedAbove != nil && *a.ShedAbove < 0 {
 		c.add(at.with("shed_above"), "shed_above %d: want 0 (never shed) or a number of due notifications, e.g. %d", *a.ShedAbove, DefaultShedAbove)
 	}
+	c.positive(at.with("streams_per_user"), a.StreamsPerUser <= 0, a.StreamsPerUser, 5)
+	c.positive(at.with("streams_per_tenant"), a.StreamsPerTenant <= 0, a.StreamsPerTenant, 500)
+	c.positive(at.with("stream_heartbeat"), a.StreamHeartbeat <= 0, time.Duration(a.StreamHeartbeat), 15*time.Second)
+	c.positive(at.with("stream_sweep"), a.StreamSweep <= 0, time.Duration(a.StreamSweep), 10*time.Second)
 	if a.ShedBehind != nil && *a.ShedBehind < 0 {
 		c.add(at.with("shed_behind"), "shed_behind %s: want 0 (never shed) or how far behind delivery may fall, e.g. %s", time.Duration(*a.ShedBehind), DefaultShedBehind)
 	}

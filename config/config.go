@@ -99,6 +99,13 @@ type Config struct {
 		// further behind than this (what it claims had been due longer);
 		// 0 turns it off.
 		ShedBehind *Duration `yaml:"shed_behind"`
+		// StreamsPerUser and StreamsPerTenant bound the feed streams open
+		// on one process; StreamHeartbeat and StreamSweep are their
+		// periods (serve's --streams-per-user … flags).
+		StreamsPerUser   int      `yaml:"streams_per_user"`
+		StreamsPerTenant int      `yaml:"streams_per_tenant"`
+		StreamHeartbeat  Duration `yaml:"stream_heartbeat"`
+		StreamSweep      Duration `yaml:"stream_sweep"`
 	} `yaml:"api"`
 
 	// Templates render the messages of events that bring no subject or
