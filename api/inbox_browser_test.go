@@ -40,7 +40,8 @@ const appPageHTML = `<!doctype html><html lang="en"><meta charset="utf-8"><title
 window.seen = []; window.connects = 0; window.pwned = false; window.marked = [];
 document.addEventListener('edgerelay-inbox:marked', (e) => marked.push(e.detail.kind));
 document.addEventListener('edgerelay-inbox:item', (e) => seen.push(e.detail.seq));
-document.addEventListener('edgerelay-inbox:connected', () => connects++);
+document.addEventListener('edgerelay-inbox:connected', () => { connects++; window.connectedAt = performance.now(); });
+document.addEventListener('edgerelay-inbox:error', (e) => { if (e.detail.status === 429) window.refusedAt = performance.now(); });
 window.ib = (sel) => document.querySelector('edgerelay-inbox').shadowRoot.querySelector(sel);
 window.titles = () => [...document.querySelector('edgerelay-inbox').shadowRoot.querySelectorAll('li .title')].map((e) => e.textContent);
 window.badge = () => ib('.badge').classList.contains('zero') ? '0' : ib('.badge .count').textContent;
@@ -189,6 +190,11 @@ func inboxBound(t *testing.T, bctx context.Context, app *httptest.Server) {
 	two.wait("the second tab's feed, its stream refused", `titles().join('|') === 'First' && badge() === '1' && connects === 0 && ib('.status').textContent.includes('streams open')`)
 	closeOne()
 	two.wait("the second tab live once the first closed", `connects === 1`)
+	// It waited the refusal's Retry-After (10 s) before trying again: the
+	// page could read it (Access-Control-Expose-Headers).
+	if waited := eval[float64](two, `connectedAt - refusedAt`); waited < 9900 {
+		t.Errorf("the second tab connected %.0f ms after its refusal, want at least the 10 s of its Retry-After", waited)
+	}
 	seq := b.postFeedEvent(t, feedEvent("e2", "Second", "@ada"), acme...).FeedItems[0].Seq
 	two.wait("the item in the second tab", `titles()[0] === 'Second' && badge() === '2'`)
 	if got := eval[[]int64](two, `seen`); !slices.Equal(got, []int64{seq}) {

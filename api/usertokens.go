@@ -86,8 +86,11 @@ func (s *Server) userAuth(h authedHandler) handler {
 					"this token's tenant does not allow pages of "+origin+" to call its users' feeds (PUT /v1/feed-origins)")
 			}
 			// The exact origin, never "*"; no Allow-Credentials either:
-			// the token travels in Authorization, not in a cookie.
+			// the token travels in Authorization, not in a cookie. The
+			// page may read Retry-After (a refused stream's wait), which is
+			// not among the headers a cross-origin page sees unasked.
 			w.Header().Set("Access-Control-Allow-Origin", origin)
+			w.Header().Set("Access-Control-Expose-Headers", "Retry-After")
 		}
 		if r.PathValue("user") != claims.User {
 			// The same answer whoever the path names, and before any read:

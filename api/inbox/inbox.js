@@ -281,6 +281,7 @@ li[data-read="true"] .title { font-weight: 400; }
     // exactly the items after it.
     async _stream(signal, reconcile) {
       let failures = 0;
+      let notBefore = 0; // ms: a refusal's Retry-After
       while (!signal.aborted) {
         let opened = false;
         // A connection that went quiet (not even a heartbeat within
@@ -309,9 +310,11 @@ li[data-read="true"] .title { font-weight: 400; }
           if (e.status === 401 || e.status === 403 || e.status === 400) { this._fail(e, 'The live stream'); return; }
           if (e.status === 429) {
             // Too many streams (tabs): said once, then retried with the
-            // backoff, so that closing another tab makes this one live.
+            // backoff, never sooner than the server's Retry-After, so that
+            // closing another tab makes this one live.
             if (failures === 0) this._fail(e, 'The live stream');
             failures = Math.max(failures, 1);
+            notBefore = 1000 * e.retryAfter;
           }
         } finally {
           clearTimeout(watchdog);
@@ -323,7 +326,8 @@ li[data-read="true"] .title { font-weight: 400; }
         if (opened) this._emit('disconnected', { lastEventId: this._lastId });
         // Backoff from the server's retry, doubled per failure up to 30 s,
         // with jitter so that a restarted server is not met all at once.
-        const wait = Math.min(30000, this._retry * 2 ** Math.min(failures, 5)) * (0.5 + Math.random() / 2);
+        const wait = Math.max(notBefore, Math.min(30000, this._retry * 2 ** Math.min(failures, 5)) * (0.5 + Math.random() / 2));
+        notBefore = 0;
         failures++;
         await new Promise((ok) => { const t = setTimeout(ok, wait); signal.addEventListener('abort', () => { clearTimeout(t); ok(); }, { once: true }); });
       }
