@@ -261,31 +261,7 @@ func testListFilters(t *testing.T, s store.Store) {
 						}
 					}
 					for _, limit := range []int{2, model.MaxListLimit} { // pages of two, and one page
-						for _, newest := range []bool{false, true} { // oldest first, and newest first
-							var got []int64
-							for page := f; ; {
-								page.Limit, page.Newest = limit, newest
-								ns, err := s.ListNotifications(t.Context(), page)
-								if err != nil {
-									t.Fatal(err)
-								}
-								if len(ns) == 0 {
-									break
-								}
-								for _, n := range ns {
-									got = append(got, n.ID)
-								}
-								page.After = ns[len(ns)-1].ID
-							}
-							want := wantIDs
-							if newest {
-								want = slices.Clone(wantIDs)
-								slices.Reverse(want)
-							}
-							if !slices.Equal(got, want) {
-								t.Fatalf("%+v, limit %d, newest first %v: got %v, want %v", f, limit, newest, got, want)
-							}
-						}
+						pagesBothWays(t, s, f, limit, wantIDs)
 					}
 					if len(wantIDs) > 0 {
 						nonEmpty++
@@ -532,24 +508,7 @@ func testListSince(t *testing.T, s store.Store) {
 								want = append(want, n.ID)
 							}
 						}
-						var got []int64
-						for page := f; ; {
-							page.Limit = 2
-							ns, err := s.ListNotifications(t.Context(), page)
-							if err != nil {
-								t.Fatal(err)
-							}
-							if len(ns) == 0 {
-								break
-							}
-							for _, n := range ns {
-								got = append(got, n.ID)
-							}
-							page.After = ns[len(ns)-1].ID
-						}
-						if !slices.Equal(got, want) {
-							t.Fatalf("%+v: got %v, want %v", f, got, want)
-						}
+						pagesBothWays(t, s, f, 2, want)
 						if len(want) > 0 {
 							nonEmpty++
 						}
