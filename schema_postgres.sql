@@ -1,4 +1,4 @@
--- edgerelay schema on PostgreSQL, version 30: what store/postgres/migrations produce, for readers.
+-- edgerelay schema on PostgreSQL, version 31: what store/postgres/migrations produce, for readers.
 -- Generated from the catalog by `go test ./store/postgres -run TestSchemaFileMatchesMigrations -update`; a test fails when it drifts.
 -- The migrations (store/postgres/migrations/*.sql) are the source and carry the comments.
 
@@ -477,6 +477,19 @@ CREATE INDEX workflow_runs_due ON workflow_runs USING btree (due_at) WHERE (stat
 CREATE INDEX workflow_runs_finished ON workflow_runs USING btree (updated_at) WHERE (state <> 'waiting'::text);
 CREATE INDEX workflow_runs_tenant ON workflow_runs USING btree (tenant, state, id);
 
+CREATE TABLE workflow_slots (
+    run bigint NOT NULL,
+    step integer NOT NULL,
+    tenant text NOT NULL,
+    recipient text NOT NULL,
+    scope text NOT NULL,
+    taken_at bigint NOT NULL,
+    expires_at bigint NOT NULL,
+    CONSTRAINT workflow_slots_pkey PRIMARY KEY (run, step)
+);
+CREATE INDEX workflow_slots_expires ON workflow_slots USING btree (expires_at);
+CREATE INDEX workflow_slots_window ON workflow_slots USING btree (tenant, recipient, scope, taken_at);
+
 CREATE TABLE workflow_steps (
     run bigint NOT NULL,
     step integer NOT NULL,
@@ -490,7 +503,7 @@ CREATE TABLE workflow_steps (
     feed_seq bigint,
     CONSTRAINT workflow_steps_pkey PRIMARY KEY (run, step, attempt),
     CONSTRAINT workflow_steps_run_fkey FOREIGN KEY (run) REFERENCES workflow_runs(id),
-    CONSTRAINT workflow_steps_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'skipped'::text, 'delayed'::text, 'batched'::text])))
+    CONSTRAINT workflow_steps_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'skipped'::text, 'delayed'::text, 'batched'::text, 'passed'::text, 'throttled'::text])))
 );
 CREATE INDEX workflow_steps_notification ON workflow_steps USING btree (notification) WHERE (notification IS NOT NULL);
 

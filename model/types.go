@@ -384,7 +384,8 @@ type PruneResult struct {
 	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, Suppressions int64
 	// Runs are finished workflow runs (done or cancelled), with their steps.
 	Runs int64
-	// ThrottleSlots are throttle slots taken before the cutoff.
+	// ThrottleSlots are category throttles' slots taken before the cutoff
+	// and throttle steps' slots whose window ended.
 	ThrottleSlots int64
 }
 

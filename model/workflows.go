@@ -34,6 +34,10 @@ const (
 	StepSkipped = "skipped" // its condition did not hold, or nothing could be sent
 	StepDelayed = "delayed" // a delay: the next step is due later
 	StepBatched = "batched" // a batch step: the run opened, joined or closed a batch
+	// A throttle step: the run took one of the limit's slots and went on
+	// (passed), or found none free (throttled).
+	StepPassed    = "passed"
+	StepThrottled = "throttled"
 )
 
 // Run is one recipient's run of a workflow.
@@ -125,6 +129,22 @@ type StepPlan struct {
 	// open one of its recipient, nil for none) or the one it is in (after),
 	// as the deciding transaction read and locked it.
 	Batch *BatchFact
+	// Throttle marks a throttle step: DecideSteps counts its window's
+	// slots (Slots) in the deciding transaction, holding the window's lock
+	// until it commits.
+	Throttle *StepThrottle
+	Slots    int
+}
+
+// StepThrottle is the window a throttle step counts in: the slots taken
+// after Since by the recipient's runs at the step (Window names the
+// workflow's type and the step's id, so a new version counts on).
+type StepThrottle struct {
+	Window string
+	Since  time.Time
+	// Expires is when a slot taken now no longer counts (its window's
+	// length from now): prune may delete it then.
+	Expires time.Time
 }
 
 // The attempts of a run at a batch step: the batch's leader waits for it
@@ -189,6 +209,8 @@ type StepDecision struct {
 	Batch  string
 	Window time.Duration
 	Fill   bool
+	// TakeSlot takes a slot of Plan.Throttle's window for the run.
+	TakeSlot bool
 	// Next is the step the run goes on with (at NextAttempt) and NextDue
 	// when it is due; Done ends the run, with RunReason.
 	Next        int

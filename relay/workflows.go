@@ -388,6 +388,10 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 			plan := model.StepPlan{Run: run}
 			if p.broken == "" {
 				plan.Batched = p.w.Steps[run.Step].Batch != nil
+				if th := p.w.Steps[run.Step].Throttle; th != nil {
+					per := time.Duration(th.Per)
+					plan.Throttle = &model.StepThrottle{Window: run.Type + "/" + p.w.Steps[run.Step].ID, Since: now.Add(-per), Expires: now.Add(per)}
+				}
 				if s := p.w.Steps[run.Step]; s.Fallback == workflow.FallbackUndelivered && run.Attempt > 0 {
 					plan.Needs = append(plan.Needs, run.Step) // what became of the channel tried last
 				}
@@ -670,6 +674,8 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 	switch {
 	case s.Batch != nil:
 		return decideBatch(p, plan, s, dec, now)
+	case s.Throttle != nil:
+		decideThrottle(plan, s, &dec)
 	case s.Delay != nil && s.Delay.Window != "":
 		dec.Outcome, dec.Reason, dec.NextDue = model.StepDelayed, p.windowWhy, later(p.windowEnd, now)
 	case s.Delay != nil:
@@ -702,6 +708,29 @@ func decideStep(p *stepPrep, plan model.StepPlan, facts []model.StepFact, now ti
 		dec.Reason += fmt.Sprintf("; if %q held (%s)", s.If, describeFacts(p, plan, facts))
 	}
 	return dec
+}
+
+// decideThrottle decides a throttle step from its window's slots as the
+// deciding transaction counted them, holding the window's lock: a run
+// passes, taking a slot, while fewer than Max are taken in the last Per;
+// else it is throttled, and ends there unless the step's excess is
+// "continue".
+func decideThrottle(plan model.StepPlan, s workflow.Step, dec *model.StepDecision) {
+	th, run := s.Throttle, plan.Run
+	per := time.Duration(th.Per)
+	if plan.Slots < th.Max {
+		dec.Outcome, dec.TakeSlot = model.StepPassed, true
+		dec.Reason = fmt.Sprintf("passed: %s's runs of %s passed this step %d times in the last %v (max %d)", run.Recipient, run.Type, plan.Slots+1, per, th.Max)
+		return
+	}
+	dec.Outcome = model.StepThrottled
+	dec.Reason = fmt.Sprintf("throttled: %s's runs of %s passed this step %d times in the last %v (max %d)", run.Recipient, run.Type, plan.Slots, per, th.Max)
+	if th.Excess != workflow.ExcessContinue {
+		dec.Reason += ": the run ends here"
+		dec.Done, dec.RunReason = true, fmt.Sprintf("ended at step %d (%s): throttled", run.Step, s.ID)
+		return
+	}
+	dec.Reason += ": the run goes on, throttled"
 }
 
 // decideBatch decides a batch step from the batch the deciding
@@ -849,7 +878,7 @@ func describeStatus(f model.StepFact) string {
 // notification is still live (so the condition waits, until next at the
 // earliest).
 func stepState(f model.StepFact) (st workflow.StepState, live bool, next time.Time) {
-	st.Skipped, st.Clicked = f.Outcome == model.StepSkipped, f.Clicked
+	st.Skipped, st.Clicked, st.Throttled = f.Outcome == model.StepSkipped, f.Clicked, f.Outcome == model.StepThrottled
 	switch f.Status {
 	case model.StatusPending, model.StatusSending:
 		return st, true, f.NextAttemptAt

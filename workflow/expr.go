@@ -19,7 +19,8 @@ import (
 //	recipient.…       the recipient's attributes ("recipient.locale == 'de'")
 //	steps.ID.STATE    an earlier channel step's state, a bool: sent,
 //	                  delivered, read, seen, clicked, bounced, failed, skipped
-//	                  ("!steps.inbox.read", "steps.email.bounced")
+//	                  ("!steps.inbox.read", "steps.email.bounced"); an
+//	                  earlier throttle step's: throttled, skipped
 //
 // with the operators of comparison (== != < <= > >=), logic (and or not,
 // && || !), arithmetic (+ - * / %), strings (+, contains, startsWith,

@@ -1,6 +1,6 @@
 // Package workflow is what a workflow is, as written and as checked: the
 // steps an event of one type goes through for each of its recipients
-// (channel steps with a fallback chain, delays, batch windows), the
+// (channel steps with a fallback chain, delays, batch windows, throttles), the
 // conditions that skip a step, and the key that cancels a run.
 //
 // It decides nothing about time or storage. A Definition is what an
@@ -36,8 +36,8 @@ type Definition struct {
 	Steps []Step `json:"steps" yaml:"steps"`
 }
 
-// Step is one step of a workflow: exactly one of Channels, Delay and
-// Batch.
+// Step is one step of a workflow: exactly one of Channels, Delay, Batch
+// and Throttle.
 type Step struct {
 	// ID names the step for conditions and the audit ("inbox", "email");
 	// unique within the workflow, [a-z0-9_-], at most 32 bytes.
@@ -62,6 +62,10 @@ type Step struct {
 	// Batch makes a batch step: the recipient's runs of this workflow that
 	// reach it within the window go on as one (a digest).
 	Batch *Batch `json:"batch,omitempty" yaml:"batch,omitempty"`
+	// Throttle makes a throttle step: at most Max of the recipient's runs
+	// of this workflow pass it per Per; the others end there, or go on
+	// throttled (Excess).
+	Throttle *Throttle `json:"throttle,omitempty" yaml:"throttle,omitempty"`
 
 	// If, when set, is a condition (see Expressions in the package's
 	// documentation): the step runs only if it holds when the step is
@@ -100,6 +104,24 @@ type Batch struct {
 	Max int `json:"max,omitempty" yaml:"max,omitempty"`
 }
 
+// Throttle is a throttle step's limit.
+type Throttle struct {
+	// Max runs of the recipient pass the step within any Per.
+	Max int      `json:"max" yaml:"max"`
+	Per Duration `json:"per" yaml:"per"`
+	// Excess is what becomes of a run over the limit: ExcessEnd (the
+	// default) ends it there; ExcessContinue goes on to the next step,
+	// where a condition reads steps.ID.throttled (to batch the excess into
+	// a digest, say).
+	Excess string `json:"excess,omitempty" yaml:"excess,omitempty"`
+}
+
+// The excesses of a throttle step.
+const (
+	ExcessEnd      = "end"
+	ExcessContinue = "continue"
+)
+
 // Duration is a time.Duration written as Go writes one ("30m", "72h").
 type Duration time.Duration
 
@@ -127,10 +149,11 @@ const (
 	StateBounced   = "bounced"   // the address bounced
 	StateFailed    = "failed"    // it ended without being sent
 	StateSkipped   = "skipped"   // its own condition skipped it
+	StateThrottled = "throttled" // a throttle step: the run was over its limit
 )
 
 // States lists every state a condition can name.
-var States = []string{StateSent, StateDelivered, StateRead, StateSeen, StateClicked, StateBounced, StateFailed, StateSkipped}
+var States = []string{StateSent, StateDelivered, StateRead, StateSeen, StateClicked, StateBounced, StateFailed, StateSkipped, StateThrottled}
 
 // Options are what Check needs to know of the relay it is for.
 type Options struct {
@@ -243,13 +266,13 @@ func Check(def Definition, opts Options) (*Workflow, error) {
 			bad(i, "id", "%q is the id of steps[%d] too", s.ID, j)
 		}
 		kinds := 0
-		for _, set := range []bool{len(s.Channels) > 0, s.Delay != nil, s.Batch != nil} {
+		for _, set := range []bool{len(s.Channels) > 0, s.Delay != nil, s.Batch != nil, s.Throttle != nil} {
 			if set {
 				kinds++
 			}
 		}
 		if kinds != 1 {
-			bad(i, "channels", "a step is exactly one of channels, delay and batch (this one has %d)", kinds)
+			bad(i, "channels", "a step is exactly one of channels, delay, batch and throttle (this one has %d)", kinds)
 		}
 		switch {
 		case len(s.Channels) > 0:
@@ -265,6 +288,8 @@ func Check(def Definition, opts Options) (*Workflow, error) {
 				bad(i, "batch.max", "%d: at least 0 (0 for no limit)", s.Batch.Max)
 			}
 			delays += time.Duration(s.Batch.Window)
+		case s.Throttle != nil:
+			checkThrottle(i, s.Throttle, opts, bad)
 		}
 		if len(s.Channels) == 0 && (s.Fallback != "" || s.Within != 0 || s.Template != "") {
 			bad(i, "fallback", "fallback, within and template belong to a channel step")
@@ -277,13 +302,28 @@ func Check(def Definition, opts Options) (*Workflow, error) {
 					return fmt.Errorf("steps.%s is this step or a later one: a condition reads only earlier steps", id)
 				case !ok:
 					return fmt.Errorf("steps.%s: no step has that id", id)
-				case len(def.Steps[j].Channels) == 0:
+				case len(def.Steps[j].Channels) == 0 && def.Steps[j].Throttle == nil:
 					return fmt.Errorf("steps.%s is a %s step: it sends nothing to have a state", id, kind(def.Steps[j]))
 				}
 				return nil
 			})
 			if err != nil {
 				bad(i, "if", "%v", err)
+			}
+			for _, ref := range needs {
+				j, ok := index[ref.Step]
+				if !ok {
+					continue // refused above
+				}
+				t := def.Steps[j]
+				switch {
+				case t.Throttle != nil && ref.State != StateThrottled && ref.State != StateSkipped:
+					bad(i, "if", "steps.%s is a throttle step: its states are %s and %s, not %s", ref.Step, StateThrottled, StateSkipped, ref.State)
+				case t.Throttle == nil && ref.State == StateThrottled:
+					bad(i, "if", "steps.%s is a %s step: only a throttle step is %s", ref.Step, kind(t), StateThrottled)
+				case t.Throttle != nil && t.Throttle.Excess != ExcessContinue && ref.State == StateThrottled:
+					bad(i, "if", "steps.%s ends the runs it throttles (excess: %s): a later step never sees it throttled (set excess: %s)", ref.Step, ExcessEnd, ExcessContinue)
+				}
 			}
 			w.steps[i] = checkedStep{cond: p, needs: needs}
 		}
@@ -311,8 +351,29 @@ func kind(s Step) string {
 		return "delay"
 	case s.Batch != nil:
 		return "batch"
+	case s.Throttle != nil:
+		return "throttle"
 	}
 	return "channel"
+}
+
+// checkThrottle checks a throttle step's limit. Its window is bounded
+// as the delays are: the slots it counts are kept that long.
+func checkThrottle(i int, t *Throttle, opts Options, bad func(int, string, string, ...any)) {
+	if t.Max < 1 {
+		bad(i, "throttle.max", "%d: at least 1 run must pass in each window", t.Max)
+	}
+	switch per := time.Duration(t.Per); {
+	case per <= 0:
+		bad(i, "throttle.per", "a window of more than 0 is required (such as 1h)")
+	case opts.MaxDelay > 0 && per > opts.MaxDelay:
+		bad(i, "throttle.per", "%v: at most %v", per, opts.MaxDelay)
+	}
+	switch t.Excess {
+	case "", ExcessEnd, ExcessContinue:
+	default:
+		bad(i, "throttle.excess", "%q: one of %q (the default) and %q", t.Excess, ExcessEnd, ExcessContinue)
+	}
 }
 
 // MaxChannels bounds a channel step's fallback chain.
@@ -401,6 +462,7 @@ type StepState struct {
 	Bounced   bool `expr:"bounced"`
 	Failed    bool `expr:"failed"`
 	Skipped   bool `expr:"skipped"`
+	Throttled bool `expr:"throttled"`
 }
 
 // Set sets the named state (one of States).
@@ -422,6 +484,8 @@ func (s *StepState) Set(state string, v bool) {
 		s.Failed = v
 	case StateSkipped:
 		s.Skipped = v
+	case StateThrottled:
+		s.Throttled = v
 	}
 }
 

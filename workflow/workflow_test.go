@@ -41,6 +41,14 @@ func TestCheckAcceptsTheExamples(t *testing.T) {
 			{"id": "hours", "delay": {"window": "allowed"}},
 			{"id": "digest", "batch": {"window": "1h", "max": 50}},
 			{"id": "email", "channels": ["email", "sms"], "if": "data.amount > 100 && recipient.locale in ['de', 'fr']"}]}`,
+		// At most 3 emails an hour; the excess gathered into an hourly digest.
+		`{"type": "comment", "steps": [
+			{"id": "limit", "throttle": {"max": 3, "per": "1h", "excess": "continue"}},
+			{"id": "now", "channels": ["email"], "if": "!steps.limit.throttled"},
+			{"id": "gather", "batch": {"window": "1h"}, "if": "steps.limit.throttled"},
+			{"id": "digest", "channels": ["email"], "template": "comment.digest", "if": "steps.limit.throttled"}]}`,
+		// At most one a day; the rest end at the throttle.
+		`{"type": "nudge", "steps": [{"id": "daily", "throttle": {"max": 1, "per": "24h"}}, {"id": "email", "channels": ["email"]}]}`,
 	} {
 		if _, err := Check(parse(t, doc), opts); err != nil {
 			t.Errorf("%s\n%v", doc, err)
@@ -59,8 +67,8 @@ func TestCheckNamesEachProblem(t *testing.T) {
 		{`{"type": "t", "steps": [{"id": "a", "channels": ["fax"]}]}`, []string{`steps[0] (a).channels[0]: "fax" is not a channel`}},
 		{`{"type": "t", "steps": [{"id": "a", "channels": ["email"]}, {"id": "a", "channels": ["sms"]}]}`, []string{`steps[1] (a).id: "a" is the id of steps[0] too`}},
 		{`{"type": "t", "steps": [{"id": "Bad Id", "channels": ["email"]}]}`, []string{`steps[0] (Bad Id).id: a step id`}},
-		{`{"type": "t", "steps": [{"id": "a", "channels": ["email"], "delay": {"for": "1m"}}]}`, []string{"exactly one of channels, delay and batch (this one has 2)"}},
-		{`{"type": "t", "steps": [{"id": "a"}]}`, []string{"exactly one of channels, delay and batch (this one has 0)"}},
+		{`{"type": "t", "steps": [{"id": "a", "channels": ["email"], "delay": {"for": "1m"}}]}`, []string{"exactly one of channels, delay, batch and throttle (this one has 2)"}},
+		{`{"type": "t", "steps": [{"id": "a"}]}`, []string{"exactly one of channels, delay, batch and throttle (this one has 0)"}},
 		// A fallback chain of at most 8 channels (the store numbers each one's notification).
 		{`{"type": "t", "steps": [{"id": "a", "channels": ["email", "sms", "in_app", "voice", "fax", "c6", "c7", "c8", "c9"]}]}`,
 			[]string{"steps[0] (a).channels: 9 channels: at most 8"}},
@@ -98,6 +106,20 @@ func TestCheckNamesEachProblem(t *testing.T) {
 			[]string{"steps: the delays and batch windows add up to 721h0m0s, over the 720h0m0s"}},
 		{`{"type": "t", "steps": [{"id": "b", "batch": {"window": "0s"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (b).batch.window:"}},
 		{`{"type": "t", "steps": [{"id": "w", "delay": {"for": "1m"}}]}`, []string{"steps: no step sends anything"}},
+		// Throttles.
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 0, "per": "1h"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (l).throttle.max: 0: at least 1"}},
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (l).throttle.per: a window of more than 0"}},
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2, "per": "721h"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (l).throttle.per: 721h0m0s: at most 720h0m0s"}},
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2, "per": "1h", "excess": "digest"}}, {"id": "a", "channels": ["email"]}]}`, []string{`steps[0] (l).throttle.excess: "digest": one of "end" (the default) and "continue"`}},
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2, "per": "1h"}}, {"id": "a", "channels": ["email"], "if": "steps.l.throttled"}]}`,
+			[]string{"steps[1] (a).if: steps.l ends the runs it throttles (excess: end)"}},
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2, "per": "1h", "excess": "continue"}}, {"id": "a", "channels": ["email"], "if": "steps.l.read"}]}`,
+			[]string{"steps[1] (a).if: steps.l is a throttle step: its states are throttled and skipped, not read"}},
+		{`{"type": "t", "steps": [{"id": "a", "channels": ["in_app"]}, {"id": "b", "channels": ["email"], "if": "steps.a.throttled"}]}`,
+			[]string{"steps[1] (b).if: steps.a is a channel step: only a throttle step is throttled"}},
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2, "per": "1h"}, "batch": {"window": "1m"}}, {"id": "a", "channels": ["email"]}]}`,
+			[]string{"steps[0] (l).channels: a step is exactly one of channels, delay, batch and throttle (this one has 2)"}},
+		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2, "per": "1h"}}]}`, []string{"steps: no step sends anything"}},
 		// Fallbacks.
 		{`{"type": "t", "steps": [{"id": "a", "channels": ["sms"], "fallback": "undelivered", "within": "20s"}]}`, []string{"needs at least two channels"}},
 		{`{"type": "t", "steps": [{"id": "a", "channels": ["sms", "voice"], "fallback": "undelivered"}]}`, []string{"steps[0] (a).within:"}},

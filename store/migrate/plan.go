@@ -144,6 +144,8 @@ var plan = []table{
 		why: "each batch of a batch step with its leader, window and size: an open one goes on gathering on the nodes and closes when it would have (the source's row replaces one that differs)"},
 	{name: "workflow_batch_runs", key: []string{"batch", "run"}, raise: []string{"carried"},
 		why: "which runs joined each batch and which it carried when it closed: the leader's next steps read the same events on the target (carried only goes from 0 to 1)"},
+	{name: "workflow_slots", key: []string{"run", "step"}, fixed: true,
+		why: "the slots runs took passing a throttle step, each counted until its window ends: a throttle step does not start over on the nodes (taken once per run and step, never changed)"},
 	{name: "link_clicks", key: []string{"notification", "url"}, raise: []string{"count", "last_at"},
 		why: "the clicks on each notification's tracked links: `show` lists the same, and a waiting run's `clicked` condition reads the same. Counts only grow: a rerun keeps the larger count and the later last click"},
 	{name: "console_sessions", skip: "not moved: console sign-ins are short-lived (12 h at most); people sign in again on the nodes"},

@@ -171,5 +171,10 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 				(SELECT notification FROM throttle_slots WHERE taken_at < $1 ORDER BY taken_at LIMIT $2)`, c, batch)
 		})
 	}
+	if err == nil {
+		err = step(&res.ThrottleSlots, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
+			return tx.Exec(ctx, sqlstore.PruneStepSlotsSQL, ms(now), batch)
+		})
+	}
 	return res, err
 }

@@ -165,6 +165,11 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 				(SELECT notification FROM throttle_slots WHERE taken_at < ? ORDER BY taken_at LIMIT ?)`, c, batch)
 		})
 	}
+	if err == nil {
+		err = step(&res.ThrottleSlots, func(tx *Tx) (sql.Result, error) {
+			return tx.exec(sqlstore.PruneStepSlotsSQL, ms(now), batch)
+		})
+	}
 	return res, err
 }
 

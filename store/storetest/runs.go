@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func runsSuite(t *testing.T, open opener) {
 		{name: "ConcurrentDecidersDecideEachStepOnce", run: testRunsConcurrentDeciders},
 		{name: "BatchCarriesEachRunOnce", run: testBatchCarriesEachRunOnce},
 		{name: "BatchOfACancelledLeader", run: testBatchCancelledLeader},
+		{name: "ThrottleStepPassesAtMostMax", run: testThrottleStepPassesAtMostMax},
 	})
 }
 
@@ -551,5 +553,84 @@ func testBatchCancelledLeader(t *testing.T, s store.Store) {
 				t.Errorf("the batch is led on by %s's run; want c-1's, the first due", r.EventID)
 			}
 		}
+	}
+}
+
+// throttleStep decides a one-step workflow whose step is a throttle of
+// max per window, as the relay's policy does: passed (taking a slot) while
+// fewer than max slots are taken in the window, throttled after.
+func throttleStep(p model.StepPlan, max int) model.StepDecision {
+	dec := model.StepDecision{StepID: "limit", Outcome: model.StepThrottled, Next: 1, Done: true, RunReason: "throttled"}
+	if p.Slots < max {
+		dec.Outcome, dec.TakeSlot, dec.RunReason = model.StepPassed, true, "passed"
+	}
+	return dec
+}
+
+// Four deciders at once (four nodes' steppers) over the runs of forty
+// events to r0 and r1, with a throttle step of 7 an hour: exactly 7 of
+// each recipient's runs pass, whatever the interleaving; an hour later the
+// window has moved and 7 more of each pass. A slot is pruned once its
+// window ends, not before.
+func testThrottleStepPassesAtMostMax(t *testing.T, s store.Store) {
+	const max, per = 7, time.Hour
+	round := func(now time.Time, events int, prefix string) map[string]int {
+		var in []model.AcceptInput
+		for i := range events {
+			in = append(in, runEvent("acme", fmt.Sprintf("%s-%02d", prefix, i), 2, "", ""))
+		}
+		accept(t, s, now, in...)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					due, err := s.DueRuns(t.Context(), now, 8)
+					if err != nil || len(due) == 0 {
+						if err != nil {
+							t.Error(err)
+						}
+						return
+					}
+					ps := plansOf(due)
+					for i := range ps {
+						ps[i].Throttle = &model.StepThrottle{Window: "invoice/limit", Since: now.Add(-per), Expires: now.Add(per)}
+					}
+					if _, err := s.DecideSteps(t.Context(), ps, func(p model.StepPlan, _ []model.StepFact) model.StepDecision {
+						return throttleStep(p, max)
+					}, now); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		passed := map[string]int{}
+		for _, r := range runsOf(t, s, "acme", "") {
+			if !strings.HasPrefix(r.EventID, prefix+"-") {
+				continue
+			}
+			if r.State != model.RunDone {
+				t.Errorf("run of %s to %s is %s; want done", r.EventID, r.Recipient, r.State)
+			}
+			if r.Reason == "passed" {
+				passed[r.Recipient]++
+			}
+		}
+		return passed
+	}
+	for i, now := range []time.Time{t0, t0.Add(per + time.Second)} {
+		if got := round(now, 40, fmt.Sprintf("round%d", i)); got["r0"] != max || got["r1"] != max || len(got) != 2 {
+			t.Errorf("round %d: runs passed per recipient %v; want %d each for r0 and r1", i, got, max)
+		}
+	}
+	res, err := s.Prune(t.Context(), t0, t0.Add(per+time.Minute), 100)
+	if err != nil || res.ThrottleSlots != 2*max {
+		t.Errorf("prune as the first round's window ends = %d slots, %v; want the first round's %d", res.ThrottleSlots, err, 2*max)
+	}
+	// The second round's slots still count: one more run to r0 is throttled.
+	now := t0.Add(per + time.Minute)
+	if got := round(now, 1, "late"); got["r0"] != 0 {
+		t.Errorf("a late run passed %v; want it throttled by the second round's slots", got)
 	}
 }

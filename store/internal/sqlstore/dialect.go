@@ -34,4 +34,9 @@ type Dialect struct {
 	// the runs joining, closing or taking it over decide one after the
 	// other; nothing for SQLite.
 	LockBatch string
+	// LockSlots ($1, a throttle step's window: tenant, recipient, scope)
+	// holds that window's lock until the transaction ends: PostgreSQL's
+	// advisory lock, so deciders on several nodes count its slots one
+	// after the other; "" for SQLite, whose one writer does that already.
+	LockSlots string
 }
