@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,5 +83,47 @@ func TestWorkflowCLI(t *testing.T) {
 	}
 	if out := runCLI(t, "", "workflow", "runs", "--db", db, "--state", "paused"); out.code != 2 || !strings.Contains(out.stderr, `"paused": one of waiting, done, cancelled`) {
 		t.Fatalf("a bad state: exit %d\n%s", out.code, out.stderr)
+	}
+}
+
+// A throttle step from the config file, through the commands: batch send
+// accepts three nudges for ada, dispatch decides their runs (two pass and
+// are emailed, the third ends throttled), and workflow runs says so.
+func TestWorkflowThrottleCLI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db, cfg, events := filepath.Join(dir, "relay.db"), filepath.Join(dir, "edgerelay.yaml"), filepath.Join(dir, "nudges.jsonl")
+	write := func(path, content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(cfg, `routes: {email: log://stdout}
+workflows:
+  - type: nudge
+    steps:
+      - id: daily
+        throttle: {max: 2, per: 24h}
+      - id: email
+        channels: [email]
+`)
+	var lines []string
+	for i := range 3 {
+		lines = append(lines, fmt.Sprintf(`{"id": "nudge-%d", "type": "nudge", "recipients": [{"id": "ada", "email": "ada@example.com"}], "subject": "Nudge", "body": "Nudge %d"}`, i, i))
+	}
+	write(events, strings.Join(lines, "\n")+"\n")
+	if out := runCLI(t, "", "batch", "send", "--db", db, "--config", cfg, events); out.code != 0 {
+		t.Fatalf("batch send: exit %d\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	out := runCLI(t, "", "dispatch", "--db", db, "--config", cfg, "--until-idle")
+	if out.code != 0 || !strings.Contains(out.stderr, "2 attempts; sent 2, failed 0") {
+		t.Fatalf("dispatch: exit %d, want 2 emails to ada\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	out = runCLI(t, "", "workflow", "runs", "--db", db, "--state", "done")
+	if out.code != 0 || strings.Count(out.stdout, "passed: ada's runs of nudge passed this step") != 2 ||
+		!strings.Contains(out.stdout, "event nudge-2, recipient ada: workflow nudge v1, done: ended at step 0 (daily): throttled") ||
+		!strings.Contains(out.stdout, "throttled: ada's runs of nudge passed this step 2 times in the last 24h0m0s (max 2): the run ends here") {
+		t.Fatalf("workflow runs: exit %d\n%s%s", out.code, out.stdout, out.stderr)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
@@ -33,7 +34,10 @@ import (
 // each chat message delivered once under its own key, no step skipped, none twice.
 // Beside them, forty events for each of five recipients go through a batch
 // step (a digest email): however the kills cut the windows, each event is in
-// exactly one digest delivered, and each digest is delivered once.
+// exactly one digest delivered, and each digest is delivered once. And ten
+// nudges for each of four recipients go through a throttle step of three a
+// day: exactly three of each recipient's runs pass and are emailed, once
+// each; the other seven end throttled.
 //
 // On PostgreSQL two dispatch processes run at once on the database, and
 // the kills take one of them at a time: any node decides the next step.
@@ -77,7 +81,12 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 		{ID: "digest", Batch: &workflow.Batch{Window: workflow.Duration(300 * time.Millisecond)}},
 		{ID: "email", Channels: []string{"email"}},
 	}}
-	r, err := relaytest.Open(ctx, db, relay.Options{Workflows: []relay.FileWorkflow{{Tenant: "default", Definition: def}, {Tenant: "default", Definition: digest}},
+	nudge := workflow.Definition{Type: "nudge", Steps: []workflow.Step{
+		{ID: "daily", Throttle: &workflow.Throttle{Max: nudgeMax, Per: workflow.Duration(24 * time.Hour)}},
+		{ID: "email", Channels: []string{"email"}},
+	}}
+	r, err := relaytest.Open(ctx, db, relay.Options{Workflows: []relay.FileWorkflow{{Tenant: "default", Definition: def}, {Tenant: "default", Definition: digest},
+		{Tenant: "default", Definition: nudge}},
 		Routes: relay.Routes{"*": {logp}}})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +101,16 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	}
 	const digestEvents, digestRecipients = 40, 5
 	acceptDigests(t, r, digestEvents, digestRecipients)
+	var nudges []relay.Event
+	for i := range nudgeEvents {
+		for j := range nudgeRecipients {
+			nudges = append(nudges, relay.Event{ID: fmt.Sprintf("nudge-%02d-t%d", i, j), Type: "nudge", Subject: "nudge", Body: "nudge",
+				Recipients: []relay.Recipient{{ID: fmt.Sprintf("t%d", j), Email: fmt.Sprintf("t%d@example.com", j)}}})
+		}
+	}
+	if _, errs := r.AcceptAll(ctx, nudges, 0); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
 	r.Close()
 
 	base := "email-http+" + hs.URL + "/v1/emails?from=relay@example.com&idempotency=honoured&timeout=2s"
@@ -166,9 +185,10 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != n+digestEvents*digestRecipients {
-		t.Fatalf("%d runs, want %d", len(runs), n+digestEvents*digestRecipients)
+	if want := n + digestEvents*digestRecipients + nudgeEvents*nudgeRecipients; len(runs) != want {
+		t.Fatalf("%d runs, want %d", len(runs), want)
 	}
+	passed := map[string]int{}
 	want := []string{model.StepSent, model.StepDelayed, model.StepSent, model.StepSent}
 	for _, run := range runs {
 		if run.Type == digest.Type {
@@ -180,6 +200,17 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 		steps, err := st.RunSteps(ctx, run.ID)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if run.Type == nudge.Type {
+			switch {
+			case run.State != model.RunDone || len(steps) == 0:
+				t.Errorf("nudge run of %s for %s: %s with %d steps, want done", run.EventID, run.Recipient, run.State, len(steps))
+			case steps[0].Outcome == model.StepPassed && len(steps) == 2 && steps[1].Outcome == model.StepSent:
+				passed[run.Recipient]++
+			case steps[0].Outcome != model.StepThrottled || len(steps) != 1:
+				t.Errorf("nudge run of %s for %s: steps %+v, want passed and sent, or throttled alone", run.EventID, run.Recipient, steps)
+			}
+			continue
 		}
 		var got []string
 		for _, s := range steps {
@@ -210,16 +241,34 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 		}
 	}
 	digests := checkDigests(t, server.Deliveries(), perKey, digestEvents, digestRecipients)
+	nudged := map[string]int{}
+	for _, d := range server.Deliveries() {
+		if d.Subject == "nudge" {
+			nudged[d.To]++
+			if perKey[d.Key] != 1 {
+				t.Errorf("nudge %s delivered %d times", d.Key, perKey[d.Key])
+			}
+		}
+	}
+	for j := range nudgeRecipients {
+		if rc := fmt.Sprintf("t%d", j); passed[rc] != nudgeMax || nudged[rc+"@example.com"] != nudgeMax {
+			t.Errorf("%s: %d nudge runs passed the throttle, %d nudges delivered; want %d and %d", rc, passed[rc], nudged[rc+"@example.com"], nudgeMax, nudgeMax)
+		}
+	}
 	status, err := st.Status(ctx, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d runs, %d deliveries (%d digests), statuses %v: %d lost, %d doubled", len(runs), len(server.Deliveries()), digests,
 		status.Counts, lost, doubled)
-	if lost != 0 || doubled != 0 || status.Counts[model.StatusSent] != int64(2*n+digests) {
-		t.Fatalf("%d lost, %d delivered twice, statuses %v; want 0, 0 and %d sent", lost, doubled, status.Counts, 2*n+digests)
+	if sent := 2*n + digests + nudgeMax*nudgeRecipients; lost != 0 || doubled != 0 || status.Counts[model.StatusSent] != int64(sent) {
+		t.Fatalf("%d lost, %d delivered twice, statuses %v; want 0, 0 and %d sent", lost, doubled, status.Counts, sent)
 	}
 }
+
+// The drill's throttled nudges: nudgeEvents for each of nudgeRecipients
+// recipients (t0, t1, …), of which nudgeMax a day pass.
+const nudgeEvents, nudgeRecipients, nudgeMax = 10, 4, 3
 
 // acceptDigests stores the digest's template and accepts events events
 // for each of recipients recipients (d0, d1, …), one event per recipient

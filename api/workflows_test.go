@@ -413,3 +413,49 @@ func TestWorkflowRunsOverHTTP(t *testing.T) {
 		t.Errorf("the remind step's notification = %+v", n)
 	}
 }
+
+// A throttle step over HTTP: at most two of u1's nudges a day pass it; the
+// third's run ends there, saying so, and another recipient counts on their
+// own. A throttle that lets nothing through, or has no window, is refused
+// with its step and field named.
+func TestWorkflowThrottleOverHTTP(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
+	b := workflowBundle(t, options{Relay: relay.Options{Now: clk.Now}})
+	path := "/v1/workflows/invoice.due"
+	p := wantWorkflowInvalid(t, b.do(t, "PUT", path, `{"steps": [{"id": "daily", "throttle": {"max": 0, "per": "0s", "excess": "later"}}, {"id": "email", "channels": ["email"]}]}`, tplAcme()...))
+	if len(p.Problems) != 3 || p.Field != "steps[0].throttle.max" || p.Problems[1].Field != "throttle.per" || p.Problems[2].Field != "throttle.excess" {
+		t.Fatalf("a bad throttle: %+v, want max, per and excess named", p)
+	}
+	if rep := b.do(t, "PUT", path, `{"steps": [{"id": "daily", "throttle": {"max": 2, "per": "24h"}}, {"id": "email", "channels": ["email"]}]}`, tplAcme()...); rep.status != http.StatusCreated {
+		t.Fatal(rep)
+	}
+	for i := range 3 {
+		accepted(t, b.do(t, "POST", "/v1/events", invoiceEvent(t, fmt.Sprintf("due-%d", i), fmt.Sprint(i), "u1"), tplAcme()...))
+		clk.set(clk.Now().Add(time.Minute))
+	}
+	accepted(t, b.do(t, "POST", "/v1/events", invoiceEvent(t, "due-9", "9", "u2"), tplAcme()...))
+	for range 3 {
+		if _, err := b.r.StepWorkflows(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := listRuns(t, b, "?state=done", tplAcme()...).Runs
+	if len(runs) != 4 {
+		t.Fatalf("done runs = %+v, want 4", runs)
+	}
+	for _, run := range runs {
+		first := run.Steps[0]
+		switch {
+		case run.EventID == "due-2":
+			if len(run.Steps) != 1 || first.Outcome != model.StepThrottled || !strings.Contains(first.Reason, "passed this step 2 times in the last 24h0m0s (max 2): the run ends here") ||
+				!strings.Contains(run.Reason, "throttled") {
+				t.Errorf("the third nudge's run = %+v, want it ended throttled", run)
+			}
+		default:
+			if len(run.Steps) != 2 || first.Outcome != model.StepPassed || run.Steps[1].Outcome != model.StepSent {
+				t.Errorf("run of %s = %+v, want passed, then sent", run.EventID, run)
+			}
+		}
+	}
+}
