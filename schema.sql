@@ -313,13 +313,14 @@ CREATE TABLE tenant_keys (
     created_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 
-CREATE TABLE throttle_slots (
-    notification INTEGER PRIMARY KEY,
-    tenant       TEXT    NOT NULL,
-    recipient    TEXT    NOT NULL,
-    category     TEXT    NOT NULL,
-    taken_at     INTEGER NOT NULL
-);
+CREATE TABLE "throttle_slots" (
+    holder     TEXT    PRIMARY KEY,
+    tenant     TEXT    NOT NULL,
+    recipient  TEXT    NOT NULL,
+    scope      TEXT    NOT NULL,
+    taken_at   INTEGER NOT NULL,  -- ms
+    expires_at INTEGER NOT NULL   -- ms
+) WITHOUT ROWID;
 
 CREATE TABLE tokens (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -378,17 +379,6 @@ CREATE TABLE workflow_runs (
     updated_at INTEGER NOT NULL,
     UNIQUE (event, seq)
 );
-
-CREATE TABLE workflow_slots (
-    run        INTEGER NOT NULL,
-    step       INTEGER NOT NULL,
-    tenant     TEXT    NOT NULL,
-    recipient  TEXT    NOT NULL,
-    scope      TEXT    NOT NULL,  -- the window: type/step-id
-    taken_at   INTEGER NOT NULL,  -- ms
-    expires_at INTEGER NOT NULL,  -- ms: taken_at + the step's per
-    PRIMARY KEY (run, step)
-) WITHOUT ROWID;
 
 CREATE TABLE "workflow_steps" (
     run          INTEGER NOT NULL REFERENCES workflow_runs (id),
@@ -473,9 +463,9 @@ CREATE INDEX suppressions_expires ON suppressions (expires_at) WHERE expires_at 
 
 CREATE INDEX templates_changed ON templates (changed_gen);
 
-CREATE INDEX throttle_slots_taken ON throttle_slots (taken_at);
+CREATE INDEX throttle_slots_expires ON throttle_slots (expires_at);
 
-CREATE INDEX throttle_slots_window ON throttle_slots (tenant, recipient, category, taken_at);
+CREATE INDEX throttle_slots_window ON throttle_slots (tenant, recipient, scope, taken_at);
 
 CREATE INDEX tokens_tenant ON tokens (tenant);
 
@@ -492,9 +482,5 @@ CREATE INDEX workflow_runs_due ON workflow_runs (due_at) WHERE state = 'waiting'
 CREATE INDEX workflow_runs_finished ON workflow_runs (updated_at) WHERE state <> 'waiting';
 
 CREATE INDEX workflow_runs_tenant ON workflow_runs (tenant, state, id);
-
-CREATE INDEX workflow_slots_expires ON workflow_slots (expires_at);
-
-CREATE INDEX workflow_slots_window ON workflow_slots (tenant, recipient, scope, taken_at);
 
 CREATE INDEX workflow_steps_notification ON workflow_steps (notification) WHERE notification IS NOT NULL;

@@ -384,8 +384,8 @@ type PruneResult struct {
 	Notifications, Attempts, Receipts, Events, FeedItems, RequestKeys, JobRuns, Suppressions int64
 	// Runs are finished workflow runs (done or cancelled), with their steps.
 	Runs int64
-	// ThrottleSlots are category throttles' slots taken before the cutoff
-	// and throttle steps' slots whose window ended.
+	// ThrottleSlots are throttle slots whose window ended (category
+	// throttles' and throttle steps').
 	ThrottleSlots int64
 }
 
@@ -911,6 +911,9 @@ type ThrottleTake struct {
 	Category     string
 	Max          int
 	Since        time.Time
+	// Expires is when a slot taken now stops counting (now + the
+	// throttle's per): prune deletes it then.
+	Expires time.Time
 }
 
 // Member is one member of an audience as put: its recipient id, by which

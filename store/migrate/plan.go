@@ -121,8 +121,8 @@ var plan = []table{
 		// with the source's key, so it replaces one the target made first.
 		conflict: "UPDATE SET key = excluded.key, created_at = excluded.created_at WHERE tenant_keys.key <> excluded.key",
 		why:      "each tenant's key for recipients' links (one-click unsubscribe, the preferences page): links already sent keep working on the nodes"},
-	{name: "throttle_slots", key: []string{"notification"}, fixed: true,
-		why: "the slots throttles counted in their window: a throttle does not start over on the nodes (taken once per notification, never changed)"},
+	{name: "throttle_slots", key: []string{"holder"}, fixed: true,
+		why: "the slots category throttles and throttle steps count in their window, each until the window ends: a throttle does not start over on the nodes (taken once per notification or run's step, never changed)"},
 	{name: "provider_pauses", key: []string{"provider"}, raise: []string{"until"},
 		why: "a provider's Retry-After still in force: the nodes do not call it before it ends (the later end kept on a second run)"},
 	// Templates managed over the API.
@@ -144,8 +144,6 @@ var plan = []table{
 		why: "each batch of a batch step with its leader, window and size: an open one goes on gathering on the nodes and closes when it would have (the source's row replaces one that differs)"},
 	{name: "workflow_batch_runs", key: []string{"batch", "run"}, raise: []string{"carried"},
 		why: "which runs joined each batch and which it carried when it closed: the leader's next steps read the same events on the target (carried only goes from 0 to 1)"},
-	{name: "workflow_slots", key: []string{"run", "step"}, fixed: true,
-		why: "the slots runs took passing a throttle step, each counted until its window ends: a throttle step does not start over on the nodes (taken once per run and step, never changed)"},
 	{name: "link_clicks", key: []string{"notification", "url"}, raise: []string{"count", "last_at"},
 		why: "the clicks on each notification's tracked links: `show` lists the same, and a waiting run's `clicked` condition reads the same. Counts only grow: a rerun keeps the larger count and the later last click"},
 	{name: "console_sessions", skip: "not moved: console sign-ins are short-lived (12 h at most); people sign in again on the nodes"},

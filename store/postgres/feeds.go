@@ -189,7 +189,7 @@ var dialect = &sqlstore.Dialect{
 	ForUpdate:            " FOR UPDATE",
 	LockRun:              " FOR UPDATE SKIP LOCKED",
 	LockBatch:            " FOR UPDATE OF b",
-	LockSlots:            `SELECT pg_advisory_xact_lock(hashtextextended($1, 18))`,
+	LockSlots:            `SELECT pg_advisory_xact_lock(hashtextextended($1, 17))`,
 }
 
 // SetFeedMembers makes users the members of a feed. Members who stay keep

@@ -164,16 +164,9 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	if err == nil {
-		// Throttle slots count within their window; one older than the
-		// cutoff no longer counts for any throttle the prune age allows.
+		// Throttle slots count until their window ends, then go.
 		err = step(&res.ThrottleSlots, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
-			return tx.Exec(ctx, `DELETE FROM throttle_slots WHERE notification IN
-				(SELECT notification FROM throttle_slots WHERE taken_at < $1 ORDER BY taken_at LIMIT $2)`, c, batch)
-		})
-	}
-	if err == nil {
-		err = step(&res.ThrottleSlots, func(ctx context.Context, tx pgx.Tx) (pgconn.CommandTag, error) {
-			return tx.Exec(ctx, sqlstore.PruneStepSlotsSQL, ms(now), batch)
+			return tx.Exec(ctx, sqlstore.PruneSlotsSQL, ms(now), batch)
 		})
 	}
 	return res, err

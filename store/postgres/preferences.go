@@ -3,9 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -168,44 +165,4 @@ func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw mode
 		return model.Switch{}, false, fmt.Errorf("set preference %s/%s: %w", sw.Category, sw.Channel, err)
 	}
 	return out, changed, nil
-}
-
-// TakeThrottleSlots decides the takes in order in one transaction. Each
-// window's takes hold a transaction-scoped advisory lock on it, so
-// processes taking slots at once count one after another.
-func (s *Store) TakeThrottleSlots(ctx context.Context, takes []model.ThrottleTake, now time.Time) ([]bool, error) {
-	granted := make([]bool, len(takes))
-	err := s.write(ctx, model.WriteRecord, func(ctx context.Context, tx pgx.Tx) error {
-		clear(granted)
-		// The locks in one order (sorted), so two takers never wait on
-		// each other in a cycle.
-		windows := map[string]bool{}
-		for _, tk := range takes {
-			windows[strconv.Quote(tk.Tenant)+" "+strconv.Quote(tk.Recipient)+" "+strconv.Quote(tk.Category)] = true
-		}
-		for _, w := range slices.Sorted(maps.Keys(windows)) {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 17))`, w); err != nil {
-				return err
-			}
-		}
-		for i, tk := range takes {
-			if _, err := tx.Exec(ctx, `INSERT INTO throttle_slots (notification, tenant, recipient, category, taken_at)
-					SELECT $1, $2, $3, $4, $5
-					WHERE (SELECT count(*) FROM throttle_slots
-					       WHERE tenant = $2 AND recipient = $3 AND category = $4 AND taken_at > $6) < $7
-					ON CONFLICT (notification) DO NOTHING`,
-				tk.Notification, tk.Tenant, tk.Recipient, tk.Category, ms(now), ms(tk.Since), tk.Max); err != nil {
-				return err
-			}
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM throttle_slots WHERE notification = $1)`, tk.Notification).
-				Scan(&granted[i]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("take throttle slots: %w", err)
-	}
-	return granted, nil
 }

@@ -54,6 +54,11 @@ func (s *Store) runWrite(ctx context.Context, fn func(q sqlstore.Querier) error)
 	return s.write(ctx, model.WriteOther, func(ctx context.Context, tx pgx.Tx) error { return fn(shared(tx)) })
 }
 
+// runRecord is a write of class WriteRecord as sqlstore's Run.
+func (s *Store) runRecord(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return s.write(ctx, model.WriteRecord, func(ctx context.Context, tx pgx.Tx) error { return fn(shared(tx)) })
+}
+
 // runGrouped is a grouped write (group.go) of class WriteOther as
 // sqlstore's Run: many small writes share one commit.
 func (s *Store) runGrouped(ctx context.Context, fn func(q sqlstore.Querier) error) error {

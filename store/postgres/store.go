@@ -142,7 +142,7 @@ func Open(ctx context.Context, connURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %s", where, scrub(err.Error(), secrets))
 	}
 	s := &Store{pool: pool, where: where, log: opts.Logger, writeTimeout: opts.WriteTimeout, pin: pin}
-	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runGrouped, Dialect: dialect}
+	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runGrouped, Record: s.runRecord, Dialect: dialect}
 	// A quarter of the pool commits groups; the rest is left to reads
 	// and the writes that are not grouped.
 	s.group.committers = max(2, int(cfg.MaxConns)/4)

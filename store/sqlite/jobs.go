@@ -158,16 +158,9 @@ func (s *Store) Prune(ctx context.Context, cutoff, now time.Time, batch int) (mo
 		})
 	}
 	if err == nil {
-		// Throttle slots count within their window; one older than the
-		// cutoff no longer counts for any throttle the prune age allows.
+		// Throttle slots count until their window ends, then go.
 		err = step(&res.ThrottleSlots, func(tx *Tx) (sql.Result, error) {
-			return tx.exec(`DELETE FROM throttle_slots WHERE notification IN
-				(SELECT notification FROM throttle_slots WHERE taken_at < ? ORDER BY taken_at LIMIT ?)`, c, batch)
-		})
-	}
-	if err == nil {
-		err = step(&res.ThrottleSlots, func(tx *Tx) (sql.Result, error) {
-			return tx.exec(sqlstore.PruneStepSlotsSQL, ms(now), batch)
+			return tx.exec(sqlstore.PruneSlotsSQL, ms(now), batch)
 		})
 	}
 	return res, err

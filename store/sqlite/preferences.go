@@ -203,31 +203,3 @@ func (s *Store) SetSwitch(ctx context.Context, tenant, recipient string, sw mode
 	})
 	return out, changed, err
 }
-
-// TakeThrottleSlots decides the takes one after another in one write: the
-// writer is the only one, so the count each reads is exact.
-func (s *Store) TakeThrottleSlots(ctx context.Context, takes []model.ThrottleTake, now time.Time) ([]bool, error) {
-	granted := make([]bool, len(takes))
-	err := s.w.do(ctx, func(tx *Tx) error {
-		clear(granted)
-		for i, tk := range takes {
-			// One statement: insert the slot if the notification has none
-			// and the window has room; the notification's slot then exists
-			// either way or not at all.
-			if _, err := tx.exec(`INSERT INTO throttle_slots (notification, tenant, recipient, category, taken_at)
-					SELECT ?1, ?2, ?3, ?4, ?5
-					WHERE (SELECT count(*) FROM throttle_slots
-					       WHERE tenant = ?2 AND recipient = ?3 AND category = ?4 AND taken_at > ?6) < ?7
-					ON CONFLICT (notification) DO NOTHING`,
-				tk.Notification, tk.Tenant, tk.Recipient, tk.Category, ms(now), ms(tk.Since), tk.Max); err != nil {
-				return fmt.Errorf("take throttle slot: %w", err)
-			}
-			if err := tx.queryRow(`SELECT EXISTS (SELECT 1 FROM throttle_slots WHERE notification = ?)`, tk.Notification).
-				Scan(&granted[i]); err != nil {
-				return fmt.Errorf("take throttle slot: %w", err)
-			}
-		}
-		return nil
-	})
-	return granted, err
-}

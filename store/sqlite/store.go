@@ -133,7 +133,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
 	s := &Store{path: abs, wdb: wdb, log: opts.Logger}
-	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runWrite, Dialect: dialect}
+	s.Methods = sqlstore.Methods{Read: s.runRead, Write: s.runWrite, Grouped: s.runWrite, Record: s.runRecord, Dialect: dialect}
 	if err := s.init(ctx, opts.BusyTimeout); err != nil {
 		wdb.Close()
 		return nil, openError(path, abs, err)
@@ -469,4 +469,10 @@ func (s *Store) runRead(_ context.Context, fn func(q sqlstore.Querier) error) er
 
 func (s *Store) runWrite(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	return s.w.do(ctx, func(tx *Tx) error { return fn(tx.shared()) })
+}
+
+// runRecord is a write of the dispatcher's (model.WriteRecord), queued
+// ahead of the rest.
+func (s *Store) runRecord(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return s.w.doAs(ctx, model.WriteRecord, func(tx *Tx) error { return fn(tx.shared()) })
 }

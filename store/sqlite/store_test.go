@@ -431,3 +431,56 @@ func TestFailedUpgradeLeavesThePreviousVersion(t *testing.T) {
 	}
 	st.Close()
 }
+
+// Migration 0031 carries the category throttles' slots over into the one
+// kind of slot: a notification that held one still holds it (a retry is
+// granted without a second), and it still counts in its window, until it
+// expires 366 days after it was taken (the old slots kept no per).
+func TestMigration0031KeepsThrottleSlots(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "relay.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range steps[:30] {
+		if _, err := db.Exec(m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+	}
+	if _, err := db.Exec(fmt.Sprintf(`INSERT INTO throttle_slots VALUES (1, 'acme', 'u1', 'marketing', %d); PRAGMA user_version = 30`, ms(t0))); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := t0.Add(time.Minute)
+	take := func(n int64) bool {
+		t.Helper()
+		g, err := s.TakeThrottleSlots(t.Context(), []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
+			Max: 1, Since: now.Add(-time.Hour), Expires: now.Add(time.Hour)}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g[0]
+	}
+	if !take(1) || take(2) {
+		t.Fatal("after the migration: the old slot's holder was refused, or a second slot was granted beside it")
+	}
+	for _, c := range []struct {
+		at   time.Time
+		want int64
+	}{{t0.Add(365 * 24 * time.Hour), 0}, {t0.Add(366 * 24 * time.Hour), 1}} {
+		res, err := s.Prune(t.Context(), c.at, c.at, 100)
+		if err != nil || res.ThrottleSlots != c.want {
+			t.Errorf("prune at %s: %d slots, %v; want %d", c.at, res.ThrottleSlots, err, c.want)
+		}
+	}
+}

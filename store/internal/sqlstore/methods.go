@@ -14,8 +14,9 @@ import (
 type Methods struct {
 	// Read runs a read; Write runs a write transaction; Grouped runs a
 	// small write that may share its commit with others' (Write for a
-	// driver whose every write does).
-	Read, Write, Grouped Run
+	// driver whose every write does); Record runs a write transaction of
+	// the dispatcher's, which goes ahead of the queue (model.WriteRecord).
+	Read, Write, Grouped, Record Run
 	// Dialect is the driver's SQL where it differs.
 	Dialect *Dialect
 }
@@ -177,6 +178,17 @@ func (m Methods) WaitingRuns(ctx context.Context) (n int64, next time.Time, err 
 		return err
 	})
 	return n, next, err
+}
+
+// TakeThrottleSlots decides category throttles' takes in one write of the
+// record class (the dispatcher's, just before its calls): see
+// Dialect.TakeThrottleSlots.
+func (m Methods) TakeThrottleSlots(ctx context.Context, takes []model.ThrottleTake, now time.Time) ([]bool, error) {
+	g, err := get(ctx, m.Record, func(q Querier) ([]bool, error) { return m.Dialect.TakeThrottleSlots(ctx, q, takes, now) })
+	if err != nil {
+		return nil, fmt.Errorf("take throttle slots: %w", err)
+	}
+	return g, nil
 }
 
 // DecideSteps decides the plans' steps in one write transaction (see

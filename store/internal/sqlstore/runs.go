@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"time"
 
 	"github.com/edgerelay/edgerelay/model"
@@ -113,7 +111,13 @@ func WaitingRuns(ctx context.Context, q Querier) (n int64, next time.Time, err e
 // many steps it decided (a Wait is not a decision).
 func (d *Dialect) DecideSteps(ctx context.Context, q Querier, plans []model.StepPlan, decide model.StepDecider, now time.Time) (int, error) {
 	decided := 0
-	if err := d.lockSlots(ctx, q, plans); err != nil {
+	var windows []slotWindow
+	for _, p := range plans {
+		if th := p.Throttle; th != nil {
+			windows = append(windows, slotWindow{p.Run.Tenant, p.Run.Recipient, th.Window})
+		}
+	}
+	if err := d.lockSlots(ctx, q, windows); err != nil {
 		return 0, err
 	}
 	for _, p := range plans {
@@ -136,8 +140,8 @@ func (d *Dialect) DecideSteps(ctx context.Context, q Querier, plans []model.Step
 			}
 		}
 		if p.Throttle != nil {
-			if p.Slots, err = takenSlots(ctx, q, p.Run, *p.Throttle); err != nil {
-				return decided, err
+			if p.Slots, err = countSlots(ctx, q, slotWindow{p.Run.Tenant, p.Run.Recipient, p.Throttle.Window}, p.Throttle.Since); err != nil {
+				return decided, fmt.Errorf("step %d of workflow run %d: %w", p.Run.Step, p.Run.ID, err)
 			}
 		}
 		// A batch step is decided against its batch as read, locked, here;
@@ -181,10 +185,12 @@ func (d *Dialect) writeDecision(ctx context.Context, q Querier, p model.StepPlan
 		dec.Reason += more
 	}
 	if dec.TakeSlot {
-		th := p.Throttle
-		if _, err := q.Exec(ctx, `INSERT INTO workflow_slots (run, step, tenant, recipient, scope, taken_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
-			run.ID, run.Step, run.Tenant, run.Recipient, th.Window, MS(now), MS(th.Expires)); err != nil {
+		// The window's lock is held (lockSlots) since the count the
+		// decision read: no other taker counted in between.
+		holder := fmt.Sprintf("r%d.%d", run.ID, run.Step)
+		if _, err := q.Exec(ctx, `INSERT INTO throttle_slots (holder, tenant, recipient, scope, taken_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+			holder, run.Tenant, run.Recipient, p.Throttle.Window, MS(now), MS(p.Throttle.Expires)); err != nil {
 			return fmt.Errorf("take a slot of step %d of workflow run %d: %w", run.Step, run.ID, err)
 		}
 	}
@@ -225,40 +231,6 @@ func (d *Dialect) writeDecision(ctx context.Context, q Querier, p model.StepPlan
 		return fmt.Errorf("advance workflow run %d: %w", run.ID, err)
 	}
 	return nil
-}
-
-// lockSlots takes the lock of every throttle step window the plans count
-// in, once each and in one order (sorted), before anything else is read:
-// two transactions on different nodes that count in the same windows then
-// never wait for each other in a cycle.
-func (d *Dialect) lockSlots(ctx context.Context, q Querier, plans []model.StepPlan) error {
-	if d.LockSlots == "" {
-		return nil
-	}
-	var windows []string
-	for _, p := range plans {
-		if th := p.Throttle; th != nil {
-			windows = append(windows, strconv.Quote(p.Run.Tenant)+" "+strconv.Quote(p.Run.Recipient)+" "+strconv.Quote(th.Window))
-		}
-	}
-	slices.Sort(windows)
-	for _, w := range slices.Compact(windows) {
-		if _, err := q.Exec(ctx, d.LockSlots, w); err != nil {
-			return fmt.Errorf("lock a throttle step's window: %w", err)
-		}
-	}
-	return nil
-}
-
-// takenSlots counts the slots of a throttle step's window taken after
-// th.Since by the run's recipient.
-func takenSlots(ctx context.Context, q Querier, run model.Run, th model.StepThrottle) (int, error) {
-	var n int
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM workflow_slots WHERE tenant = $1 AND recipient = $2 AND scope = $3 AND taken_at > $4`,
-		run.Tenant, run.Recipient, th.Window, MS(th.Since)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count the slots of step %d of workflow run %d: %w", run.Step, run.ID, err)
-	}
-	return n, nil
 }
 
 // insertStepNotification writes a step's notification, pending and due
@@ -407,9 +379,3 @@ func RunSteps(ctx context.Context, q Querier, run int64) ([]model.RunStep, error
 	}
 	return out, rows.Err()
 }
-
-// PruneStepSlotsSQL ($1 now, $2 a batch's size) deletes the throttle
-// steps' slots that no longer count: each is kept until its own window
-// ends, whatever prune's age.
-const PruneStepSlotsSQL = `DELETE FROM workflow_slots WHERE (run, step) IN
-	(SELECT run, step FROM workflow_slots WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)`

@@ -1,21 +1,29 @@
--- 0031: throttle steps. A run passing a throttle step takes a slot of its
--- window (the workflow's type and the step's id, per recipient), in the
--- transaction that decides the step; at most the step's max slots are
--- taken after any window's start. One slot per (run, step), so a step
--- decided again (it never is) could not take a second. expires_at is when
--- the slot stops counting: prune deletes it then, whatever its age.
-CREATE TABLE workflow_slots (
-    run        INTEGER NOT NULL,
-    step       INTEGER NOT NULL,
+-- 0031: one kind of throttle slot for category throttles and throttle
+-- steps. A slot is held by a notification (a category throttle's, taken
+-- just before the call: holder 'n' and its id) or by a run's throttle step
+-- (taken in the transaction that decides the step: 'r', the run, '.', the
+-- step), in a window: the tenant, the recipient and the scope (a
+-- category's name, or a throttle step's type/step-id: category names have
+-- no '/'). At most the throttle's max slots of a window are taken after
+-- any window's start, counted on throttle_slots_window. expires_at is when
+-- a slot stops counting (taken_at + the throttle's per): prune deletes it
+-- then, whatever prune's age, so a throttle whose per is longer than the
+-- prune age no longer forgets slots it still counts. The slots taken
+-- before this migration did not record their per: they expire 366 days
+-- after they were taken.
+CREATE TABLE throttle_slots_0031 (
+    holder     TEXT    PRIMARY KEY,
     tenant     TEXT    NOT NULL,
     recipient  TEXT    NOT NULL,
-    scope      TEXT    NOT NULL,  -- the window: type/step-id
+    scope      TEXT    NOT NULL,
     taken_at   INTEGER NOT NULL,  -- ms
-    expires_at INTEGER NOT NULL,  -- ms: taken_at + the step's per
-    PRIMARY KEY (run, step)
+    expires_at INTEGER NOT NULL   -- ms
 ) WITHOUT ROWID;
-CREATE INDEX workflow_slots_window ON workflow_slots (tenant, recipient, scope, taken_at);
-CREATE INDEX workflow_slots_expires ON workflow_slots (expires_at);
+INSERT INTO throttle_slots_0031 SELECT 'n' || notification, tenant, recipient, category, taken_at, taken_at + 366 * 86400000 FROM throttle_slots;
+DROP TABLE throttle_slots;
+ALTER TABLE throttle_slots_0031 RENAME TO throttle_slots;
+CREATE INDEX throttle_slots_window ON throttle_slots (tenant, recipient, scope, taken_at);
+CREATE INDEX throttle_slots_expires ON throttle_slots (expires_at);
 
 -- A throttle step records 'passed' or 'throttled': the outcome's CHECK is
 -- widened, which SQLite does by rebuilding the table.
