@@ -903,17 +903,14 @@ type RecipientPreferences struct {
 
 // ThrottleTake asks for one of a throttle's slots for a notification: at
 // most Max notifications of the category per recipient hold a slot taken
-// after Since (the window's start).
+// within the last Per, and a slot counts for Per after it is taken.
 type ThrottleTake struct {
 	Notification int64
 	Tenant       string
 	Recipient    string
 	Category     string
 	Max          int
-	Since        time.Time
-	// Expires is when a slot taken now stops counting (now + the
-	// throttle's per): prune deletes it then.
-	Expires time.Time
+	Per          time.Duration
 }
 
 // Member is one member of an audience as put: its recipient id, by which

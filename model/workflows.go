@@ -137,14 +137,12 @@ type StepPlan struct {
 }
 
 // StepThrottle is the window a throttle step counts in: the slots taken
-// after Since by the recipient's runs at the step (Window names the
-// workflow's type and the step's id, so a new version counts on).
+// within the last Per by the recipient's runs at the step (Window names
+// the workflow's type and the step's id, so a new version counts on). A
+// slot counts for Per after it is taken.
 type StepThrottle struct {
 	Window string
-	Since  time.Time
-	// Expires is when a slot taken now no longer counts (its window's
-	// length from now): prune may delete it then.
-	Expires time.Time
+	Per    time.Duration
 }
 
 // The attempts of a run at a batch step: the batch's leader waits for it

@@ -189,7 +189,7 @@ func needsSlot(s situation) bool {
 func (d *dispatcher) takeSlot(ctx context.Context, s *situation) {
 	c, th := s.c, s.pref.cat.Throttle
 	g, err := d.r.store.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: c.ID, Tenant: c.Tenant, Recipient: c.Recipient,
-		Category: s.pref.category, Max: th.Max, Since: s.now.Add(-th.Per), Expires: s.now.Add(th.Per)}}, s.now)
+		Category: s.pref.category, Max: th.Max, Per: th.Per}}, s.now)
 	if err != nil {
 		s.pref.err = "its throttle's slot could not be taken: " + err.Error()
 		return

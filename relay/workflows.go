@@ -389,8 +389,7 @@ func (r *Relay) StepWorkflows(ctx context.Context) (int, error) {
 			if p.broken == "" {
 				plan.Batched = p.w.Steps[run.Step].Batch != nil
 				if th := p.w.Steps[run.Step].Throttle; th != nil {
-					per := time.Duration(th.Per)
-					plan.Throttle = &model.StepThrottle{Window: run.Type + "/" + p.w.Steps[run.Step].ID, Since: now.Add(-per), Expires: now.Add(per)}
+					plan.Throttle = &model.StepThrottle{Window: run.Type + "/" + p.w.Steps[run.Step].ID, Per: time.Duration(th.Per)}
 				}
 				if s := p.w.Steps[run.Step]; s.Fallback == workflow.FallbackUndelivered && run.Attempt > 0 {
 					plan.Needs = append(plan.Needs, run.Step) // what became of the channel tried last

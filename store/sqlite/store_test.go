@@ -465,7 +465,7 @@ func TestMigration0031KeepsThrottleSlots(t *testing.T) {
 	take := func(n int64) bool {
 		t.Helper()
 		g, err := s.TakeThrottleSlots(t.Context(), []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
-			Max: 1, Since: now.Add(-time.Hour), Expires: now.Add(time.Hour)}}, now)
+			Max: 1, Per: time.Hour}}, now)
 		if err != nil {
 			t.Fatal(err)
 		}

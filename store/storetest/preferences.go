@@ -127,7 +127,7 @@ func testThrottleSlots(t *testing.T, s store.Store) {
 	take := func(n int64, now time.Time) bool {
 		t.Helper()
 		g, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
-			Max: 2, Since: now.Add(-time.Hour)}}, now)
+			Max: 2, Per: time.Hour}}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,12 +144,36 @@ func testThrottleSlots(t *testing.T, s store.Store) {
 	}
 	// Another recipient, another window.
 	g, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: 4, Tenant: "acme", Recipient: "u2", Category: "marketing",
-		Max: 2, Since: t0.Add(-time.Hour)}}, t0)
+		Max: 2, Per: time.Hour}}, t0)
 	if err != nil || !g[0] {
 		t.Fatalf("u2's first: %v, %v", g, err)
 	}
 	if !take(5, t0.Add(time.Hour+time.Second)) {
 		t.Fatal("a take after the window moved on was refused")
+	}
+	// A slot is kept while its window counts it, whatever prune's age: a
+	// weekly throttle's slot outlives a prune of everything a day old.
+	week := func(n int64, now time.Time) bool {
+		t.Helper()
+		g, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u3", Category: "digest",
+			Max: 1, Per: 7 * 24 * time.Hour}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g[0]
+	}
+	if !week(6, t0) {
+		t.Fatal("u3's first weekly slot was refused")
+	}
+	day := t0.Add(25 * time.Hour)
+	if _, err := s.Prune(ctx, day.Add(-24*time.Hour), day, 100); err != nil {
+		t.Fatal(err)
+	}
+	if week(7, day) {
+		t.Fatal("after a prune of a day's age, a second weekly slot was granted: the first was pruned while it still counted")
+	}
+	if _, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: 8, Tenant: "acme", Recipient: "u3", Category: "x", Max: 1}}, t0); err == nil {
+		t.Error("a take with no window was granted or refused; want an error")
 	}
 }
 
@@ -161,7 +185,7 @@ func testThrottleConcurrent(t *testing.T, s store.Store) {
 	for i := range 20 {
 		wg.Go(func() {
 			g, err := s.TakeThrottleSlots(ctx, []model.ThrottleTake{{Notification: int64(100 + i), Tenant: "acme", Recipient: "u1",
-				Category: "marketing", Max: 3, Since: t0.Add(-time.Hour)}}, t0)
+				Category: "marketing", Max: 3, Per: time.Hour}}, t0)
 			if err != nil {
 				t.Error(err)
 				return

@@ -593,7 +593,7 @@ func testThrottleStepPassesAtMostMax(t *testing.T, s store.Store) {
 					}
 					ps := plansOf(due)
 					for i := range ps {
-						ps[i].Throttle = &model.StepThrottle{Window: "invoice/limit", Since: now.Add(-per), Expires: now.Add(per)}
+						ps[i].Throttle = &model.StepThrottle{Window: "invoice/limit", Per: per}
 					}
 					if _, err := s.DecideSteps(t.Context(), ps, func(p model.StepPlan, _ []model.StepFact) model.StepDecision {
 						return throttleStep(p, max)

@@ -140,7 +140,7 @@ func (d *Dialect) DecideSteps(ctx context.Context, q Querier, plans []model.Step
 			}
 		}
 		if p.Throttle != nil {
-			if p.Slots, err = countSlots(ctx, q, slotWindow{p.Run.Tenant, p.Run.Recipient, p.Throttle.Window}, p.Throttle.Since); err != nil {
+			if p.Slots, err = countSlots(ctx, q, slotWindow{p.Run.Tenant, p.Run.Recipient, p.Throttle.Window}, now.Add(-p.Throttle.Per)); err != nil {
 				return decided, fmt.Errorf("step %d of workflow run %d: %w", p.Run.Step, p.Run.ID, err)
 			}
 		}
@@ -190,7 +190,7 @@ func (d *Dialect) writeDecision(ctx context.Context, q Querier, p model.StepPlan
 		holder := fmt.Sprintf("r%d.%d", run.ID, run.Step)
 		if _, err := q.Exec(ctx, `INSERT INTO throttle_slots (holder, tenant, recipient, scope, taken_at, expires_at)
 			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
-			holder, run.Tenant, run.Recipient, p.Throttle.Window, MS(now), MS(p.Throttle.Expires)); err != nil {
+			holder, run.Tenant, run.Recipient, p.Throttle.Window, MS(now), MS(now.Add(p.Throttle.Per))); err != nil {
 			return fmt.Errorf("take a slot of step %d of workflow run %d: %w", run.Step, run.ID, err)
 		}
 	}

@@ -57,10 +57,13 @@ func countSlots(ctx context.Context, q Querier, w slotWindow, since time.Time) (
 // TakeThrottleSlots decides each take in order, in q, one write
 // transaction, holding each window's lock: granted if the notification
 // holds a slot already (a retry keeps its slot), or if fewer than Max of
-// the window's slots were taken after Since, when it takes one.
+// the window's slots were taken within the last Per, when it takes one.
 func (d *Dialect) TakeThrottleSlots(ctx context.Context, q Querier, takes []model.ThrottleTake, now time.Time) ([]bool, error) {
 	windows := make([]slotWindow, len(takes))
 	for i, tk := range takes {
+		if tk.Per <= 0 || tk.Max <= 0 {
+			return nil, fmt.Errorf("take throttle slot for notification %d: a throttle of %d per %v lets nothing through", tk.Notification, tk.Max, tk.Per)
+		}
 		windows[i] = slotWindow{tk.Tenant, tk.Recipient, tk.Category}
 	}
 	if err := d.lockSlots(ctx, q, windows); err != nil {
@@ -76,13 +79,13 @@ func (d *Dialect) TakeThrottleSlots(ctx context.Context, q Querier, takes []mode
 		if granted[i] {
 			continue
 		}
-		n, err := countSlots(ctx, q, windows[i], tk.Since)
+		n, err := countSlots(ctx, q, windows[i], now.Add(-tk.Per))
 		if err != nil {
 			return nil, err
 		}
 		if granted[i] = n < tk.Max; granted[i] {
 			if _, err := q.Exec(ctx, `INSERT INTO throttle_slots (holder, tenant, recipient, scope, taken_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-				holder, tk.Tenant, tk.Recipient, tk.Category, MS(now), MS(tk.Expires)); err != nil {
+				holder, tk.Tenant, tk.Recipient, tk.Category, MS(now), MS(now.Add(tk.Per))); err != nil {
 				return nil, fmt.Errorf("take throttle slot: %w", err)
 			}
 		}
