@@ -165,12 +165,10 @@ func TestMaxAgeEndsDead(t *testing.T) {
 	if len(n.AttemptLog) >= 1000 || sum.Dead != 1 {
 		t.Errorf("%d attempts, summary %+v; want dead within the attempt budget", len(n.AttemptLog), sum)
 	}
-	if len(n.AttemptLog) == 0 {
-		return
-	}
-	if last := n.AttemptLog[len(n.AttemptLog)-1]; last.EndedAt.Sub(n.CreatedAt) > time.Second {
-		t.Errorf("last attempt ended %s after creation, want the 50ms max age to stop it early", last.EndedAt.Sub(n.CreatedAt))
-	}
+	// (The attempts' times are not bounded here: under load the gaps
+	// between them grow without the age check being any different; the
+	// attempt budget, which 5-50 ms backoffs would take about 40 s to use,
+	// is the bound.)
 }
 
 func TestRetryDeadNotification(t *testing.T) {
