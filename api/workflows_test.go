@@ -208,6 +208,8 @@ func TestWorkflowPutRefusesABadDefinition(t *testing.T) {
 			[]want{{step(0), "a", "if", "steps.b is this step or a later one", "steps[0] (a).if"}}},
 		{`{"type": "invoice.paid", "steps": [{"id": "a", "channels": ["email"]}]}`,
 			[]want{{nil, "", "type", `"invoice.paid", but it is saved for "invoice.due"`, "type:"}}},
+		{`{"steps": [{"id": "b", "batch": {"window": "1h", "schedule": "0 8 * * *"}}, {"id": "a", "channels": ["email"]}]}`,
+			[]want{{step(0), "b", "batch.window", "after a window or on a schedule, not both", "steps[0] (b).batch.window"}}},
 		// Every problem at once, each at its step.
 		{`{"steps": [{"id": "a", "channels": ["sms"]}, {"id": "b", "channels": ["email"], "if": "steps.c.sent"}, {"id": "c", "channels": ["in_app"]}]}`,
 			[]want{{step(0), "a", "channels[0]", `"sms"`, "steps[0] (a).channels[0]"}, {step(1), "b", "if", "steps.c", "steps[1] (b).if"}}},

@@ -212,6 +212,8 @@ func TestConfigProblemsOneByOne(t *testing.T) {
 			"line 4 (workflows[0].steps[0].throttle.max): 0: at least 1 run must pass in each window"},
 		{"workflow throttled read of an ending throttle", "workflows:\n  - type: t\n    steps:\n      - {id: a, throttle: {max: 2, per: 1h}}\n      - {id: b, channels: [email], if: steps.a.throttled}\n",
 			"line 5 (workflows[0].steps[1].if): steps.a ends the runs it throttles (excess: end)"},
+		{"workflow batch schedule", "workflows:\n  - type: t\n    steps:\n      - {id: a, batch: {schedule: '0 8 * *'}}\n      - {id: b, channels: [email]}\n",
+			`line 4 (workflows[0].steps[0].batch.schedule): "0 8 * *": not a cron schedule`},
 		{"workflow type twice", "workflows:\n  - {type: t, steps: [{id: a, channels: [email]}]}\n  - {type: t, steps: [{id: b, channels: [email]}]}\n",
 			`line 3 (workflows[1].type): "t" is defined for tenant default by workflows[0] already`},
 		{"unset variable", "api:\n  metrics_token: ${EDGERELAY_TEST_SURELY_UNSET}\n",

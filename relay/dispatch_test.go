@@ -212,6 +212,9 @@ type clock struct{ offset atomic.Int64 }
 func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
+// set moves the clock to about t (it goes on from there at the real pace).
+func (c *clock) set(t time.Time) { c.offset.Store(int64(time.Until(t))) }
+
 // A process claimed a notification and died before calling the provider.
 // The next process, once the lease has expired, records that attempt as
 // unknown and decides as for any unknown.

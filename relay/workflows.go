@@ -357,6 +357,10 @@ type stepPrep struct {
 	// windowEnd is when a delay until quiet hours allow ends, and why.
 	windowEnd time.Time
 	windowWhy string
+	// closes is when a batch the step opens now closes, and, for a
+	// schedule, which of its times that is.
+	closes    time.Time
+	closesWhy string
 	// broken, when set, is why the run cannot go on (its workflow version
 	// or payload no longer reads): it ends with that reason.
 	broken string
@@ -481,6 +485,9 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	if s.Delay != nil && s.Delay.Window != "" {
 		return p, r.quietWindow(ctx, run, p)
 	}
+	if s.Batch != nil && run.Attempt == 0 {
+		return p, r.batchCloses(ctx, run, p)
+	}
 	if len(s.Channels) == 0 {
 		return p, nil
 	}
@@ -603,18 +610,11 @@ func (r *Relay) quietWindow(ctx context.Context, run model.Run, p *stepPrep) err
 		p.windowWhy = fmt.Sprintf("not waiting: category %q is required, and ignores quiet hours", name)
 		return nil
 	}
-	stored, err := r.store.RecipientPreferences(ctx, run.Tenant, []string{run.Recipient})
+	stored, loc, err := r.recipientZone(ctx, run, p)
 	if err != nil {
 		return err
 	}
-	in := prefInputs{category: name, cat: cat, stored: stored[run.Recipient], loc: time.UTC}
-	zone := in.stored.TimeZone
-	if zone == "" {
-		zone = p.rc.Timezone
-	}
-	if loc, err := time.LoadLocation(zone); zone != "" && err == nil {
-		in.loc = loc
-	}
+	in := prefInputs{category: name, cat: cat, stored: stored, loc: loc}
 	w, why, ok := quietFor(in)
 	if !ok {
 		p.windowWhy = "not waiting: the recipient has no quiet hours"
@@ -625,6 +625,43 @@ func (r *Relay) quietWindow(ctx context.Context, run model.Run, p *stepPrep) err
 		p.windowWhy = fmt.Sprintf("waiting for the end of quiet hours %s in %s (%s), until %s",
 			w, in.loc, why, end.In(in.loc).Format("2006-01-02 15:04 MST"))
 	}
+	return nil
+}
+
+// recipientZone reads the run's recipient's stored preferences and the
+// time zone their times are read in: the one they set, else the event's
+// for them, else UTC.
+func (r *Relay) recipientZone(ctx context.Context, run model.Run, p *stepPrep) (model.RecipientPreferences, *time.Location, error) {
+	stored, err := r.store.RecipientPreferences(ctx, run.Tenant, []string{run.Recipient})
+	if err != nil {
+		return model.RecipientPreferences{}, nil, err
+	}
+	zone := stored[run.Recipient].TimeZone
+	if zone == "" {
+		zone = p.rc.Timezone
+	}
+	if loc, err := time.LoadLocation(zone); zone != "" && err == nil {
+		return stored[run.Recipient], loc, nil
+	}
+	return stored[run.Recipient], time.UTC, nil
+}
+
+// batchCloses sets when a batch the run's batch step opens (or takes over)
+// now closes: a window from now, or the schedule's next time in the
+// recipient's zone.
+func (r *Relay) batchCloses(ctx context.Context, run model.Run, p *stepPrep) error {
+	now := r.now()
+	b := p.w.Steps[run.Step].Batch
+	if b.Schedule == "" {
+		p.closes, p.closesWhy = p.w.BatchCloses(run.Step, now, time.UTC), ""
+		return nil
+	}
+	_, loc, err := r.recipientZone(ctx, run, p)
+	if err != nil {
+		return err
+	}
+	p.closes = p.w.BatchCloses(run.Step, now, loc)
+	p.closesWhy = fmt.Sprintf(" (the next %s of %q in %s)", p.closes.In(loc).Format("2006-01-02 15:04 MST"), b.Schedule, loc)
 	return nil
 }
 
@@ -742,6 +779,9 @@ func decideThrottle(plan model.StepPlan, s workflow.Step, dec *model.StepDecisio
 func decideBatch(p *stepPrep, plan model.StepPlan, s workflow.Step, dec model.StepDecision, now time.Time) model.StepDecision {
 	run, b := plan.Run, plan.Batch
 	window := time.Duration(s.Batch.Window)
+	if s.Batch.Schedule != "" {
+		window = max(p.closes.Sub(now), time.Millisecond) // closes is after the time it was read at, itself after now
+	}
 	stay := func(attempt int, due time.Time) {
 		dec.Next, dec.NextAttempt, dec.NextDue, dec.Done = run.Step, attempt, later(due, now), false
 	}
@@ -749,8 +789,8 @@ func decideBatch(p *stepPrep, plan model.StepPlan, s workflow.Step, dec model.St
 	switch {
 	case run.Attempt == 0 && b == nil:
 		dec.Batch, dec.Window = model.BatchOpen, window
-		dec.Reason = fmt.Sprintf("opened a batch: %s's runs of %s reaching this step until %s join it",
-			run.Recipient, run.Type, now.Add(window).Format(time.RFC3339))
+		dec.Reason = fmt.Sprintf("opened a batch: %s's runs of %s reaching this step until %s%s join it",
+			run.Recipient, run.Type, now.Add(window).Format(time.RFC3339), p.closesWhy)
 		if s.Batch.Max > 0 {
 			dec.Reason += fmt.Sprintf(" (or until it holds %d)", s.Batch.Max)
 		}

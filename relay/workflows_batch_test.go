@@ -106,3 +106,68 @@ func TestWorkflowBatchesADigest(t *testing.T) {
 		}
 	})
 }
+
+// A digest at 08:00 where each recipient is: a batch step with a schedule
+// closes at its next 08:00 in the recipient's time zone (the one the event
+// gives, else UTC), so u1 in Berlin gets the day's comments an hour
+// before u2, and the next comment opens the next day's batch.
+func TestWorkflowBatchOnASchedule(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, db string) {
+		sim := setupSim(t, true)
+		clk := &clock{}
+		clk.set(time.Date(2026, 3, 2, 5, 30, 0, 0, time.UTC)) // 06:30 in Berlin
+		r := setupRelayAt(t, db, Options{Routes: Routes{"email": {sim.provider(t, "honoured")}}, Now: clk.now})
+		ctx := context.Background()
+		key, err := TemplateKey("acme", "comment.created", "email", "en")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.PutTemplate(ctx, key, map[string]string{"subject": "{{.batch.count}} new",
+			"text": "{{range .batch.items}}{{.data.text}};{{end}}"}); err != nil {
+			t.Fatal(err)
+		}
+		putWorkflow(t, r, "acme", "comment.created", `{"steps": [
+		{"id": "daily", "batch": {"schedule": "0 8 * * *"}},
+		{"id": "email", "channels": ["email"]}]}`)
+		u1 := Recipient{ID: "u1", Email: "u1@example.com", Timezone: "Europe/Berlin"}
+		u2 := Recipient{ID: "u2", Email: "u2@example.com"}
+		for i, text := range []string{"a", "b"} {
+			accept(t, r, Event{ID: fmt.Sprintf("c%d", i), Type: "comment.created", Tenant: "acme", Data: []byte(`{"text":"` + text + `"}`),
+				Recipients: []Recipient{u1, u2}})
+			stepAll(t, r)
+			clk.advance(time.Minute)
+		}
+		deliveries := func(at time.Time) map[string]string {
+			t.Helper()
+			clk.set(at)
+			stepAll(t, r)
+			if _, err := r.RunUntilIdle(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, d := range sim.srv.Deliveries() {
+				got[d.To] += d.Subject + " " + d.Text + " | "
+			}
+			return got
+		}
+		if got := deliveries(time.Date(2026, 3, 2, 6, 59, 59, 0, time.UTC)); len(got) != 0 {
+			t.Fatalf("before 08:00 in Berlin: %v; want nothing", got)
+		}
+		if got := deliveries(time.Date(2026, 3, 2, 7, 0, 1, 0, time.UTC)); len(got) != 1 || got["u1@example.com"] != "2 new a;b; | " {
+			t.Fatalf("after 08:00 in Berlin: %v; want u1's digest of both", got)
+		}
+		accept(t, r, Event{ID: "c9", Type: "comment.created", Tenant: "acme", Data: []byte(`{"text":"c"}`), Recipients: []Recipient{u1}})
+		stepAll(t, r)
+		if got := deliveries(time.Date(2026, 3, 2, 8, 0, 1, 0, time.UTC)); len(got) != 2 || got["u2@example.com"] != "2 new a;b; | " || got["u1@example.com"] != "2 new a;b; | " {
+			t.Fatalf("after 08:00 UTC: %v; want u2's digest too, and u1's next not yet", got)
+		}
+		runs := runsByRecipient(t, r, model.RunFilter{Tenant: "acme"})
+		if v := runs["c9/u1"]; v.State != model.RunWaiting || !strings.Contains(v.Steps[0].Reason, `(the next 2026-03-03 08:00 CET of "0 8 * * *" in Europe/Berlin)`) {
+			t.Fatalf("c9's run = %+v; want it leading tomorrow's batch, saying when", v)
+		}
+		if got := deliveries(time.Date(2026, 3, 3, 7, 0, 1, 0, time.UTC)); got["u1@example.com"] != "2 new a;b; | 1 new c; | " {
+			t.Fatalf("the next day: %v; want u1's second digest", got)
+		}
+	})
+}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/expr-lang/expr/vm"
+	"github.com/robfig/cron/v3"
 )
 
 // Definition is a workflow as written.
@@ -96,10 +97,15 @@ type Delay struct {
 // WindowAllowed is the one Delay.Window: outside the recipient's quiet hours.
 const WindowAllowed = "allowed"
 
-// Batch is a batch step's window.
+// Batch is a batch step's window: exactly one of Window and Schedule.
 type Batch struct {
 	// Window is how long the first run to reach the step waits for others.
-	Window Duration `json:"window" yaml:"window"`
+	Window Duration `json:"window,omitempty" yaml:"window,omitempty"`
+	// Schedule closes the batch at the schedule's next time after it
+	// opens, in the recipient's time zone: a cron expression of five
+	// fields, or @hourly, @daily, @weekly ("0 8 * * *": a digest at 08:00
+	// where each recipient is).
+	Schedule string `json:"schedule,omitempty" yaml:"schedule,omitempty"`
 	// Max, when set, ends the window early once this many runs are in it.
 	Max int `json:"max,omitempty" yaml:"max,omitempty"`
 }
@@ -219,6 +225,8 @@ type Workflow struct {
 type checkedStep struct {
 	cond  *vm.Program
 	needs []Ref
+	// closes is a batch step's schedule (nil for a window).
+	closes cron.Schedule
 }
 
 // Ref is one fact a condition reads: an earlier step's state.
@@ -281,13 +289,9 @@ func Check(def Definition, opts Options) (*Workflow, error) {
 		case s.Delay != nil:
 			delays += checkDelay(i, s, bad)
 		case s.Batch != nil:
-			if s.Batch.Window <= 0 {
-				bad(i, "batch.window", "a batch window of more than 0 is required (such as 10m)")
-			}
-			if s.Batch.Max < 0 {
-				bad(i, "batch.max", "%d: at least 0 (0 for no limit)", s.Batch.Max)
-			}
-			delays += time.Duration(s.Batch.Window)
+			var gap time.Duration
+			w.steps[i].closes, gap = checkBatch(i, s.Batch, bad)
+			delays += gap
 		case s.Throttle != nil:
 			checkThrottle(i, s.Throttle, opts, bad)
 		}
@@ -295,6 +299,7 @@ func Check(def Definition, opts Options) (*Workflow, error) {
 			bad(i, "fallback", "fallback, within and template belong to a channel step")
 		}
 		if s.If != "" {
+			closes := w.steps[i].closes
 			p, needs, err := compile(s.If, true, func(id string) error {
 				j, ok := index[id]
 				switch {
@@ -325,7 +330,7 @@ func Check(def Definition, opts Options) (*Workflow, error) {
 					bad(i, "if", "steps.%s ends the runs it throttles (excess: %s): a later step never sees it throttled (set excess: %s)", ref.Step, ExcessEnd, ExcessContinue)
 				}
 			}
-			w.steps[i] = checkedStep{cond: p, needs: needs}
+			w.steps[i] = checkedStep{cond: p, needs: needs, closes: closes}
 		}
 		if stepID.MatchString(s.ID) {
 			if _, dup := index[s.ID]; !dup {
@@ -355,6 +360,68 @@ func kind(s Step) string {
 		return "throttle"
 	}
 	return "channel"
+}
+
+// batchSpecs reads a batch schedule: five cron fields or a descriptor.
+// "@every" is a window, and is refused as a schedule.
+var batchSpecs = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// checkBatch checks a batch step's window or schedule and returns the
+// schedule (nil for a window) and the longest a batch may stay open.
+func checkBatch(i int, b *Batch, bad func(int, string, string, ...any)) (cron.Schedule, time.Duration) {
+	if b.Max < 0 {
+		bad(i, "batch.max", "%d: at least 0 (0 for no limit)", b.Max)
+	}
+	switch {
+	case b.Window != 0 && b.Schedule != "":
+		bad(i, "batch.window", "a batch closes after a window or on a schedule, not both")
+		return nil, 0
+	case b.Schedule == "":
+		if b.Window <= 0 {
+			bad(i, "batch.window", "a batch window of more than 0 is required (such as 10m), or a schedule")
+		}
+		return nil, time.Duration(b.Window)
+	case strings.HasPrefix(b.Schedule, "@every"):
+		bad(i, "batch.schedule", "%q: a batch that closes a fixed time after it opens is a window (window: 1h)", b.Schedule)
+		return nil, 0
+	case strings.Contains(b.Schedule, "TZ="):
+		bad(i, "batch.schedule", "%q: the schedule is read in each recipient's time zone; name none", b.Schedule)
+		return nil, 0
+	}
+	sched, err := batchSpecs.Parse(b.Schedule)
+	if err != nil {
+		bad(i, "batch.schedule", "%q: not a cron schedule of five fields or @hourly, @daily, @weekly: %v", b.Schedule, err)
+		return nil, 0
+	}
+	return sched, longestGap(sched)
+}
+
+// longestGap is the longest wait for the schedule's next time over a
+// year from 2026-01-01 in UTC (the gaps in other zones differ by their
+// offset changes, an hour or so): a schedule that waits longer than a
+// run may is refused for it, as a long window is.
+func longestGap(s cron.Schedule) time.Duration {
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := from.AddDate(1, 0, 0)
+	var gap time.Duration
+	for t, n := from, 0; t.Before(end) && n < 10000; n++ {
+		next := s.Next(t)
+		if next.IsZero() {
+			return 1 << 62 // never: over any bound
+		}
+		gap = max(gap, next.Sub(t))
+		t = next
+	}
+	return gap
+}
+
+// BatchCloses is when a batch that step i opens at now closes: a window
+// after now, or the schedule's next time after now in loc.
+func (w *Workflow) BatchCloses(i int, now time.Time, loc *time.Location) time.Time {
+	if s := w.steps[i].closes; s != nil {
+		return s.Next(now.In(loc))
+	}
+	return now.Add(time.Duration(w.Steps[i].Batch.Window))
 }
 
 // checkThrottle checks a throttle step's limit. Its window is bounded

@@ -47,6 +47,9 @@ func TestCheckAcceptsTheExamples(t *testing.T) {
 			{"id": "now", "channels": ["email"], "if": "!steps.limit.throttled"},
 			{"id": "gather", "batch": {"window": "1h"}, "if": "steps.limit.throttled"},
 			{"id": "digest", "channels": ["email"], "template": "comment.digest", "if": "steps.limit.throttled"}]}`,
+		// A digest at 08:00 where each recipient is, and one each Monday.
+		`{"type": "daily", "steps": [{"id": "gather", "batch": {"schedule": "0 8 * * *", "max": 100}}, {"id": "email", "channels": ["email"]}]}`,
+		`{"type": "weekly", "steps": [{"id": "gather", "batch": {"schedule": "@weekly"}}, {"id": "email", "channels": ["email"]}]}`,
 		// At most one a day; the rest end at the throttle.
 		`{"type": "nudge", "steps": [{"id": "daily", "throttle": {"max": 1, "per": "24h"}}, {"id": "email", "channels": ["email"]}]}`,
 	} {
@@ -106,6 +109,13 @@ func TestCheckNamesEachProblem(t *testing.T) {
 			[]string{"steps: the delays and batch windows add up to 721h0m0s, over the 720h0m0s"}},
 		{`{"type": "t", "steps": [{"id": "b", "batch": {"window": "0s"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (b).batch.window:"}},
 		{`{"type": "t", "steps": [{"id": "w", "delay": {"for": "1m"}}]}`, []string{"steps: no step sends anything"}},
+		// Batch schedules.
+		{`{"type": "t", "steps": [{"id": "b", "batch": {"window": "1h", "schedule": "0 8 * * *"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (b).batch.window: a batch closes after a window or on a schedule, not both"}},
+		{`{"type": "t", "steps": [{"id": "b", "batch": {"schedule": "0 25 * * *"}}, {"id": "a", "channels": ["email"]}]}`, []string{`steps[0] (b).batch.schedule: "0 25 * * *": not a cron schedule`}},
+		{`{"type": "t", "steps": [{"id": "b", "batch": {"schedule": "@every 1h"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (b).batch.schedule:", "is a window"}},
+		{`{"type": "t", "steps": [{"id": "b", "batch": {"schedule": "CRON_TZ=Europe/Berlin 0 8 * * *"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (b).batch.schedule:", "each recipient's time zone"}},
+		{`{"type": "t", "steps": [{"id": "b", "batch": {"schedule": "0 8 1 1 *"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps: the delays and batch windows add up to", "over the 720h0m0s"}},
+		{`{"type": "t", "steps": [{"id": "b", "batch": {"schedule": "0 0 30 2 *"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps: the delays and batch windows add up to"}},
 		// Throttles.
 		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 0, "per": "1h"}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (l).throttle.max: 0: at least 1"}},
 		{`{"type": "t", "steps": [{"id": "l", "throttle": {"max": 2}}, {"id": "a", "channels": ["email"]}]}`, []string{"steps[0] (l).throttle.per: a window of more than 0"}},
@@ -285,6 +295,33 @@ func TestUntilOf(t *testing.T) {
 		got, ok, err := UntilOf(c.path, data)
 		if !got.Equal(c.want) || ok != c.ok || (err != nil) != c.hasErr {
 			t.Errorf("%s: %v %v %v", c.path, got, ok, err)
+		}
+	}
+}
+
+// A batch schedule closes at its next time in the recipient's zone; a
+// window a fixed time after the batch opened.
+func TestBatchCloses(t *testing.T) {
+	w, err := Check(parse(t, `{"type": "t", "steps": [{"id": "b", "batch": {"schedule": "0 8 * * *"}}, {"id": "w", "batch": {"window": "10m"}}, {"id": "a", "channels": ["email"]}]}`), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 3, 2, 6, 30, 0, 0, time.UTC) // 07:30 in Berlin
+	for _, c := range []struct {
+		step int
+		loc  *time.Location
+		want time.Time
+	}{
+		{0, berlin, time.Date(2026, 3, 2, 7, 0, 0, 0, time.UTC)},
+		{0, time.UTC, time.Date(2026, 3, 2, 8, 0, 0, 0, time.UTC)},
+		{1, berlin, now.Add(10 * time.Minute)},
+	} {
+		if got := w.BatchCloses(c.step, now, c.loc); !got.Equal(c.want) {
+			t.Errorf("step %d in %s: closes %s, want %s", c.step, c.loc, got.UTC(), c.want)
 		}
 	}
 }
