@@ -61,7 +61,7 @@ func NewMetrics() *Metrics {
 	m.receiptsIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_receipts_total",
 		Help: "Delivery receipts received from providers, by status (replays included)."}, []string{"provider", "status"})
 	m.steps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgerelay_workflow_steps_total",
-		Help: "Workflow steps decided, by outcome: sent (its notification or in-app item written), skipped (its condition did not hold, or nothing could be sent), delayed."},
+		Help: "Workflow steps decided, by outcome: sent (its notification or in-app item written), skipped (its condition did not hold, or nothing could be sent), delayed, batched (a batch opened, joined or closed), passed and throttled (a throttle step)."},
 		[]string{"outcome"})
 	m.quarantined = prometheus.NewCounter(prometheus.CounterOpts{Name: "edgerelay_events_quarantined_total",
 		Help: "Events whose fan-out was quarantined (its stored payload no longer decodes, or it does not advance): see edgerelay quarantine list."})

@@ -422,8 +422,9 @@ func TestWorkflowRunsOverHTTP(t *testing.T) {
 // with its step and field named.
 func TestWorkflowThrottleOverHTTP(t *testing.T) {
 	t.Parallel()
+	const metricsTok = "tok-metrics-0123456789"
 	clk := &clock{now: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
-	b := workflowBundle(t, options{Relay: relay.Options{Now: clk.Now}})
+	b := workflowBundle(t, options{Relay: relay.Options{Now: clk.Now}, Metrics: true, API: api.Options{MetricsToken: metricsTok}})
 	path := "/v1/workflows/invoice.due"
 	p := wantWorkflowInvalid(t, b.do(t, "PUT", path, `{"steps": [{"id": "daily", "throttle": {"max": 0, "per": "0s", "excess": "later"}}, {"id": "email", "channels": ["email"]}]}`, tplAcme()...))
 	if len(p.Problems) != 3 || p.Field != "steps[0].throttle.max" || p.Problems[1].Field != "throttle.per" || p.Problems[2].Field != "throttle.excess" {
@@ -458,6 +459,14 @@ func TestWorkflowThrottleOverHTTP(t *testing.T) {
 			if len(run.Steps) != 2 || first.Outcome != model.StepPassed || run.Steps[1].Outcome != model.StepSent {
 				t.Errorf("run of %s = %+v, want passed, then sent", run.EventID, run)
 			}
+		}
+	}
+	// /metrics counts the steps by outcome.
+	text := string(b.do(t, "GET", "/metrics", "", "Authorization", "Bearer "+metricsTok).body)
+	for _, want := range []string{`edgerelay_workflow_steps_total{outcome="passed"} 3`, `edgerelay_workflow_steps_total{outcome="throttled"} 1`,
+		`edgerelay_workflow_steps_total{outcome="sent"} 3`} {
+		if !strings.Contains(text, "\n"+want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, text)
 		}
 	}
 }

@@ -182,7 +182,7 @@ type Observer interface {
 	// Quarantined reports an event whose fan-out was quarantined.
 	Quarantined(tenant string)
 	// Stepped reports one workflow step decided, by its outcome (sent,
-	// skipped, delayed).
+	// skipped, delayed, batched, passed, throttled).
 	Stepped(outcome string)
 }
 
