@@ -178,10 +178,11 @@ func (s *Server) streamFeed(w http.ResponseWriter, r *http.Request, c caller) re
 	}
 	defer s.hub.leave(tenant, user, ls)
 	// The first read checks tenant and user (a refused one leaves at once).
-	window, readMark, err := s.r.FeedPage(ctx, tenant, user, 0, streamWindow)
+	snap, err := s.streamSnapshot(ctx, tenant, user)
 	if err != nil {
 		return s.paramError(err, "tenant", "user")
 	}
+	window := snap.window
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -207,7 +208,7 @@ func (s *Server) streamFeed(w http.ResponseWriter, r *http.Request, c caller) re
 			st.shown[it.Seq] = it.Read
 		}
 	}
-	if !send("retry: 2000\n\n") || !s.streamRead(ctx, tenant, user, st, window, readMark, send) {
+	if !send("retry: 2000\n\n") || !s.streamRead(ctx, tenant, user, st, snap, send) {
 		return response{streamed: true}
 	}
 	beat := time.NewTicker(s.opts.StreamHeartbeat)
@@ -223,14 +224,14 @@ func (s *Server) streamFeed(w http.ResponseWriter, r *http.Request, c caller) re
 				return response{streamed: true}
 			}
 		case <-ls.wake:
-			window, readMark, err := s.r.FeedPage(ctx, tenant, user, 0, streamWindow)
+			snap, err := s.streamSnapshot(ctx, tenant, user)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("stream read failed; retrying at the next change or sweep", "err", err)
 				}
 				continue
 			}
-			if !s.streamRead(ctx, tenant, user, st, window, readMark, send) {
+			if !s.streamRead(ctx, tenant, user, st, snap, send) {
 				return response{streamed: true}
 			}
 		}
@@ -241,8 +242,8 @@ func (s *Server) streamFeed(w http.ResponseWriter, r *http.Request, c caller) re
 // first, each with its seq as id; read and dismiss changes among the
 // newest items; the counts if they changed. window is the feed's newest
 // page, just read. It reports false once the client is gone.
-func (s *Server) streamRead(ctx context.Context, tenant, user string, st *streamState, window []model.FeedItem, readMark int64,
-	send func(string, ...any) bool) bool {
+func (s *Server) streamRead(ctx context.Context, tenant, user string, st *streamState, snap streamSnap, send func(string, ...any) bool) bool {
+	window := snap.window
 	newest := window
 	fresh := []model.FeedItem{}
 	for _, it := range window {
@@ -275,7 +276,7 @@ func (s *Server) streamRead(ctx context.Context, tenant, user string, st *stream
 		if !send("id: %d\nevent: reset\ndata: {\"reason\": \"more than %d items missed: read the feed again\"}\n\n", st.pos, streamCatchUp) {
 			return false
 		}
-		return s.streamCounts(ctx, tenant, user, st, readMark, send)
+		return streamSendCounts(st, snap, send)
 	}
 	for i := len(fresh) - 1; i >= 0; i-- {
 		it := fresh[i]
@@ -317,16 +318,34 @@ func (s *Server) streamRead(ctx context.Context, tenant, user string, st *stream
 			delete(st.shown, seq) // out of the window: no longer watched
 		}
 	}
-	return s.streamCounts(ctx, tenant, user, st, readMark, send)
+	return streamSendCounts(st, snap, send)
 }
 
-// streamCounts sends the unread count and read watermark if they changed.
-func (s *Server) streamCounts(ctx context.Context, tenant, user string, st *streamState, readMark int64, send func(string, ...any) bool) bool {
+// streamSnap is what one wake of a stream reads: the unread count, then
+// the feed's newest page and read watermark. The count is read first, so
+// every item it counts was committed before the page was read: the count
+// a stream sends never counts an item it has not sent yet. (Read the
+// other way round, an item committed between the two reads was counted
+// before it was sent.) An item committed after the count is sent with a
+// count that lags it, until the wake its commit signalled reads again.
+type streamSnap struct {
+	unread   int64
+	window   []model.FeedItem
+	readMark int64
+}
+
+func (s *Server) streamSnapshot(ctx context.Context, tenant, user string) (streamSnap, error) {
 	n, err := s.r.UnreadCount(ctx, tenant, user)
 	if err != nil {
-		return ctx.Err() == nil
+		return streamSnap{}, err
 	}
-	now := streamCounts{Unread: n, ReadUpTo: readMark}
+	window, readMark, err := s.r.FeedPage(ctx, tenant, user, 0, streamWindow)
+	return streamSnap{unread: n, window: window, readMark: readMark}, err
+}
+
+// streamSendCounts sends the unread count and read watermark if they changed.
+func streamSendCounts(st *streamState, snap streamSnap, send func(string, ...any) bool) bool {
+	now := streamCounts{Unread: snap.unread, ReadUpTo: snap.readMark}
 	if st.state != nil && *st.state == now {
 		return true
 	}

@@ -391,3 +391,61 @@ func TestFeedStreamAcrossPostgresNodes(t *testing.T) {
 		t.Fatalf("after the cut node 2 streamed %+v, want e2 at %d", it, seq)
 	}
 }
+
+// The unread count a stream sends never counts an item it has not sent:
+// while another client posts sixty items to ada's feed as fast as it can,
+// each state's unread is at most the two unread before plus the items
+// received so far, and the stream ends at 62 with every item once. (With
+// the count read after the page, an item committed between the two reads
+// was counted before it was sent: TestFeedStreamLive saw it once as a
+// state of 3 where it waited for e4.)
+func TestFeedStreamCountsOnlyWhatItSent(t *testing.T) {
+	t.Parallel()
+	b, _, _, acmeKey, _ := userTokenSetup(t)
+	s, rep := b.openStream(t, "ada", mint(t, acmeKey, "acme", "ada")...)
+	if s == nil {
+		t.Fatalf("open: %s", rep)
+	}
+	if c := s.state(t); c.Unread != 2 {
+		t.Fatalf("first state: %+v, want 2 unread", c)
+	}
+	const n = 60
+	posted := make(chan struct{})
+	defer func() { <-posted }() // the store is closed only after the posts end
+	go func() {
+		defer close(posted)
+		for i := range n {
+			ev := feedEvent("h"+strconv.Itoa(i), "item", "@ada")
+			ev.Tenant = "acme"
+			if _, err := b.r.Accept(context.Background(), ev); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	seen := map[int64]bool{}
+	for {
+		ev := s.next(t)
+		switch ev.event {
+		case "item":
+			seq, _ := strconv.ParseInt(ev.id, 10, 64)
+			if seen[seq] {
+				t.Fatalf("item %d sent twice", seq)
+			}
+			seen[seq] = true
+		case "state":
+			var c counts
+			if err := json.Unmarshal([]byte(ev.data), &c); err != nil {
+				t.Fatal(err)
+			}
+			if c.Unread > int64(2+len(seen)) {
+				t.Fatalf("state %+v after %d items: it counts items not sent yet", c, len(seen))
+			}
+			if c.Unread == 2+n && len(seen) == n {
+				return
+			}
+		case "reset":
+			t.Fatalf("reset: %+v", ev)
+		}
+	}
+}
