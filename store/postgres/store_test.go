@@ -798,3 +798,53 @@ func TestSecretOneValueAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// Migration 0031, with rows (as store/sqlite's test): a category
+// throttle's slot taken before it is still held by its notification and
+// still counts in its window; it expires 366 days after it was taken.
+func TestMigration0031KeepsThrottleSlots(t *testing.T) {
+	t.Parallel()
+	u := pgtest.Start(t)
+	c := conn(t, u)
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	if _, err := c.Exec(t.Context(), `CREATE TABLE schema_version (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL, pinged_at bigint);
+		INSERT INTO schema_version (version) VALUES (30)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files[:30] {
+		b, _ := os.ReadFile(f)
+		if _, err := c.Exec(t.Context(), string(b)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	if _, err := c.Exec(t.Context(), `INSERT INTO throttle_slots VALUES (1, 'acme', 'u1', 'marketing', $1)`, t0.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, u)
+	now := t0.Add(time.Minute)
+	take := func(n int64) bool {
+		t.Helper()
+		g, err := s.TakeThrottleSlots(t.Context(), []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
+			Max: 1, Per: time.Hour}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g[0]
+	}
+	if !take(1) || take(2) {
+		t.Fatal("after the migration: the old slot's holder was refused, or a second slot was granted beside it")
+	}
+	for _, p := range []struct {
+		at   time.Time
+		want int64
+	}{{t0.Add(365 * 24 * time.Hour), 0}, {t0.Add(366 * 24 * time.Hour), 1}} {
+		res, err := s.Prune(t.Context(), p.at, p.at, 100)
+		if err != nil || res.ThrottleSlots != p.want {
+			t.Errorf("prune at %s: %d slots, %v; want %d", p.at, res.ThrottleSlots, err, p.want)
+		}
+	}
+}
