@@ -357,8 +357,8 @@ type stepPrep struct {
 	// windowEnd is when a delay until quiet hours allow ends, and why.
 	windowEnd time.Time
 	windowWhy string
-	// closes is when a batch the step opens now closes, and, for a
-	// schedule, which of its times that is.
+	// closes is when a batch a scheduled batch step opens now closes,
+	// and which of the schedule's times that is.
 	closes    time.Time
 	closesWhy string
 	// broken, when set, is why the run cannot go on (its workflow version
@@ -485,7 +485,7 @@ func (r *Relay) prepareStep(ctx context.Context, run model.Run, events map[int64
 	if s.Delay != nil && s.Delay.Window != "" {
 		return p, r.quietWindow(ctx, run, p)
 	}
-	if s.Batch != nil && run.Attempt == 0 {
+	if s.Batch != nil && s.Batch.Schedule != "" && run.Attempt == 0 {
 		return p, r.batchCloses(ctx, run, p)
 	}
 	if len(s.Channels) == 0 {
@@ -646,16 +646,12 @@ func (r *Relay) recipientZone(ctx context.Context, run model.Run, p *stepPrep) (
 	return stored[run.Recipient], time.UTC, nil
 }
 
-// batchCloses sets when a batch the run's batch step opens (or takes over)
-// now closes: a window from now, or the schedule's next time in the
-// recipient's zone.
+// batchCloses sets when a batch that the run's scheduled batch step opens
+// (or takes over) now closes: the schedule's next time in the recipient's
+// zone. (A window's batch closes the window after the decision.)
 func (r *Relay) batchCloses(ctx context.Context, run model.Run, p *stepPrep) error {
 	now := r.now()
 	b := p.w.Steps[run.Step].Batch
-	if b.Schedule == "" {
-		p.closes, p.closesWhy = p.w.BatchCloses(run.Step, now, time.UTC), ""
-		return nil
-	}
 	_, loc, err := r.recipientZone(ctx, run, p)
 	if err != nil {
 		return err

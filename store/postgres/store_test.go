@@ -19,6 +19,7 @@ import (
 	"github.com/edgerelay/edgerelay/model"
 	"github.com/edgerelay/edgerelay/store"
 	"github.com/edgerelay/edgerelay/store/postgres"
+	"github.com/edgerelay/edgerelay/store/storetest"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -825,26 +826,5 @@ func TestMigration0031KeepsThrottleSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := open(t, u)
-	now := t0.Add(time.Minute)
-	take := func(n int64) bool {
-		t.Helper()
-		g, err := s.TakeThrottleSlots(t.Context(), []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
-			Max: 1, Per: time.Hour}}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g[0]
-	}
-	if !take(1) || take(2) {
-		t.Fatal("after the migration: the old slot's holder was refused, or a second slot was granted beside it")
-	}
-	for _, p := range []struct {
-		at   time.Time
-		want int64
-	}{{t0.Add(365 * 24 * time.Hour), 0}, {t0.Add(366 * 24 * time.Hour), 1}} {
-		res, err := s.Prune(t.Context(), p.at, p.at, 100)
-		if err != nil || res.ThrottleSlots != p.want {
-			t.Errorf("prune at %s: %d slots, %v; want %d", p.at, res.ThrottleSlots, err, p.want)
-		}
-	}
+	storetest.MigratedThrottleSlot(t, s, t0)
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/edgerelay/edgerelay/model"
+	"github.com/edgerelay/edgerelay/store/storetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -461,26 +462,5 @@ func TestMigration0031KeepsThrottleSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	now := t0.Add(time.Minute)
-	take := func(n int64) bool {
-		t.Helper()
-		g, err := s.TakeThrottleSlots(t.Context(), []model.ThrottleTake{{Notification: n, Tenant: "acme", Recipient: "u1", Category: "marketing",
-			Max: 1, Per: time.Hour}}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g[0]
-	}
-	if !take(1) || take(2) {
-		t.Fatal("after the migration: the old slot's holder was refused, or a second slot was granted beside it")
-	}
-	for _, c := range []struct {
-		at   time.Time
-		want int64
-	}{{t0.Add(365 * 24 * time.Hour), 0}, {t0.Add(366 * 24 * time.Hour), 1}} {
-		res, err := s.Prune(t.Context(), c.at, c.at, 100)
-		if err != nil || res.ThrottleSlots != c.want {
-			t.Errorf("prune at %s: %d slots, %v; want %d", c.at, res.ThrottleSlots, err, c.want)
-		}
-	}
+	storetest.MigratedThrottleSlot(t, s, t0)
 }

@@ -437,6 +437,14 @@ func batchStep(p model.StepPlan, now time.Time, window time.Duration, max int) m
 // now until none is, each deciding with batchStep.
 func stepBatches(t *testing.T, s store.Store, deciders int, now time.Time, window time.Duration, max int) {
 	t.Helper()
+	decideAtOnce(t, s, deciders, now, func(p *model.StepPlan) { p.Needs, p.Batched = nil, true },
+		func(p model.StepPlan, _ []model.StepFact) model.StepDecision { return batchStep(p, now, window, max) })
+}
+
+// decideAtOnce runs deciders (nodes' steppers) at once over the runs due
+// at now until none is, each plan marked by mark and decided by decide.
+func decideAtOnce(t *testing.T, s store.Store, deciders int, now time.Time, mark func(*model.StepPlan), decide model.StepDecider) {
+	t.Helper()
 	var wg sync.WaitGroup
 	for range deciders {
 		wg.Go(func() {
@@ -450,13 +458,11 @@ func stepBatches(t *testing.T, s store.Store, deciders int, now time.Time, windo
 				}
 				ps := plansOf(due)
 				for i := range ps {
-					ps[i].Needs, ps[i].Batched = nil, true
+					mark(&ps[i])
 				}
 				// A run another decider holds is due again until it commits;
 				// one told to wait is due later: DueRuns ends the loop.
-				if _, err := s.DecideSteps(t.Context(), ps, func(p model.StepPlan, _ []model.StepFact) model.StepDecision {
-					return batchStep(p, now, window, max)
-				}, now); err != nil {
+				if _, err := s.DecideSteps(t.Context(), ps, decide, now); err != nil {
 					t.Error(err)
 					return
 				}
@@ -580,31 +586,8 @@ func testThrottleStepPassesAtMostMax(t *testing.T, s store.Store) {
 			in = append(in, runEvent("acme", fmt.Sprintf("%s-%02d", prefix, i), 2, "", ""))
 		}
 		accept(t, s, now, in...)
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				for {
-					due, err := s.DueRuns(t.Context(), now, 8)
-					if err != nil || len(due) == 0 {
-						if err != nil {
-							t.Error(err)
-						}
-						return
-					}
-					ps := plansOf(due)
-					for i := range ps {
-						ps[i].Throttle = &model.StepThrottle{Window: "invoice/limit", Per: per}
-					}
-					if _, err := s.DecideSteps(t.Context(), ps, func(p model.StepPlan, _ []model.StepFact) model.StepDecision {
-						return throttleStep(p, max)
-					}, now); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		decideAtOnce(t, s, 4, now, func(p *model.StepPlan) { p.Throttle = &model.StepThrottle{Window: "invoice/limit", Per: per} },
+			func(p model.StepPlan, _ []model.StepFact) model.StepDecision { return throttleStep(p, max) })
 		passed := map[string]int{}
 		for _, r := range runsOf(t, s, "acme", "") {
 			if !strings.HasPrefix(r.EventID, prefix+"-") {

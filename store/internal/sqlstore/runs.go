@@ -187,11 +187,9 @@ func (d *Dialect) writeDecision(ctx context.Context, q Querier, p model.StepPlan
 	if dec.TakeSlot {
 		// The window's lock is held (lockSlots) since the count the
 		// decision read: no other taker counted in between.
-		holder := fmt.Sprintf("r%d.%d", run.ID, run.Step)
-		if _, err := q.Exec(ctx, `INSERT INTO throttle_slots (holder, tenant, recipient, scope, taken_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
-			holder, run.Tenant, run.Recipient, p.Throttle.Window, MS(now), MS(now.Add(p.Throttle.Per))); err != nil {
-			return fmt.Errorf("take a slot of step %d of workflow run %d: %w", run.Step, run.ID, err)
+		w := slotWindow{run.Tenant, run.Recipient, p.Throttle.Window}
+		if err := insertSlot(ctx, q, fmt.Sprintf("r%d.%d", run.ID, run.Step), w, now, p.Throttle.Per); err != nil {
+			return err
 		}
 	}
 	var note, seq *int64

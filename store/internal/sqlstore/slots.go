@@ -54,6 +54,18 @@ func countSlots(ctx context.Context, q Querier, w slotWindow, since time.Time) (
 	return n, nil
 }
 
+// insertSlot takes a slot of window w for holder, counting for per from
+// now; a holder that has one keeps it. The window's lock must be held
+// since the count the take was decided on.
+func insertSlot(ctx context.Context, q Querier, holder string, w slotWindow, now time.Time, per time.Duration) error {
+	if _, err := q.Exec(ctx, `INSERT INTO throttle_slots (holder, tenant, recipient, scope, taken_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+		holder, w.tenant, w.recipient, w.scope, MS(now), MS(now.Add(per))); err != nil {
+		return fmt.Errorf("take a throttle slot for %s: %w", holder, err)
+	}
+	return nil
+}
+
 // TakeThrottleSlots decides each take in order, in q, one write
 // transaction, holding each window's lock: granted if the notification
 // holds a slot already (a retry keeps its slot), or if fewer than Max of
@@ -84,9 +96,8 @@ func (d *Dialect) TakeThrottleSlots(ctx context.Context, q Querier, takes []mode
 			return nil, err
 		}
 		if granted[i] = n < tk.Max; granted[i] {
-			if _, err := q.Exec(ctx, `INSERT INTO throttle_slots (holder, tenant, recipient, scope, taken_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-				holder, tk.Tenant, tk.Recipient, tk.Category, MS(now), MS(now.Add(tk.Per))); err != nil {
-				return nil, fmt.Errorf("take throttle slot: %w", err)
+			if err := insertSlot(ctx, q, holder, windows[i], now, tk.Per); err != nil {
+				return nil, err
 			}
 		}
 	}
