@@ -251,10 +251,11 @@ func (s *Server) streamRead(ctx context.Context, tenant, user string, st *stream
 			fresh = append(fresh, it)
 		}
 	}
-	// A full window of new items may hide more below it: page back to
-	// st.pos, within streamCatchUp.
-	for len(fresh) == len(window) && len(window) == streamWindow && len(fresh) < streamCatchUp {
-		more, _, err := s.r.FeedPage(ctx, tenant, user, fresh[len(fresh)-1].Seq, streamWindow)
+	// A full page whose oldest item is new may hide more below it: page
+	// back until a page reaches st.pos (or the feed's end), or more than
+	// streamCatchUp are new.
+	for len(window) == streamWindow && window[len(window)-1].Seq > st.pos && len(fresh) <= streamCatchUp {
+		more, _, err := s.r.FeedPage(ctx, tenant, user, window[len(window)-1].Seq, streamWindow)
 		if err != nil {
 			return ctx.Err() == nil // read again at the next wake
 		}
@@ -264,11 +265,8 @@ func (s *Server) streamRead(ctx context.Context, tenant, user string, st *stream
 				fresh = append(fresh, it)
 			}
 		}
-		if len(more) < streamWindow || more[len(more)-1].Seq <= st.pos {
-			break
-		}
 	}
-	if len(fresh) >= streamCatchUp {
+	if len(fresh) > streamCatchUp {
 		// Too far behind to send item by item: the client reloads its feed
 		// and goes on from the newest.
 		st.pos = fresh[0].Seq

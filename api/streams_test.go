@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -448,4 +449,72 @@ func TestFeedStreamCountsOnlyWhatItSent(t *testing.T) {
 			t.Fatalf("reset: %+v", ev)
 		}
 	}
+}
+
+// A stream that reconnects behind by more than two windows of items gets
+// every one it missed, oldest first, and then the count, up to
+// streamCatchUp (1,000); behind by more it is told to reset, with the newest seq as id, and
+// goes on live from there. (The catch-up once stopped after two windows
+// and moved on to the newest, so a tab back after 101 to 999 items never
+// got the ones in between.)
+func TestFeedStreamCatchesUp(t *testing.T) {
+	t.Parallel()
+	b, _, _, acmeKey, _ := userTokenSetup(t)
+	ada := mint(t, acmeKey, "acme", "ada")
+	var seqs []int64
+	post := func(id string) int64 {
+		ev := feedEvent(id, "item", "@ada")
+		ev.Tenant = "acme"
+		res, err := b.r.Accept(context.Background(), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, res.FeedItems[0].Seq)
+		return res.FeedItems[0].Seq
+	}
+	from := post("c-start")
+	for _, missed := range []int{3*50 + 7, 1000} {
+		t.Run(strconv.Itoa(missed)+" missed", func(t *testing.T) {
+			seqs = seqs[:0]
+			for i := range missed {
+				post(fmt.Sprintf("c%d-%d", missed, i))
+			}
+			s, rep := b.openStream(t, "ada", append(lastID(from), ada...)...)
+			if s == nil {
+				t.Fatal(rep)
+			}
+			defer s.close()
+			for i, seq := range seqs {
+				if it := s.item(t); it.Seq != seq {
+					t.Fatalf("item %d of %d: seq %d, want %d (each missed item, oldest first)", i+1, missed, it.Seq, seq)
+				}
+			}
+			if ev := s.next(t); ev.event != "state" {
+				t.Fatalf("after the %d missed items: %+v, want state", missed, ev)
+			}
+			from = seqs[len(seqs)-1]
+		})
+	}
+	t.Run("1001 missed", func(t *testing.T) {
+		seqs = seqs[:0]
+		for i := range 1001 {
+			post(fmt.Sprintf("r-%d", i))
+		}
+		s, rep := b.openStream(t, "ada", append(lastID(from), ada...)...)
+		if s == nil {
+			t.Fatal(rep)
+		}
+		defer s.close()
+		newest := seqs[len(seqs)-1]
+		if ev := s.next(t); ev.event != "reset" || ev.id != strconv.FormatInt(newest, 10) {
+			t.Fatalf("1001 behind: %+v, want reset with id %d", ev, newest)
+		}
+		if ev := s.next(t); ev.event != "state" {
+			t.Fatalf("after the reset: %+v, want state", ev)
+		}
+		live := post("r-live")
+		if it := s.item(t); it.Seq != live {
+			t.Fatalf("live after the reset: %d, want %d", it.Seq, live)
+		}
+	})
 }
