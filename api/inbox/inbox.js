@@ -157,6 +157,7 @@ li[data-read="true"] .title { font-weight: 400; }
       this._next = '';          // the older page's path
       this._retry = 2000;
       this._run = null;         // the current connection's AbortController
+      this._during = null;      // items the stream brought while _load read the page
 
       const label = 'Notifications'; // the attribute's, once connected
       this._bell = el('button', { class: 'bell', part: 'bell', type: 'button', 'aria-expanded': 'false', 'aria-controls': 'panel' });
@@ -264,13 +265,26 @@ li[data-read="true"] .title { font-weight: 400; }
 
     async _load(signal) {
       const size = Math.min(200, Math.max(1, parseInt(this.getAttribute('page-size'), 10) || 20));
-      const r = await this._call(this._path() + '?limit=' + size, {}, signal);
-      const page = await r.json();
-      const c = await (await this._call(this._path() + '/unread_count', {}, signal)).json();
+      // On a reset the stream goes on while the page is read: what it brings
+      // meanwhile may be newer than the page (committed after it was read).
+      const during = [];
+      this._during = during;
+      let page, c;
+      try {
+        page = await (await this._call(this._path() + '?limit=' + size, {}, signal)).json();
+        c = await (await this._call(this._path() + '/unread_count', {}, signal)).json();
+      } finally {
+        if (this._during === during) this._during = null;
+      }
       this._items.clear(); this._pending = []; this._list.replaceChildren();
       for (const it of page.items) this._append(it);
+      const newest = page.items.length ? page.items[0].seq : 0;
+      for (const it of during) {
+        if (it.seq <= newest || this._items.has(it.seq)) continue;
+        if (this._panel.hidden) this._prepend(it); else this._pending.push(it);
+      }
       this._next = page.next || '';
-      this._lastId = page.items.length ? page.items[0].seq : 0;
+      this._lastId = Math.max(newest, ...during.map((it) => it.seq));
       this._shownPath = this._path();
       this._setUnread(c.unread);
       this._render();
@@ -340,6 +354,7 @@ li[data-read="true"] .title { font-weight: 400; }
         case 'item':
           if (ev.id !== null) this._lastId = Number(ev.id);
           this._emit('item', d);
+          if (this._during) this._during.push(d);
           if (this._items.has(d.seq) || this._pending.some((p) => p.seq === d.seq)) return;
           if (this._panel.hidden) { this._prepend(d); } else { this._pending.push(d); }
           this._render();
@@ -363,16 +378,23 @@ li[data-read="true"] .title { font-weight: 400; }
       }
     }
 
+    // _reconcile reads the panel's page again: an item it had that the page
+    // lacks, within the page's range, was dismissed; one the page says is
+    // read was read. Only items received before the page was asked for are
+    // judged: one the stream brought after may have been committed after the
+    // page was read, and the stream itself says when it is read or dismissed.
+    // Read and dismissed are for good, so nothing here undoes either.
     async _reconcile(signal) {
       try {
+        const known = this._lastId;
         const size = Math.max(1, this._items.size);
         const page = await (await this._call(this._path() + '?limit=' + Math.min(200, size), {}, signal)).json();
         const byseq = new Map(page.items.map((it) => [it.seq, it]));
         const oldest = page.items.length ? page.items[page.items.length - 1].seq : Infinity;
         for (const [seq, e] of this._items) {
           const now = byseq.get(seq);
-          if (now) this._setRead(e, now.read);
-          else if (seq > oldest || (page.items.length === 0)) this._remove(seq, false);
+          if (now) { if (now.read) this._setRead(e, true); }
+          else if (seq <= known && (seq > oldest || page.items.length === 0)) this._remove(seq, false);
         }
         this._render();
       } catch (e) { this._fail(e, 'Reloading the notifications'); }
