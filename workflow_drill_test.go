@@ -34,7 +34,10 @@ import (
 // each chat message delivered once under its own key, no step skipped, none twice.
 // Beside them, forty events for each of five recipients go through a batch
 // step (a digest email): however the kills cut the windows, each event is in
-// exactly one digest delivered, and each digest is delivered once. And ten
+// exactly one digest delivered, and each digest is delivered once. The same
+// holds for four events for each of thirty recipients through a batch that
+// closes on a schedule (every minute): a dispatch is killed as the first of
+// those digests goes out. And ten
 // nudges for each of four recipients go through a throttle step of three a
 // day: exactly three of each recipient's runs pass and are emailed, once
 // each; the other seven end throttled.
@@ -77,8 +80,12 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest := workflow.Definition{Type: "comment.digest", Steps: []workflow.Step{
+	digest := workflow.Definition{Type: windowed.typ, Steps: []workflow.Step{
 		{ID: "digest", Batch: &workflow.Batch{Window: workflow.Duration(300 * time.Millisecond)}},
+		{ID: "email", Channels: []string{"email"}},
+	}}
+	daily := workflow.Definition{Type: scheduled.typ, Steps: []workflow.Step{
+		{ID: "daily", Batch: &workflow.Batch{Schedule: "* * * * *"}},
 		{ID: "email", Channels: []string{"email"}},
 	}}
 	nudge := workflow.Definition{Type: "nudge", Steps: []workflow.Step{
@@ -86,7 +93,7 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 		{ID: "email", Channels: []string{"email"}},
 	}}
 	r, err := relaytest.Open(ctx, db, relay.Options{Workflows: []relay.FileWorkflow{{Tenant: "default", Definition: def}, {Tenant: "default", Definition: digest},
-		{Tenant: "default", Definition: nudge}},
+		{Tenant: "default", Definition: daily}, {Tenant: "default", Definition: nudge}},
 		Routes: relay.Routes{"*": {logp}}})
 	if err != nil {
 		t.Fatal(err)
@@ -99,8 +106,8 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if acc, err := r.Accept(ctx, ev); err != nil || acc.Count != n {
 		t.Fatalf("accept: %+v, %v", acc, err)
 	}
-	const digestEvents, digestRecipients = 40, 5
-	acceptDigests(t, r, digestEvents, digestRecipients)
+	acceptDigests(t, r, windowed)
+	acceptDigests(t, r, scheduled)
 	var nudges []relay.Event
 	for i := range nudgeEvents {
 		for j := range nudgeRecipients {
@@ -124,7 +131,7 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 		}
 		t.Cleanup(func() { other.Process.Kill(); other.Wait() })
 	}
-	run := func(env string, until func() bool) {
+	run := func(env string, until func() bool, within time.Duration) {
 		cmd := exec.Command(bin, args...)
 		if env != "" {
 			cmd.Env = append(cmd.Environ(), env)
@@ -135,7 +142,7 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 			t.Fatal(err)
 		}
 		if env == "" {
-			deadline := time.Now().Add(10 * time.Second) // on PostgreSQL the other node may have left it little to do
+			deadline := time.Now().Add(within) // on PostgreSQL the other node may have left it little to do
 			for !until() && time.Now().Before(deadline) {
 				time.Sleep(2 * time.Millisecond)
 			}
@@ -155,7 +162,7 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 		// have decided them all. A random kill instead, twice.
 		for range 2 {
 			target := server.Requests() + 5 + rand.IntN(20)
-			run("", func() bool { return server.Requests() >= target })
+			run("", func() bool { return server.Requests() >= target }, 10*time.Second)
 		}
 	}
 	// Killed inside the deciding transaction: at the 40th step decided
@@ -164,14 +171,19 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	// deciding too, these may never be reached: on PostgreSQL the kills
 	// are at random points only (above).
 	if nodes == 1 {
-		run("EDGERELAY_CRASH_AT=step:40", nil)
-		run("EDGERELAY_CRASH_AT=step:25", nil)
+		run("EDGERELAY_CRASH_AT=step:40", nil, 0)
+		run("EDGERELAY_CRASH_AT=step:25", nil, 0)
 	}
 	for range 4 {
 		target := server.Requests() + 10 + rand.IntN(60)
-		run("", func() bool { return server.Requests() >= target })
+		run("", func() bool { return server.Requests() >= target }, 10*time.Second)
 	}
-	final := exec.Command(bin, append(args, "--until-idle", "--max-wait", "10s")...)
+	// Killed as the scheduled digests go out: at the next minute, or the
+	// one after if a batch opened after the minute turned.
+	run("", func() bool { return subjects(server.Deliveries())[scheduled.subject] > 0 }, 125*time.Second)
+	t.Logf("killed with %d of %d scheduled digests delivered", subjects(server.Deliveries())[scheduled.subject], scheduled.recipients)
+	// The final run waits for a scheduled batch that opened after the kill.
+	final := exec.Command(bin, append(args, "--until-idle", "--max-wait", "70s")...)
 	if out, err := final.CombinedOutput(); err != nil {
 		t.Fatalf("final dispatch: %v\n%s", err, out)
 	}
@@ -185,13 +197,13 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := n + digestEvents*digestRecipients + nudgeEvents*nudgeRecipients; len(runs) != want {
+	if want := n + windowed.runs() + scheduled.runs() + nudgeEvents*nudgeRecipients; len(runs) != want {
 		t.Fatalf("%d runs, want %d", len(runs), want)
 	}
 	passed := map[string]int{}
 	want := []string{model.StepSent, model.StepDelayed, model.StepSent, model.StepSent}
 	for _, run := range runs {
-		if run.Type == digest.Type {
+		if run.Type == digest.Type || run.Type == daily.Type {
 			if run.State != model.RunDone {
 				t.Errorf("digest run of %s for %s: %s (%s), want done", run.EventID, run.Recipient, run.State, run.Reason)
 			}
@@ -240,7 +252,7 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 			}
 		}
 	}
-	digests := checkDigests(t, server.Deliveries(), perKey, digestEvents, digestRecipients)
+	digests := checkDigests(t, server.Deliveries(), perKey, windowed) + checkDigests(t, server.Deliveries(), perKey, scheduled)
 	nudged := map[string]int{}
 	for _, d := range server.Deliveries() {
 		if d.Subject == "nudge" {
@@ -259,8 +271,8 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d runs, %d deliveries (%d digests), statuses %v: %d lost, %d doubled", len(runs), len(server.Deliveries()), digests,
-		status.Counts, lost, doubled)
+	t.Logf("%d runs, %d deliveries (%d digests, %d of them scheduled), statuses %v: %d lost, %d doubled", len(runs), len(server.Deliveries()), digests,
+		subjects(server.Deliveries())[scheduled.subject], status.Counts, lost, doubled)
 	if sent := 2*n + digests + nudgeMax*nudgeRecipients; lost != 0 || doubled != 0 || status.Counts[model.StatusSent] != int64(sent) {
 		t.Fatalf("%d lost, %d delivered twice, statuses %v; want 0, 0 and %d sent", lost, doubled, status.Counts, sent)
 	}
@@ -270,24 +282,40 @@ func workflowSIGKILLDrill(t *testing.T, db string, nodes int) {
 // recipients (t0, t1, …), of which nudgeMax a day pass.
 const nudgeEvents, nudgeRecipients, nudgeMax = 10, 4, 3
 
-// acceptDigests stores the digest's template and accepts events events
-// for each of recipients recipients (d0, d1, …), one event per recipient
-// and number.
-func acceptDigests(t *testing.T, r *relay.Relay, events, recipients int) {
+// digestSet is the drill's events through one batch step: events events
+// (numbered) for each of recipients recipients (PREFIX0, PREFIX1, …), each
+// event to one recipient, gathered in digests whose subject is subject.
+type digestSet struct {
+	typ, subject, prefix string
+	events, recipients   int
+}
+
+var (
+	windowed  = digestSet{typ: "comment.digest", subject: "digest", prefix: "d", events: 40, recipients: 5}
+	scheduled = digestSet{typ: "comment.daily", subject: "daily", prefix: "e", events: 4, recipients: 30}
+)
+
+func (d digestSet) runs() int { return d.events * d.recipients }
+
+// id is the event of number i for recipient j.
+func (d digestSet) id(i, j int) string { return fmt.Sprintf("%s-%02d-%s%d", d.typ, i, d.prefix, j) }
+
+// acceptDigests stores d's digest template and accepts its events.
+func acceptDigests(t *testing.T, r *relay.Relay, d digestSet) {
 	t.Helper()
 	ctx := context.Background()
-	key, err := relay.TemplateKey("default", "comment.digest", "email", "en")
+	key, err := relay.TemplateKey("default", d.typ, "email", "en")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := r.PutTemplate(ctx, key, map[string]string{"subject": "digest", "text": "{{range .batch.items}}{{.id}} {{end}}"}); err != nil {
+	if _, _, err := r.PutTemplate(ctx, key, map[string]string{"subject": d.subject, "text": "{{range .batch.items}}{{.id}} {{end}}"}); err != nil {
 		t.Fatal(err)
 	}
 	var evs []relay.Event
-	for i := range events {
-		for j := range recipients {
-			evs = append(evs, relay.Event{ID: fmt.Sprintf("c-%02d-d%d", i, j), Type: "comment.digest",
-				Recipients: []relay.Recipient{{ID: fmt.Sprintf("d%d", j), Email: fmt.Sprintf("d%d@example.com", j)}}})
+	for i := range d.events {
+		for j := range d.recipients {
+			evs = append(evs, relay.Event{ID: d.id(i, j), Type: d.typ,
+				Recipients: []relay.Recipient{{ID: fmt.Sprintf("%s%d", d.prefix, j), Email: fmt.Sprintf("%s%d@example.com", d.prefix, j)}}})
 		}
 	}
 	_, errs := r.AcceptAll(ctx, evs, 0)
@@ -298,35 +326,44 @@ func acceptDigests(t *testing.T, r *relay.Relay, events, recipients int) {
 	}
 }
 
-// checkDigests fails unless each digest event is in exactly one digest
+// checkDigests fails unless each of d's events is in exactly one digest
 // delivered to its recipient, and no digest was delivered twice; it
 // returns how many digests there were.
-func checkDigests(t *testing.T, ds []sim.Delivery, perKey map[string]int, events, recipients int) int {
+func checkDigests(t *testing.T, ds []sim.Delivery, perKey map[string]int, d digestSet) int {
 	t.Helper()
 	carried := map[string]int{}
 	digests := 0
-	for _, d := range ds {
-		if d.Subject != "digest" {
+	for _, del := range ds {
+		if del.Subject != d.subject {
 			continue
 		}
-		if perKey[d.Key] != 1 {
-			t.Errorf("digest %s delivered %d times", d.Key, perKey[d.Key])
+		if perKey[del.Key] != 1 {
+			t.Errorf("%s %s delivered %d times", d.subject, del.Key, perKey[del.Key])
 		}
 		digests++
-		for _, id := range strings.Fields(d.Text) {
-			carried[d.To+" "+id]++
+		for _, id := range strings.Fields(del.Text) {
+			carried[del.To+" "+id]++
 		}
 	}
-	for i := range events {
-		for j := range recipients {
-			k := fmt.Sprintf("d%d@example.com c-%02d-d%d", j, i, j)
+	for i := range d.events {
+		for j := range d.recipients {
+			k := fmt.Sprintf("%s%d@example.com %s", d.prefix, j, d.id(i, j))
 			if carried[k] != 1 {
-				t.Errorf("%s: in %d digests, want 1", k, carried[k])
+				t.Errorf("%s: in %d %s digests, want 1", k, carried[k], d.subject)
 			}
 		}
 	}
-	if len(carried) != events*recipients {
-		t.Errorf("%d events carried, want %d", len(carried), events*recipients)
+	if len(carried) != d.runs() {
+		t.Errorf("%d events carried in %s digests, want %d", len(carried), d.subject, d.runs())
 	}
 	return digests
+}
+
+// subjects counts deliveries by subject.
+func subjects(ds []sim.Delivery) map[string]int {
+	n := map[string]int{}
+	for _, d := range ds {
+		n[d.Subject]++
+	}
+	return n
 }
